@@ -1,0 +1,16 @@
+"""Graph layer: CSC graphs, datasets on disk, loaders and synthetic generators."""
+
+from fleetgnn.graph.csc import SPLITS, Graph, coo_to_csc, from_edges, index_dtype
+from fleetgnn.graph.dataset import DatasetWriter, open_dataset, read_meta, write_dataset
+
+__all__ = [
+    "SPLITS",
+    "DatasetWriter",
+    "Graph",
+    "coo_to_csc",
+    "from_edges",
+    "index_dtype",
+    "open_dataset",
+    "read_meta",
+    "write_dataset",
+]

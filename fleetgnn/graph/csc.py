@@ -1,0 +1,476 @@
+"""The :class:`Graph`: CSC topology plus node data, validated on construction.
+
+Layout (CSC, "in-neighbours"): the in-neighbours (sources) of destination node ``v`` are
+``indices[indptr[v]:indptr[v + 1]]``, and edge ``e`` in that range goes ``indices[e] -> v``.
+
+=============  =========================  ==========================================
+array          dtype / shape              meaning
+=============  =========================  ==========================================
+``indptr``     int64 ``[N + 1]``          segment offsets, ``indptr[0] == 0``
+``indices``    int32 (int64 if N >= 2^31) source node of each edge ``[E]``
+``x``          float ``[N, F]``           node features (optional)
+``y``          int64 ``[N]``              class label in ``[0, C)``, ``-1`` = unlabelled
+``*_mask``     bool ``[N]``               train / val / test splits, pairwise disjoint
+``edge_weight`` float ``[E]``             optional, aligned with ``indices``
+=============  =========================  ==========================================
+
+Arrays may be numpy memory maps (see :func:`fleetgnn.graph.dataset.open_dataset`); methods that
+build new graphs read them in bounded chunks where that matters and never modify them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Literal
+
+import numpy as np
+
+from fleetgnn.errors import GraphError
+
+SPLITS: tuple[str, ...] = ("train_mask", "val_mask", "test_mask")
+_CHUNK_ROWS = 1 << 20  # rows scanned per step when validating large (possibly memory-mapped) arrays
+
+Validation = Literal["full", "structure", "none"]
+
+
+def index_dtype(num_nodes: int) -> np.dtype:
+    """The dtype for node IDs: int32 when every ID fits, else int64."""
+    return np.dtype(np.int32) if num_nodes < 2**31 else np.dtype(np.int64)
+
+
+def coo_to_csc(
+    src: np.ndarray,
+    dst: np.ndarray,
+    num_nodes: int,
+    edge_weight: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Build CSC arrays from an edge list ``src[i] -> dst[i]``.
+
+    Edges of one destination keep their input order (stable sort).
+
+    Args:
+        src: Source node of each edge, shape ``[E]``.
+        dst: Destination node of each edge, shape ``[E]``.
+        num_nodes: Number of nodes ``N``; every ID must lie in ``[0, N)``.
+        edge_weight: Optional weight per edge, shape ``[E]``.
+
+    Returns:
+        ``(indptr, indices, edge_weight)`` with ``indptr`` int64 ``[N + 1]``.
+
+    Raises:
+        GraphError: If the arrays disagree in length or an ID is out of range.
+    """
+    src = np.asarray(src)
+    dst = np.asarray(dst)
+    if src.ndim != 1 or dst.ndim != 1 or src.shape != dst.shape:
+        raise GraphError(
+            f"edge arrays 'src' and 'dst' must be 1-D of equal length (got shapes {src.shape} and "
+            f"{dst.shape}); pass one source and one destination per edge"
+        )
+    for name, arr in (("src", src), ("dst", dst)):
+        _check_ids(name, arr, num_nodes)
+    order = np.argsort(dst, kind="stable")
+    counts = np.bincount(dst, minlength=num_nodes) if dst.size else np.zeros(num_nodes, np.int64)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = src[order].astype(index_dtype(num_nodes), copy=False)
+    weight = None
+    if edge_weight is not None:
+        edge_weight = np.asarray(edge_weight)
+        if edge_weight.shape != src.shape:
+            raise GraphError(
+                f"'edge_weight' must have one value per edge, shape ({src.shape[0]},) "
+                f"(got {edge_weight.shape})"
+            )
+        weight = edge_weight[order]
+    return indptr, indices, weight
+
+
+def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
+    if ids.size == 0:
+        return
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise GraphError(f"'{name}' must hold integer node IDs (got dtype {ids.dtype})")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= num_nodes:
+        bad = lo if lo < 0 else hi
+        raise GraphError(
+            f"'{name}' holds node ID {bad}, outside the valid interval [0, {num_nodes}); "
+            f"make sure IDs are 0-based and num_nodes covers every node"
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Graph:
+    """A directed graph in CSC form with node data.
+
+    Construction validates the arrays (see ``validate``); a failure raises :class:`GraphError`
+    naming the array, the bad value, the valid range and a fix.
+
+    Args:
+        indptr: int64 ``[N + 1]`` CSC offsets.
+        indices: int ``[E]`` source of each edge, grouped by destination.
+        x: Optional node features ``[N, F]``.
+        y: Optional labels ``[N]``: ``0 <= y < num_classes`` or ``-1`` for unlabelled nodes.
+        train_mask: Optional bool ``[N]``.
+        val_mask: Optional bool ``[N]``.
+        test_mask: Optional bool ``[N]``.
+        edge_weight: Optional float ``[E]``.
+        num_classes: Number of classes ``C``; inferred as ``max(y) + 1`` when omitted.
+        name: A short name for reports.
+        validate: ``"full"`` checks every value (default); ``"structure"`` checks shapes, dtypes
+            and the ends of ``indptr`` only (O(1) reads, for memory-mapped data already validated
+            when it was written); ``"none"`` skips checks (internal use).
+        allow_nonfinite: Accept NaN/Inf in ``x`` instead of raising.
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    x: np.ndarray | None = None
+    y: np.ndarray | None = None
+    train_mask: np.ndarray | None = None
+    val_mask: np.ndarray | None = None
+    test_mask: np.ndarray | None = None
+    edge_weight: np.ndarray | None = None
+    num_classes: int | None = None
+    name: str = "graph"
+    validate: dataclasses.InitVar[Validation] = "full"
+    allow_nonfinite: dataclasses.InitVar[bool] = False
+
+    def __post_init__(self, validate: Validation, allow_nonfinite: bool) -> None:
+        if validate not in ("full", "structure", "none"):
+            raise GraphError(
+                f"'validate' must be one of 'full', 'structure', 'none' (got {validate!r})"
+            )
+        if validate != "none":
+            self._validate_structure()
+        if self.num_classes is None and self.y is not None and self.y.size:
+            object.__setattr__(self, "num_classes", int(np.max(self.y)) + 1)
+        if validate == "full":
+            self._validate_values(allow_nonfinite)
+
+    # ------------------------------------------------------------------ validation
+    def _validate_structure(self) -> None:
+        indptr, indices = self.indptr, self.indices
+        if not isinstance(indptr, np.ndarray) or indptr.ndim != 1 or indptr.size < 1:
+            raise GraphError(
+                f"'indptr' must be a 1-D numpy array of length num_nodes + 1 >= 1 "
+                f"(got {type(indptr).__name__} with shape {getattr(indptr, 'shape', None)})"
+            )
+        if indptr.dtype != np.int64:
+            raise GraphError(f"'indptr' must be int64 (got {indptr.dtype}); cast with .astype")
+        if not isinstance(indices, np.ndarray) or indices.ndim != 1:
+            raise GraphError(
+                f"'indices' must be a 1-D numpy array (got shape {getattr(indices, 'shape', None)})"
+            )
+        n = indptr.size - 1
+        if indices.dtype not in (np.int32, np.int64):
+            raise GraphError(f"'indices' must be int32 or int64 (got {indices.dtype})")
+        if n >= 2**31 and indices.dtype != np.int64:
+            raise GraphError(f"'indices' must be int64 for {n} >= 2^31 nodes (got int32)")
+        if int(indptr[0]) != 0:
+            raise GraphError(f"'indptr[0]' must be 0 (got {int(indptr[0])})")
+        if int(indptr[-1]) != indices.size:
+            raise GraphError(
+                f"'indptr[-1]' must equal len(indices) = {indices.size} (got {int(indptr[-1])}); "
+                f"the edge array is truncated or indptr is wrong"
+            )
+        for name in ("x", "y", *SPLITS):
+            arr = getattr(self, name)
+            if arr is None:
+                continue
+            if not isinstance(arr, np.ndarray):
+                raise GraphError(f"'{name}' must be a numpy array (got {type(arr).__name__})")
+            if arr.shape[:1] != (n,):
+                raise GraphError(
+                    f"'{name}' must have one row per node, {n} rows (got shape {arr.shape}); "
+                    f"check that features, labels and masks match the edge list's node count"
+                )
+        if self.x is not None:
+            if self.x.ndim != 2:
+                raise GraphError(f"'x' must be 2-D [num_nodes, num_features] (got {self.x.shape})")
+            if not np.issubdtype(self.x.dtype, np.floating):
+                raise GraphError(f"'x' must be a float array (got {self.x.dtype})")
+        if self.y is not None and (self.y.ndim != 1 or not np.issubdtype(self.y.dtype, np.integer)):
+            raise GraphError(
+                f"'y' must be a 1-D integer array of class IDs (got {self.y.dtype}, {self.y.shape})"
+            )
+        for name in SPLITS:
+            arr = getattr(self, name)
+            if arr is not None and (arr.ndim != 1 or arr.dtype != np.bool_):
+                raise GraphError(f"'{name}' must be a 1-D bool array (got {arr.dtype}, {arr.shape})")
+        if self.edge_weight is not None:
+            w = self.edge_weight
+            if not isinstance(w, np.ndarray) or w.shape != (indices.size,):
+                raise GraphError(
+                    f"'edge_weight' must have one value per edge, shape ({indices.size},) "
+                    f"(got {getattr(w, 'shape', None)})"
+                )
+            if not np.issubdtype(w.dtype, np.floating):
+                raise GraphError(f"'edge_weight' must be a float array (got {w.dtype})")
+        if self.num_classes is not None and int(self.num_classes) < 1:
+            raise GraphError(f"'num_classes' must be >= 1 (got {self.num_classes})")
+
+    def _validate_values(self, allow_nonfinite: bool) -> None:
+        n = self.num_nodes
+        indptr = self.indptr
+        if indptr.size > 1:
+            bad = np.flatnonzero(np.diff(indptr) < 0)
+            if bad.size:
+                v = int(bad[0])
+                raise GraphError(
+                    f"'indptr' must be non-decreasing; indptr[{v}] = {int(indptr[v])} > "
+                    f"indptr[{v + 1}] = {int(indptr[v + 1])}"
+                )
+        for start in range(0, self.indices.size, _CHUNK_ROWS * 8):
+            _check_ids("indices", self.indices[start : start + _CHUNK_ROWS * 8], n)
+        if self.y is not None and self.y.size:
+            lo, hi = int(self.y.min()), int(self.y.max())
+            c = int(self.num_classes)  # set in __post_init__ when y is given
+            if lo < -1 or hi >= c:
+                bad = lo if lo < -1 else hi
+                raise GraphError(
+                    f"'y' holds label {bad}, outside the valid interval [0, {c}) "
+                    f"(-1 marks an unlabelled node); relabel classes to 0..C-1 or raise num_classes"
+                )
+        masks = [(name, getattr(self, name)) for name in SPLITS if getattr(self, name) is not None]
+        for i, (a_name, a) in enumerate(masks):
+            for b_name, b in masks[i + 1 :]:
+                both = np.flatnonzero(a & b)
+                if both.size:
+                    raise GraphError(
+                        f"split masks '{a_name}' and '{b_name}' overlap on {both.size} nodes "
+                        f"(first: node {int(both[0])}); each node may belong to at most one split"
+                    )
+            if self.y is not None:
+                unl = np.flatnonzero(a & (self.y < 0))
+                if unl.size:
+                    raise GraphError(
+                        f"'{a_name}' contains {unl.size} unlabelled nodes (y == -1, first: node "
+                        f"{int(unl[0])}); drop them from the split or give them labels"
+                    )
+        if self.x is not None and not allow_nonfinite:
+            for start in range(0, n, _CHUNK_ROWS):
+                block = np.asarray(self.x[start : start + _CHUNK_ROWS])
+                finite = np.isfinite(block)
+                if not finite.all():
+                    r, c = np.argwhere(~finite)[0]
+                    raise GraphError(
+                        f"'x' holds a non-finite value {block[r, c]} at node {start + int(r)}, "
+                        f"feature {int(c)}; clean the features or pass allow_nonfinite=True"
+                    )
+        if self.edge_weight is not None and self.edge_weight.size:
+            if not np.isfinite(self.edge_weight).all():
+                e = int(np.flatnonzero(~np.isfinite(self.edge_weight))[0])
+                raise GraphError(
+                    f"'edge_weight' holds a non-finite value {self.edge_weight[e]} at edge {e}"
+                )
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes ``N``."""
+        return int(self.indptr.size - 1)
+
+    @property
+    def num_edges(self) -> int:
+        """Number of directed edges ``E``."""
+        return int(self.indices.size)
+
+    @property
+    def num_features(self) -> int:
+        """Feature dimension ``F`` (0 without features)."""
+        return 0 if self.x is None else int(self.x.shape[1])
+
+    def in_degrees(self) -> np.ndarray:
+        """In-degree of every node, int64 ``[N]`` (segment lengths of ``indptr``)."""
+        return np.diff(self.indptr)
+
+    def out_degrees(self) -> np.ndarray:
+        """Out-degree of every node, int64 ``[N]``."""
+        return np.bincount(self.indices, minlength=self.num_nodes).astype(np.int64)
+
+    def dst_of_edges(self) -> np.ndarray:
+        """Destination node of each edge, aligned with ``indices`` (``[E]``)."""
+        return np.repeat(
+            np.arange(self.num_nodes, dtype=self.indices.dtype), self.in_degrees()
+        )
+
+    def node_data(self) -> dict[str, np.ndarray]:
+        """The present node arrays by name (``x``, ``y`` and the split masks)."""
+        names = ("x", "y", *SPLITS)
+        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+
+    def __repr__(self) -> str:
+        parts = [f"name={self.name!r}", f"num_nodes={self.num_nodes}", f"num_edges={self.num_edges}"]
+        if self.x is not None:
+            parts.append(f"x={tuple(self.x.shape)}:{self.x.dtype}")
+        if self.y is not None:
+            parts.append(f"num_classes={self.num_classes}")
+        for name in SPLITS:
+            m = getattr(self, name)
+            if m is not None:
+                parts.append(f"{name.split('_')[0]}={int(np.count_nonzero(m))}")
+        if self.edge_weight is not None:
+            parts.append("weighted")
+        return f"Graph({', '.join(parts)})"
+
+    # ------------------------------------------------------------------ transforms
+    def replace(self, **changes: object) -> Graph:
+        """A copy with some fields replaced, validated again."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def permute(self, perm: np.ndarray) -> Graph:
+        """Relabel nodes: new node ``i`` is old node ``perm[i]``.
+
+        Topology, features, labels, masks and edge weights are permuted consistently, so the result
+        is isomorphic to this graph. Each node's neighbour order is kept.
+
+        Args:
+            perm: int ``[N]``, a permutation of ``0..N-1``.
+
+        Returns:
+            The relabelled graph.
+
+        Raises:
+            GraphError: If ``perm`` is not a permutation of ``0..N-1``.
+        """
+        n = self.num_nodes
+        perm = np.asarray(perm)
+        if perm.shape != (n,) or not np.issubdtype(perm.dtype, np.integer):
+            raise GraphError(
+                f"'perm' must be an integer array of shape ({n},) (got {perm.dtype}, {perm.shape})"
+            )
+        inv = np.full(n, -1, dtype=np.int64)
+        _check_ids("perm", perm, n)
+        inv[perm] = np.arange(n, dtype=np.int64)
+        if n and (inv < 0).any():
+            missing = int(np.flatnonzero(inv < 0)[0])
+            raise GraphError(
+                f"'perm' is not a permutation of 0..{n - 1}: node {missing} is missing "
+                f"(some other node appears twice)"
+            )
+        deg = self.in_degrees()[perm]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(deg, out=indptr[1:])
+        # position of every new edge in the old arrays: segment start of the old node + offset
+        starts = np.repeat(self.indptr[:-1][perm], deg)
+        offsets = np.arange(indptr[-1], dtype=np.int64) - np.repeat(indptr[:-1], deg)
+        old_pos = starts + offsets
+        indices = inv[np.asarray(self.indices)[old_pos]].astype(self.indices.dtype)
+        data: dict[str, object] = {k: np.asarray(v)[perm] for k, v in self.node_data().items()}
+        if self.edge_weight is not None:
+            data["edge_weight"] = np.asarray(self.edge_weight)[old_pos]
+        return Graph(
+            indptr=indptr,
+            indices=indices,
+            num_classes=self.num_classes,
+            name=self.name,
+            validate="structure",
+            **data,  # type: ignore[arg-type]
+        )
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The edge list ``(src, dst)`` in CSC order."""
+        return np.asarray(self.indices), self.dst_of_edges()
+
+    def _with_edges(
+        self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray | None
+    ) -> Graph:
+        indptr, indices, weight = coo_to_csc(src, dst, self.num_nodes, weight)
+        return Graph(
+            indptr=indptr,
+            indices=indices,
+            edge_weight=weight,
+            num_classes=self.num_classes,
+            name=self.name,
+            validate="structure",
+            **self.node_data(),  # type: ignore[arg-type]
+        )
+
+    def to_undirected(self) -> Graph:
+        """Add every missing reverse edge and drop duplicate edges.
+
+        Each node's in-neighbours come out sorted by ID. Where an edge exists in the input, its own
+        weight is kept; an added reverse edge takes the weight of the edge it mirrors.
+        """
+        src, dst = self.edges()
+        n = self.num_nodes
+        all_src = np.concatenate([src, dst]).astype(np.int64)
+        all_dst = np.concatenate([dst, src]).astype(np.int64)
+        prio = np.concatenate([np.zeros(src.size, np.int8), np.ones(src.size, np.int8)])
+        # sort by (dst, src, original-before-mirror); keep the first of each (dst, src) pair
+        order = np.lexsort((prio, all_src, all_dst))
+        key = all_dst[order] * n + all_src[order]
+        keep = np.ones(order.size, dtype=bool)
+        keep[1:] = key[1:] != key[:-1]
+        order = order[keep]
+        weight = None
+        if self.edge_weight is not None:
+            w = np.asarray(self.edge_weight)
+            weight = np.concatenate([w, w])[order]
+        return self._with_edges(all_src[order], all_dst[order], weight)
+
+    def add_self_loops(self, fill_weight: float = 1.0) -> Graph:
+        """Add a self loop ``v -> v`` to every node that has none (existing loops are kept).
+
+        Args:
+            fill_weight: Weight of each added loop when the graph is weighted.
+        """
+        src, dst = self.edges()
+        n = self.num_nodes
+        has_loop = np.zeros(n, dtype=bool)
+        has_loop[dst[src == dst]] = True
+        new = np.flatnonzero(~has_loop)
+        weight = None
+        if self.edge_weight is not None:
+            w = np.asarray(self.edge_weight)
+            weight = np.concatenate([w, np.full(new.size, fill_weight, dtype=w.dtype)])
+        # appended after the existing edges; the stable sort in coo_to_csc keeps loops last
+        return self._with_edges(
+            np.concatenate([src.astype(np.int64), new]),
+            np.concatenate([dst.astype(np.int64), new]),
+            weight,
+        )
+
+
+def from_edges(
+    src: np.ndarray,
+    dst: np.ndarray,
+    num_nodes: int | None = None,
+    *,
+    edge_weight: np.ndarray | None = None,
+    node_data: Mapping[str, np.ndarray] | None = None,
+    num_classes: int | None = None,
+    name: str = "graph",
+    allow_nonfinite: bool = False,
+) -> Graph:
+    """Build a validated :class:`Graph` from an edge list ``src[i] -> dst[i]``.
+
+    Args:
+        src: Source IDs ``[E]``.
+        dst: Destination IDs ``[E]``.
+        num_nodes: Node count; defaults to ``max ID + 1`` (or the rows of ``node_data['x']``).
+        edge_weight: Optional ``[E]``.
+        node_data: Optional ``x``, ``y`` and split masks.
+        num_classes: Class count (inferred from ``y`` when omitted).
+        name: Graph name.
+        allow_nonfinite: Accept NaN/Inf features.
+    """
+    src, dst = np.asarray(src), np.asarray(dst)
+    data = dict(node_data or {})
+    if num_nodes is None:
+        sizes = [int(v.shape[0]) for v in data.values()]
+        hi = max(int(src.max()) if src.size else -1, int(dst.max()) if dst.size else -1)
+        num_nodes = max([hi + 1, *sizes])
+    indptr, indices, weight = coo_to_csc(src, dst, int(num_nodes), edge_weight)
+    return Graph(
+        indptr=indptr,
+        indices=indices,
+        edge_weight=weight,
+        num_classes=num_classes,
+        name=name,
+        allow_nonfinite=allow_nonfinite,
+        **data,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,292 @@
+"""Datasets on disk: a directory of ``.npy`` arrays plus ``meta.json``, opened as memory maps.
+
+Layout (format version 1)::
+
+    DIR/meta.json        {"format_version": 1, "name", "num_nodes", "num_edges", "num_features",
+                          "num_classes", "arrays": {name: {"dtype", "shape"}}, ...}
+    DIR/indptr.npy       int64 [N + 1]   CSC offsets
+    DIR/indices.npy      int32/int64 [E] in-neighbours, grouped by destination
+    DIR/x.npy            float [N, F]    (optional)
+    DIR/y.npy            int64 [N]       (optional, -1 = unlabelled)
+    DIR/{train,val,test}_mask.npy  bool [N]  (optional)
+    DIR/edge_weight.npy  float [E]       (optional)
+
+Writing goes through :class:`DatasetWriter`: arrays are created as ``.npy`` memory maps in a
+temporary sibling directory and filled in chunks, ``meta.json`` is written last, and the directory
+is renamed into place, so an interrupted write never leaves a directory that looks complete.
+Opening maps every array with ``np.load(mmap_mode='r')`` (constant time, paged on demand) after
+checking that files, dtypes and shapes agree with ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fleetgnn.errors import DatasetError, GraphError
+from fleetgnn.graph.csc import SPLITS, Graph, Validation
+
+FORMAT_VERSION = 1
+META = "meta.json"
+ARRAYS: tuple[str, ...] = ("indptr", "indices", "x", "y", *SPLITS, "edge_weight")
+REQUIRED: tuple[str, ...] = ("indptr", "indices")
+_COPY_CHUNK_BYTES = 64 << 20  # bounded memory when copying arrays into a dataset
+_FULL_CHECK_LIMIT = 200_000_000  # elements; above this, open() checks structure only
+
+
+class DatasetWriter:
+    """Writes a dataset directory atomically, array by array, in bounded memory.
+
+    Use as a context manager; on an exception the temporary directory is removed and nothing
+    appears at ``out``::
+
+        with DatasetWriter(out, name="cora") as w:
+            w.put("indptr", indptr)
+            x = w.create("x", np.float32, (n, f))   # a writable .npy memory map
+            for lo in range(0, n, chunk): x[lo:lo + chunk] = ...
+            w.commit(num_classes=7)
+
+    Args:
+        out: Target directory; must not exist unless ``overwrite``.
+        name: Dataset name stored in ``meta.json``.
+        overwrite: Replace an existing dataset at ``out`` (only after the new one is complete).
+    """
+
+    def __init__(self, out: str | os.PathLike[str], name: str, overwrite: bool = False) -> None:
+        self.out = Path(out)
+        self.name = name
+        self.overwrite = overwrite
+        if self.out.exists() and not overwrite:
+            raise DatasetError(
+                f"output directory '{self.out}' already exists; choose another --out or pass "
+                f"--overwrite"
+            )
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        self._arrays: dict[str, np.ndarray] = {}
+        self._done = False
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if not self._done:
+            self.abort()
+
+    def abort(self) -> None:
+        """Remove the temporary directory; nothing is left at ``out``."""
+        self._arrays.clear()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self._done = True
+
+    def create(self, name: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """Create array ``name`` as a writable ``.npy`` memory map to be filled by the caller."""
+        if name not in ARRAYS:
+            raise DatasetError(f"unknown dataset array {name!r}; valid names: {', '.join(ARRAYS)}")
+        arr = np.lib.format.open_memmap(
+            self.tmp / f"{name}.npy", mode="w+", dtype=np.dtype(dtype), shape=tuple(shape)
+        )
+        self._arrays[name] = arr
+        return arr
+
+    def put(self, name: str, values: np.ndarray) -> None:
+        """Write a whole array, copied in chunks of bounded size."""
+        values = values if isinstance(values, np.ndarray) else np.asarray(values)
+        out = self.create(name, values.dtype, values.shape)
+        row_bytes = max(1, values.itemsize * int(np.prod(values.shape[1:], dtype=np.int64)))
+        step = max(1, _COPY_CHUNK_BYTES // row_bytes)
+        for lo in range(0, values.shape[0], step):
+            out[lo : lo + step] = values[lo : lo + step]
+
+    def commit(self, num_classes: int | None = None, **extra: Any) -> Path:
+        """Flush arrays, write ``meta.json`` and move the directory into place."""
+        for req in REQUIRED:
+            if req not in self._arrays:
+                raise DatasetError(f"dataset is missing required array {req!r}")
+        arrays = {}
+        for name, arr in self._arrays.items():
+            arr.flush()
+            arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
+        indptr = self._arrays["indptr"]
+        x = self._arrays.get("x")
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "name": self.name,
+            "num_nodes": int(indptr.shape[0] - 1),
+            "num_edges": int(self._arrays["indices"].shape[0]),
+            "num_features": int(x.shape[1]) if x is not None else 0,
+            "num_classes": int(num_classes) if num_classes is not None else None,
+            "arrays": arrays,
+            **extra,
+        }
+        self._arrays.clear()
+        _write_json_atomic(self.tmp / META, meta)
+        _fsync_dir(self.tmp)
+        if self.out.exists():
+            if not self.overwrite:
+                self.abort()
+                raise DatasetError(f"output directory '{self.out}' appeared while writing")
+            trash = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old-", dir=self.out.parent))
+            os.replace(self.out, trash / "old")
+            os.replace(self.tmp, self.out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(self.tmp, self.out)
+        _fsync_dir(self.out.parent)
+        self._done = True
+        return self.out
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_dataset(
+    graph: Graph, out: str | os.PathLike[str], overwrite: bool = False, **extra: Any
+) -> Path:
+    """Write ``graph`` as a dataset directory (atomically, chunked).
+
+    Args:
+        graph: The graph to write (its arrays may themselves be memory maps).
+        out: Target directory.
+        overwrite: Replace an existing directory once the new one is complete.
+        **extra: Additional JSON-serialisable fields for ``meta.json`` (e.g. ``source``).
+
+    Returns:
+        The dataset directory.
+    """
+    with DatasetWriter(out, name=graph.name, overwrite=overwrite) as w:
+        w.put("indptr", graph.indptr)
+        w.put("indices", graph.indices)
+        for name, arr in graph.node_data().items():
+            w.put(name, arr)
+        if graph.edge_weight is not None:
+            w.put("edge_weight", graph.edge_weight)
+        return w.commit(num_classes=graph.num_classes, **extra)
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check ``meta.json`` of a dataset directory."""
+    root = Path(path)
+    if not root.is_dir():
+        raise DatasetError(
+            f"dataset directory '{root}' does not exist; create one with 'fleetgnn prepare'"
+        )
+    meta_path = root / META
+    if not meta_path.is_file():
+        raise DatasetError(
+            f"'{root}' has no {META}: it is not a fleetgnn dataset, or its write was interrupted; "
+            f"run 'fleetgnn prepare' again"
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DatasetError(f"'{meta_path}' is not valid JSON ({e}); re-create the dataset") from e
+    if not isinstance(meta, dict):
+        raise DatasetError(f"'{meta_path}' must hold a JSON object")
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise DatasetError(
+            f"'{meta_path}' has format_version {version!r}; this fleetgnn reads version "
+            f"{FORMAT_VERSION}; re-create the dataset with 'fleetgnn prepare'"
+        )
+    for key in ("num_nodes", "num_edges", "num_features", "arrays"):
+        if key not in meta:
+            raise DatasetError(f"'{meta_path}' lacks the key {key!r}; re-create the dataset")
+    if not isinstance(meta["arrays"], dict):
+        raise DatasetError(f"'{meta_path}': 'arrays' must be an object")
+    return meta
+
+
+def _load_array(root: Path, name: str, spec: dict[str, Any], mmap: bool) -> np.ndarray:
+    path = root / f"{name}.npy"
+    if not path.is_file():
+        raise DatasetError(f"'{path}' is listed in {META} but missing; re-create the dataset")
+    try:
+        arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise DatasetError(
+            f"'{path}' cannot be read ({e}); the file is truncated or corrupt, re-create the dataset"
+        ) from e
+    want_dtype, want_shape = np.dtype(spec.get("dtype")), tuple(spec.get("shape", ()))
+    if arr.dtype != want_dtype or arr.shape != want_shape:
+        raise DatasetError(
+            f"'{path}' holds {arr.dtype} {arr.shape} but {META} says {want_dtype} {want_shape}; "
+            f"the directory is inconsistent, re-create the dataset"
+        )
+    return arr
+
+
+def open_dataset(
+    path: str | os.PathLike[str],
+    mmap: bool = True,
+    validate: Validation | None = None,
+) -> Graph:
+    """Open a dataset directory as a :class:`Graph` backed by read-only memory maps.
+
+    Args:
+        path: The dataset directory.
+        mmap: Map arrays (constant-time open, paged on demand); ``False`` reads them into RAM.
+        validate: ``"full"`` checks every value, ``"structure"`` only files, dtypes, shapes and
+            ``indptr``'s ends. Default: full for datasets below ~2e8 elements, else structure.
+
+    Raises:
+        DatasetError: Missing, truncated or inconsistent files, or invalid contents.
+    """
+    root = Path(path)
+    meta = read_meta(root)
+    specs = meta["arrays"]
+    unknown = sorted(set(specs) - set(ARRAYS))
+    if unknown:
+        raise DatasetError(f"{root / META} lists unknown arrays {unknown}; valid: {list(ARRAYS)}")
+    for req in REQUIRED:
+        if req not in specs:
+            raise DatasetError(f"{root / META} lists no {req!r} array; re-create the dataset")
+    arrays = {name: _load_array(root, name, spec, mmap) for name, spec in specs.items()}
+    n, e = int(meta["num_nodes"]), int(meta["num_edges"])
+    if arrays["indptr"].shape != (n + 1,) or arrays["indices"].shape != (e,):
+        raise DatasetError(
+            f"{root / META} says {n} nodes / {e} edges but indptr has shape "
+            f"{arrays['indptr'].shape} and indices {arrays['indices'].shape}; re-create the dataset"
+        )
+    if validate is None:
+        size = e + n * max(1, int(meta.get("num_features") or 0))
+        validate = "full" if size <= _FULL_CHECK_LIMIT else "structure"
+    try:
+        return Graph(
+            num_classes=meta.get("num_classes"),
+            name=str(meta.get("name", root.name)),
+            validate=validate,
+            **arrays,  # type: ignore[arg-type]
+        )
+    except GraphError as err:
+        raise DatasetError(f"dataset '{root}' is invalid: {err}") from err
+
+
+def iter_chunks(n: int, step: int) -> Iterator[tuple[int, int]]:
+    """Yield ``(lo, hi)`` ranges covering ``[0, n)`` in steps of ``step``."""
+    for lo in range(0, n, step):
+        yield lo, min(n, lo + step)
