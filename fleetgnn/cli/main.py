@@ -1,0 +1,226 @@
+"""The ``fleetgnn`` command line: ``prepare``, ``partition``, ``info``, ``train``.
+
+User errors (:class:`~fleetgnn.errors.FleetgnnError`) print one line and exit with status 2; add
+``--verbose`` to see the traceback. Anything else is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from fleetgnn.errors import FleetgnnError
+
+
+def _add_prepare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prepare",
+        help="convert a dataset into fleetgnn's on-disk format",
+        description="Convert a dataset into a fleetgnn dataset directory (memory-mapped .npy "
+        "arrays + meta.json). The directory appears only once it is complete.",
+    )
+    fmt = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--out", required=True, type=Path, help="output dataset directory")
+        q.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+
+    q = fmt.add_parser("planetoid", help="Planetoid ind.<name>.* pickles (Cora, CiteSeer, PubMed)")
+    q.add_argument("--root", required=True, type=Path, help="directory holding ind.<name>.* files")
+    q.add_argument("--name", required=True, help="dataset name, e.g. cora")
+    common(q)
+    q = fmt.add_parser("npz", help="gnn-benchmark sparse .npz (adj_*, attr_*, labels)")
+    q.add_argument("--file", required=True, type=Path)
+    q.add_argument("--split-seed", type=int, default=0, help="seed of the random split")
+    common(q)
+    q = fmt.add_parser("ogb", help="OGB node-property raw layout (raw/*.csv.gz, split/*)")
+    q.add_argument("--root", required=True, type=Path, help="dataset root with raw/ and split/")
+    q.add_argument("--name", default=None, help="split name (auto-detected when there is one)")
+    q.add_argument("--undirected", action="store_true", help="also store reverse edges")
+    common(q)
+    q = fmt.add_parser("edgelist", help="text edge list 'src dst [weight]' per line")
+    q.add_argument("--edges", required=True, type=Path)
+    q.add_argument("--features", type=Path, default=None, help="features .npy [N, F]")
+    q.add_argument("--labels", type=Path, default=None, help="labels .npy [N]")
+    q.add_argument("--undirected", action="store_true", help="add reverse edges")
+    common(q)
+    q = fmt.add_parser("synthetic", help="generated graph with learnable labels")
+    q.add_argument("--preset", default="small", help="tiny | small | products-like | papers-like")
+    q.add_argument("--scale", type=float, default=1.0, help="multiply nodes and edges by this")
+    q.add_argument("--seed", type=int, default=0)
+    common(q)
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    from fleetgnn.graph.dataset import write_dataset
+    from fleetgnn.graph.loaders import load_edgelist, load_npz, load_planetoid, prepare_ogb
+
+    if args.format == "synthetic":
+        from fleetgnn.cli.progress import task_progress
+        from fleetgnn.graph.synthetic import prepare_synthetic
+
+        with task_progress(f"generating {args.preset} x{args.scale}") as progress:
+            out = prepare_synthetic(
+                args.out, preset=args.preset, scale=args.scale, seed=args.seed,
+                overwrite=args.overwrite, progress=progress,
+            )
+    elif args.format == "ogb":
+        out = prepare_ogb(args.root, args.out, name=args.name, overwrite=args.overwrite,
+                          undirected=args.undirected)
+    else:
+        if args.format == "planetoid":
+            graph = load_planetoid(args.root, args.name)
+            source = {"source": "planetoid", "root": str(args.root)}
+        elif args.format == "npz":
+            graph = load_npz(args.file, split_seed=args.split_seed)
+            source = {"source": "npz", "file": str(args.file)}
+        else:
+            graph = load_edgelist(args.edges, features=args.features, labels=args.labels,
+                                  undirected=args.undirected)
+            source = {"source": "edgelist", "file": str(args.edges)}
+        out = write_dataset(graph, args.out, overwrite=args.overwrite, **source)
+    _print_info(out, as_json=False)
+    return 0
+
+
+def _add_info(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="describe a dataset directory")
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--verify", action="store_true", help="check every value, not only the layout")
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    _print_info(args.dataset, as_json=args.json, verify=args.verify)
+    return 0
+
+
+def _print_info(path: Path, as_json: bool, verify: bool = False) -> None:
+    from fleetgnn.cli.report import dataset_info, render_info
+
+    info = dataset_info(path, verify=verify)
+    if as_json:
+        print(json.dumps(info))
+    else:
+        render_info(info)
+
+
+def _add_partition(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "partition",
+        help="partition a dataset and save the partition book next to it",
+        description="Partition DATASET into P parts, save the book under "
+        "DATASET/partitions/<method>-<P>/ and report its quality.",
+    )
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--method", default="metis", choices=["range", "hash", "random", "metis"])
+    p.add_argument("--parts", type=int, required=True, help="number of parts P >= 1")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--balance", default="nodes",
+        help="metis vertex-weight constraints, comma-separated from nodes,train,edges",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-save", dest="save", action="store_false", help="report only")
+
+
+def _cmd_partition(args: argparse.Namespace) -> int:
+    import time
+
+    from fleetgnn.graph.dataset import open_dataset
+    from fleetgnn.partition import evaluate, partition
+
+    graph = open_dataset(args.dataset)
+    balance = tuple(b.strip() for b in args.balance.split(",") if b.strip())
+    t0 = time.perf_counter()
+    book = partition(graph, args.method, args.parts, seed=args.seed, balance=balance)
+    seconds = time.perf_counter() - t0
+    quality = evaluate(graph, book)
+    saved = None
+    if args.save:
+        saved = book.save(args.dataset / "partitions" / f"{args.method}-{args.parts}")
+    result = {"method": args.method, "parts": args.parts, "seconds": round(seconds, 4),
+              **quality.to_dict(), "saved_to": str(saved) if saved else None}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        from fleetgnn.cli.report import render_partition
+
+        render_partition(result)
+    return 0
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a GNN (no arguments: the embedded synthetic default)",
+        description="Train a GNN. With no arguments trains GraphSAGE on the embedded synthetic "
+        "default dataset. Writes RUN_DIR/summary.json and RUN_DIR/metrics.jsonl.",
+    )
+    p.add_argument("--dataset", type=Path, default=None, help="dataset directory (fleetgnn prepare)")
+    p.add_argument("--model", default=None, choices=["gcn", "sage", "gat", "gin"])
+    p.add_argument("--mode", default=None, choices=["full", "minibatch"])
+    p.add_argument("--engine", default=None, help="reference (more engines in later releases)")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--run-dir", type=Path, default=None)
+    p.add_argument("--config", type=Path, default=None, help="YAML config file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.lr=0.005 (repeatable)")
+    p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                   help="continue the run in RUN_DIR from its latest checkpoint")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from fleetgnn.cli.train import run_train
+
+    return run_train(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``fleetgnn`` command."""
+    parser = argparse.ArgumentParser(
+        prog="fleetgnn",
+        description="Train graph neural networks on graphs too large for one GPU.",
+    )
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_prepare(sub)
+    _add_partition(sub)
+    _add_info(sub)
+    _add_train(sub)
+    return parser
+
+
+_COMMANDS = {
+    "prepare": _cmd_prepare,
+    "partition": _cmd_partition,
+    "info": _cmd_info,
+    "train": _cmd_train,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fleetgnn`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv  # accepted anywhere on the line, not only before the command
+    args = build_parser().parse_args([a for a in argv if a != "--verbose"])
+    try:
+        return _COMMANDS[args.command](args)
+    except FleetgnnError as err:
+        if verbose:
+            traceback.print_exc()
+        print(f"fleetgnn {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fleetgnn {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The engine protocol every training strategy implements, and the stats it reports.
+
+An engine owns the model, the optimizer and the data pipeline of one strategy (``reference``,
+``minibatch``, ``split``, ``fullgraph``, ``offload``). The :class:`~fleetgnn.train.Trainer` drives
+it epoch by epoch and step by step; everything random in an epoch is keyed by
+``(seed, epoch, step)``, so an epoch can be resumed at any step and reproduce the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+#: Time-breakdown keys every engine reports (seconds; absent phases are 0).
+TIME_KEYS: tuple[str, ...] = (
+    "sample",
+    "gather",
+    "forward",
+    "backward",
+    "communication",
+    "optimizer",
+    "total",
+)
+#: Link kinds the traffic meter records.
+LINK_KINDS: tuple[str, ...] = ("local", "peer", "h2d", "d2h", "net", "disk")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepStats:
+    """What one optimisation step reports.
+
+    Attributes:
+        loss_sum: Sum of per-node losses over this step's training nodes (this rank).
+        correct: Number of correctly classified training nodes in this step (this rank).
+        count: Number of training nodes in this step (this rank).
+        times: Seconds per phase (keys from :data:`TIME_KEYS`).
+        traffic: Bytes per link kind moved in this step.
+    """
+
+    loss_sum: float
+    correct: int
+    count: int
+    times: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    traffic: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochStats:
+    """What one epoch reports (aggregated over steps and, for distributed engines, ranks).
+
+    Attributes:
+        epoch: Epoch index (0-based).
+        loss: Mean training loss per training node (sum of losses / number of nodes).
+        train_acc: Training accuracy of the epoch's forward passes (with dropout on).
+        num_steps: Optimisation steps taken.
+        times: Seconds per phase, summed over steps (keys from :data:`TIME_KEYS`).
+        traffic: Bytes per link kind (keys from :data:`LINK_KINDS`).
+        memory: Peak bytes per memory tier (e.g. ``{"device": ..., "host": ...}``).
+        extra: Engine-specific numbers (e.g. hidden communication fraction).
+    """
+
+    epoch: int
+    loss: float
+    train_acc: float
+    num_steps: int
+    times: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    traffic: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    memory: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return dataclasses.asdict(self)
+
+
+StepCallback = Callable[[int, StepStats], None]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A training strategy.
+
+    ``run_epoch(epoch, start_step, on_step)`` runs steps ``start_step .. steps_per_epoch() - 1`` of
+    ``epoch``; after each step it calls ``on_step(step, stats)`` (the Trainer checkpoints and
+    updates progress there). Batches, sampling and dropout of a step depend only on
+    ``(seed, epoch, step)``, never on earlier steps' random draws, so resuming at ``start_step``
+    reproduces the uninterrupted run.
+    """
+
+    name: str
+    world_size: int
+    rank: int
+
+    def steps_per_epoch(self) -> int:
+        """Number of optimisation steps in one epoch (equal on every rank)."""
+        ...
+
+    def run_epoch(
+        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
+    ) -> list[StepStats]:
+        """Run the steps of ``epoch`` from ``start_step`` on; returns this call's step stats."""
+        ...
+
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy (and loss) on each split: keys ``train_acc``, ``val_acc``, ``test_acc``,
+        ``val_loss``; aggregated over ranks."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model and optimizer state (everything needed to resume besides the Trainer's own)."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        ...

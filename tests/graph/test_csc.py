@@ -1,0 +1,198 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleetgnn.errors import FleetgnnError, GraphError
+from fleetgnn.graph import Graph, coo_to_csc, from_edges
+
+
+def _random_graph(rng: np.random.Generator, n: int = 30, e: int = 120, weighted: bool = False):
+    src = rng.integers(0, n, e)
+    dst = rng.integers(0, n, e)
+    data = {
+        "x": rng.standard_normal((n, 5)).astype(np.float32),
+        "y": rng.integers(0, 3, n),
+        "train_mask": np.arange(n) % 3 == 0,
+        "val_mask": np.arange(n) % 3 == 1,
+    }
+    w = rng.random(e) if weighted else None
+    return from_edges(src, dst, n, edge_weight=w, node_data=data, num_classes=3), src, dst, w
+
+
+def _dense(g: Graph) -> np.ndarray:
+    """Dense A[dst, src] with summed weights (counts for unweighted graphs)."""
+    src, dst = g.edges()
+    w = np.ones(g.num_edges) if g.edge_weight is None else g.edge_weight
+    return sp.coo_matrix((w, (dst, src)), shape=(g.num_nodes, g.num_nodes)).toarray()
+
+
+def test_coo_to_csc_matches_scipy():
+    rng = np.random.default_rng(0)
+    g, src, dst, _ = _random_graph(rng)
+    ref = sp.csc_matrix((np.ones(src.size), (src, dst)), shape=(30, 30))  # column = destination
+    ref.sum_duplicates()
+    assert np.array_equal(g.in_degrees(), np.bincount(dst, minlength=30))
+    assert np.array_equal(g.out_degrees(), np.bincount(src, minlength=30))
+    assert np.allclose(_dense(g), ref.toarray().T)
+    assert g.indptr.dtype == np.int64 and g.indices.dtype == np.int32
+    # stable: each destination keeps the input order of its edges
+    for v in range(30):
+        assert list(g.indices[g.indptr[v] : g.indptr[v + 1]]) == list(src[dst == v])
+
+
+def test_repr_is_informative():
+    g, *_ = _random_graph(np.random.default_rng(1))
+    r = repr(g)
+    assert "num_nodes=30" in r and "num_edges=120" in r and "train=10" in r
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        (dict(indptr=np.array([0, 2, 1, 3], np.int64), indices=np.array([0, 1, 2], np.int32)), "non-decreasing"),
+        (dict(indptr=np.array([0, 1, 2], np.int64), indices=np.array([0, 5], np.int32)), "[0, 2)"),
+        (dict(indptr=np.array([0, 1, 2], np.int64), indices=np.array([0, -1], np.int32)), "-1"),
+        (dict(indptr=np.array([1, 1, 2], np.int64), indices=np.array([0, 1], np.int32)), "indptr[0]"),
+        (dict(indptr=np.array([0, 1, 3], np.int64), indices=np.array([0, 1], np.int32)), "truncated"),
+        (dict(indptr=np.array([0, 1, 2], np.int32), indices=np.array([0, 1], np.int32)), "int64"),
+    ],
+)
+def test_topology_errors(kwargs, fragment):
+    with pytest.raises(GraphError) as info:
+        Graph(**kwargs)
+    assert fragment in str(info.value)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, FleetgnnError)
+
+
+def _base(n=4):
+    return dict(indptr=np.array([0, 1, 2, 3, 3], np.int64), indices=np.array([1, 2, 0], np.int32))
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (dict(x=np.zeros((3, 2), np.float32)), "one row per node"),
+        (dict(y=np.array([0, 1, 2, 9]), num_classes=3), "label 9"),
+        (dict(y=np.array([0, 1, -2, 0])), "label -2"),
+        (dict(train_mask=np.array([1, 0, 0, 0], bool), test_mask=np.array([1, 1, 0, 0], bool)), "overlap"),
+        (dict(x=np.array([[0.0], [np.nan], [1.0], [2.0]])), "non-finite"),
+        (dict(x=np.array([[0.0], [np.inf], [1.0], [2.0]])), "allow_nonfinite"),
+        (dict(train_mask=np.array([1, 0, 0, 0], np.int8)), "bool"),
+        (dict(y=np.array([-1, 0, 1, 0]), train_mask=np.array([1, 0, 0, 0], bool)), "unlabelled"),
+        (dict(edge_weight=np.ones(2)), "one value per edge"),
+    ],
+)
+def test_node_data_errors(extra, fragment):
+    with pytest.raises(GraphError) as info:
+        Graph(**_base(), **extra)
+    assert fragment in str(info.value)
+
+
+def test_nonfinite_allowed_on_request():
+    g = Graph(**_base(), x=np.array([[0.0], [np.nan], [1.0], [2.0]]), allow_nonfinite=True)
+    assert np.isnan(g.x[1, 0])
+
+
+def test_permute_is_isomorphism_with_consistent_data():
+    rng = np.random.default_rng(2)
+    g, *_ = _random_graph(rng, weighted=True)
+    perm = rng.permutation(g.num_nodes)
+    h = g.permute(perm)
+    inv = np.argsort(perm)
+    # edge (u -> v, w) in g  <=>  edge (inv[u] -> inv[v], w) in h, as multisets
+    src, dst = g.edges()
+    hs, hd = h.edges()
+    a = sorted(zip(inv[src].tolist(), inv[dst].tolist(), g.edge_weight.tolist()))
+    b = sorted(zip(hs.tolist(), hd.tolist(), h.edge_weight.tolist()))
+    assert a == b
+    for name in ("x", "y", "train_mask", "val_mask"):
+        assert np.array_equal(getattr(h, name)[inv], getattr(g, name))
+    assert np.array_equal(h.permute(inv).indptr, g.indptr)
+    assert np.array_equal(h.permute(inv).indices, g.indices)
+
+
+def test_permute_rejects_non_permutation():
+    g, *_ = _random_graph(np.random.default_rng(3))
+    bad = np.arange(g.num_nodes)
+    bad[0] = 1
+    with pytest.raises(GraphError, match="not a permutation"):
+        g.permute(bad)
+    with pytest.raises(GraphError, match="shape"):
+        g.permute(np.arange(5))
+
+
+def test_to_undirected_symmetric_dedup_and_keeps_weights():
+    rng = np.random.default_rng(4)
+    g, *_ = _random_graph(rng, weighted=True)
+    u = g.to_undirected()
+    a = _dense(u)
+    pattern = a != 0
+    assert np.array_equal(pattern, pattern.T)
+    # no duplicates: every (dst, src) pair once
+    src, dst = u.edges()
+    pairs = dst.astype(np.int64) * u.num_nodes + src
+    assert np.unique(pairs).size == pairs.size
+    # the pattern is exactly the union of edges and reversed edges
+    ga = _dense(g) != 0
+    assert np.array_equal(pattern, ga | ga.T)
+    # an edge present in the input keeps (one of) its own weights
+    gs, gd = g.edges()
+    own = {}
+    for s, d, w in zip(gs.tolist(), gd.tolist(), g.edge_weight.tolist()):
+        own.setdefault((s, d), w)
+    for s, d, w in zip(src.tolist(), dst.tolist(), u.edge_weight.tolist()):
+        if (s, d) in own:
+            assert w == own[(s, d)]
+        else:
+            assert w == own[(d, s)]
+    # neighbours sorted within each node
+    for v in range(u.num_nodes):
+        seg = u.indices[u.indptr[v] : u.indptr[v + 1]]
+        assert np.all(np.diff(seg) > 0)
+
+
+def test_add_self_loops_only_where_missing():
+    g = from_edges(np.array([0, 1, 2]), np.array([0, 2, 1]), 4)
+    h = g.add_self_loops()
+    src, dst = h.edges()
+    loops = src[src == dst]
+    assert sorted(loops.tolist()) == [0, 1, 2, 3]
+    assert h.num_edges == g.num_edges + 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=40),
+        )
+    )
+)
+def test_from_edges_roundtrip_property(case):
+    n, edges = case
+    src = np.array([e[0] for e in edges], dtype=np.int64)
+    dst = np.array([e[1] for e in edges], dtype=np.int64)
+    g = from_edges(src, dst, n)
+    gs, gd = g.edges()
+    assert sorted(zip(gs.tolist(), gd.tolist())) == sorted(zip(src.tolist(), dst.tolist()))
+    u = g.to_undirected().to_undirected()
+    assert np.array_equal(u.indices, g.to_undirected().indices)
+
+
+def test_coo_to_csc_errors():
+    with pytest.raises(GraphError, match="equal length"):
+        coo_to_csc(np.array([0, 1]), np.array([0]), 2)
+    with pytest.raises(GraphError, match=r"\[0, 2\)"):
+        coo_to_csc(np.array([0, 3]), np.array([0, 1]), 2)
+    with pytest.raises(GraphError, match="integer"):
+        coo_to_csc(np.array([0.5]), np.array([0]), 2)
+
+
+def test_empty_graph():
+    g = from_edges(np.zeros(0, np.int64), np.zeros(0, np.int64), 3)
+    assert g.num_edges == 0 and g.num_nodes == 3
+    assert g.to_undirected().num_edges == 0
+    assert g.add_self_loops().num_edges == 3

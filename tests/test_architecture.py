@@ -1,0 +1,53 @@
+"""The layer rules of DESIGN.md, checked on the source: a layer imports only layers below it, and
+``nn``/``ops`` (single-device math) never import ``torch.distributed``."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "fleetgnn"
+# bottom up; a package may import itself, the shared base modules, and anything listed before it
+LAYERS = [
+    "graph", "partition", "dist", "store", "sampling", "ops", "nn", "cost", "engines", "train", "cli",
+]
+BASE = {"errors", "types"}
+SINGLE_DEVICE = {"nn", "ops"}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return out
+
+
+def _sources():
+    return sorted(p for p in PKG.rglob("*.py") if p.relative_to(PKG).parts[0] in LAYERS)
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(PKG)))
+def test_layer_imports_only_layers_below(path):
+    layer = path.relative_to(PKG).parts[0]
+    allowed = set(LAYERS[: LAYERS.index(layer) + 1]) | BASE
+    bad = []
+    for line, name in _imports(path):
+        parts = name.split(".")
+        if parts[0] == "fleetgnn" and len(parts) > 1 and parts[1] not in allowed:
+            if (PKG / parts[1]).exists() or (PKG / f"{parts[1]}.py").exists():
+                bad.append(f"line {line}: {name}")
+        if layer in SINGLE_DEVICE and (name == "torch.distributed" or name.startswith("torch.distributed.")):
+            bad.append(f"line {line}: {name} (nn/ops stay single-device)")
+    assert not bad, f"{path.relative_to(PKG)} ({layer}) imports above its layer: {bad}"
+
+
+def test_rule_bites_on_a_violation(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text("from torch import distributed as dist\nimport torch.distributed\n")
+    names = [n for _, n in _imports(bad)]
+    assert "torch.distributed" in names
