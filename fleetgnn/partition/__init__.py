@@ -1,0 +1,34 @@
+"""Partition layer: partition books, partitioners, quality metrics and HongTu's chunks."""
+
+from fleetgnn.partition.book import PartitionBook, book_dir
+from fleetgnn.partition.chunks import ChunkBook, chunk_partition
+from fleetgnn.partition.methods import (
+    BALANCE_CRITERIA,
+    METHODS,
+    balanced_boundaries,
+    hash_partition,
+    metis_adjacency,
+    metis_partition,
+    partition,
+    random_partition,
+    range_partition,
+)
+from fleetgnn.partition.quality import PartitionQuality, evaluate
+
+__all__ = [
+    "BALANCE_CRITERIA",
+    "METHODS",
+    "ChunkBook",
+    "PartitionBook",
+    "PartitionQuality",
+    "balanced_boundaries",
+    "book_dir",
+    "chunk_partition",
+    "evaluate",
+    "hash_partition",
+    "metis_adjacency",
+    "metis_partition",
+    "partition",
+    "random_partition",
+    "range_partition",
+]

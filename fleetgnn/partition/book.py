@@ -1,0 +1,574 @@
+"""The :class:`PartitionBook`: which part owns each node, and the relabelling to contiguous parts.
+
+A partitioner assigns every ORIGINAL node ID to one of ``P`` parts (``part_of``). Engines then
+relabel the graph so that part ``p`` owns the contiguous range of NEW IDs
+``[offsets[p], offsets[p + 1])``; the owner of a new ID is a binary search in ``offsets``. Nodes
+keep their relative order inside a part, so a partitioner that already produces contiguous ranges
+(``range``) gets the identity permutation.
+
+On disk a book is a directory (by convention ``<dataset>/partitions/<method>-<P>/``)::
+
+    book.json        {"format_version": 1, "method", "num_parts", "num_nodes", "params",
+                      "arrays": {name: {"dtype", "shape"}}}
+    part_of.npy      int32 [N]      part of each original node
+    offsets.npy      int64 [P + 1]  part p owns new IDs [offsets[p], offsets[p + 1])
+    perm.npy         int64 [N]      new -> old
+
+written into a temporary sibling directory and renamed into place, so an interrupted save never
+leaves a directory that looks complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+import torch
+
+from fleetgnn.errors import PartitionError
+from fleetgnn.graph.csc import Graph
+from fleetgnn.types import PathLikeStr
+
+BOOK_FORMAT_VERSION = 1
+BOOK_JSON = "book.json"
+_SAVED_ARRAYS: dict[str, np.dtype] = {
+    "part_of": np.dtype(np.int32),
+    "offsets": np.dtype(np.int64),
+    "perm": np.dtype(np.int64),
+}
+_METHOD_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+def book_dir(dataset_dir: PathLikeStr, method: str, num_parts: int) -> Path:
+    """The conventional directory of a saved book: ``<dataset_dir>/partitions/<method>-<P>``."""
+    return Path(dataset_dir) / "partitions" / f"{method}-{int(num_parts)}"
+
+
+def _as_index_array(name: str, values: Any) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+        raise PartitionError(
+            f"'{name}' must be a 1-D integer array (got dtype {arr.dtype}, shape {arr.shape})"
+        )
+    return arr
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PartitionBook:
+    """Ownership of nodes by ``P`` parts, with each part relabelled to a contiguous ID range.
+
+    Part ``p`` owns the new IDs ``[offsets[p], offsets[p + 1])``; new node ``i`` is original node
+    ``perm[i]`` and original node ``v`` becomes ``inv_perm[v]``:
+
+    ========  ==================================  =========================================
+    part      new IDs owned                       original IDs (in new-ID order)
+    ========  ==================================  =========================================
+    0         ``[offsets[0], offsets[1])``        ``perm[offsets[0]:offsets[1]]``
+    1         ``[offsets[1], offsets[2])``        ``perm[offsets[1]:offsets[2]]``
+    ...       ...                                 ...
+    ``P-1``   ``[offsets[P-1], offsets[P])``      ``perm[offsets[P-1]:offsets[P]]``
+    ========  ==================================  =========================================
+
+    with ``offsets[0] == 0`` and ``offsets[P] == N``. Parts may be empty (``P > N``).
+    ``part_of[perm[i]] == owner(i)`` for every new ID ``i``, and inside a part nodes keep their
+    original relative order (``perm`` is increasing on each range).
+
+    Construction validates all arrays and raises :class:`PartitionError` on any inconsistency;
+    use :meth:`from_part_of` to build a book from a bare assignment.
+
+    Args:
+        num_parts: Number of parts ``P >= 1``.
+        part_of: int32 ``[N]``, the part of each ORIGINAL node ID, in ``[0, P)``.
+        method: Name of the partitioner (``range``, ``hash``, ``random``, ``metis``, ...).
+        offsets: int64 ``[P + 1]`` boundaries of the new-ID ranges.
+        perm: int64 ``[N]``, new -> old (matches :meth:`Graph.permute`).
+        inv_perm: int64 ``[N]``, old -> new.
+        params: JSON-serialisable settings that produced the book (seed, balance, ...).
+        validate: Check every array (default); ``False`` is for internal constructors whose
+            arrays are consistent by construction.
+    """
+
+    num_parts: int
+    part_of: np.ndarray
+    method: str
+    offsets: np.ndarray
+    perm: np.ndarray
+    inv_perm: np.ndarray
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    validate: dataclasses.InitVar[bool] = True
+
+    def __post_init__(self, validate: bool) -> None:
+        if validate:
+            self._validate()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_part_of(
+        cls,
+        part_of: np.ndarray,
+        num_parts: int,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+    ) -> PartitionBook:
+        """Build a book from a part assignment, relabelling each part to a contiguous range.
+
+        The relabelling is stable: inside a part, nodes keep their original relative order, so a
+        contiguous assignment gets the identity permutation.
+
+        Args:
+            part_of: int ``[N]``, the part of each original node, in ``[0, num_parts)``.
+            num_parts: Number of parts ``P >= 1``.
+            method: Partitioner name stored in the book.
+            params: Optional settings stored with the book.
+
+        Returns:
+            The validated book.
+
+        Raises:
+            PartitionError: If ``num_parts < 1`` or a part ID is out of range.
+        """
+        num_parts = _check_num_parts(num_parts)
+        part_of = _as_index_array("part_of", part_of)
+        _check_part_ids(part_of, num_parts)
+        part_of = part_of.astype(np.int32, copy=False)
+        n = part_of.size
+        counts = np.bincount(part_of, minlength=num_parts).astype(np.int64)
+        offsets = np.zeros(num_parts + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        perm = np.argsort(part_of, kind="stable").astype(np.int64)
+        inv_perm = np.empty(n, dtype=np.int64)
+        inv_perm[perm] = np.arange(n, dtype=np.int64)
+        _check_method(method)
+        return cls(
+            num_parts=num_parts,
+            part_of=part_of,
+            method=method,
+            offsets=offsets,
+            perm=perm,
+            inv_perm=inv_perm,
+            params=dict(params or {}),
+            validate=False,
+        )
+
+    @classmethod
+    def from_offsets(
+        cls, offsets: np.ndarray, method: str, params: Mapping[str, Any] | None = None
+    ) -> PartitionBook:
+        """Build a book of contiguous ranges of the ORIGINAL IDs (identity permutation).
+
+        Args:
+            offsets: int ``[P + 1]``, non-decreasing from 0 to ``N``.
+            method: Partitioner name stored in the book.
+            params: Optional settings stored with the book.
+
+        Raises:
+            PartitionError: If ``offsets`` is not a valid boundary array.
+        """
+        offsets = _as_index_array("offsets", offsets).astype(np.int64, copy=False)
+        if offsets.size < 2 or offsets[0] != 0 or (np.diff(offsets) < 0).any():
+            raise PartitionError(
+                f"'offsets' must be non-decreasing, start at 0 and hold at least 2 values "
+                f"(got {offsets[:8].tolist()}{'...' if offsets.size > 8 else ''})"
+            )
+        num_parts = offsets.size - 1
+        n = int(offsets[-1])
+        part_of = np.repeat(np.arange(num_parts, dtype=np.int32), np.diff(offsets))
+        ident = np.arange(n, dtype=np.int64)
+        _check_method(method)
+        return cls(
+            num_parts=num_parts,
+            part_of=part_of,
+            method=method,
+            offsets=offsets,
+            perm=ident,
+            inv_perm=ident.copy(),
+            params=dict(params or {}),
+            validate=False,
+        )
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        p = _check_num_parts(self.num_parts)
+        _check_method(self.method)
+        part_of = _as_index_array("part_of", self.part_of)
+        if part_of.dtype != np.int32:
+            raise PartitionError(
+                f"'part_of' must be int32 (got {part_of.dtype}); build the book with "
+                f"PartitionBook.from_part_of"
+            )
+        _check_part_ids(part_of, p)
+        n = part_of.size
+        offsets = _as_index_array("offsets", self.offsets)
+        if offsets.dtype != np.int64 or offsets.shape != (p + 1,):
+            raise PartitionError(
+                f"'offsets' must be int64 of shape ({p + 1},) for {p} parts "
+                f"(got {offsets.dtype}, shape {offsets.shape})"
+            )
+        counts = np.bincount(part_of, minlength=p)
+        sizes = np.diff(offsets)
+        if offsets[0] != 0 or offsets[-1] != n or (sizes != counts).any():
+            bad = int(np.flatnonzero(sizes != counts)[0]) if (sizes != counts).any() else 0
+            raise PartitionError(
+                f"'offsets' disagree with 'part_of': part {bad} owns {int(counts[bad])} nodes but "
+                f"offsets give range [{int(offsets[bad])}, {int(offsets[bad + 1])}) "
+                f"(offsets must run from 0 to N = {n}); rebuild with PartitionBook.from_part_of"
+            )
+        for name in ("perm", "inv_perm"):
+            arr = _as_index_array(name, getattr(self, name))
+            if arr.shape != (n,):
+                raise PartitionError(
+                    f"'{name}' must have one entry per node, shape ({n},) (got {arr.shape})"
+                )
+            if n and (int(arr.min()) < 0 or int(arr.max()) >= n):
+                raise PartitionError(
+                    f"'{name}' holds {int(arr.min())}..{int(arr.max())}, outside [0, {n}); "
+                    f"it must be a permutation of 0..N-1"
+                )
+        perm = np.asarray(self.perm)
+        inv = np.asarray(self.inv_perm)
+        if n and (inv[perm] != np.arange(n)).any():
+            i = int(np.flatnonzero(inv[perm] != np.arange(n))[0])
+            raise PartitionError(
+                f"'perm' is not a permutation, or 'inv_perm' is not its inverse: "
+                f"inv_perm[perm[{i}]] = {int(inv[perm[i]])} != {i}"
+            )
+        owners = np.repeat(np.arange(p, dtype=np.int32), sizes)
+        wrong = part_of[perm] != owners
+        if wrong.any():
+            i = int(np.flatnonzero(wrong)[0])
+            raise PartitionError(
+                f"new node {i} (original {int(perm[i])}) lies in the range of part "
+                f"{int(owners[i])} but part_of says part {int(part_of[perm[i]])}; "
+                f"rebuild with PartitionBook.from_part_of"
+            )
+        if not isinstance(self.params, Mapping):
+            raise PartitionError(f"'params' must be a mapping (got {type(self.params).__name__})")
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes ``N``."""
+        return int(self.part_of.size)
+
+    def part_sizes(self) -> np.ndarray:
+        """Nodes owned by each part, int64 ``[P]``."""
+        return np.diff(self.offsets)
+
+    def local_range(self, part: int) -> tuple[int, int]:
+        """The new-ID range ``[start, stop)`` owned by ``part``.
+
+        Raises:
+            PartitionError: If ``part`` is not in ``[0, P)``.
+        """
+        if not 0 <= int(part) < self.num_parts:
+            raise PartitionError(f"'part' must lie in [0, {self.num_parts}) (got {part})")
+        return int(self.offsets[part]), int(self.offsets[part + 1])
+
+    @overload
+    def owner(self, new_ids: torch.Tensor) -> torch.Tensor: ...
+
+    @overload
+    def owner(self, new_ids: np.ndarray | int) -> np.ndarray: ...
+
+    def owner(self, new_ids: np.ndarray | torch.Tensor | int) -> np.ndarray | torch.Tensor:
+        """The part owning each NEW ID: ``searchsorted(offsets, ids, side='right') - 1``.
+
+        Empty parts are skipped correctly (the search lands on the last boundary ``<= id``).
+
+        Args:
+            new_ids: New IDs in ``[0, N)``: a numpy array (or int), or a torch integer tensor on
+                any device.
+
+        Returns:
+            int64 part IDs with the shape of ``new_ids``; a tensor on the same device for tensor
+            input.
+
+        Raises:
+            PartitionError: If an ID is outside ``[0, N)`` or not an integer.
+        """
+        if isinstance(new_ids, torch.Tensor):
+            if new_ids.dtype.is_floating_point or new_ids.dtype.is_complex:
+                raise PartitionError(f"'new_ids' must be an integer tensor (got {new_ids.dtype})")
+            ids = new_ids.to(torch.int64)
+            if ids.numel():
+                self._check_range("new_ids", int(ids.min()), int(ids.max()))
+            offsets = torch.from_numpy(np.asarray(self.offsets)).to(ids.device)
+            return torch.searchsorted(offsets, ids, right=True) - 1
+        ids_np = np.asarray(new_ids)
+        if ids_np.size and not np.issubdtype(ids_np.dtype, np.integer):
+            raise PartitionError(f"'new_ids' must hold integer IDs (got dtype {ids_np.dtype})")
+        if ids_np.size:
+            self._check_range("new_ids", int(ids_np.min()), int(ids_np.max()))
+        return np.searchsorted(self.offsets, ids_np, side="right").astype(np.int64) - 1
+
+    def owner_of_original(self, old_ids: np.ndarray | int) -> np.ndarray:
+        """The part owning each ORIGINAL ID (``part_of[old_ids]``).
+
+        Raises:
+            PartitionError: If an ID is outside ``[0, N)`` or not an integer.
+        """
+        ids = np.asarray(old_ids)
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise PartitionError(f"'old_ids' must hold integer IDs (got dtype {ids.dtype})")
+        if ids.size:
+            self._check_range("old_ids", int(ids.min()), int(ids.max()))
+        return self.part_of[ids].astype(np.int64)
+
+    def to_new(self, old_ids: np.ndarray) -> np.ndarray:
+        """Map original IDs to new IDs (``inv_perm[old_ids]``)."""
+        ids = np.asarray(old_ids)
+        if ids.size:
+            self._check_range("old_ids", int(ids.min()), int(ids.max()))
+        return self.inv_perm[ids]
+
+    def to_original(self, new_ids: np.ndarray) -> np.ndarray:
+        """Map new IDs to original IDs (``perm[new_ids]``)."""
+        ids = np.asarray(new_ids)
+        if ids.size:
+            self._check_range("new_ids", int(ids.min()), int(ids.max()))
+        return self.perm[ids]
+
+    def _check_range(self, name: str, lo: int, hi: int) -> None:
+        n = self.num_nodes
+        if lo < 0 or hi >= n:
+            bad = lo if lo < 0 else hi
+            raise PartitionError(
+                f"'{name}' holds node ID {bad}, outside the valid interval [0, {n}) of this "
+                f"partition book; check that the IDs belong to the partitioned graph"
+            )
+
+    def relabel(self, graph: Graph) -> Graph:
+        """The graph with nodes relabelled so that part ``p`` owns ``[offsets[p], offsets[p+1])``.
+
+        Equivalent to ``graph.permute(self.perm)``: topology and node data are permuted
+        consistently, so the result is isomorphic to ``graph``.
+
+        Raises:
+            PartitionError: If ``graph`` has a different number of nodes than the book.
+        """
+        if graph.num_nodes != self.num_nodes:
+            raise PartitionError(
+                f"the partition book covers {self.num_nodes} nodes but graph '{graph.name}' has "
+                f"{graph.num_nodes}; partition this graph again"
+            )
+        return graph.permute(self.perm)
+
+    def __repr__(self) -> str:
+        sizes = self.part_sizes()
+        if self.num_parts <= 8:
+            size_txt = f"sizes={sizes.tolist()}"
+        else:
+            size_txt = (
+                f"sizes(min/mean/max)={int(sizes.min())}/{float(sizes.mean()):.1f}/"
+                f"{int(sizes.max())}"
+            )
+        return (
+            f"PartitionBook(method={self.method!r}, num_parts={self.num_parts}, "
+            f"num_nodes={self.num_nodes}, {size_txt})"
+        )
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, dataset_dir: PathLikeStr, *, overwrite: bool = False) -> Path:
+        """Save under ``<dataset_dir>/partitions/<method>-<P>/`` (atomically).
+
+        Arrays go into a temporary sibling directory, ``book.json`` is written last and the
+        directory is renamed into place.
+
+        Args:
+            dataset_dir: The dataset directory (or any root directory).
+            overwrite: Replace an existing book once the new one is complete.
+
+        Returns:
+            The book directory (pass it to :meth:`load`).
+
+        Raises:
+            PartitionError: If the book directory exists and ``overwrite`` is false.
+        """
+        return self.save_to(book_dir(dataset_dir, self.method, self.num_parts), overwrite=overwrite)
+
+    def save_to(self, path: PathLikeStr, *, overwrite: bool = False) -> Path:
+        """Save into exactly the directory ``path`` (atomically); see :meth:`save`."""
+        out = Path(path)
+        if out.exists() and not overwrite:
+            raise PartitionError(
+                f"partition book directory '{out}' already exists; pass overwrite=True "
+                f"(--overwrite) to replace it"
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        try:
+            arrays = {}
+            for name, dtype in _SAVED_ARRAYS.items():
+                arr = np.ascontiguousarray(getattr(self, name), dtype=dtype)
+                with open(tmp / f"{name}.npy", "wb") as f:
+                    np.save(f, arr, allow_pickle=False)
+                    f.flush()
+                    os.fsync(f.fileno())
+                arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
+            meta = {
+                "format_version": BOOK_FORMAT_VERSION,
+                "method": self.method,
+                "num_parts": self.num_parts,
+                "num_nodes": self.num_nodes,
+                "params": dict(self.params),
+                "arrays": arrays,
+            }
+            with open(tmp / BOOK_JSON, "w") as f:
+                json.dump(meta, f, indent=2, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_dir(tmp)
+            if out.exists():
+                trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+                os.replace(out, trash / "old")
+                os.replace(tmp, out)
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.replace(tmp, out)
+            _fsync_dir(out.parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return out
+
+    @classmethod
+    def load(
+        cls,
+        path: PathLikeStr,
+        *,
+        method: str | None = None,
+        num_parts: int | None = None,
+    ) -> PartitionBook:
+        """Load a saved book and validate it.
+
+        Args:
+            path: The book directory returned by :meth:`save`; or, with ``method`` and
+                ``num_parts``, the dataset directory it was saved under.
+            method: Partitioner name, to locate ``<path>/partitions/<method>-<P>``.
+            num_parts: Part count, to locate ``<path>/partitions/<method>-<P>``.
+
+        Raises:
+            PartitionError: Missing, truncated or inconsistent files.
+        """
+        if (method is None) != (num_parts is None):
+            raise PartitionError(
+                "pass both 'method' and 'num_parts' to load from a dataset directory, or "
+                "neither to load from a book directory"
+            )
+        root = Path(path) if method is None else book_dir(path, method, int(num_parts or 0))
+        meta_path = root / BOOK_JSON
+        if not meta_path.is_file():
+            raise PartitionError(
+                f"'{root}' holds no {BOOK_JSON}: no partition book was saved there (or its save "
+                f"was interrupted); run 'fleetgnn partition' first"
+            )
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PartitionError(f"'{meta_path}' is not valid JSON ({e}); partition again") from e
+        if not isinstance(meta, dict):
+            raise PartitionError(f"'{meta_path}' must hold a JSON object; partition again")
+        if meta.get("format_version") != BOOK_FORMAT_VERSION:
+            raise PartitionError(
+                f"'{meta_path}' has format_version {meta.get('format_version')!r}; this fleetgnn "
+                f"reads version {BOOK_FORMAT_VERSION}; partition again"
+            )
+        for key in ("method", "num_parts", "num_nodes", "arrays"):
+            if key not in meta:
+                raise PartitionError(f"'{meta_path}' lacks the key {key!r}; partition again")
+        specs = meta["arrays"]
+        arrays: dict[str, np.ndarray] = {}
+        for name, dtype in _SAVED_ARRAYS.items():
+            file = root / f"{name}.npy"
+            if not isinstance(specs, dict) or name not in specs or not file.is_file():
+                raise PartitionError(f"partition book '{root}' lacks '{name}.npy'; partition again")
+            try:
+                arr = np.load(file, allow_pickle=False)
+            except (ValueError, OSError, EOFError) as e:
+                raise PartitionError(
+                    f"'{file}' cannot be read ({e}); the file is truncated or corrupt, "
+                    f"partition again"
+                ) from e
+            want_shape = tuple(specs[name].get("shape", ()))
+            if arr.dtype != dtype or arr.shape != want_shape:
+                raise PartitionError(
+                    f"'{file}' holds {arr.dtype} {arr.shape} but {BOOK_JSON} says "
+                    f"{dtype} {want_shape}; the book is inconsistent, partition again"
+                )
+            arrays[name] = arr
+        n, p = int(meta["num_nodes"]), int(meta["num_parts"])
+        if arrays["part_of"].shape != (n,) or arrays["offsets"].shape != (p + 1,):
+            raise PartitionError(
+                f"'{meta_path}' says {n} nodes and {p} parts but part_of has shape "
+                f"{arrays['part_of'].shape} and offsets {arrays['offsets'].shape}; partition again"
+            )
+        perm = arrays["perm"]
+        if n and (int(perm.min()) < 0 or int(perm.max()) >= n):
+            raise PartitionError(
+                f"'{root / 'perm.npy'}' holds IDs outside [0, {n}); the book is corrupt, "
+                f"partition again"
+            )
+        inv = np.full(n, -1, dtype=np.int64)
+        inv[perm] = np.arange(n, dtype=np.int64)
+        try:
+            return cls(
+                num_parts=p,
+                part_of=arrays["part_of"],
+                method=str(meta["method"]),
+                offsets=arrays["offsets"],
+                perm=perm,
+                inv_perm=inv,
+                params=meta.get("params") or {},
+            )
+        except PartitionError as err:
+            raise PartitionError(f"partition book '{root}' is invalid: {err}") from err
+
+
+def _check_num_parts(num_parts: Any) -> int:
+    if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)):
+        raise PartitionError(f"'num_parts' must be an integer >= 1 (got {num_parts!r})")
+    if int(num_parts) < 1:
+        raise PartitionError(
+            f"'num_parts' must be >= 1 (got {num_parts}); use 1 for a single device"
+        )
+    return int(num_parts)
+
+
+def _check_part_ids(part_of: np.ndarray, num_parts: int) -> None:
+    if part_of.size == 0:
+        return
+    lo, hi = int(part_of.min()), int(part_of.max())
+    if lo < 0 or hi >= num_parts:
+        bad = lo if lo < 0 else hi
+        node = int(np.flatnonzero(part_of == bad)[0])
+        raise PartitionError(
+            f"'part_of' assigns node {node} to part {bad}, outside the valid interval "
+            f"[0, {num_parts}); part IDs must be 0..num_parts-1"
+        )
+
+
+def _check_method(method: Any) -> None:
+    if not isinstance(method, str) or not _METHOD_NAME.match(method):
+        raise PartitionError(
+            f"'method' must be a non-empty name of letters, digits and '_.+-' (got {method!r}); "
+            f"it names the book's directory"
+        )
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
