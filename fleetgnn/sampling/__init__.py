@@ -1,0 +1,25 @@
+"""Sampling layer: neighbour sampling without replacement, AppendUnique, blocks, seed loaders."""
+
+from fleetgnn.sampling.block import Block
+from fleetgnn.sampling.loader import SeedLoader
+from fleetgnn.sampling.neighbor import (
+    GraphTopology,
+    NeighborSampler,
+    TopologySource,
+    append_unique,
+    full_neighbor_block,
+    sample_neighbors,
+    sample_neighbors_from,
+)
+
+__all__ = [
+    "Block",
+    "GraphTopology",
+    "NeighborSampler",
+    "SeedLoader",
+    "TopologySource",
+    "append_unique",
+    "full_neighbor_block",
+    "sample_neighbors",
+    "sample_neighbors_from",
+]

@@ -1,0 +1,172 @@
+"""Seed batches for data-parallel mini-batch training, equal in number on every rank.
+
+Each epoch the training IDs are shuffled by a generator keyed by ``(seed, epoch)`` (the same
+permutation on every rank, no communication) and dealt into ``num_batches * world_size``
+consecutive slots of near-equal size; step ``s`` of rank ``r`` reads slot ``s * world_size + r``.
+With ``n`` IDs, ``W`` ranks and batch size ``B``:
+
+- ``num_batches = ceil(n / (W * B))`` (``floor`` with ``drop_last``), identical on every rank, so
+  no rank waits in a collective for a peer that ran out of batches;
+- slot sizes differ by at most one and never exceed ``B`` (``n = 10, W = 2, B = 4``:
+  ``num_batches = 2`` and the four slots hold ``3, 3, 2, 2`` IDs);
+- a slot is empty only when ``n < num_batches * W`` (possible only with ``B == 1`` or
+  ``n < W``); an empty batch is an int64 tensor of length 0, and the rank must still run the step
+  (a zero-seed forward and its share of every collective, contributing 0 to loss sums);
+- with ``drop_last``, only ``num_batches * W * B`` IDs are used (the tail of the permutation is
+  dropped) and every slot holds exactly ``B``.
+
+Rank/step layout for ``n = 10, W = 2, B = 4`` (``p`` is the epoch's permutation)::
+
+    step 0: rank 0 <- p[0:3]   rank 1 <- p[3:6]
+    step 1: rank 0 <- p[6:8]   rank 1 <- p[8:10]
+
+The union over ranks and steps of one epoch is every training ID exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fleetgnn.errors import ConfigError
+
+
+def _int_arg(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ConfigError(f"'{name}' must be an int >= {low} (got {value!r})")
+    return int(value)
+
+
+class SeedLoader:
+    """Random-access batches of training seeds for one rank.
+
+    Args:
+        train_ids: int ``[n]`` distinct node IDs, or a bool mask ``[N]`` (its nonzero positions).
+            Every rank must pass the same IDs and ``seed``.
+        batch_size: Maximum seeds per rank per step (>= 1).
+        rank: This rank, in ``[0, world_size)``.
+        world_size: Number of data-parallel ranks (>= 1).
+        seed: Base seed of the per-epoch shuffle (>= 0).
+        shuffle: Shuffle each epoch; otherwise IDs are dealt in the given order.
+        drop_last: Drop the IDs that do not fill a whole step of ``world_size * batch_size``.
+
+    Raises:
+        ConfigError: On a bad argument, empty or repeated ``train_ids``, or when ``drop_last``
+            leaves no batch.
+    """
+
+    def __init__(
+        self,
+        train_ids: Tensor | np.ndarray,
+        batch_size: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ) -> None:
+        ids = torch.as_tensor(train_ids).cpu() if not isinstance(train_ids, Tensor) else train_ids
+        ids = ids.cpu()
+        if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex():
+            raise ConfigError(
+                f"'train_ids' must be 1-D integer node IDs or a bool mask (got {ids.dtype} with "
+                f"shape {tuple(ids.shape)})"
+            )
+        if ids.dtype == torch.bool:
+            ids = torch.nonzero(ids).flatten()
+        ids = ids.to(torch.int64)
+        n = ids.numel()
+        if n == 0:
+            raise ConfigError(
+                "'train_ids' is empty; the training split must hold at least one node"
+            )
+        if int(ids.min()) < 0:
+            raise ConfigError(f"'train_ids' holds a negative node ID ({int(ids.min())})")
+        sorted_ids = torch.sort(ids).values
+        rep = torch.nonzero(sorted_ids[1:] == sorted_ids[:-1]).flatten()
+        if rep.numel():
+            raise ConfigError(
+                f"'train_ids' repeats node ID {int(sorted_ids[rep[0]])}; each seed must appear "
+                f"once per epoch (deduplicate with torch.unique)"
+            )
+        self.batch_size = _int_arg("batch_size", batch_size, 1)
+        self.world_size = _int_arg("world_size", world_size, 1)
+        self.rank = _int_arg("rank", rank, 0)
+        if self.rank >= self.world_size:
+            raise ConfigError(
+                f"'rank' must lie in [0, world_size) = [0, {self.world_size}) (got {self.rank})"
+            )
+        self.seed = _int_arg("seed", seed, 0)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.train_ids = ids
+        per_step = self.world_size * self.batch_size
+        self.num_batches = n // per_step if self.drop_last else -(-n // per_step)
+        if self.num_batches == 0:
+            raise ConfigError(
+                f"drop_last=True with {n} training seeds, batch_size {self.batch_size} and "
+                f"world_size {self.world_size} leaves no batch; lower batch_size or set "
+                f"drop_last=False"
+            )
+        self._num_used = self.num_batches * per_step if self.drop_last else n
+        self._perm_epoch: int | None = None
+        self._perm: Tensor | None = None
+
+    @property
+    def num_seeds(self) -> int:
+        """Number of training IDs (over all ranks)."""
+        return int(self.train_ids.numel())
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def epoch_order(self, epoch: int) -> Tensor:
+        """All training IDs in the order epoch ``epoch`` deals them (same on every rank)."""
+        epoch = _int_arg("epoch", epoch, 0)
+        if not self.shuffle:
+            return self.train_ids
+        if self._perm_epoch != epoch:
+            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, epoch])))
+            perm = torch.from_numpy(rng.permutation(self.num_seeds))
+            self._perm, self._perm_epoch = self.train_ids[perm], epoch
+        return self._perm  # type: ignore[return-value]
+
+    def slot_bounds(self, step: int, rank: int | None = None) -> tuple[int, int]:
+        """``[start, stop)`` of the slot of ``(step, rank)`` in :meth:`epoch_order`."""
+        rank = self.rank if rank is None else rank
+        slots = self.num_batches * self.world_size
+        k = step * self.world_size + rank
+        q, r = divmod(self._num_used, slots)
+        start = k * q + min(k, r)
+        return start, start + q + (1 if k < r else 0)
+
+    def batch(self, epoch: int, step: int) -> Tensor:
+        """This rank's seeds for step ``step`` of epoch ``epoch`` (int64, possibly empty).
+
+        Raises:
+            ConfigError: If ``step`` is outside ``[0, num_batches)``.
+        """
+        step = _int_arg("step", step, 0)
+        if step >= self.num_batches:
+            raise ConfigError(
+                f"'step' must lie in [0, num_batches) = [0, {self.num_batches}) (got {step})"
+            )
+        start, stop = self.slot_bounds(step)
+        return self.epoch_order(epoch)[start:stop]
+
+    def iter_epoch(self, epoch: int, start_step: int = 0) -> Iterator[Tensor]:
+        """Yield this rank's batches of epoch ``epoch`` from ``start_step`` on (to resume)."""
+        start_step = _int_arg("start_step", start_step, 0)
+        for step in range(start_step, self.num_batches):
+            yield self.batch(epoch, step)
+
+    def __repr__(self) -> str:
+        return (
+            f"SeedLoader(num_seeds={self.num_seeds}, batch_size={self.batch_size}, "
+            f"rank={self.rank}, world_size={self.world_size}, num_batches={self.num_batches}, "
+            f"shuffle={self.shuffle}, drop_last={self.drop_last})"
+        )

@@ -1,0 +1,635 @@
+"""Uniform neighbour sampling without replacement, AppendUnique, and the multi-layer sampler.
+
+Sampling is vectorised over all seeds of a batch at once. For a seed with in-degree ``N`` and
+fanout ``M < N`` it draws ``r_i`` uniformly from ``[0, N - 1 - i]`` for ``i < M`` and turns the
+draws into ``M`` distinct edge offsets with WholeGraph's Algorithm 1 (after Rajan et al.): a stable
+sort of the draws plus a path-doubling pass yields exactly what the sequential partial
+Fisher-Yates shuffle produces for the same draws::
+
+    A = [0, 1, ..., N - 1]
+    for i in range(M):
+        out[i] = A[r[i]]
+        A[r[i]] = A[N - 1 - i]
+
+so every ``M``-subset of the ``N`` in-edges is equally likely. A seed with ``N <= M`` (or fanout
+``-1``) takes all its in-edges in CSC order. Offsets are edge positions, so a multigraph's parallel
+edges can both be sampled (distinct edges, repeated source ID).
+
+Topology is read through the small :class:`TopologySource` protocol, implemented here by
+:class:`GraphTopology` for an in-memory or memory-mapped :class:`~fleetgnn.graph.Graph`; a
+distributed store implements the same four reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.graph.csc import Graph
+from fleetgnn.sampling.block import Block
+
+__all__ = [
+    "GraphTopology",
+    "NeighborSampler",
+    "TopologySource",
+    "append_unique",
+    "full_neighbor_block",
+    "sample_neighbors",
+    "sample_neighbors_from",
+]
+
+RandomSource = np.random.Generator | int
+
+
+# ---------------------------------------------------------------------------------- topology
+@runtime_checkable
+class TopologySource(Protocol):
+    """Read access to a graph's CSC topology by global node ID.
+
+    All IDs and results are int64 tensors; ``ids`` and ``offsets`` of :meth:`neighbors_at` are
+    aligned (one offset per ID, an ID may repeat).
+    """
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes ``N``; valid IDs are ``[0, N)``."""
+        ...
+
+    @property
+    def has_edge_weight(self) -> bool:
+        """Whether :meth:`edge_weight_at` returns weights."""
+        ...
+
+    def in_degree(self, ids: Tensor) -> Tensor:
+        """In-degree of each node in ``ids``, int64 ``[len(ids)]``."""
+        ...
+
+    def neighbors_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``indices[indptr[ids] + offsets]``: the ``offsets``-th in-neighbour of each ID."""
+        ...
+
+    def all_neighbors(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """``(counts, nbrs)``: every in-neighbour of each ID, concatenated in ID then CSC order."""
+        ...
+
+    def edge_weight_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``edge_weight[indptr[ids] + offsets]`` (only when :attr:`has_edge_weight`)."""
+        ...
+
+
+class GraphTopology:
+    """:class:`TopologySource` over a :class:`~fleetgnn.graph.Graph`'s numpy arrays.
+
+    Works on memory-mapped arrays: every read is one numpy fancy-index (only the touched pages
+    are loaded), converted with ``torch.from_numpy``. Results live on the CPU.
+
+    Args:
+        graph: The graph; its ``indptr``/``indices`` (and ``edge_weight``) are read, never copied.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        if not isinstance(graph, Graph):
+            raise GraphError(
+                f"'graph' must be a fleetgnn Graph (got {type(graph).__name__}); build one with "
+                f"fleetgnn.graph.from_edges or open_dataset"
+            )
+        self.graph = graph
+        self._indptr = graph.indptr
+        self._indices = graph.indices
+        self._weight = graph.edge_weight
+
+    @classmethod
+    def from_csc(
+        cls,
+        indptr: np.ndarray | Tensor,
+        indices: np.ndarray | Tensor,
+        edge_weight: np.ndarray | Tensor | None = None,
+    ) -> GraphTopology:
+        """Wrap raw CSC arrays (shapes and dtypes are checked, values are not)."""
+
+        def as_np(a: np.ndarray | Tensor | None) -> np.ndarray | None:
+            if a is None:
+                return None
+            return a.detach().cpu().numpy() if isinstance(a, Tensor) else np.asarray(a)
+
+        graph = Graph(
+            indptr=as_np(indptr),  # type: ignore[arg-type]
+            indices=as_np(indices),  # type: ignore[arg-type]
+            edge_weight=as_np(edge_weight),
+            validate="structure",
+        )
+        return cls(graph)
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes ``N``."""
+        return self.graph.num_nodes
+
+    @property
+    def has_edge_weight(self) -> bool:
+        """Whether the graph carries edge weights."""
+        return self._weight is not None
+
+    def in_degree(self, ids: Tensor) -> Tensor:
+        """In-degree of each node in ``ids``, int64."""
+        i = ids.cpu().numpy()
+        return torch.from_numpy(np.asarray(self._indptr[i + 1] - self._indptr[i], dtype=np.int64))
+
+    def _positions(self, ids: Tensor, offsets: Tensor) -> np.ndarray:
+        return self._indptr[ids.cpu().numpy()] + offsets.cpu().numpy()
+
+    def neighbors_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``indices[indptr[ids] + offsets]`` as int64."""
+        pos = self._positions(ids, offsets)
+        return torch.from_numpy(self._indices[pos].astype(np.int64, copy=False))
+
+    def all_neighbors(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """Every in-neighbour of each ID: ``(counts [len(ids)], nbrs [counts.sum()])``."""
+        counts = self.in_degree(ids)
+        offsets = _segment_arange(counts)
+        ids_rep = torch.repeat_interleave(ids.cpu(), counts)
+        return counts, self.neighbors_at(ids_rep, offsets)
+
+    def edge_weight_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``edge_weight[indptr[ids] + offsets]``."""
+        if self._weight is None:
+            raise GraphError("the graph has no 'edge_weight'; check has_edge_weight first")
+        return torch.from_numpy(np.asarray(self._weight[self._positions(ids, offsets)]))
+
+    def __repr__(self) -> str:
+        return f"GraphTopology({self.graph!r})"
+
+
+def _as_topology(topology: TopologySource | Graph) -> TopologySource:
+    if isinstance(topology, Graph):
+        return GraphTopology(topology)
+    if not isinstance(topology, TopologySource):
+        raise GraphError(
+            f"'topology' must be a Graph or implement TopologySource (num_nodes, in_degree, "
+            f"neighbors_at, all_neighbors, ...) (got {type(topology).__name__})"
+        )
+    return topology
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _segment_arange(counts: Tensor) -> Tensor:
+    """``cat([arange(c) for c in counts])`` without a Python loop."""
+    total = int(counts.sum())
+    starts = torch.cumsum(counts, 0) - counts
+    return torch.arange(total, dtype=torch.int64) - torch.repeat_interleave(starts, counts)
+
+
+def _as_ids(name: str, ids: object, num_nodes: int) -> Tensor:
+    t = torch.as_tensor(ids) if not isinstance(ids, Tensor) else ids
+    if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
+        raise GraphError(
+            f"'{name}' must be a 1-D integer tensor of node IDs (got {t.dtype} with shape "
+            f"{tuple(t.shape)})"
+        )
+    t = t.to(torch.int64)
+    if t.numel():
+        lo, hi = int(t.min()), int(t.max())
+        if lo < 0 or hi >= num_nodes:
+            bad = lo if lo < 0 else hi
+            raise GraphError(
+                f"'{name}' holds node ID {bad}, outside the valid interval [0, {num_nodes}); "
+                f"pass global IDs of this graph"
+            )
+    return t
+
+
+def _check_fanout(name: str, fanout: object) -> int:
+    if isinstance(fanout, bool) or not isinstance(fanout, (int, np.integer)) or fanout < -1:
+        raise ConfigError(
+            f"'{name}' must be an int >= 0, or -1 for all neighbours (got {fanout!r}); "
+            f"e.g. fanouts=[15, 10, 5]"
+        )
+    return int(fanout)
+
+
+def _as_generator(rng: RandomSource) -> np.random.Generator:
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, bool) or not isinstance(rng, (int, np.integer)) or rng < 0:
+        raise ConfigError(
+            f"'rng' must be a numpy Generator or a seed int >= 0 (got {rng!r}); "
+            f"e.g. rng=np.random.default_rng(0)"
+        )
+    return np.random.default_rng(int(rng))
+
+
+# ---------------------------------------------------------------------------------- Alg. 1
+def _draws(rng: np.random.Generator, deg: np.ndarray, fanout: int) -> np.ndarray:
+    """``r[s, i]`` uniform in ``[0, deg[s] - 1 - i]``, int64 ``[len(deg), fanout]``."""
+    high = deg[:, None] - np.arange(fanout, dtype=np.int64)  # [S, M] exclusive bounds
+    return rng.integers(0, high, dtype=np.int64)
+
+
+def _offsets_from_draws(r: Tensor, deg: Tensor) -> Tensor:
+    """Distinct offsets from Fisher-Yates draws, vectorised over rows (WholeGraph Alg. 1).
+
+    Row ``s`` equals the sequential partial Fisher-Yates output for array ``arange(deg[s])`` and
+    draws ``r[s]`` (``out_i = A[r_i]; A[r_i] = A[N - 1 - i]``). With ``N = deg[s]``, ``M`` the
+    row length, ``s, p`` the draws sorted stably (``p`` = original step of each sorted draw) and
+    ``q`` the inverse of ``p``:
+
+    - ``chain[j] = k`` when step ``k`` (the last of its run of equal draws) wrote slot
+      ``N - 1 - j``, i.e. ``r_k = N - 1 - j``; else ``chain[j] = j``. Path doubling
+      (``chain = chain[chain]``, ``ceil(log2 M)`` rounds) resolves each chain to its root ``c``,
+      and step ``j`` wrote the value ``last[j] = N - 1 - c`` into slot ``r_j``.
+    - Step ``i`` reads ``r_i`` itself if it is the first of its run (no earlier write to slot
+      ``r_i``), else the value the previous step of its run wrote: ``last[p[q[i] - 1]]``.
+
+    CPU tensors are computed with numpy, others with torch (same results).
+
+    Args:
+        r: int64 ``[S, M]`` draws with ``0 <= r[s, i] <= deg[s] - 1 - i``.
+        deg: int64 ``[S]`` degrees, ``deg[s] >= M``.
+
+    Returns:
+        int64 ``[S, M]`` offsets; each row holds ``M`` distinct values in ``[0, deg[s])``.
+    """
+    if r.device.type == "cpu":
+        return torch.from_numpy(_offsets_numpy(r.numpy(), deg.cpu().numpy()))
+    return _offsets_torch(r, deg.to(r.device))
+
+
+def _offsets_numpy(r: np.ndarray, deg: np.ndarray) -> np.ndarray:
+    num_rows, m = r.shape
+    if num_rows == 0 or m == 0:
+        return r.copy()
+    step = np.arange(m, dtype=np.int64)
+    n = deg.astype(np.int64)[:, None]  # [S, 1]
+    keys = r * m + step  # unique per row, so sorting keys is a stable sort of r
+    keys.sort(axis=1)
+    p = keys % m  # [S, M] step at each sorted position
+    s = keys // m  # [S, M] sorted draws
+    q = np.empty_like(p)
+    np.put_along_axis(q, p, np.broadcast_to(step, (num_rows, m)), axis=1)  # q = p^-1
+    new_run = np.ones((num_rows, m), dtype=bool)
+    np.not_equal(s[:, 1:], s[:, :-1], out=new_run[:, 1:])
+    writes = s >= n - m  # the write reaches a slot N-1-j with j < M ...
+    writes[:, :-1] &= new_run[:, 1:]  # ... and is the last write to that slot
+    chain = np.empty((num_rows, m + 1), dtype=np.int64)  # column m absorbs non-writes
+    chain[:, :m] = step
+    np.put_along_axis(chain, np.where(writes, n - s - 1, m), p, axis=1)
+    chain = chain[:, :m]
+    for _ in range((m - 1).bit_length()):  # path doubling: chains have <= M - 1 links
+        chain = np.take_along_axis(chain, chain, axis=1)
+    first = np.take_along_axis(new_run, q, axis=1)
+    prev = np.take_along_axis(p, np.maximum(q - 1, 0), axis=1)  # previous writer of slot r_i
+    return np.where(first, r, n - 1 - np.take_along_axis(chain, prev, axis=1))
+
+
+def _offsets_torch(r: Tensor, deg: Tensor) -> Tensor:
+    num_rows, m = r.shape
+    if num_rows == 0 or m == 0:
+        return r.clone()
+    step = torch.arange(m, dtype=torch.int64, device=r.device)
+    steps = step.expand(num_rows, m)
+    n = deg.long()[:, None]
+    keys, p = torch.sort(r * m + step, dim=1)
+    s = torch.div(keys, m, rounding_mode="floor")
+    q = torch.empty_like(p).scatter_(1, p, steps)
+    new_run = torch.ones_like(s, dtype=torch.bool)
+    torch.ne(s[:, 1:], s[:, :-1], out=new_run[:, 1:])
+    writes = s >= n - m
+    writes[:, :-1] &= new_run[:, 1:]
+    chain = torch.empty((num_rows, m + 1), dtype=torch.int64, device=r.device)
+    chain[:, :m] = step
+    chain.scatter_(1, torch.where(writes, n - s - 1, m), p)
+    chain = chain[:, :m]
+    for _ in range((m - 1).bit_length()):
+        chain = chain.gather(1, chain)
+    first = new_run.gather(1, q)
+    prev = p.gather(1, (q - 1).clamp_(min=0))
+    return torch.where(first, r, n - 1 - chain.gather(1, prev))
+
+
+def _sample_offsets(
+    deg: np.ndarray, fanout: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-seed counts, seed row of each sampled edge and its offset within the seed's edges.
+
+    Returns:
+        ``(indptr_s [S + 1], row [E_s], offsets [E_s])``; rows are grouped by seed.
+    """
+    counts = deg if fanout < 0 else np.minimum(deg, fanout)
+    indptr_s = np.zeros(deg.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr_s[1:])
+    row = np.repeat(np.arange(deg.size, dtype=np.int64), counts)
+    offsets = np.arange(row.size, dtype=np.int64) - indptr_s[row]  # take-all, CSC order
+    if fanout > 0:
+        big = np.flatnonzero(deg > fanout)
+        if big.size:
+            chosen = _offsets_numpy(_draws(rng, deg[big], fanout), deg[big])  # [B, M]
+            pos = indptr_s[big][:, None] + np.arange(fanout, dtype=np.int64)
+            offsets[pos.ravel()] = chosen.ravel()
+    return indptr_s, row, offsets
+
+
+def sample_neighbors_from(
+    topology: TopologySource | Graph,
+    seeds: Tensor,
+    fanout: int,
+    rng: RandomSource = 0,
+    *,
+    with_edge_weight: bool = False,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Sample ``min(deg, fanout)`` distinct in-edges of every seed, uniformly, all seeds at once.
+
+    Args:
+        topology: Where the CSC topology is read from (a :class:`Graph` is wrapped).
+        seeds: int64 ``[S]`` global IDs of the nodes whose in-neighbours are sampled.
+        fanout: Edges per seed; ``-1`` takes all.
+        rng: A numpy Generator (advanced by the call) or an int seed.
+        with_edge_weight: Also return the sampled edges' weights.
+
+    Returns:
+        ``(indptr_s, nbr_ids, edge_weight)``: int64 ``[S + 1]`` offsets, int64 ``[E_s]`` global
+        IDs of the sampled in-neighbours grouped by seed, and their weights ``[E_s]`` (or None).
+        Seeds with ``deg <= fanout`` list all their neighbours in CSC order.
+
+    Raises:
+        GraphError: If a seed ID is out of range.
+        ConfigError: If ``fanout`` or ``rng`` is invalid.
+    """
+    topo = _as_topology(topology)
+    seeds = _as_ids("seeds", seeds, topo.num_nodes).cpu()
+    fanout = _check_fanout("fanout", fanout)
+    gen = _as_generator(rng)
+    if with_edge_weight and not topo.has_edge_weight:
+        raise GraphError("with_edge_weight=True but the graph has no 'edge_weight'")
+    return _sample_hop(topo, seeds, topo.in_degree(seeds), fanout, gen, with_edge_weight)
+
+
+def _sample_hop(
+    topo: TopologySource,
+    seeds: Tensor,
+    deg: Tensor,
+    fanout: int,
+    rng: np.random.Generator,
+    with_edge_weight: bool,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    indptr_s, row, offsets = _sample_offsets(
+        deg.cpu().numpy().astype(np.int64, copy=False), fanout, rng
+    )
+    ids = torch.from_numpy(seeds.numpy()[row])  # numpy indexing: faster on CPU
+    off = torch.from_numpy(offsets)
+    nbrs = topo.neighbors_at(ids, off)
+    weight = topo.edge_weight_at(ids, off) if with_edge_weight else None
+    return torch.from_numpy(indptr_s), nbrs, weight
+
+
+def sample_neighbors(
+    indptr: np.ndarray | Tensor,
+    indices: np.ndarray | Tensor,
+    seeds: Tensor,
+    fanout: int,
+    rng: RandomSource = 0,
+) -> tuple[Tensor, Tensor]:
+    """Sample in-neighbours without replacement from raw CSC arrays.
+
+    Same as :func:`sample_neighbors_from` on ``GraphTopology.from_csc(indptr, indices)``.
+
+    Args:
+        indptr: int64 ``[N + 1]`` CSC offsets (numpy, memmap or tensor).
+        indices: int ``[E]`` in-neighbours grouped by destination.
+        seeds: int64 ``[S]`` node IDs.
+        fanout: Edges per seed; ``-1`` takes all.
+        rng: A numpy Generator or an int seed.
+
+    Returns:
+        ``(indptr_s [S + 1], nbr_ids [E_s])``, both int64.
+    """
+    topo = GraphTopology.from_csc(indptr, indices)
+    indptr_s, nbrs, _ = sample_neighbors_from(topo, seeds, fanout, rng)
+    return indptr_s, nbrs
+
+
+# ---------------------------------------------------------------------------------- AppendUnique
+def append_unique(targets: Tensor, neighbors: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Deduplicate ``targets`` followed by ``neighbors``, keeping targets first and in order.
+
+    New nodes follow the targets in the order of their first appearance in ``neighbors``, so the
+    result depends only on the inputs. Sort-based, ``O(n log n)`` for ``n = T + K`` with one sort
+    and linear passes: sort the concatenation, take each value's first position (the minimum
+    position in its run), mark those positions, and number the marks in position order. CPU
+    tensors go through numpy (faster sorts on CPU), others stay in torch; both give identical
+    results.
+
+    Args:
+        targets: int64 ``[T]`` distinct node IDs (a block's destinations).
+        neighbors: int64 ``[K]`` sampled neighbour IDs (any repeats).
+
+    Returns:
+        ``(unique_ids [U], local_nbr_index [K], dup_counts [U])``: ``unique_ids[:T] == targets``,
+        ``unique_ids[local_nbr_index] == neighbors``, and ``dup_counts[u]`` is how many entries
+        of ``neighbors`` equal ``unique_ids[u]`` (sums to ``K``).
+
+    Raises:
+        GraphError: If ``targets`` repeats an ID or an input is not a 1-D integer tensor.
+    """
+    for name, t in (("targets", targets), ("neighbors", neighbors)):
+        if not isinstance(t, Tensor) or t.dim() != 1 or t.is_floating_point():
+            raise GraphError(
+                f"'{name}' must be a 1-D integer tensor (got {type(t).__name__} "
+                f"{getattr(t, 'dtype', '')} with shape {tuple(getattr(t, 'shape', ()))})"
+            )
+    if targets.device.type == "cpu" and neighbors.device.type == "cpu":
+        return _append_unique_numpy(targets, neighbors)
+    return _append_unique_torch(targets, neighbors.to(targets.device))
+
+
+def _duplicate_target_error(targets: Tensor, is_first: Tensor) -> GraphError:
+    pos = int(torch.nonzero(~is_first[: targets.numel()].cpu())[0])
+    return GraphError(
+        f"'targets' must hold distinct node IDs (ID {int(targets[pos])} repeats at position "
+        f"{pos}); deduplicate the seeds, e.g. with torch.unique"
+    )
+
+
+def _append_unique_numpy(targets: Tensor, neighbors: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    num_targets = targets.numel()
+    both = np.concatenate([targets.numpy(), neighbors.numpy()]).astype(np.int64, copy=False)
+    n = both.size
+    perm = np.argsort(both)  # any sort: first positions come from a min-reduction below
+    sorted_vals = both[perm]
+    new_run = np.ones(n, dtype=bool)
+    np.not_equal(sorted_vals[1:], sorted_vals[:-1], out=new_run[1:])
+    first = np.minimum.reduceat(perm, np.flatnonzero(new_run)) if n else perm  # [U]
+    is_first = np.zeros(n, dtype=bool)
+    is_first[first] = True
+    if not is_first[:num_targets].all():
+        raise _duplicate_target_error(targets, torch.from_numpy(is_first))
+    rank_at = np.cumsum(is_first) - 1  # position -> rank of its value if it is a first position
+    local_sorted = rank_at[first][np.cumsum(new_run) - 1]  # rank of each sorted element's value
+    local_all = np.empty(n, dtype=np.int64)
+    local_all[perm] = local_sorted
+    unique_ids = both[is_first]
+    local = local_all[num_targets:]
+    dup_counts = np.bincount(local, minlength=unique_ids.size)
+    return torch.from_numpy(unique_ids), torch.from_numpy(local), torch.from_numpy(dup_counts)
+
+
+def _append_unique_torch(targets: Tensor, neighbors: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    num_targets = targets.numel()
+    both = torch.cat([targets.long(), neighbors.long()])
+    n = both.numel()
+    dev = both.device
+    uniq, inv = torch.unique(both, sorted=True, return_inverse=True)
+    pos = torch.arange(n, dtype=torch.int64, device=dev)
+    first = torch.full((uniq.numel(),), n, dtype=torch.int64, device=dev)
+    first.scatter_reduce_(0, inv, pos, reduce="amin")  # first position of each value
+    is_first = torch.zeros(n, dtype=torch.bool, device=dev)
+    is_first[first] = True
+    if not bool(is_first[:num_targets].all()):
+        raise _duplicate_target_error(targets, is_first)
+    rank = (torch.cumsum(is_first, 0) - 1)[first]  # [U] rank of each sorted value
+    unique_ids = both[is_first]
+    local = rank[inv[num_targets:]]
+    dup_counts = torch.bincount(local, minlength=unique_ids.numel())
+    return unique_ids, local, dup_counts
+
+
+# ---------------------------------------------------------------------------------- blocks
+def _make_block(
+    topo: TopologySource,
+    dst: Tensor,
+    dst_degree: Tensor,
+    fanout: int,
+    rng: np.random.Generator,
+    with_edge_weight: bool,
+) -> tuple[Block, Tensor]:
+    """One hop: sample, deduplicate, build the block; also returns the sources' int64 degrees."""
+    indptr_s, nbrs, weight = _sample_hop(topo, dst, dst_degree, fanout, rng, with_edge_weight)
+    src_ids, local, _ = append_unique(dst, nbrs)
+    new_degree = topo.in_degree(src_ids[dst.numel() :])
+    src_degree = np.concatenate([dst_degree.cpu().numpy(), new_degree.cpu().numpy()])
+    block = Block(
+        indptr=indptr_s,
+        indices=local,
+        src_ids=src_ids,
+        num_dst=int(dst.numel()),
+        src_degree=torch.from_numpy(src_degree.astype(np.float32)),
+        edge_weight=weight,
+    )
+    return block, torch.from_numpy(src_degree.astype(np.int64, copy=False))
+
+
+def full_neighbor_block(topology: TopologySource | Graph, dst_ids: Tensor) -> Block:
+    """The block of all in-edges of ``dst_ids`` (sampling with fanout ``-1``; no randomness).
+
+    Used for layer-wise inference. Edge weights are carried when the graph has them.
+
+    Args:
+        topology: The topology (a :class:`Graph` is wrapped).
+        dst_ids: int64 ``[D]`` distinct destination IDs.
+
+    Returns:
+        A :class:`Block` with ``dst_ids`` as destinations and every in-neighbour as a source.
+    """
+    topo = _as_topology(topology)
+    dst = _as_ids("dst_ids", dst_ids, topo.num_nodes).cpu()
+    rng = np.random.default_rng(0)  # unused: fanout -1 draws nothing
+    block, _ = _make_block(topo, dst, topo.in_degree(dst), -1, rng, topo.has_edge_weight)
+    return block
+
+
+class NeighborSampler:
+    """Multi-layer uniform neighbour sampler producing one :class:`Block` per GNN layer.
+
+    ``fanouts`` are listed by hop from the seeds (PyG's ``num_neighbors`` convention):
+    ``fanouts[0]`` neighbours are sampled for each seed, then ``fanouts[1]`` for each node of that
+    frontier, and so on. The returned blocks run the other way, from the input layer to the output
+    layer, so ``blocks[i]`` was sampled with ``fanouts[L - 1 - i]``:
+
+    ======================  ==================  ===========================
+    block                   fanout              destinations
+    ======================  ==================  ===========================
+    ``blocks[L - 1]``       ``fanouts[0]``      the seeds
+    ``blocks[L - 2]``       ``fanouts[1]``      ``blocks[L - 1].src_ids``
+    ``blocks[0]``           ``fanouts[L - 1]``  gather features of ``blocks[0].src_ids``
+    ======================  ==================  ===========================
+
+    Randomness: hop ``h`` of ``sample(seeds, epoch, step, stream=k)`` draws from a fresh
+    ``np.random.Generator`` seeded with ``(seed, epoch, step, k, h)``; the global RNG is never
+    touched, so a batch's sample is reproducible and independent of which batches ran before.
+    Data-parallel ranks sampling the same step should pass their rank as ``stream``.
+
+    Args:
+        topology: A :class:`TopologySource` or a :class:`Graph` (wrapped in
+            :class:`GraphTopology`).
+        fanouts: Neighbours per node for each hop, ``-1`` = all.
+        seed: Base seed (>= 0).
+    """
+
+    def __init__(
+        self, topology: TopologySource | Graph, fanouts: Sequence[int], seed: int = 0
+    ) -> None:
+        self.topology = _as_topology(topology)
+        if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence) or not fanouts:
+            raise ConfigError(
+                f"'fanouts' must be a non-empty sequence of ints, one per layer (got {fanouts!r}); "
+                f"e.g. fanouts=[15, 10, 5]"
+            )
+        self.fanouts = tuple(_check_fanout(f"fanouts[{i}]", f) for i, f in enumerate(fanouts))
+        self.seed = _check_key("seed", seed)
+        self.with_edge_weight = self.topology.has_edge_weight
+
+    @property
+    def num_layers(self) -> int:
+        """Number of blocks each sample returns."""
+        return len(self.fanouts)
+
+    def generator(self, epoch: int, step: int, hop: int, stream: int = 0) -> np.random.Generator:
+        """The generator hop ``hop`` of batch ``(epoch, step, stream)`` draws from."""
+        key = [self.seed, epoch, step, stream, hop]
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
+
+    def sample(
+        self, seeds: Tensor, epoch: int = 0, step: int = 0, *, stream: int = 0
+    ) -> list[Block]:
+        """Sample the blocks of one mini-batch.
+
+        Args:
+            seeds: int64 ``[B]`` distinct global IDs of the output nodes.
+            epoch: Epoch index (>= 0), part of the random key.
+            step: Step index within the epoch (>= 0), part of the random key.
+            stream: Extra key, e.g. the data-parallel rank (>= 0).
+
+        Returns:
+            ``num_layers`` blocks from the input layer to the output layer;
+            ``blocks[-1].dst_ids == seeds`` and ``blocks[i].dst_ids == blocks[i + 1].src_ids``.
+
+        Raises:
+            GraphError: If a seed is out of range or repeats.
+        """
+        key = [_check_key(n, v) for n, v in (("epoch", epoch), ("step", step), ("stream", stream))]
+        dst = _as_ids("seeds", seeds, self.topology.num_nodes).cpu()
+        blocks: list[Block] = []
+        deg = self.topology.in_degree(dst)
+        for hop, fanout in enumerate(self.fanouts):
+            rng = self.generator(key[0], key[1], hop, key[2])
+            block, deg = _make_block(self.topology, dst, deg, fanout, rng, self.with_edge_weight)
+            blocks.append(block)
+            dst = block.src_ids
+        blocks.reverse()
+        return blocks
+
+    def __repr__(self) -> str:
+        return (
+            f"NeighborSampler(fanouts={list(self.fanouts)}, seed={self.seed}, "
+            f"num_nodes={self.topology.num_nodes})"
+        )
+
+
+def _check_key(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ConfigError(f"'{name}' must be an int >= 0 (got {value!r})")
+    return int(value)
