@@ -1,0 +1,558 @@
+"""Run configuration: typed dataclasses, loadable from YAML, with ``key=value`` overrides.
+
+A :class:`Config` has four sections and a run directory::
+
+    data:   {dataset, preset, scale, seed, cache_dir}
+    model:  {name, hidden, num_layers, dropout, heads, norm, residual}
+    optim:  {lr, weight_decay, optimizer}
+    train:  {engine, mode, epochs, batch_size, fanouts, eval_every, patience, seed,
+             checkpoint_every, device, dtype, nproc, max_restarts}
+    run_dir: str | null
+
+:func:`load_config` reads an optional YAML file (any subset of the keys; missing keys keep their
+defaults), applies overrides such as ``train.epochs=5``, ``model.name=gat``,
+``train.fanouts=[15,10,5]`` or ``train.fanouts=15,10,5`` (values are parsed with
+``yaml.safe_load``), type-checks every value against the dataclass annotations and runs
+:meth:`Config.validate` for the cross-field rules. Enumerated choices are class-level constants
+(e.g. :attr:`ModelConfig.NAMES`). Configs never read environment variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Union
+
+import yaml
+
+from fleetgnn.errors import ConfigError
+from fleetgnn.types import PathLikeStr
+
+_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+_FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+@dataclasses.dataclass
+class DataConfig:
+    """Where the graph comes from.
+
+    Attributes:
+        dataset: Dataset directory written by ``fleetgnn prepare``; ``None`` uses the embedded
+            synthetic generator with ``preset``.
+        preset: Synthetic preset name (used when ``dataset`` is ``None``).
+        scale: Size multiplier of the synthetic preset (> 0).
+        seed: Seed of the synthetic generator.
+        cache_dir: Directory where generated datasets are cached (``None``: the CLI's default,
+            ``$XDG_CACHE_HOME/fleetgnn``).
+        feature_norm: ``"row"`` scales each feature row to sum 1 (as in the GCN paper's
+            preprocessing of bag-of-words features), ``"none"`` keeps features as stored.
+    """
+
+    dataset: str | None = None
+    preset: str = "small"
+    scale: float = 1.0
+    seed: int = 0
+    cache_dir: str | None = None
+    feature_norm: str = "none"
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"feature_norm": ("none", "row")}
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """The GNN.
+
+    Attributes:
+        name: Layer type, one of :attr:`NAMES`.
+        hidden: Hidden width (``None``: the model's default).
+        num_layers: Number of message-passing layers (>= 1).
+        dropout: Dropout probability in [0, 1) (``None``: the model's default).
+        heads: Attention heads (GAT; ``None``: the model's default).
+        norm: Normalisation between layers, one of :attr:`NORMS`.
+        residual: Add residual connections between layers of equal width.
+    """
+
+    NAMES: ClassVar[tuple[str, ...]] = ("gcn", "sage", "gat", "gin")
+    NORMS: ClassVar[tuple[str | None, ...]] = (None, "layer")
+
+    name: str = "sage"
+    hidden: int | None = None
+    num_layers: int = 2
+    dropout: float | None = None
+    heads: int | None = None
+    norm: str | None = None
+    residual: bool = False
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"name": NAMES, "norm": NORMS}
+
+
+@dataclasses.dataclass
+class OptimConfig:
+    """The optimiser.
+
+    Attributes:
+        lr: Learning rate (> 0).
+        weight_decay: L2 penalty (>= 0).
+        optimizer: One of :attr:`OPTIMIZERS`.
+    """
+
+    OPTIMIZERS: ClassVar[tuple[str, ...]] = ("adam", "adamw", "sgd")
+
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    optimizer: str = "adam"
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"optimizer": OPTIMIZERS}
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """The training loop.
+
+    Attributes:
+        engine: Training strategy, one of :attr:`ENGINES`.
+        mode: ``"full"`` (full-graph) or ``"minibatch"`` (sampled), see :attr:`MODES`.
+        epochs: Number of epochs (>= 1).
+        batch_size: Seed nodes per mini-batch (>= 1; minibatch mode).
+        fanouts: Neighbours sampled per layer, first layer first (one per model layer in
+            minibatch mode; each >= 1).
+        eval_every: Evaluate every this many epochs (and always after the last one).
+        patience: Stop when ``val_acc`` has not improved for this many epochs (``None``: never).
+        seed: Seed of everything random in training (batches, sampling, dropout, init).
+        checkpoint_every: Save a checkpoint every this many optimisation steps, counted over the
+            whole run (``0``: only at epoch ends; epoch ends are always checkpointed).
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        dtype: Floating-point type of features and parameters, one of :attr:`DTYPES`.
+        nproc: Processes to launch on this host (one per device).
+        max_restarts: Times the launcher restarts failed workers (they resume from checkpoints).
+    """
+
+    ENGINES: ClassVar[tuple[str, ...]] = ("reference", "minibatch", "split", "fullgraph", "offload")
+    MODES: ClassVar[tuple[str, ...]] = ("full", "minibatch")
+    DTYPES: ClassVar[tuple[str, ...]] = ("float32", "float64")
+    #: The modes each engine supports.
+    ENGINE_MODES: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "reference": ("full", "minibatch"),
+        "minibatch": ("minibatch",),
+        "split": ("minibatch",),
+        "fullgraph": ("full",),
+        "offload": ("full",),
+    }
+
+    engine: str = "reference"
+    mode: str = "minibatch"
+    epochs: int = 10
+    batch_size: int = 1024
+    fanouts: list[int] = dataclasses.field(default_factory=lambda: [10, 10])
+    eval_every: int = 1
+    patience: int | None = None
+    seed: int = 0
+    checkpoint_every: int = 50
+    device: str = "cpu"
+    dtype: str = "float32"
+    nproc: int = 1
+    max_restarts: int = 0
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "engine": ENGINES,
+        "mode": MODES,
+        "dtype": DTYPES,
+    }
+
+
+_SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "optim": OptimConfig,
+    "train": TrainConfig,
+}
+_TOP_KEYS: tuple[str, ...] = (*_SECTIONS, "run_dir")
+
+
+@dataclasses.dataclass
+class Config:
+    """A whole run's configuration.
+
+    Attributes:
+        data: Dataset section.
+        model: Model section.
+        optim: Optimiser section.
+        train: Training-loop section.
+        run_dir: Directory for checkpoints, metrics and the summary (``None``: chosen by the CLI).
+    """
+
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    run_dir: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain nested dict (YAML/JSON serialisable); :meth:`from_dict` inverts it."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Config:
+        """Build a config from a nested dict, type-checking every value.
+
+        Missing sections and keys keep their defaults; ``None`` for a section means "defaults".
+
+        Raises:
+            ConfigError: An unknown section or key, or a value of the wrong type or not among the
+                allowed choices.
+        """
+        if d is None:
+            d = {}
+        if not isinstance(d, Mapping):
+            raise ConfigError(
+                f"a config must be a mapping of sections {list(_TOP_KEYS)}, got "
+                f"{type(d).__name__} {d!r}"
+            )
+        kwargs: dict[str, Any] = {}
+        for top, value in d.items():
+            top = str(top)
+            if top not in _TOP_KEYS:
+                raise ConfigError(_unknown_key_message("section", top, _TOP_KEYS))
+            if top == "run_dir":
+                kwargs[top] = _coerce(value, str | None, "run_dir")
+                continue
+            section_cls = _SECTIONS[top]
+            if value is None:
+                value = {}
+            if not isinstance(value, Mapping):
+                raise ConfigError(
+                    f"config section '{top}' must be a mapping of keys "
+                    f"{_field_names(section_cls)}, got {type(value).__name__} {value!r}"
+                )
+            kwargs[top] = _build_section(section_cls, top, value)
+        return cls(**kwargs)
+
+    def validate(self) -> Config:
+        """Check the cross-field and range rules; returns ``self`` for chaining.
+
+        Raises:
+            ConfigError: The first violated rule, naming the keys and the valid range.
+        """
+        d, m, o, t = self.data, self.model, self.optim, self.train
+        _check(d.scale > 0, "data.scale", d.scale, "must be > 0")
+        _check(m.num_layers >= 1, "model.num_layers", m.num_layers, "must be >= 1")
+        _check(m.hidden is None or m.hidden >= 1, "model.hidden", m.hidden, "must be >= 1 or null")
+        _check(
+            m.dropout is None or 0.0 <= m.dropout < 1.0,
+            "model.dropout",
+            m.dropout,
+            "must be in [0, 1) or null",
+        )
+        _check(m.heads is None or m.heads >= 1, "model.heads", m.heads, "must be >= 1 or null")
+        _check(o.lr > 0, "optim.lr", o.lr, "must be > 0 (e.g. optim.lr=0.01)")
+        _check(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, "must be >= 0")
+        _check(t.epochs >= 1, "train.epochs", t.epochs, "must be >= 1")
+        _check(t.batch_size >= 1, "train.batch_size", t.batch_size, "must be >= 1")
+        _check(t.eval_every >= 1, "train.eval_every", t.eval_every, "must be >= 1")
+        _check(t.patience is None or t.patience >= 1, "train.patience", t.patience, "must be >= 1")
+        _check(
+            t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every, "must be >= 0"
+        )
+        _check(t.nproc >= 1, "train.nproc", t.nproc, "must be >= 1")
+        _check(t.max_restarts >= 0, "train.max_restarts", t.max_restarts, "must be >= 0")
+        _check(
+            bool(_DEVICE_RE.match(t.device)),
+            "train.device",
+            t.device,
+            "must be 'cpu', 'cuda' or 'cuda:N'",
+        )
+        _check(
+            all(f >= 1 for f in t.fanouts),
+            "train.fanouts",
+            t.fanouts,
+            "every fanout must be >= 1",
+        )
+        allowed_modes = TrainConfig.ENGINE_MODES[t.engine]
+        if t.mode not in allowed_modes:
+            raise ConfigError(
+                f"train.engine={t.engine!r} does not support train.mode={t.mode!r}; it supports "
+                f"{', '.join(allowed_modes)}. Set train.mode={allowed_modes[0]} or pick another "
+                f"engine"
+            )
+        if t.mode == "minibatch" and len(t.fanouts) != m.num_layers:
+            raise ConfigError(
+                f"train.fanouts={t.fanouts} has {len(t.fanouts)} entries but model.num_layers="
+                f"{m.num_layers}; in minibatch mode give one fanout per layer, e.g. "
+                f"train.fanouts={','.join(['10'] * m.num_layers)}"
+            )
+        return self
+
+
+def load_config(path: PathLikeStr | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Load a config from YAML (or defaults), apply ``key=value`` overrides, then validate.
+
+    Args:
+        path: YAML file with any subset of the keys (``None``: all defaults).
+        overrides: Items ``section.key=value`` or ``run_dir=value``; ``value`` is parsed with
+            ``yaml.safe_load`` (``train.fanouts=[15,10,5]``, ``train.fanouts=15,10,5``,
+            ``model.norm=null``, ``model.residual=true``). Later items win.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: Unreadable YAML, an unknown key, a badly typed value or a violated rule.
+    """
+    raw: Any = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise ConfigError(
+                f"cannot read config file '{p}': {e.strerror or e}; check the path"
+            ) from e
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file '{p}' is not valid YAML: {e}") from e
+    cfg = Config.from_dict(raw)
+    cfg = apply_overrides(cfg, overrides)
+    return cfg.validate()
+
+
+def apply_overrides(cfg: Config, overrides: Sequence[str]) -> Config:
+    """Return ``cfg`` with ``key=value`` overrides applied (type-checked, not validated).
+
+    Raises:
+        ConfigError: A malformed item, an unknown key or a badly typed value.
+    """
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(
+                f"override {item!r} is not of the form key=value; e.g. train.epochs=5"
+            )
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = text  # not YAML (e.g. an unbalanced bracket): treat as a plain string
+        if key == "run_dir":
+            cfg = dataclasses.replace(cfg, run_dir=_coerce_override(value, text, str | None, key))
+            continue
+        section, dot, name = key.partition(".")
+        if section not in _SECTIONS:
+            raise ConfigError(_unknown_key_message("section", section, _TOP_KEYS, item))
+        section_cls = _SECTIONS[section]
+        if not dot or not name:
+            raise ConfigError(
+                f"override {item!r} names a section, not a key; use {section}.<key>=value with "
+                f"<key> one of {_field_names(section_cls)}"
+            )
+        hints = _hints(section_cls)
+        if name not in hints:
+            raise ConfigError(_unknown_key_message("key", name, hints, item, section))
+        coerced = _coerce_override(value, text, hints[name], key)
+        _check_choice(section_cls, name, coerced, key)
+        new_section = dataclasses.replace(getattr(cfg, section), **{name: coerced})
+        cfg = dataclasses.replace(cfg, **{section: new_section})
+    return cfg
+
+
+def save_config(cfg: Config, path: PathLikeStr) -> Path:
+    """Write ``cfg`` as YAML (loadable by :func:`load_config`); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None)
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(p)
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# type checking
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in typing.get_type_hints(cls).items() if k in fields}
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _build_section(cls: type, section: str, values: Mapping[str, Any]) -> Any:
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for name, value in values.items():
+        name = str(name)
+        if name not in hints:
+            raise ConfigError(_unknown_key_message("key", name, hints, section=section))
+        key = f"{section}.{name}"
+        kwargs[name] = _coerce(value, hints[name], key)
+        _check_choice(cls, name, kwargs[name], key)
+    return cls(**kwargs)
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        (arg,) = typing.get_args(tp)
+        return f"list of {_type_name(arg)}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against annotation ``tp``; returns it (ints widened to float)."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError:
+                pass
+        raise _type_error(key, value, tp)
+    if origin is list:
+        (arg,) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise _type_error(key, value, tp)
+        try:
+            return [_coerce(v, arg, key) for v in value]
+        except ConfigError:
+            bad = next(v for v in value if not _fits(v, arg, key))
+            raise ConfigError(
+                f"{key}={list(value)!r} has an element {bad!r} of type {type(bad).__name__}, "
+                f"expected {_type_name(tp)} (e.g. {key}=[15,10,5] or {key}=15,10,5)"
+            ) from None
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise _type_error(key, value, tp)
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _type_error(key, value, tp)
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
+            return float(value)  # PyYAML reads "1e-3" (no dot) as a string
+        raise _type_error(key, value, tp)
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _type_error(key, value, tp)
+    raise TypeError(f"unsupported config annotation {tp!r} for {key}")  # a bug, not user input
+
+
+def _fits(value: Any, tp: Any, key: str) -> bool:
+    try:
+        _coerce(value, tp, key)
+    except ConfigError:
+        return False
+    return True
+
+
+def _accepts(tp: Any, target: type) -> bool:
+    if tp is target:
+        return True
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return target in typing.get_args(tp)
+    return False
+
+
+def _list_type(tp: Any) -> Any | None:
+    if typing.get_origin(tp) is list:
+        return tp
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        for a in typing.get_args(tp):
+            if typing.get_origin(a) is list:
+                return a
+    return None
+
+
+def _coerce_override(value: Any, text: str, tp: Any, key: str) -> Any:
+    """Like :func:`_coerce`, with command-line conveniences.
+
+    A string field keeps the literal text when YAML read a number or a boolean
+    (``data.dataset=2024``); a list field accepts ``a,b,c`` and a single scalar.
+    """
+    if _accepts(tp, str) and value is not None and not isinstance(value, (str, list, dict)):
+        return text.strip()
+    list_tp = _list_type(tp)
+    if list_tp is not None:
+        if isinstance(value, str) and "," in value:
+            parts = [p.strip() for p in value.split(",")]
+            parsed: list[Any] = []
+            for part in parts:
+                try:
+                    parsed.append(yaml.safe_load(part) if part else part)
+                except yaml.YAMLError:
+                    parsed.append(part)
+            value = parsed
+        elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            value = [value]
+    return _coerce(value, tp, key)
+
+
+def _type_error(key: str, value: Any, tp: Any) -> ConfigError:
+    example = {
+        "int": "an integer such as 5",
+        "float": "a number such as 0.01",
+        "bool": "true or false",
+        "str": "a string",
+    }
+    hint = example.get(_type_name(tp).split(" or ")[0], "")
+    return ConfigError(
+        f"{key}={value!r} has type {type(value).__name__}, expected {_type_name(tp)}"
+        + (f" ({hint})" if hint else "")
+    )
+
+
+def _check_choice(cls: type, name: str, value: Any, key: str) -> None:
+    choices = getattr(cls, "CHOICES", {}).get(name)
+    if choices is None or value in choices:
+        return
+    shown = ", ".join("null" if c is None else str(c) for c in choices)
+    msg = f"{key}={value!r} is not an allowed value; choose one of: {shown}"
+    if isinstance(value, str):
+        close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1)
+        if close:
+            msg += f". Did you mean {key}={close[0]}?"
+    raise ConfigError(msg)
+
+
+def _unknown_key_message(
+    what: str,
+    name: str,
+    valid: Any,
+    item: str | None = None,
+    section: str | None = None,
+) -> str:
+    valid = list(valid)
+    full = f"{section}.{name}" if section else name
+    where = f" (in override {item!r})" if item is not None else ""
+    msg = f"unknown config {what} {full!r}{where}; valid {what}s: {', '.join(valid)}"
+    close = difflib.get_close_matches(name, valid, n=1)
+    if close:
+        msg += f". Did you mean '{section + '.' if section else ''}{close[0]}'?"
+    return msg
+
+
+def _check(ok: bool, key: str, value: Any, rule: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is invalid: {rule}")

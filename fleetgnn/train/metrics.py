@@ -1,0 +1,118 @@
+"""Per-epoch metrics as JSON lines (``RUN_DIR/metrics.jsonl``).
+
+One JSON object per finished epoch, written and flushed as soon as the epoch ends::
+
+    {"epoch": 0, "loss": 1.08, "train_acc": 0.41, "val_acc": 0.52, "test_acc": 0.50,
+     "val_loss": 1.01, "eval_train_acc": 0.55, "evaluated": true, "epoch_time_s": 0.8,
+     "eval_time_s": 0.1, "times": {"sample": ..., ...}, "traffic": {"local": ..., ...},
+     "memory": {...}, "num_steps": 12, "engine": "reference", "world_size": 1, "extra": {...}}
+
+``val_acc``/``test_acc``/``val_loss``/``eval_train_acc`` are ``null`` on epochs that were not
+evaluated; non-finite numbers are written as ``null`` (strict JSON).
+
+Resume rule: a run resumed from a checkpoint taken during (or at the start of) epoch ``E`` keeps
+the lines of epochs ``< E`` and drops every line with epoch ``>= E`` (those epochs are run again
+and rewritten), so each epoch appears exactly once. A torn last line (a crash mid-write) is
+dropped too. The kept lines are rewritten atomically before appending.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from fleetgnn.errors import FleetgnnError
+from fleetgnn.train.checkpoint import atomic_write_text
+from fleetgnn.types import PathLikeStr
+
+
+def _clean(obj: Any) -> Any:
+    """Make ``obj`` strict-JSON: non-finite floats become ``None``, mappings become dicts."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        return _clean(obj.item())
+    return obj
+
+
+def to_json(obj: Any) -> str:
+    """Serialise ``obj`` as one line of strict JSON (NaN/inf become ``null``)."""
+    return json.dumps(_clean(obj), allow_nan=False, separators=(", ", ": "))
+
+
+def read_metrics(path: PathLikeStr) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` file, skipping a torn (unparsable) last line.
+
+    Raises:
+        FleetgnnError: A line other than the last one is not valid JSON.
+    """
+    p = Path(path)
+    if not p.exists():
+        return []
+    lines = p.read_text().splitlines()
+    out: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:
+                break  # torn last line from an interrupted write
+            raise FleetgnnError(
+                f"metrics file '{p}' line {i + 1} is not valid JSON ({e.msg}); the file is "
+                f"corrupt: delete it or start a fresh run directory"
+            ) from e
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+class MetricsWriter:
+    """Appends one JSON object per epoch to a JSONL file, flushing every line.
+
+    Args:
+        path: The JSONL file (usually ``RUN_DIR/metrics.jsonl``).
+        resume_epoch: ``None`` starts a new file (an existing one is replaced). An integer ``E``
+            keeps the existing lines with ``epoch < E`` and drops the others (see the module
+            docstring), then appends.
+    """
+
+    def __init__(self, path: PathLikeStr, resume_epoch: int | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_epoch is None:
+            atomic_write_text(self.path, "")
+        else:
+            kept = [r for r in read_metrics(self.path) if int(r.get("epoch", -1)) < resume_epoch]
+            atomic_write_text(self.path, "".join(to_json(r) + "\n" for r in kept))
+        self._f: IO[str] | None = open(self.path, "a")  # closed in close()
+
+    def __repr__(self) -> str:
+        return f"MetricsWriter({str(self.path)!r})"
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Append ``record`` as one line and flush it to the OS."""
+        if self._f is None:
+            raise RuntimeError(f"{self!r} is closed")
+        self._f.write(to_json(record) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

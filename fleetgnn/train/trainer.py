@@ -1,0 +1,576 @@
+"""The training loop: epochs, evaluation, early stopping, checkpoint/resume, metrics, progress.
+
+:class:`Trainer` drives any :class:`~fleetgnn.engines.base.Engine`. Per epoch it runs
+``engine.run_epoch`` and aggregates the steps' :class:`~fleetgnn.engines.base.StepStats` into an
+:class:`~fleetgnn.engines.base.EpochStats` from numerators and denominators
+(``loss = sum(loss_sum) / sum(count)``, ``train_acc = sum(correct) / sum(count)``), evaluates every
+``train.eval_every`` epochs and after the last one, tracks the best-validation epoch, stops early
+after ``train.patience`` epochs without a strict ``val_acc`` improvement, and writes::
+
+    RUN_DIR/config.yaml          the run's config
+    RUN_DIR/metrics.jsonl        one line per epoch (see fleetgnn.train.metrics)
+    RUN_DIR/checkpoints/         last.pt + prev.pt (see fleetgnn.train.checkpoint)
+    RUN_DIR/summary.json         test/val accuracy at the best-validation epoch, timings, config
+
+Checkpoints are taken every ``train.checkpoint_every`` optimisation steps (counted over the run,
+from the engine's ``on_step`` callback) and at every epoch end. A checkpoint holds
+``engine.state_dict()``, the epoch and next step, the partial epoch's summed step stats, the
+best-so-far metrics, the early-stopping counter, the epoch times, the RNG states and the config;
+``fit(resume=True)`` restores it and calls ``engine.run_epoch(epoch, start_step=k)``, which
+reproduces the uninterrupted run exactly because engines key every random draw by
+``(seed, epoch, step)``.
+
+Multi-rank runs: every rank executes the same control flow (the same steps, and the same
+early-stopping decisions because ``engine.evaluate()`` is already aggregated over ranks); every rank
+calls ``engine.state_dict()`` at checkpoints (it may communicate), and only rank 0 writes files and
+prints. RNG states are captured on rank 0 and restored on every rank.
+
+Optional engine methods (beyond the :class:`~fleetgnn.engines.base.Engine` protocol), called at
+each epoch end when present: ``peak_memory() -> Mapping[str, int]`` (peak bytes per memory tier,
+the ``memory`` field of the metrics) and ``epoch_extra() -> Mapping[str, Any]`` (engine-specific
+numbers, the ``extra`` field).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, StepStats
+from fleetgnn.errors import ConfigError
+from fleetgnn.train.checkpoint import (
+    CheckpointDir,
+    CheckpointError,
+    atomic_write_text,
+    capture_rng,
+    restore_rng,
+)
+from fleetgnn.train.config import Config, save_config
+from fleetgnn.train.metrics import MetricsWriter, to_json
+from fleetgnn.types import PathLikeStr
+
+#: Version of the checkpoint layout written by :class:`Trainer`.
+CHECKPOINT_FORMAT = 1
+#: ``train.*`` keys that must match between a checkpoint and the resuming config (the others,
+#: e.g. ``epochs``, ``patience`` or ``checkpoint_every``, may change on resume).
+RESUME_TRAIN_KEYS: tuple[str, ...] = ("engine", "mode", "batch_size", "fanouts", "seed", "dtype")
+
+
+@dataclasses.dataclass
+class StepSums:
+    """Running sums of an epoch's :class:`StepStats` (numerators and denominators).
+
+    Attributes:
+        loss_sum: Sum of per-node losses.
+        correct: Correctly classified training nodes.
+        count: Training nodes.
+        num_steps: Steps added.
+        times: Seconds per phase (all :data:`TIME_KEYS` present).
+        traffic: Bytes per link kind (all :data:`LINK_KINDS` present).
+        elapsed_s: Wall-clock seconds spent in the epoch so far (across interruptions).
+    """
+
+    loss_sum: float = 0.0
+    correct: int = 0
+    count: int = 0
+    num_steps: int = 0
+    times: dict[str, float] = dataclasses.field(
+        default_factory=lambda: dict.fromkeys(TIME_KEYS, 0.0)
+    )
+    traffic: dict[str, int] = dataclasses.field(
+        default_factory=lambda: dict.fromkeys(LINK_KINDS, 0)
+    )
+    elapsed_s: float = 0.0
+
+    def add(self, s: StepStats) -> None:
+        """Add one step's stats."""
+        self.loss_sum += float(s.loss_sum)
+        self.correct += int(s.correct)
+        self.count += int(s.count)
+        self.num_steps += 1
+        for k, v in s.times.items():
+            self.times[k] = self.times.get(k, 0.0) + float(v)
+        for k, v in s.traffic.items():
+            self.traffic[k] = self.traffic.get(k, 0) + int(v)
+
+    def to_epoch_stats(
+        self,
+        epoch: int,
+        memory: Mapping[str, int] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> EpochStats:
+        """The epoch's stats: ``loss = loss_sum / count``, ``train_acc = correct / count``.
+
+        Both are NaN when the epoch had no training nodes.
+        """
+        loss = self.loss_sum / self.count if self.count else math.nan
+        acc = self.correct / self.count if self.count else math.nan
+        return EpochStats(
+            epoch=epoch,
+            loss=loss,
+            train_acc=acc,
+            num_steps=self.num_steps,
+            times=dict(self.times),
+            traffic=dict(self.traffic),
+            memory=dict(memory or {}),
+            extra=dict(extra or {}),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A checkpoint-safe dict (primitives only)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepSums:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            loss_sum=float(d["loss_sum"]),
+            correct=int(d["correct"]),
+            count=int(d["count"]),
+            num_steps=int(d["num_steps"]),
+            times={str(k): float(v) for k, v in d["times"].items()},
+            traffic={str(k): int(v) for k, v in d["traffic"].items()},
+            elapsed_s=float(d["elapsed_s"]),
+        )
+
+
+def aggregate_steps(epoch: int, steps: Sequence[StepStats]) -> EpochStats:
+    """Aggregate step stats into epoch stats from sums (not averages of averages)."""
+    sums = StepSums()
+    for s in steps:
+        sums.add(s)
+    return sums.to_epoch_stats(epoch)
+
+
+@dataclasses.dataclass
+class TrainState:
+    """The Trainer's own resumable state (everything besides the engine's and the RNGs').
+
+    Attributes:
+        epoch: The epoch in progress (or the next one to start).
+        next_step: The next step of ``epoch`` to run.
+        global_step: Optimisation steps taken over the whole run.
+        partial: Summed stats of the steps of ``epoch`` already run.
+        best_epoch: Epoch with the highest ``val_acc`` so far (``None`` before any evaluation).
+        best: Evaluation metrics at ``best_epoch`` (``val_acc``, ``test_acc``, ...).
+        stale_epochs: Early-stopping counter: epochs since ``best_epoch`` at the last evaluation.
+        stopped_early: Training stopped because ``stale_epochs`` reached the patience.
+        epoch_times: Training seconds of each finished epoch.
+        last_train_loss: Training loss of the last finished epoch.
+    """
+
+    epoch: int = 0
+    next_step: int = 0
+    global_step: int = 0
+    partial: StepSums = dataclasses.field(default_factory=StepSums)
+    best_epoch: int | None = None
+    best: dict[str, float] = dataclasses.field(default_factory=dict)
+    stale_epochs: int = 0
+    stopped_early: bool = False
+    epoch_times: list[float] = dataclasses.field(default_factory=list)
+    last_train_loss: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A checkpoint-safe dict (primitives only)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainState:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            epoch=int(d["epoch"]),
+            next_step=int(d["next_step"]),
+            global_step=int(d["global_step"]),
+            partial=StepSums.from_dict(d["partial"]),
+            best_epoch=None if d["best_epoch"] is None else int(d["best_epoch"]),
+            best={str(k): float(v) for k, v in d["best"].items()},
+            stale_epochs=int(d["stale_epochs"]),
+            stopped_early=bool(d["stopped_early"]),
+            epoch_times=[float(t) for t in d["epoch_times"]],
+            last_train_loss=None if d["last_train_loss"] is None else float(d["last_train_loss"]),
+        )
+
+
+class Trainer:
+    """Runs an engine for ``config.train.epochs`` epochs with evaluation and checkpoints.
+
+    Args:
+        engine: The training strategy (owns model, optimizer and data pipeline).
+        config: The run's config (validated by :meth:`fit`).
+        run_dir: Output directory (created by rank 0).
+        console: Where progress, epoch lines and the summary table go (default: stdout).
+        show_progress: Show a progress bar over the steps of each epoch and one line per epoch
+            (rank 0 only).
+
+    Example::
+
+        trainer = Trainer(engine, load_config("run.yaml"), Path("runs/x"))
+        summary = trainer.fit(resume=True)   # resumes if runs/x/checkpoints has a checkpoint
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        config: Config,
+        run_dir: PathLikeStr,
+        *,
+        console: Console | None = None,
+        show_progress: bool = True,
+    ) -> None:
+        self.engine = engine
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.console = console if console is not None else Console()
+        self.show_progress = show_progress
+        self.checkpoints = CheckpointDir(self.run_dir / "checkpoints")
+        self.state = TrainState()
+
+    def __repr__(self) -> str:
+        return (
+            f"Trainer(engine={self.engine.name!r}, rank={self.engine.rank}/"
+            f"{self.engine.world_size}, run_dir={str(self.run_dir)!r})"
+        )
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes files and prints (rank 0)."""
+        return int(self.engine.rank) == 0
+
+    @property
+    def metrics_path(self) -> Path:
+        """``RUN_DIR/metrics.jsonl``."""
+        return self.run_dir / "metrics.jsonl"
+
+    @property
+    def summary_path(self) -> Path:
+        """``RUN_DIR/summary.json``."""
+        return self.run_dir / "summary.json"
+
+    # ---------------------------------------------------------------------------------------
+    # public API
+
+    def fit(self, resume: bool = False) -> dict[str, Any]:
+        """Train until ``train.epochs`` or early stopping; returns the summary.
+
+        Args:
+            resume: Continue from the latest checkpoint in ``RUN_DIR/checkpoints`` (mid-epoch if
+                it was taken mid-epoch). Without a checkpoint the run starts fresh. A fresh run
+                (``resume=False``) seeds Python, NumPy and torch with ``train.seed`` and replaces
+                the run directory's checkpoints and metrics.
+
+        Returns:
+            The summary also written to ``RUN_DIR/summary.json``.
+
+        Raises:
+            ConfigError: Invalid config, or a config incompatible with the checkpoint.
+            CheckpointError: Checkpoints exist but none can be loaded.
+        """
+        cfg = self.config.validate()
+        tc = cfg.train
+        spe = int(self.engine.steps_per_epoch())
+        resumed = self._restore(spe) if resume else False
+        if not resumed:
+            self.state = TrainState()
+            random.seed(tc.seed)
+            np.random.seed(tc.seed)  # noqa: NPY002 (seeding the global state)
+            torch.manual_seed(tc.seed)
+        if self.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, self.run_dir / "config.yaml")
+            if not resumed:
+                self.checkpoints.clear()
+                self.summary_path.unlink(missing_ok=True)
+        writer = (
+            MetricsWriter(self.metrics_path, resume_epoch=self.state.epoch if resumed else None)
+            if self.is_main
+            else None
+        )
+        progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=not (self.show_progress and self.is_main),
+            transient=True,
+        )
+        try:
+            with progress:
+                while self.state.epoch < tc.epochs and not self.state.stopped_early:
+                    self._run_one_epoch(spe, progress, writer)
+        finally:
+            if writer is not None:
+                writer.close()
+        summary = self._summary(spe)
+        if self.is_main:
+            atomic_write_text(self.summary_path, to_json(summary) + "\n")
+            self._print_summary(summary)
+        return summary
+
+    # ---------------------------------------------------------------------------------------
+    # epochs and steps
+
+    def _run_one_epoch(self, spe: int, progress: Progress, writer: MetricsWriter | None) -> None:
+        st, tc = self.state, self.config.train
+        epoch, start = st.epoch, st.next_step
+        task = progress.add_task(f"epoch {epoch}", total=spe, completed=start, loss=_fmt(None))
+        base_elapsed = st.partial.elapsed_s
+        t0 = time.perf_counter()
+
+        def on_step(step: int, stats: StepStats) -> None:
+            if step != st.next_step:
+                raise RuntimeError(
+                    f"engine {self.engine.name!r} reported step {step} of epoch {epoch}, expected "
+                    f"{st.next_step}: run_epoch must report every step in order"
+                )
+            st.partial.add(stats)
+            st.next_step = step + 1
+            st.global_step += 1
+            running = st.partial.loss_sum / st.partial.count if st.partial.count else None
+            progress.update(task, completed=st.next_step, loss=_fmt(running))
+            every = tc.checkpoint_every
+            if every > 0 and st.global_step % every == 0 and st.next_step < spe:
+                st.partial.elapsed_s = base_elapsed + (time.perf_counter() - t0)
+                self._save_checkpoint(spe)
+
+        returned: list[StepStats] = []
+        if start < spe:
+            returned = list(self.engine.run_epoch(epoch, start, on_step))
+        if st.next_step != spe or len(returned) != spe - start:
+            raise RuntimeError(
+                f"engine {self.engine.name!r} ran steps {start}..{st.next_step - 1} of epoch "
+                f"{epoch} and returned {len(returned)} step stats; expected steps {start}.."
+                f"{spe - 1} (steps_per_epoch={spe})"
+            )
+        train_time = base_elapsed + (time.perf_counter() - t0)
+        progress.remove_task(task)
+        stats = st.partial.to_epoch_stats(epoch, self._engine_memory(), self._engine_extra())
+
+        evaluated = (epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1
+        ev: dict[str, float] = {}
+        eval_time = 0.0
+        if evaluated:
+            t1 = time.perf_counter()
+            ev = {k: float(v) for k, v in self.engine.evaluate().items()}
+            eval_time = time.perf_counter() - t1
+            if "val_acc" not in ev:
+                raise RuntimeError(
+                    f"engine {self.engine.name!r}.evaluate() returned keys {sorted(ev)}; it must "
+                    f"return train_acc, val_acc, test_acc and val_loss"
+                )
+            if st.best_epoch is None or ev["val_acc"] > st.best.get("val_acc", -math.inf):
+                st.best_epoch, st.best = epoch, dict(ev)
+            st.stale_epochs = epoch - st.best_epoch
+            if tc.patience is not None and st.stale_epochs >= tc.patience and epoch < tc.epochs - 1:
+                st.stopped_early = True
+
+        record = self._record(stats, ev if evaluated else None, train_time, eval_time)
+        if writer is not None:
+            writer.write(record)
+        if self.is_main and self.show_progress:
+            self.console.print(_epoch_line(record, st.stopped_early))
+
+        st.epoch_times.append(train_time)
+        st.last_train_loss = stats.loss
+        st.epoch, st.next_step, st.partial = epoch + 1, 0, StepSums()
+        self._save_checkpoint(spe)
+
+    def _record(
+        self,
+        stats: EpochStats,
+        ev: Mapping[str, float] | None,
+        train_time: float,
+        eval_time: float,
+    ) -> dict[str, Any]:
+        ev = ev or {}
+        return {
+            "epoch": stats.epoch,
+            "loss": stats.loss,
+            "train_acc": stats.train_acc,
+            "val_acc": ev.get("val_acc"),
+            "test_acc": ev.get("test_acc"),
+            "val_loss": ev.get("val_loss"),
+            "eval_train_acc": ev.get("train_acc"),
+            "evaluated": bool(ev),
+            "epoch_time_s": train_time,
+            "eval_time_s": eval_time,
+            "times": dict(stats.times),
+            "traffic": dict(stats.traffic),
+            "memory": dict(stats.memory),
+            "num_steps": stats.num_steps,
+            "engine": self.engine.name,
+            "world_size": int(self.engine.world_size),
+            "extra": dict(stats.extra),
+        }
+
+    def _engine_memory(self) -> dict[str, int]:
+        """Peak memory per tier from the engine's optional ``peak_memory()`` method."""
+        fn = getattr(self.engine, "peak_memory", None)
+        return {str(k): int(v) for k, v in fn().items()} if callable(fn) else {}
+
+    def _engine_extra(self) -> dict[str, Any]:
+        """Engine-specific numbers from the engine's optional ``epoch_extra()`` method."""
+        fn = getattr(self.engine, "epoch_extra", None)
+        return dict(fn()) if callable(fn) else {}
+
+    # ---------------------------------------------------------------------------------------
+    # checkpoints
+
+    def _save_checkpoint(self, spe: int) -> None:
+        engine_state = self.engine.state_dict()  # on every rank: it may communicate
+        if not self.is_main:
+            return
+        self.checkpoints.save(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "trainer": self.state.to_dict(),
+                "engine": engine_state,
+                "rng": capture_rng(),
+                "config": self.config.to_dict(),
+                "engine_name": self.engine.name,
+                "world_size": int(self.engine.world_size),
+                "steps_per_epoch": spe,
+            }
+        )
+
+    def _restore(self, spe: int) -> bool:
+        ckpt = self.checkpoints.load_latest()
+        if ckpt is None:
+            return False
+        try:
+            fmt = int(ckpt["format"])
+            state = TrainState.from_dict(ckpt["trainer"])
+            saved_cfg = ckpt["config"]
+            saved_spe = int(ckpt["steps_per_epoch"])
+            engine_state = ckpt["engine"]
+            rng = ckpt["rng"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(
+                f"checkpoint in '{self.checkpoints.directory}' lacks trainer state "
+                f"({type(e).__name__}: {e}); it was not written by this version of fleetgnn"
+            ) from e
+        if fmt != CHECKPOINT_FORMAT:
+            raise CheckpointError(
+                f"checkpoint format {fmt} in '{self.checkpoints.directory}' is not supported "
+                f"(expected {CHECKPOINT_FORMAT}); start a fresh run directory"
+            )
+        _check_resumable(saved_cfg, self.config)
+        if state.next_step > 0 and saved_spe != spe:
+            raise ConfigError(
+                f"cannot resume mid-epoch: the checkpoint was taken at step {state.next_step} of "
+                f"epoch {state.epoch} with {saved_spe} steps per epoch, but this run has {spe} "
+                f"(different world size or batch size?); resume with the original settings"
+            )
+        self.engine.load_state_dict(engine_state)
+        restore_rng(rng)
+        self.state = state
+        return True
+
+    # ---------------------------------------------------------------------------------------
+    # summary
+
+    def _summary(self, spe: int) -> dict[str, Any]:
+        st, cfg = self.state, self.config
+        times = st.epoch_times
+        return {
+            "test_acc": st.best.get("test_acc"),
+            "val_acc": st.best.get("val_acc"),
+            "val_loss": st.best.get("val_loss"),
+            "train_acc": st.best.get("train_acc"),
+            "best_epoch": st.best_epoch,
+            "final_train_loss": st.last_train_loss,
+            "epochs": len(times),
+            "stopped_early": st.stopped_early,
+            "mean_epoch_time_s": sum(times) / len(times) if times else None,
+            "total_train_time_s": sum(times),
+            "steps_per_epoch": spe,
+            "total_steps": st.global_step,
+            "engine": self.engine.name,
+            "world_size": int(self.engine.world_size),
+            "model": cfg.model.name,
+            "run_dir": str(self.run_dir),
+            "config": cfg.to_dict(),
+        }
+
+    def _print_summary(self, summary: Mapping[str, Any]) -> None:
+        table = Table(title=f"fleetgnn run summary ({summary['engine']})")
+        table.add_column("metric", style="bold")
+        table.add_column("value", justify="right")
+        for key in (
+            "test_acc",
+            "val_acc",
+            "best_epoch",
+            "final_train_loss",
+            "epochs",
+            "stopped_early",
+            "mean_epoch_time_s",
+            "total_steps",
+            "engine",
+            "world_size",
+            "model",
+        ):
+            table.add_row(key, _fmt(summary.get(key)))
+        self.console.print(table)
+
+
+def _check_resumable(saved: Mapping[str, Any], cfg: Config) -> None:
+    """Raise ConfigError when ``cfg`` differs from the checkpoint's config where it matters."""
+    now = cfg.to_dict()
+    diffs: list[str] = []
+    for section in ("data", "model", "optim"):
+        a, b = saved.get(section, {}), now[section]
+        for k in b:
+            if a.get(k) != b[k]:
+                diffs.append(f"{section}.{k}: checkpoint {a.get(k)!r}, now {b[k]!r}")
+    for k in RESUME_TRAIN_KEYS:
+        a = saved.get("train", {}).get(k)
+        if a != now["train"][k]:
+            diffs.append(f"train.{k}: checkpoint {a!r}, now {now['train'][k]!r}")
+    if diffs:
+        raise ConfigError(
+            "cannot resume: the config differs from the checkpoint's in "
+            + "; ".join(diffs)
+            + ". Resume with the original config, or start a fresh run directory"
+        )
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.4f}"
+    return str(v)
+
+
+def _epoch_line(r: Mapping[str, Any], stopped: bool) -> str:
+    parts = [
+        f"epoch {r['epoch']:>3}",
+        f"loss {_fmt(r['loss'])}",
+        f"train {_fmt(r['train_acc'])}",
+    ]
+    if r["evaluated"]:
+        parts += [f"val {_fmt(r['val_acc'])}", f"test {_fmt(r['test_acc'])}"]
+    parts.append(f"{r['epoch_time_s']:.2f}s")
+    if stopped:
+        parts.append("[yellow]early stop[/]")
+    return "  ".join(parts)

@@ -1,0 +1,56 @@
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleetgnn.errors import FleetgnnError
+from fleetgnn.train.metrics import MetricsWriter, read_metrics, to_json
+
+
+def test_lines_are_flushed_as_written(tmp_path: Path) -> None:
+    p = tmp_path / "metrics.jsonl"
+    with MetricsWriter(p) as w:
+        w.write({"epoch": 0, "loss": 1.0})
+        assert read_metrics(p) == [{"epoch": 0, "loss": 1.0}]  # visible before close
+        w.write({"epoch": 1, "loss": 0.5, "times": {"total": np.float64(0.25)}})
+        assert len(p.read_text().splitlines()) == 2
+    assert read_metrics(p)[1]["times"] == {"total": 0.25}
+    with pytest.raises(RuntimeError, match="closed"):
+        w.write({"epoch": 2})
+
+
+def test_non_finite_become_null() -> None:
+    line = to_json({"loss": math.nan, "x": [math.inf, 1.0], "n": np.int64(3)})
+    assert json.loads(line) == {"loss": None, "x": [None, 1.0], "n": 3}
+
+
+def test_fresh_writer_replaces_file(tmp_path: Path) -> None:
+    p = tmp_path / "m.jsonl"
+    p.write_text('{"epoch": 0}\n{"epoch": 1}\n')
+    MetricsWriter(p).close()
+    assert read_metrics(p) == []
+
+
+def test_resume_keeps_earlier_epochs_and_drops_torn_line(tmp_path: Path) -> None:
+    p = tmp_path / "m.jsonl"
+    p.write_text("".join(json.dumps({"epoch": e, "loss": e / 10}) + "\n" for e in range(4)))
+    with open(p, "a") as f:
+        f.write('{"epoch": 4, "lo')  # a crash in the middle of a line
+    assert [r["epoch"] for r in read_metrics(p)] == [0, 1, 2, 3]
+    with MetricsWriter(p, resume_epoch=2) as w:
+        assert [r["epoch"] for r in read_metrics(p)] == [0, 1]
+        w.write({"epoch": 2, "loss": 9.0})
+    recs = read_metrics(p)
+    assert [r["epoch"] for r in recs] == [0, 1, 2] and recs[2]["loss"] == 9.0
+    assert recs[1]["loss"] == 0.1
+    # every line is complete JSON again
+    assert all(json.loads(line) for line in p.read_text().splitlines())
+
+
+def test_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
+    p = tmp_path / "m.jsonl"
+    p.write_text('{"epoch": 0}\nnot json\n{"epoch": 2}\n')
+    with pytest.raises(FleetgnnError, match="line 2 is not valid JSON"):
+        read_metrics(p)
