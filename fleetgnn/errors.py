@@ -1,8 +1,9 @@
 """User-facing errors.
 
-Every problem caused by the user's input (a malformed file, a bad argument, an inconsistent dataset
-directory) raises a subclass of :class:`FleetgnnError`, which is itself a :class:`ValueError`. The CLI
-prints such errors as one line and exits with status 2; anything else is a bug and shows a traceback.
+Every problem caused by the user's input (a malformed file, a bad argument, an inconsistent
+dataset directory) raises a subclass of :class:`FleetgnnError`, which is itself a
+:class:`ValueError`. The CLI prints such errors as one line and exits with status 2; anything else
+is a bug and shows a traceback.
 Messages name the argument or array, show the bad value, give the valid range and suggest a fix.
 """
 

@@ -9,7 +9,17 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "fleetgnn"
 # bottom up; a package may import itself, the shared base modules, and anything listed before it
 LAYERS = [
-    "graph", "partition", "dist", "store", "sampling", "ops", "nn", "cost", "engines", "train", "cli",
+    "graph",
+    "partition",
+    "dist",
+    "store",
+    "sampling",
+    "ops",
+    "nn",
+    "cost",
+    "engines",
+    "train",
+    "cli",
 ]
 BASE = {"errors", "types"}
 SINGLE_DEVICE = {"nn", "ops"}
@@ -41,7 +51,9 @@ def test_layer_imports_only_layers_below(path):
         if parts[0] == "fleetgnn" and len(parts) > 1 and parts[1] not in allowed:
             if (PKG / parts[1]).exists() or (PKG / f"{parts[1]}.py").exists():
                 bad.append(f"line {line}: {name}")
-        if layer in SINGLE_DEVICE and (name == "torch.distributed" or name.startswith("torch.distributed.")):
+        if layer in SINGLE_DEVICE and (
+            name == "torch.distributed" or name.startswith("torch.distributed.")
+        ):
             bad.append(f"line {line}: {name} (nn/ops stay single-device)")
     assert not bad, f"{path.relative_to(PKG)} ({layer}) imports above its layer: {bad}"
 

@@ -65,12 +65,21 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
         with task_progress(f"generating {args.preset} x{args.scale}") as progress:
             out = prepare_synthetic(
-                args.out, preset=args.preset, scale=args.scale, seed=args.seed,
-                overwrite=args.overwrite, progress=progress,
+                args.out,
+                preset=args.preset,
+                scale=args.scale,
+                seed=args.seed,
+                overwrite=args.overwrite,
+                progress=progress,
             )
     elif args.format == "ogb":
-        out = prepare_ogb(args.root, args.out, name=args.name, overwrite=args.overwrite,
-                          undirected=args.undirected)
+        out = prepare_ogb(
+            args.root,
+            args.out,
+            name=args.name,
+            overwrite=args.overwrite,
+            undirected=args.undirected,
+        )
     else:
         if args.format == "planetoid":
             graph = load_planetoid(args.root, args.name)
@@ -79,8 +88,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             graph = load_npz(args.file, split_seed=args.split_seed)
             source = {"source": "npz", "file": str(args.file)}
         else:
-            graph = load_edgelist(args.edges, features=args.features, labels=args.labels,
-                                  undirected=args.undirected)
+            graph = load_edgelist(
+                args.edges, features=args.features, labels=args.labels, undirected=args.undirected
+            )
             source = {"source": "edgelist", "file": str(args.edges)}
         out = write_dataset(graph, args.out, overwrite=args.overwrite, **source)
     _print_info(out, as_json=False)
@@ -121,8 +131,10 @@ def _add_partition(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parts", type=int, required=True, help="number of parts P >= 1")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--balance", default="nodes",
-        help="metis vertex-weight constraints, comma-separated from nodes,train,edges",
+        "--balance",
+        default=None,
+        help="balance criteria, comma-separated from nodes,train,edges (metis: vertex weights; "
+        "default: edges for range, nodes otherwise)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-save", dest="save", action="store_false", help="report only")
@@ -135,16 +147,23 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from fleetgnn.partition import evaluate, partition
 
     graph = open_dataset(args.dataset)
-    balance = tuple(b.strip() for b in args.balance.split(",") if b.strip())
+    balance = (
+        tuple(b.strip() for b in args.balance.split(",") if b.strip()) if args.balance else None
+    )
     t0 = time.perf_counter()
     book = partition(graph, args.method, args.parts, seed=args.seed, balance=balance)
     seconds = time.perf_counter() - t0
     quality = evaluate(graph, book)
     saved = None
     if args.save:
-        saved = book.save(args.dataset / "partitions" / f"{args.method}-{args.parts}")
-    result = {"method": args.method, "parts": args.parts, "seconds": round(seconds, 4),
-              **quality.to_dict(), "saved_to": str(saved) if saved else None}
+        saved = book.save(args.dataset, overwrite=True)
+    result = {
+        "method": args.method,
+        "parts": args.parts,
+        "seconds": round(seconds, 4),
+        **quality.to_dict(),
+        "saved_to": str(saved) if saved else None,
+    }
     if args.json:
         print(json.dumps(result))
     else:
@@ -161,7 +180,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         description="Train a GNN. With no arguments trains GraphSAGE on the embedded synthetic "
         "default dataset. Writes RUN_DIR/summary.json and RUN_DIR/metrics.jsonl.",
     )
-    p.add_argument("--dataset", type=Path, default=None, help="dataset directory (fleetgnn prepare)")
+    p.add_argument(
+        "--dataset", type=Path, default=None, help="dataset directory (fleetgnn prepare)"
+    )
     p.add_argument("--model", default=None, choices=["gcn", "sage", "gat", "gin"])
     p.add_argument("--mode", default=None, choices=["full", "minibatch"])
     p.add_argument("--engine", default=None, help="reference (more engines in later releases)")
@@ -169,10 +190,21 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--run-dir", type=Path, default=None)
     p.add_argument("--config", type=Path, default=None, help="YAML config file")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set train.lr=0.005 (repeatable)")
-    p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
-                   help="continue the run in RUN_DIR from its latest checkpoint")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.lr=0.005 (repeatable)",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its latest checkpoint",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false")
 
 

@@ -93,16 +93,26 @@ def render_info(info: dict[str, Any], console: Console | None = None) -> None:
         ("edges (directed)", f"{info['num_edges']:,}"),
         ("features", f"{info['num_features']} ({info['feature_dtype']})"),
         ("classes", str(info["num_classes"])),
-        ("train / val / test", f"{info['num_train']:,} / {info['num_val']:,} / {info['num_test']:,}"),
-        ("in-degree min/mean/median/p99/max",
-         f"{deg['min']} / {deg['mean']:.2f} / {deg['median']:.0f} / {deg['p99']:.0f} / {deg['max']}"),
+        (
+            "train / val / test",
+            f"{info['num_train']:,} / {info['num_val']:,} / {info['num_test']:,}",
+        ),
+        (
+            "in-degree min/mean/median/p99/max",
+            f"{deg['min']} / {deg['mean']:.2f} / {deg['median']:.0f} / {deg['p99']:.0f} / "
+            f"{deg['max']}",
+        ),
         ("isolated nodes", f"{info['isolated_nodes']:,}"),
         ("edge weights", "yes" if info["weighted"] else "no"),
         ("partition books", ", ".join(info["partitions"]) or "none"),
     ]
     if "features" in info:
-        rows.append(("feature mean / std",
-                     f"{info['features']['mean']:.4f} / {info['features']['std']:.4f}"))
+        rows.append(
+            (
+                "feature mean / std",
+                f"{info['features']['mean']:.4f} / {info['features']['std']:.4f}",
+            )
+        )
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
@@ -111,8 +121,11 @@ def render_info(info: dict[str, Any], console: Console | None = None) -> None:
 def render_partition(result: dict[str, Any], console: Console | None = None) -> None:
     """Print a partition quality report as a table."""
     console = console or Console()
-    table = Table(title=f"{result['method']} partition into {result['parts']} parts "
-                        f"({result['seconds']:.2f} s)", show_header=False)
+    table = Table(
+        title=f"{result['method']} partition into {result['parts']} parts "
+        f"({result['seconds']:.2f} s)",
+        show_header=False,
+    )
     table.add_column("metric", style="bold")
     table.add_column("value")
     for key, value in result.items():

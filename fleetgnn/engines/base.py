@@ -103,8 +103,10 @@ class Engine(Protocol):
         ...
 
     def evaluate(self) -> dict[str, float]:
-        """Accuracy (and loss) on each split: keys ``train_acc``, ``val_acc``, ``test_acc``,
-        ``val_loss``; aggregated over ranks."""
+        """Accuracy (and loss) on each split, aggregated over ranks.
+
+        Keys: ``train_acc``, ``val_acc``, ``test_acc``, ``val_loss``.
+        """
         ...
 
     def state_dict(self) -> dict[str, Any]:

@@ -199,7 +199,9 @@ class Graph:
         for name in SPLITS:
             arr = getattr(self, name)
             if arr is not None and (arr.ndim != 1 or arr.dtype != np.bool_):
-                raise GraphError(f"'{name}' must be a 1-D bool array (got {arr.dtype}, {arr.shape})")
+                raise GraphError(
+                    f"'{name}' must be a 1-D bool array (got {arr.dtype}, {arr.shape})"
+                )
         if self.edge_weight is not None:
             w = self.edge_weight
             if not isinstance(w, np.ndarray) or w.shape != (indices.size,):
@@ -293,9 +295,7 @@ class Graph:
 
     def dst_of_edges(self) -> np.ndarray:
         """Destination node of each edge, aligned with ``indices`` (``[E]``)."""
-        return np.repeat(
-            np.arange(self.num_nodes, dtype=self.indices.dtype), self.in_degrees()
-        )
+        return np.repeat(np.arange(self.num_nodes, dtype=self.indices.dtype), self.in_degrees())
 
     def node_data(self) -> dict[str, np.ndarray]:
         """The present node arrays by name (``x``, ``y`` and the split masks)."""
@@ -303,7 +303,11 @@ class Graph:
         return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
 
     def __repr__(self) -> str:
-        parts = [f"name={self.name!r}", f"num_nodes={self.num_nodes}", f"num_edges={self.num_edges}"]
+        parts = [
+            f"name={self.name!r}",
+            f"num_nodes={self.num_nodes}",
+            f"num_edges={self.num_edges}",
+        ]
         if self.x is not None:
             parts.append(f"x={tuple(self.x.shape)}:{self.x.dtype}")
         if self.y is not None:
@@ -375,9 +379,7 @@ class Graph:
         """The edge list ``(src, dst)`` in CSC order."""
         return np.asarray(self.indices), self.dst_of_edges()
 
-    def _with_edges(
-        self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray | None
-    ) -> Graph:
+    def _with_edges(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray | None) -> Graph:
         indptr, indices, weight = coo_to_csc(src, dst, self.num_nodes, weight)
         return Graph(
             indptr=indptr,

@@ -229,7 +229,8 @@ def _load_array(root: Path, name: str, spec: dict[str, Any], mmap: bool) -> np.n
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
         raise DatasetError(
-            f"'{path}' cannot be read ({e}); the file is truncated or corrupt, re-create the dataset"
+            f"'{path}' cannot be read ({e}); the file is truncated or corrupt, "
+            f"re-create the dataset"
         ) from e
     want_dtype, want_shape = np.dtype(spec.get("dtype")), tuple(spec.get("shape", ()))
     if arr.dtype != want_dtype or arr.shape != want_shape:

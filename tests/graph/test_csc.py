@@ -51,11 +51,20 @@ def test_repr_is_informative():
 @pytest.mark.parametrize(
     "kwargs, fragment",
     [
-        (dict(indptr=np.array([0, 2, 1, 3], np.int64), indices=np.array([0, 1, 2], np.int32)), "non-decreasing"),
+        (
+            dict(indptr=np.array([0, 2, 1, 3], np.int64), indices=np.array([0, 1, 2], np.int32)),
+            "non-decreasing",
+        ),
         (dict(indptr=np.array([0, 1, 2], np.int64), indices=np.array([0, 5], np.int32)), "[0, 2)"),
         (dict(indptr=np.array([0, 1, 2], np.int64), indices=np.array([0, -1], np.int32)), "-1"),
-        (dict(indptr=np.array([1, 1, 2], np.int64), indices=np.array([0, 1], np.int32)), "indptr[0]"),
-        (dict(indptr=np.array([0, 1, 3], np.int64), indices=np.array([0, 1], np.int32)), "truncated"),
+        (
+            dict(indptr=np.array([1, 1, 2], np.int64), indices=np.array([0, 1], np.int32)),
+            "indptr[0]",
+        ),
+        (
+            dict(indptr=np.array([0, 1, 3], np.int64), indices=np.array([0, 1], np.int32)),
+            "truncated",
+        ),
         (dict(indptr=np.array([0, 1, 2], np.int32), indices=np.array([0, 1], np.int32)), "int64"),
     ],
 )
@@ -76,7 +85,10 @@ def _base(n=4):
         (dict(x=np.zeros((3, 2), np.float32)), "one row per node"),
         (dict(y=np.array([0, 1, 2, 9]), num_classes=3), "label 9"),
         (dict(y=np.array([0, 1, -2, 0])), "label -2"),
-        (dict(train_mask=np.array([1, 0, 0, 0], bool), test_mask=np.array([1, 1, 0, 0], bool)), "overlap"),
+        (
+            dict(train_mask=np.array([1, 0, 0, 0], bool), test_mask=np.array([1, 1, 0, 0], bool)),
+            "overlap",
+        ),
         (dict(x=np.array([[0.0], [np.nan], [1.0], [2.0]])), "non-finite"),
         (dict(x=np.array([[0.0], [np.inf], [1.0], [2.0]])), "allow_nonfinite"),
         (dict(train_mask=np.array([1, 0, 0, 0], np.int8)), "bool"),

@@ -19,8 +19,13 @@ def graph():
         "test_mask": np.arange(n) >= 20,
     }
     return from_edges(
-        rng.integers(0, n, e), rng.integers(0, n, e), n, edge_weight=rng.random(e),
-        node_data=data, num_classes=4, name="toy",
+        rng.integers(0, n, e),
+        rng.integers(0, n, e),
+        n,
+        edge_weight=rng.random(e),
+        node_data=data,
+        num_classes=4,
+        name="toy",
     )
 
 
@@ -29,16 +34,35 @@ def test_roundtrip_is_exact_and_memory_mapped(graph, tmp_path):
     meta = read_meta(out)
     assert meta["format_version"] == 1
     assert (meta["num_nodes"], meta["num_edges"], meta["num_features"], meta["num_classes"]) == (
-        50, 300, 8, 4,
+        50,
+        300,
+        8,
+        4,
     )
     assert meta["source"] == "test"
     assert set(meta["arrays"]) == {
-        "indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask", "edge_weight",
+        "indptr",
+        "indices",
+        "x",
+        "y",
+        "train_mask",
+        "val_mask",
+        "test_mask",
+        "edge_weight",
     }
     g = open_dataset(out)
     assert isinstance(g.x, np.memmap) and isinstance(g.indices, np.memmap)
     assert not g.x.flags.writeable
-    for name in ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask", "edge_weight"):
+    for name in (
+        "indptr",
+        "indices",
+        "x",
+        "y",
+        "train_mask",
+        "val_mask",
+        "test_mask",
+        "edge_weight",
+    ):
         assert np.array_equal(getattr(g, name), getattr(graph, name)), name
         assert getattr(g, name).dtype == getattr(graph, name).dtype
     assert g.num_classes == 4 and g.name == "toy"
