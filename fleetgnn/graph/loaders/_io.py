@@ -1,0 +1,271 @@
+"""Internal helpers shared by the loaders: chunked line reading and strict table parsing.
+
+Text is parsed with :func:`numpy.loadtxt` (C speed) a chunk of lines at a time. Only when a chunk
+fails does a slow path run: a bisection over prefixes of the chunk finds the first bad line, so an
+error always names the file and the 1-based line number, whatever numpy's own message says.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+import warnings
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from fleetgnn.errors import DatasetError
+
+# Exceptions that reading a damaged plain / gzip / zip file can raise.
+READ_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    EOFError,
+    zlib.error,
+    zipfile.BadZipFile,
+    MemoryError,
+)
+_SHOW = 80  # characters of a bad line shown in messages
+
+
+def short(text: str) -> str:
+    """``repr`` of ``text``, cut to a readable length."""
+    return repr(text if len(text) <= _SHOW else text[:_SHOW] + "...")
+
+
+def require_file(path: Path, what: str) -> Path:
+    """Return ``path`` if it is a file, else raise a :class:`DatasetError` naming ``what``."""
+    if not path.is_file():
+        raise DatasetError(
+            f"{what} '{path}' does not exist or is not a file; check the path and the dataset "
+            f"layout"
+        )
+    return path
+
+
+def _open_binary(path: Path) -> IO[bytes]:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def iter_line_chunks(path: Path, chunk_rows: int) -> Iterator[tuple[int, list[str]]]:
+    """Read a text file (``.gz`` transparently) in chunks of lines.
+
+    Args:
+        path: The file.
+        chunk_rows: Lines per chunk.
+
+    Yields:
+        ``(first_line, lines)``: the 1-based number of the chunk's first line and its lines,
+        decoded as UTF-8, without line ends.
+
+    Raises:
+        DatasetError: If the file cannot be opened, is truncated or corrupt, or is not UTF-8.
+    """
+    line_no = 1
+    try:
+        f = _open_binary(path)
+        if path.name.endswith(".gz") and path.stat().st_size == 0:
+            f.close()
+            raise DatasetError(
+                f"'{path}' is empty (0 bytes), not a gzip stream; the file is truncated, obtain "
+                f"it again"
+            )
+    except OSError as e:
+        raise DatasetError(f"'{path}' cannot be opened ({e}); check the path") from e
+    with f:
+        while True:
+            try:
+                raw = list(itertools.islice(f, chunk_rows))
+            except READ_ERRORS as e:
+                raise DatasetError(
+                    f"'{path}' cannot be read at or after line {line_no} ({type(e).__name__}: "
+                    f"{e}); the file is truncated or corrupt, obtain it again"
+                ) from e
+            if not raw:
+                return
+            blob = b"".join(raw)
+            try:
+                text = blob.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad = line_no + blob.count(b"\n", 0, e.start)
+                raise DatasetError(
+                    f"'{path}', line {bad}: not UTF-8 text ({e.reason}, byte "
+                    f"{blob[e.start : e.start + 1]!r}); the file is binary or corrupt"
+                ) from e
+            lines = text.split("\n")
+            if raw[-1].endswith(b"\n"):
+                lines.pop()  # the empty string after the last line end
+            yield line_no, lines
+            line_no += len(raw)
+
+
+def first_true(n: int, pred: Callable[[int], bool]) -> int:
+    """Smallest ``k`` in ``[1, n]`` with ``pred(k)``, for ``pred`` monotone and ``pred(n)`` true."""
+    lo, hi = 0, n  # pred(lo) is false (or lo == 0), pred(hi) is true
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+class Table:
+    """A strict parser for one kind of text table.
+
+    Args:
+        path: File name used in messages.
+        dtype: A plain dtype (every column) or a structured dtype (one field per column).
+        ncols: Expected number of columns (ignored for structured dtypes: one per field).
+        delimiter: Column separator; ``None`` means runs of whitespace.
+        comments: Comment marker, or ``None`` for none.
+        what: Description of one row for messages, e.g. ``"'src,dst'"``.
+        allow_blank: Allow blank (and comment-only) lines; otherwise every line is one row.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        dtype: np.dtype,
+        ncols: int,
+        delimiter: str | None,
+        comments: str | None,
+        what: str,
+        allow_blank: bool = False,
+    ) -> None:
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.ncols = len(self.dtype.names) if self.dtype.names else ncols
+        self.delimiter = delimiter
+        self.comments = comments
+        self.what = what
+        self.allow_blank = allow_blank
+
+    def _loadtxt(self, lines: list[str]) -> np.ndarray:
+        """Parse ``lines``; ``ValueError`` on any malformed line or a wrong column count."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
+            arr = np.loadtxt(
+                lines,
+                dtype=self.dtype,
+                delimiter=self.delimiter,
+                comments=self.comments,
+                ndmin=1 if self.dtype.names else 2,
+            )
+        if self.dtype.names:
+            return arr.reshape(-1)
+        if arr.shape[0] == 0:
+            return np.empty((0, self.ncols), dtype=self.dtype)
+        if arr.shape[1] != self.ncols:
+            raise ValueError(f"expected {self.ncols} columns, found {arr.shape[1]}")
+        return arr
+
+    def _ok(self, lines: list[str]) -> bool:
+        try:
+            self._loadtxt(lines)
+        except (ValueError, TypeError, OverflowError):
+            return False
+        return True
+
+    def parse(self, lines: list[str], first_line: int) -> np.ndarray:
+        """Parse a chunk of lines whose first line has number ``first_line``.
+
+        Whitespace-only lines of a delimited table with ``allow_blank`` are replaced by ``""`` in
+        ``lines`` (in place), so that later :meth:`line_of_row` calls see what was parsed.
+
+        Returns:
+            ``[k, ncols]`` (or ``[k]`` structured) with one row per data line.
+
+        Raises:
+            DatasetError: At the first malformed line, naming the file and the line number.
+        """
+        try:
+            arr = self._loadtxt(lines)
+        except (ValueError, TypeError, OverflowError) as e:
+            err: BaseException = e
+            if self.allow_blank and self.delimiter is not None:
+                # with an explicit delimiter loadtxt takes a whitespace-only line for one empty
+                # value; blank it (on this slow path only) and try again
+                lines[:] = [ln if ln.strip() else "" for ln in lines]
+                try:
+                    arr = self._loadtxt(lines)
+                except (ValueError, TypeError, OverflowError) as e2:
+                    err = e2
+                else:
+                    err = None  # type: ignore[assignment]
+            if err is not None:
+                k = first_true(len(lines), lambda m: not self._ok(lines[:m]))
+                raise DatasetError(self._describe(lines[k - 1], first_line + k - 1, err)) from None
+        if not self.allow_blank and arr.shape[0] != len(lines):
+            k = first_true(len(lines), lambda m: self._loadtxt(lines[:m]).shape[0] < m)
+            raise DatasetError(
+                f"'{self.path}', line {first_line + k - 1}: empty line {short(lines[k - 1])}; "
+                f"every line must hold {self.what}"
+            )
+        return arr
+
+    def line_of_row(self, lines: list[str], first_line: int, row: int) -> int:
+        """The line number holding data row ``row`` of a chunk that parsed without error."""
+        if not self.allow_blank:
+            return first_line + row
+        k = first_true(len(lines), lambda m: self._loadtxt(lines[:m]).shape[0] > row)
+        return first_line + k - 1
+
+    def _describe(self, line: str, line_no: int, err: BaseException) -> str:
+        where = f"'{self.path}', line {line_no}"
+        data = line.split(self.comments, 1)[0] if self.comments else line
+        tokens = data.split(self.delimiter) if self.delimiter else data.split()
+        if len(tokens) != self.ncols:
+            return (
+                f"{where}: expected {self.ncols} column(s) {self.what}, found {len(tokens)} in "
+                f"{short(line)}; fix or remove the line"
+            )
+        names = self.dtype.names or ()
+        for i, tok in enumerate(tokens):
+            dt = self.dtype[names[i]] if names else self.dtype
+            try:
+                if not tok.strip():
+                    raise ValueError("empty value")
+                np.loadtxt([tok.strip()], dtype=dt, ndmin=1)
+            except (ValueError, TypeError, OverflowError):
+                kind = "an integer in [-2^63, 2^63)" if dt.kind in "iu" else "a number"
+                return (
+                    f"{where}, column {i + 1}: cannot parse {short(tok.strip())} as {kind} "
+                    f"(line {short(line)}); each line must hold {self.what}"
+                )
+        return f"{where}: cannot parse {short(line)} ({err}); each line must hold {self.what}"
+
+
+def load_npy(path: str | os.PathLike[str], what: str) -> np.ndarray:
+    """Load a ``.npy`` array without pickle support, mapping every failure to DatasetError."""
+    p = require_file(Path(path), what)
+    try:
+        arr = np.load(p, allow_pickle=False)
+    except ValueError as e:
+        raise DatasetError(
+            f"{what} '{p}' cannot be loaded ({e}); it is truncated or corrupt, or holds Python "
+            f"objects (refused: pickle is disabled for safety); save a numeric array with np.save"
+        ) from e
+    except READ_ERRORS as e:
+        raise DatasetError(f"{what} '{p}' cannot be read ({e}); it is truncated or corrupt") from e
+    if not isinstance(arr, np.ndarray):
+        raise DatasetError(f"{what} '{p}' is not a single .npy array (got {type(arr).__name__})")
+    return arr
+
+
+def check_dense_size(shape: tuple[int, ...], itemsize: int, limit: int, what: str) -> None:
+    """Refuse a dense allocation larger than ``limit`` bytes (a corrupt or hostile shape)."""
+    nbytes = int(np.prod(np.asarray(shape, dtype=object))) * itemsize
+    if nbytes > limit:
+        raise DatasetError(
+            f"{what} of shape {tuple(shape)} would take {nbytes / 2**30:.1f} GiB as a dense array, "
+            f"above max_dense_bytes = {limit / 2**30:.1f} GiB; the file is corrupt, or raise "
+            f"max_dense_bytes if this size is intended"
+        )

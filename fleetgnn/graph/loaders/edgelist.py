@@ -1,0 +1,198 @@
+"""Edge lists in text form (``src dst [weight]`` per line), with optional ``.npy`` node data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from fleetgnn.errors import DatasetError, FleetgnnError
+from fleetgnn.graph.csc import Graph, from_edges
+from fleetgnn.graph.loaders._io import Table, iter_line_chunks, load_npy, require_file, short
+from fleetgnn.graph.loaders.splits import random_split
+
+_CHUNK_LINES = 1 << 20
+_WEIGHTED = np.dtype([("src", np.int64), ("dst", np.int64), ("weight", np.float64)])
+_SPARSE_FACTOR = 64  # inferred N may exceed the number of ID occurrences by this factor ...
+_SPARSE_SLACK = 1 << 24  # ... plus this many nodes before IDs count as unreasonably sparse
+
+
+def _layout(path: Path, comments: str | None) -> tuple[str | None, int, int]:
+    """``(delimiter, columns, line number)`` of the first data line (``(None, 2, 0)`` if none)."""
+    for first, lines in iter_line_chunks(path, 4096):
+        for i, line in enumerate(lines):
+            data = line.split(comments, 1)[0] if comments else line
+            if data.strip():
+                delim = "," if "," in data else None
+                return delim, len(data.split(delim) if delim else data.split()), first + i
+    return None, 2, 0
+
+
+def load_edgelist(
+    edges: str | os.PathLike[str],
+    features: str | os.PathLike[str] | None = None,
+    labels: str | os.PathLike[str] | None = None,
+    undirected: bool = False,
+    num_nodes: int | None = None,
+    comments: str | None = "#",
+    *,
+    num_train_per_class: int = 20,
+    num_val: int = 500,
+    num_test: int = 1000,
+    split_seed: int = 0,
+    name: str | None = None,
+) -> Graph:
+    """Load a text edge list and optional ``.npy`` features and labels.
+
+    Each data line holds ``src dst`` (0-based integer node IDs) separated by whitespace or by one
+    comma (the first data line decides; every line must then use the same separator), and
+    optionally a third column, the edge weight, which must then be on every line. Text after
+    ``comments`` and blank lines are ignored. A ``.gz`` file is decompressed on the fly. Edges
+    keep the file's order per destination and are not deduplicated unless ``undirected``.
+
+    Edge lists carry no split: without ``labels`` no masks are set. With ``labels`` a
+    deterministic split is drawn by :func:`~fleetgnn.graph.loaders.splits.random_split`
+    (``split_seed`` shuffles the labelled nodes; the first ``num_train_per_class`` per class
+    train, then ``num_val`` validate, ``num_test`` test).
+
+    Args:
+        edges: The edge-list file.
+        features: Optional ``.npy`` float ``[N, F]`` (integer / bool values are cast to float32).
+        labels: Optional ``.npy`` integer ``[N]``, ``-1`` = unlabelled.
+        undirected: Add every missing reverse edge and merge duplicates
+            (:meth:`Graph.to_undirected`).
+        num_nodes: Node count; default ``max(max ID + 1, rows of features, rows of labels)``.
+        comments: Comment marker (``None``: no comments).
+        num_train_per_class: Training nodes per class (only with ``labels``).
+        num_val: Validation nodes (only with ``labels``).
+        num_test: Test nodes (only with ``labels``).
+        split_seed: Seed of the split.
+        name: Graph name (default: the file name up to its first dot).
+
+    Returns:
+        The validated graph.
+
+    Raises:
+        DatasetError: A malformed line (with the file name and line number), negative or
+            out-of-range IDs, features / labels of the wrong shape or type, or IDs so sparse
+            that the inferred node count exceeds ``64 * (2 E + feature and label rows) + 2^24``
+            (relabel the IDs, or pass ``num_nodes`` to accept the size).
+    """
+    path = require_file(Path(edges), "edge list")
+    if comments is not None and (not isinstance(comments, str) or not comments.strip()):
+        raise DatasetError(f"'comments' must be a non-blank string or None (got {comments!r})")
+    if num_nodes is not None and (
+        isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)) or num_nodes < 0
+    ):
+        raise DatasetError(f"'num_nodes' must be an integer >= 0 (got {num_nodes!r})")
+    delim, ncols, first_data = _layout(path, comments)
+    if ncols not in (2, 3):
+        raise DatasetError(
+            f"'{path}', line {first_data}: expected 2 columns 'src dst' or 3 'src dst weight' "
+            f"(found {ncols}); fix the file or pass the right 'comments' marker"
+        )
+    weighted = ncols == 3
+    what = "'src dst weight'" if weighted else "'src dst'"
+    table = Table(
+        path, _WEIGHTED if weighted else np.dtype(np.int64), ncols, delim, comments, what, True
+    )
+    srcs, dsts, weights = [], [], []
+    max_id = -1
+    for first, lines in iter_line_chunks(path, _CHUNK_LINES):
+        arr = table.parse(lines, first)
+        if weighted:
+            s, d, w = arr["src"], arr["dst"], arr["weight"]
+            if w.size and not np.isfinite(w).all():
+                r = int(np.flatnonzero(~np.isfinite(w))[0])
+                line = table.line_of_row(lines, first, r)
+                raise DatasetError(
+                    f"'{path}', line {line}: edge weight {w[r]} is not finite "
+                    f"({short(lines[line - first])})"
+                )
+            weights.append(w)
+        else:
+            s, d = arr[:, 0], arr[:, 1]
+        for col, ids in (("source", s), ("destination", d)):
+            bad = (
+                np.flatnonzero(ids < 0)
+                if num_nodes is None
+                else np.flatnonzero((ids < 0) | (ids >= num_nodes))
+            )
+            if bad.size:
+                r = int(bad[0])
+                line = table.line_of_row(lines, first, r)
+                valid = "[0, 2^63)" if num_nodes is None else f"[0, {num_nodes})"
+                raise DatasetError(
+                    f"'{path}', line {line}: {col} node ID {int(ids[r])} is outside {valid} "
+                    f"({short(lines[line - first])}); IDs must be 0-based"
+                    + ("" if num_nodes is None else " and below num_nodes")
+                )
+        if s.size:
+            max_id = max(max_id, int(s.max()), int(d.max()))
+        srcs.append(s)
+        dsts.append(d)
+    src = np.concatenate(srcs) if srcs else np.zeros(0, np.int64)
+    dst = np.concatenate(dsts) if dsts else np.zeros(0, np.int64)
+    weight = (np.concatenate(weights) if weights else np.zeros(0)) if weighted else None
+
+    node_data: dict[str, np.ndarray] = {}
+    if features is not None:
+        x = load_npy(features, "features file")
+        if x.ndim != 2 or x.dtype.kind not in "biuf":
+            raise DatasetError(
+                f"features '{features}' must be a numeric [N, F] array (got {x.dtype} {x.shape})"
+            )
+        node_data["x"] = x if x.dtype.kind == "f" else x.astype(np.float32)
+    if labels is not None:
+        y = load_npy(labels, "labels file")
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        if y.ndim != 1 or y.dtype.kind not in "iu":
+            raise DatasetError(
+                f"labels '{labels}' must be an integer [N] array of class IDs, -1 = unlabelled "
+                f"(got {y.dtype} {y.shape})"
+            )
+        y = y.astype(np.int64)
+        if y.size and int(y.min()) < -1:
+            raise DatasetError(f"labels '{labels}' hold {int(y.min())}; use -1 for unlabelled")
+        node_data["y"] = y
+    rows = {k: int(v.shape[0]) for k, v in node_data.items()}
+    if num_nodes is None:
+        n = max([max_id + 1, *rows.values()])
+        if n > _SPARSE_FACTOR * (2 * src.size + sum(rows.values())) + _SPARSE_SLACK:
+            raise DatasetError(
+                f"'{path}': the largest node ID is {max_id} but there are only {src.size} edges; "
+                f"such sparse IDs would allocate {n} nodes. Relabel the IDs to 0..N-1, or pass "
+                f"num_nodes to confirm the size"
+            )
+    else:
+        n = int(num_nodes)
+    for key, r in rows.items():
+        if r != n:
+            arg = "features" if key == "x" else "labels"
+            raise DatasetError(
+                f"{arg} '{features if key == 'x' else labels}' has {r} rows but the graph has {n} "
+                f"nodes (max ID in the edge list + 1 = {max_id + 1}"
+                + ("" if num_nodes is None else f", num_nodes = {num_nodes}")
+                + f"); give one {arg} row per node"
+            )
+    num_classes = None
+    if "y" in node_data:
+        y = node_data["y"]
+        num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
+        train, val, test = random_split(y, num_train_per_class, num_val, num_test, split_seed)
+        node_data.update(train_mask=train, val_mask=val, test_mask=test)
+    try:
+        g = from_edges(
+            src,
+            dst,
+            n,
+            edge_weight=weight,
+            node_data=node_data,
+            num_classes=num_classes,
+            name=name if name is not None else path.name.split(".")[0] or "graph",
+        )
+        return g.to_undirected() if undirected else g
+    except FleetgnnError as e:
+        raise DatasetError(f"'{path}' does not give a valid graph: {e}") from e

@@ -1,0 +1,225 @@
+"""gnn-benchmark ``.npz`` graphs (Shchur et al., "Pitfalls of GNN evaluation"; PyG CitationFull).
+
+Layout: the adjacency ``A[src, dst]`` as CSR arrays ``adj_data`` / ``adj_indices`` / ``adj_indptr``
+/ ``adj_shape``; features as CSR ``attr_data`` / ``attr_indices`` / ``attr_indptr`` /
+``attr_shape`` or a dense ``attr_matrix``; ``labels`` ``[N]``. Other keys (``idx_to_node``,
+``class_names``, ``node_names``, ...) are ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from fleetgnn.errors import DatasetError, FleetgnnError
+from fleetgnn.graph.csc import Graph, from_edges
+from fleetgnn.graph.loaders._io import READ_ERRORS, check_dense_size, require_file
+from fleetgnn.graph.loaders.splits import random_split
+
+ADJ_KEYS: tuple[str, ...] = ("adj_data", "adj_indices", "adj_indptr", "adj_shape")
+ATTR_KEYS: tuple[str, ...] = ("attr_data", "attr_indices", "attr_indptr", "attr_shape")
+_MAX_DENSE_BYTES = 8 << 30
+
+
+def _read(path: Path) -> dict[str, np.ndarray]:
+    """Every array the loader may use, read eagerly with pickle disabled."""
+    wanted = (*ADJ_KEYS, *ATTR_KEYS, "attr_matrix", "labels")
+    try:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise DatasetError(
+                f"'{path}' is a single .npy array, not an .npz archive of the gnn-benchmark layout"
+            )
+        with z:
+            bad = z.zip.testzip()  # CRC of every member, and names that match their headers
+            if bad is not None:
+                raise DatasetError(
+                    f"'{path}': member {bad!r} fails its CRC or header check; the file is "
+                    f"corrupt, obtain it again"
+                )
+            return {k: z[k] for k in wanted if k in z.files}
+    except FleetgnnError:
+        raise
+    except ValueError as e:
+        raise DatasetError(
+            f"'{path}' cannot be loaded ({e}); it is truncated or corrupt, or holds Python "
+            f"objects (refused: pickle is disabled for safety); re-save it with numeric arrays"
+        ) from e
+    except (*READ_ERRORS, KeyError, NotImplementedError, zipfile.LargeZipFile) as e:
+        raise DatasetError(
+            f"'{path}' cannot be read ({type(e).__name__}: {e}); the file is truncated or "
+            f"corrupt, obtain it again"
+        ) from e
+
+
+def _shape(arrays: dict[str, np.ndarray], key: str, path: Path) -> tuple[int, int]:
+    s = arrays[key]
+    if s.shape != (2,) or s.dtype.kind not in "iu" or int(s.min()) < 0:
+        raise DatasetError(
+            f"'{path}': '{key}' must be two non-negative integers (rows, cols) (got {s.dtype} "
+            f"{s.tolist() if s.size <= 4 else s.shape})"
+        )
+    return int(s[0]), int(s[1])
+
+
+def _csr(
+    arrays: dict[str, np.ndarray], prefix: str, path: Path
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+    """Checked ``(data, indices, indptr, shape)`` of the CSR matrix stored under ``prefix``."""
+    rows, cols = _shape(arrays, f"{prefix}_shape", path)
+    data, indices, indptr = (arrays[f"{prefix}_{k}"] for k in ("data", "indices", "indptr"))
+    where = f"'{path}': {prefix}_*"
+    if data.ndim != 1 or indices.ndim != 1 or indptr.ndim != 1:
+        raise DatasetError(
+            f"{where} arrays must be 1-D (got {data.shape}, {indices.shape}, {indptr.shape})"
+        )
+    if indices.dtype.kind not in "iu" or indptr.dtype.kind not in "iu":
+        raise DatasetError(
+            f"{where}: indices and indptr must be integers ({indices.dtype}, {indptr.dtype})"
+        )
+    if data.dtype.kind not in "biuf":
+        raise DatasetError(f"{where}: '{prefix}_data' must be numeric (got {data.dtype})")
+    if indptr.size != rows + 1:
+        raise DatasetError(
+            f"{where}: '{prefix}_indptr' has {indptr.size} entries but {prefix}_shape says "
+            f"{rows} rows (needs rows + 1 = {rows + 1}); the arrays do not belong together"
+        )
+    if data.size != indices.size or int(indptr[0]) != 0 or int(indptr[-1]) != indices.size:
+        raise DatasetError(
+            f"{where}: indptr must run from 0 to len(indices) = {indices.size} (got "
+            f"{int(indptr[0])}..{int(indptr[-1])}) and data must match indices ({data.size} vs "
+            f"{indices.size}); the file is corrupt"
+        )
+    if rows and bool(np.any(np.diff(indptr.astype(np.int64)) < 0)):
+        raise DatasetError(f"{where}: '{prefix}_indptr' must be non-decreasing")
+    if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= cols):
+        bad = int(indices.min()) if int(indices.min()) < 0 else int(indices.max())
+        raise DatasetError(
+            f"{where}: column index {bad} is outside [0, {cols}) given by {prefix}_shape"
+        )
+    return data, indices.astype(np.int64), indptr.astype(np.int64), (rows, cols)
+
+
+def load_npz(
+    file: str | os.PathLike[str],
+    *,
+    undirected: bool = True,
+    num_train_per_class: int = 20,
+    num_val: int = 500,
+    num_test: int = 1000,
+    split_seed: int = 0,
+    name: str | None = None,
+    max_dense_bytes: int = _MAX_DENSE_BYTES,
+) -> Graph:
+    """Load a gnn-benchmark ``.npz`` graph with a deterministic random split.
+
+    The file is read with ``np.load(allow_pickle=False)`` after a CRC check of every member: an
+    archive whose needed arrays require pickling (object arrays) is refused (pickled metadata
+    under ignored keys, such as ``idx_to_node`` in some releases, is never unpickled).
+
+    The adjacency ``A[src, dst]`` gives an edge ``src -> dst`` per stored entry (explicit zeros
+    are dropped). With ``undirected=True`` (default; the published graphs are undirected but
+    mostly stored one way: ``cora.npz`` holds 5429 entries for its 10556 directed edges) every
+    missing reverse edge is added, duplicates are merged and self loops dropped, as GNN
+    baselines expect; ``undirected=False`` keeps the stored entries as they are. Values other
+    than 1 in ``adj_data`` become ``edge_weight``.
+
+    No split ships with these files, so one is drawn by :func:`random_split`: ``split_seed``
+    shuffles the labelled nodes, the first ``num_train_per_class`` of each class train, the next
+    ``num_val`` validate, the next ``num_test`` test (the Planetoid-style 20 / 500 / 1000).
+    Without ``labels`` there is no ``y`` and no split.
+
+    Features (CSR ``attr_*`` or dense ``attr_matrix``) are dense float32, ``N * F * 4`` bytes.
+
+    Args:
+        file: The ``.npz`` file.
+        undirected: Symmetrise, deduplicate and drop self loops.
+        num_train_per_class: Training nodes per class.
+        num_val: Validation nodes.
+        num_test: Test nodes.
+        split_seed: Seed of the split.
+        name: Graph name (default: the file name without ``.npz``).
+        max_dense_bytes: Refuse feature matrices whose dense form would exceed this size.
+
+    Returns:
+        The validated graph.
+
+    Raises:
+        DatasetError: A missing, corrupt or inconsistent file, or too few labelled nodes.
+    """
+    path = require_file(Path(file), "npz file")
+    arrays = _read(path)
+    missing = [k for k in ADJ_KEYS if k not in arrays]
+    if missing:
+        raise DatasetError(
+            f"'{path}' lacks {', '.join(missing)}; a gnn-benchmark .npz stores the adjacency as "
+            f"{', '.join(ADJ_KEYS)}"
+        )
+    data, indices, indptr, (n, n2) = _csr(arrays, "adj", path)
+    if n != n2:
+        raise DatasetError(f"'{path}': adj_shape must be square [N, N] (got [{n}, {n2}])")
+    if data.size and not np.isfinite(data).all():
+        raise DatasetError(f"'{path}': adj_data holds non-finite values")
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    nonzero = data != 0
+    src, dst, w = src[nonzero], indices[nonzero], data[nonzero]
+    weight = None if bool(np.all(w == 1)) else w.astype(np.float32)
+
+    node_data: dict[str, np.ndarray] = {}
+    if "attr_matrix" in arrays:
+        x = arrays["attr_matrix"]
+        if x.ndim != 2 or x.dtype.kind not in "biuf" or x.shape[0] != n:
+            raise DatasetError(
+                f"'{path}': attr_matrix must be a numeric [N={n}, F] array (got {x.dtype} "
+                f"{x.shape})"
+            )
+        check_dense_size(x.shape, 4, max_dense_bytes, f"'{path}' features")
+        node_data["x"] = x.astype(np.float32)
+    elif any(k in arrays for k in ATTR_KEYS):
+        missing = [k for k in ATTR_KEYS if k not in arrays]
+        if missing:
+            raise DatasetError(f"'{path}' has sparse features but lacks {', '.join(missing)}")
+        a_data, a_idx, a_ptr, (rows, f) = _csr(arrays, "attr", path)
+        if rows != n:
+            raise DatasetError(f"'{path}': attr_shape has {rows} rows but the graph {n} nodes")
+        check_dense_size((n, f), 4, max_dense_bytes, f"'{path}' features")
+        node_data["x"] = sp.csr_matrix(
+            (a_data.astype(np.float32), a_idx, a_ptr), shape=(n, f)
+        ).toarray()
+    num_classes = None
+    if "labels" in arrays:
+        y = arrays["labels"]
+        if y.shape != (n,) or y.dtype.kind not in "iu":
+            raise DatasetError(
+                f"'{path}': labels must be an integer array of shape ({n},) (got {y.dtype} "
+                f"{y.shape}); multi-label (sparse labels_*) files are not supported"
+            )
+        y = y.astype(np.int64)
+        if y.size and int(y.min()) < -1:
+            raise DatasetError(f"'{path}': labels hold {int(y.min())}; use -1 for unlabelled")
+        node_data["y"] = y
+        num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
+        train, val, test = random_split(y, num_train_per_class, num_val, num_test, split_seed)
+        node_data.update(train_mask=train, val_mask=val, test_mask=test)
+
+    if undirected:
+        loops = src == dst
+        src, dst = src[~loops], dst[~loops]
+        weight = None if weight is None else weight[~loops]
+    try:
+        g = from_edges(
+            src,
+            dst,
+            n,
+            edge_weight=weight,
+            node_data=node_data,
+            num_classes=num_classes,
+            name=name if name is not None else path.name.removesuffix(".npz"),
+        )
+        return g.to_undirected() if undirected else g
+    except FleetgnnError as e:
+        raise DatasetError(f"'{path}' holds an invalid graph: {e}") from e

@@ -1,0 +1,375 @@
+"""OGB node-property datasets (``ogbn-*``) from their raw CSV files, streamed to a dataset folder.
+
+Input layout (as unpacked from the OGB release; ``root`` is e.g. ``.../ogbn_products``)::
+
+    raw/edge.csv.gz              "src,dst" per line, E lines
+    raw/num-node-list.csv.gz     one integer: N
+    raw/num-edge-list.csv.gz     one integer: E
+    raw/node-feat.csv.gz         optional: N lines of F comma-separated floats
+    raw/node-label.csv.gz        optional: N lines, one label each ("nan" = unlabelled)
+    raw/edge-feat.csv.gz         optional, ignored
+    split/<split_name>/{train,valid,test}.csv.gz   optional: one node ID per line
+
+Memory stays bounded by ``O(N + chunk_rows * F)`` whatever ``E`` is: edges are parsed in chunks
+into temporary ``.npy`` memory maps next to ``out``, then the CSC arrays are built by a two-pass
+counting sort straight into the dataset's memory maps (see :func:`prepare_ogb`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from fleetgnn.errors import DatasetError
+from fleetgnn.graph.csc import index_dtype
+from fleetgnn.graph.dataset import DatasetWriter
+from fleetgnn.graph.loaders._io import Table, iter_line_chunks, require_file, short
+
+SPLIT_FILES: dict[str, str] = {"train_mask": "train", "val_mask": "valid", "test_mask": "test"}
+
+
+def _read_count(path: Path) -> int:
+    table = Table(path, np.dtype(np.int64), 1, ",", None, "one integer")
+    rows = [table.parse(lines, first)[:, 0] for first, lines in iter_line_chunks(path, 16)]
+    vals = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    if vals.size != 1 or int(vals[0]) < 0:
+        raise DatasetError(
+            f"'{path}' must hold exactly one integer >= 0 (got {vals.size} values: "
+            f"{vals[:4].tolist()}); node-property datasets consist of one graph"
+        )
+    return int(vals[0])
+
+
+def _chunks(n: int, step: int) -> Iterator[tuple[int, int]]:
+    for lo in range(0, n, step):
+        yield lo, min(n, lo + step)
+
+
+def _add_counts(counts: np.ndarray, ids: np.ndarray) -> None:
+    """``counts[ids] += 1`` per occurrence, in time proportional to ``len(ids)`` when small."""
+    if 4 * ids.size >= counts.size:
+        counts += np.bincount(ids, minlength=counts.size)
+    else:
+        uniq, cnt = np.unique(ids, return_counts=True)
+        counts[uniq] += cnt
+
+
+def _scatter(out: np.ndarray, cursor: np.ndarray, dst: np.ndarray, src: np.ndarray) -> None:
+    """Append ``src[i]`` to the segment of ``dst[i]`` at ``cursor[dst[i]]``, keeping input order.
+
+    Vectorised, without ``np.add.at``: a stable sort groups the chunk by destination, the rank of
+    an edge inside its group is its offset past the cursor, and each cursor then advances by the
+    group's size.
+    """
+    order = np.argsort(dst, kind="stable")
+    d = dst[order].astype(np.int64)
+    first = np.searchsorted(d, d, side="left")
+    pos = cursor[d] + (np.arange(d.size, dtype=np.int64) - first)
+    out[pos] = src[order]
+    uniq, cnt = np.unique(d, return_counts=True)
+    cursor[uniq] += cnt
+
+
+def _dedup_segments(buf: np.ndarray, indptr: np.ndarray, chunk_edges: int) -> np.ndarray:
+    """Sort every CSC segment of ``buf`` and drop repeated sources, compacting ``buf`` in place.
+
+    Node ranges holding about ``chunk_edges`` edges are processed at a time (a single node may
+    exceed that). The write position never passes the read position, so compaction in place is
+    safe once a range has been read.
+
+    Returns:
+        The new ``indptr`` (int64 ``[N + 1]``); ``buf[:indptr[-1]]`` holds the result.
+    """
+    n = indptr.size - 1
+    new_deg = np.zeros(n, dtype=np.int64)
+    write = 0
+    lo = 0
+    while lo < n:
+        hi = int(np.searchsorted(indptr, indptr[lo] + chunk_edges, side="right")) - 1
+        hi = min(n, max(hi, lo + 1))
+        a, b = int(indptr[lo]), int(indptr[hi])
+        seg = np.asarray(buf[a:b], dtype=np.int64)
+        local = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(indptr[lo : hi + 1]))
+        order = np.lexsort((seg, local))
+        seg, local = seg[order], local[order]
+        keep = np.ones(seg.size, dtype=bool)
+        keep[1:] = (seg[1:] != seg[:-1]) | (local[1:] != local[:-1])
+        kept = seg[keep]
+        buf[write : write + kept.size] = kept
+        new_deg[lo:hi] = np.bincount(local[keep], minlength=hi - lo)
+        write += kept.size
+        lo = hi
+    out = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(new_deg, out=out[1:])
+    return out
+
+
+def _split_dir(root: Path, name: str | None) -> Path | None:
+    split_root = root / "split"
+    if name is not None:
+        d = split_root / name
+        if not d.is_dir():
+            have = (
+                sorted(p.name for p in split_root.iterdir() if p.is_dir())
+                if (split_root.is_dir())
+                else []
+            )
+            raise DatasetError(
+                f"split {name!r} not found: '{d}' is not a directory (available: {have or 'none'})"
+            )
+        return d
+    if not split_root.is_dir():
+        return None
+    subdirs = sorted(p for p in split_root.iterdir() if p.is_dir())
+    if len(subdirs) == 1:
+        return subdirs[0]
+    if not subdirs:
+        return None
+    raise DatasetError(
+        f"'{split_root}' holds several splits ({', '.join(p.name for p in subdirs)}); choose one "
+        f"with name=..."
+    )
+
+
+def prepare_ogb(
+    root: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    name: str | None = None,
+    overwrite: bool = False,
+    chunk_rows: int = 1_000_000,
+    *,
+    undirected: bool = False,
+    dataset_name: str | None = None,
+) -> Path:
+    """Convert an OGB node-property dataset's raw files into a fleetgnn dataset directory.
+
+    The graph is taken as given: line ``i`` of ``edge.csv.gz`` is the directed edge
+    ``src -> dst``, kept in file order within each destination, duplicates kept. OGB stores some
+    undirected graphs one way only (``ogbn-products``, ``ogbn-proteins``; ``ogbn-arxiv`` and
+    ``ogbn-papers100M`` are citation graphs, directed): pass ``undirected=True`` to also store
+    every reverse edge, which makes the result equal to ``Graph.to_undirected()`` of the directed
+    graph (each node's in-neighbours sorted by ID, duplicate edges merged).
+
+    Steps, all in bounded memory (``O(N)`` counters plus one chunk):
+
+    1. parse ``edge.csv.gz`` in chunks of ``chunk_rows`` lines, check every ID against
+       ``num-node-list``, write ``src`` / ``dst`` to temporary memory maps and count in-degrees;
+    2. ``indptr`` = cumulative in-degrees; a second pass over the temporary edges scatters each
+       chunk's sources into their destinations' segments (stable sort of the chunk by
+       destination, running cursor per destination);
+    3. with ``undirected``, pass 2 also scatters the reverse edges, and a third pass sorts and
+       deduplicates each segment in place;
+    4. features, labels and split masks are streamed in the same chunks.
+
+    Labels: ``nan`` marks an unlabelled node (``y = -1``); other values must be integers >= 0.
+    A malformed line raises :class:`DatasetError` with the file name and line number; counts
+    that disagree with ``num-node-list`` / ``num-edge-list`` are refused too.
+
+    Args:
+        root: The dataset folder holding ``raw/`` and ``split/``.
+        out: The dataset directory to write (must not exist unless ``overwrite``).
+        name: Name of the split subdirectory of ``split/``; needed only when there are several.
+        overwrite: Replace an existing ``out`` once the new dataset is complete.
+        chunk_rows: Lines (and edges) handled per step.
+        undirected: Store every reverse edge too (and merge duplicates).
+        dataset_name: Name stored in ``meta.json`` (default: the name of ``root``).
+
+    Returns:
+        The dataset directory, to open with :func:`fleetgnn.graph.dataset.open_dataset`.
+
+    Raises:
+        DatasetError: Missing, malformed or inconsistent input files, or an existing ``out``.
+    """
+    root = Path(root)
+    out = Path(out)
+    if (
+        isinstance(chunk_rows, bool)
+        or not isinstance(chunk_rows, (int, np.integer))
+        or (chunk_rows < 1)
+    ):
+        raise DatasetError(f"'chunk_rows' must be an integer >= 1 (got {chunk_rows!r})")
+    chunk_rows = int(chunk_rows)
+    if not root.is_dir():
+        raise DatasetError(f"OGB dataset folder '{root}' does not exist; check 'root'")
+    raw = root / "raw"
+    edge_file = require_file(raw / "edge.csv.gz", "OGB edge file")
+    n = _read_count(require_file(raw / "num-node-list.csv.gz", "OGB node count file"))
+    e = _read_count(require_file(raw / "num-edge-list.csv.gz", "OGB edge count file"))
+    split_dir = _split_dir(root, name)
+    idt = index_dtype(n)
+    total = 2 * e if undirected else e
+
+    with DatasetWriter(out, name=dataset_name or root.name, overwrite=overwrite) as w:
+        with tempfile.TemporaryDirectory(prefix=f".{out.name}.edges-", dir=out.parent) as tmp:
+            t_src = np.lib.format.open_memmap(Path(tmp) / "src.npy", "w+", idt, (e,))
+            t_dst = np.lib.format.open_memmap(Path(tmp) / "dst.npy", "w+", idt, (e,))
+            counts = np.zeros(n, dtype=np.int64)
+            table = Table(edge_file, np.dtype(np.int64), 2, ",", None, "'src,dst'")
+            seen = 0
+            for first, lines in iter_line_chunks(edge_file, chunk_rows):
+                if seen + len(lines) > e:
+                    raise DatasetError(
+                        f"'{edge_file}' has more than {e} lines, the edge count in "
+                        f"num-edge-list.csv.gz (line {e + 1}: {short(lines[e - seen])}); the "
+                        f"files do not belong together"
+                    )
+                arr = table.parse(lines, first)
+                bad = np.flatnonzero((arr < 0) | (arr >= n))
+                if bad.size:
+                    r, c = divmod(int(bad[0]), 2)
+                    raise DatasetError(
+                        f"'{edge_file}', line {first + r}: {'src' if c == 0 else 'dst'} node ID "
+                        f"{int(arr[r, c])} is outside [0, {n}) ({n} nodes in num-node-list); "
+                        f"the files are inconsistent"
+                    )
+                t_src[seen : seen + arr.shape[0]] = arr[:, 0]
+                t_dst[seen : seen + arr.shape[0]] = arr[:, 1]
+                _add_counts(counts, arr[:, 1])
+                if undirected:
+                    _add_counts(counts, arr[:, 0])
+                seen += arr.shape[0]
+            if seen != e:
+                raise DatasetError(
+                    f"'{edge_file}' has {seen} lines but num-edge-list.csv.gz says {e} edges; "
+                    f"the file is truncated or the files do not belong together"
+                )
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(counts, out=indptr[1:])
+            del counts
+            if undirected:
+                target = np.lib.format.open_memmap(Path(tmp) / "csc.npy", "w+", idt, (total,))
+            else:
+                target = w.create("indices", idt, (total,))
+            cursor = indptr[:-1].copy()
+            for lo, hi in _chunks(e, chunk_rows):
+                _scatter(target, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi]))
+            if undirected:
+                for lo, hi in _chunks(e, chunk_rows):
+                    _scatter(target, cursor, np.asarray(t_src[lo:hi]), np.asarray(t_dst[lo:hi]))
+            del cursor
+            if undirected:
+                indptr = _dedup_segments(target, indptr, chunk_rows)
+                final = w.create("indices", idt, (int(indptr[-1]),))
+                for lo, hi in _chunks(int(indptr[-1]), chunk_rows):
+                    final[lo:hi] = target[lo:hi]
+            del target, t_src, t_dst
+        w.put("indptr", indptr)
+
+        feat_file = raw / "node-feat.csv.gz"
+        if feat_file.is_file():
+            _write_features(w, feat_file, n, chunk_rows)
+        label_file = raw / "node-label.csv.gz"
+        y = _read_labels(label_file, n, chunk_rows) if label_file.is_file() else None
+        num_classes = None
+        if y is not None:
+            w.put("y", y)
+            num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
+        split_name = None
+        if split_dir is not None:
+            split_name = split_dir.name
+            _write_splits(w, split_dir, n, y, chunk_rows)
+        return w.commit(
+            num_classes=num_classes,
+            source="ogb",
+            split=split_name,
+            undirected=bool(undirected),
+        )
+
+
+def _write_features(w: DatasetWriter, path: Path, n: int, chunk_rows: int) -> None:
+    x: np.ndarray | None = None
+    table = Table(path, np.dtype(np.float32), 1, ",", None, "comma-separated floats")
+    seen = 0
+    for first, lines in iter_line_chunks(path, chunk_rows):
+        if x is None:  # the first line fixes the feature width F
+            f = len(lines[0].split(","))
+            table = Table(path, np.dtype(np.float32), f, ",", None, f"{f} comma-separated floats")
+            x = w.create("x", np.float32, (n, f))
+        if seen + len(lines) > n:
+            raise DatasetError(
+                f"'{path}' has more than {n} lines, the node count in num-node-list.csv.gz"
+            )
+        arr = table.parse(lines, first)
+        finite = np.isfinite(arr)
+        if not finite.all():
+            r, c = np.argwhere(~finite)[0]
+            raise DatasetError(
+                f"'{path}', line {first + int(r)}, column {int(c) + 1}: feature value "
+                f"{arr[r, c]} is not finite; clean the features"
+            )
+        x[seen : seen + arr.shape[0]] = arr
+        seen += arr.shape[0]
+    if seen != n:
+        raise DatasetError(
+            f"'{path}' has {seen} lines but num-node-list.csv.gz says {n} nodes; one line of "
+            f"features per node is needed (the file may be truncated)"
+        )
+
+
+def _read_labels(path: Path, n: int, chunk_rows: int) -> np.ndarray:
+    table = Table(path, np.dtype(np.float64), 1, ",", None, "one label (or nan)")
+    y = np.full(n, -1, dtype=np.int64)
+    seen = 0
+    for first, lines in iter_line_chunks(path, chunk_rows):
+        if seen + len(lines) > n:
+            raise DatasetError(
+                f"'{path}' has more than {n} lines, the node count in num-node-list.csv.gz"
+            )
+        v = table.parse(lines, first)[:, 0]
+        labelled = ~np.isnan(v)
+        bad = np.flatnonzero(labelled & ~((v >= 0) & (v < 2**31) & (np.floor(v) == v)))
+        if bad.size:
+            r = int(bad[0])
+            raise DatasetError(
+                f"'{path}', line {first + r}: label {short(lines[r])} is not an integer class "
+                f"ID >= 0 (or 'nan' for an unlabelled node)"
+            )
+        y[seen : seen + v.size][labelled] = v[labelled].astype(np.int64)
+        seen += v.size
+    if seen != n:
+        raise DatasetError(
+            f"'{path}' has {seen} lines but num-node-list.csv.gz says {n} nodes; one label per "
+            f"node is needed (the file may be truncated)"
+        )
+    return y
+
+
+def _write_splits(
+    w: DatasetWriter, split_dir: Path, n: int, y: np.ndarray | None, chunk_rows: int
+) -> None:
+    owner = np.full(n, -1, dtype=np.int8)
+    for k, (mask_name, stem) in enumerate(SPLIT_FILES.items()):
+        path = require_file(split_dir / f"{stem}.csv.gz", f"OGB split file ({stem})")
+        table = Table(path, np.dtype(np.int64), 1, ",", None, "one node ID")
+        mask = np.zeros(n, dtype=bool)
+        for first, lines in iter_line_chunks(path, chunk_rows):
+            ids = table.parse(lines, first)[:, 0]
+            bad = np.flatnonzero((ids < 0) | (ids >= n))
+            if bad.size:
+                r = int(bad[0])
+                raise DatasetError(
+                    f"'{path}', line {first + r}: node ID {int(ids[r])} is outside [0, {n})"
+                )
+            clash = np.flatnonzero((owner[ids] >= 0) & (owner[ids] != k))
+            if clash.size:
+                r = int(clash[0])
+                other = list(SPLIT_FILES.values())[int(owner[ids[r]])]
+                raise DatasetError(
+                    f"'{path}', line {first + r}: node {int(ids[r])} is also in the {other!r} "
+                    f"split; splits must be disjoint"
+                )
+            if y is not None:
+                unl = np.flatnonzero(y[ids] < 0)
+                if unl.size:
+                    r = int(unl[0])
+                    raise DatasetError(
+                        f"'{path}', line {first + r}: node {int(ids[r])} has no label ('nan' in "
+                        f"node-label.csv.gz) but is in the {stem!r} split"
+                    )
+            owner[ids] = k
+            mask[ids] = True
+        w.put(mask_name, mask)

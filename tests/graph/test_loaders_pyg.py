@@ -1,0 +1,138 @@
+import importlib.util
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from fleetgnn.errors import FleetgnnError, GraphError
+from fleetgnn.graph import from_edges, open_dataset, write_dataset
+from fleetgnn.graph.loaders import from_pyg, to_pyg
+
+HAS_PYG = importlib.util.find_spec("torch_geometric") is not None
+
+
+class Duck:
+    """A Data-like object: attributes only, no PyG."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _example(n=9, e=30, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, n, (2, e), generator=g)
+    x = torch.randn(n, 4, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (n,), generator=g)
+    train = torch.zeros(n, dtype=torch.bool)
+    train[:3] = True
+    val = torch.zeros(n, dtype=torch.bool)
+    val[3:5] = True
+    w = torch.rand(e, generator=g)
+    return ei, x, y, train, val, w
+
+
+def _same(a, b):
+    np.testing.assert_array_equal(a.indptr, b.indptr)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    for k in ("x", "y", "train_mask", "val_mask", "test_mask", "edge_weight"):
+        va, vb = getattr(a, k), getattr(b, k)
+        assert (va is None) == (vb is None), k
+        if va is not None:
+            np.testing.assert_array_equal(va, vb)
+    assert a.num_nodes == b.num_nodes and a.num_classes == b.num_classes
+
+
+def test_from_duck_typed_data_matches_from_edges():
+    ei, x, y, train, val, w = _example()
+    g = from_pyg(
+        Duck(edge_index=ei, x=x, y=y[:, None], train_mask=train, val_mask=val, edge_weight=w)
+    )
+    ref = from_edges(
+        ei[0].numpy(),
+        ei[1].numpy(),
+        9,
+        edge_weight=w.numpy(),
+        node_data={
+            "x": x.numpy(),
+            "y": y.numpy(),
+            "train_mask": train.numpy(),
+            "val_mask": val.numpy(),
+        },
+    )
+    _same(g, ref)
+    assert g.x.dtype == np.float64 and g.test_mask is None
+
+
+def test_num_nodes_attribute_adds_isolated_nodes_and_numpy_inputs_work():
+    ei = np.array([[0, 1], [1, 2]])
+    g = from_pyg(Duck(edge_index=ei, num_nodes=6))
+    assert g.num_nodes == 6 and g.num_edges == 2
+    assert from_pyg(Duck(edge_index=np.zeros((2, 0), np.int64))).num_nodes == 0
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({}, "edge_index' is missing"),
+        ({"edge_index": torch.zeros(3, 4, dtype=torch.long)}, r"shape \[2, E\]"),
+        ({"edge_index": torch.zeros(2, 4)}, "integer array"),
+        ({"edge_index": [[0], [1]]}, "torch.Tensor or numpy array"),
+        ({"edge_index": torch.tensor([[0, -1], [1, 0]])}, "node ID -1"),
+        ({"edge_index": torch.tensor([[0], [1]]), "y": torch.rand(2)}, "one integer class"),
+        ({"edge_index": torch.tensor([[0], [1]]), "x": torch.rand(2)}, "2-D"),
+        (
+            {"edge_index": torch.tensor([[0], [1]]), "train_mask": torch.tensor([0, 1])},
+            "bool",
+        ),
+        ({"edge_index": torch.tensor([[0], [5]]), "num_nodes": 3}, "node ID 5"),
+        (
+            {"edge_index": torch.tensor([[0], [1]]), "x": torch.rand(3, 2), "num_nodes": 2},
+            "one row per node",
+        ),
+    ],
+)
+def test_from_pyg_errors(kw, match):
+    with pytest.raises(GraphError, match=match):
+        from_pyg(Duck(**kw))
+
+
+@pytest.mark.skipif(HAS_PYG, reason="PyG is installed")
+def test_to_pyg_without_pyg_names_the_extra():
+    g = from_edges(np.array([0]), np.array([1]))
+    with pytest.raises(FleetgnnError, match=r"pip install fleetgnn\[pyg\]"):
+        to_pyg(g)
+
+
+class _FakeData:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def test_to_pyg_roundtrip_with_stand_in_module(monkeypatch, tmp_path):
+    pkg = types.ModuleType("torch_geometric")
+    data_mod = types.ModuleType("torch_geometric.data")
+    data_mod.Data = _FakeData
+    pkg.data = data_mod
+    monkeypatch.setitem(sys.modules, "torch_geometric", pkg)
+    monkeypatch.setitem(sys.modules, "torch_geometric.data", data_mod)
+    ei, x, y, train, val, w = _example(seed=1)
+    g = from_pyg(Duck(edge_index=ei, x=x, y=y, train_mask=train, val_mask=val, edge_weight=w))
+    mm = open_dataset(write_dataset(g, tmp_path / "ds"))  # read-only memory maps convert too
+    d = to_pyg(mm)
+    assert isinstance(d, _FakeData) and d.num_nodes == 9
+    assert d.edge_index.dtype == torch.int64 and d.edge_index.shape == (2, 30)
+    _same(from_pyg(d), g)
+
+
+@pytest.mark.skipif(not HAS_PYG, reason="torch_geometric not installed")
+def test_real_pyg_roundtrip():
+    from torch_geometric.data import Data
+
+    ei, x, y, train, val, w = _example(seed=2)
+    data = Data(edge_index=ei, x=x, y=y, train_mask=train, val_mask=val, edge_weight=w)
+    g = from_pyg(data)
+    back = to_pyg(g)
+    assert isinstance(back, Data) and back.num_nodes == data.num_nodes
+    _same(from_pyg(back), g)
