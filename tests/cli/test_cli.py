@@ -1,0 +1,108 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleetgnn.cli.main import main
+from fleetgnn.graph import open_dataset
+from fleetgnn.partition import PartitionBook
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+
+
+def _json_out(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    out = tmp_path / "tiny"
+    assert main(["prepare", "synthetic", "--preset", "tiny", "--seed", "3", "--out", str(out)]) == 0
+    return out
+
+
+def test_info_json_contract(tiny, capsys):
+    capsys.readouterr()
+    info = _json_out(capsys, ["info", str(tiny), "--json"])
+    g = open_dataset(tiny)
+    for key in ("num_nodes", "num_edges", "num_features", "num_classes"):
+        assert info[key] == getattr(g, key)
+    assert info["num_train"] == int(g.train_mask.sum())
+    assert info["num_val"] == int(g.val_mask.sum())
+    assert info["num_test"] == int(g.test_mask.sum())
+    assert info["in_degree"]["max"] == int(g.in_degrees().max())
+    assert info["preset"] == "tiny" and info["seed"] == 3
+
+
+@pytest.mark.parametrize("method", ["range", "hash", "random", "metis"])
+def test_partition_json_and_saved_book(tiny, capsys, method):
+    capsys.readouterr()
+    res = _json_out(capsys, ["partition", str(tiny), "--method", method, "--parts", "3", "--json"])
+    for key in ("edge_cut", "local_edge_ratio", "replication_factor", "part_nodes", "part_edges"):
+        assert key in res
+    g = open_dataset(tiny)
+    book = PartitionBook.load(Path(res["saved_to"]))
+    assert book.num_parts == 3 and book.method == method
+    assert sum(res["part_nodes"]) == g.num_nodes
+    src, dst = g.edges()
+    cut = int(np.count_nonzero(book.part_of[src] != book.part_of[dst]))
+    assert res["edge_cut"] == cut
+    assert res["local_edge_ratio"] == pytest.approx(1 - cut / g.num_edges)
+    info = _json_out(capsys, ["info", str(tiny), "--json"])
+    assert f"{method}-3" in info["partitions"]
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["info", "/nonexistent/dir"], "does not exist"),
+        (["prepare", "synthetic", "--preset", "nope", "--out", "{tmp}/x"], "valid presets"),
+        (["prepare", "npz", "--file", "{tmp}/missing.npz", "--out", "{tmp}/y"], "missing.npz"),
+        (["partition", "{tiny}", "--method", "range", "--parts", "0"], "parts"),
+    ],
+)
+def test_user_errors_one_line_exit_2(argv, fragment, tmp_path, tiny, capsys):
+    argv = [a.format(tmp=tmp_path, tiny=tiny) for a in argv]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert fragment in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_verbose_shows_traceback(capsys):
+    assert main(["info", "/nonexistent/dir", "--verbose"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_prepare_refuses_existing_output(tiny, capsys):
+    assert main(["prepare", "synthetic", "--preset", "tiny", "--out", str(tiny)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not (SHARED / "planetoid").is_dir(), reason="shared datasets absent")
+def test_prepare_planetoid_cora_counts(tmp_path, capsys):
+    out = tmp_path / "cora"
+    argv = ["prepare", "planetoid", "--root", str(SHARED / "planetoid"), "--name", "cora"]
+    assert main([*argv, "--out", str(out)]) == 0
+    capsys.readouterr()
+    info = _json_out(capsys, ["info", str(out), "--json"])
+    assert (info["num_nodes"], info["num_features"], info["num_classes"]) == (2708, 1433, 7)
+    assert info["num_edges"] == 10556
+    assert (info["num_train"], info["num_val"], info["num_test"]) == (140, 500, 1000)
+
+
+def test_console_script_entry_point(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "fleetgnn.cli.main", "info", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("fleetgnn info: error:")
