@@ -1,0 +1,205 @@
+"""The :class:`Aggregator` protocol layers are written against, and its local implementation.
+
+A layer sees one bipartite hop: ``num_src`` input rows (global IDs ``src_ids``) whose first
+``num_dst`` rows are the output rows. Everything that crosses edges goes through the aggregator,
+so an engine can put communication inside these methods (split-parallel all-to-all, full-graph
+remote-row exchange, host offloading) and run the same layer code unchanged.
+:class:`LocalAggregator` is the single-device implementation on :mod:`fleetgnn.ops`.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fleetgnn.errors import GraphError
+from fleetgnn.ops import check_adjacency, edge_softmax, gspmm, structure
+from fleetgnn.ops.spmm import Reduce
+
+if TYPE_CHECKING:
+    from fleetgnn.graph import Graph
+
+
+@runtime_checkable
+class Aggregator(Protocol):
+    """One hop of message passing, as the layers see it.
+
+    Attributes:
+        num_src: Number of input rows ``S``.
+        num_dst: Number of output rows ``M <= S``; they are the first ``M`` input rows.
+        src_ids: int64 ``[S]`` global node IDs of the input rows (keys for dropout masks).
+    """
+
+    num_src: int
+    num_dst: int
+    src_ids: Tensor
+
+    def aggregate(
+        self, x_src: Tensor, reduce: Reduce = "sum", edge_weight: Tensor | None = None
+    ) -> Tensor:
+        """``[S, ...] -> [M, ...]``: reduce ``w_e * x_src[u]`` over each destination's in-edges."""
+        ...
+
+    def src_to_edge(self, x_src: Tensor) -> Tensor:
+        """``[S, ...] -> [E, ...]``: the source row of every edge."""
+        ...
+
+    def dst_to_edge(self, x_dst: Tensor) -> Tensor:
+        """``[M, ...] -> [E, ...]``: the destination row of every edge."""
+        ...
+
+    def edge_softmax(self, scores: Tensor) -> Tensor:
+        """``[E, ...] -> [E, ...]``: softmax over each destination's in-edges."""
+        ...
+
+    def dst_degree(self) -> Tensor:
+        """Number of in-edges aggregated into each destination, float ``[M]``."""
+        ...
+
+    def src_degree(self) -> Tensor:
+        """Each source's in-degree in the WHOLE graph, float ``[S]``."""
+        ...
+
+    def edge_ids(self) -> tuple[Tensor, Tensor]:
+        """``(src_gid [E], dst_gid [E])``: global IDs of every edge's endpoints."""
+        ...
+
+
+class LocalAggregator:
+    """:class:`Aggregator` over one local CSC adjacency (a sampled ``Block`` or a whole graph).
+
+    Derived tensors (destination per edge, degrees, global edge IDs) are computed once and
+    cached. The adjacency's own ``edge_weight`` is not applied implicitly: pass weights to
+    :meth:`aggregate`.
+
+    Args:
+        adj: Block-like object with ``indptr`` (int64 ``[M + 1]``), ``indices`` (int64 ``[E]``,
+            local source rows), ``src_ids`` (int64 ``[S]``), ``num_dst`` and optionally
+            ``src_degree`` (``[S]`` global in-degrees).
+        dtype: Float dtype of the degree tensors.
+        validate: Check every index once (one pass over the edges).
+
+    Raises:
+        GraphError: If the adjacency is malformed.
+    """
+
+    def __init__(self, adj: object, *, dtype: torch.dtype = torch.float32, validate: bool = True):
+        src_ids = getattr(adj, "src_ids", None)
+        if not isinstance(src_ids, Tensor) or src_ids.dim() != 1:
+            raise GraphError(
+                f"the adjacency must carry 'src_ids', a 1-D int64 tensor of global IDs (got "
+                f"{type(src_ids).__name__}); build it with the sampler or "
+                f"LocalAggregator.from_graph"
+            )
+        self.indptr: Tensor = adj.indptr  # type: ignore[attr-defined]
+        self.indices: Tensor = adj.indices  # type: ignore[attr-defined]
+        self.src_ids: Tensor = src_ids.long()
+        self.num_src: int = int(src_ids.numel())
+        self.num_dst: int = int(adj.num_dst)  # type: ignore[attr-defined]
+        self.dtype = dtype
+        if not 0 <= self.num_dst <= self.num_src:
+            raise GraphError(
+                f"'num_dst' must lie in [0, num_src] = [0, {self.num_src}] (got {self.num_dst})"
+            )
+        if validate:
+            check_adjacency(self)
+        self._st = structure(self)
+        deg = getattr(adj, "src_degree", None)
+        if deg is not None and (not isinstance(deg, Tensor) or deg.shape != (self.num_src,)):
+            raise GraphError(
+                f"'src_degree' must be a tensor of shape ({self.num_src},) "
+                f"(got {tuple(getattr(deg, 'shape', ()))})"
+            )
+        self._src_degree: Tensor | None = None if deg is None else deg.to(dtype)
+        self._dst_degree: Tensor | None = None
+        self._edge_ids: tuple[Tensor, Tensor] | None = None
+
+    @classmethod
+    def from_graph(
+        cls, graph: Graph, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+    ) -> LocalAggregator:
+        """The full-graph aggregator: ``num_src = num_dst = N``, ``src_ids = arange(N)``.
+
+        ``src_degree`` and ``dst_degree`` are both the graph's in-degrees.
+        """
+        indptr = torch.from_numpy(np.asarray(graph.indptr, dtype=np.int64)).to(device)
+        indices = torch.from_numpy(np.asarray(graph.indices).astype(np.int64)).to(device)
+        n = graph.num_nodes
+        adj = SimpleNamespace(
+            indptr=indptr,
+            indices=indices,
+            src_ids=torch.arange(n, device=indptr.device),
+            num_dst=n,
+            src_degree=(indptr[1:] - indptr[:-1]).to(dtype),
+        )
+        return cls(adj, dtype=dtype, validate=False)
+
+    @property
+    def num_edges(self) -> int:
+        """Number of edges ``E``."""
+        return int(self.indices.numel())
+
+    def aggregate(
+        self, x_src: Tensor, reduce: Reduce = "sum", edge_weight: Tensor | None = None
+    ) -> Tensor:
+        """See :func:`fleetgnn.ops.gspmm`."""
+        return gspmm(self._st, x_src, reduce, edge_weight)
+
+    def src_to_edge(self, x_src: Tensor) -> Tensor:
+        """``x_src[indices]``."""
+        if x_src.shape[:1] != (self.num_src,):
+            raise GraphError(
+                f"'x_src' must have {self.num_src} rows (got shape {tuple(x_src.shape)})"
+            )
+        return x_src.index_select(0, self.indices)
+
+    def dst_to_edge(self, x_dst: Tensor) -> Tensor:
+        """``x_dst[dst_of_edge]``."""
+        if x_dst.shape[:1] != (self.num_dst,):
+            raise GraphError(
+                f"'x_dst' must have {self.num_dst} rows (got shape {tuple(x_dst.shape)})"
+            )
+        return x_dst.index_select(0, self._st.dst_index())
+
+    def edge_softmax(self, scores: Tensor) -> Tensor:
+        """See :func:`fleetgnn.ops.edge_softmax`."""
+        return edge_softmax(self._st, scores)
+
+    def dst_degree(self) -> Tensor:
+        """Number of in-edges of each destination in this adjacency, ``[M]``."""
+        if self._dst_degree is None:
+            self._dst_degree = self._st.in_degree().to(self.dtype)
+        return self._dst_degree
+
+    def src_degree(self) -> Tensor:
+        """Global in-degree of each source, ``[S]``.
+
+        Raises:
+            GraphError: If the adjacency carries no ``src_degree``.
+        """
+        if self._src_degree is None:
+            raise GraphError(
+                "this adjacency has no 'src_degree' (global in-degree of each source), which GCN "
+                "normalisation needs; sample blocks with src_degree or use "
+                "LocalAggregator.from_graph"
+            )
+        return self._src_degree
+
+    def edge_ids(self) -> tuple[Tensor, Tensor]:
+        """Global ``(src_gid, dst_gid)`` of every edge, ``[E]`` each."""
+        if self._edge_ids is None:
+            self._edge_ids = (
+                self.src_ids.index_select(0, self.indices),
+                self.src_ids.index_select(0, self._st.dst_index()),
+            )
+        return self._edge_ids
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalAggregator(num_dst={self.num_dst}, num_src={self.num_src}, "
+            f"num_edges={self.num_edges})"
+        )

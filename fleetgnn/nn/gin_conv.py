@@ -1,0 +1,56 @@
+"""Graph isomorphism network layer (Xu et al. 2019)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from fleetgnn.nn.aggregator import Aggregator
+
+
+class GINConv(nn.Module):
+    r"""GIN layer with a two-layer MLP.
+
+    .. math::
+        \mathrm{out}_i = \mathrm{MLP}\Big((1 + \epsilon)\, x_i + \sum_{j \in N(i)} x_j\Big),
+        \qquad \mathrm{MLP}(z) = W_2\, \mathrm{ReLU}(W_1 z + b_1) + b_2
+
+    Shapes:
+        - x_src: ``[S, in_channels]``; output: ``[M, out_channels]``.
+
+    Args:
+        in_channels: Input width.
+        out_channels: Output width.
+        hidden: MLP hidden width (default ``out_channels``).
+        eps: Initial :math:`\epsilon`.
+        train_eps: Learn :math:`\epsilon` (else a fixed buffer).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        hidden: int | None = None,
+        eps: float = 0.0,
+        train_eps: bool = True,
+    ) -> None:
+        super().__init__()
+        hidden = out_channels if hidden is None else hidden
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.mlp = nn.Sequential(
+            nn.Linear(in_channels, hidden), nn.ReLU(), nn.Linear(hidden, out_channels)
+        )
+        eps_t = torch.tensor([float(eps)])
+        if train_eps:
+            self.eps = nn.Parameter(eps_t)
+        else:
+            self.register_buffer("eps", eps_t)
+
+    def forward(self, agg: Aggregator, x_src: Tensor, *, step: int = 0, layer: int = 0) -> Tensor:
+        """Apply the layer; ``step``/``layer`` are unused (no randomness)."""
+        z = agg.aggregate(x_src, "sum") + (1.0 + self.eps.to(x_src.dtype)) * x_src[: agg.num_dst]
+        return self.mlp(z)
+
+    def extra_repr(self) -> str:
+        """Widths."""
+        return f"{self.in_channels}, {self.out_channels}"

@@ -1,0 +1,32 @@
+"""Single-device graph ops with autograd: gspmm, gsddmm, edge softmax, keyed randomness.
+
+Nothing here imports ``torch.distributed``; engines wire communication around these ops.
+"""
+
+from fleetgnn.ops.adjacency import Adjacency, AdjacencyLike, check_adjacency, structure
+from fleetgnn.ops.random import (
+    hash_uniform,
+    hash_uniform_edges,
+    keyed_dropout,
+    keyed_edge_dropout,
+)
+from fleetgnn.ops.sddmm import dst_to_edge, gsddmm, src_to_edge
+from fleetgnn.ops.softmax import edge_softmax
+from fleetgnn.ops.spmm import REDUCES, gspmm
+
+__all__ = [
+    "REDUCES",
+    "Adjacency",
+    "AdjacencyLike",
+    "check_adjacency",
+    "dst_to_edge",
+    "edge_softmax",
+    "gsddmm",
+    "gspmm",
+    "hash_uniform",
+    "hash_uniform_edges",
+    "keyed_dropout",
+    "keyed_edge_dropout",
+    "src_to_edge",
+    "structure",
+]

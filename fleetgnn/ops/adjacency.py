@@ -1,0 +1,253 @@
+"""CSC adjacency structures the graph ops run on, and the derived tensors they cache.
+
+The ops take any *adjacency-like* object with these attributes (a
+:class:`fleetgnn.sampling.Block`, an :class:`Adjacency`, an aggregator):
+
+==============  ======================  =================================================
+attribute       dtype / shape           meaning
+==============  ======================  =================================================
+``indptr``      int64 ``[M + 1]``       edges into destination ``v`` are ``indptr[v]:indptr[v+1]``
+``indices``     int64 ``[E]``           source row of each edge, in ``[0, S)``
+``num_dst``     int ``M``               number of destination rows
+``num_src``     int ``S``               number of source rows
+==============  ======================  =================================================
+
+Derived tensors (the destination of every edge, the transposed CSR used by backward passes,
+in-degrees) are computed once per adjacency object and cached on it, so the adjacency's tensors
+must not be modified in place after the first op has run on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from fleetgnn.errors import GraphError
+
+_CACHE_ATTR = "_fleetgnn_ops_cache"
+
+
+@runtime_checkable
+class AdjacencyLike(Protocol):
+    """What the graph ops need from an adjacency: CSC over destination rows."""
+
+    indptr: Tensor
+    indices: Tensor
+
+    @property
+    def num_dst(self) -> int:
+        """Number of destination rows ``M``."""
+        ...
+
+    @property
+    def num_src(self) -> int:
+        """Number of source rows ``S``."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Adjacency:
+    """A plain CSC adjacency from ``num_src`` source rows into ``indptr.numel() - 1`` destinations.
+
+    Attributes:
+        indptr: int64 ``[num_dst + 1]`` CSC offsets.
+        indices: int64 ``[E]`` source row of each edge.
+        num_src: Number of source rows.
+    """
+
+    indptr: Tensor
+    indices: Tensor
+    num_src: int
+
+    def __post_init__(self) -> None:
+        check_adjacency(self)
+
+    @property
+    def num_dst(self) -> int:
+        """Number of destination rows."""
+        return int(self.indptr.numel()) - 1
+
+    @property
+    def num_edges(self) -> int:
+        """Number of edges."""
+        return int(self.indices.numel())
+
+    @classmethod
+    def from_edges(cls, src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> Adjacency:
+        """Build the CSC form of the edge list ``src[i] -> dst[i]`` (stable in input order).
+
+        Args:
+            src: int ``[E]`` source rows in ``[0, num_src)``.
+            dst: int ``[E]`` destination rows in ``[0, num_dst)``.
+            num_src: Number of source rows.
+            num_dst: Number of destination rows.
+        """
+        src, dst = src.long(), dst.long()
+        if src.shape != dst.shape or src.dim() != 1:
+            raise GraphError(
+                f"'src' and 'dst' must be 1-D of equal length (got {tuple(src.shape)} and "
+                f"{tuple(dst.shape)})"
+            )
+        if dst.numel() and (int(dst.min()) < 0 or int(dst.max()) >= num_dst):
+            raise GraphError(
+                f"'dst' holds IDs in [{int(dst.min())}, {int(dst.max())}], outside [0, {num_dst})"
+            )
+        order = torch.argsort(dst, stable=True)
+        indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=src.device)
+        torch.cumsum(torch.bincount(dst, minlength=num_dst), 0, out=indptr[1:])
+        return cls(indptr=indptr, indices=src[order], num_src=int(num_src))
+
+    def __repr__(self) -> str:
+        return (
+            f"Adjacency(num_dst={self.num_dst}, num_src={self.num_src}, num_edges={self.num_edges})"
+        )
+
+
+def check_adjacency(adj: object) -> None:
+    """Check an adjacency-like object's types, shapes and index range (one pass over indices).
+
+    Raises:
+        GraphError: Naming the bad attribute and value.
+    """
+    for name in ("indptr", "indices"):
+        t = getattr(adj, name, None)
+        if not isinstance(t, Tensor) or t.dim() != 1 or t.dtype != torch.int64:
+            raise GraphError(
+                f"adjacency '{name}' must be a 1-D int64 torch.Tensor (got "
+                f"{type(t).__name__} {getattr(t, 'dtype', '')} {tuple(getattr(t, 'shape', ()))}); "
+                f"cast with torch.as_tensor(...).long()"
+            )
+    indptr, indices = adj.indptr, adj.indices  # type: ignore[attr-defined]
+    num_dst, num_src = int(adj.num_dst), int(adj.num_src)  # type: ignore[attr-defined]
+    if indptr.numel() != num_dst + 1:
+        raise GraphError(
+            f"adjacency 'indptr' must have num_dst + 1 = {num_dst + 1} entries "
+            f"(got {indptr.numel()})"
+        )
+    first, last = int(indptr[0]), int(indptr[-1])
+    if first != 0 or last != indices.numel():
+        raise GraphError(
+            f"adjacency 'indptr' must run from 0 to len(indices) = {indices.numel()} "
+            f"(got {first} .. {last})"
+        )
+    if num_dst and bool((indptr[1:] < indptr[:-1]).any()):
+        raise GraphError("adjacency 'indptr' must be non-decreasing")
+    if indices.numel():
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= num_src:
+            raise GraphError(
+                f"adjacency 'indices' holds source row {lo if lo < 0 else hi}, outside "
+                f"[0, num_src) = [0, {num_src}); indices must be local row positions"
+            )
+
+
+def _sparse_csr(indptr: Tensor, indices: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
+        return torch.sparse_csr_tensor(indptr, indices, values, shape, check_invariants=False)
+
+
+class Structure:
+    """Derived tensors of one adjacency, computed lazily and cached (internal to the ops).
+
+    Attributes:
+        indptr: int64 ``[M + 1]``.
+        indices: int64 ``[E]`` source row per edge.
+        num_dst: ``M``.
+        num_src: ``S``.
+    """
+
+    __slots__ = ("_dst", "_in_deg", "_t", "indices", "indptr", "num_dst", "num_src")
+
+    def __init__(self, indptr: Tensor, indices: Tensor, num_dst: int, num_src: int) -> None:
+        self.indptr = indptr
+        self.indices = indices
+        self.num_dst = num_dst
+        self.num_src = num_src
+        self._dst: Tensor | None = None
+        self._in_deg: Tensor | None = None
+        self._t: tuple[Tensor, Tensor, Tensor] | None = None
+
+    @property
+    def num_edges(self) -> int:
+        """``E``."""
+        return int(self.indices.numel())
+
+    def dst_index(self) -> Tensor:
+        """Destination row of every edge, int64 ``[E]`` (``repeat_interleave`` of the degrees)."""
+        if self._dst is None:
+            rows = torch.arange(self.num_dst, device=self.indptr.device)
+            self._dst = torch.repeat_interleave(rows, self.in_degree(), output_size=self.num_edges)
+        return self._dst
+
+    def in_degree(self) -> Tensor:
+        """Number of edges into every destination, int64 ``[M]``."""
+        if self._in_deg is None:
+            self._in_deg = self.indptr[1:] - self.indptr[:-1]
+        return self._in_deg
+
+    def transposed(self) -> tuple[Tensor, Tensor, Tensor]:
+        """CSR of the transpose: ``(t_indptr [S + 1], t_indices [E] (destinations), perm [E])``.
+
+        Edge ``perm[k]`` is the ``k``-th edge of the transpose (edges sorted stably by source).
+        """
+        if self._t is None:
+            perm = torch.argsort(self.indices, stable=True)
+            t_indptr = torch.zeros(self.num_src + 1, dtype=torch.int64, device=self.indptr.device)
+            torch.cumsum(torch.bincount(self.indices, minlength=self.num_src), 0, out=t_indptr[1:])
+            self._t = (t_indptr, self.dst_index()[perm], perm)
+        return self._t
+
+    def csr(self, values: Tensor) -> Tensor:
+        """The sparse CSR matrix ``[M, S]`` with this pattern and ``values [E]``."""
+        return _sparse_csr(self.indptr, self.indices, values, (self.num_dst, self.num_src))
+
+    def csr_t(self, values: Tensor) -> Tensor:
+        """The transposed CSR matrix ``[S, M]``; ``values [E]`` are in the original edge order."""
+        t_indptr, t_indices, perm = self.transposed()
+        return _sparse_csr(t_indptr, t_indices, values[perm], (self.num_src, self.num_dst))
+
+
+def structure(adj: object) -> Structure:
+    """The cached :class:`Structure` of an adjacency-like object (created on first use).
+
+    The cache is attached to ``adj`` itself (frozen dataclasses included); objects that cannot
+    hold attributes get a fresh structure on every call. Only cheap shape checks run here; use
+    :func:`check_adjacency` (or ``Block.validate``) to check every index.
+
+    Raises:
+        GraphError: If ``adj`` lacks the CSC attributes or their shapes disagree.
+    """
+    if isinstance(adj, Structure):
+        return adj
+    cached = getattr(adj, _CACHE_ATTR, None)
+    indptr = getattr(adj, "indptr", None)
+    indices = getattr(adj, "indices", None)
+    if isinstance(cached, Structure) and cached.indptr is indptr and cached.indices is indices:
+        return cached
+    if not isinstance(indptr, Tensor) or not isinstance(indices, Tensor):
+        raise GraphError(
+            f"the adjacency must have torch.Tensor attributes 'indptr' and 'indices' (got "
+            f"{type(adj).__name__}); pass a Block, an Adjacency or an Aggregator"
+        )
+    if indptr.dtype != torch.int64 or indices.dtype != torch.int64:
+        raise GraphError(
+            f"adjacency 'indptr' and 'indices' must be int64 (got {indptr.dtype} and "
+            f"{indices.dtype}); cast with .long()"
+        )
+    num_dst, num_src = int(adj.num_dst), int(adj.num_src)  # type: ignore[attr-defined]
+    if indptr.numel() != num_dst + 1:
+        raise GraphError(
+            f"adjacency 'indptr' must have num_dst + 1 = {num_dst + 1} entries "
+            f"(got {indptr.numel()})"
+        )
+    st = Structure(indptr, indices, num_dst, num_src)
+    try:
+        object.__setattr__(adj, _CACHE_ATTR, st)
+    except (AttributeError, TypeError):
+        pass
+    return st

@@ -1,0 +1,25 @@
+import torch
+from conftest import dense_adjacency, full_block
+from torch.autograd import gradcheck
+
+from fleetgnn.nn import GINConv, LocalAggregator
+
+
+def test_equals_dense_formula_and_eps_is_trained(graph, full_agg):
+    conv = GINConv(4, 3, hidden=5, eps=0.3).double()
+    x = torch.randn(graph.num_nodes, 4, dtype=torch.float64)
+    z = 1.3 * x + dense_adjacency(graph) @ x
+    torch.testing.assert_close(conv(full_agg, x), conv.mlp(z))
+    conv(full_agg, x).sum().backward()
+    assert conv.eps.grad is not None and conv.eps.grad.abs() > 0
+    fixed = GINConv(4, 3, train_eps=False)
+    assert "eps" not in dict(fixed.named_parameters())
+
+
+def test_block_and_gradcheck(graph, full_agg):
+    conv = GINConv(3, 2).double()
+    x = torch.randn(graph.num_nodes, 3, dtype=torch.float64, requires_grad=True)
+    block = full_block(graph, [4, 8])
+    out = conv(LocalAggregator(block, dtype=torch.float64), x[block.src_ids])
+    torch.testing.assert_close(out, conv(full_agg, x)[[4, 8]])
+    assert gradcheck(lambda t: conv(full_agg, t), (x,))
