@@ -267,10 +267,10 @@ class Config:
             "must be 'cpu', 'cuda' or 'cuda:N'",
         )
         _check(
-            all(f >= 1 for f in t.fanouts),
+            all(f >= 1 or f == -1 for f in t.fanouts),
             "train.fanouts",
             t.fanouts,
-            "every fanout must be >= 1",
+            "every fanout must be >= 1, or -1 for all neighbours",
         )
         allowed_modes = TrainConfig.ENGINE_MODES[t.engine]
         if t.mode not in allowed_modes:

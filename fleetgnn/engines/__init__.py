@@ -1,0 +1,40 @@
+"""Training strategies behind one protocol (see :mod:`fleetgnn.engines.base`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, StepStats
+from fleetgnn.errors import ConfigError
+from fleetgnn.graph import Graph
+
+#: Engines this build can run; the others are planned (see DESIGN.md).
+AVAILABLE = ("reference",)
+PLANNED = ("minibatch", "split", "fullgraph", "offload")
+
+
+def build_engine(graph: Graph, config: Any) -> Engine:
+    """Construct the engine named by ``config.train.engine`` for ``graph``."""
+    name = config.train.engine
+    if name == "reference":
+        from fleetgnn.engines.reference import ReferenceEngine
+
+        return ReferenceEngine(graph, config)
+    if name in PLANNED:
+        raise ConfigError(
+            f"engine {name!r} is not available in this build yet; available: {', '.join(AVAILABLE)}"
+        )
+    raise ConfigError(
+        f"'train.engine' must be one of {', '.join(AVAILABLE + PLANNED)} (got {name!r})"
+    )
+
+
+__all__ = [
+    "AVAILABLE",
+    "LINK_KINDS",
+    "TIME_KEYS",
+    "Engine",
+    "EpochStats",
+    "StepStats",
+    "build_engine",
+]
