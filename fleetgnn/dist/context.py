@@ -1,0 +1,206 @@
+"""Process-group setup: one call that works under torchrun, under ``launch`` and in a plain process.
+
+``init()`` reads the launcher's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``: set by ``torchrun`` and by
+:func:`fleetgnn.dist.launch`) and initialises ``torch.distributed`` with ``env://``. Without those
+variables it creates a real one-rank group through a :class:`torch.distributed.FileStore` in a
+private temporary directory (no port, no network), so single-process code runs the same
+collectives as a multi-process job. The backend is ``nccl`` when CUDA is available, else ``gloo``.
+
+The returned :class:`DistContext` is the only handle to the group: pass ``ctx.group`` (or
+``ctx.communicator()``) explicitly to everything that communicates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import shutil
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+from fleetgnn.dist.comm import Communicator
+from fleetgnn.dist.errors import DistError
+from fleetgnn.dist.traffic import TrafficMeter
+
+#: Environment variables a launcher sets for every worker.
+LAUNCH_ENV: tuple[str, ...] = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+BACKENDS: tuple[str, ...] = ("gloo", "nccl")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistContext:
+    """This process's place in the job and its process group.
+
+    Example (2 hosts x 2 GPUs, ``nccl``):
+
+    ====  ==========  ===========  ================  ========
+    rank  local_rank  world_size   local_world_size  device
+    ====  ==========  ===========  ================  ========
+    0     0           4            2                 cuda:0
+    1     1           4            2                 cuda:1
+    2     0           4            2                 cuda:0
+    3     1           4            2                 cuda:1
+    ====  ==========  ===========  ================  ========
+
+    Attributes:
+        rank: Global rank.
+        world_size: Number of ranks.
+        local_rank: Rank on this host (selects the GPU).
+        local_world_size: Ranks on this host.
+        backend: ``"gloo"`` or ``"nccl"``.
+        device: Where this rank's tensors live (``cuda:<local_rank>`` with nccl, else cpu).
+        group: The process group (the default group that :func:`init` created or found).
+        owns_group: Whether :func:`destroy` tears the group down (False when it already existed).
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    backend: str
+    device: torch.device
+    group: dist.ProcessGroup | None = dataclasses.field(repr=False)
+    owns_group: bool = True
+    store_dir: str | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def same_host(self) -> bool:
+        """Whether every rank runs on this host."""
+        return self.local_world_size == self.world_size
+
+    def communicator(
+        self, meter: TrafficMeter | None = None, *, debug: bool = False
+    ) -> Communicator:
+        """A :class:`Communicator` over this context's group (``peer`` links if on one host)."""
+        return Communicator(
+            self.group,
+            rank=self.rank,
+            world_size=self.world_size,
+            meter=meter,
+            debug=debug,
+            same_host=self.same_host,
+        )
+
+
+def _env_int(name: str) -> int:
+    raw = os.environ[name]
+    try:
+        return int(raw)
+    except ValueError as e:
+        raise DistError(
+            f"environment variable {name}={raw!r} is not an integer; it is set by the launcher "
+            "(torchrun); unset it to run as a single process."
+        ) from e
+
+
+def _pick_backend(backend: str | None) -> str:
+    if backend is None:
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if backend not in BACKENDS:
+        raise DistError(
+            f"init(backend={backend!r}): valid backends are {', '.join(BACKENDS)} or None "
+            "(nccl on CUDA, gloo on CPU)."
+        )
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise DistError(
+            "init(backend='nccl') needs CUDA, which is not available here; use backend='gloo' "
+            "or None to run on CPU."
+        )
+    return backend
+
+
+def init(backend: str | None = None, timeout_s: float = 120) -> DistContext:
+    """Join (or create) the job's process group and describe this process's place in it.
+
+    Under a launcher (``RANK`` and ``WORLD_SIZE`` set): ``env://`` initialisation with the
+    launcher's ``MASTER_ADDR``/``MASTER_PORT``. Without: a real one-rank group on a FileStore in a
+    private temporary directory (removed by :func:`destroy`). If ``torch.distributed`` is already
+    initialised, its default group is reused and :func:`destroy` leaves it alone.
+
+    With ``nccl`` the current CUDA device is set to ``cuda:<LOCAL_RANK>`` first. Under
+    ``torchrun --max-restarts N`` set ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (as
+    :func:`fleetgnn.dist.launch` does) so restarted workers do not read stale keys from the
+    previous attempt (pytorch/pytorch#135712).
+
+    Args:
+        backend: ``"gloo"``, ``"nccl"`` or None (nccl when CUDA is available, else gloo).
+        timeout_s: Collective timeout in seconds (> 0): a rank waiting longer for its peers fails
+            instead of hanging.
+
+    Returns:
+        The :class:`DistContext`.
+
+    Raises:
+        DistError: Invalid backend or timeout, nccl without CUDA, or inconsistent launcher
+            variables.
+    """
+    if not timeout_s > 0:
+        raise DistError(f"init(timeout_s={timeout_s!r}): the timeout must be > 0 seconds.")
+    timeout = datetime.timedelta(seconds=float(timeout_s))
+    present = [k for k in ("RANK", "WORLD_SIZE") if k in os.environ]
+    if len(present) == 1:
+        raise DistError(
+            f"only {present[0]} is set in the environment; a launcher sets both RANK and "
+            "WORLD_SIZE. Launch with torchrun / fleetgnn.dist.launch, or unset it."
+        )
+    if dist.is_initialized():
+        be = str(dist.get_backend())
+        if backend is not None and backend != be:
+            raise DistError(
+                f"init(backend={backend!r}): torch.distributed is already initialised with "
+                f"{be!r}; pass backend=None or {be!r}."
+            )
+        rank, ws = dist.get_rank(), dist.get_world_size()
+        local_rank = _env_int("LOCAL_RANK") if "LOCAL_RANK" in os.environ else rank
+        local_ws = _env_int("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in os.environ else ws
+        return DistContext(
+            rank, ws, local_rank, local_ws, be, _device(be, local_rank), dist.group.WORLD, False
+        )
+
+    be = _pick_backend(backend)
+    if present:
+        rank, ws = _env_int("RANK"), _env_int("WORLD_SIZE")
+        local_rank = _env_int("LOCAL_RANK") if "LOCAL_RANK" in os.environ else rank
+        local_ws = _env_int("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in os.environ else ws
+        if not (ws >= 1 and 0 <= rank < ws and 0 <= local_rank < local_ws <= ws):
+            raise DistError(
+                f"inconsistent launcher variables RANK={rank}, WORLD_SIZE={ws}, "
+                f"LOCAL_RANK={local_rank}, LOCAL_WORLD_SIZE={local_ws}: need "
+                "0 <= RANK < WORLD_SIZE and 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE."
+            )
+        device = _device(be, local_rank)
+        dist.init_process_group(be, init_method="env://", timeout=timeout)
+        store_dir = None
+    else:
+        rank, ws, local_rank, local_ws = 0, 1, 0, 1
+        device = _device(be, 0)
+        store_dir = tempfile.mkdtemp(prefix="fleetgnn-pg-")
+        store = dist.FileStore(os.path.join(store_dir, "store"), 1)
+        dist.init_process_group(be, store=store, rank=0, world_size=1, timeout=timeout)
+    return DistContext(
+        rank, ws, local_rank, local_ws, be, device, dist.group.WORLD, True, store_dir
+    )
+
+
+def _device(backend: str, local_rank: int) -> torch.device:
+    if backend == "nccl":
+        if local_rank >= torch.cuda.device_count():
+            raise DistError(
+                f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} CUDA device(s) "
+                "are visible; launch at most one process per GPU (--nproc-per-node)."
+            )
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def destroy(ctx: DistContext) -> None:
+    """Tear down the group :func:`init` created (a no-op for a group it found initialised)."""
+    if ctx.owns_group and dist.is_initialized():
+        dist.destroy_process_group()
+    if ctx.store_dir is not None:
+        shutil.rmtree(ctx.store_dir, ignore_errors=True)
