@@ -1,0 +1,592 @@
+"""The unified feature + topology store: one graph's rows spread over device, host and disk tiers.
+
+:meth:`UnifiedStore.build` plans where every row goes (:func:`~fleetgnn.store.placement.plan_store`:
+hottest rows on the devices split by hot rank modulo ``N``, then host, then disk) and places them:
+
+==========  ===========================================  ==========================  ===========
+tier        holds                                        read as                     link kind
+==========  ===========================================  ==========================  ===========
+device      rank ``r``: hot ranks ``k < H_dev``,         :class:`ShardedTensor`      ``local`` /
+            ``k mod N == r``, local row ``k div N``      (one-sided or two-sided)    ``peer``
+host        hot ranks ``[H_dev, H_dev + H_host)``        :class:`SharedTensor`       ``h2d``
+                                                         (one copy per host)
+disk        the rest                                     the dataset's arrays        ``disk``
+                                                         (``np.memmap`` when opened
+                                                         with ``open_dataset``)
+==========  ===========================================  ==========================  ===========
+
+Features and topology (each node's CSC segment: its in-neighbours and edge weights) are tiered
+the same way with their own plans. Reads bucket the requested IDs by tier and owner and read
+each tier once per call. On a CPU-only machine the "device" shards live in shared memory and the
+host tier is the same kind of memory; the accounting is the same as on GPUs (the link kind says
+which tier served the bytes), so counts carry over to the cost model.
+
+Traffic is recorded in :attr:`UnifiedStore.meter` as *bytes of data served per source*: a feature
+row is ``F * itemsize`` bytes, an ``indptr`` entry 8 bytes, an index ``indices.itemsize`` bytes,
+a weight ``edge_weight.itemsize`` bytes; one message per tier (per owner on the device tier) per
+read. This meter is separate from the communicator's, which records the wire traffic of the
+underlying gathers.
+
+Two-sided mode (``one_sided=False``, ranks on several hosts) makes every device-tier read a
+collective: all ranks must call the same store methods the same number of times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fleetgnn.dist.comm import Communicator
+from fleetgnn.dist.shm import ShardedTensor, SharedTensor
+from fleetgnn.dist.traffic import TrafficMeter
+from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.graph.csc import Graph
+from fleetgnn.store.placement import (
+    DEVICE,
+    DISK,
+    HOST,
+    HotnessRanking,
+    StorePlan,
+    TierBudgets,
+    TierOrder,
+    hotness_order,
+    plan_store,
+)
+
+__all__ = ["UnifiedStore"]
+
+SOURCES: tuple[str, ...] = ("local", "peer", "host", "disk")
+
+
+class _Gatherable(Protocol):
+    def gather(self, owner: Tensor, local_index: Tensor) -> Tensor: ...
+
+    def close(self) -> None: ...
+
+
+class _LocalShard:
+    """The device tier of a single process (no communicator): one shard, read locally."""
+
+    def __init__(self, tensor: Tensor) -> None:
+        self.tensor = tensor
+
+    def gather(self, owner: Tensor, local_index: Tensor) -> Tensor:
+        return self.tensor.index_select(0, local_index)
+
+    def close(self) -> None:
+        self.tensor = torch.empty(0)
+
+
+@dataclasses.dataclass
+class _Segments:
+    """A CSC segment store of one tier: ``indices[indptr[i]:indptr[i + 1]]`` is row ``i``."""
+
+    indptr: Any  # _Gatherable (device) | Tensor (host) | np.ndarray (disk)
+    indices: Any
+    weight: Any | None
+
+
+def _segments_of(graph: Graph, rows: np.ndarray) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Local CSC (``indptr [m + 1]``, ``indices``, ``weight``) of the nodes ``rows``."""
+    start = np.asarray(graph.indptr[rows], dtype=np.int64)
+    deg = np.asarray(graph.indptr[rows + 1], dtype=np.int64) - start
+    indptr = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    pos = np.repeat(start - indptr[:-1], deg) + np.arange(indptr[-1], dtype=np.int64)
+    indices = torch.from_numpy(np.ascontiguousarray(graph.indices[pos]))
+    weight = None
+    if graph.edge_weight is not None:
+        weight = torch.from_numpy(np.ascontiguousarray(graph.edge_weight[pos]))
+    return torch.from_numpy(indptr), indices, weight
+
+
+def _segment_arange(counts: np.ndarray) -> np.ndarray:
+    """``concat([arange(c) for c in counts])`` without a Python loop."""
+    starts = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+
+
+class UnifiedStore:
+    """Features and topology of one graph over device shards, host memory and disk.
+
+    Build with :meth:`build`. Implements the sampling layer's ``TopologySource`` protocol
+    (``num_nodes``, ``has_edge_weight``, ``in_degree``, ``neighbors_at``, ``all_neighbors``,
+    ``edge_weight_at``) structurally, so samplers read the adjacency through the tiers.
+
+    Attributes:
+        graph: The graph (its arrays are the disk tier).
+        plan: The :class:`StorePlan` (identical on every rank).
+        rank: This rank.
+        world_size: Number of ranks ``N``.
+        meter: Bytes served per link kind (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        plan: StorePlan,
+        *,
+        rank: int,
+        world_size: int,
+        meter: TrafficMeter,
+        feat_device: _Gatherable | None,
+        feat_host: Tensor | None,
+        topo_device: _Segments | None,
+        topo_host: _Segments | None,
+        memory: dict[str, int],
+        handles: list[Any],
+    ) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.rank = rank
+        self.world_size = world_size
+        self.meter = meter
+        self._feat_device = feat_device
+        self._feat_host = feat_host
+        self._topo_device = topo_device
+        self._topo_host = topo_host
+        self._memory = memory
+        self._handles = handles
+        self._hits = {k: dict.fromkeys(SOURCES, 0) for k in ("features", "topology")}
+        self._closed = False
+        self._topo_disk = _Segments(graph.indptr, graph.indices, graph.edge_weight)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def build(
+        cls,
+        graph: Graph,
+        comm: Communicator | None = None,
+        budgets: TierBudgets | None = None,
+        *,
+        placement: str | HotnessRanking = "degree",
+        order: TierOrder = "graph_first",
+        one_sided: bool = True,
+        meter: TrafficMeter | None = None,
+        host_comm: Communicator | None = None,
+        name: str = "store",
+    ) -> UnifiedStore:
+        """Plan and place ``graph``'s features and topology. Collective when ``comm`` is given.
+
+        Every rank computes the same plan from the graph (deterministic), builds only its own
+        device shard (features ``[m_r, F]`` and a local CSC of its ``m_r`` segments) and shares it
+        with :meth:`ShardedTensor.create`; the owner of each host tier (rank 0 of ``host_comm``)
+        builds it and shares it with :meth:`SharedTensor.create`. Communication: a few
+        ``all_gather_object`` rounds per shared tensor (up to 3 device + 4 host tensors).
+        Memory per rank: its device budget (in shared memory on CPU) plus its share of the host
+        tier; disk rows are never copied.
+
+        Args:
+            graph: The graph (``x`` optional; arrays may be memory maps).
+            comm: Communicator of the ranks sharing the device tier (None: a single rank).
+            budgets: Per-rank budgets (default: nothing on device or host, all reads from disk).
+            placement: ``"degree"``, or a :class:`HotnessRanking` (e.g. from
+                ``hotness_order(graph, "presample", sampler_fn)``; pass the same on every rank).
+            order: ``"graph_first"`` (default) or ``"features_first"``: which kind takes the
+                device (and then host) budget first.
+            one_sided: Peers read device shards directly (one host); False: two-sided exchange
+                (every device read becomes a collective).
+            meter: Where bytes served are recorded (default: a new meter).
+            host_comm: Communicator of the ranks of this host (default ``comm`` when
+                ``comm.same_host``; without one each rank keeps a private host tier).
+            name: Prefix of the shared-memory segment names (``[A-Za-z0-9_.]``, same on every
+                rank; make it unique per concurrently built store).
+
+        Returns:
+            The store.
+
+        Raises:
+            ConfigError: On bad budgets, placement or order.
+            GraphError: If ``graph`` is not a Graph.
+        """
+        if not isinstance(graph, Graph):
+            raise GraphError(
+                f"'graph' must be a fleetgnn Graph (got {type(graph).__name__}); build one with "
+                "fleetgnn.graph.from_edges or open_dataset"
+            )
+        budgets = TierBudgets() if budgets is None else budgets
+        if not isinstance(budgets, TierBudgets):
+            raise ConfigError(
+                f"'budgets' must be a TierBudgets (got {type(budgets).__name__}); e.g. "
+                "TierBudgets.parse(device='64MB', host='1GiB')"
+            )
+        if isinstance(placement, HotnessRanking):
+            hot = placement
+            if hot.order.shape != (graph.num_nodes,):
+                raise ConfigError(
+                    f"'placement' ranks {hot.order.size} nodes but the graph has "
+                    f"{graph.num_nodes}; compute it with hotness_order(graph, ...)"
+                )
+        elif placement == "degree":
+            hot = hotness_order(graph, "degree")
+        else:
+            raise ConfigError(
+                f"'placement' must be 'degree' or a HotnessRanking (got {placement!r}); for "
+                "pre-sampling pass hotness_order(graph, 'presample', sampler_fn=...)"
+            )
+        rank, world = (0, 1) if comm is None else (comm.rank, comm.world_size)
+        if host_comm is None and comm is not None and comm.same_host:
+            host_comm = comm
+        rph = 1 if host_comm is None else host_comm.world_size
+        plan = plan_store(graph, budgets, world, hotness=hot, order=order, ranks_per_host=rph)
+        handles: list[Any] = []
+
+        def sharded(local: Tensor, suffix: str) -> _Gatherable:
+            if comm is None:
+                return _LocalShard(local)
+            h = ShardedTensor.create(local, comm, name=f"{name}.{suffix}", one_sided=one_sided)
+            handles.append(h)
+            return h
+
+        def shared(make: Any, suffix: str) -> Tensor:
+            if host_comm is None:
+                return make()
+            t = make() if host_comm.rank == 0 else None
+            h = SharedTensor.create(t, host_comm, name=f"{name}.{suffix}", owner=0)
+            handles.append(h)
+            return h.tensor
+
+        memory = {"device": 0, "host": 0}
+        feat_device = feat_host = None
+        fp = plan.features
+        if fp is not None and graph.x is not None:
+            x = graph.x
+            if fp.num_device:
+                rows = fp.shard_rows(rank)
+                local = torch.from_numpy(
+                    np.ascontiguousarray(x[rows]).reshape(rows.size, x.shape[1])
+                )
+                feat_device = sharded(local, "feat")
+                memory["device"] += local.numel() * local.element_size()
+            if fp.num_host:
+                feat_host = shared(
+                    lambda: torch.from_numpy(np.ascontiguousarray(x[fp.host_rows()])), "feath"
+                )
+                memory["host"] += fp.host_bytes
+        tp = plan.topology
+        topo_device = topo_host = None
+        if tp.num_device:
+            indptr, indices, weight = _segments_of(graph, tp.shard_rows(rank))
+            topo_device = _Segments(
+                sharded(indptr, "indptr"),
+                sharded(indices, "indices"),
+                None if weight is None else sharded(weight, "weight"),
+            )
+            memory["device"] += sum(
+                t.numel() * t.element_size() for t in (indptr, indices, weight) if t is not None
+            )
+        if tp.num_host:
+            builds = host_comm is None or host_comm.rank == 0  # only the owner builds it
+            hp, hi, hw = _segments_of(graph, tp.host_rows()) if builds else (None, None, None)
+            topo_host = _Segments(
+                shared(lambda: hp, "indptrh"),
+                shared(lambda: hi, "indicesh"),
+                shared(lambda: hw, "weighth") if graph.edge_weight is not None else None,
+            )
+            memory["host"] += tp.host_bytes
+        return cls(
+            graph,
+            plan,
+            rank=rank,
+            world_size=world,
+            meter=TrafficMeter() if meter is None else meter,
+            feat_device=feat_device,
+            feat_host=feat_host,
+            topo_device=topo_device,
+            topo_host=topo_host,
+            memory=memory,
+            handles=handles,
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def _check_open(self) -> None:
+        if self._closed:
+            raise GraphError("this UnifiedStore is closed; build a new one")
+
+    def _ids(self, name: str, ids: object) -> np.ndarray:
+        t = torch.as_tensor(ids) if not isinstance(ids, Tensor) else ids
+        if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
+            raise GraphError(
+                f"'{name}' must be a 1-D integer tensor of node IDs (got {t.dtype} with shape "
+                f"{tuple(t.shape)})"
+            )
+        a = t.detach().cpu().numpy().astype(np.int64, copy=False)
+        n = self.graph.num_nodes
+        if a.size and (a.min() < 0 or a.max() >= n):
+            bad = int(a.min()) if a.min() < 0 else int(a.max())
+            raise GraphError(
+                f"'{name}' holds node ID {bad}, outside the valid interval [0, {n}); pass "
+                "global IDs of this graph"
+            )
+        return a
+
+    def _account(
+        self, tier: np.ndarray, owner: np.ndarray, nbytes: np.ndarray | int, kind: str | None
+    ) -> None:
+        """Record bytes served per link kind (and, for ``kind``, requests per source)."""
+        nb = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), tier.shape)
+        dev = tier == DEVICE
+        mine = dev & (owner == self.rank)
+        peer = dev & ~mine
+        for link, src, mask in (
+            ("local", "local", mine),
+            ("peer", "peer", peer),
+            ("h2d", "host", tier == HOST),
+            ("disk", "disk", tier == DISK),
+        ):
+            count = int(mask.sum())
+            if count == 0:
+                continue
+            msgs = np.unique(owner[mask]).size if link == "peer" else 1
+            self.meter.record(link, int(nb[mask].sum()), messages=msgs)
+            if kind is not None:
+                self._hits[kind][src] += count
+
+    # ------------------------------------------------------------------ features
+    @property
+    def num_features(self) -> int:
+        """Feature dimension ``F`` (0 without features)."""
+        return 0 if self.graph.x is None else int(self.graph.x.shape[1])
+
+    def gather(self, ids: Tensor) -> Tensor:
+        """Feature rows of ``ids`` in input order, bit-exact with ``graph.x[ids]``.
+
+        Buckets the IDs by tier (and owner on the device tier) and reads each tier once:
+        device shards through one :meth:`ShardedTensor.gather`, the host tier with one
+        ``index_select``, disk with one numpy fancy index. Duplicates and empty input are
+        fine. Records ``F * itemsize`` bytes per row on ``local``/``peer``/``h2d``/``disk``.
+        Two-sided mode: a collective.
+
+        Shapes:
+            - ids: ``[n]`` int
+            - output: ``[n, F]``, dtype of ``graph.x``, on the CPU.
+
+        Raises:
+            GraphError: If the graph has no features or an ID is out of range.
+        """
+        self._check_open()
+        x = self.graph.x
+        fp = self.plan.features
+        if x is None or fp is None:
+            raise GraphError("the graph has no node features 'x'; nothing to gather")
+        idn = self._ids("ids", ids)
+        tier, owner, local = fp.locate(idn)
+        dtype = torch.from_numpy(np.empty(0, dtype=x.dtype)).dtype
+        out = torch.empty((idn.size, x.shape[1]), dtype=dtype)
+        self._account(tier, owner, x.shape[1] * x.dtype.itemsize, "features")
+        if self._feat_device is not None:  # every rank calls it (two-sided is collective)
+            sel = np.flatnonzero(tier == DEVICE)
+            rows = self._feat_device.gather(
+                torch.from_numpy(owner[sel]), torch.from_numpy(local[sel])
+            )
+            if sel.size == idn.size:  # all hits: no scatter
+                return rows.to(out.device)
+            out[torch.from_numpy(sel)] = rows.to(out.device)
+        sel = np.flatnonzero(tier == HOST)
+        if sel.size:
+            assert self._feat_host is not None  # planned rows exist
+            rows = self._feat_host.index_select(0, torch.from_numpy(local[sel]))
+            if sel.size == idn.size:  # all from the host tier: no scatter
+                return rows
+            out[torch.from_numpy(sel)] = rows
+        sel = np.flatnonzero(tier == DISK)
+        if sel.size == idn.size and sel.size:  # all from disk: no scatter
+            return torch.from_numpy(np.asarray(x[idn]))
+        if sel.size:
+            out[torch.from_numpy(sel)] = torch.from_numpy(np.asarray(x[idn[sel]]))
+        return out
+
+    # ------------------------------------------------------------------ topology
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes ``N``; valid IDs are ``[0, N)``."""
+        return self.graph.num_nodes
+
+    @property
+    def has_edge_weight(self) -> bool:
+        """Whether :meth:`edge_weight_at` returns weights."""
+        return self.graph.edge_weight is not None
+
+    def _tier_store(self, t: int) -> _Segments | None:
+        return (self._topo_device, self._topo_host, self._topo_disk)[t]
+
+    def _bounds(self, idn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(tier, owner, start, end)``: each node's segment within its tier's store."""
+        tier, owner, local = self.plan.topology.locate(idn)
+        start = np.empty(idn.size, np.int64)
+        end = np.empty(idn.size, np.int64)
+        if self._topo_device is not None:
+            sel = np.flatnonzero(tier == DEVICE)
+            o = torch.from_numpy(np.concatenate([owner[sel], owner[sel]]))
+            li = torch.from_numpy(np.concatenate([local[sel], local[sel] + 1]))
+            both = self._topo_device.indptr.gather(o, li).numpy()
+            start[sel], end[sel] = both[: sel.size], both[sel.size :]
+        for t in (HOST, DISK):
+            sel = np.flatnonzero(tier == t)
+            if sel.size:
+                ptr = self._tier_store(t).indptr  # type: ignore[union-attr]
+                ptr = ptr.numpy() if isinstance(ptr, Tensor) else ptr
+                start[sel] = ptr[local[sel]]
+                end[sel] = ptr[local[sel] + 1]
+        self._account(tier, owner, 16, None)  # two indptr entries per node
+        return tier, owner, start, end
+
+    def _read(self, what: str, tier: np.ndarray, owner: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Entries ``pos`` of each tier's ``indices`` or ``weight`` store, in input order."""
+        out: np.ndarray | None = None
+        if what == "weight":
+            dtype = self.graph.edge_weight.dtype  # type: ignore[union-attr]
+            itemsize = dtype.itemsize
+        else:
+            dtype, itemsize = np.dtype(np.int64), self.graph.indices.dtype.itemsize
+        out = np.empty(pos.size, dtype=dtype)
+        if self._topo_device is not None:
+            sel = np.flatnonzero(tier == DEVICE)
+            vals = getattr(self._topo_device, what).gather(
+                torch.from_numpy(owner[sel]), torch.from_numpy(pos[sel])
+            )
+            out[sel] = vals.numpy()
+        for t in (HOST, DISK):
+            sel = np.flatnonzero(tier == t)
+            if sel.size:
+                arr = getattr(self._tier_store(t), what)
+                arr = arr.numpy() if isinstance(arr, Tensor) else arr
+                out[sel] = arr[pos[sel]]
+        self._account(tier, owner, itemsize, None)
+        return out
+
+    def in_degree(self, ids: Tensor) -> Tensor:
+        """In-degree of each node in ``ids``, int64 ``[len(ids)]`` (16 bytes read per node)."""
+        self._check_open()
+        idn = self._ids("ids", ids)
+        tier, owner, start, end = self._bounds(idn)
+        self._count_hits(tier, owner)
+        return torch.from_numpy(end - start)
+
+    def _count_hits(self, tier: np.ndarray, owner: np.ndarray) -> None:
+        dev = tier == DEVICE
+        mine = int((dev & (owner == self.rank)).sum())
+        h = self._hits["topology"]
+        h["local"] += mine
+        h["peer"] += int(dev.sum()) - mine
+        h["host"] += int((tier == HOST).sum())
+        h["disk"] += int((tier == DISK).sum())
+
+    def _positions(self, ids: Tensor, offsets: Tensor) -> tuple[np.ndarray, ...]:
+        idn = self._ids("ids", ids)
+        off_t = torch.as_tensor(offsets)
+        if off_t.dim() != 1 or off_t.numel() != idn.size or off_t.is_floating_point():
+            raise GraphError(
+                f"'offsets' must be a 1-D integer tensor aligned with 'ids' ({idn.size} entries; "
+                f"got {off_t.dtype} with shape {tuple(off_t.shape)})"
+            )
+        off = off_t.cpu().numpy().astype(np.int64, copy=False)
+        tier, owner, start, end = self._bounds(idn)
+        bad = (off < 0) | (off >= end - start)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise GraphError(
+                f"'offsets[{i}]' = {int(off[i])} is outside [0, {int(end[i] - start[i])}), the "
+                f"in-degree of node {int(idn[i])}; offsets index a node's in-edges"
+            )
+        self._count_hits(tier, owner)
+        return tier, owner, start + off
+
+    def neighbors_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``indices[indptr[ids] + offsets]`` as int64: the ``offsets``-th in-neighbour of each ID.
+
+        Reads two ``indptr`` entries (bounds-checks the offsets) and one index per ID.
+        """
+        self._check_open()
+        tier, owner, pos = self._positions(ids, offsets)
+        return torch.from_numpy(self._read("indices", tier, owner, pos))
+
+    def edge_weight_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``edge_weight[indptr[ids] + offsets]``."""
+        self._check_open()
+        if not self.has_edge_weight:
+            raise GraphError("the graph has no 'edge_weight'; check has_edge_weight first")
+        tier, owner, pos = self._positions(ids, offsets)
+        return torch.from_numpy(self._read("weight", tier, owner, pos))
+
+    def all_neighbors(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """``(counts [len(ids)], nbrs [counts.sum()])``: all in-neighbours, in ID then CSC order."""
+        self._check_open()
+        idn = self._ids("ids", ids)
+        tier, owner, start, end = self._bounds(idn)
+        self._count_hits(tier, owner)
+        counts = end - start
+        pos = np.repeat(start, counts) + _segment_arange(counts)
+        nbrs = self._read("indices", np.repeat(tier, counts), np.repeat(owner, counts), pos)
+        return torch.from_numpy(counts), torch.from_numpy(nbrs)
+
+    # ------------------------------------------------------------------ stats
+    def hit_rates(self, kind: str = "features") -> dict[str, float]:
+        """Fraction of requested rows served by each source since build (or :meth:`reset_stats`).
+
+        Args:
+            kind: ``"features"`` (rows gathered) or ``"topology"`` (node IDs looked up).
+
+        Returns:
+            ``{"local", "peer", "host", "disk"}`` -> fraction (all 0 before any request).
+        """
+        if kind not in self._hits:
+            raise ConfigError(f"'kind' must be 'features' or 'topology' (got {kind!r})")
+        h = self._hits[kind]
+        total = sum(h.values())
+        return {k: (v / total if total else 0.0) for k, v in h.items()}
+
+    def requests(self, kind: str = "features") -> dict[str, int]:
+        """Requested rows per source (the numerators of :meth:`hit_rates`)."""
+        if kind not in self._hits:
+            raise ConfigError(f"'kind' must be 'features' or 'topology' (got {kind!r})")
+        return dict(self._hits[kind])
+
+    def reset_stats(self) -> None:
+        """Zero the request counters and the meter."""
+        for h in self._hits.values():
+            for k in h:
+                h[k] = 0
+        self.meter.reset()
+
+    @property
+    def traffic(self) -> dict[str, dict[str, int]]:
+        """Snapshot of :attr:`meter`: link kind -> ``{"bytes", "messages"}``."""
+        return self.meter.snapshot()
+
+    def memory(self) -> dict[str, int]:
+        """Bytes held per tier by this rank.
+
+        ``device``: this rank's shards (features + topology, within ``budgets.device``);
+        ``host``: the host tier (one copy shared by the ``ranks_per_host`` ranks of a host,
+        within ``budgets.host * ranks_per_host``); ``disk``: bytes left in the dataset's arrays.
+        """
+        disk = self.plan.topology.disk_bytes
+        if self.plan.features is not None:
+            disk += self.plan.features.disk_bytes
+        return {"device": self._memory["device"], "host": self._memory["host"], "disk": disk}
+
+    def close(self) -> None:
+        """Release this rank's mappings of the shared tiers (local; idempotent)."""
+        for h in self._handles:
+            h.close()
+        self._handles = []
+        self._feat_device = self._feat_host = None
+        self._topo_device = self._topo_host = None
+        self._closed = True
+
+    def __enter__(self) -> UnifiedStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"UnifiedStore(graph={self.graph.name!r}, rank={self.rank}/{self.world_size}, "
+            f"memory={self.memory()},\n  {self.plan!r})"
+        )

@@ -1,0 +1,362 @@
+import itertools
+
+import numpy as np
+import pytest
+
+from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.graph.csc import from_edges
+from fleetgnn.store import placement as P
+from fleetgnn.store.placement import (
+    TierBudgets,
+    hotness_order,
+    parse_bytes,
+    plan_store,
+    plan_tiers,
+    solve_placement,
+    topology_row_bytes,
+)
+
+# ---------------------------------------------------------------------------------- bytes
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("0", 0),
+        (4096, 4096),
+        ("64MB", 64_000_000),
+        ("64MiB", 64 << 20),
+        ("1.5GiB", 3 << 29),
+        ("2 kb", 2000),
+        ("3K", 3072),
+        ("10B", 10),
+    ],
+)
+def test_parse_bytes(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["-1MB", "abc", "12XB", "", float("nan"), True, None, -3])
+def test_parse_bytes_errors_name_the_argument(bad):
+    with pytest.raises(ConfigError, match="device"):
+        parse_bytes(bad, "device")
+
+
+def test_tier_budgets():
+    b = TierBudgets.parse(device="1KiB", host="2KB")
+    assert (b.device, b.host) == (1024, 2000)
+    assert "1.0KiB" in repr(b)
+    with pytest.raises(ConfigError, match="TierBudgets.device"):
+        TierBudgets(device=-1)
+    with pytest.raises(ConfigError):
+        TierBudgets(host="1MB")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------- hotness
+
+
+def _graph(n=40, e=200, seed=0, features=3, weights=False):
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    node_data = {"x": rng.standard_normal((n, features))} if features else None
+    w = rng.random(e) if weights else None
+    return from_edges(src, dst, num_nodes=n, edge_weight=w, node_data=node_data)
+
+
+def test_hotness_degree_matches_naive_sort():
+    g = _graph()
+    r = hotness_order(g)
+    score = g.in_degrees() + g.out_degrees()
+    naive = sorted(range(g.num_nodes), key=lambda v: (-score[v], v))
+    assert r.order.tolist() == naive
+    assert (r.rank_of[r.order] == np.arange(g.num_nodes)).all()
+
+
+def test_hotness_presample_counts_and_ties():
+    g = _graph(n=10, e=20)
+    batches = [np.array([3, 3, 7]), np.array([7, 1]), np.array([[9, 3]])]
+    r = hotness_order(g, "presample", sampler_fn=lambda i: batches[i], k=3)
+    # counts: 3 -> 3, 7 -> 2, 1 -> 1, 9 -> 1, rest 0 (ties by node ID)
+    assert r.order.tolist() == [3, 7, 1, 9, 0, 2, 4, 5, 6, 8]
+    assert r.score[3] == 3
+
+
+def test_hotness_errors():
+    g = _graph(n=10, e=20)
+    with pytest.raises(ConfigError, match="policy"):
+        hotness_order(g, "random")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="sampler_fn"):
+        hotness_order(g, "presample")
+    with pytest.raises(ConfigError, match="'k'"):
+        hotness_order(g, "presample", sampler_fn=lambda i: [0], k=0)
+    with pytest.raises(GraphError, match=r"\[0, 10\)"):
+        hotness_order(g, "presample", sampler_fn=lambda i: [10], k=1)
+
+
+# ---------------------------------------------------------------------------------- tiers
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_modulo_split_bijection_and_balance(world):
+    rng = np.random.default_rng(world)
+    n, row = 101, 16
+    order = rng.permutation(n)
+    plan = plan_tiers(n, row, TierBudgets(device=row * 9, host=row * 7), world, order=order)
+    hot = plan.num_device
+    assert hot == min(n, 9 * world)
+    tier, owner, local = plan.locate(order)  # node of hot rank k
+    k = np.arange(n)
+    dev = k < hot
+    assert (owner[dev] == k[dev] % world).all() and (local[dev] == k[dev] // world).all()
+    # (owner, local) is a bijection onto the shards
+    pairs = set(zip(owner[dev].tolist(), local[dev].tolist()))
+    assert len(pairs) == hot
+    sizes = [plan.shard_rows(r).size for r in range(world)]
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == hot
+    for r in range(world):
+        assert (plan.shard_rows(r) == order[k[dev & (k % world == r)]]).all()
+    # host and disk follow; every node lives in exactly one tier
+    assert plan.num_host == min(7 * world, n - hot)
+    assert (tier[hot : hot + plan.num_host] == P.HOST).all()
+    assert (tier[hot + plan.num_host :] == P.DISK).all()
+    assert plan.num_device + plan.num_host + plan.num_disk == n
+    host_local = local[hot : hot + plan.num_host]
+    assert (host_local == np.arange(plan.num_host)).all()
+    assert (plan.host_rows() == order[hot : hot + plan.num_host]).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_variable_rows_respect_budgets_and_are_maximal(seed):
+    rng = np.random.default_rng(seed)
+    n, world = 200, int(rng.integers(1, 5))
+    rb = rng.integers(8, 200, n)
+    b = TierBudgets(device=int(rng.integers(0, 3000)), host=int(rng.integers(0, 3000)))
+    order = rng.permutation(n)
+    plan = plan_tiers(n, rb, b, world, order=order, ranks_per_host=world)
+    hot_bytes = rb[order]
+    for r in range(world):
+        assert plan.device_bytes[r] == hot_bytes[r : plan.num_device : world].sum() <= b.device
+    assert plan.host_bytes <= b.host * world
+    assert plan.device_bytes.sum() + plan.host_bytes + plan.disk_bytes == rb.sum()
+    h = plan.num_device
+    if h < n:  # the next hot row would overflow its owner's budget
+        r = h % world
+        assert hot_bytes[r : h + 1 : world].sum() > b.device
+        if plan.num_host < n - h:
+            assert hot_bytes[h : h + plan.num_host + 1].sum() > b.host * world
+
+
+@pytest.mark.parametrize("order", ["graph_first", "features_first"])
+def test_plan_store_orders_and_budgets(order):
+    g = _graph(n=60, e=400, features=8, weights=True)
+    b = TierBudgets(device=900, host=1500)
+    plan = plan_store(g, b, 2, order=order)
+    assert (plan.device_bytes() <= b.device).all()
+    assert plan.host_bytes() <= b.host * 2
+    other = plan_store(g, b, 2, order="features_first" if order == "graph_first" else order)
+    first, second = (
+        (plan.topology, plan.features)
+        if order == "graph_first"
+        else (
+            plan.features,
+            plan.topology,
+        )
+    )
+    assert first.num_device > 0
+    if order == "graph_first":
+        assert plan.topology.num_device >= other.topology.num_device
+    # topology rows are 8 + deg * (4 + 8) bytes (int32 index + float64 weight)
+    deg = g.in_degrees()
+    assert (topology_row_bytes(g) == 8 + deg * 12).all()
+    assert second is not None
+    with pytest.raises(ConfigError, match="order"):
+        plan_store(g, b, 2, order="random")  # type: ignore[arg-type]
+
+
+def test_plan_world_size_errors():
+    with pytest.raises(ConfigError, match="world_size"):
+        plan_tiers(10, 4, TierBudgets(), 0)
+    with pytest.raises(ConfigError, match="ranks_per_host"):
+        plan_tiers(10, 4, TierBudgets(), 2, ranks_per_host=3)
+
+
+# ---------------------------------------------------------------------------------- solver
+DGX1 = (
+    "0-1:25 0-2:25 0-3:50 0-6:50 1-2:50 1-3:25 1-7:50 2-3:50 2-4:25 3-5:25 4-5:50 4-6:25 "
+    "4-7:50 5-6:50 5-7:25 6-7:25"
+)
+
+
+def _matrix(n, links, local=700.0):
+    b = np.zeros((n, n))
+    np.fill_diagonal(b, local)
+    for link in links.split():
+        ij, w = link.split(":")
+        i, j = map(int, ij.split("-"))
+        b[i, j] = b[j, i] = float(w)
+    return b
+
+
+def test_golden_dgx1_plan():
+    plan = solve_placement(_matrix(8, DGX1))
+    assert plan.stores == ((0, 4), (1, 5), (2, 6), (3, 7), (3, 4), (2, 5), (1, 6), (0, 7))
+    expected = [
+        "0 6 2 3 0 1 6 3",
+        "7 1 2 3 0 1 2 7",
+        "0 1 2 3 4 1 2 3",
+        "0 1 2 3 0 5 2 3",
+        "7 6 5 4 4 5 2 7",
+        "7 6 5 4 4 5 6 3",
+        "0 6 5 4 0 5 6 7",
+        "7 1 5 4 4 1 6 7",
+    ]
+    assert [" ".join(map(str, s)) for s in plan.sources] == expected
+    assert plan.max_parts == 2 and plan.min_bandwidth == 25.0
+    assert solve_placement(_matrix(8, DGX1)) == plan  # deterministic
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_fully_connected_one_partition_each(n):
+    b = np.full((n, n), 50.0)
+    np.fill_diagonal(b, 700.0)
+    plan = solve_placement(b)
+    assert plan.stores == tuple((i,) for i in range(n))
+    assert plan.sources == tuple(tuple(range(n)) for _ in range(n))
+
+
+def _random_topology(rng, n):
+    b = np.zeros((n, n))
+    dens = rng.random()
+    for i, j in itertools.combinations(range(n), 2):
+        if rng.random() < dens:
+            b[i, j] = b[j, i] = float(rng.choice([25, 50, 100]))
+    np.fill_diagonal(b, 700.0)
+    return b
+
+
+def _plan_exists(b, k):
+    """Brute force: is there a valid plan (p on device p) with at most k partitions per device?"""
+    n = len(b)
+    full = (1 << n) - 1
+    nbrs = [[j for j in range(n) if b[i, j] > 0] for i in range(n)]
+    if any(k * len(nb) < n for nb in nbrs):  # a device reaches at most k per neighbour
+        return False
+    options = [
+        [m for m in range(1 << n) if m >> i & 1 and bin(m).count("1") <= k] for i in range(n)
+    ]
+    for masks in itertools.product(*options):
+        if all(np.bitwise_or.reduce([masks[j] for j in nbrs[i]]) == full for i in range(n)):
+            return True
+    return False
+
+
+def _assert_minimal(b, plan):
+    assert plan.max_parts == 1 or not _plan_exists(b, plan.max_parts - 1)
+
+
+def _best_a(b, reader, stores):
+    """Brute force R3 for one reader: max over source choices of min_j B_ij / AccessCnt_ij."""
+    n = len(b)
+    holders = [[j for j in range(n) if b[reader, j] > 0 and p in stores[j]] for p in range(n)]
+    best = 0.0
+    for cfg in itertools.product(*holders):
+        cnt = np.bincount(cfg, minlength=n)
+        best = max(best, min(b[reader, j] / c for j, c in enumerate(cnt) if c))
+    return best
+
+
+def _check_invariants(b, plan):
+    n = len(b)
+    for i in range(n):
+        assert list(plan.stores[i]) == sorted(set(plan.stores[i]))
+        for p in range(n):
+            j = plan.sources[i][p]
+            assert p in plan.stores[j], (i, p, j)  # the source stores it ...
+            assert b[i, j] > 0, (i, p, j)  # ... and is the reader itself or a direct neighbour
+    a = [_best_a(b, i, [set(s) for s in plan.stores]) for i in range(n)]
+    assert plan.min_bandwidth == pytest.approx(min(a))
+    for i in range(n):  # the chosen sources achieve the reader's optimum
+        cnt = np.bincount(plan.sources[i], minlength=n)
+        got = min(b[i, j] / c for j, c in enumerate(cnt) if c)
+        assert got == pytest.approx(a[i])
+
+
+# a 5-device topology where branching only on R1/R2 ties stores 3 partitions on some device
+RING5 = np.array(
+    [
+        [700, 50, 0, 50, 50],
+        [50, 700, 100, 0, 100],
+        [0, 100, 700, 25, 100],
+        [50, 0, 25, 700, 0],
+        [50, 100, 100, 0, 700],
+    ],
+    dtype=float,
+)
+
+
+def test_max_parts_minimal_where_tie_search_is_not():
+    heuristic = P._Search(RING5.tolist())
+    heuristic.run()
+    assert heuristic.best_parts == 3
+    plan = solve_placement(RING5)
+    assert plan.max_parts == 2
+    _assert_minimal(RING5, plan)
+    _check_invariants(RING5, plan)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_topologies_minimal_and_valid(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(6):
+        n = int(rng.integers(2, 6))
+        b = _random_topology(rng, n)
+        plan = solve_placement(b)
+        _assert_minimal(b, plan)
+        _check_invariants(b, plan)
+        assert solve_placement(b) == plan
+
+
+class _Recording(P._Search):
+    """The artifact-style search, remembering every complete plan it evaluates."""
+
+    def __init__(self, bw):
+        super().__init__(bw)
+        self.seen = []
+
+    def _complete(self):
+        stores = [set(s) for s in self.store]
+        self.seen.append((max(len(s) for s in stores), stores))
+        super()._complete()
+
+
+def test_chosen_plan_beats_every_enumerated_plan():
+    rng = np.random.default_rng(11)
+    for _ in range(8):
+        b = _random_topology(rng, int(rng.integers(3, 7)))
+        search = _Recording(b.tolist())
+        search.run()
+        plan = solve_placement(b)
+        if plan.max_parts < search.best_parts:
+            continue  # the exhaustive pass found fewer partitions per device
+        n = len(b)
+        assert search.seen
+        for parts, stores in search.seen:
+            assert plan.max_parts <= parts
+            if parts == plan.max_parts:
+                mb = min(_best_a(b, i, stores) for i in range(n))
+                assert plan.min_bandwidth >= mb - 1e-12
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ([[1, 2, 3]], "square"),
+        ([[0, 1], [1, 5]], r"bandwidth\[0\]\[0\]"),
+        ([[5, 1], [0, 5]], "symmetric"),
+        ([[5, -1], [-1, 5]], ">= 0"),
+        ([], "square"),
+    ],
+)
+def test_solver_errors(bad, match):
+    with pytest.raises(ConfigError, match=match):
+        solve_placement(bad)

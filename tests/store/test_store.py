@@ -1,0 +1,187 @@
+import numpy as np
+import pytest
+import torch
+
+from fleetgnn.dist.traffic import TrafficMeter
+from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.graph.csc import from_edges
+from fleetgnn.graph.dataset import open_dataset, write_dataset
+from fleetgnn.sampling.neighbor import GraphTopology, NeighborSampler, TopologySource
+from fleetgnn.store import (
+    TierBudgets,
+    UnifiedStore,
+    feature_row_bytes,
+    hotness_order,
+    topology_row_bytes,
+)
+from fleetgnn.store.placement import DEVICE, DISK, HOST
+
+
+def _graph(n=80, e=600, f=5, seed=0, weights=True, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    dst[:40] = 3  # a hub, so segments differ in size
+    x = rng.standard_normal((n, f)).astype(dtype)
+    w = rng.random(e) if weights else None
+    return from_edges(src, dst, num_nodes=n, edge_weight=w, node_data={"x": x})
+
+
+def _budgets(g, dev_ratio, host_ratio, world=1):
+    """Budgets holding about the given fractions of topology + feature bytes."""
+    total = int(topology_row_bytes(g).sum()) + g.num_nodes * feature_row_bytes(g)
+    return TierBudgets(
+        device=int(dev_ratio * total / world) + 8, host=int(host_ratio * total / world) + 8
+    )
+
+
+RATIOS = [(0.0, 0.0), (0.0, 1.0), (0.2, 0.3), (0.5, 0.0), (1.0, 0.0), (0.05, 0.95)]
+
+
+@pytest.mark.parametrize("dev,host", RATIOS)
+@pytest.mark.parametrize("order", ["graph_first", "features_first"])
+def test_features_bit_exact_and_accounted(dev, host, order):
+    g = _graph()
+    meter = TrafficMeter()
+    b = _budgets(g, dev, host)
+    store = UnifiedStore.build(g, None, b, order=order, meter=meter)
+    rng = np.random.default_rng(1)
+    ids = torch.from_numpy(rng.integers(0, g.num_nodes, 300))
+    ids[:10] = ids[0]  # duplicates
+    out = store.gather(ids)
+    assert out.dtype == torch.float64
+    assert torch.equal(out, torch.from_numpy(g.x[ids.numpy()]))
+    # hit rates == fraction of requests whose node lives in each tier (hot rank vs plan counts)
+    fp = store.plan.features
+    k = hotness_order(g).rank_of[ids.numpy()]
+    frac_dev = np.mean(k < fp.num_device)
+    frac_host = np.mean((k >= fp.num_device) & (k < fp.num_device + fp.num_host))
+    hr = store.hit_rates()
+    assert hr["local"] == pytest.approx(frac_dev) and hr["peer"] == 0
+    assert hr["host"] == pytest.approx(frac_host)
+    assert hr["disk"] == pytest.approx(1 - frac_dev - frac_host)
+    # bytes per link kind: local + peer + h2d + disk == requested bytes, closed forms
+    snap = store.traffic
+    rb = feature_row_bytes(g)
+    assert sum(snap[k]["bytes"] for k in ("local", "peer", "h2d", "disk")) == 300 * rb
+    assert snap["h2d"]["bytes"] == round(frac_host * 300) * rb
+    if dev == 1.0:
+        assert snap["h2d"]["bytes"] == snap["disk"]["bytes"] == 0
+    # budgets respected
+    mem = store.memory()
+    assert mem["device"] <= b.device and mem["host"] <= b.host
+    assert mem["device"] == store.plan.device_bytes()[0]
+    empty = store.gather(torch.empty(0, dtype=torch.int64))
+    assert empty.shape == (0, 5)
+    store.close()
+
+
+@pytest.mark.parametrize("dev,host", RATIOS)
+def test_topology_exact_for_every_ratio(dev, host):
+    g = _graph(seed=2)
+    store = UnifiedStore.build(g, None, _budgets(g, dev, host), meter=TrafficMeter())
+    ref = GraphTopology(g)
+    assert isinstance(store, TopologySource)
+    assert store.num_nodes == g.num_nodes and store.has_edge_weight
+    ids = torch.arange(g.num_nodes).flip(0)
+    assert torch.equal(store.in_degree(ids), ref.in_degree(ids))
+    c1, n1 = store.all_neighbors(ids)
+    c2, n2 = ref.all_neighbors(ids)
+    assert torch.equal(c1, c2) and torch.equal(n1, n2) and n1.dtype == torch.int64
+    # neighbors_at / edge_weight_at at every edge position, shuffled
+    rep = torch.repeat_interleave(ids, c2)
+    off = torch.cat([torch.arange(int(c)) for c in c2])
+    perm = torch.from_numpy(np.random.default_rng(0).permutation(rep.numel()))
+    rep, off = rep[perm], off[perm]
+    assert torch.equal(store.neighbors_at(rep, off), ref.neighbors_at(rep, off))
+    assert torch.equal(store.edge_weight_at(rep, off), ref.edge_weight_at(rep, off))
+    # topology requests are counted per looked-up node
+    tp = store.plan.topology
+    tier, _, _ = tp.locate(np.arange(g.num_nodes))
+    reqs = store.requests("topology")
+    assert sum(reqs.values()) == 2 * g.num_nodes + 2 * rep.numel()
+    assert reqs["host"] == 2 * int((tier == HOST).sum()) + 2 * int(
+        (tp.locate(rep.numpy())[0] == HOST).sum()
+    )
+    assert (tier == DEVICE).sum() == tp.num_device and (tier == DISK).sum() == tp.num_disk
+
+
+def test_topology_bytes_closed_form():
+    g = _graph(seed=3, weights=False)
+    meter = TrafficMeter()
+    store = UnifiedStore.build(g, None, _budgets(g, 0.3, 0.3), meter=meter)
+    ids = torch.arange(g.num_nodes)
+    store.in_degree(ids)
+    assert sum(v["bytes"] for v in meter.snapshot().values()) == 16 * g.num_nodes
+    store.reset_stats()
+    counts, _ = store.all_neighbors(ids)
+    total = sum(v["bytes"] for v in meter.snapshot().values())
+    assert total == 16 * g.num_nodes + 4 * int(counts.sum())
+
+
+def test_sampling_through_the_store_equals_the_graph():
+    g = _graph(n=120, e=1500, seed=4)
+    store = UnifiedStore.build(g, None, _budgets(g, 0.2, 0.3))
+    seeds = torch.tensor([3, 7, 50, 99, 0])
+    a = NeighborSampler(store, [4, 3], seed=5).sample(seeds, epoch=1, step=2)
+    b = NeighborSampler(g, [4, 3], seed=5).sample(seeds, epoch=1, step=2)
+    for x, y in zip(a, b):
+        assert torch.equal(x.src_ids, y.src_ids)
+        assert torch.equal(x.indptr, y.indptr) and torch.equal(x.indices, y.indices)
+        assert torch.equal(x.edge_weight, y.edge_weight)
+    feats = store.gather(a[0].src_ids)
+    assert torch.equal(feats, torch.from_numpy(g.x[a[0].src_ids.numpy()]))
+
+
+def test_memmap_dataset_disk_tier(tmp_path):
+    g = _graph(seed=5, dtype=np.float32)
+    write_dataset(g, tmp_path / "ds")
+    mg = open_dataset(tmp_path / "ds")
+    assert isinstance(mg.x, np.memmap)
+    meter = TrafficMeter()
+    store = UnifiedStore.build(mg, None, _budgets(mg, 0.1, 0.1), meter=meter)
+    ids = torch.arange(mg.num_nodes)
+    assert torch.equal(store.gather(ids), torch.from_numpy(g.x))
+    fp = store.plan.features
+    assert meter.snapshot()["disk"]["bytes"] == fp.num_disk * 20
+    c1, n1 = store.all_neighbors(ids)
+    c2, n2 = GraphTopology(g).all_neighbors(ids)
+    assert torch.equal(c1, c2) and torch.equal(n1, n2)
+    store.close()
+
+
+def test_presample_placement():
+    g = _graph(seed=6)
+    hot = hotness_order(g, "presample", sampler_fn=lambda i: torch.arange(10 * i, 10 * i + 5), k=3)
+    store = UnifiedStore.build(g, None, _budgets(g, 0.1, 0.0), placement=hot)
+    assert store.plan.topology.order[:3].tolist() == [0, 1, 2]
+    ids = torch.tensor([0, 1, 79])
+    assert torch.equal(store.gather(ids), torch.from_numpy(g.x[[0, 1, 79]]))
+
+
+def test_errors():
+    g = _graph(seed=7)
+    store = UnifiedStore.build(g, None, TierBudgets())
+    with pytest.raises(GraphError, match=r"\[0, 80\)"):
+        store.gather(torch.tensor([80]))
+    with pytest.raises(GraphError, match="1-D integer"):
+        store.gather(torch.tensor([1.0]))
+    with pytest.raises(GraphError, match="offsets"):
+        store.neighbors_at(torch.tensor([3]), torch.tensor([10_000]))
+    with pytest.raises(GraphError, match="aligned"):
+        store.neighbors_at(torch.tensor([3, 4]), torch.tensor([0]))
+    with pytest.raises(ConfigError, match="kind"):
+        store.hit_rates("edges")
+    with pytest.raises(ConfigError, match="placement"):
+        UnifiedStore.build(g, None, TierBudgets(), placement="presample")
+    with pytest.raises(ConfigError, match="budgets"):
+        UnifiedStore.build(g, None, "64MB")  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match="Graph"):
+        UnifiedStore.build(object(), None)  # type: ignore[arg-type]
+    nofeat = from_edges(np.array([0]), np.array([1]), num_nodes=2)
+    s2 = UnifiedStore.build(nofeat, None, TierBudgets(device=100))
+    with pytest.raises(GraphError, match="no node features"):
+        s2.gather(torch.tensor([0]))
+    assert s2.memory()["device"] == s2.plan.topology.device_bytes[0] > 0
+    store.close()
+    with pytest.raises(GraphError, match="closed"):
+        store.in_degree(torch.tensor([0]))
