@@ -187,6 +187,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", default=None, choices=["full", "minibatch"])
     p.add_argument("--engine", default=None, help="reference (more engines in later releases)")
     p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--nproc", type=int, default=None, help="worker processes (one per device)")
+    p.add_argument(
+        "--max-restarts", type=int, default=None, help="restart failed workers this many times"
+    )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--run-dir", type=Path, default=None)
     p.add_argument("--config", type=Path, default=None, help="YAML config file")

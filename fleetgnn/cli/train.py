@@ -6,9 +6,13 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph, open_dataset
+
+#: Engines that run one process per device.
+DISTRIBUTED = ("minibatch", "split", "fullgraph", "offload")
 
 
 def default_cache_dir() -> Path:
@@ -48,6 +52,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         "engine": "train.engine",
         "epochs": "train.epochs",
         "seed": "train.seed",
+        "nproc": "train.nproc",
+        "max_restarts": "train.max_restarts",
     }
     out = []
     for attr, key in flags.items():
@@ -81,7 +87,51 @@ def run_train(args: argparse.Namespace) -> int:
             / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model.name}-{cfg.train.engine}"
         )
     cfg.run_dir = str(run_dir)
+    if cfg.train.engine in DISTRIBUTED:
+        return _run_distributed(cfg, run_dir, resume, args.progress)
     graph, _ = resolve_dataset(cfg.data, show_progress=args.progress)
     engine = build_engine(graph, cfg)
     Trainer(engine, cfg, run_dir, show_progress=args.progress).fit(resume=resume)
     return 0
+
+
+def _run_distributed(cfg: Any, run_dir: Path, resume: bool, progress: bool) -> int:
+    """Run a distributed engine: in this process under torchrun, else via the elastic launcher.
+
+    ``fleetgnn train --nproc N`` starts N workers on this host through
+    :func:`fleetgnn.dist.launch` (torch's elastic agent); with ``train.max_restarts > 0`` a failed
+    group is restarted and every worker resumes from the run's latest checkpoint.
+    """
+    from fleetgnn.dist import launch
+
+    # generate the default dataset once, before any worker starts
+    _, path = resolve_dataset(cfg.data, show_progress=progress)
+    payload = (cfg.to_dict(), str(run_dir), str(path), resume, progress)
+    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:  # already a torchrun worker
+        run_worker(*payload)
+        return 0
+    launch(run_worker, args=payload, nproc=cfg.train.nproc, max_restarts=cfg.train.max_restarts)
+    return 0
+
+
+def run_worker(
+    cfg_dict: dict[str, Any], run_dir: str, dataset: str, resume: bool, progress: bool
+) -> dict[str, Any] | None:
+    """One rank of a distributed run (module-level, so the launcher can pickle it)."""
+    from fleetgnn.dist import destroy, init
+    from fleetgnn.engines import build_engine
+    from fleetgnn.train import Config, Trainer
+
+    cfg = Config.from_dict(cfg_dict).validate()
+    ctx = init()
+    engine = None
+    try:
+        engine = build_engine(open_dataset(dataset), cfg, ctx)
+        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+        trainer = Trainer(engine, cfg, Path(run_dir), show_progress=progress and ctx.rank == 0)
+        summary = trainer.fit(resume=resume or restarted)
+        return summary if ctx.rank == 0 else None
+    finally:
+        if engine is not None and hasattr(engine, "close"):
+            engine.close()
+        destroy(ctx)

@@ -9,17 +9,31 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 
 #: Engines this build can run; the others are planned (see DESIGN.md).
-AVAILABLE = ("reference",)
-PLANNED = ("minibatch", "split", "fullgraph", "offload")
+AVAILABLE = ("reference", "minibatch")
+PLANNED = ("split", "fullgraph", "offload")
 
 
-def build_engine(graph: Graph, config: Any) -> Engine:
-    """Construct the engine named by ``config.train.engine`` for ``graph``."""
+def build_engine(graph: Graph, config: Any, ctx: Any = None) -> Engine:
+    """Construct the engine named by ``config.train.engine`` for ``graph``.
+
+    Args:
+        graph: The dataset.
+        config: A :class:`~fleetgnn.train.config.Config`.
+        ctx: The :class:`~fleetgnn.dist.DistContext` of this process (distributed engines).
+    """
     name = config.train.engine
     if name == "reference":
         from fleetgnn.engines.reference import ReferenceEngine
 
         return ReferenceEngine(graph, config)
+    if name == "minibatch":
+        from fleetgnn.engines.minibatch import MinibatchEngine
+
+        if ctx is None:
+            from fleetgnn.dist import init
+
+            ctx = init()
+        return MinibatchEngine(graph, config, ctx)
     if name in PLANNED:
         raise ConfigError(
             f"engine {name!r} is not available in this build yet; available: {', '.join(AVAILABLE)}"

@@ -56,9 +56,14 @@ def node_features(graph: Graph, dtype: torch.dtype, feature_norm: str = "none") 
             f"dataset with --features"
         )
     x = torch.from_numpy(np.array(graph.x, copy=True)).to(dtype)  # owned, writable copy
+    return normalize_rows(x, feature_norm)
+
+
+def normalize_rows(x: torch.Tensor, feature_norm: str) -> torch.Tensor:
+    """Apply ``data.feature_norm`` to rows of features (row-wise, so any subset of rows works)."""
     if feature_norm == "row":
-        x = x / x.sum(dim=1, keepdim=True).clamp_min(1e-12)
-    elif feature_norm != "none":
+        return x / x.sum(dim=1, keepdim=True).clamp_min(1e-12)
+    if feature_norm != "none":
         raise ConfigError(f"'data.feature_norm' must be 'none' or 'row' (got {feature_norm!r})")
     return x
 
@@ -94,7 +99,7 @@ class ReferenceEngine:
         self.x = self.x.to(self.device)
         self.y = torch.from_numpy(np.array(graph.y, dtype=np.int64)).to(self.device)
         self.masks = {
-            split: torch.from_numpy(np.asarray(getattr(graph, f"{split}_mask"))).to(self.device)
+            split: torch.from_numpy(np.array(getattr(graph, f"{split}_mask"))).to(self.device)
             for split in ("train", "val", "test")
             if getattr(graph, f"{split}_mask") is not None
         }

@@ -165,11 +165,51 @@ class TrainConfig:
     }
 
 
+@dataclasses.dataclass
+class StoreConfig:
+    """The unified feature/topology store of the distributed mini-batch engines.
+
+    Attributes:
+        device_budget: Bytes of device memory per rank for hot rows (e.g. ``"64MB"``,
+            ``"1.5GiB"``; ``None``: unlimited). On a CPU machine this is process memory, so
+            tiering decisions happen there too.
+        host_budget: Bytes of host memory per host for the next-hottest rows (``None``:
+            unlimited); the rest is read from the dataset's memory map on disk.
+        placement: Hotness ranking, one of :attr:`PLACEMENTS` (``presample`` counts accesses
+            over sampled batches).
+        order: Which gets the device budget first, one of :attr:`ORDERS` (XGNN: graph first).
+        gather: ``one_sided`` reads peers' shards in shared memory directly; ``two_sided``
+            exchanges requests and rows with all-to-all (what ranks on different hosts do).
+        prefetch: Sample and gather the next batch in a background thread during training.
+        debug_collectives: Verify shapes and counts across ranks before every collective and
+            report every rank's view instead of hanging on a mismatch.
+    """
+
+    PLACEMENTS: ClassVar[tuple[str, ...]] = ("degree", "presample")
+    ORDERS: ClassVar[tuple[str, ...]] = ("graph_first", "features_first")
+    GATHERS: ClassVar[tuple[str, ...]] = ("one_sided", "two_sided")
+
+    device_budget: str | None = None
+    host_budget: str | None = None
+    placement: str = "degree"
+    order: str = "graph_first"
+    gather: str = "one_sided"
+    prefetch: bool = True
+    debug_collectives: bool = False
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "placement": PLACEMENTS,
+        "order": ORDERS,
+        "gather": GATHERS,
+    }
+
+
 _SECTIONS: dict[str, type] = {
     "data": DataConfig,
     "model": ModelConfig,
     "optim": OptimConfig,
     "train": TrainConfig,
+    "store": StoreConfig,
 }
 _TOP_KEYS: tuple[str, ...] = (*_SECTIONS, "run_dir")
 
@@ -183,6 +223,7 @@ class Config:
         model: Model section.
         optim: Optimiser section.
         train: Training-loop section.
+        store: Unified-store section (distributed mini-batch engines).
         run_dir: Directory for checkpoints, metrics and the summary (``None``: chosen by the CLI).
     """
 
@@ -190,6 +231,7 @@ class Config:
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     run_dir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,340 @@
+"""The ``minibatch`` engine: data-parallel sampled training over the unified store.
+
+Each of the ``W`` ranks (one per GPU, or one CPU process standing in for one) takes its slots of
+the epoch's shuffled training nodes (:class:`~fleetgnn.sampling.SeedLoader`: every rank runs the
+same number of steps, so DDP never deadlocks on uneven data), samples blocks through the
+:class:`~fleetgnn.store.UnifiedStore` (topology split across device shards, peers, host and
+disk), gathers the input features through the store, and trains a DDP-wrapped model.
+
+Loss scaling: a step's loss on rank ``r`` is ``sum of its nodes' losses * W / B`` where ``B`` is
+the number of training nodes in the step over all ranks (known on every rank from the loader, no
+communication); DDP averages gradients over ranks, so the update equals the gradient of the mean
+loss over the union of all ranks' batches — exactly what the reference engine computes for that
+union of sampled blocks.
+
+Overlap: a background thread samples and gathers the next step's batch while the current step
+trains (WholeGraph/XGNN's pipeline). ``EpochStats.extra['prefetch_hidden_s']`` reports how much of
+the sampling and gathering time was hidden behind training.
+
+Memory: every rank holds the model, its device shard of the store, a mapping of the host tier,
+and during evaluation one ``[N, hidden]`` activation tensor per layer (layer-wise inference
+all-gathers each layer's output; ``O(N * hidden)`` bytes per rank).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from fleetgnn.dist import Communicator, DistContext, TrafficMeter
+from fleetgnn.engines.base import StepCallback, StepStats
+from fleetgnn.engines.reference import _DTYPES, _optimizer, model_kwargs, normalize_rows
+from fleetgnn.errors import ConfigError, DatasetError
+from fleetgnn.graph import Graph
+from fleetgnn.nn import LocalAggregator, build_model
+from fleetgnn.sampling import NeighborSampler, SeedLoader, full_neighbor_block
+from fleetgnn.store import TierBudgets, UnifiedStore
+
+_UNLIMITED = 1 << 62  # bytes: a budget of ``None`` means "no limit"
+
+
+class _Batch:
+    """One prefetched step: blocks, input rows, seeds and how long it took to prepare."""
+
+    __slots__ = ("blocks", "x", "seeds", "t_sample", "t_gather", "global_count", "traffic")
+
+    def __init__(self, blocks, x, seeds, t_sample, t_gather, global_count, traffic):  # noqa: ANN001
+        self.blocks, self.x, self.seeds = blocks, x, seeds
+        self.t_sample, self.t_gather, self.global_count = t_sample, t_gather, global_count
+        self.traffic = traffic
+
+
+class MinibatchEngine:
+    """Data-parallel mini-batch training over a unified store.
+
+    Args:
+        graph: The dataset (memory maps are fine: the store tiers it).
+        config: A :class:`~fleetgnn.train.config.Config`.
+        ctx: This process's :class:`~fleetgnn.dist.DistContext`.
+    """
+
+    name = "minibatch"
+
+    def __init__(self, graph: Graph, config: Any, ctx: DistContext) -> None:
+        tc, sc = config.train, config.store
+        if tc.mode != "minibatch":
+            raise ConfigError(f"engine 'minibatch' needs train.mode=minibatch (got {tc.mode!r})")
+        if graph.y is None or graph.train_mask is None:
+            raise DatasetError(f"dataset '{graph.name}' has no labels or no train_mask")
+        if len(tc.fanouts) != config.model.num_layers:
+            raise ConfigError(
+                f"'train.fanouts' has {len(tc.fanouts)} entries but the model has "
+                f"{config.model.num_layers} layers; give one fanout per layer"
+            )
+        self.graph, self.config, self.ctx = graph, config, ctx
+        self.rank, self.world_size = ctx.rank, ctx.world_size
+        self.device = ctx.device
+        self.dtype = _DTYPES[tc.dtype]
+        self.seed = int(tc.seed)
+        self.meter = TrafficMeter()
+        self.comm = Communicator(
+            ctx.group,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            meter=self.meter,
+            debug=bool(sc.debug_collectives),
+            same_host=ctx.same_host,
+        )
+        # the store's two-sided gathers run in the prefetch thread: give them their own group so
+        # they never interleave with DDP's all-reduces on the training group
+        store_group = dist.new_group(backend="gloo") if ctx.world_size > 1 else ctx.group
+        self.store_comm = Communicator(
+            store_group,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            meter=self.meter,
+            debug=bool(sc.debug_collectives),
+            same_host=ctx.same_host,
+        )
+        if graph.x is None:
+            raise DatasetError(f"dataset '{graph.name}' has no node features (x)")
+        self.feature_norm = config.data.feature_norm
+        # the store meters bytes served per tier; the communicators meter bytes on the wire
+        self.store_meter = TrafficMeter()
+        self.store = UnifiedStore.build(
+            graph,
+            self.store_comm,
+            TierBudgets.parse(
+                device=_UNLIMITED if sc.device_budget is None else sc.device_budget,
+                host=_UNLIMITED if sc.host_budget is None else sc.host_budget,
+            ),
+            placement=sc.placement,
+            order=sc.order,
+            one_sided=sc.gather == "one_sided",
+            meter=self.store_meter,
+        )
+        self.y = torch.from_numpy(np.array(graph.y, dtype=np.int64))
+        self.num_classes = int(graph.num_classes or int(self.y.max()) + 1)
+        self.masks = {
+            s: torch.from_numpy(np.array(getattr(graph, f"{s}_mask")))
+            for s in ("train", "val", "test")
+            if getattr(graph, f"{s}_mask") is not None
+        }
+        torch.manual_seed(self.seed)  # identical initial parameters on every rank
+        model = build_model(
+            config.model.name,
+            graph.num_features,
+            self.num_classes,
+            seed=self.seed,
+            **model_kwargs(config.model),
+        ).to(device=self.device, dtype=self.dtype)
+        self.model = (
+            DistributedDataParallel(model, process_group=ctx.group) if ctx.world_size > 1 else model
+        )
+        self.module = model
+        self.optimizer = _optimizer(model, config.optim)
+        train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+        self.loader = SeedLoader(
+            train_ids, tc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
+        )
+        self.sampler = NeighborSampler(self.store, list(tc.fanouts), seed=self.seed)
+        self.prefetch = bool(sc.prefetch)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="fleetgnn-prefetch")
+        self._lock = threading.Lock()
+        self._extra: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ batches
+    def steps_per_epoch(self) -> int:
+        """Batches per epoch, equal on every rank."""
+        return self.loader.num_batches
+
+    def _global_count(self, step: int) -> int:
+        lo_hi = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
+        return int(sum(hi - lo for lo, hi in lo_hi))
+
+    def prepare(self, epoch: int, step: int) -> _Batch:
+        """Sample and gather one step's batch (runs in the prefetch thread)."""
+        before = self.store_meter.snapshot()  # only this thread reads the store meanwhile
+        t0 = time.perf_counter()
+        seeds = self.loader.batch(epoch, step)
+        blocks = self.sampler.sample(seeds, epoch, step, stream=self.rank)
+        t1 = time.perf_counter()
+        x = self._features(blocks[0].src_ids)
+        t2 = time.perf_counter()
+        traffic = {k: v["bytes"] for k, v in self.store_meter.delta(before).items()}
+        return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, self._global_count(step), traffic)
+
+    def _features(self, ids: torch.Tensor) -> torch.Tensor:
+        """Input rows through the store, cast and normalised like the reference engine's."""
+        x = self.store.gather(ids).to(device=self.device, dtype=self.dtype)
+        return normalize_rows(x, self.feature_norm)
+
+    # ------------------------------------------------------------------ training
+    def run_epoch(
+        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
+    ) -> list[StepStats]:
+        """Run steps ``start_step..`` of ``epoch`` with the next batch prefetched."""
+        self.model.train()
+        out: list[StepStats] = []
+        n = self.steps_per_epoch()
+        pending: Future[_Batch] | None = None
+        prepared_s = waited_s = 0.0
+        for step in range(start_step, n):
+            t_wait = time.perf_counter()
+            batch = pending.result() if pending is not None else self.prepare(epoch, step)
+            waited = time.perf_counter() - t_wait
+            pending = (
+                self._pool.submit(self.prepare, epoch, step + 1)
+                if self.prefetch and step + 1 < n
+                else None
+            )
+            stats = self.train_step(epoch, step, batch, waited)
+            prepared_s += batch.t_sample + batch.t_gather
+            waited_s += waited
+            out.append(stats)
+            if on_step is not None:
+                on_step(step, stats)
+        self._extra = {
+            "prefetch_prepare_s": prepared_s,
+            "prefetch_wait_s": waited_s,
+            "prefetch_hidden_s": max(0.0, prepared_s - waited_s) if self.prefetch else 0.0,
+            "hit_rates": self.store.hit_rates(),
+        }
+        return out
+
+    def train_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
+        """One DDP step on a prepared batch."""
+        t_start = time.perf_counter()
+        aggs = [
+            LocalAggregator(b.to(self.device), dtype=self.dtype, validate=False)
+            for b in batch.blocks
+        ]
+        global_step = epoch * self.steps_per_epoch() + step
+        logits = self.model(aggs, batch.x, step=global_step)
+        target = self.y[batch.seeds].to(self.device)
+        loss_sum = F.cross_entropy(logits, target, reduction="sum")
+        loss = loss_sum * (self.world_size / max(batch.global_count, 1))
+        t1 = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # DDP all-reduces (averages) gradients here
+        t2 = time.perf_counter()
+        self.optimizer.step()
+        t3 = time.perf_counter()
+        correct = int((logits.argmax(dim=1) == target).sum()) if target.numel() else 0
+        times = {
+            "sample": batch.t_sample if waited > 0 or not self.prefetch else 0.0,
+            "gather": batch.t_gather if waited > 0 or not self.prefetch else 0.0,
+            "forward": t1 - t_start,
+            "backward": t2 - t1,
+            "communication": 0.0,
+            "optimizer": t3 - t2,
+            "total": t3 - t_start + waited,
+        }
+        count = int(batch.seeds.numel())
+        return StepStats(float(loss_sum.detach()), correct, count, times, batch.traffic)
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def infer(self, chunk_size: int = 65536) -> tuple[torch.Tensor, int, int]:
+        """Layer-wise full-neighbour inference spread over ranks.
+
+        Rank ``r`` computes each layer's output for its contiguous range of nodes and the ranges
+        are all-gathered, so the next layer sees every node's activation.
+
+        Returns:
+            ``(logits of this rank's range, lo, hi)``.
+        """
+        self.module.eval()
+        try:
+            n = self.graph.num_nodes
+            bounds = np.linspace(0, n, self.world_size + 1).astype(np.int64)
+            lo, hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
+            h: torch.Tensor | None = None
+            for layer in range(self.config.model.num_layers):
+                parts = []
+                # an empty range still runs one empty chunk, so the output has the right width
+                for a in range(lo, hi, chunk_size) if hi > lo else [lo]:
+                    ids = torch.arange(a, min(hi, a + chunk_size))
+                    block = full_neighbor_block(self.store, ids)
+                    src = (
+                        self._features(block.src_ids)
+                        if h is None
+                        else h[block.src_ids.to(self.device)]
+                    )
+                    agg = LocalAggregator(block.to(self.device), dtype=self.dtype, validate=False)
+                    parts.append(self.module.layer_forward(layer, agg, src))
+                mine = torch.cat(parts)
+                if layer == self.config.model.num_layers - 1:
+                    return mine, lo, hi
+                h = self._all_gather_rows(mine, bounds)
+            raise AssertionError("unreachable")
+        finally:
+            self.module.train()
+
+    def _all_gather_rows(self, mine: torch.Tensor, bounds: np.ndarray) -> torch.Tensor:
+        if self.world_size == 1:
+            return mine
+        sizes = np.diff(bounds)
+        width = mine.shape[1]
+        padded = torch.zeros(int(sizes.max()), width, dtype=mine.dtype, device=mine.device)
+        padded[: mine.shape[0]] = mine
+        out = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(out, padded, group=self.ctx.group)
+        return torch.cat([o[: int(s)] for o, s in zip(out, sizes, strict=True)])
+
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy per split and validation loss, summed over ranks (numerators/denominators)."""
+        logits, lo, hi = self.infer()
+        y = self.y[lo:hi].to(logits.device)
+        pred = logits.argmax(dim=1)
+        keys = [s for s in ("train", "val", "test") if s in self.masks]
+        sums = []
+        for s in keys:
+            m = self.masks[s][lo:hi].to(logits.device)
+            sums += [float((pred[m] == y[m]).sum()), float(m.sum())]
+        vm = self.masks.get("val")
+        if vm is not None:
+            m = vm[lo:hi].to(logits.device)
+            sums.append(
+                float(F.cross_entropy(logits[m], y[m], reduction="sum")) if m.any() else 0.0
+            )
+        t = self.comm.all_reduce_sum(torch.tensor(sums, dtype=torch.float64))
+        out: dict[str, float] = {}
+        for i, s in enumerate(keys):
+            out[f"{s}_acc"] = float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else float("nan")
+        if vm is not None:
+            nval = float(t[2 * keys.index("val") + 1])
+            out["val_loss"] = float(t[-1] / nval) if nval else float("nan")
+        return out
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Model (unwrapped) and optimizer state; identical on every rank."""
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def epoch_extra(self) -> dict[str, Any]:
+        """Prefetch overlap and store hit rates of the last epoch (for metrics.jsonl)."""
+        return dict(self._extra)
+
+    def peak_memory(self) -> dict[str, int]:
+        """Bytes this rank holds per store tier."""
+        return dict(self.store.memory())
+
+    def close(self) -> None:
+        """Stop the prefetch thread and release the store's shared memory."""
+        self._pool.shutdown(wait=True)
+        self.store.close()
