@@ -217,8 +217,8 @@ class Trainer:
         config: The run's config (validated by :meth:`fit`).
         run_dir: Output directory (created by rank 0).
         console: Where progress, epoch lines and the summary table go (default: stdout).
-        show_progress: Show a progress bar over the steps of each epoch and one line per epoch
-            (rank 0 only).
+        show_progress: Show a progress bar over the steps of each epoch (rank 0 only); the
+            one-line-per-epoch log and the final table are printed either way.
 
     Example::
 
@@ -387,7 +387,7 @@ class Trainer:
         record = self._record(stats, ev if evaluated else None, train_time, eval_time)
         if writer is not None:
             writer.write(record)
-        if self.is_main and self.show_progress:
+        if self.is_main:  # one log line per epoch; the bar itself follows show_progress
             self.console.print(_epoch_line(record, st.stopped_early))
 
         st.epoch_times.append(train_time)
