@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -31,9 +32,11 @@ def resolve_dataset(data_cfg: object, show_progress: bool = True) -> tuple[Graph
     from fleetgnn.graph.synthetic import prepare_synthetic, spec_for
 
     preset, scale, seed = data_cfg.preset, float(data_cfg.scale), int(data_cfg.seed)
-    spec_for(preset, scale)  # validates the preset name and scale before any work
+    spec = spec_for(preset, scale)  # validates the preset name and scale before any work
     cache = Path(getattr(data_cfg, "cache_dir", None) or default_cache_dir())
-    path = cache / "datasets" / f"synthetic-{preset}-x{scale:g}-s{seed}"
+    # the key covers the whole spec, so a changed preset definition never reuses a stale cache
+    digest = hashlib.sha256(repr(spec).encode()).hexdigest()[:10]
+    path = cache / "datasets" / f"synthetic-{preset}-x{scale:g}-s{seed}-{digest}"
     if not (path / "meta.json").is_file():
         with task_progress(f"generating synthetic {preset} x{scale:g}", show_progress) as progress:
             try:

@@ -204,12 +204,14 @@ PRESETS: dict[str, SyntheticSpec] = {
         num_edges=400_000,
         num_features=64,
         num_classes=8,
-        train_frac=0.6,
-        val_frac=0.2,
-        test_frac=0.2,
-        homophily=0.8,
+        # few labels and noisy features: the default `fleetgnn train` run visibly climbs from
+        # ~30% to ~90% test accuracy over its 10 epochs instead of starting saturated
+        train_frac=0.1,
+        val_frac=0.1,
+        test_frac=0.8,
+        homophily=0.7,
         degree_exponent=2.5,
-        feature_noise=5.0,
+        feature_noise=6.0,
         name="small",
     ),
     # the shape of ogbn-products (2,449,029 nodes, 61,859,140 directed edges; its split is

@@ -43,7 +43,8 @@ def test_default_train_generates_and_caches_dataset(tmp_path, capsys):
     assert summary["epochs"] == 2
     lines = (run / "metrics.jsonl").read_text().strip().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [0, 1]
-    assert (tmp_path / "cache" / "datasets" / "synthetic-tiny-x1-s0" / "meta.json").is_file()
+    cached = list((tmp_path / "cache" / "datasets").glob("synthetic-tiny-x1-s0-*/meta.json"))
+    assert len(cached) == 1
     assert "epoch   1" in capsys.readouterr().out
 
 
