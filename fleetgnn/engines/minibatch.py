@@ -41,8 +41,9 @@ from fleetgnn.engines.reference import _DTYPES, _optimizer, model_kwargs, normal
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator, build_model
-from fleetgnn.sampling import NeighborSampler, SeedLoader, full_neighbor_block
+from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader, full_neighbor_block
 from fleetgnn.store import TierBudgets, UnifiedStore
+from fleetgnn.store.placement import hotness_order
 
 _UNLIMITED = 1 << 62  # bytes: a budget of ``None`` means "no limit"
 
@@ -117,7 +118,7 @@ class MinibatchEngine:
                 device=_UNLIMITED if sc.device_budget is None else sc.device_budget,
                 host=_UNLIMITED if sc.host_budget is None else sc.host_budget,
             ),
-            placement=sc.placement,
+            placement=self._hotness(graph, config) if sc.placement == "presample" else "degree",
             order=sc.order,
             one_sided=sc.gather == "one_sided",
             meter=self.store_meter,
@@ -151,6 +152,24 @@ class MinibatchEngine:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="fleetgnn-prefetch")
         self._lock = threading.Lock()
         self._extra: dict[str, Any] = {}
+
+    @staticmethod
+    def _hotness(graph: Graph, config: Any, batches: int = 8) -> Any:
+        """XGNN/GNNLab pre-sampling: rank nodes by how often ``batches`` sampled batches read them.
+
+        Deterministic and identical on every rank (its own seed stream, world size 1), so every
+        rank derives the same placement without communicating.
+        """
+        tc = config.train
+        train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+        loader = SeedLoader(train_ids, tc.batch_size, seed=tc.seed + 1)
+        sampler = NeighborSampler(GraphTopology(graph), list(tc.fanouts), seed=tc.seed + 1)
+
+        def sampled(i: int) -> np.ndarray:
+            seeds = loader.batch(0, i % loader.num_batches)
+            return sampler.sample(seeds, 0, i)[0].src_ids.numpy()
+
+        return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
 
     # ------------------------------------------------------------------ batches
     def steps_per_epoch(self) -> int:

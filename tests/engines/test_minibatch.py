@@ -119,6 +119,7 @@ CASES = [
     (2, ["store.device_budget=2KB", "store.host_budget=4KB"]),
     (3, ["store.device_budget=1KB", "store.host_budget=0", "store.gather=two_sided"]),
     (4, ["store.device_budget=3KB", "store.order=features_first", "store.prefetch=false"]),
+    (2, ["store.device_budget=2KB", "store.placement=presample", "store.debug_collectives=true"]),
 ]
 
 
