@@ -126,7 +126,7 @@ class LocalAggregator:
 
         ``src_degree`` and ``dst_degree`` are both the graph's in-degrees.
         """
-        indptr = torch.from_numpy(np.asarray(graph.indptr, dtype=np.int64)).to(device)
+        indptr = torch.from_numpy(np.array(graph.indptr, dtype=np.int64)).to(device)  # own copy
         indices = torch.from_numpy(np.asarray(graph.indices).astype(np.int64)).to(device)
         n = graph.num_nodes
         adj = SimpleNamespace(

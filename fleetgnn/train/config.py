@@ -119,8 +119,8 @@ class TrainConfig:
         mode: ``"full"`` (full-graph) or ``"minibatch"`` (sampled), see :attr:`MODES`.
         epochs: Number of epochs (>= 1).
         batch_size: Seed nodes per mini-batch (>= 1; minibatch mode).
-        fanouts: Neighbours sampled per layer, first layer first (one per model layer in
-            minibatch mode; each >= 1).
+        fanouts: Neighbours sampled per hop, the hop next to the seeds first (PyG's order; one
+            per model layer in minibatch mode; each >= 1, or -1 for all neighbours).
         eval_every: Evaluate every this many epochs (and always after the last one).
         patience: Stop when ``val_acc`` has not improved for this many epochs (``None``: never).
         seed: Seed of everything random in training (batches, sampling, dropout, init).

@@ -1,0 +1,117 @@
+"""Quality bar: GCN on real Cora with the paper's hyper-parameters reaches its published accuracy.
+
+Kipf & Welling (2017) report 81.5% test accuracy for a 2-layer GCN on Cora's standard split
+(140 / 500 / 1000 train / val / test). With fleetgnn's reference engine and the paper's settings
+(hidden 16, dropout 0.5, Adam lr 0.01, weight decay 5e-4, 200 epochs, row-normalised features,
+model selection at the best validation epoch) five seeds average about 82.6%; the bar over five
+seeds is 80.5%. This test trains two seeds (seeds 0 and 1: 82.4% and 81.4%) and asserts a mean
+of at least 80%; each run takes ~10 s of one core.
+
+The data is the Planetoid ``ind.cora.*`` pickles in the repository's sibling ``shared/datasets``
+directory; the test is skipped when they are absent.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+import fleetgnn.train.checkpoint as ckmod
+from fleetgnn.engines import build_engine
+from fleetgnn.graph import Graph, open_dataset, write_dataset
+from fleetgnn.graph.loaders import load_planetoid
+from fleetgnn.train import Trainer, load_config, read_metrics
+
+DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+PLANETOID = DATASETS / "planetoid"
+SEEDS = (0, 1)
+#: Mean test accuracy over SEEDS must reach this (paper: 81.5%; measured: ~82.6% over 5 seeds).
+BAR = 0.80
+PAPER_OVERRIDES = (
+    "model.name=gcn",
+    "model.num_layers=2",
+    "model.hidden=16",
+    "model.dropout=0.5",
+    "optim.optimizer=adam",
+    "optim.lr=0.01",
+    "optim.weight_decay=5e-4",
+    "train.engine=reference",
+    "train.mode=full",
+    "train.epochs=200",
+    "train.checkpoint_every=0",
+    "data.feature_norm=row",
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (PLANETOID / "ind.cora.graph").is_file(),
+        reason=f"Planetoid Cora not found in {PLANETOID}",
+    ),
+]
+
+
+@pytest.fixture(autouse=True)
+def _no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Durability is not under test (the Trainer checkpoints every epoch end)."""
+    monkeypatch.setattr(ckmod.os, "fsync", lambda fd: None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """Cora is tiny: on a busy 2-core machine intra-op threads only spin against each other.
+
+    One thread is several times faster there than the default (measured ~8x under load).
+    """
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    """Cora prepared as ``fleetgnn prepare`` would: loaded, written to disk, opened (mmap)."""
+    graph = load_planetoid(PLANETOID, "cora")
+    out = write_dataset(graph, tmp_path_factory.mktemp("data") / "cora")
+    return open_dataset(out)
+
+
+def test_cora_is_the_standard_split(cora: Graph) -> None:
+    """The numbers below mean what the paper's mean: same graph, same split."""
+    assert (cora.num_nodes, cora.num_edges, cora.num_features) == (2708, 10556, 1433)
+    assert cora.num_classes == 7
+    counts = [int(m.sum()) for m in (cora.train_mask, cora.val_mask, cora.test_mask)]
+    assert counts == [140, 500, 1000]
+
+
+def test_gcn_reaches_paper_accuracy(cora: Graph, tmp_path: Path) -> None:
+    """Mean test accuracy at the best-validation epoch over SEEDS is >= BAR."""
+    accs = []
+    for seed in SEEDS:
+        cfg = load_config(None, [*PAPER_OVERRIDES, f"train.seed={seed}"])
+        run_dir = tmp_path / f"seed{seed}"
+        trainer = Trainer(
+            build_engine(cora, cfg), cfg, run_dir, show_progress=False, console=Console(quiet=True)
+        )
+        summary = trainer.fit()
+        assert summary["epochs"] == 200
+        # model selection: the reported test accuracy is the one at the best validation epoch
+        records = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["evaluated"]]
+        assert len(records) == 200
+        best_val = max(r["val_acc"] for r in records)
+        best = next(r for r in records if r["epoch"] == summary["best_epoch"])
+        assert summary["val_acc"] == pytest.approx(best_val)
+        assert best["val_acc"] == pytest.approx(best_val)
+        assert summary["test_acc"] == pytest.approx(best["test_acc"])
+        accs.append(float(summary["test_acc"]))
+    mean = statistics.mean(accs)
+    assert mean >= BAR, (
+        f"mean test accuracy {mean:.4f} over seeds {SEEDS} ({accs}) is below {BAR}; "
+        f"the GCN paper reports 0.815 and fleetgnn measured ~0.826 over 5 seeds"
+    )
