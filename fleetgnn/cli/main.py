@@ -185,7 +185,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", default=None, choices=["gcn", "sage", "gat", "gin"])
     p.add_argument("--mode", default=None, choices=["full", "minibatch"])
-    p.add_argument("--engine", default=None, help="reference (more engines in later releases)")
+    p.add_argument(
+        "--engine", default=None, help="reference | minibatch | fullgraph (default: reference)"
+    )
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--nproc", type=int, default=None, help="worker processes (one per device)")
     p.add_argument(

@@ -9,8 +9,8 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 
 #: Engines this build can run; the others are planned (see DESIGN.md).
-AVAILABLE = ("reference", "minibatch")
-PLANNED = ("split", "fullgraph", "offload")
+AVAILABLE = ("reference", "minibatch", "fullgraph")
+PLANNED = ("split", "offload")
 
 
 def build_engine(graph: Graph, config: Any, ctx: Any = None) -> Engine:
@@ -34,6 +34,14 @@ def build_engine(graph: Graph, config: Any, ctx: Any = None) -> Engine:
 
             ctx = init()
         return MinibatchEngine(graph, config, ctx)
+    if name == "fullgraph":
+        from fleetgnn.engines.fullgraph import FullGraphEngine
+
+        if ctx is None:
+            from fleetgnn.dist import init
+
+            ctx = init()
+        return FullGraphEngine(graph, config, ctx)
     if name in PLANNED:
         raise ConfigError(
             f"engine {name!r} is not available in this build yet; available: {', '.join(AVAILABLE)}"

@@ -1,0 +1,480 @@
+"""The ``fullgraph`` engine (MGG): distributed full-graph training with a pipelined halo exchange.
+
+Each of the ``W`` ranks owns one contiguous node range (edge-balanced by default, MGG Alg. 1; or
+METIS parts relabelled contiguous) and the in-edges of its nodes, split into local and remote
+edges (:mod:`fleetgnn.engines.halo`). Every layer's aggregation exchanges the remote rows in ``K``
+chunked asynchronous all-to-alls, at most ``depth`` in flight, and aggregates the local edges
+while they travel. Parameters are replicated; after the backward pass gradients are summed over
+ranks with one all-reduce (no DDP, so the halo all-to-alls of the backward pass never race with
+gradient buckets on the same group).
+
+Loss scaling: rank ``r``'s loss is the sum of its training nodes' cross-entropy divided by the
+GLOBAL number of training nodes; the all-reduce SUMS gradients, so the update equals the gradient
+of the mean loss over all training nodes, exactly what the reference engine's full mode computes.
+
+Online tuning (MGG Sec. 4): with ``tune=True`` every epoch is one trial of ``(K, depth)`` chosen by
+:class:`GreedyTuner` from the slowest rank's epoch time; after the search settles (at most
+``max_trials`` epochs) the best configuration of its lookup table is used.
+
+Per-epoch stats (``epoch_extra()``): ``comm_s`` / ``wait_s`` / ``compute_s`` of the exchanges
+(see :class:`~fleetgnn.engines.halo.ExchangeTimes`), ``hidden_fraction = 1 - wait_s / comm_s``
+(share of communication time overlapped with aggregation; 0 when unpipelined), the volumes of
+the forward exchanges (``volume_mgg_bytes``: one row per remote edge, as MGG fetches;
+``volume_dedup_bytes``: one row per unique remote source, what is sent; ``dedup_saving`` =
+``1 - dedup / mgg``), the chunking and the tuner state.
+
+Memory per rank: the owned features ``[M, F]``, the topology of the owned in-edges, the halo
+buffers of one layer (``H`` rows) and the activations of the owned rows for every layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fleetgnn.dist import Communicator, DistContext, TrafficMeter
+from fleetgnn.engines.base import StepCallback, StepStats
+from fleetgnn.engines.halo import (
+    HaloAggregator,
+    HaloPlan,
+    RankLayout,
+    build_layout,
+    build_plan,
+    exchange_need_lists,
+)
+from fleetgnn.engines.reference import _DTYPES, _optimizer, model_kwargs, normalize_rows
+from fleetgnn.errors import ConfigError, DatasetError
+from fleetgnn.graph import Graph
+from fleetgnn.nn import build_model
+from fleetgnn.partition import PartitionBook, partition, range_partition
+
+PARTITIONS = ("range", "metis")
+
+
+# ---------------------------------------------------------------------------------- tuner
+@dataclasses.dataclass(frozen=True)
+class TunerSpace:
+    """Candidate values of the two knobs, each sorted ascending.
+
+    Attributes:
+        chunks: Values of ``K`` (halo chunks per exchange; MGG's partition size analogue).
+        depth: Values of the overlap depth (chunks in flight; MGG's interleave distance).
+    """
+
+    chunks: tuple[int, ...] = (1, 2, 4, 8, 16)
+    depth: tuple[int, ...] = (1, 2, 3, 4)
+
+    def __post_init__(self) -> None:
+        for name, vals in (("chunks", self.chunks), ("depth", self.depth)):
+            lo = 1 if name == "chunks" else 0
+            if not vals or list(vals) != sorted(set(vals)) or min(vals) < lo:
+                raise ConfigError(
+                    f"TunerSpace '{name}' must be distinct ascending ints >= {lo} (got {vals})"
+                )
+
+
+class GreedyTuner:
+    """MGG's online greedy search over ``(K, depth)``; one trial per iteration.
+
+    Start at the smallest ``K`` and ``depth``; grow ``K`` while the latency falls, keep the best
+    ``K``; then grow ``depth`` the same way; then stop. Every measured configuration enters a
+    lookup table and :attr:`best` is its argmin (ties: the first measured). At most
+    ``len(chunks) + len(depth) - 1`` trials, capped by ``max_trials``.
+
+    Deterministic: the same latencies give the same trials and the same result. In a distributed
+    job feed every rank the same latency (e.g. the slowest rank's) so all ranks agree.
+
+    Args:
+        space: Candidate values.
+        max_trials: Cap on trials (>= 1).
+    """
+
+    def __init__(self, space: TunerSpace | None = None, max_trials: int = 10) -> None:
+        if isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1:
+            raise ConfigError(f"'max_trials' must be a positive int (got {max_trials!r})")
+        self.space = space or TunerSpace()
+        self.max_trials = max_trials
+        self.table: dict[tuple[int, int], float] = {}
+        self._order: list[tuple[int, int]] = []
+        self._phase = 0  # 0: growing K, 1: growing depth, 2: done
+        self._ki = 0
+        self._di = 0
+        self._phase_best = float("inf")
+
+    @property
+    def done(self) -> bool:
+        """Whether the search has settled."""
+        return self._phase >= 2 or len(self.table) >= self.max_trials
+
+    @property
+    def best(self) -> tuple[int, int]:
+        """The argmin of the lookup table (the first candidate before any trial)."""
+        if not self.table:
+            return self.space.chunks[0], self.space.depth[0]
+        return min(self._order, key=lambda c: self.table[c])
+
+    def propose(self) -> tuple[int, int]:
+        """The configuration to measure next (:attr:`best` once :attr:`done`)."""
+        if self.done:
+            return self.best
+        return self.space.chunks[self._ki], self.space.depth[self._di]
+
+    def report(self, config: tuple[int, int], latency: float) -> None:
+        """Record the latency of ``config`` (a proposed one) and advance the search."""
+        config = (int(config[0]), int(config[1]))
+        if config not in self.table:
+            self.table[config] = float(latency)
+            self._order.append(config)
+        if self.done or config != (self.space.chunks[self._ki], self.space.depth[self._di]):
+            return
+        improved = latency < self._phase_best
+        if improved:
+            self._phase_best = latency
+        if self._phase == 0:
+            if improved and self._ki + 1 < len(self.space.chunks):
+                self._ki += 1
+                return
+            self._ki = self.space.chunks.index(self.best[0])
+            self._phase = 1
+            self._phase_best = self.table[self.best]
+            self._di = self.space.depth.index(self.best[1])
+            if self._di + 1 < len(self.space.depth):
+                self._di += 1
+                return
+            self._phase = 2
+            return
+        if improved and self._di + 1 < len(self.space.depth):
+            self._di += 1
+            return
+        self._phase = 2
+
+    def __repr__(self) -> str:
+        return f"GreedyTuner(trials={len(self.table)}, best={self.best}, done={self.done})"
+
+
+# ---------------------------------------------------------------------------------- engine
+class FullGraphEngine:
+    """Distributed full-graph training with MGG's chunked, overlapped halo exchange.
+
+    Args:
+        graph: The dataset in its original numbering (memory maps are fine: each rank reads its
+            own slice of the topology and features).
+        config: A :class:`~fleetgnn.train.config.Config` (``train.mode`` must be ``full``).
+        ctx: This process's :class:`~fleetgnn.dist.DistContext`.
+        partition: ``"range"`` (MGG's edge-balanced contiguous ranges) or ``"metis"`` (METIS
+            parts, relabelled contiguous with the :class:`PartitionBook`); default
+            ``getattr(config.train, "partition", "range")``. Dropout keys and ``edge_ids`` use
+            the ORIGINAL node IDs, so both give the reference engine's trajectory.
+        num_chunks: ``K``, halo chunks per exchange (``None``: 1, or tuned).
+        depth: Chunks in flight during aggregation (``0``: unpipelined; ``None``: 1, or tuned).
+        tune: Tune ``(K, depth)`` online with :class:`GreedyTuner` (ignored where the knob is
+            given explicitly, and on a single rank, which exchanges nothing).
+        tuner_space: Candidates for the tuner.
+    """
+
+    name = "fullgraph"
+
+    def __init__(
+        self,
+        graph: Graph,
+        config: Any,
+        ctx: DistContext,
+        *,
+        partition: str | None = None,
+        num_chunks: int | None = None,
+        depth: int | None = None,
+        tune: bool = False,
+        tuner_space: TunerSpace | None = None,
+    ) -> None:
+        tc = config.train
+        if tc.mode != "full":
+            raise ConfigError(f"engine 'fullgraph' needs train.mode=full (got {tc.mode!r})")
+        if graph.y is None or graph.train_mask is None:
+            raise DatasetError(f"dataset '{graph.name}' has no labels or no train_mask")
+        if graph.x is None:
+            raise DatasetError(
+                f"dataset '{graph.name}' has no node features (x); prepare it with --features"
+            )
+        method = partition if partition is not None else getattr(tc, "partition", "range")
+        if method not in PARTITIONS:
+            raise ConfigError(
+                f"fullgraph 'partition' must be one of {PARTITIONS} (got {method!r}); 'range' is "
+                f"MGG's edge-balanced split"
+            )
+        self.config, self.ctx = config, ctx
+        self.rank, self.world_size = ctx.rank, ctx.world_size
+        self.device = ctx.device
+        self.dtype = _DTYPES[tc.dtype]
+        self.seed = int(tc.seed)
+        self.meter = TrafficMeter()
+        debug = bool(getattr(getattr(config, "store", None), "debug_collectives", False))
+        self.comm = Communicator(
+            ctx.group,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            meter=self.meter,
+            debug=debug,
+            same_host=ctx.same_host,
+        )
+        # ---- partition + layout (timed: MGG's preprocessing)
+        t0 = time.perf_counter()
+        self.book, g = _partition(graph, method, self.world_size, self.seed)
+        self.orig_ids: np.ndarray | None = None if method == "range" else np.asarray(self.book.perm)
+        self.layout: RankLayout = build_layout(g, np.asarray(self.book.offsets), self.rank)
+        self._send_rows, self._send_counts = exchange_need_lists(self.layout, self.comm)
+        self.preprocess_s = time.perf_counter() - t0
+        lo, hi = self.layout.lo, self.layout.hi
+        # ---- node data of the owned range
+        x = torch.from_numpy(np.array(g.x[lo:hi], copy=True)).to(self.dtype)
+        self.x = normalize_rows(x, config.data.feature_norm).to(self.device)
+        self.y = torch.from_numpy(np.array(g.y[lo:hi], dtype=np.int64)).to(self.device)
+        self.masks = {
+            s: torch.from_numpy(np.array(getattr(g, f"{s}_mask")[lo:hi], dtype=bool)).to(
+                self.device
+            )
+            for s in ("train", "val", "test")
+            if getattr(g, f"{s}_mask") is not None
+        }
+        self.train_idx = torch.nonzero(self.masks["train"]).view(-1)
+        self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
+        self.num_classes = int(graph.num_classes or int(np.max(np.asarray(graph.y))) + 1)
+        torch.manual_seed(self.seed)  # identical initial parameters on every rank
+        self.module = build_model(
+            config.model.name,
+            graph.num_features,
+            self.num_classes,
+            seed=self.seed,
+            **model_kwargs(config.model),
+        ).to(device=self.device, dtype=self.dtype)
+        self.model = self.module
+        self.optimizer = _optimizer(self.module, config.optim)
+        self.comm_stream = torch.cuda.Stream() if self.device.type == "cuda" else None
+        # ---- knobs
+        self.tuner: GreedyTuner | None = None
+        if tune and self.world_size > 1 and (num_chunks is None or depth is None):
+            space = tuner_space or TunerSpace()
+            space = TunerSpace(
+                chunks=(num_chunks,) if num_chunks is not None else space.chunks,
+                depth=(depth,) if depth is not None else space.depth,
+            )
+            self.tuner = GreedyTuner(space)
+        self.num_chunks = 1 if num_chunks is None else int(num_chunks)
+        self.depth = 1 if depth is None else int(depth)
+        self._plans: dict[int, HaloPlan] = {}
+        self._aggs: dict[tuple[int, int], HaloAggregator] = {}
+        self._extra: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ layout
+    def plan(self, num_chunks: int) -> HaloPlan:
+        """The halo plan for ``num_chunks`` chunks (built once per ``K``; collective)."""
+        if num_chunks not in self._plans:
+            self._plans[num_chunks] = build_plan(
+                self.layout, self._send_rows, self._send_counts, num_chunks, self.comm
+            )
+        return self._plans[num_chunks]
+
+    def aggregator(self, num_chunks: int | None = None, depth: int | None = None) -> HaloAggregator:
+        """The rank's aggregator for ``(K, depth)`` (defaults: the current knobs; cached)."""
+        key = (
+            self.num_chunks if num_chunks is None else int(num_chunks),
+            self.depth if depth is None else int(depth),
+        )
+        if key not in self._aggs:
+            self._aggs[key] = HaloAggregator(
+                self.layout,
+                self.plan(key[0]),
+                self.comm if self.world_size > 1 else None,
+                orig_ids=self.orig_ids,
+                depth=key[1],
+                dtype=self.dtype,
+                device=self.device,
+                comm_stream=self.comm_stream,
+            )
+        return self._aggs[key]
+
+    # ------------------------------------------------------------------ training
+    def steps_per_epoch(self) -> int:
+        """One full-graph step per epoch."""
+        return 1
+
+    def run_epoch(
+        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
+    ) -> list[StepStats]:
+        """Run the epoch's single step (nothing when ``start_step >= 1``)."""
+        self.module.train()
+        out: list[StepStats] = []
+        if start_step < 1:
+            stats = self.train_step(epoch)
+            out.append(stats)
+            if on_step is not None:
+                on_step(0, stats)
+        return out
+
+    def train_step(self, epoch: int) -> StepStats:
+        """Forward, backward, gradient all-reduce and optimizer step over the whole graph."""
+        if self.tuner is not None:
+            self.num_chunks, self.depth = self.tuner.propose()
+        agg = self.aggregator()
+        agg.times.reset()
+        before = self.meter.snapshot()
+        t_start = time.perf_counter()
+        aggs = [agg] * self.config.model.num_layers
+        logits = self.module(aggs, self.x, step=epoch)
+        logits_t = logits.index_select(0, self.train_idx)
+        target = self.y.index_select(0, self.train_idx)
+        loss_sum = F.cross_entropy(logits_t, target, reduction="sum")
+        loss = loss_sum / max(self.global_train, 1)
+        t1 = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        t2 = time.perf_counter()
+        self._all_reduce_grads()
+        t3 = time.perf_counter()
+        self.optimizer.step()
+        t4 = time.perf_counter()
+        times = agg.times
+        latency = t4 - t_start
+        tuned: dict[str, Any] = {}
+        if self.tuner is not None and not self.tuner.done:
+            slowest = max(self.comm.all_gather_object(latency)) if self.world_size > 1 else latency
+            self.tuner.report((self.num_chunks, self.depth), slowest)
+            tuned = {"tuner_trial_s": slowest}
+        correct = int((logits_t.argmax(dim=1) == target).sum()) if target.numel() else 0
+        step_times = {
+            "sample": 0.0,
+            "gather": 0.0,
+            "forward": t1 - t_start,
+            "backward": t2 - t1,
+            "communication": times.wait_s + (t3 - t2),
+            "optimizer": t4 - t3,
+            "total": latency,
+        }
+        traffic = {k: v["bytes"] for k, v in self.meter.delta(before).items()}
+        mgg, dedup = times.mgg_bytes, times.dedup_bytes
+        self._extra = {
+            "num_chunks": self.num_chunks,
+            "depth": self.depth,
+            "comm_s": times.comm_s,
+            "wait_s": times.wait_s,
+            "compute_s": times.compute_s,
+            "grad_allreduce_s": t3 - t2,
+            "hidden_fraction": times.hidden_fraction,
+            "exchanges": times.exchanges,
+            "volume_mgg_bytes": mgg,
+            "volume_dedup_bytes": dedup,
+            "dedup_saving": 1.0 - dedup / mgg if mgg else 0.0,
+            "remote_edges": self.layout.num_remote_edges,
+            "local_edges": self.layout.num_local_edges,
+            "halo_rows": self.layout.num_halo,
+            "preprocess_s": self.preprocess_s,
+            **tuned,
+        }
+        if self.tuner is not None:
+            self._extra["tuner"] = {
+                "done": self.tuner.done,
+                "best": list(self.tuner.best),
+                "trials": len(self.tuner.table),
+            }
+        count = int(target.numel())
+        return StepStats(float(loss_sum.detach()), correct, count, step_times, traffic)
+
+    def _all_reduce_grads(self) -> None:
+        """Sum every parameter's gradient over ranks (one flat all-reduce)."""
+        if self.world_size == 1:
+            return
+        params = list(self.module.parameters())
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.comm.all_reduce_sum(flat)
+        off = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[off : off + n].view_as(p).clone()
+            off += n
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def infer(self) -> torch.Tensor:
+        """Logits of the owned nodes (eval mode, full neighbourhoods; collective)."""
+        self.module.eval()
+        try:
+            agg = self.aggregator()
+            return self.module([agg] * self.config.model.num_layers, self.x)
+        finally:
+            self.module.train()
+
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy per split and validation loss, summed over ranks (numerators/denominators)."""
+        logits = self.infer()
+        pred = logits.argmax(dim=1)
+        keys = [s for s in ("train", "val", "test") if s in self.masks]
+        sums: list[float] = []
+        for s in keys:
+            m = self.masks[s]
+            sums += [float((pred[m] == self.y[m]).sum()), float(m.sum())]
+        vm = self.masks.get("val")
+        if vm is not None:
+            sums.append(
+                float(F.cross_entropy(logits[vm], self.y[vm], reduction="sum")) if vm.any() else 0.0
+            )
+        t = torch.tensor(sums, dtype=torch.float64)
+        if self.world_size > 1:
+            t = self.comm.all_reduce_sum(t)
+        out: dict[str, float] = {}
+        for i, s in enumerate(keys):
+            out[f"{s}_acc"] = float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else float("nan")
+        if vm is not None:
+            nval = float(t[2 * keys.index("val") + 1])
+            out["val_loss"] = float(t[-1] / nval) if nval else float("nan")
+        return out
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Model and optimizer state (identical on every rank) and the tuned knobs."""
+        return {
+            "model": self.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "knobs": [self.num_chunks, self.depth],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        knobs: Sequence[int] = state.get("knobs", (self.num_chunks, self.depth))
+        self.num_chunks, self.depth = int(knobs[0]), int(knobs[1])
+
+    def epoch_extra(self) -> dict[str, Any]:
+        """Exchange timing, hidden fraction, volumes and knobs of the last epoch."""
+        return dict(self._extra)
+
+    def peak_memory(self) -> dict[str, int]:
+        """Bytes of the owned features and topology on this rank."""
+        lay = self.layout
+        topo = lay.indptr.nbytes + lay.src.nbytes + lay.halo.nbytes
+        return {"device": int(self.x.numel() * self.x.element_size() + topo)}
+
+    def close(self) -> None:
+        """Release cached aggregators (nothing else is held)."""
+        self._aggs.clear()
+        self._plans.clear()
+
+    def __repr__(self) -> str:
+        return (
+            f"FullGraphEngine(rank={self.rank}/{self.world_size}, layout={self.layout!r}, "
+            f"num_chunks={self.num_chunks}, depth={self.depth})"
+        )
+
+
+def _partition(graph: Graph, method: str, parts: int, seed: int) -> tuple[PartitionBook, Graph]:
+    """The book and the graph in its partitioned numbering (identity for ``range``)."""
+    if method == "range":
+        return range_partition(graph, parts), graph
+    book = partition(graph, "metis", parts, seed=seed)
+    return book, book.relabel(graph)
