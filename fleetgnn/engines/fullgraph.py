@@ -4,9 +4,10 @@ Each of the ``W`` ranks owns one contiguous node range (edge-balanced by default
 METIS parts relabelled contiguous) and the in-edges of its nodes, split into local and remote
 edges (:mod:`fleetgnn.engines.halo`). Every layer's aggregation exchanges the remote rows in ``K``
 chunked asynchronous all-to-alls, at most ``depth`` in flight, and aggregates the local edges
-while they travel. Parameters are replicated; after the backward pass gradients are summed over
-ranks with one all-reduce (no DDP, so the halo all-to-alls of the backward pass never race with
-gradient buckets on the same group).
+while they travel; the backward pass returns the halo rows' gradients to their owners the same
+way (chunked reverse all-to-alls overlapped with the local backward). Parameters are
+replicated; after the backward pass gradients are summed over ranks with one all-reduce (no DDP,
+so the halo all-to-alls of the backward pass never race with gradient buckets on the same group).
 
 Loss scaling: rank ``r``'s loss is the sum of its training nodes' cross-entropy divided by the
 GLOBAL number of training nodes; the all-reduce SUMS gradients, so the update equals the gradient
@@ -16,9 +17,11 @@ Online tuning (MGG Sec. 4): with ``tune=True`` every epoch is one trial of ``(K,
 :class:`GreedyTuner` from the slowest rank's epoch time; after the search settles (at most
 ``max_trials`` epochs) the best configuration of its lookup table is used.
 
-Per-epoch stats (``epoch_extra()``): ``comm_s`` / ``wait_s`` / ``compute_s`` of the exchanges
-(see :class:`~fleetgnn.engines.halo.ExchangeTimes`), ``hidden_fraction = 1 - wait_s / comm_s``
-(share of communication time overlapped with aggregation; 0 when unpipelined), the volumes of
+Per-epoch stats (``epoch_extra()``): ``comm_s`` / ``wait_s`` / ``compute_s`` of the exchanges,
+forward and pipelined backward (see :class:`~fleetgnn.engines.halo.ExchangeTimes`),
+``hidden_fraction = 1 - wait_s / comm_s`` (share of communication time overlapped with
+aggregation, both directions; 0 when unpipelined), ``exchanges`` / ``backward_exchanges`` (chunk
+all-to-alls issued by the forward and by the pipelined backward), the volumes of
 the forward exchanges (``volume_mgg_bytes``: one row per remote edge, as MGG fetches;
 ``volume_dedup_bytes``: one row per unique remote source, what is sent; ``dedup_saving`` =
 ``1 - dedup / mgg``), the chunking and the tuner state.
@@ -176,6 +179,9 @@ class FullGraphEngine:
         tune: Tune ``(K, depth)`` online with :class:`GreedyTuner` (ignored where the knob is
             given explicitly, and on a single rank, which exchanges nothing).
         tuner_space: Candidates for the tuner.
+        overlap_backward: Pipeline the halo exchange of the backward pass too (see
+            :class:`~fleetgnn.engines.halo.HaloAggregator`); ``False``: one synchronous
+            transposed exchange per chunk (same gradients).
     """
 
     name = "fullgraph"
@@ -191,6 +197,7 @@ class FullGraphEngine:
         depth: int | None = None,
         tune: bool = False,
         tuner_space: TunerSpace | None = None,
+        overlap_backward: bool = True,
     ) -> None:
         tc = config.train
         if tc.mode != "full":
@@ -266,6 +273,7 @@ class FullGraphEngine:
             self.tuner = GreedyTuner(space)
         self.num_chunks = 1 if num_chunks is None else int(num_chunks)
         self.depth = 1 if depth is None else int(depth)
+        self.overlap_backward = bool(overlap_backward)
         self._plans: dict[int, HaloPlan] = {}
         self._aggs: dict[tuple[int, int], HaloAggregator] = {}
         self._extra: dict[str, Any] = {}
@@ -295,6 +303,7 @@ class FullGraphEngine:
                 dtype=self.dtype,
                 device=self.device,
                 comm_stream=self.comm_stream,
+                overlap_backward=self.overlap_backward,
             )
         return self._aggs[key]
 
@@ -366,6 +375,7 @@ class FullGraphEngine:
             "grad_allreduce_s": t3 - t2,
             "hidden_fraction": times.hidden_fraction,
             "exchanges": times.exchanges,
+            "backward_exchanges": times.backward_exchanges,
             "volume_mgg_bytes": mgg,
             "volume_dedup_bytes": dedup,
             "dedup_saving": 1.0 - dedup / mgg if mgg else 0.0,

@@ -36,11 +36,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from fleetgnn.dist import Communicator
 from fleetgnn.errors import ConfigError, PartitionError
 from fleetgnn.graph import Graph
-from fleetgnn.ops import edge_softmax, gspmm
+from fleetgnn.ops import edge_softmax, gsddmm, gspmm
 from fleetgnn.ops.adjacency import Structure
 from fleetgnn.ops.spmm import Reduce
 
@@ -322,12 +323,21 @@ class HaloVolume:
 class ExchangeTimes:
     """Seconds accumulated by a :class:`HaloAggregator` (mutable counters, reset per epoch).
 
+    Both directions are covered: the forward chunk exchanges and, on the pipelined backward of
+    ``sum``/``mean`` (:attr:`HaloAggregator.overlap_backward`), the transposed chunk exchanges that
+    return the halo rows' gradients, so :attr:`hidden_fraction` is the share of all exchange time
+    (forward and backward) hidden behind aggregation. Backward exchanges of the unpipelined paths
+    (``max``, ``src_to_edge``, ``overlap_backward=False``) run inside autograd and are not timed.
+
     Attributes:
         comm_s: Sum over exchanges of the time from issue until completion was observed (polled
             after each piece of computation and at ``wait``): an upper bound on transfer time.
         wait_s: Time the computation was blocked waiting for an exchange (exposed communication).
-        compute_s: Time in the aggregation kernels (local and remote parts).
-        exchanges: Number of chunk all-to-alls issued.
+        compute_s: Time in the aggregation kernels (local and remote parts, forward and the
+            pipelined backward).
+        exchanges: Number of forward chunk all-to-alls issued.
+        backward_exchanges: Number of transposed chunk all-to-alls issued by the pipelined
+            backward.
         mgg_bytes: MGG-style volume of the forward exchanges (remote edges x row bytes).
         dedup_bytes: Deduplicated volume received by the forward exchanges (halo x row bytes).
     """
@@ -336,6 +346,7 @@ class ExchangeTimes:
     wait_s: float = 0.0
     compute_s: float = 0.0
     exchanges: int = 0
+    backward_exchanges: int = 0
     mgg_bytes: int = 0
     dedup_bytes: int = 0
 
@@ -370,6 +381,42 @@ class _InFlight:
             self.done_at = time.perf_counter()
 
 
+def _poll(flights: list[_InFlight | None]) -> None:
+    """Note the completion time of every finished exchange (non-blocking)."""
+    for f in flights:
+        if f is not None:
+            f.poll()
+
+
+class _HaloSum(torch.autograd.Function):
+    """The whole pipelined halo sum (local part + ``K`` remote chunks) as one autograd node.
+
+    Forward: :meth:`HaloAggregator._sum_forward` with autograd off, keeping the received halo
+    rows only when the edge weights need a gradient. Backward:
+    :meth:`HaloAggregator._sum_backward`, chunked reverse exchanges overlapped with the local
+    backward. Not twice differentiable.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, agg: HaloAggregator, x: Tensor, w: Tensor | None
+    ) -> Tensor:
+        out, received = agg._sum_forward(x, w)
+        keep = w is not None and bool(ctx.needs_input_grad[2])
+        ctx.agg = agg
+        ctx.save_for_backward(x, w, *(received if keep else ()))
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        x, w, *received = ctx.saved_tensors
+        agg: HaloAggregator = ctx.agg
+        need_x, need_w = bool(ctx.needs_input_grad[1]), bool(ctx.needs_input_grad[2])
+        gx, gw = agg._sum_backward(grad, x, w, received, need_x, need_w)
+        return None, gx, gw
+
+
 # ---------------------------------------------------------------------------------- aggregator
 def _sub_structure(dst: np.ndarray, idx: np.ndarray, num_dst: int, num_src: int) -> Structure:
     """CSC structure of edges (already sorted by destination) with source rows ``idx``."""
@@ -396,8 +443,22 @@ class HaloAggregator:
     asynchronous all-to-alls, at most ``depth`` in flight; the local edges are aggregated while
     the first chunks travel, then each chunk's edges as it arrives (``depth = 0``: every chunk is
     exchanged synchronously before any aggregation, the unpipelined baseline). ``max`` and
-    ``src_to_edge`` exchange every chunk first. Backward sends the halo rows' gradients back to
-    their owners (the transposed all-to-all of each chunk).
+    ``src_to_edge`` exchange every chunk first.
+
+    Backward sends the halo rows' gradients back to their owners (the transposed all-to-all of
+    each chunk). For ``sum``/``mean`` (weighted or not) it is pipelined the same way
+    (``overlap_backward=True``, :class:`_HaloSum`): per chunk, the gradient of its received rows
+    (the chunk's transposed remote CSR, cached, times ``grad_out``) is computed and its reverse
+    all-to-all issued asynchronously, at most ``depth`` in flight; the local part of the gradient
+    (transposed local CSR times ``grad_out``) is computed while they travel, then each chunk's
+    returned rows are added into the owned rows' gradient (``index_add`` on the chunk's send
+    rows) as it arrives (``depth = 0``: every chunk's rows are exchanged before the local part).
+    Edge-weight gradients are computed in the same pass with no communication (per-edge dot of
+    ``grad_out[dst]`` with the source row, local or received halo row, kept from the forward);
+    when only the weights need a gradient nothing is exchanged. Every rank issues the reverse
+    exchanges in chunk order, so the collectives match across ranks. ``max`` and
+    ``src_to_edge`` (and ``overlap_backward=False``) backpropagate through the differentiable
+    all-to-all of each chunk, one synchronous transposed exchange at a time.
 
     Collective: every ``aggregate`` / ``src_to_edge`` call communicates; all ranks must make the
     same calls in the same order (the same model on every rank guarantees it). Memory: the halo
@@ -413,6 +474,9 @@ class HaloAggregator:
         dtype: Float dtype of the degree tensors.
         device: Device of the structures.
         comm_stream: On CUDA, a separate stream for the exchanges (``None``: the current one).
+        overlap_backward: Pipeline the backward of ``sum``/``mean`` (chunked reverse exchanges
+            overlapped with the local backward); ``False``: backpropagate through each chunk's
+            differentiable all-to-all (the synchronous baseline, same gradients).
     """
 
     def __init__(
@@ -426,6 +490,7 @@ class HaloAggregator:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         comm_stream: Any = None,
+        overlap_backward: bool = True,
     ) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ConfigError(f"'depth' (chunks in flight) must be an int >= 0 (got {depth!r})")
@@ -434,6 +499,7 @@ class HaloAggregator:
         self.dtype = dtype
         self.device = torch.device(device)
         self.comm_stream = comm_stream
+        self.overlap_backward = bool(overlap_backward)
         self.times = ExchangeTimes()
         m, lo = layout.num_owned, layout.lo
         self.num_dst = self.num_src = m
@@ -475,6 +541,8 @@ class HaloAggregator:
                 for s, e in self._chunks
             ]
         self._send_rows = [r.to(to) for r in plan.send_rows]
+        # transposed pieces for the pipelined backward (index 0: local, k + 1: chunk k), lazily
+        self._transposed: list[tuple[Structure, Tensor] | None] = [None] * (plan.num_chunks + 1)
         self._in_degree = torch.from_numpy(layout.in_degree).to(device=to, dtype=dtype)
         self._src_gid = torch.from_numpy(
             layout.src if orig_ids is None else np.asarray(orig_ids)[layout.src]
@@ -491,28 +559,32 @@ class HaloAggregator:
         if not self.plan.active[k] or self.comm is None:
             return None
         buf = x.index_select(0, self._send_rows[k])
+        self.times.exchanges += 1
+        return self._launch(buf, self.plan.send_counts[k], self.plan.recv_counts[k])
+
+    def _launch(self, buf: Tensor, send: list[int], recv: list[int]) -> _InFlight:
+        """Issue one asynchronous all-to-all of ``buf`` (on the comm stream on CUDA)."""
+        comm = self.comm
+        if comm is None:  # pragma: no cover - callers only launch with a communicator
+            raise ConfigError("a single-rank HaloAggregator (comm=None) exchanges nothing")
         stream = self.comm_stream
-        if stream is not None and x.is_cuda:  # pragma: no cover - needs CUDA
-            stream.wait_stream(torch.cuda.current_stream(x.device))
+        if stream is not None and buf.is_cuda:  # pragma: no cover - needs CUDA
+            stream.wait_stream(torch.cuda.current_stream(buf.device))
             buf.record_stream(stream)
             with torch.cuda.stream(stream):
-                h = self.comm.all_to_all(
-                    buf,
-                    self.plan.send_counts[k],
-                    recv_counts=self.plan.recv_counts[k],
-                    async_op=True,
-                )
+                h = comm.all_to_all(buf, send, recv_counts=recv, async_op=True)
         else:
-            h = self.comm.all_to_all(
-                buf, self.plan.send_counts[k], recv_counts=self.plan.recv_counts[k], async_op=True
-            )
-        self.times.exchanges += 1
+            h = comm.all_to_all(buf, send, recv_counts=recv, async_op=True)
         return _InFlight(h, time.perf_counter())
 
     def _wait(self, f: _InFlight | None, x: Tensor, k: int) -> Tensor:
         if f is None:
             rows = int(self.plan.halo_offsets[k + 1] - self.plan.halo_offsets[k])
             return x.new_zeros((rows, *x.shape[1:]))
+        return self._finish(f)
+
+    def _finish(self, f: _InFlight) -> Tensor:
+        """Wait for ``f``, account its time, return the received rows."""
         t0 = time.perf_counter()
         out = f.handle.wait()
         t1 = time.perf_counter()
@@ -566,6 +638,22 @@ class HaloAggregator:
         if reduce not in ("sum", "mean"):
             raise ConfigError(f"'reduce' must be 'sum', 'mean' or 'max' (got {reduce!r})")
         self._record_volume(x_src)
+        w = None if edge_weight is None else edge_weight.to(x_src.dtype)
+        if self.overlap_backward:
+            out = _HaloSum.apply(self, x_src, w)
+        else:
+            out, _ = self._sum_forward(x_src, w)
+        if reduce == "mean":
+            deg = self._in_degree.to(out.dtype).clamp_min(1.0)
+            out = out / deg.view(-1, *([1] * (out.dim() - 1)))
+        return out
+
+    def _sum_forward(self, x_src: Tensor, w: Tensor | None) -> tuple[Tensor, list[Tensor]]:
+        """The pipelined weighted sum over every in-edge and the received halo rows per chunk.
+
+        Differentiable through each chunk's all-to-all when called under autograd (the
+        ``overlap_backward=False`` path); :class:`_HaloSum` calls it with autograd off.
+        """
         k_all = self.plan.num_chunks
         flights: list[_InFlight | None] = [None] * k_all
         pre = k_all if self.depth == 0 else min(self.depth, k_all)
@@ -576,26 +664,115 @@ class HaloAggregator:
             for k in range(k_all):
                 got[k] = self._wait(flights[k], x_src, k)
         t0 = time.perf_counter()
-        w = None if edge_weight is None else edge_weight.index_select(0, self._local_eid)
-        out = gspmm(self._local, x_src, "sum", w)
+        wk = None if w is None else w.index_select(0, self._local_eid)
+        out = gspmm(self._local, x_src, "sum", wk)
         self.times.compute_s += time.perf_counter() - t0
+        received: list[Tensor] = []
         for k in range(k_all):
-            for f in flights:
-                if f is not None:
-                    f.poll()
+            _poll(flights)
             recv = got[k] if got[k] is not None else self._wait(flights[k], x_src, k)
+            received.append(recv)
             nxt = k + pre
             if self.depth > 0 and nxt < k_all:
                 flights[nxt] = self._issue(x_src, nxt)
             st, eid = self._chunks[k]
             t0 = time.perf_counter()
-            w = None if edge_weight is None else edge_weight.index_select(0, eid)
-            out = out + gspmm(st, recv, "sum", w)
+            wk = None if w is None else w.index_select(0, eid)
+            out = out + gspmm(st, recv, "sum", wk)
             self.times.compute_s += time.perf_counter() - t0
-        if reduce == "mean":
-            deg = self._in_degree.to(out.dtype).clamp_min(1.0)
-            out = out / deg.view(-1, *([1] * (out.dim() - 1)))
-        return out
+        return out, received
+
+    def _piece_t(self, i: int) -> tuple[Structure, Tensor]:
+        """Transposed structure of piece ``i`` (0: local, ``k + 1``: chunk ``k``), edge perm."""
+        cached = self._transposed[i]
+        if cached is None:
+            st = self._local if i == 0 else self._chunks[i - 1][0]
+            t_indptr, t_indices, perm = st.transposed()
+            cached = (Structure(t_indptr, t_indices, st.num_src, st.num_dst), perm)
+            self._transposed[i] = cached
+        return cached
+
+    def _piece_grads(
+        self,
+        i: int,
+        g: Tensor,
+        rows: Tensor | None,
+        w: Tensor | None,
+        need_x: bool,
+        gw: Tensor | None,
+    ) -> Tensor | None:
+        """Backward of piece ``i``: returns ``A_i^T g`` (if ``need_x``), fills ``gw`` rows.
+
+        Shapes:
+            - g: ``[M, *feat]`` gradient of the summed output.
+            - rows: ``[S_i, *feat]`` the piece's source rows (needed only for ``gw``).
+            - output: ``[S_i, *feat]`` (``S_i = M`` for the local piece, chunk rows otherwise).
+        """
+        st, eid = (self._local, self._local_eid) if i == 0 else self._chunks[i - 1]
+        wi = None if w is None else w.index_select(0, eid)
+        t0 = time.perf_counter()
+        gx = None
+        if need_x:
+            st_t, perm = self._piece_t(i)
+            gx = gspmm(st_t, g, "sum", None if wi is None else wi.index_select(0, perm))
+        if gw is not None and rows is not None and st.num_edges > 0:
+            heads = int(np.prod(gw.shape[1:], dtype=np.int64))
+            per = int(np.prod(g.shape[1:], dtype=np.int64)) // max(heads, 1)
+            a = rows.reshape(st.num_src, heads, per)  # [S_i, K, R]
+            b = g.reshape(st.num_dst, heads, per)  # [M, K, R]
+            dots = gsddmm(st, a, b, "dot")  # [E_i, K]: <g[dst_e], x[src_e]> per head
+            gw.index_copy_(0, eid, dots.reshape(eid.numel(), *gw.shape[1:]))
+        self.times.compute_s += time.perf_counter() - t0
+        return gx
+
+    def _sum_backward(
+        self,
+        grad: Tensor,
+        x: Tensor,
+        w: Tensor | None,
+        received: list[Tensor],
+        need_x: bool,
+        need_w: bool,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Pipelined backward of :meth:`_sum_forward` (see the class docstring).
+
+        Collective when ``need_x``: one reverse all-to-all per active chunk, in chunk order.
+        """
+        g = grad.contiguous()
+        k_all = self.plan.num_chunks
+        gw = torch.zeros_like(w) if need_w and w is not None else None
+        exchange = need_x and self.comm is not None
+        flights: list[_InFlight | None] = [None] * k_all
+
+        def launch(k: int) -> None:
+            rows = received[k] if gw is not None else None
+            gk = self._piece_grads(k + 1, g, rows, w, need_x, gw)
+            if exchange and self.plan.active[k] and gk is not None:
+                self.times.backward_exchanges += 1
+                # the chunk's transposed exchange: received rows' gradients go back to owners
+                flights[k] = self._launch(gk, self.plan.recv_counts[k], self.plan.send_counts[k])
+            _poll(flights)
+
+        pre = k_all if self.depth == 0 else min(self.depth, k_all)
+        for k in range(pre):
+            launch(k)
+        back: list[Tensor | None] = [None] * k_all
+        if self.depth == 0:  # unpipelined: every chunk returns before the local part
+            for k, f in enumerate(flights):
+                back[k] = None if f is None else self._finish(f)
+        gx = self._piece_grads(0, g, x if gw is not None else None, w, need_x, gw)
+        for k in range(k_all):
+            _poll(flights)
+            f = flights[k]
+            got = back[k] if back[k] is not None or f is None else self._finish(f)
+            nxt = k + pre
+            if self.depth > 0 and nxt < k_all:
+                launch(nxt)
+            if got is not None and gx is not None:
+                t0 = time.perf_counter()
+                gx.index_add_(0, self._send_rows[k], got)
+                self.times.compute_s += time.perf_counter() - t0
+        return gx, gw
 
     def src_to_edge(self, x_src: Tensor) -> Tensor:
         """``[M, ...] -> [E, ...]``: the source row of every in-edge (fetches the halo)."""

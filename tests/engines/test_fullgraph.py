@@ -163,6 +163,13 @@ def test_matches_reference(world_size):
                 if world_size == 1:
                     assert r["traffic"].get("peer", 0) == 0
             assert 0.0 <= ex["hidden_fraction"] <= 1.0
+            # the backward's halo gradients went through the pipelined reverse exchanges
+            if world_size == 1 or kind == "split":
+                assert ex["backward_exchanges"] == 0, what
+            else:
+                assert ex["backward_exchanges"] > 0, what
+            if model == "gcn":  # every layer aggregates a tensor that needs a gradient
+                assert ex["backward_exchanges"] == ex["exchanges"], what
             assert ex["volume_mgg_bytes"] >= ex["volume_dedup_bytes"]
             if tune:
                 assert r["extra"][-1]["tuner"]["trials"] >= 1
