@@ -60,9 +60,13 @@ def node_features(graph: Graph, dtype: torch.dtype, feature_norm: str = "none") 
 
 
 def normalize_rows(x: torch.Tensor, feature_norm: str) -> torch.Tensor:
-    """Apply ``data.feature_norm`` to rows of features (row-wise, so any subset of rows works)."""
+    """Apply ``data.feature_norm`` to rows of features (row-wise, so any subset of rows works).
+
+    ``"row"`` scales each row to unit L1 norm: GCN's row normalisation for non-negative
+    bag-of-words features, and still well defined when features can be negative.
+    """
     if feature_norm == "row":
-        return x / x.sum(dim=1, keepdim=True).clamp_min(1e-12)
+        return x / x.abs().sum(dim=1, keepdim=True).clamp_min(1e-12)
     if feature_norm != "none":
         raise ConfigError(f"'data.feature_norm' must be 'none' or 'row' (got {feature_norm!r})")
     return x

@@ -14,8 +14,9 @@ The generator is a degree-corrected stochastic block model with Chung-Lu degree 
   proportional to ``w``: an inverse-CDF lookup in the class-sorted cumulative weights, vectorised
   (a guide table over the cumulative weight gives ``np.searchsorted``'s exact answer in O(1)
   expected time per draw);
-* features are a noisy class signal ``x[v] = mu[y[v]] + feature_noise * eps``, with one centroid
-  ``mu[c] ~ N(0, I_F)`` per class and ``eps ~ N(0, I_F)``, stored as float32. A linear classifier
+* features are a noisy class signal ``x[v] = (mu[y[v]] + feature_noise * eps) / s``, with one
+  centroid ``mu[c] ~ N(0, I_F)`` per class, ``eps ~ N(0, I_F)`` and ``s = sqrt(1 +
+  feature_noise**2)`` (unit-variance features), stored as float32. A linear classifier
   on ``x`` alone is clearly worse than one on ``[x, mean of the neighbours' x]``, so a GNN beats an
   MLP;
 * split masks: node ``v`` is in train / val / test when its uniform draw ``u_v`` falls in
@@ -182,6 +183,9 @@ def _is_real(value: object) -> bool:
         and math.isfinite(float(value))
     )
 
+
+#: Bumped whenever the generator's output for a given spec and seed changes (cache keys use it).
+GENERATOR_VERSION = 2
 
 PRESETS: dict[str, SyntheticSpec] = {
     # for tests: 1k nodes, 10k edges
@@ -428,10 +432,16 @@ def _centroids(spec: SyntheticSpec, seed: int) -> np.ndarray:
 def _write_features(
     spec: SyntheticSpec, seed: int, y: np.ndarray, x: np.ndarray, tick: Callable[[int], None]
 ) -> None:
-    """Fill ``x`` ``[N, F]`` block by block: ``x = mu[y] + feature_noise * eps`` (float32)."""
+    """Fill ``x`` ``[N, F]`` block by block: ``x = (mu[y] + feature_noise * eps) / s`` (float32).
+
+    ``s = sqrt(1 + feature_noise**2)`` scales every feature to unit variance without changing the
+    signal-to-noise ratio, so deep models train at ordinary learning rates without a
+    normalisation step.
+    """
     n, f = int(spec.num_nodes), int(spec.num_features)
-    mu = _centroids(spec, seed)
-    noise = np.float32(spec.feature_noise)
+    scale = np.float32(1.0 / math.sqrt(1.0 + float(spec.feature_noise) ** 2))
+    mu = _centroids(spec, seed) * scale
+    noise = np.float32(spec.feature_noise) * scale
     for b, lo in enumerate(range(0, n, FEATURE_BLOCK)):
         hi = min(n, lo + FEATURE_BLOCK)
         block = _rng(seed, _FEATURE_STREAM, b).standard_normal((hi - lo, f), dtype=np.float32)

@@ -258,10 +258,12 @@ def test_edge_cases_single_class_no_edges_and_empty_classes():
 def test_features_are_centroid_plus_noise_of_the_configured_scale():
     g = generate_graph(_spec(num_nodes=4_000, num_features=32, feature_noise=2.5), seed=1)
     x = g.x.astype(np.float64)
+    s = np.sqrt(1 + 2.5**2)  # features are scaled to unit variance, same signal-to-noise ratio
     resid = np.concatenate([x[g.y == c] - x[g.y == c].mean(0) for c in range(5)])
-    assert abs(resid.std() - 2.5) < 0.05
+    assert abs(resid.std() - 2.5 / s) < 0.05 / s
     centroids = np.stack([x[g.y == c].mean(0) for c in range(5)])
-    assert abs(centroids.std() - 1.0) < 0.25  # unit-variance class centroids
+    assert abs(centroids.std() - 1.0 / s) < 0.25 / s  # unit-variance class centroids
+    assert abs(x.std() - 1.0) < 0.05
 
 
 def _linear_accuracy(feat: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray) -> float:
