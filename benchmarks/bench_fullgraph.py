@@ -38,8 +38,7 @@ from typing import Any
 
 import torch
 
-from fleetgnn.dist import DistContext
-from fleetgnn.dist.testing import run_world
+from fleetgnn.dist.testing import context_of, run_world
 from fleetgnn.engines.fullgraph import FullGraphEngine, TunerSpace
 from fleetgnn.engines.reference import ReferenceEngine
 from fleetgnn.graph.dataset import open_dataset
@@ -76,19 +75,6 @@ def _config(model: str, threads: int) -> Any:
     )
 
 
-def _ctx(comm: Any) -> DistContext:
-    return DistContext(
-        rank=comm.rank,
-        world_size=comm.world_size,
-        local_rank=comm.rank,
-        local_world_size=comm.world_size,
-        backend="gloo",
-        device=torch.device("cpu"),
-        group=comm.group,
-        owns_group=False,
-    )
-
-
 def _time_epochs(engine: Any, comm: Any, first: int, epochs: int) -> list[float]:
     """Slowest rank's wall time of each epoch."""
     out = []
@@ -109,7 +95,7 @@ def _worker(comm: Any, data_dir: str, models: list[str], epochs: int, threads: i
         cfg = _config(model, threads)
         res: dict[str, Any] = {}
         # unpipelined baseline: K = 1, whole halo first
-        eng = FullGraphEngine(graph, cfg, _ctx(comm), num_chunks=1, depth=0)
+        eng = FullGraphEngine(graph, cfg, context_of(comm), num_chunks=1, depth=0)
         _time_epochs(eng, comm, 0, 1)  # warm-up
         times = _time_epochs(eng, comm, 1, epochs)
         res["unpipelined"] = {
@@ -120,7 +106,7 @@ def _worker(comm: Any, data_dir: str, models: list[str], epochs: int, threads: i
         }
         eng.close()
         # tuned: the greedy search, then the best configuration
-        eng = FullGraphEngine(graph, cfg, _ctx(comm), tune=True, tuner_space=SPACE)
+        eng = FullGraphEngine(graph, cfg, context_of(comm), tune=True, tuner_space=SPACE)
         e = 0
         t_search = time.perf_counter()
         while eng.tuner is not None and not eng.tuner.done:

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from fleetgnn.dist.comm import Communicator
+from fleetgnn.dist.context import DistContext
 from fleetgnn.dist.errors import DistError, WorkerFailed
 
 
@@ -139,3 +141,20 @@ def _read_result(tmp: str, rank: int, exitcode: int | None) -> tuple[str, Any]:
         return "error", f"process exited with code {exitcode} before reporting a result"
     with open(path, "rb") as f:
         return pickle.load(f)
+
+
+def context_of(comm: Communicator) -> DistContext:
+    """The :class:`DistContext` of a ``run_world`` rank (one host, gloo, CPU), for engines.
+
+    The group belongs to ``run_world``, so the context does not own it.
+    """
+    return DistContext(
+        rank=comm.rank,
+        world_size=comm.world_size,
+        local_rank=comm.rank,
+        local_world_size=comm.world_size,
+        backend="gloo",
+        device=torch.device("cpu"),
+        group=comm.group,
+        owns_group=False,
+    )

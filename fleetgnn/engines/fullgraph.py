@@ -51,6 +51,7 @@ from fleetgnn.engines.halo import (
     build_plan,
     exchange_need_lists,
 )
+from fleetgnn.engines.metrics import split_metrics
 from fleetgnn.engines.reference import _DTYPES, _optimizer, model_kwargs, normalize_rows
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
@@ -422,27 +423,8 @@ class FullGraphEngine:
     def evaluate(self) -> dict[str, float]:
         """Accuracy per split and validation loss, summed over ranks (numerators/denominators)."""
         logits = self.infer()
-        pred = logits.argmax(dim=1)
-        keys = [s for s in ("train", "val", "test") if s in self.masks]
-        sums: list[float] = []
-        for s in keys:
-            m = self.masks[s]
-            sums += [float((pred[m] == self.y[m]).sum()), float(m.sum())]
-        vm = self.masks.get("val")
-        if vm is not None:
-            sums.append(
-                float(F.cross_entropy(logits[vm], self.y[vm], reduction="sum")) if vm.any() else 0.0
-            )
-        t = torch.tensor(sums, dtype=torch.float64)
-        if self.world_size > 1:
-            t = self.comm.all_reduce_sum(t)
-        out: dict[str, float] = {}
-        for i, s in enumerate(keys):
-            out[f"{s}_acc"] = float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else float("nan")
-        if vm is not None:
-            nval = float(t[2 * keys.index("val") + 1])
-            out["val_loss"] = float(t[-1] / nval) if nval else float("nan")
-        return out
+        reduce = self.comm.all_reduce_sum if self.world_size > 1 else None
+        return split_metrics(logits, self.y, self.masks, reduce)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

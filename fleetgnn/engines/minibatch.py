@@ -37,6 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fleetgnn.dist import Communicator, DistContext, TrafficMeter
 from fleetgnn.engines.base import StepCallback, StepStats
+from fleetgnn.engines.metrics import split_metrics
 from fleetgnn.engines.reference import _DTYPES, _optimizer, model_kwargs, normalize_rows
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
@@ -314,26 +315,8 @@ class MinibatchEngine:
         """Accuracy per split and validation loss, summed over ranks (numerators/denominators)."""
         logits, lo, hi = self.infer()
         y = self.y[lo:hi].to(logits.device)
-        pred = logits.argmax(dim=1)
-        keys = [s for s in ("train", "val", "test") if s in self.masks]
-        sums = []
-        for s in keys:
-            m = self.masks[s][lo:hi].to(logits.device)
-            sums += [float((pred[m] == y[m]).sum()), float(m.sum())]
-        vm = self.masks.get("val")
-        if vm is not None:
-            m = vm[lo:hi].to(logits.device)
-            sums.append(
-                float(F.cross_entropy(logits[m], y[m], reduction="sum")) if m.any() else 0.0
-            )
-        t = self.comm.all_reduce_sum(torch.tensor(sums, dtype=torch.float64))
-        out: dict[str, float] = {}
-        for i, s in enumerate(keys):
-            out[f"{s}_acc"] = float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else float("nan")
-        if vm is not None:
-            nval = float(t[2 * keys.index("val") + 1])
-            out["val_loss"] = float(t[-1] / nval) if nval else float("nan")
-        return out
+        masks = {s: m[lo:hi].to(logits.device) for s, m in self.masks.items()}
+        return split_metrics(logits, y, masks, self.comm.all_reduce_sum)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from fleetgnn.engines.base import StepCallback, StepStats
+from fleetgnn.engines.metrics import split_metrics
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator, build_model
@@ -239,18 +240,7 @@ class ReferenceEngine:
 
     def evaluate(self) -> dict[str, float]:
         """Accuracy per split and validation loss, from full-neighbour inference."""
-        logits = self.infer()
-        pred = logits.argmax(dim=1)
-        out: dict[str, float] = {}
-        for split, mask in self.masks.items():
-            n = int(mask.sum())
-            out[f"{split}_acc"] = (
-                float((pred[mask] == self.y[mask]).sum()) / n if n else float("nan")
-            )
-        if "val" in self.masks and int(self.masks["val"].sum()):
-            m = self.masks["val"]
-            out["val_loss"] = float(F.cross_entropy(logits[m], self.y[m]))
-        return out
+        return split_metrics(self.infer(), self.y, self.masks)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

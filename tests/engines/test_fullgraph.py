@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fleetgnn.dist import DistContext
-from fleetgnn.dist.testing import run_world
+from fleetgnn.dist.testing import context_of, run_world
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.fullgraph import FullGraphEngine, GreedyTuner, TunerSpace
 from fleetgnn.engines.reference import ReferenceEngine
@@ -83,26 +82,13 @@ def _cases(world_size: int):
     return cases
 
 
-def _ctx(comm):
-    return DistContext(
-        rank=comm.rank,
-        world_size=comm.world_size,
-        local_rank=comm.rank,
-        local_world_size=comm.world_size,
-        backend="gloo",
-        device=torch.device("cpu"),
-        group=comm.group,
-        owns_group=False,
-    )
-
-
 def _rank(comm):
     out = []
     for model, kind, k, depth, part, tune in _cases(comm.world_size):
         engine = FullGraphEngine(
             _graph(kind),
             _config(model),
-            _ctx(comm),
+            context_of(comm),
             partition=part,
             num_chunks=k,
             depth=depth,

@@ -5,8 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fleetgnn.dist import DistContext
-from fleetgnn.dist.testing import run_world
+from fleetgnn.dist.testing import context_of, run_world
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn import LocalAggregator, build_model
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader
@@ -36,24 +35,11 @@ def _config(extra):
     return load_config(None, base + list(extra))
 
 
-def _ctx(comm):
-    return DistContext(
-        rank=comm.rank,
-        world_size=comm.world_size,
-        local_rank=comm.rank,
-        local_world_size=comm.world_size,
-        backend="gloo",
-        device=torch.device("cpu"),
-        group=comm.group,
-        owns_group=False,
-    )
-
-
 def _train_ranks(comm, extra):
     """Rank body: STEPS steps of epoch 0 (and 1) with the engine; returns params and traffic."""
     from fleetgnn.engines.minibatch import MinibatchEngine
 
-    engine = MinibatchEngine(_graph(), _config(extra), _ctx(comm))
+    engine = MinibatchEngine(_graph(), _config(extra), context_of(comm))
     try:
         stats = engine.run_epoch(0)[:STEPS] if engine.steps_per_epoch() <= STEPS else None
         if stats is None:
