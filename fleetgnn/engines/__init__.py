@@ -41,7 +41,16 @@ def build_engine(graph: Graph, config: Any, ctx: Any = None) -> Engine:
             from fleetgnn.dist import init
 
             ctx = init()
-        return FullGraphEngine(graph, config, ctx)
+        fc = config.fullgraph
+        return FullGraphEngine(
+            graph,
+            config,
+            ctx,
+            partition=fc.partition,
+            num_chunks=fc.num_chunks,
+            depth=fc.depth,
+            tune=fc.tune,
+        )
     if name in PLANNED:
         raise ConfigError(
             f"engine {name!r} is not available in this build yet; available: {', '.join(AVAILABLE)}"

@@ -204,12 +204,38 @@ class StoreConfig:
     }
 
 
+@dataclasses.dataclass
+class FullGraphConfig:
+    """The ``fullgraph`` engine's partitioning and halo-exchange pipeline (MGG).
+
+    Attributes:
+        partition: ``range`` (MGG's edge-balanced contiguous ranges) or ``metis`` (the graph is
+            relabelled so each METIS part is a contiguous range), see :attr:`PARTITIONS`.
+        num_chunks: Chunks K the halo rows of each layer are exchanged in (``None``: tuned, or
+            1 without tuning).
+        depth: Chunks in flight at once, MGG's interleave distance; 0 exchanges everything
+            before aggregating (``None``: tuned, or 1 without tuning).
+        tune: Search ``(num_chunks, depth)`` online, one epoch per trial (MGG's greedy search),
+            over the knobs left ``None``.
+    """
+
+    PARTITIONS: ClassVar[tuple[str, ...]] = ("range", "metis")
+
+    partition: str = "range"
+    num_chunks: int | None = None
+    depth: int | None = None
+    tune: bool = True
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
+
+
 _SECTIONS: dict[str, type] = {
     "data": DataConfig,
     "model": ModelConfig,
     "optim": OptimConfig,
     "train": TrainConfig,
     "store": StoreConfig,
+    "fullgraph": FullGraphConfig,
 }
 _TOP_KEYS: tuple[str, ...] = (*_SECTIONS, "run_dir")
 
@@ -224,6 +250,7 @@ class Config:
         optim: Optimiser section.
         train: Training-loop section.
         store: Unified-store section (distributed mini-batch engines).
+        fullgraph: Partitioning and exchange pipeline of the ``fullgraph`` engine.
         run_dir: Directory for checkpoints, metrics and the summary (``None``: chosen by the CLI).
     """
 
@@ -232,6 +259,7 @@ class Config:
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
+    fullgraph: FullGraphConfig = dataclasses.field(default_factory=FullGraphConfig)
     run_dir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -313,6 +341,19 @@ class Config:
             "train.fanouts",
             t.fanouts,
             "every fanout must be >= 1, or -1 for all neighbours",
+        )
+        fg = self.fullgraph
+        _check(
+            fg.num_chunks is None or fg.num_chunks >= 1,
+            "fullgraph.num_chunks",
+            fg.num_chunks,
+            "must be >= 1 (or null to tune)",
+        )
+        _check(
+            fg.depth is None or fg.depth >= 0,
+            "fullgraph.depth",
+            fg.depth,
+            "must be >= 0 (or null to tune)",
         )
         allowed_modes = TrainConfig.ENGINE_MODES[t.engine]
         if t.mode not in allowed_modes:

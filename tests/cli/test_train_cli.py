@@ -108,3 +108,41 @@ def test_minibatch_engine_through_the_launcher(tmp_path):
     record = json.loads((run / "metrics.jsonl").read_text().strip().splitlines()[-1])
     assert set(record["extra"]["hit_rates"]) >= {"local", "peer", "host", "disk"}
     assert record["memory"]["device"] <= 8000
+
+
+def test_fullgraph_engine_knobs_from_config(tmp_path):
+    run = tmp_path / "fg"
+    argv = [
+        "train",
+        "--engine",
+        "fullgraph",
+        "--mode",
+        "full",
+        "--nproc",
+        "2",
+        "--epochs",
+        "2",
+        "--model",
+        "gcn",
+        "--run-dir",
+        str(run),
+        "--no-progress",
+        "--set",
+        "data.preset=tiny",
+        "--set",
+        "data.scale=0.3",
+        "--set",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "--set",
+        "fullgraph.num_chunks=3",
+        "--set",
+        "fullgraph.depth=2",
+        "--set",
+        "fullgraph.tune=false",
+    ]
+    assert main(argv) == 0
+    assert _summary(run)["engine"] == "fullgraph"
+    for line in (run / "metrics.jsonl").read_text().strip().splitlines():
+        extra = json.loads(line)["extra"]
+        assert (extra["num_chunks"], extra["depth"]) == (3, 2)
+        assert extra["volume_mgg_bytes"] >= extra["volume_dedup_bytes"] > 0
