@@ -1,12 +1,13 @@
 """Graph layer: CSC graphs, datasets on disk, loaders and synthetic generators."""
 
-from fleetgnn.graph.csc import SPLITS, Graph, coo_to_csc, from_edges, index_dtype
+from fleetgnn.graph.csc import SPLITS, Graph, check_ids, coo_to_csc, from_edges, index_dtype
 from fleetgnn.graph.dataset import DatasetWriter, open_dataset, read_meta, write_dataset
 
 __all__ = [
     "SPLITS",
     "DatasetWriter",
     "Graph",
+    "check_ids",
     "coo_to_csc",
     "from_edges",
     "index_dtype",

@@ -69,7 +69,7 @@ def coo_to_csc(
             f"{dst.shape}); pass one source and one destination per edge"
         )
     for name, arr in (("src", src), ("dst", dst)):
-        _check_ids(name, arr, num_nodes)
+        check_ids(name, arr, num_nodes)
     order = np.argsort(dst, kind="stable")
     counts = np.bincount(dst, minlength=num_nodes) if dst.size else np.zeros(num_nodes, np.int64)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
@@ -87,7 +87,20 @@ def coo_to_csc(
     return indptr, indices, weight
 
 
-def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
+def check_ids(
+    name: str,
+    ids: np.ndarray,
+    num_nodes: int,
+    hint: str = "make sure IDs are 0-based and num_nodes covers every node",
+) -> None:
+    """Raise :class:`GraphError` unless every entry of ``ids`` is an integer in ``[0, N)``.
+
+    Args:
+        name: The argument or array, for the message.
+        ids: Node IDs (any integer dtype).
+        num_nodes: ``N``.
+        hint: The suggested fix appended to the message.
+    """
     if ids.size == 0:
         return
     if not np.issubdtype(ids.dtype, np.integer):
@@ -96,8 +109,7 @@ def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
     if lo < 0 or hi >= num_nodes:
         bad = lo if lo < 0 else hi
         raise GraphError(
-            f"'{name}' holds node ID {bad}, outside the valid interval [0, {num_nodes}); "
-            f"make sure IDs are 0-based and num_nodes covers every node"
+            f"'{name}' holds node ID {bad}, outside the valid interval [0, {num_nodes}); {hint}"
         )
 
 
@@ -226,7 +238,7 @@ class Graph:
                     f"indptr[{v + 1}] = {int(indptr[v + 1])}"
                 )
         for start in range(0, self.indices.size, _CHUNK_ROWS * 8):
-            _check_ids("indices", self.indices[start : start + _CHUNK_ROWS * 8], n)
+            check_ids("indices", self.indices[start : start + _CHUNK_ROWS * 8], n)
         if self.y is not None and self.y.size:
             lo, hi = int(self.y.min()), int(self.y.max())
             c = int(self.num_classes)  # set in __post_init__ when y is given
@@ -347,7 +359,7 @@ class Graph:
                 f"'perm' must be an integer array of shape ({n},) (got {perm.dtype}, {perm.shape})"
             )
         inv = np.full(n, -1, dtype=np.int64)
-        _check_ids("perm", perm, n)
+        check_ids("perm", perm, n)
         inv[perm] = np.arange(n, dtype=np.int64)
         if n and (inv < 0).any():
             missing = int(np.flatnonzero(inv < 0)[0])

@@ -24,13 +24,13 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fleetgnn.errors import DatasetError, GraphError
+from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import SPLITS, Graph, Validation
 
 FORMAT_VERSION = 1
@@ -127,41 +127,99 @@ class DatasetWriter:
             **extra,
         }
         self._arrays.clear()
-        _write_json_atomic(self.tmp / META, meta)
-        _fsync_dir(self.tmp)
-        if self.out.exists():
-            if not self.overwrite:
-                self.abort()
-                raise DatasetError(f"output directory '{self.out}' appeared while writing")
-            trash = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old-", dir=self.out.parent))
-            os.replace(self.out, trash / "old")
-            os.replace(self.tmp, self.out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(self.tmp, self.out)
-        _fsync_dir(self.out.parent)
+        write_json_atomic(self.tmp / META, meta)
+        fsync_dir(self.tmp)
+        if self.out.exists() and not self.overwrite:
+            self.abort()
+            raise DatasetError(f"output directory '{self.out}' appeared while writing")
+        replace_dir(self.tmp, self.out)
         self._done = True
         return self.out
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` atomically.
 
-
-def _fsync_dir(path: Path) -> None:
+    A unique temporary file in the same directory is flushed, fsynced and renamed over ``path``;
+    on failure it is removed and ``path`` is left as it was.
+    """
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    tmp = Path(name)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(p.parent)
+    return p
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (see :func:`atomic_write_text`)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True))
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Flush a directory entry to disk (best effort; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds
         return
     try:
         os.fsync(fd)
+    except OSError:  # pragma: no cover - file systems that refuse directory fsync
+        pass
     finally:
         os.close(fd)
+
+
+def replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished directory ``tmp`` to ``out``, replacing a directory already there."""
+    if out.exists():
+        trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, trash / "old")
+        os.replace(tmp, out)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+    fsync_dir(out.parent)
+
+
+def read_json_meta(
+    path: Path,
+    *,
+    version: int,
+    keys: Iterable[str],
+    error: type[FleetgnnError],
+    fix: str,
+) -> dict[str, Any]:
+    """Read a JSON metadata file: an object with ``format_version == version`` and ``keys``.
+
+    Raises:
+        error: The file is not valid JSON, not an object, of another version, or lacks a key;
+            each message ends with ``fix``.
+    """
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"'{path}' is not valid JSON ({e}); {fix}") from e
+    if not isinstance(meta, dict):
+        raise error(f"'{path}' must hold a JSON object; {fix}")
+    if meta.get("format_version") != version:
+        raise error(
+            f"'{path}' has format_version {meta.get('format_version')!r}; this fleetgnn reads "
+            f"version {version}; {fix}"
+        )
+    for key in keys:
+        if key not in meta:
+            raise error(f"'{path}' lacks the key {key!r}; {fix}")
+    return meta
 
 
 def write_dataset(
@@ -201,21 +259,13 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"'{root}' has no {META}: it is not a fleetgnn dataset, or its write was interrupted; "
             f"run 'fleetgnn prepare' again"
         )
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DatasetError(f"'{meta_path}' is not valid JSON ({e}); re-create the dataset") from e
-    if not isinstance(meta, dict):
-        raise DatasetError(f"'{meta_path}' must hold a JSON object")
-    version = meta.get("format_version")
-    if version != FORMAT_VERSION:
-        raise DatasetError(
-            f"'{meta_path}' has format_version {version!r}; this fleetgnn reads version "
-            f"{FORMAT_VERSION}; re-create the dataset with 'fleetgnn prepare'"
-        )
-    for key in ("num_nodes", "num_edges", "num_features", "arrays"):
-        if key not in meta:
-            raise DatasetError(f"'{meta_path}' lacks the key {key!r}; re-create the dataset")
+    meta = read_json_meta(
+        meta_path,
+        version=FORMAT_VERSION,
+        keys=("num_nodes", "num_edges", "num_features", "arrays"),
+        error=DatasetError,
+        fix="re-create the dataset with 'fleetgnn prepare'",
+    )
     if not isinstance(meta["arrays"], dict):
         raise DatasetError(f"'{meta_path}': 'arrays' must be an object")
     return meta

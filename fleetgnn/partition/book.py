@@ -21,7 +21,6 @@ leaves a directory that looks complete.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -35,6 +34,7 @@ import torch
 
 from fleetgnn.errors import PartitionError
 from fleetgnn.graph.csc import Graph
+from fleetgnn.graph.dataset import fsync_dir, read_json_meta, replace_dir, write_json_atomic
 from fleetgnn.types import PathLikeStr
 
 BOOK_FORMAT_VERSION = 1
@@ -421,19 +421,9 @@ class PartitionBook:
                 "params": dict(self.params),
                 "arrays": arrays,
             }
-            with open(tmp / BOOK_JSON, "w") as f:
-                json.dump(meta, f, indent=2, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            _fsync_dir(tmp)
-            if out.exists():
-                trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-                os.replace(out, trash / "old")
-                os.replace(tmp, out)
-                shutil.rmtree(trash, ignore_errors=True)
-            else:
-                os.replace(tmp, out)
-            _fsync_dir(out.parent)
+            write_json_atomic(tmp / BOOK_JSON, meta)
+            fsync_dir(tmp)
+            replace_dir(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -470,20 +460,13 @@ class PartitionBook:
                 f"'{root}' holds no {BOOK_JSON}: no partition book was saved there (or its save "
                 f"was interrupted); run 'fleetgnn partition' first"
             )
-        try:
-            meta = json.loads(meta_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise PartitionError(f"'{meta_path}' is not valid JSON ({e}); partition again") from e
-        if not isinstance(meta, dict):
-            raise PartitionError(f"'{meta_path}' must hold a JSON object; partition again")
-        if meta.get("format_version") != BOOK_FORMAT_VERSION:
-            raise PartitionError(
-                f"'{meta_path}' has format_version {meta.get('format_version')!r}; this fleetgnn "
-                f"reads version {BOOK_FORMAT_VERSION}; partition again"
-            )
-        for key in ("method", "num_parts", "num_nodes", "arrays"):
-            if key not in meta:
-                raise PartitionError(f"'{meta_path}' lacks the key {key!r}; partition again")
+        meta = read_json_meta(
+            meta_path,
+            version=BOOK_FORMAT_VERSION,
+            keys=("method", "num_parts", "num_nodes", "arrays"),
+            error=PartitionError,
+            fix="partition again",
+        )
         specs = meta["arrays"]
         arrays: dict[str, np.ndarray] = {}
         for name, dtype in _SAVED_ARRAYS.items():
@@ -561,14 +544,3 @@ def _check_method(method: Any) -> None:
             f"'method' must be a non-empty name of letters, digits and '_.+-' (got {method!r}); "
             f"it names the book's directory"
         )
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from fleetgnn.errors import FleetgnnError
+from fleetgnn.graph.dataset import fsync_dir
 from fleetgnn.types import PathLikeStr
 
 
@@ -37,42 +38,11 @@ class CheckpointError(FleetgnnError):
     """A checkpoint file is missing, truncated, corrupt or has unexpected contents."""
 
 
-def fsync_dir(path: PathLikeStr) -> None:
-    """Flush a directory entry to disk (best effort; a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(os.fspath(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _temp_sibling(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     return Path(tmp)
-
-
-def atomic_write_text(path: PathLikeStr, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temp file in the same directory, fsync, rename)."""
-    p = Path(path)
-    tmp = _temp_sibling(p)
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(p.parent)
-    return p
 
 
 def _write_temp_checkpoint(path: Path, state: Mapping[str, Any]) -> Path:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fleetgnn.errors import FleetgnnError
-from fleetgnn.train.checkpoint import atomic_write_text
+from fleetgnn.graph.dataset import atomic_write_text
 from fleetgnn.types import PathLikeStr
 
 

@@ -56,10 +56,10 @@ from rich.table import Table
 
 from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, StepStats
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph.dataset import atomic_write_text
 from fleetgnn.train.checkpoint import (
     CheckpointDir,
     CheckpointError,
-    atomic_write_text,
     capture_rng,
     restore_rng,
 )

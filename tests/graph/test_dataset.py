@@ -53,16 +53,7 @@ def test_roundtrip_is_exact_and_memory_mapped(graph, tmp_path):
     g = open_dataset(out)
     assert isinstance(g.x, np.memmap) and isinstance(g.indices, np.memmap)
     assert not g.x.flags.writeable
-    for name in (
-        "indptr",
-        "indices",
-        "x",
-        "y",
-        "train_mask",
-        "val_mask",
-        "test_mask",
-        "edge_weight",
-    ):
+    for name in meta["arrays"]:  # all eight, as asserted above
         assert np.array_equal(getattr(g, name), getattr(graph, name)), name
         assert getattr(g, name).dtype == getattr(graph, name).dtype
     assert g.num_classes == 4 and g.name == "toy"

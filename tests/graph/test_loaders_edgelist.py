@@ -10,16 +10,6 @@ from fleetgnn.graph.loaders import load_edgelist
 SMALL = {"num_train_per_class": 2, "num_val": 3, "num_test": 4}
 
 
-def _same(a, b):
-    np.testing.assert_array_equal(a.indptr, b.indptr)
-    np.testing.assert_array_equal(a.indices, b.indices)
-    for k in ("x", "y", "train_mask", "val_mask", "test_mask", "edge_weight"):
-        va, vb = getattr(a, k), getattr(b, k)
-        assert (va is None) == (vb is None), k
-        if va is not None:
-            np.testing.assert_array_equal(va, vb)
-
-
 def _naive(text: str, comments="#"):
     """Independent line-by-line parse."""
     src, dst, w = [], [], []
@@ -46,34 +36,34 @@ TEXT = """# a comment line
 """
 
 
-def test_whitespace_list_with_comments_and_blanks(tmp_path):
+def test_whitespace_list_with_comments_and_blanks(tmp_path, same_graph):
     p = tmp_path / "g.txt"
     p.write_text(TEXT)
     g = load_edgelist(p)
     s, d, _ = _naive(TEXT)
-    _same(g, from_edges(s, d, 6))
+    same_graph(g, from_edges(s, d, 6))
     assert g.num_nodes == 6 and g.num_edges == 6 and g.name == "g"
     assert g.train_mask is None and g.y is None
 
 
-def test_comma_separated_weighted_and_gzip(tmp_path):
+def test_comma_separated_weighted_and_gzip(tmp_path, same_graph):
     text = "0,1,0.5\n1, 2 ,2\n# c\n2,0,1e-3\n"
     p = tmp_path / "w.csv.gz"
     with gzip.open(p, "wt") as f:
         f.write(text)
     g = load_edgelist(p)
     s, d, w = _naive(text)
-    _same(g, from_edges(s, d, 3, edge_weight=w))
+    same_graph(g, from_edges(s, d, 3, edge_weight=w))
 
 
-def test_undirected_equals_to_undirected(tmp_path):
+def test_undirected_equals_to_undirected(tmp_path, same_graph):
     p = tmp_path / "g.txt"
     p.write_text(TEXT)
     s, d, _ = _naive(TEXT)
-    _same(load_edgelist(p, undirected=True), from_edges(s, d, 6).to_undirected())
+    same_graph(load_edgelist(p, undirected=True), from_edges(s, d, 6).to_undirected())
 
 
-def test_features_labels_and_deterministic_split(tmp_path):
+def test_features_labels_and_deterministic_split(tmp_path, same_graph):
     rng = np.random.default_rng(0)
     n = 20
     s, d = rng.integers(0, 12, 50), rng.integers(0, 12, 50)  # nodes 12..19 only in features
@@ -92,7 +82,7 @@ def test_features_labels_and_deterministic_split(tmp_path):
     assert np.bincount(y[tr], minlength=3).tolist() == [2, 2, 2]
     assert (int(va.sum()), int(te.sum())) == (3, 4) and not tr[0] | va[0] | te[0]
     again = load_edgelist(p, tmp_path / "x.npy", tmp_path / "y.npy", split_seed=7, **SMALL)
-    _same(g, again)
+    same_graph(g, again)
     other = load_edgelist(p, tmp_path / "x.npy", tmp_path / "y.npy", split_seed=8, **SMALL)
     assert (other.train_mask != tr).any() or (other.val_mask != va).any()
     # integer features are cast to float32, [N, 1] labels are accepted
@@ -165,7 +155,7 @@ def test_empty_file_gives_empty_graph(tmp_path):
     assert load_edgelist(p, num_nodes=3).num_nodes == 3
 
 
-def test_chunk_boundaries_keep_line_numbers(tmp_path, monkeypatch):
+def test_chunk_boundaries_keep_line_numbers(tmp_path, monkeypatch, same_graph):
     from fleetgnn.graph.loaders import edgelist
 
     monkeypatch.setattr(edgelist, "_CHUNK_LINES", 4)
@@ -180,4 +170,4 @@ def test_chunk_boundaries_keep_line_numbers(tmp_path, monkeypatch):
     lines[9] = "9 10"
     p.write_text("\n".join(lines) + "\n")
     s, d, _ = _naive(p.read_text())
-    _same(load_edgelist(p), from_edges(s, d))
+    same_graph(load_edgelist(p), from_edges(s, d))

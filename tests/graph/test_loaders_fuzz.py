@@ -29,17 +29,6 @@ _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
-def _same(a, b):
-    np.testing.assert_array_equal(a.indptr, b.indptr)
-    np.testing.assert_array_equal(a.indices, b.indices)
-    for k in ("x", "y", "train_mask", "val_mask", "test_mask", "edge_weight"):
-        va, vb = getattr(a, k), getattr(b, k)
-        assert (va is None) == (vb is None), k
-        if va is not None:
-            np.testing.assert_array_equal(va, vb)
-    assert a.num_nodes == b.num_nodes
-
-
 # ---------------------------------------------------------------------------------- edge lists
 def _reference_edgelist(data: bytes):
     """Independent strict parse of the documented format; None where it must be refused."""
@@ -126,7 +115,7 @@ LINE = st.one_of(
 
 @FUZZ
 @given(lines=st.lists(LINE, max_size=12), raw=st.binary(max_size=4), crlf=st.booleans())
-def test_edgelist_text_fuzz(tmp_path, lines, raw, crlf):
+def test_edgelist_text_fuzz(tmp_path, lines, raw, crlf, same_graph):
     data = ("\r\n" if crlf else "\n").join(lines).encode("utf-8", "surrogatepass") + raw
     p = tmp_path / "fuzz.txt"
     p.write_bytes(data)
@@ -136,7 +125,7 @@ def test_edgelist_text_fuzz(tmp_path, lines, raw, crlf):
     except FleetgnnError:
         return
     assert ref is not None, f"accepted input the format refuses: {data!r}"
-    _same(g, ref)
+    same_graph(g, ref)
 
 
 @FUZZ
@@ -147,7 +136,7 @@ def test_edgelist_text_fuzz(tmp_path, lines, raw, crlf):
     junk=st.lists(st.sampled_from(["", "# c", "  ", "#1 2"]), max_size=5),
     crlf=st.booleans(),
 )
-def test_well_formed_edgelists_always_load(tmp_path, edges, weights, sep, junk, crlf):
+def test_well_formed_edgelists_always_load(tmp_path, edges, weights, sep, junk, crlf, same_graph):
     body = [
         sep.join([str(s), str(d)] + ([repr(weights + i)] if weights is not None else []))
         for i, (s, d) in enumerate(edges)
@@ -156,7 +145,7 @@ def test_well_formed_edgelists_always_load(tmp_path, edges, weights, sep, junk, 
     data = ("\r\n" if crlf else "\n").join(lines).encode()
     p = tmp_path / "ok.txt"
     p.write_bytes(data)
-    _same(load_edgelist(p), _reference_edgelist(data))
+    same_graph(load_edgelist(p), _reference_edgelist(data))
 
 
 ARRAYS = st.builds(
@@ -168,7 +157,7 @@ ARRAYS = st.builds(
 
 @FUZZ
 @given(x=st.none() | ARRAYS, y=st.none() | ARRAYS, nan=st.booleans())
-def test_features_and_labels_of_any_shape(tmp_path, x, y, nan):
+def test_features_and_labels_of_any_shape(tmp_path, x, y, nan, same_graph):
     p = tmp_path / "e.txt"
     p.write_text("0 1\n1 2\n")
     kw = {}
@@ -197,7 +186,7 @@ def test_features_and_labels_of_any_shape(tmp_path, x, y, nan):
     if yy is not None:
         data["y"] = yy.astype(np.int64)
         data.update({k: np.zeros(n, bool) for k in ("train_mask", "val_mask", "test_mask")})
-    _same(g, from_edges(np.array([0, 1]), np.array([1, 2]), n, node_data=data))
+    same_graph(g, from_edges(np.array([0, 1]), np.array([1, 2]), n, node_data=data))
 
 
 # ---------------------------------------------------------------------------------- damaged files
@@ -247,7 +236,7 @@ def ogb_root(tmp_path_factory):
     target=st.sampled_from(["raw/edge.csv.gz", "raw/node-label.csv.gz", "split/s/test.csv.gz"]),
     **DAMAGE,
 )
-def test_damaged_ogb_gzip(ogb_root, target, cut, flips):
+def test_damaged_ogb_gzip(ogb_root, target, cut, flips, same_graph):
     root, ref = ogb_root
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "r"
@@ -259,7 +248,7 @@ def test_damaged_ogb_gzip(ogb_root, target, cut, flips):
         except FleetgnnError:
             assert not (Path(tmp) / "ds").exists()
             return
-        _same(open_dataset(out), ref)  # only header bytes were hit: the content is intact
+        same_graph(open_dataset(out), ref)  # only header bytes were hit: the content is intact
 
 
 @pytest.fixture(scope="module")
@@ -314,7 +303,7 @@ def _npz_reference(arrays):
 
 @FUZZ
 @given(**DAMAGE)
-def test_damaged_npz(npz_file, cut, flips):
+def test_damaged_npz(npz_file, cut, flips, same_graph):
     path, arrays = npz_file
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "d.npz"
@@ -323,7 +312,7 @@ def test_damaged_npz(npz_file, cut, flips):
             g = load_npz(p, **NO_SPLIT)
         except FleetgnnError:
             return
-        _same(g, _npz_reference(arrays))  # zip CRCs guard the content
+        same_graph(g, _npz_reference(arrays))  # zip CRCs guard the content
 
 
 MUTATIONS = st.lists(
@@ -351,7 +340,7 @@ MUTATIONS = st.lists(
 
 @FUZZ
 @given(mutations=MUTATIONS)
-def test_npz_missing_keys_and_inconsistent_shapes(npz_file, mutations):
+def test_npz_missing_keys_and_inconsistent_shapes(npz_file, mutations, same_graph):
     _, base = npz_file
     arrays = dict(base)
     for key, how in mutations:
@@ -379,7 +368,7 @@ def test_npz_missing_keys_and_inconsistent_shapes(npz_file, mutations):
             with pytest.raises(FleetgnnError):
                 load_npz(p, **NO_SPLIT)
             return
-        _same(load_npz(p, **NO_SPLIT), _npz_reference(arrays))
+        same_graph(load_npz(p, **NO_SPLIT), _npz_reference(arrays))
 
 
 @pytest.fixture(scope="module")
@@ -409,7 +398,7 @@ def planetoid_dir(tmp_path_factory):
     cut=st.integers(0, 10**5),
     tail=st.binary(max_size=3),
 )
-def test_truncated_planetoid_pickles(planetoid_dir, part, cut, tail):
+def test_truncated_planetoid_pickles(planetoid_dir, part, cut, tail, same_graph):
     root, ref = planetoid_dir
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -425,4 +414,4 @@ def test_truncated_planetoid_pickles(planetoid_dir, part, cut, tail):
             assert not full or part == "test.index"  # junk after a pickle's STOP is ignored
             return
         assert full or part == "test.index"  # a truncated pickle never loads
-        _same(g, ref)  # and a cut test.index only loads if it kept every number intact
+        same_graph(g, ref)  # and a cut test.index only loads if it kept every number intact

@@ -44,21 +44,12 @@ def _write_ogb(root: Path, n=23, e=61, f=3, seed=0, split="sales"):
     return src, dst, {"x": x, "y": yy, **masks}, n
 
 
-def _same(a, b):
-    np.testing.assert_array_equal(a.indptr, b.indptr)
-    np.testing.assert_array_equal(a.indices, b.indices)
-    assert a.indices.dtype == b.indices.dtype
-    for k in ("x", "y", "train_mask", "val_mask", "test_mask"):
-        np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
-    assert a.num_classes == b.num_classes
-
-
 @pytest.mark.parametrize("chunk_rows", [7, 1, 10**6])
-def test_directed_matches_in_memory_reference(tmp_path, chunk_rows):
+def test_directed_matches_in_memory_reference(tmp_path, chunk_rows, same_graph):
     src, dst, data, n = _write_ogb(tmp_path / "ogbn_toy")
     out = prepare_ogb(tmp_path / "ogbn_toy", tmp_path / "ds", chunk_rows=chunk_rows)
     g = open_dataset(out)
-    _same(g, from_edges(src, dst, n, node_data=data))
+    same_graph(g, from_edges(src, dst, n, node_data=data))
     meta = read_meta(out)
     assert (meta["name"], meta["source"], meta["split"], meta["undirected"]) == (
         "ogbn_toy",
@@ -70,11 +61,11 @@ def test_directed_matches_in_memory_reference(tmp_path, chunk_rows):
 
 
 @pytest.mark.parametrize("chunk_rows", [7, 10**6])
-def test_undirected_matches_to_undirected(tmp_path, chunk_rows):
+def test_undirected_matches_to_undirected(tmp_path, chunk_rows, same_graph):
     src, dst, data, n = _write_ogb(tmp_path / "r", e=200)
     out = prepare_ogb(tmp_path / "r", tmp_path / "ds", chunk_rows=chunk_rows, undirected=True)
     ref = from_edges(src, dst, n, node_data=data).to_undirected()
-    _same(open_dataset(out), ref)
+    same_graph(open_dataset(out), ref)
 
 
 def test_optional_files_and_split_selection(tmp_path):

@@ -33,18 +33,7 @@ def _example(n=9, e=30, seed=0):
     return ei, x, y, train, val, w
 
 
-def _same(a, b):
-    np.testing.assert_array_equal(a.indptr, b.indptr)
-    np.testing.assert_array_equal(a.indices, b.indices)
-    for k in ("x", "y", "train_mask", "val_mask", "test_mask", "edge_weight"):
-        va, vb = getattr(a, k), getattr(b, k)
-        assert (va is None) == (vb is None), k
-        if va is not None:
-            np.testing.assert_array_equal(va, vb)
-    assert a.num_nodes == b.num_nodes and a.num_classes == b.num_classes
-
-
-def test_from_duck_typed_data_matches_from_edges():
+def test_from_duck_typed_data_matches_from_edges(same_graph):
     ei, x, y, train, val, w = _example()
     g = from_pyg(
         Duck(edge_index=ei, x=x, y=y[:, None], train_mask=train, val_mask=val, edge_weight=w)
@@ -61,7 +50,7 @@ def test_from_duck_typed_data_matches_from_edges():
             "val_mask": val.numpy(),
         },
     )
-    _same(g, ref)
+    same_graph(g, ref)
     assert g.x.dtype == np.float64 and g.test_mask is None
 
 
@@ -110,7 +99,7 @@ class _FakeData:
         self.__dict__.update(kw)
 
 
-def test_to_pyg_roundtrip_with_stand_in_module(monkeypatch, tmp_path):
+def test_to_pyg_roundtrip_with_stand_in_module(monkeypatch, tmp_path, same_graph):
     pkg = types.ModuleType("torch_geometric")
     data_mod = types.ModuleType("torch_geometric.data")
     data_mod.Data = _FakeData
@@ -123,11 +112,11 @@ def test_to_pyg_roundtrip_with_stand_in_module(monkeypatch, tmp_path):
     d = to_pyg(mm)
     assert isinstance(d, _FakeData) and d.num_nodes == 9
     assert d.edge_index.dtype == torch.int64 and d.edge_index.shape == (2, 30)
-    _same(from_pyg(d), g)
+    same_graph(from_pyg(d), g)
 
 
 @pytest.mark.skipif(not HAS_PYG, reason="torch_geometric not installed")
-def test_real_pyg_roundtrip():
+def test_real_pyg_roundtrip(same_graph):
     from torch_geometric.data import Data
 
     ei, x, y, train, val, w = _example(seed=2)
@@ -135,4 +124,4 @@ def test_real_pyg_roundtrip():
     g = from_pyg(data)
     back = to_pyg(g)
     assert isinstance(back, Data) and back.num_nodes == data.num_nodes
-    _same(from_pyg(back), g)
+    same_graph(from_pyg(back), g)
