@@ -37,6 +37,7 @@ one rank and mapped read-only by the others.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import re
@@ -138,12 +139,9 @@ def _map_segment(path: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch
         buf = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
-    numel = 1
-    for s in shape:
-        numel *= s
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
-        return torch.frombuffer(buf, dtype=dtype, count=numel).view(shape)
+        return torch.frombuffer(buf, dtype=dtype, count=math.prod(shape)).view(shape)
 
 
 def _free_bytes(directory: str) -> int:
@@ -429,7 +427,7 @@ class ShardedTensor:
         self._check_open()
         error = None
         try:
-            owner, local_index = self._check_ids(owner, local_index)
+            owner, local_index = self.check_ids(owner, local_index)
         except DistError as e:
             if self.one_sided:
                 raise
@@ -463,7 +461,7 @@ class ShardedTensor:
         owner = torch.searchsorted(self._offsets_t[1:], ids_cpu, right=True)
         return self.gather(owner, ids_cpu - self._offsets_t[owner])
 
-    def _check_ids(
+    def check_ids(
         self, owner: torch.Tensor, local_index: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         for what, t in (("owner", owner), ("local_index", local_index)):
@@ -499,10 +497,7 @@ class ShardedTensor:
         return owner, local_index
 
     def _row_bytes(self) -> int:
-        n = 1
-        for s in self.trailing_shape:
-            n *= s
-        return n * torch.empty((), dtype=self.dtype).element_size()
+        return math.prod(self.trailing_shape) * self.dtype.itemsize
 
     def _gather_one_sided(self, owner: torch.Tensor, local_index: torch.Tensor) -> torch.Tensor:
         me = self.comm.rank

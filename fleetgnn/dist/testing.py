@@ -43,8 +43,6 @@ def _child(
     try:
         import torch.distributed as dist
 
-        from fleetgnn.dist.comm import Communicator
-
         torch.set_num_threads(1)
         store = dist.FileStore(os.path.join(tmp, "store"), world_size)
         dist.init_process_group(

@@ -180,11 +180,16 @@ class HotnessRanking:
         return f"HotnessRanking(policy={self.policy!r}, num_nodes={self.order.size}, top={head})"
 
 
-def _ranking(score: np.ndarray, policy: str) -> HotnessRanking:
-    order = np.argsort(-score, kind="stable").astype(np.int64)  # stable: ties by node ID
+def _inverse(order: np.ndarray) -> np.ndarray:
+    """``rank_of`` with ``rank_of[order[k]] == k`` (int64)."""
     rank_of = np.empty_like(order)
     rank_of[order] = np.arange(order.size, dtype=np.int64)
-    return HotnessRanking(order=order, rank_of=rank_of, score=score, policy=policy)
+    return rank_of
+
+
+def _ranking(score: np.ndarray, policy: str) -> HotnessRanking:
+    order = np.argsort(-score, kind="stable").astype(np.int64)  # stable: ties by node ID
+    return HotnessRanking(order=order, rank_of=_inverse(order), score=score, policy=policy)
 
 
 def hotness_order(
@@ -399,6 +404,32 @@ def _host_pass(hot_bytes: np.ndarray, cap: int, fixed: int) -> tuple[int, int]:
     return (n_host, int(hot_bytes[:n_host].sum()) + fixed) if n_host else (0, 0)
 
 
+def _tier_plan(
+    kind: str,
+    hot_bytes: np.ndarray,
+    order: np.ndarray,
+    rank_of: np.ndarray,
+    world_size: int,
+    device_budget: np.ndarray,
+    host_cap: int,
+    fixed: int,
+) -> TierPlan:
+    """Device pass, then host pass over ``hot_bytes`` (bytes by hot rank); the rest is disk."""
+    n_dev, per_rank = _device_pass(hot_bytes, device_budget, world_size, fixed)
+    n_host, host_bytes = _host_pass(hot_bytes[n_dev:], host_cap, fixed)
+    return TierPlan(
+        kind=kind,
+        order=order,
+        rank_of=rank_of,
+        world_size=world_size,
+        num_device=n_dev,
+        num_host=n_host,
+        device_bytes=per_rank,
+        host_bytes=host_bytes,
+        disk_bytes=int(hot_bytes[n_dev + n_host :].sum()),
+    )
+
+
 def plan_tiers(
     num_rows: int,
     row_bytes: int | np.ndarray,
@@ -450,21 +481,9 @@ def plan_tiers(
     hot_bytes = rb[order]  # bytes by hot rank
     used = np.zeros(world_size, np.int64) if device_used is None else np.asarray(device_used)
     dev_budget = np.maximum(budgets.device - used.astype(np.int64), 0)
-    n_dev, per_rank = _device_pass(hot_bytes, dev_budget, world_size, fixed_bytes)
     host_cap = max(budgets.host * rph - int(host_used), 0)
-    n_host, host_bytes = _host_pass(hot_bytes[n_dev:], host_cap, fixed_bytes)
-    rank_of = np.empty_like(order)
-    rank_of[order] = np.arange(num_rows, dtype=np.int64)
-    return TierPlan(
-        kind=kind,
-        order=order,
-        rank_of=rank_of,
-        world_size=world_size,
-        num_device=n_dev,
-        num_host=n_host,
-        device_bytes=per_rank,
-        host_bytes=host_bytes,
-        disk_bytes=int(hot_bytes[n_dev + n_host :].sum()),
+    return _tier_plan(
+        kind, hot_bytes, order, _inverse(order), world_size, dev_budget, host_cap, fixed_bytes
     )
 
 
@@ -546,32 +565,25 @@ def plan_store(
         kinds.append(("features", feature_row_bytes(graph), 0))
     if order == "features_first":
         kinds.reverse()
-    # device pass for both kinds in order, then the host pass in the same order
-    hot = {k: np.broadcast_to(np.asarray(rb, np.int64), (n,))[rank.order] for k, rb, _ in kinds}
-    dev: dict[str, tuple[int, np.ndarray]] = {}
-    used = np.zeros(world_size, np.int64)
-    for kind, _, fixed in kinds:
-        dev[kind] = _device_pass(hot[kind], np.maximum(budgets.device - used, 0), world_size, fixed)
-        used = used + dev[kind][1]
+    # each kind takes what the kinds before it left, on the device and then on the host tier
     plans: dict[str, TierPlan] = {}
+    used = np.zeros(world_size, np.int64)
     host_used = 0
-    for kind, _, fixed in kinds:
-        n_dev, per_rank = dev[kind]
-        n_host, host_bytes = _host_pass(
-            hot[kind][n_dev:], max(budgets.host * rph - host_used, 0), fixed
+    for kind, rb, fixed in kinds:
+        hot = np.broadcast_to(np.asarray(rb, np.int64), (n,))[rank.order]
+        plan = _tier_plan(
+            kind,
+            hot,
+            rank.order,
+            rank.rank_of,
+            world_size,
+            np.maximum(budgets.device - used, 0),
+            max(budgets.host * rph - host_used, 0),
+            fixed,
         )
-        host_used += host_bytes
-        plans[kind] = TierPlan(
-            kind=kind,
-            order=rank.order,
-            rank_of=rank.rank_of,
-            world_size=world_size,
-            num_device=n_dev,
-            num_host=n_host,
-            device_bytes=per_rank,
-            host_bytes=host_bytes,
-            disk_bytes=int(hot[kind][n_dev + n_host :].sum()),
-        )
+        plans[kind] = plan
+        used = used + plan.device_bytes
+        host_used += plan.host_bytes
     return StorePlan(
         topology=plans["topology"],
         features=plans.get("features"),

@@ -324,27 +324,31 @@ class UnifiedStore:
             )
         return a
 
-    def _account(
-        self, tier: np.ndarray, owner: np.ndarray, nbytes: np.ndarray | int, kind: str | None
-    ) -> None:
-        """Record bytes served per link kind (and, for ``kind``, requests per source)."""
-        nb = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), tier.shape)
+    def _account(self, tier: np.ndarray, owner: np.ndarray, nbytes: int) -> None:
+        """Record ``nbytes`` bytes served per entry, per link kind (one message per owner)."""
         dev = tier == DEVICE
         mine = dev & (owner == self.rank)
-        peer = dev & ~mine
-        for link, src, mask in (
-            ("local", "local", mine),
-            ("peer", "peer", peer),
-            ("h2d", "host", tier == HOST),
-            ("disk", "disk", tier == DISK),
+        for link, mask in (
+            ("local", mine),
+            ("peer", dev & ~mine),
+            ("h2d", tier == HOST),
+            ("disk", tier == DISK),
         ):
             count = int(mask.sum())
             if count == 0:
                 continue
             msgs = np.unique(owner[mask]).size if link == "peer" else 1
-            self.meter.record(link, int(nb[mask].sum()), messages=msgs)
-            if kind is not None:
-                self._hits[kind][src] += count
+            self.meter.record(link, count * nbytes, messages=msgs)
+
+    def _count_hits(self, tier: np.ndarray, owner: np.ndarray, kind: str = "topology") -> None:
+        """Add the requests per source (``local``/``peer``/``host``/``disk``) to ``kind``."""
+        dev = tier == DEVICE
+        mine = int((dev & (owner == self.rank)).sum())
+        h = self._hits[kind]
+        h["local"] += mine
+        h["peer"] += int(dev.sum()) - mine
+        h["host"] += int((tier == HOST).sum())
+        h["disk"] += int((tier == DISK).sum())
 
     # ------------------------------------------------------------------ features
     @property
@@ -377,7 +381,8 @@ class UnifiedStore:
         tier, owner, local = fp.locate(idn)
         dtype = torch.from_numpy(np.empty(0, dtype=x.dtype)).dtype
         out = torch.empty((idn.size, x.shape[1]), dtype=dtype)
-        self._account(tier, owner, x.shape[1] * x.dtype.itemsize, "features")
+        self._account(tier, owner, x.shape[1] * x.dtype.itemsize)
+        self._count_hits(tier, owner, "features")
         if self._feat_device is not None:  # every rank calls it (two-sided is collective)
             sel = np.flatnonzero(tier == DEVICE)
             rows = self._feat_device.gather(
@@ -432,12 +437,11 @@ class UnifiedStore:
                 ptr = ptr.numpy() if isinstance(ptr, Tensor) else ptr
                 start[sel] = ptr[local[sel]]
                 end[sel] = ptr[local[sel] + 1]
-        self._account(tier, owner, 16, None)  # two indptr entries per node
+        self._account(tier, owner, 16)  # two indptr entries per node
         return tier, owner, start, end
 
     def _read(self, what: str, tier: np.ndarray, owner: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Entries ``pos`` of each tier's ``indices`` or ``weight`` store, in input order."""
-        out: np.ndarray | None = None
         if what == "weight":
             dtype = self.graph.edge_weight.dtype  # type: ignore[union-attr]
             itemsize = dtype.itemsize
@@ -456,7 +460,7 @@ class UnifiedStore:
                 arr = getattr(self._tier_store(t), what)
                 arr = arr.numpy() if isinstance(arr, Tensor) else arr
                 out[sel] = arr[pos[sel]]
-        self._account(tier, owner, itemsize, None)
+        self._account(tier, owner, itemsize)
         return out
 
     def in_degree(self, ids: Tensor) -> Tensor:
@@ -466,15 +470,6 @@ class UnifiedStore:
         tier, owner, start, end = self._bounds(idn)
         self._count_hits(tier, owner)
         return torch.from_numpy(end - start)
-
-    def _count_hits(self, tier: np.ndarray, owner: np.ndarray) -> None:
-        dev = tier == DEVICE
-        mine = int((dev & (owner == self.rank)).sum())
-        h = self._hits["topology"]
-        h["local"] += mine
-        h["peer"] += int(dev.sum()) - mine
-        h["host"] += int((tier == HOST).sum())
-        h["disk"] += int((tier == DISK).sum())
 
     def _positions(self, ids: Tensor, offsets: Tensor) -> tuple[np.ndarray, ...]:
         idn = self._ids("ids", ids)

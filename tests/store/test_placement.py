@@ -8,6 +8,7 @@ from fleetgnn.graph.csc import from_edges
 from fleetgnn.store import placement as P
 from fleetgnn.store.placement import (
     TierBudgets,
+    feature_row_bytes,
     hotness_order,
     parse_bytes,
     plan_store,
@@ -153,7 +154,7 @@ def test_plan_store_orders_and_budgets(order):
     plan = plan_store(g, b, 2, order=order)
     assert (plan.device_bytes() <= b.device).all()
     assert plan.host_bytes() <= b.host * 2
-    other = plan_store(g, b, 2, order="features_first" if order == "graph_first" else order)
+    other = plan_store(g, b, 2, order="features_first" if order == "graph_first" else "graph_first")
     first, second = (
         (plan.topology, plan.features)
         if order == "graph_first"
@@ -165,6 +166,36 @@ def test_plan_store_orders_and_budgets(order):
     assert first.num_device > 0
     if order == "graph_first":
         assert plan.topology.num_device >= other.topology.num_device
+    else:
+        assert plan.features.num_device >= other.features.num_device
+    # independent reference: plan_tiers per kind, each taking what the kinds before it left
+    hot = hotness_order(g)
+    kinds = [("topology", topology_row_bytes(g), 8), ("features", feature_row_bytes(g), 0)]
+    if order == "features_first":
+        kinds.reverse()
+    used, host_used = np.zeros(2, np.int64), 0
+    for kind, rb, fixed in kinds:
+        ref = plan_tiers(
+            g.num_nodes,
+            rb,
+            b,
+            2,
+            order=hot.order,
+            device_used=used,
+            host_used=host_used,
+            fixed_bytes=fixed,
+            kind=kind,
+        )
+        got = getattr(plan, kind)
+        assert (got.num_device, got.num_host, got.host_bytes, got.disk_bytes) == (
+            ref.num_device,
+            ref.num_host,
+            ref.host_bytes,
+            ref.disk_bytes,
+        )
+        assert (got.device_bytes == ref.device_bytes).all()
+        assert (got.rank_of == ref.rank_of).all()
+        used, host_used = used + ref.device_bytes, host_used + ref.host_bytes
     # topology rows are 8 + deg * (4 + 8) bytes (int32 index + float64 weight)
     deg = g.in_degrees()
     assert (topology_row_bytes(g) == 8 + deg * 12).all()
