@@ -17,7 +17,14 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import GraphError
-from fleetgnn.ops import check_adjacency, edge_softmax, gspmm, structure
+from fleetgnn.ops import (
+    check_adjacency,
+    dst_to_edge,
+    edge_softmax,
+    gspmm,
+    src_to_edge,
+    structure,
+)
 from fleetgnn.ops.spmm import Reduce
 
 if TYPE_CHECKING:
@@ -150,20 +157,12 @@ class LocalAggregator:
         return gspmm(self._st, x_src, reduce, edge_weight)
 
     def src_to_edge(self, x_src: Tensor) -> Tensor:
-        """``x_src[indices]``."""
-        if x_src.shape[:1] != (self.num_src,):
-            raise GraphError(
-                f"'x_src' must have {self.num_src} rows (got shape {tuple(x_src.shape)})"
-            )
-        return x_src.index_select(0, self.indices)
+        """See :func:`fleetgnn.ops.src_to_edge`."""
+        return src_to_edge(self._st, x_src)
 
     def dst_to_edge(self, x_dst: Tensor) -> Tensor:
-        """``x_dst[dst_of_edge]``."""
-        if x_dst.shape[:1] != (self.num_dst,):
-            raise GraphError(
-                f"'x_dst' must have {self.num_dst} rows (got shape {tuple(x_dst.shape)})"
-            )
-        return x_dst.index_select(0, self._st.dst_index())
+        """See :func:`fleetgnn.ops.dst_to_edge`."""
+        return dst_to_edge(self._st, x_dst)
 
     def edge_softmax(self, scores: Tensor) -> Tensor:
         """See :func:`fleetgnn.ops.edge_softmax`."""

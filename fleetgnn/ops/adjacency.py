@@ -107,6 +107,18 @@ class Adjacency:
         )
 
 
+def check_rows(name: str, t: Tensor, rows: int, what: str) -> None:
+    """Raise unless ``t`` has ``rows`` rows, one per ``what`` (e.g. ``"edge"``, ``"source node"``).
+
+    Raises:
+        GraphError: Naming ``name``, the expected row count and the shape received.
+    """
+    if t.dim() < 1 or t.shape[0] != rows:
+        raise GraphError(
+            f"'{name}' must have one row per {what}, {rows} rows (got shape {tuple(t.shape)})"
+        )
+
+
 def check_adjacency(adj: object) -> None:
     """Check an adjacency-like object's types, shapes and index range (one pass over indices).
 

@@ -172,9 +172,12 @@ def hash_uniform(
         dtype: Output float dtype: float32 (24-bit draws, two per hash), float64 (53-bit, one
             per hash); float16/bfloat16 round from float32 and may reach 1.0.
     """
+    return _columns(_node_rows(seed, step, layer, ids), width, dtype)
+
+
+def _node_rows(seed: int, step: int, layer: int, ids: Tensor) -> Tensor:
     base = _signed(_base_key(_SALT_NODE, seed, step, layer))
-    rows = mix64_tensor(_ids("ids", ids) ^ base)
-    return _columns(rows, width, dtype)
+    return mix64_tensor(_ids("ids", ids) ^ base)
 
 
 def hash_uniform_edges(
@@ -211,6 +214,15 @@ def _check_p(p: float) -> float:
     return float(p)
 
 
+def _drop_rows(x: Tensor, rows: Tensor, p: float) -> Tensor:
+    """Dropout of ``x`` (``[N, *feat]``) with row ``i``'s mask drawn from key ``rows[i]``.
+
+    ``0 < p < 1``; kept entries are scaled by ``1 / (1 - p)``.
+    """
+    drop = (_uniform_bits(rows, math.prod(x.shape[1:])) < _threshold(p)).view(x.shape)
+    return x.masked_fill(drop, 0.0).mul_(1.0 / (1.0 - p))
+
+
 def keyed_dropout(
     x: Tensor,
     p: float,
@@ -243,11 +255,7 @@ def keyed_dropout(
         )
     if p == 1.0:
         return x * 0.0
-    width = math.prod(x.shape[1:])
-    base = _signed(_base_key(_SALT_NODE, seed, step, layer))
-    rows = mix64_tensor(_ids("ids", ids).to(x.device) ^ base)
-    drop = (_uniform_bits(rows, width) < _threshold(p)).view(x.shape)
-    return x.masked_fill(drop, 0.0).mul_(1.0 / (1.0 - p))
+    return _drop_rows(x, _node_rows(seed, step, layer, ids.to(x.device)), p)
 
 
 def keyed_edge_dropout(
@@ -278,7 +286,6 @@ def keyed_edge_dropout(
         )
     if p == 1.0:
         return w * 0.0
-    width = math.prod(w.shape[1:])
-    rows = _edge_rows(seed, step, layer, src_ids.to(w.device), dst_ids.to(w.device))
-    drop = (_uniform_bits(rows, width) < _threshold(p)).view(w.shape)
-    return w.masked_fill(drop, 0.0).mul_(1.0 / (1.0 - p))
+    return _drop_rows(
+        w, _edge_rows(seed, step, layer, src_ids.to(w.device), dst_ids.to(w.device)), p
+    )

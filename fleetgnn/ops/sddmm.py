@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import GraphError
-from fleetgnn.ops.adjacency import Structure, structure
+from fleetgnn.ops.adjacency import Structure, check_rows, structure
 from fleetgnn.ops.spmm import _sddmm_heads, _spmm_sum
 
 SddmmOp = Literal["dot", "add", "mul"]
@@ -19,22 +19,15 @@ SDDMM_OPS: tuple[str, ...] = ("dot", "add", "mul")
 def src_to_edge(adj: object, x_src: Tensor) -> Tensor:
     """The source row of every edge: ``x_src[indices]``, ``[S, ...] -> [E, ...]`` (autograd)."""
     st = structure(adj)
-    _check_rows("x_src", x_src, st.num_src, "source")
+    check_rows("x_src", x_src, st.num_src, "source node")
     return x_src.index_select(0, st.indices)
 
 
 def dst_to_edge(adj: object, x_dst: Tensor) -> Tensor:
     """The destination row of every edge, ``[M, ...] -> [E, ...]`` (autograd)."""
     st = structure(adj)
-    _check_rows("x_dst", x_dst, st.num_dst, "destination")
+    check_rows("x_dst", x_dst, st.num_dst, "destination node")
     return x_dst.index_select(0, st.dst_index())
-
-
-def _check_rows(name: str, t: Tensor, rows: int, what: str) -> None:
-    if t.dim() < 1 or t.shape[0] != rows:
-        raise GraphError(
-            f"'{name}' must have one row per {what} node, {rows} rows (got shape {tuple(t.shape)})"
-        )
 
 
 class _Dot(torch.autograd.Function):
@@ -83,8 +76,8 @@ def gsddmm(adj: object, a_src: Tensor, b_dst: Tensor, op: SddmmOp = "dot") -> Te
     st = structure(adj)
     if op not in SDDMM_OPS:
         raise GraphError(f"'op' must be one of {SDDMM_OPS} (got {op!r})")
-    _check_rows("a_src", a_src, st.num_src, "source")
-    _check_rows("b_dst", b_dst, st.num_dst, "destination")
+    check_rows("a_src", a_src, st.num_src, "source node")
+    check_rows("b_dst", b_dst, st.num_dst, "destination node")
     if op == "add":
         return a_src.index_select(0, st.indices) + b_dst.index_select(0, st.dst_index())
     if op == "mul":

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import GraphError
-from fleetgnn.ops.adjacency import Structure, structure
+from fleetgnn.ops.adjacency import Structure, check_rows, structure
 
 
 def _segment_sum(st: Structure, t: Tensor) -> Tensor:
@@ -58,11 +58,7 @@ def edge_softmax(adj: object, scores: Tensor) -> Tensor:
         GraphError: If ``scores`` does not have one row per edge.
     """
     st = structure(adj)
-    if scores.dim() < 1 or scores.shape[0] != st.num_edges:
-        raise GraphError(
-            f"'scores' must have one row per edge, {st.num_edges} rows (got shape "
-            f"{tuple(scores.shape)})"
-        )
+    check_rows("scores", scores, st.num_edges, "edge")
     if not scores.is_floating_point():
         raise GraphError(f"'scores' must be a float tensor (got {scores.dtype})")
     return _EdgeSoftmax.apply(st, scores)

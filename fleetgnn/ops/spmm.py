@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import GraphError
-from fleetgnn.ops.adjacency import Structure, structure
+from fleetgnn.ops.adjacency import Structure, check_rows, structure
 
 Reduce = Literal["sum", "mean", "max"]
 REDUCES: tuple[str, ...] = ("sum", "mean", "max")
@@ -233,11 +233,7 @@ def gspmm(
     if not x.is_floating_point():
         raise GraphError(f"'x' must be a float tensor (got {x.dtype})")
     if edge_weight is not None:
-        if edge_weight.dim() < 1 or edge_weight.shape[0] != st.num_edges:
-            raise GraphError(
-                f"'edge_weight' must have one row per edge, {st.num_edges} rows (got shape "
-                f"{tuple(edge_weight.shape)})"
-            )
+        check_rows("edge_weight", edge_weight, st.num_edges, "edge")
         edge_weight = edge_weight.to(x.dtype)
     k, r = _split_shape(x, edge_weight, st.num_edges)
     return _GSpMM.apply(st, reduce, x, edge_weight, k, r)

@@ -83,20 +83,15 @@ class Block:
                 f"Block 'indptr' must have num_dst + 1 = {num_dst + 1} entries "
                 f"(got {self.indptr.numel()})"
             )
-        num_edges = int(self.indices.numel())
-        if self.src_degree is not None:
-            deg = _check_tensor("src_degree", self.src_degree)
-            if deg.numel() != num_src or not deg.is_floating_point():
+        for name, rows in (("src_degree", num_src), ("edge_weight", self.num_edges)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            t = _check_tensor(name, value)
+            if t.numel() != rows or not t.is_floating_point():
                 raise GraphError(
-                    f"Block 'src_degree' must be a float tensor of shape ({num_src},) "
-                    f"(got {deg.dtype} with shape {tuple(deg.shape)})"
-                )
-        if self.edge_weight is not None:
-            w = _check_tensor("edge_weight", self.edge_weight)
-            if w.numel() != num_edges or not w.is_floating_point():
-                raise GraphError(
-                    f"Block 'edge_weight' must be a float tensor of shape ({num_edges},) "
-                    f"(got {w.dtype} with shape {tuple(w.shape)})"
+                    f"Block '{name}' must be a float tensor of shape ({rows},) "
+                    f"(got {t.dtype} with shape {tuple(t.shape)})"
                 )
 
     # ------------------------------------------------------------------ properties

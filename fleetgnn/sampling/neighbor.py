@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import ConfigError, GraphError
-from fleetgnn.graph.csc import Graph
+from fleetgnn.graph.csc import Graph, check_ids
 from fleetgnn.sampling.block import Block
 
 __all__ = [
@@ -191,15 +191,8 @@ def _as_ids(name: str, ids: object, num_nodes: int) -> Tensor:
             f"'{name}' must be a 1-D integer tensor of node IDs (got {t.dtype} with shape "
             f"{tuple(t.shape)})"
         )
-    t = t.to(torch.int64)
-    if t.numel():
-        lo, hi = int(t.min()), int(t.max())
-        if lo < 0 or hi >= num_nodes:
-            bad = lo if lo < 0 else hi
-            raise GraphError(
-                f"'{name}' holds node ID {bad}, outside the valid interval [0, {num_nodes}); "
-                f"pass global IDs of this graph"
-            )
+    t = t.to("cpu", torch.int64)
+    check_ids(name, t.numpy(), num_nodes, hint="pass global IDs of this graph")
     return t
 
 
@@ -360,7 +353,7 @@ def sample_neighbors_from(
         ConfigError: If ``fanout`` or ``rng`` is invalid.
     """
     topo = _as_topology(topology)
-    seeds = _as_ids("seeds", seeds, topo.num_nodes).cpu()
+    seeds = _as_ids("seeds", seeds, topo.num_nodes)
     fanout = _check_fanout("fanout", fanout)
     gen = _as_generator(rng)
     if with_edge_weight and not topo.has_edge_weight:
@@ -535,7 +528,7 @@ def full_neighbor_block(topology: TopologySource | Graph, dst_ids: Tensor) -> Bl
         A :class:`Block` with ``dst_ids`` as destinations and every in-neighbour as a source.
     """
     topo = _as_topology(topology)
-    dst = _as_ids("dst_ids", dst_ids, topo.num_nodes).cpu()
+    dst = _as_ids("dst_ids", dst_ids, topo.num_nodes)
     rng = np.random.default_rng(0)  # unused: fanout -1 draws nothing
     block, _ = _make_block(topo, dst, topo.in_degree(dst), -1, rng, topo.has_edge_weight)
     return block
@@ -611,7 +604,7 @@ class NeighborSampler:
             GraphError: If a seed is out of range or repeats.
         """
         key = [_check_key(n, v) for n, v in (("epoch", epoch), ("step", step), ("stream", stream))]
-        dst = _as_ids("seeds", seeds, self.topology.num_nodes).cpu()
+        dst = _as_ids("seeds", seeds, self.topology.num_nodes)
         blocks: list[Block] = []
         deg = self.topology.in_degree(dst)
         for hop, fanout in enumerate(self.fanouts):
