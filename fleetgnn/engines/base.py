@@ -12,6 +12,9 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+# the link kinds traffic is reported in, re-exported for engines and the Trainer
+from fleetgnn.dist.traffic import LINK_KINDS as LINK_KINDS
+
 #: Time-breakdown keys every engine reports (seconds; absent phases are 0).
 TIME_KEYS: tuple[str, ...] = (
     "sample",
@@ -22,8 +25,6 @@ TIME_KEYS: tuple[str, ...] = (
     "optimizer",
     "total",
 )
-#: Link kinds the traffic meter records.
-LINK_KINDS: tuple[str, ...] = ("local", "peer", "h2d", "d2h", "net", "disk")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,8 +41,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fleetgnn.dist import Communicator, DistContext, TrafficMeter
+from fleetgnn.dist import DistContext, TrafficMeter
 from fleetgnn.engines.base import StepCallback, StepStats
+from fleetgnn.engines.common import (
+    DTYPES,
+    build_optimizer,
+    build_replica,
+    labels_and_masks,
+    normalize_rows,
+    num_classes_of,
+    require_trainable,
+    split_metrics,
+)
 from fleetgnn.engines.halo import (
     HaloAggregator,
     HaloPlan,
@@ -51,11 +61,8 @@ from fleetgnn.engines.halo import (
     build_plan,
     exchange_need_lists,
 )
-from fleetgnn.engines.metrics import split_metrics
-from fleetgnn.engines.reference import _DTYPES, _optimizer, model_kwargs, normalize_rows
-from fleetgnn.errors import ConfigError, DatasetError
+from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
-from fleetgnn.nn import build_model
 from fleetgnn.partition import PartitionBook, partition, range_partition
 
 PARTITIONS = ("range", "metis")
@@ -173,7 +180,7 @@ class FullGraphEngine:
         ctx: This process's :class:`~fleetgnn.dist.DistContext`.
         partition: ``"range"`` (MGG's edge-balanced contiguous ranges) or ``"metis"`` (METIS
             parts, relabelled contiguous with the :class:`PartitionBook`); default
-            ``getattr(config.train, "partition", "range")``. Dropout keys and ``edge_ids`` use
+            ``config.fullgraph.partition``. Dropout keys and ``edge_ids`` use
             the ORIGINAL node IDs, so both give the reference engine's trajectory.
         num_chunks: ``K``, halo chunks per exchange (``None``: 1, or tuned).
         depth: Chunks in flight during aggregation (``0``: unpipelined; ``None``: 1, or tuned).
@@ -203,13 +210,8 @@ class FullGraphEngine:
         tc = config.train
         if tc.mode != "full":
             raise ConfigError(f"engine 'fullgraph' needs train.mode=full (got {tc.mode!r})")
-        if graph.y is None or graph.train_mask is None:
-            raise DatasetError(f"dataset '{graph.name}' has no labels or no train_mask")
-        if graph.x is None:
-            raise DatasetError(
-                f"dataset '{graph.name}' has no node features (x); prepare it with --features"
-            )
-        method = partition if partition is not None else getattr(tc, "partition", "range")
+        require_trainable(graph)
+        method = partition if partition is not None else config.fullgraph.partition
         if method not in PARTITIONS:
             raise ConfigError(
                 f"fullgraph 'partition' must be one of {PARTITIONS} (got {method!r}); 'range' is "
@@ -218,18 +220,10 @@ class FullGraphEngine:
         self.config, self.ctx = config, ctx
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.device = ctx.device
-        self.dtype = _DTYPES[tc.dtype]
+        self.dtype = DTYPES[tc.dtype]
         self.seed = int(tc.seed)
         self.meter = TrafficMeter()
-        debug = bool(getattr(getattr(config, "store", None), "debug_collectives", False))
-        self.comm = Communicator(
-            ctx.group,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            meter=self.meter,
-            debug=debug,
-            same_host=ctx.same_host,
-        )
+        self.comm = ctx.communicator(self.meter, debug=config.store.debug_collectives)
         # ---- partition + layout (timed: MGG's preprocessing)
         t0 = time.perf_counter()
         self.book, g = _partition(graph, method, self.world_size, self.seed)
@@ -241,27 +235,15 @@ class FullGraphEngine:
         # ---- node data of the owned range
         x = torch.from_numpy(np.array(g.x[lo:hi], copy=True)).to(self.dtype)
         self.x = normalize_rows(x, config.data.feature_norm).to(self.device)
-        self.y = torch.from_numpy(np.array(g.y[lo:hi], dtype=np.int64)).to(self.device)
-        self.masks = {
-            s: torch.from_numpy(np.array(getattr(g, f"{s}_mask")[lo:hi], dtype=bool)).to(
-                self.device
-            )
-            for s in ("train", "val", "test")
-            if getattr(g, f"{s}_mask") is not None
-        }
+        self.y, self.masks = labels_and_masks(g, lo, hi, self.device)
         self.train_idx = torch.nonzero(self.masks["train"]).view(-1)
         self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
-        self.num_classes = int(graph.num_classes or int(np.max(np.asarray(graph.y))) + 1)
-        torch.manual_seed(self.seed)  # identical initial parameters on every rank
-        self.module = build_model(
-            config.model.name,
-            graph.num_features,
-            self.num_classes,
-            seed=self.seed,
-            **model_kwargs(config.model),
-        ).to(device=self.device, dtype=self.dtype)
+        self.num_classes = num_classes_of(graph)
+        self.module = build_replica(
+            config, graph.num_features, self.num_classes, self.device, self.dtype
+        )
         self.model = self.module
-        self.optimizer = _optimizer(self.module, config.optim)
+        self.optimizer = build_optimizer(self.module, config.optim)
         self.comm_stream = torch.cuda.Stream() if self.device.type == "cuda" else None
         # ---- knobs
         self.tuner: GreedyTuner | None = None

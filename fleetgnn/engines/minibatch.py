@@ -23,7 +23,7 @@ all-gathers each layer's output; ``O(N * hidden)`` bytes per rank).
 
 from __future__ import annotations
 
-import threading
+import dataclasses
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,27 +37,37 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fleetgnn.dist import Communicator, DistContext, TrafficMeter
 from fleetgnn.engines.base import StepCallback, StepStats
-from fleetgnn.engines.metrics import split_metrics
-from fleetgnn.engines.reference import _DTYPES, _optimizer, model_kwargs, normalize_rows
-from fleetgnn.errors import ConfigError, DatasetError
+from fleetgnn.engines.common import (
+    DTYPES,
+    build_optimizer,
+    build_replica,
+    labels_and_masks,
+    normalize_rows,
+    num_classes_of,
+    require_trainable,
+    split_metrics,
+)
+from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
-from fleetgnn.nn import LocalAggregator, build_model
-from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader, full_neighbor_block
+from fleetgnn.nn import LocalAggregator
+from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader, full_neighbor_block
 from fleetgnn.store import TierBudgets, UnifiedStore
 from fleetgnn.store.placement import hotness_order
 
 _UNLIMITED = 1 << 62  # bytes: a budget of ``None`` means "no limit"
 
 
+@dataclasses.dataclass(frozen=True)
 class _Batch:
     """One prefetched step: blocks, input rows, seeds and how long it took to prepare."""
 
-    __slots__ = ("blocks", "x", "seeds", "t_sample", "t_gather", "global_count", "traffic")
-
-    def __init__(self, blocks, x, seeds, t_sample, t_gather, global_count, traffic):  # noqa: ANN001
-        self.blocks, self.x, self.seeds = blocks, x, seeds
-        self.t_sample, self.t_gather, self.global_count = t_sample, t_gather, global_count
-        self.traffic = traffic
+    blocks: list[Block]
+    x: torch.Tensor
+    seeds: torch.Tensor
+    t_sample: float
+    t_gather: float
+    global_count: int  # training nodes in this step over all ranks
+    traffic: dict[str, int]
 
 
 class MinibatchEngine:
@@ -75,8 +85,7 @@ class MinibatchEngine:
         tc, sc = config.train, config.store
         if tc.mode != "minibatch":
             raise ConfigError(f"engine 'minibatch' needs train.mode=minibatch (got {tc.mode!r})")
-        if graph.y is None or graph.train_mask is None:
-            raise DatasetError(f"dataset '{graph.name}' has no labels or no train_mask")
+        require_trainable(graph)
         if len(tc.fanouts) != config.model.num_layers:
             raise ConfigError(
                 f"'train.fanouts' has {len(tc.fanouts)} entries but the model has "
@@ -85,17 +94,10 @@ class MinibatchEngine:
         self.graph, self.config, self.ctx = graph, config, ctx
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.device = ctx.device
-        self.dtype = _DTYPES[tc.dtype]
+        self.dtype = DTYPES[tc.dtype]
         self.seed = int(tc.seed)
         self.meter = TrafficMeter()
-        self.comm = Communicator(
-            ctx.group,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            meter=self.meter,
-            debug=bool(sc.debug_collectives),
-            same_host=ctx.same_host,
-        )
+        self.comm = ctx.communicator(self.meter, debug=sc.debug_collectives)
         # the store's two-sided gathers run in the prefetch thread: give them their own group so
         # they never interleave with DDP's all-reduces on the training group
         store_group = dist.new_group(backend="gloo") if ctx.world_size > 1 else ctx.group
@@ -107,8 +109,6 @@ class MinibatchEngine:
             debug=bool(sc.debug_collectives),
             same_host=ctx.same_host,
         )
-        if graph.x is None:
-            raise DatasetError(f"dataset '{graph.name}' has no node features (x)")
         self.feature_norm = config.data.feature_norm
         # the store meters bytes served per tier; the communicators meter bytes on the wire
         self.store_meter = TrafficMeter()
@@ -124,26 +124,14 @@ class MinibatchEngine:
             one_sided=sc.gather == "one_sided",
             meter=self.store_meter,
         )
-        self.y = torch.from_numpy(np.array(graph.y, dtype=np.int64))
-        self.num_classes = int(graph.num_classes or int(self.y.max()) + 1)
-        self.masks = {
-            s: torch.from_numpy(np.array(getattr(graph, f"{s}_mask")))
-            for s in ("train", "val", "test")
-            if getattr(graph, f"{s}_mask") is not None
-        }
-        torch.manual_seed(self.seed)  # identical initial parameters on every rank
-        model = build_model(
-            config.model.name,
-            graph.num_features,
-            self.num_classes,
-            seed=self.seed,
-            **model_kwargs(config.model),
-        ).to(device=self.device, dtype=self.dtype)
+        self.y, self.masks = labels_and_masks(graph)
+        self.num_classes = num_classes_of(graph)
+        model = build_replica(config, graph.num_features, self.num_classes, self.device, self.dtype)
         self.model = (
             DistributedDataParallel(model, process_group=ctx.group) if ctx.world_size > 1 else model
         )
         self.module = model
-        self.optimizer = _optimizer(model, config.optim)
+        self.optimizer = build_optimizer(model, config.optim)
         train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         self.loader = SeedLoader(
             train_ids, tc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
@@ -151,7 +139,6 @@ class MinibatchEngine:
         self.sampler = NeighborSampler(self.store, list(tc.fanouts), seed=self.seed)
         self.prefetch = bool(sc.prefetch)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="fleetgnn-prefetch")
-        self._lock = threading.Lock()
         self._extra: dict[str, Any] = {}
 
     @staticmethod
@@ -251,8 +238,10 @@ class MinibatchEngine:
         t3 = time.perf_counter()
         correct = int((logits.argmax(dim=1) == target).sum()) if target.numel() else 0
         times = {
-            "sample": batch.t_sample if waited > 0 or not self.prefetch else 0.0,
-            "gather": batch.t_gather if waited > 0 or not self.prefetch else 0.0,
+            # the work spent preparing this batch; how much of it was hidden behind the previous
+            # step is the epoch's prefetch_hidden_s
+            "sample": batch.t_sample,
+            "gather": batch.t_gather,
             "forward": t1 - t_start,
             "backward": t2 - t1,
             "communication": 0.0,

@@ -25,52 +25,20 @@ import torch
 import torch.nn.functional as F
 
 from fleetgnn.engines.base import StepCallback, StepStats
-from fleetgnn.engines.metrics import split_metrics
-from fleetgnn.errors import ConfigError, DatasetError
+from fleetgnn.engines.common import (
+    DTYPES,
+    build_optimizer,
+    build_replica,
+    labels_and_masks,
+    node_features,
+    num_classes_of,
+    require_trainable,
+    split_metrics,
+)
+from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
-from fleetgnn.nn import LocalAggregator, build_model
+from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader, full_neighbor_block
-
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def model_kwargs(cfg: Any) -> dict[str, Any]:
-    """Keyword arguments for :func:`~fleetgnn.nn.build_model` from a ModelConfig.
-
-    Fields left ``None`` fall back to the model's own defaults.
-    """
-    out: dict[str, Any] = {"num_layers": cfg.num_layers}
-    for key in ("hidden", "dropout", "heads", "norm"):
-        value = getattr(cfg, key, None)
-        if value is not None:
-            out["hidden_dim" if key == "hidden" else key] = value
-    if getattr(cfg, "residual", False):
-        out["residual"] = True
-    return out
-
-
-def node_features(graph: Graph, dtype: torch.dtype, feature_norm: str = "none") -> torch.Tensor:
-    """The feature matrix as a tensor, optionally row-normalised (rows sum to 1, as in GCN)."""
-    if graph.x is None:
-        raise DatasetError(
-            f"dataset '{graph.name}' has no node features (x); training needs them; prepare the "
-            f"dataset with --features"
-        )
-    x = torch.from_numpy(np.array(graph.x, copy=True)).to(dtype)  # owned, writable copy
-    return normalize_rows(x, feature_norm)
-
-
-def normalize_rows(x: torch.Tensor, feature_norm: str) -> torch.Tensor:
-    """Apply ``data.feature_norm`` to rows of features (row-wise, so any subset of rows works).
-
-    ``"row"`` scales each row to unit L1 norm: GCN's row normalisation for non-negative
-    bag-of-words features, and still well defined when features can be negative.
-    """
-    if feature_norm == "row":
-        return x / x.abs().sum(dim=1, keepdim=True).clamp_min(1e-12)
-    if feature_norm != "none":
-        raise ConfigError(f"'data.feature_norm' must be 'none' or 'row' (got {feature_norm!r})")
-    return x
 
 
 class ReferenceEngine:
@@ -79,48 +47,30 @@ class ReferenceEngine:
     Args:
         graph: The dataset (arrays may be memory maps; features are read into memory).
         config: A :class:`~fleetgnn.train.config.Config`.
-        model: Optional pre-built model (else built from ``config.model``).
     """
 
     name = "reference"
     world_size = 1
     rank = 0
 
-    def __init__(self, graph: Graph, config: Any, model: torch.nn.Module | None = None) -> None:
+    def __init__(self, graph: Graph, config: Any) -> None:
         tc = config.train
-        if graph.y is None or graph.train_mask is None:
-            raise DatasetError(
-                f"dataset '{graph.name}' has no labels or no train_mask; training needs both"
-            )
+        require_trainable(graph)
         self.graph = graph
         self.config = config
         self.mode = tc.mode
         if self.mode not in ("full", "minibatch"):
             raise ConfigError(f"'train.mode' must be 'full' or 'minibatch' (got {self.mode!r})")
         self.device = torch.device(tc.device)
-        self.dtype = _DTYPES[tc.dtype]
+        self.dtype = DTYPES[tc.dtype]
         self.seed = int(tc.seed)
-        self.x = node_features(graph, self.dtype, getattr(config.data, "feature_norm", "none"))
-        self.x = self.x.to(self.device)
-        self.y = torch.from_numpy(np.array(graph.y, dtype=np.int64)).to(self.device)
-        self.masks = {
-            split: torch.from_numpy(np.array(getattr(graph, f"{split}_mask"))).to(self.device)
-            for split in ("train", "val", "test")
-            if getattr(graph, f"{split}_mask") is not None
-        }
-        self.num_classes = int(graph.num_classes or int(self.y.max()) + 1)
-        torch.manual_seed(self.seed)  # parameter initialisation only; training draws are keyed
-        self.model = (
-            model
-            or build_model(
-                config.model.name,
-                self.x.shape[1],
-                self.num_classes,
-                seed=self.seed,
-                **model_kwargs(config.model),
-            )
-        ).to(device=self.device, dtype=self.dtype)
-        self.optimizer = _optimizer(self.model, config.optim)
+        self.x = node_features(graph, self.dtype, config.data.feature_norm).to(self.device)
+        self.y, self.masks = labels_and_masks(graph, device=self.device)
+        self.num_classes = num_classes_of(graph)
+        self.model = build_replica(
+            config, self.x.shape[1], self.num_classes, self.device, self.dtype
+        )
+        self.optimizer = build_optimizer(self.model, config.optim)
         self.topology = GraphTopology(graph)
         self.train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         if self.mode == "minibatch":
@@ -251,14 +201,3 @@ class ReferenceEngine:
         """Restore :meth:`state_dict`."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-
-
-def _optimizer(model: torch.nn.Module, cfg: Any) -> torch.optim.Optimizer:
-    name = getattr(cfg, "optimizer", "adam")
-    if name == "adam":
-        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if name == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if name == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    raise ConfigError(f"'optim.optimizer' must be one of adam, adamw, sgd (got {name!r})")
