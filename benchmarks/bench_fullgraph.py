@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from fleetgnn.dist.testing import context_of, run_world
+from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines.fullgraph import FullGraphEngine, TunerSpace
 from fleetgnn.engines.reference import ReferenceEngine
 from fleetgnn.graph.dataset import open_dataset

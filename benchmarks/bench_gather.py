@@ -1,7 +1,7 @@
 """Global gather throughput: one-sided (shared memory) vs two-sided (all-to-all) vs local indexing.
 
 WholeGraph Fig. 8/10 analogues on one host: every rank owns an equal shard of a float32 table in
-a :class:`fleetgnn.dist.ShardedTensor` and gathers random rows of the whole table.
+a :class:`fleetgnn.distributed.ShardedTensor` and gathers random rows of the whole table.
 
 - ``one_sided``: reads the mapped peer shards directly (no collective).
 - ``two_sided``: counts, ids and rows exchanged with ``all_to_all`` (the distributed-memory
@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
-from fleetgnn.dist import ShardedTensor
-from fleetgnn.dist.testing import run_world
+from fleetgnn.distributed import ShardedTensor
+from fleetgnn.distributed.testing import run_world
 
 
 def _median_time(fn, repeat: int) -> float:

@@ -7,7 +7,7 @@ features, 47 classes, ~9.9k training nodes), generated once with
 ``fleetgnn.graph.synthetic.prepare_synthetic`` into a cache directory and reused (the same cache
 as ``bench_epoch.py``).
 
-Runs, each on its own group of worker processes started by :func:`fleetgnn.dist.launch` (torch's
+Runs, each on its own group of worker processes started by :func:`fleetgnn.distributed.launch` (torch's
 elastic launcher, gloo on CPU); each worker builds the engine with
 :func:`fleetgnn.engines.build_engine` and drives ``engine.run_epoch(epoch)`` directly:
 
@@ -185,7 +185,7 @@ def minibatch_worker(
     """
     import torch.distributed as dist
 
-    from fleetgnn.dist import destroy, init
+    from fleetgnn.distributed import destroy, init
     from fleetgnn.engines import build_engine
     from fleetgnn.graph import open_dataset
 
@@ -436,7 +436,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Entry point; returns the JSON-ready report."""
-    from fleetgnn.dist import launch
+    from fleetgnn.distributed import launch
 
     args = parse_args(argv)
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")

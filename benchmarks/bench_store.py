@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fleetgnn.dist.testing import run_world
+from fleetgnn.distributed.testing import run_world
 from fleetgnn.graph.csc import Graph
 from fleetgnn.graph.dataset import open_dataset, write_dataset
 from fleetgnn.store import TierBudgets, UnifiedStore

@@ -9,13 +9,15 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "fleetgnn"
 # bottom up; a package may import itself, the shared base modules, and anything listed before it
 LAYERS = [
+    "config",
     "graph",
     "partition",
-    "dist",
+    "distributed",
     "store",
     "sampling",
     "ops",
     "nn",
+    "exchange",
     "cost",
     "engines",
     "train",

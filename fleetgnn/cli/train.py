@@ -103,10 +103,10 @@ def _run_distributed(cfg: Any, run_dir: Path, resume: bool, progress: bool) -> i
     """Run a distributed engine: in this process under torchrun, else via the elastic launcher.
 
     ``fleetgnn train --nproc N`` starts N workers on this host through
-    :func:`fleetgnn.dist.launch` (torch's elastic agent); with ``train.max_restarts > 0`` a failed
+    :func:`fleetgnn.distributed.launch` (torch's elastic agent); with ``train.max_restarts > 0`` a failed
     group is restarted and every worker resumes from the run's latest checkpoint.
     """
-    from fleetgnn.dist import launch
+    from fleetgnn.distributed import launch
 
     # generate the default dataset once, before any worker starts
     _, path = resolve_dataset(cfg.data, show_progress=progress)
@@ -122,7 +122,7 @@ def run_worker(
     cfg_dict: dict[str, Any], run_dir: str, dataset: str, resume: bool, progress: bool
 ) -> dict[str, Any] | None:
     """One rank of a distributed run (module-level, so the launcher can pickle it)."""
-    from fleetgnn.dist import destroy, init
+    from fleetgnn.distributed import destroy, init
     from fleetgnn.engines import build_engine
     from fleetgnn.train import Config, Trainer
 

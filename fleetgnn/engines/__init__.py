@@ -19,7 +19,7 @@ def build_engine(graph: Graph, config: Any, ctx: Any = None) -> Engine:
     Args:
         graph: The dataset.
         config: A :class:`~fleetgnn.train.config.Config`.
-        ctx: The :class:`~fleetgnn.dist.DistContext` of this process (distributed engines).
+        ctx: The :class:`~fleetgnn.distributed.DistContext` of this process (distributed engines).
     """
     name = config.train.engine
     if name == "reference":
@@ -30,7 +30,7 @@ def build_engine(graph: Graph, config: Any, ctx: Any = None) -> Engine:
         from fleetgnn.engines.minibatch import MinibatchEngine
 
         if ctx is None:
-            from fleetgnn.dist import init
+            from fleetgnn.distributed import init
 
             ctx = init()
         return MinibatchEngine(graph, config, ctx)
@@ -38,7 +38,7 @@ def build_engine(graph: Graph, config: Any, ctx: Any = None) -> Engine:
         from fleetgnn.engines.fullgraph import FullGraphEngine
 
         if ctx is None:
-            from fleetgnn.dist import init
+            from fleetgnn.distributed import init
 
             ctx = init()
         fc = config.fullgraph

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 # the link kinds traffic is reported in, re-exported for engines and the Trainer
-from fleetgnn.dist.traffic import LINK_KINDS as LINK_KINDS
+from fleetgnn.distributed.traffic import LINK_KINDS as LINK_KINDS
 
 #: Time-breakdown keys every engine reports (seconds; absent phases are 0).
 TIME_KEYS: tuple[str, ...] = (

@@ -118,7 +118,7 @@ def split_metrics(
     """Accuracy per split and the mean validation loss of the rows this rank holds.
 
     Every rank computes ``(correct, count)`` per split and the summed validation loss over its
-    rows; ``reduce`` (e.g. :meth:`~fleetgnn.dist.Communicator.all_reduce_sum`) adds them over
+    rows; ``reduce`` (e.g. :meth:`~fleetgnn.distributed.Communicator.all_reduce_sum`) adds them over
     ranks before the divisions, so the result equals the single-process value.
 
     Args:

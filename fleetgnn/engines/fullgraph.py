@@ -41,7 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fleetgnn.dist import DistContext, TrafficMeter
+from fleetgnn.distributed import DistContext, TrafficMeter
 from fleetgnn.engines.base import StepCallback, StepStats
 from fleetgnn.engines.common import (
     DTYPES,
@@ -177,7 +177,7 @@ class FullGraphEngine:
         graph: The dataset in its original numbering (memory maps are fine: each rank reads its
             own slice of the topology and features).
         config: A :class:`~fleetgnn.train.config.Config` (``train.mode`` must be ``full``).
-        ctx: This process's :class:`~fleetgnn.dist.DistContext`.
+        ctx: This process's :class:`~fleetgnn.distributed.DistContext`.
         partition: ``"range"`` (MGG's edge-balanced contiguous ranges) or ``"metis"`` (METIS
             parts, relabelled contiguous with the :class:`PartitionBook`); default
             ``config.fullgraph.partition``. Dropout keys and ``edge_ids`` use

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from fleetgnn.dist import Communicator
+from fleetgnn.distributed import Communicator
 from fleetgnn.errors import ConfigError, PartitionError
 from fleetgnn.graph import Graph
 from fleetgnn.ops import edge_softmax, gsddmm, gspmm

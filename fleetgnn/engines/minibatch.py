@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from fleetgnn.dist import Communicator, DistContext, TrafficMeter
+from fleetgnn.distributed import Communicator, DistContext, TrafficMeter
 from fleetgnn.engines.base import StepCallback, StepStats
 from fleetgnn.engines.common import (
     DTYPES,
@@ -76,7 +76,7 @@ class MinibatchEngine:
     Args:
         graph: The dataset (memory maps are fine: the store tiers it).
         config: A :class:`~fleetgnn.train.config.Config`.
-        ctx: This process's :class:`~fleetgnn.dist.DistContext`.
+        ctx: This process's :class:`~fleetgnn.distributed.DistContext`.
     """
 
     name = "minibatch"

@@ -40,9 +40,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fleetgnn.dist.comm import Communicator
-from fleetgnn.dist.shm import ShardedTensor, SharedTensor
-from fleetgnn.dist.traffic import TrafficMeter
+from fleetgnn.distributed.comm import Communicator
+from fleetgnn.distributed.shm import ShardedTensor, SharedTensor
+from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph
 from fleetgnn.store.placement import (

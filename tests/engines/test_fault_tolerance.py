@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from fleetgnn.dist import launch, shm_dir
+from fleetgnn.distributed import launch, shm_dir
 from fleetgnn.graph import write_dataset
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.train import load_config

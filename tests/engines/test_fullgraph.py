@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fleetgnn.dist.testing import context_of, run_world
+from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.fullgraph import FullGraphEngine, GreedyTuner, TunerSpace
 from fleetgnn.engines.reference import ReferenceEngine

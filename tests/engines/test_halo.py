@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from fleetgnn.dist.testing import run_world
+from fleetgnn.distributed.testing import run_world
 from fleetgnn.engines.halo import (
     HaloAggregator,
     build_layout,

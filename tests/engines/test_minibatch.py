@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fleetgnn.dist.testing import context_of, run_world
+from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn import LocalAggregator, build_model
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader

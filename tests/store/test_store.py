@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from fleetgnn.dist.traffic import TrafficMeter
+from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import from_edges
 from fleetgnn.graph.dataset import open_dataset, write_dataset

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from fleetgnn.dist.testing import run_world
-from fleetgnn.dist.traffic import TrafficMeter
+from fleetgnn.distributed.testing import run_world
+from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.graph.csc import from_edges
 from fleetgnn.sampling.neighbor import GraphTopology, NeighborSampler
 from fleetgnn.store import TierBudgets, UnifiedStore, feature_row_bytes, topology_row_bytes

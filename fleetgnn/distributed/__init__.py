@@ -4,18 +4,18 @@ Sits above ``graph`` and ``partition`` and below everything that communicates. E
 communication function takes its group (or :class:`Communicator`) explicitly.
 """
 
-from fleetgnn.dist.comm import AllToAllHandle, Communicator, check_views
-from fleetgnn.dist.context import DistContext, destroy, init
-from fleetgnn.dist.errors import CollectiveMismatch, DistError, WorkerFailed
-from fleetgnn.dist.launch import launch
-from fleetgnn.dist.shm import (
+from fleetgnn.distributed.comm import AllToAllHandle, Communicator, check_views
+from fleetgnn.distributed.context import DistContext, destroy, init
+from fleetgnn.distributed.errors import CollectiveMismatch, DistError, WorkerFailed
+from fleetgnn.distributed.launch import launch
+from fleetgnn.distributed.shm import (
     SHM_PREFIX,
     ShardedTensor,
     SharedTensor,
     shm_dir,
     sweep_stale_segments,
 )
-from fleetgnn.dist.traffic import LINK_KINDS, TrafficMeter, TrafficSnapshot
+from fleetgnn.distributed.traffic import LINK_KINDS, TrafficMeter, TrafficSnapshot
 
 __all__ = [
     "LINK_KINDS",

@@ -1,9 +1,9 @@
 """Metered collectives with autograd: the one door every rank's communication goes through.
 
 A :class:`Communicator` wraps a process group (passed in explicitly) together with a
-:class:`~fleetgnn.dist.traffic.TrafficMeter` and an optional debug mode. Engines never call
+:class:`~fleetgnn.distributed.traffic.TrafficMeter` and an optional debug mode. Engines never call
 ``torch.distributed`` directly, so every byte a collective moves is counted, and in debug mode a
-mismatched call raises :class:`~fleetgnn.dist.errors.CollectiveMismatch` on every rank instead of
+mismatched call raises :class:`~fleetgnn.distributed.errors.CollectiveMismatch` on every rank instead of
 hanging.
 
 Metering model (what each call records on *this* rank; ``link`` is ``"peer"`` when all ranks are
@@ -39,8 +39,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fleetgnn.dist.errors import CollectiveMismatch, DistError
-from fleetgnn.dist.traffic import TrafficMeter
+from fleetgnn.distributed.errors import CollectiveMismatch, DistError
+from fleetgnn.distributed.traffic import TrafficMeter
 
 Counts = Sequence[int] | torch.Tensor
 
@@ -134,7 +134,7 @@ class Communicator:
         if not dist.is_available() or not dist.is_initialized():
             raise DistError(
                 "Communicator needs an initialised torch.distributed process group; call "
-                "fleetgnn.dist.init() first (or run under torchrun / fleetgnn.dist.launch)."
+                "fleetgnn.distributed.init() first (or run under torchrun / fleetgnn.distributed.launch)."
             )
         world_size, rank = int(world_size), int(rank)
         actual_ws = dist.get_world_size(group)

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from fleetgnn.dist import DistError, WorkerFailed
-from fleetgnn.dist.testing import run_world
+from fleetgnn.distributed import DistError, WorkerFailed
+from fleetgnn.distributed.testing import run_world
 
 
 def _raise_on_last(comm, marker: str):

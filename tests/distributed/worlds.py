@@ -4,7 +4,7 @@ expensive part of these tests): each rank runs both modules' checks and returns 
 import functools
 import uuid
 
-from fleetgnn.dist.testing import run_world
+from fleetgnn.distributed.testing import run_world
 
 _SESSION = uuid.uuid4().hex[:8]
 

@@ -4,7 +4,7 @@
 elastic agent in this process (``torch.distributed.launcher.api.elastic_launch``, the machinery
 behind ``torchrun``) with a c10d rendezvous on loopback, and the agent spawns the workers, sets
 ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (so
-:func:`fleetgnn.dist.init` works in them unchanged), restarts the whole group up to
+:func:`fleetgnn.distributed.init` works in them unchanged), restarts the whole group up to
 ``max_restarts`` times when a worker fails, and collects return values. The rendezvous endpoint is
 ``127.0.0.1:0``: the store binds a port the OS picks (what ``torchrun --standalone`` does), so
 there is no fixed port and no race for a port found free earlier.
@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fleetgnn.dist.errors import DistError, WorkerFailed
+from fleetgnn.distributed.errors import DistError, WorkerFailed
 
 _LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
 
@@ -113,7 +113,7 @@ def launch(
     """Run ``fn(*args)`` on ``nproc`` local workers with torch's elastic launcher.
 
     Each worker is a fresh process (start method ``spawn``) with the launcher's environment; call
-    :func:`fleetgnn.dist.init` inside ``fn`` to join the group. If any worker fails, the agent
+    :func:`fleetgnn.distributed.init` inside ``fn`` to join the group. If any worker fails, the agent
     stops the others and restarts all of them (up to ``max_restarts`` times; a worker can read
     ``TORCHELASTIC_RESTART_COUNT`` to know its attempt).
 

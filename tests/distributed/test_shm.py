@@ -9,8 +9,8 @@ import uuid
 import pytest
 import torch
 
-from fleetgnn.dist import SHM_PREFIX, DistError, ShardedTensor, SharedTensor, WorkerFailed, shm_dir
-from fleetgnn.dist.testing import run_world
+from fleetgnn.distributed import SHM_PREFIX, DistError, ShardedTensor, SharedTensor, WorkerFailed, shm_dir
+from fleetgnn.distributed.testing import run_world
 
 from . import worlds
 
@@ -235,7 +235,7 @@ def test_no_segment_leaks_when_a_rank_is_sigkilled():
 def test_invalid_names_are_rejected_on_every_rank():
     # world size 1 in-process is not needed: name validation happens before any file is made
     with pytest.raises(DistError, match="name"):
-        from fleetgnn.dist.shm import _check_name
+        from fleetgnn.distributed.shm import _check_name
 
         _check_name("../etc")
 

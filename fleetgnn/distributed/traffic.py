@@ -1,6 +1,6 @@
 """Traffic meter: bytes and messages moved, per link kind.
 
-Every store read and every collective of :class:`~fleetgnn.dist.comm.Communicator` records what it
+Every store read and every collective of :class:`~fleetgnn.distributed.comm.Communicator` records what it
 moved, so engines can report traffic per link and cost models can be checked against closed forms.
 
 Link kinds:
@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from fleetgnn.dist.errors import DistError
+from fleetgnn.distributed.errors import DistError
 
 #: Link kinds the meter records, in report order.
 LINK_KINDS: tuple[str, ...] = ("local", "peer", "h2d", "d2h", "net", "disk")

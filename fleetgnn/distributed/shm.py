@@ -5,7 +5,7 @@
 memory by its owner and mapped by every rank, so :meth:`ShardedTensor.gather` reads peer rows
 directly, without any collective (it also serves inference and uneven call counts). With
 ``one_sided=False`` (ranks on different hosts; selectable on one host for comparisons) the same
-gather is a two-sided request/response exchange over :class:`~fleetgnn.dist.comm.Communicator`.
+gather is a two-sided request/response exchange over :class:`~fleetgnn.distributed.comm.Communicator`.
 Both return bit-identical rows in input order.
 
 Example layout (3 ranks, 7 rows, shards of 3, 0 and 4 rows):
@@ -48,8 +48,8 @@ from typing import Any
 
 import torch
 
-from fleetgnn.dist.comm import Communicator
-from fleetgnn.dist.errors import DistError
+from fleetgnn.distributed.comm import Communicator
+from fleetgnn.distributed.errors import DistError
 
 #: Every shared-memory segment fleetgnn creates starts with this prefix.
 SHM_PREFIX = "fleetgnn-"

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fleetgnn.dist import DistError, destroy, init
+from fleetgnn.distributed import DistError, destroy, init
 
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 

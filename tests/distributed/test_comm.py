@@ -5,7 +5,7 @@ check; tests assert on its results against single-process references computed he
 import pytest
 import torch
 
-from fleetgnn.dist import CollectiveMismatch, Communicator, DistError, check_views
+from fleetgnn.distributed import CollectiveMismatch, Communicator, DistError, check_views
 
 from . import worlds
 

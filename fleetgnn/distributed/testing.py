@@ -2,9 +2,9 @@
 
 ``run_world(fn, world_size, *args)`` spawns ``world_size`` fresh processes (start method
 ``spawn``), joins them into a gloo group through a ``file://`` store in a private temporary
-directory (no ports), calls ``fn(comm, *args)`` with a :class:`~fleetgnn.dist.comm.Communicator`
+directory (no ports), calls ``fn(comm, *args)`` with a :class:`~fleetgnn.distributed.comm.Communicator`
 on each rank and returns every rank's result. A failing rank aborts the others at once and raises
-:class:`~fleetgnn.dist.errors.WorkerFailed` with its traceback; nothing sleeps.
+:class:`~fleetgnn.distributed.errors.WorkerFailed` with its traceback; nothing sleeps.
 
 Processes are expensive: put several checks into one world and return what the test asserts.
 ``fn`` and its arguments must be picklable (``fn`` a module-level function).
@@ -25,9 +25,9 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from fleetgnn.dist.comm import Communicator
-from fleetgnn.dist.context import DistContext
-from fleetgnn.dist.errors import DistError, WorkerFailed
+from fleetgnn.distributed.comm import Communicator
+from fleetgnn.distributed.context import DistContext
+from fleetgnn.distributed.errors import DistError, WorkerFailed
 
 
 def _child(
@@ -74,7 +74,7 @@ def run_world(
     """Run ``fn(comm, *args)`` on ``world_size`` spawned ranks of a gloo group; results by rank.
 
     Args:
-        fn: Module-level function taking a :class:`~fleetgnn.dist.comm.Communicator` first.
+        fn: Module-level function taking a :class:`~fleetgnn.distributed.comm.Communicator` first.
         world_size: Number of ranks (>= 1).
         *args: Passed to ``fn`` on every rank (picklable).
         timeout_s: Wall-clock limit for the whole world; also the collective timeout.

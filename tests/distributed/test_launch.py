@@ -7,7 +7,7 @@ import signal
 import pytest
 import torch
 
-from fleetgnn.dist import DistError, WorkerFailed, destroy, init, launch
+from fleetgnn.distributed import DistError, WorkerFailed, destroy, init, launch
 
 
 def _job(mode: str) -> tuple:

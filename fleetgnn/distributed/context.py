@@ -2,7 +2,7 @@
 
 ``init()`` reads the launcher's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``: set by ``torchrun`` and by
-:func:`fleetgnn.dist.launch`) and initialises ``torch.distributed`` with ``env://``. Without those
+:func:`fleetgnn.distributed.launch`) and initialises ``torch.distributed`` with ``env://``. Without those
 variables it creates a real one-rank group through a :class:`torch.distributed.FileStore` in a
 private temporary directory (no port, no network), so single-process code runs the same
 collectives as a multi-process job. The backend is ``nccl`` when CUDA is available, else ``gloo``.
@@ -22,9 +22,9 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-from fleetgnn.dist.comm import Communicator
-from fleetgnn.dist.errors import DistError
-from fleetgnn.dist.traffic import TrafficMeter
+from fleetgnn.distributed.comm import Communicator
+from fleetgnn.distributed.errors import DistError
+from fleetgnn.distributed.traffic import TrafficMeter
 
 #: Environment variables a launcher sets for every worker.
 LAUNCH_ENV: tuple[str, ...] = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
@@ -123,7 +123,7 @@ def init(backend: str | None = None, timeout_s: float = 120) -> DistContext:
 
     With ``nccl`` the current CUDA device is set to ``cuda:<LOCAL_RANK>`` first. Under
     ``torchrun --max-restarts N`` set ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (as
-    :func:`fleetgnn.dist.launch` does) so restarted workers do not read stale keys from the
+    :func:`fleetgnn.distributed.launch` does) so restarted workers do not read stale keys from the
     previous attempt (pytorch/pytorch#135712).
 
     Args:
@@ -145,7 +145,7 @@ def init(backend: str | None = None, timeout_s: float = 120) -> DistContext:
     if len(present) == 1:
         raise DistError(
             f"only {present[0]} is set in the environment; a launcher sets both RANK and "
-            "WORLD_SIZE. Launch with torchrun / fleetgnn.dist.launch, or unset it."
+            "WORLD_SIZE. Launch with torchrun / fleetgnn.distributed.launch, or unset it."
         )
     if dist.is_initialized():
         be = str(dist.get_backend())

@@ -2,7 +2,7 @@ import threading
 
 import pytest
 
-from fleetgnn.dist import LINK_KINDS, DistError, TrafficMeter
+from fleetgnn.distributed import LINK_KINDS, DistError, TrafficMeter
 
 
 def test_record_snapshot_delta_reset():
