@@ -7,9 +7,9 @@ features, 47 classes, ~9.9k training nodes), generated once with
 ``fleetgnn.graph.synthetic.prepare_synthetic`` into a cache directory and reused (the same cache
 as ``bench_epoch.py``).
 
-Runs, each on its own group of worker processes started by :func:`fleetgnn.distributed.launch` (torch's
-elastic launcher, gloo on CPU); each worker builds the engine with
-:func:`fleetgnn.engines.build_engine` and drives ``engine.run_epoch(epoch)`` directly:
+Runs, each on its own group of worker processes started by
+:func:`fleetgnn.distributed.launch` (torch's elastic launcher, gloo on CPU); each worker builds the
+engine with :func:`fleetgnn.engines.build_engine` and drives ``engine.run_epoch(epoch)`` directly:
 
 - world sizes 1, 2, 4 x device budget 100 %, 25 %, 5 % of the feature bytes ``N * F * 4`` per
   rank (one-sided gathers, prefetch on);

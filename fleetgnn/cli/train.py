@@ -103,8 +103,9 @@ def _run_distributed(cfg: Any, run_dir: Path, resume: bool, progress: bool) -> i
     """Run a distributed engine: in this process under torchrun, else via the elastic launcher.
 
     ``fleetgnn train --nproc N`` starts N workers on this host through
-    :func:`fleetgnn.distributed.launch` (torch's elastic agent); with ``train.max_restarts > 0`` a failed
-    group is restarted and every worker resumes from the run's latest checkpoint.
+    :func:`fleetgnn.distributed.launch` (torch's elastic agent); with
+    ``train.max_restarts > 0`` a failed group is restarted and every worker resumes from the run's
+    latest checkpoint.
     """
     from fleetgnn.distributed import launch
 

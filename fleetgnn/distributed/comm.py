@@ -3,8 +3,8 @@
 A :class:`Communicator` wraps a process group (passed in explicitly) together with a
 :class:`~fleetgnn.distributed.traffic.TrafficMeter` and an optional debug mode. Engines never call
 ``torch.distributed`` directly, so every byte a collective moves is counted, and in debug mode a
-mismatched call raises :class:`~fleetgnn.distributed.errors.CollectiveMismatch` on every rank instead of
-hanging.
+mismatched call raises :class:`~fleetgnn.distributed.errors.CollectiveMismatch` on every rank
+instead of hanging.
 
 Metering model (what each call records on *this* rank; ``link`` is ``"peer"`` when all ranks are
 on one host, else ``"net"``; ``W`` is the world size, ``r`` this rank):
@@ -134,7 +134,8 @@ class Communicator:
         if not dist.is_available() or not dist.is_initialized():
             raise DistError(
                 "Communicator needs an initialised torch.distributed process group; call "
-                "fleetgnn.distributed.init() first (or run under torchrun / fleetgnn.distributed.launch)."
+                "fleetgnn.distributed.init() first (or run under torchrun / "
+                "fleetgnn.distributed.launch)."
             )
         world_size, rank = int(world_size), int(rank)
         actual_ws = dist.get_world_size(group)

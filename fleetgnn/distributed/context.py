@@ -2,9 +2,10 @@
 
 ``init()`` reads the launcher's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``: set by ``torchrun`` and by
-:func:`fleetgnn.distributed.launch`) and initialises ``torch.distributed`` with ``env://``. Without those
-variables it creates a real one-rank group through a :class:`torch.distributed.FileStore` in a
-private temporary directory (no port, no network), so single-process code runs the same
+:func:`fleetgnn.distributed.launch`) and initialises ``torch.distributed`` with ``env://``.
+Without those variables it creates a real one-rank group through a
+:class:`torch.distributed.FileStore` in a private temporary directory (no port, no network), so
+single-process code runs the same
 collectives as a multi-process job. The backend is ``nccl`` when CUDA is available, else ``gloo``.
 
 The returned :class:`DistContext` is the only handle to the group: pass ``ctx.group`` (or

@@ -113,8 +113,8 @@ def launch(
     """Run ``fn(*args)`` on ``nproc`` local workers with torch's elastic launcher.
 
     Each worker is a fresh process (start method ``spawn``) with the launcher's environment; call
-    :func:`fleetgnn.distributed.init` inside ``fn`` to join the group. If any worker fails, the agent
-    stops the others and restarts all of them (up to ``max_restarts`` times; a worker can read
+    :func:`fleetgnn.distributed.init` inside ``fn`` to join the group. If any worker fails, the
+    agent stops the others and restarts all of them (up to ``max_restarts`` times; a worker can read
     ``TORCHELASTIC_RESTART_COUNT`` to know its attempt).
 
     Args:

@@ -5,7 +5,8 @@
 memory by its owner and mapped by every rank, so :meth:`ShardedTensor.gather` reads peer rows
 directly, without any collective (it also serves inference and uneven call counts). With
 ``one_sided=False`` (ranks on different hosts; selectable on one host for comparisons) the same
-gather is a two-sided request/response exchange over :class:`~fleetgnn.distributed.comm.Communicator`.
+gather is a two-sided request/response exchange over
+:class:`~fleetgnn.distributed.comm.Communicator`.
 Both return bit-identical rows in input order.
 
 Example layout (3 ranks, 7 rows, shards of 3, 0 and 4 rows):
@@ -464,6 +465,7 @@ class ShardedTensor:
     def check_ids(
         self, owner: torch.Tensor, local_index: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Validate ``(owner, local_index)`` of :meth:`gather`; returns them as int64 tensors."""
         for what, t in (("owner", owner), ("local_index", local_index)):
             if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point():
                 raise DistError(

@@ -2,9 +2,10 @@
 
 ``run_world(fn, world_size, *args)`` spawns ``world_size`` fresh processes (start method
 ``spawn``), joins them into a gloo group through a ``file://`` store in a private temporary
-directory (no ports), calls ``fn(comm, *args)`` with a :class:`~fleetgnn.distributed.comm.Communicator`
-on each rank and returns every rank's result. A failing rank aborts the others at once and raises
-:class:`~fleetgnn.distributed.errors.WorkerFailed` with its traceback; nothing sleeps.
+directory (no ports), calls ``fn(comm, *args)`` with a
+:class:`~fleetgnn.distributed.comm.Communicator` on each rank and returns every rank's result. A
+failing rank aborts the others at once and raises :class:`~fleetgnn.distributed.errors.WorkerFailed`
+with its traceback; nothing sleeps.
 
 Processes are expensive: put several checks into one world and return what the test asserts.
 ``fn`` and its arguments must be picklable (``fn`` a module-level function).

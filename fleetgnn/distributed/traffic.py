@@ -1,8 +1,8 @@
 """Traffic meter: bytes and messages moved, per link kind.
 
-Every store read and every collective of :class:`~fleetgnn.distributed.comm.Communicator` records what it
-moved, so engines can report traffic per link and cost models can be checked against closed forms.
-
+Every store read and every collective of :class:`~fleetgnn.distributed.comm.Communicator` records
+what it moved, so engines can report traffic per link and cost models can be checked against closed
+forms.
 Link kinds:
 
 ========  ==========================================================================

@@ -9,7 +9,14 @@ import uuid
 import pytest
 import torch
 
-from fleetgnn.distributed import SHM_PREFIX, DistError, ShardedTensor, SharedTensor, WorkerFailed, shm_dir
+from fleetgnn.distributed import (
+    SHM_PREFIX,
+    DistError,
+    ShardedTensor,
+    SharedTensor,
+    WorkerFailed,
+    shm_dir,
+)
 from fleetgnn.distributed.testing import run_world
 
 from . import worlds
