@@ -183,10 +183,26 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dataset", type=Path, default=None, help="dataset directory (fleetgnn prepare)"
     )
-    p.add_argument("--model", default=None, choices=["gcn", "sage", "gat", "gin"])
-    p.add_argument("--mode", default=None, choices=["full", "minibatch"])
+    from fleetgnn.config import ENGINES, ModelConfig
+
+    p.add_argument("--model", default=None, choices=list(ModelConfig.NAMES))
     p.add_argument(
-        "--engine", default=None, help="reference | minibatch | fullgraph (default: reference)"
+        "--mode",
+        default=None,
+        choices=["full", "minibatch"],
+        help="full-graph or sampled training (default: the engine's own; fullgraph and offload "
+        "are full-graph, the others sampled)",
+    )
+    engines = "; ".join(
+        f"{n}: {s.summary}{'' if s.available else ' [not in this build]'} ({'/'.join(s.modes)})"
+        for n, s in ENGINES.items()
+    )
+    p.add_argument(
+        "--engine",
+        default=None,
+        choices=list(ENGINES),
+        metavar="ENGINE",
+        help=f"training strategy (default: reference). {engines}",
     )
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--nproc", type=int, default=None, help="worker processes (one per device)")
@@ -202,7 +218,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.lr=0.005 (repeatable)",
+        help="override a config key, e.g. --set optim.lr=0.005 (repeatable)",
     )
     p.add_argument(
         "--resume",

@@ -12,9 +12,6 @@ from typing import Any
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph, open_dataset
 
-#: Engines that run one process per device.
-DISTRIBUTED = ("minibatch", "split", "fullgraph", "offload")
-
 
 def default_cache_dir() -> Path:
     """Where generated default datasets are cached (``$XDG_CACHE_HOME/fleetgnn``)."""
@@ -69,8 +66,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 def run_train(args: argparse.Namespace) -> int:
     """Run ``fleetgnn train`` for parsed arguments; returns the exit status."""
-    from fleetgnn.engines import build_engine
-    from fleetgnn.train import Trainer, load_config
+    from fleetgnn.config import engine_spec
+    from fleetgnn.train import Trainer, engine_from_config, load_config
 
     resume = args.resume is not None
     if resume:
@@ -81,7 +78,9 @@ def run_train(args: argparse.Namespace) -> int:
                 f"--resume {run_dir}: no config.yaml there; point --resume at a run directory "
                 f"written by 'fleetgnn train'"
             )
-        cfg = load_config(cfg_path, list(args.overrides))
+        # flags and --set apply on top of the run's config (e.g. --epochs 6 extends the run);
+        # the Trainer refuses changes that would change what the checkpoint means
+        cfg = load_config(cfg_path, _overrides(args))
     else:
         cfg = load_config(args.config, _overrides(args))
         run_dir = Path(
@@ -91,11 +90,11 @@ def run_train(args: argparse.Namespace) -> int:
             / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model.name}-{cfg.train.engine}"
         )
     cfg.run_dir = str(run_dir)
-    if cfg.train.engine in DISTRIBUTED:
+    if engine_spec(cfg.train.engine).distributed:
         return _run_distributed(cfg, run_dir, resume, args.progress)
     graph, _ = resolve_dataset(cfg.data, show_progress=args.progress)
-    engine = build_engine(graph, cfg)
-    Trainer(engine, cfg, run_dir, show_progress=args.progress).fit(resume=resume)
+    with engine_from_config(cfg, graph) as engine:
+        Trainer.from_config(engine, cfg, run_dir, show_progress=args.progress).fit(resume=resume)
     return 0
 
 
@@ -124,19 +123,17 @@ def run_worker(
 ) -> dict[str, Any] | None:
     """One rank of a distributed run (module-level, so the launcher can pickle it)."""
     from fleetgnn.distributed import destroy, init
-    from fleetgnn.engines import build_engine
-    from fleetgnn.train import Config, Trainer
+    from fleetgnn.train import Config, Trainer, engine_from_config
 
     cfg = Config.from_dict(cfg_dict).validate()
     ctx = init()
-    engine = None
     try:
-        engine = build_engine(open_dataset(dataset), cfg, ctx)
-        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-        trainer = Trainer(engine, cfg, Path(run_dir), show_progress=progress and ctx.rank == 0)
-        summary = trainer.fit(resume=resume or restarted)
+        with engine_from_config(cfg, open_dataset(dataset), ctx) as engine:
+            restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+            trainer = Trainer.from_config(
+                engine, cfg, Path(run_dir), show_progress=progress and ctx.rank == 0
+            )
+            summary = trainer.fit(resume=resume or restarted)
         return summary if ctx.rank == 0 else None
     finally:
-        if engine is not None and hasattr(engine, "close"):
-            engine.close()
         destroy(ctx)

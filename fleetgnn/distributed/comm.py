@@ -158,6 +158,7 @@ class Communicator:
         else:
             self.device = torch.device("cpu")
         self._seq = 0
+        self._owns_group = False
 
     @property
     def link(self) -> str:
@@ -327,6 +328,118 @@ class Communicator:
             )
         dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
         return t
+
+    def all_reduce(self, t: torch.Tensor, op: str = "sum", *, async_op: bool = False) -> Any:
+        """Reduce ``t`` over ranks in place with ``op`` (``"sum"``, ``"max"``, ``"min"``).
+
+        Collective; not differentiable. Metered like :meth:`all_reduce_sum` (ring model).
+
+        Returns:
+            ``t``, or with ``async_op`` the ``torch.distributed`` work handle (``.wait()``,
+            ``.get_future()``); ``t`` holds the result once it completes.
+        """
+        ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+        if op not in ops:
+            raise DistError(f"all_reduce: 'op' must be one of {', '.join(ops)} (got {op!r})")
+        if not isinstance(t, torch.Tensor):
+            raise DistError(f"all_reduce: expected a tensor, got {type(t).__name__}")
+        if self.debug:
+            self.verify("all_reduce", reduce=op, dtype=str(t.dtype), shape=list(t.shape))
+        w = self.world_size
+        if w > 1:
+            self.meter.record(
+                self.link, 2 * (w - 1) * t.numel() * t.element_size() // w, 2 * (w - 1)
+            )
+        work = dist.all_reduce(t, op=ops[op], group=self.group, async_op=async_op)
+        return work if async_op else t
+
+    def all_gather(self, t: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's ``t`` (same shape and dtype on every rank), indexed by rank. Collective.
+
+        Metered: ``nbytes * (W-1)`` bytes in ``W-1`` messages (the rows this rank receives).
+        """
+        if self.debug:
+            self.verify("all_gather", dtype=str(t.dtype), shape=list(t.shape))
+        if self.world_size == 1:
+            return [t]
+        self.meter.record(
+            self.link, t.numel() * t.element_size() * (self.world_size - 1), self.world_size - 1
+        )
+        out = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(out, t.contiguous(), group=self.group)
+        return out
+
+    def broadcast(self, t: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """Rank ``src``'s ``t`` into ``t`` on every rank (in place); returns ``t``. Collective.
+
+        Metered on the source rank: ``nbytes * (W-1)`` bytes in ``W-1`` messages.
+        """
+        if self.debug:
+            self.verify("broadcast", src=int(src), dtype=str(t.dtype), shape=list(t.shape))
+        if self.world_size > 1:
+            if self.rank == src:
+                self.meter.record(
+                    self.link,
+                    t.numel() * t.element_size() * (self.world_size - 1),
+                    self.world_size - 1,
+                )
+            global_src = src if self.group is None else dist.get_global_rank(self.group, src)
+            dist.broadcast(t, src=global_src, group=self.group)
+        return t
+
+    def new_group(
+        self, backend: str | None = None, meter: TrafficMeter | None = None
+    ) -> Communicator:
+        """A communicator over a NEW process group of the same ranks.
+
+        ``meter``: where it records (default: this communicator's meter). Collective (every rank
+        of the default group must call it). Use it for traffic that runs concurrently with this
+        group's (e.g. a prefetch thread), and :meth:`destroy` it when done. With one rank it
+        returns a communicator over this group (nothing is created).
+        """
+        if self.world_size == 1:
+            return Communicator(
+                self.group,
+                rank=self.rank,
+                world_size=1,
+                meter=self.meter,
+                debug=self.debug,
+                same_host=self.same_host,
+            )
+        group = dist.new_group(backend=backend or self.backend)
+        child = Communicator(
+            group,
+            rank=self.rank,
+            world_size=self.world_size,
+            meter=meter or self.meter,
+            debug=self.debug,
+            same_host=self.same_host,
+        )
+        child._owns_group = True
+        return child
+
+    def destroy(self) -> None:
+        """Destroy the process group :meth:`new_group` created (a no-op otherwise)."""
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group(self.group)
+            self._owns_group = False
+
+    def ddp_hook(self) -> Any:
+        """A DDP communication hook that averages gradient buckets through this communicator.
+
+        Register with ``ddp_model.register_comm_hook(None, comm.ddp_hook())``: DDP then issues
+        its bucketed all-reduces through :meth:`all_reduce` (asynchronously, overlapped with the
+        backward pass as usual), so they are metered like every other collective.
+        """
+
+        # DDP inspects the hook's annotations: leave them off (postponed ones are strings)
+        def hook(_state, bucket):  # noqa: ANN001, ANN202
+            buf = bucket.buffer()
+            buf.div_(self.world_size)
+            work = self.all_reduce(buf, "sum", async_op=True)
+            return work.get_future().then(lambda fut: fut.value()[0])
+
+        return hook
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` (picklable), indexed by rank. Collective."""

@@ -1,71 +1,76 @@
-"""Training strategies behind one protocol (see :mod:`fleetgnn.engines.base`)."""
+"""Training strategies behind one protocol (see :mod:`fleetgnn.engines.base`).
+
+Every engine is built from ``(model, graph, ctx, engine_config, *, optimizer=None, loss=None)``;
+which class implements an engine name, and with which typed config, comes from the one registry
+:data:`fleetgnn.config.ENGINES`.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
+from fleetgnn.config import ENGINES, EngineConfig, available_engines, spec_of
 from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, StepStats
+from fleetgnn.engines.common import LossFn, cross_entropy
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 
-#: Engines this build can run; the others are planned (see DESIGN.md).
-AVAILABLE = ("reference", "minibatch", "fullgraph")
-PLANNED = ("split", "offload")
+
+def engine_class(name: str) -> type:
+    """The class implementing engine ``name`` (imported on first use).
+
+    Raises:
+        ConfigError: For an unknown engine, or one this build does not implement yet.
+    """
+    from fleetgnn.config import engine_spec
+
+    spec = engine_spec(name)
+    if not spec.available:
+        raise ConfigError(
+            f"engine {name!r} is not available in this build yet; available: "
+            f"{', '.join(available_engines())}"
+        )
+    module, _, cls = spec.impl.partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
-def build_engine(graph: Graph, config: Any, ctx: Any = None) -> Engine:
-    """Construct the engine named by ``config.train.engine`` for ``graph``.
+def build_engine(
+    model: Any,
+    graph: Graph,
+    config: EngineConfig,
+    ctx: Any = None,
+    *,
+    optimizer: Any = None,
+    loss: LossFn | None = None,
+) -> Engine:
+    """Construct the engine whose typed config ``config`` is, training ``model`` on ``graph``.
 
     Args:
-        graph: The dataset.
-        config: A :class:`~fleetgnn.train.config.Config`.
-        ctx: The :class:`~fleetgnn.distributed.DistContext` of this process (distributed engines).
+        model: A layer-wise ``nn.Module`` (see :mod:`fleetgnn.nn.protocol`).
+        graph: The dataset (arrays may be memory maps).
+        config: An engine config, e.g. :class:`~fleetgnn.config.MinibatchEngineConfig`.
+        ctx: This process's :class:`~fleetgnn.distributed.DistContext` (distributed engines;
+            ``None``: initialised from the environment, a one-rank group without a launcher).
+        optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
+        loss: ``loss(logits, target) -> per-node losses`` (``None``: cross-entropy).
+
+    Raises:
+        ConfigError: For a config that is no engine's, or an engine not in this build.
     """
-    name = config.train.engine
-    if name == "reference":
-        from fleetgnn.engines.reference import ReferenceEngine
-
-        return ReferenceEngine(graph, config)
-    if name == "minibatch":
-        from fleetgnn.engines.minibatch import MinibatchEngine
-
-        if ctx is None:
-            from fleetgnn.distributed import init
-
-            ctx = init()
-        return MinibatchEngine(graph, config, ctx)
-    if name == "fullgraph":
-        from fleetgnn.engines.fullgraph import FullGraphEngine
-
-        if ctx is None:
-            from fleetgnn.distributed import init
-
-            ctx = init()
-        fc = config.fullgraph
-        return FullGraphEngine(
-            graph,
-            config,
-            ctx,
-            partition=fc.partition,
-            num_chunks=fc.num_chunks,
-            depth=fc.depth,
-            tune=fc.tune,
-        )
-    if name in PLANNED:
-        raise ConfigError(
-            f"engine {name!r} is not available in this build yet; available: {', '.join(AVAILABLE)}"
-        )
-    raise ConfigError(
-        f"'train.engine' must be one of {', '.join(AVAILABLE + PLANNED)} (got {name!r})"
-    )
+    cls = engine_class(spec_of(config).name)
+    return cls(model, graph, ctx, config, optimizer=optimizer, loss=loss)
 
 
 __all__ = [
-    "AVAILABLE",
+    "ENGINES",
     "LINK_KINDS",
     "TIME_KEYS",
     "Engine",
     "EpochStats",
+    "LossFn",
     "StepStats",
     "build_engine",
+    "cross_entropy",
+    "engine_class",
 ]

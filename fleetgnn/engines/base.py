@@ -117,3 +117,24 @@ class Engine(Protocol):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
         ...
+
+
+class EngineBase:
+    """Shared plumbing of the built-in engines: a context manager around :meth:`close`.
+
+    ``with build_engine(...) as engine:`` releases the engine's threads, shared memory and
+    process groups at the end of the block, also on an exception.
+    """
+
+    name: str = "engine"
+    world_size: int = 1
+    rank: int = 0
+
+    def close(self) -> None:
+        """Release what the engine holds (nothing by default)."""
+
+    def __enter__(self) -> EngineBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,13 +1,13 @@
-"""Pieces every engine shares: dtypes, data checks, labels and features, model, optimizer, metrics.
+"""Pieces every engine shares: data checks, features, model/optimizer checks, loss, metrics.
 
-Every engine builds the same model the same way (same seed, same initialisation) and evaluates
-with numerators and denominators summed over ranks, so their results are comparable bit for bit
-with the single-process reference.
+Engines take the user's model, optimizer and loss; they check them here, and evaluate with
+numerators and denominators summed over ranks, so their results are comparable bit for bit with
+the single-process reference.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
-from fleetgnn.nn import build_model
+from fleetgnn.nn import check_model
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
 SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -54,40 +54,75 @@ def labels_and_masks(
     return y, masks
 
 
-def model_kwargs(cfg: Any) -> dict[str, Any]:
-    """Keyword arguments for :func:`~fleetgnn.nn.build_model` from a ModelConfig.
+#: A loss: ``loss(logits [B, C], target [B]) -> per-node losses [B]`` (``reduction="none"``).
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-    Fields left ``None`` fall back to the model's own defaults.
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The default loss: per-node cross-entropy, ``[B]``."""
+    return F.cross_entropy(logits, target, reduction="none")
+
+
+def loss_sum(loss: LossFn, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Sum of ``loss``'s per-node losses over the batch (engines scale it themselves).
+
+    Raises:
+        ConfigError: If ``loss`` does not return one value per node.
     """
-    out: dict[str, Any] = {"num_layers": cfg.num_layers}
-    for key in ("hidden", "dropout", "heads", "norm"):
-        value = getattr(cfg, key, None)
-        if value is not None:
-            out["hidden_dim" if key == "hidden" else key] = value
-    if getattr(cfg, "residual", False):
-        out["residual"] = True
-    return out
+    per_node = loss(logits, target)
+    if not isinstance(per_node, torch.Tensor) or per_node.shape != target.shape[:1]:
+        got = tuple(per_node.shape) if isinstance(per_node, torch.Tensor) else type(per_node)
+        raise ConfigError(
+            f"'loss' must return one loss per node, shape {tuple(target.shape[:1])} (got {got}); "
+            f"use reduction='none', e.g. torch.nn.CrossEntropyLoss(reduction='none')"
+        )
+    return per_node.sum()
 
 
-def build_replica(
-    config: Any, in_dim: int, num_classes: int, device: torch.device | str, dtype: torch.dtype
+def prepare_model(
+    model: torch.nn.Module, device: torch.device | str, dtype: torch.dtype
 ) -> torch.nn.Module:
-    """The model of ``config``, initialised from ``train.seed`` (identical on every rank)."""
-    seed = int(config.train.seed)
-    torch.manual_seed(seed)  # parameter initialisation only; training draws are keyed
-    model = build_model(
-        config.model.name, in_dim, num_classes, seed=seed, **model_kwargs(config.model)
-    )
-    return model.to(device=device, dtype=dtype)
+    """Check the layer protocol and move ``model`` to ``device``/``dtype`` (in place).
+
+    The parameters stay the same objects, so an optimizer built before the move still holds them.
+    """
+    return check_model(model).to(device=device, dtype=dtype)
 
 
-def build_optimizer(model: torch.nn.Module, cfg: Any) -> torch.optim.Optimizer:
-    """The optimizer named by ``optim.optimizer`` over ``model``'s parameters."""
-    name = getattr(cfg, "optimizer", "adam")
-    classes = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-    if name not in classes:
-        raise ConfigError(f"'optim.optimizer' must be one of adam, adamw, sgd (got {name!r})")
-    return classes[name](model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+def default_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The optimizer an engine uses when none is given: Adam, lr 0.01."""
+    return torch.optim.Adam(model.parameters(), lr=0.01)
+
+
+def check_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """Return ``optimizer`` if it optimizes exactly ``model``'s parameters.
+
+    Raises:
+        ConfigError: If it is not an optimizer or holds other tensors than the model's.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ConfigError(
+            f"'optimizer' must be a torch.optim.Optimizer over the model's parameters (got "
+            f"{type(optimizer).__name__})"
+        )
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    mine = {id(p) for p in model.parameters() if p.requires_grad}
+    if not held <= {id(p) for p in model.parameters()} or not mine <= held:
+        raise ConfigError(
+            "'optimizer' must be built over the same model's parameters (e.g. "
+            "torch.optim.Adam(model.parameters())); it holds other tensors or misses some"
+        )
+    return optimizer
+
+
+def check_fanouts(fanouts: Sequence[int], model: torch.nn.Module) -> None:
+    """Raise :class:`ConfigError` unless there is one fanout per model layer."""
+    n = int(getattr(model, "num_layers", 0))
+    if len(fanouts) != n:
+        raise ConfigError(
+            f"'fanouts' has {len(fanouts)} entries {list(fanouts)} but the model has {n} layers; "
+            f"give one fanout per layer, e.g. fanouts={[10] * n}"
+        )
 
 
 def node_features(graph: Graph, dtype: torch.dtype, feature_norm: str = "none") -> torch.Tensor:

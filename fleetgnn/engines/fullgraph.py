@@ -39,17 +39,21 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from fleetgnn.distributed import DistContext, TrafficMeter
-from fleetgnn.engines.base import StepCallback, StepStats
+from fleetgnn.config import FullGraphEngineConfig
+from fleetgnn.distributed import DistContext, TrafficMeter, init
+from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
     DTYPES,
-    build_optimizer,
-    build_replica,
+    LossFn,
+    check_optimizer,
+    cross_entropy,
+    default_optimizer,
     labels_and_masks,
+    loss_sum,
     normalize_rows,
     num_classes_of,
+    prepare_model,
     require_trainable,
     split_metrics,
 )
@@ -63,9 +67,8 @@ from fleetgnn.engines.halo import (
 )
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
+from fleetgnn.nn import check_model
 from fleetgnn.partition import PartitionBook, partition, range_partition
-
-PARTITIONS = ("range", "metis")
 
 
 # ---------------------------------------------------------------------------------- tuner
@@ -170,93 +173,99 @@ class GreedyTuner:
 
 
 # ---------------------------------------------------------------------------------- engine
-class FullGraphEngine:
+class FullGraphEngine(EngineBase):
     """Distributed full-graph training with MGG's chunked, overlapped halo exchange.
 
     Args:
+        model: A layer-wise model (see :mod:`fleetgnn.nn.protocol`); moved to this rank's device
+            and the config's dtype; rank 0's parameters are broadcast to every rank.
         graph: The dataset in its original numbering (memory maps are fine: each rank reads its
             own slice of the topology and features).
-        config: A :class:`~fleetgnn.train.config.Config` (``train.mode`` must be ``full``).
-        ctx: This process's :class:`~fleetgnn.distributed.DistContext`.
-        partition: ``"range"`` (MGG's edge-balanced contiguous ranges) or ``"metis"`` (METIS
-            parts, relabelled contiguous with the :class:`PartitionBook`); default
-            ``config.fullgraph.partition``. Dropout keys and ``edge_ids`` use
-            the ORIGINAL node IDs, so both give the reference engine's trajectory.
-        num_chunks: ``K``, halo chunks per exchange (``None``: 1, or tuned).
-        depth: Chunks in flight during aggregation (``0``: unpipelined; ``None``: 1, or tuned).
-        tune: Tune ``(K, depth)`` online with :class:`GreedyTuner` (ignored where the knob is
-            given explicitly, and on a single rank, which exchanges nothing).
-        tuner_space: Candidates for the tuner.
-        overlap_backward: Pipeline the halo exchange of the backward pass too (see
-            :class:`~fleetgnn.engines.halo.HaloAggregator`); ``False``: one synchronous
-            transposed exchange per chunk (same gradients).
+        ctx: This process's :class:`~fleetgnn.distributed.DistContext` (``None``:
+            :func:`~fleetgnn.distributed.init` from the environment).
+        config: A :class:`~fleetgnn.config.FullGraphEngineConfig`: ``partition`` (``"range"``,
+            MGG's edge-balanced contiguous ranges, or ``"metis"``, parts relabelled contiguous;
+            dropout keys and ``edge_ids`` use the ORIGINAL node IDs, so both give the reference
+            engine's trajectory), ``num_chunks`` ``K`` and ``depth`` (``None``: tuned online
+            with :class:`GreedyTuner` when ``tune``, else 1; a single rank exchanges nothing and
+            is never tuned), the tuner's candidates, ``overlap_backward`` (pipeline the halo
+            exchange of the backward pass too; ``False``: one synchronous transposed exchange
+            per chunk, same gradients).
+        optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
+        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy).
     """
 
     name = "fullgraph"
 
     def __init__(
         self,
+        model: torch.nn.Module,
         graph: Graph,
-        config: Any,
-        ctx: DistContext,
+        ctx: DistContext | None = None,
+        config: FullGraphEngineConfig | None = None,
         *,
-        partition: str | None = None,
-        num_chunks: int | None = None,
-        depth: int | None = None,
-        tune: bool = False,
-        tuner_space: TunerSpace | None = None,
-        overlap_backward: bool = True,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss: LossFn | None = None,
     ) -> None:
-        tc = config.train
-        if tc.mode != "full":
-            raise ConfigError(f"engine 'fullgraph' needs train.mode=full (got {tc.mode!r})")
-        require_trainable(graph)
-        method = partition if partition is not None else config.fullgraph.partition
-        if method not in PARTITIONS:
+        fc = config if config is not None else FullGraphEngineConfig()
+        if not isinstance(fc, FullGraphEngineConfig):
             raise ConfigError(
-                f"fullgraph 'partition' must be one of {PARTITIONS} (got {method!r}); 'range' is "
-                f"MGG's edge-balanced split"
+                f"the fullgraph engine needs a FullGraphEngineConfig (got {type(fc).__name__})"
             )
-        self.config, self.ctx = config, ctx
+        require_trainable(graph)
+        check_model(model)
+        if ctx is None:
+            ctx = init()
+        self.config, self.ctx = fc, ctx
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.device = ctx.device
-        self.dtype = DTYPES[tc.dtype]
-        self.seed = int(tc.seed)
+        self.dtype = DTYPES[fc.dtype]
+        self.seed = int(fc.seed)
         self.meter = TrafficMeter()
-        self.comm = ctx.communicator(self.meter, debug=config.store.debug_collectives)
+        self.comm = ctx.communicator(self.meter, debug=fc.debug_collectives)
         # ---- partition + layout (timed: MGG's preprocessing)
         t0 = time.perf_counter()
-        self.book, g = _partition(graph, method, self.world_size, self.seed)
-        self.orig_ids: np.ndarray | None = None if method == "range" else np.asarray(self.book.perm)
+        self.book, g = _partition(graph, fc.partition, self.world_size, self.seed)
+        self.orig_ids: np.ndarray | None = (
+            None if fc.partition == "range" else np.asarray(self.book.perm)
+        )
         self.layout: RankLayout = build_layout(g, np.asarray(self.book.offsets), self.rank)
         self._send_rows, self._send_counts = exchange_need_lists(self.layout, self.comm)
         self.preprocess_s = time.perf_counter() - t0
         lo, hi = self.layout.lo, self.layout.hi
         # ---- node data of the owned range
         x = torch.from_numpy(np.array(g.x[lo:hi], copy=True)).to(self.dtype)
-        self.x = normalize_rows(x, config.data.feature_norm).to(self.device)
+        self.x = normalize_rows(x, fc.feature_norm).to(self.device)
         self.y, self.masks = labels_and_masks(g, lo, hi, self.device)
         self.train_idx = torch.nonzero(self.masks["train"]).view(-1)
         self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
         self.num_classes = num_classes_of(graph)
-        self.module = build_replica(
-            config, graph.num_features, self.num_classes, self.device, self.dtype
-        )
+        self.module = prepare_model(model, self.device, self.dtype)
+        self.num_layers = int(self.module.num_layers)
         self.model = self.module
-        self.optimizer = build_optimizer(self.module, config.optim)
+        with torch.no_grad():  # every rank starts from rank 0's parameters
+            for t in self.module.state_dict().values():
+                if self.world_size > 1 and t.is_floating_point():
+                    self.comm.broadcast(t, src=0)
+        self.optimizer = (
+            default_optimizer(self.module)
+            if optimizer is None
+            else check_optimizer(optimizer, self.module)
+        )
+        self.loss = loss if loss is not None else cross_entropy
         self.comm_stream = torch.cuda.Stream() if self.device.type == "cuda" else None
         # ---- knobs
+        num_chunks, depth = fc.num_chunks, fc.depth
         self.tuner: GreedyTuner | None = None
-        if tune and self.world_size > 1 and (num_chunks is None or depth is None):
-            space = tuner_space or TunerSpace()
+        if fc.tune and self.world_size > 1 and (num_chunks is None or depth is None):
             space = TunerSpace(
-                chunks=(num_chunks,) if num_chunks is not None else space.chunks,
-                depth=(depth,) if depth is not None else space.depth,
+                chunks=(num_chunks,) if num_chunks is not None else fc.tuner_chunks,
+                depth=(depth,) if depth is not None else fc.tuner_depths,
             )
             self.tuner = GreedyTuner(space)
         self.num_chunks = 1 if num_chunks is None else int(num_chunks)
         self.depth = 1 if depth is None else int(depth)
-        self.overlap_backward = bool(overlap_backward)
+        self.overlap_backward = bool(fc.overlap_backward)
         self._plans: dict[int, HaloPlan] = {}
         self._aggs: dict[tuple[int, int], HaloAggregator] = {}
         self._extra: dict[str, Any] = {}
@@ -316,12 +325,12 @@ class FullGraphEngine:
         agg.times.reset()
         before = self.meter.snapshot()
         t_start = time.perf_counter()
-        aggs = [agg] * self.config.model.num_layers
+        aggs = [agg] * self.num_layers
         logits = self.module(aggs, self.x, step=epoch)
         logits_t = logits.index_select(0, self.train_idx)
         target = self.y.index_select(0, self.train_idx)
-        loss_sum = F.cross_entropy(logits_t, target, reduction="sum")
-        loss = loss_sum / max(self.global_train, 1)
+        total = loss_sum(self.loss, logits_t, target)
+        loss = total / max(self.global_train, 1)
         t1 = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -375,7 +384,7 @@ class FullGraphEngine:
                 "trials": len(self.tuner.table),
             }
         count = int(target.numel())
-        return StepStats(float(loss_sum.detach()), correct, count, step_times, traffic)
+        return StepStats(float(total.detach()), correct, count, step_times, traffic)
 
     def _all_reduce_grads(self) -> None:
         """Sum every parameter's gradient over ranks (one flat all-reduce)."""
@@ -398,7 +407,7 @@ class FullGraphEngine:
         self.module.eval()
         try:
             agg = self.aggregator()
-            return self.module([agg] * self.config.model.num_layers, self.x)
+            return self.module([agg] * self.num_layers, self.x)
         finally:
             self.module.train()
 

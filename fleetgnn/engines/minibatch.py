@@ -31,19 +31,23 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from fleetgnn.distributed import Communicator, DistContext, TrafficMeter
-from fleetgnn.engines.base import StepCallback, StepStats
+from fleetgnn.config import MinibatchEngineConfig
+from fleetgnn.distributed import DistContext, TrafficMeter, init
+from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
     DTYPES,
-    build_optimizer,
-    build_replica,
+    LossFn,
+    check_fanouts,
+    check_optimizer,
+    cross_entropy,
+    default_optimizer,
     labels_and_masks,
+    loss_sum,
     normalize_rows,
     num_classes_of,
+    prepare_model,
     require_trainable,
     split_metrics,
 )
@@ -70,46 +74,54 @@ class _Batch:
     traffic: dict[str, int]
 
 
-class MinibatchEngine:
+class MinibatchEngine(EngineBase):
     """Data-parallel mini-batch training over a unified store.
 
     Args:
+        model: A layer-wise model (see :mod:`fleetgnn.nn.protocol`); moved to this rank's device
+            and the config's dtype, and wrapped in DDP (which broadcasts rank 0's parameters, so
+            every rank starts from the same model).
         graph: The dataset (memory maps are fine: the store tiers it).
-        config: A :class:`~fleetgnn.train.config.Config`.
-        ctx: This process's :class:`~fleetgnn.distributed.DistContext`.
+        ctx: This process's :class:`~fleetgnn.distributed.DistContext` (``None``:
+            :func:`~fleetgnn.distributed.init` from the environment).
+        config: A :class:`~fleetgnn.config.MinibatchEngineConfig`.
+        optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
+        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy).
     """
 
     name = "minibatch"
 
-    def __init__(self, graph: Graph, config: Any, ctx: DistContext) -> None:
-        tc, sc = config.train, config.store
-        if tc.mode != "minibatch":
-            raise ConfigError(f"engine 'minibatch' needs train.mode=minibatch (got {tc.mode!r})")
-        require_trainable(graph)
-        if len(tc.fanouts) != config.model.num_layers:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        graph: Graph,
+        ctx: DistContext | None = None,
+        config: MinibatchEngineConfig | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss: LossFn | None = None,
+    ) -> None:
+        sc = config if config is not None else MinibatchEngineConfig()
+        if not isinstance(sc, MinibatchEngineConfig):
             raise ConfigError(
-                f"'train.fanouts' has {len(tc.fanouts)} entries but the model has "
-                f"{config.model.num_layers} layers; give one fanout per layer"
+                f"the minibatch engine needs a MinibatchEngineConfig (got {type(sc).__name__})"
             )
-        self.graph, self.config, self.ctx = graph, config, ctx
+        require_trainable(graph)
+        check_fanouts(sc.fanouts, model)
+        if ctx is None:
+            ctx = init()
+        self.graph, self.config, self.ctx = graph, sc, ctx
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.device = ctx.device
-        self.dtype = DTYPES[tc.dtype]
-        self.seed = int(tc.seed)
+        self.dtype = DTYPES[sc.dtype]
+        self.seed = int(sc.seed)
         self.meter = TrafficMeter()
         self.comm = ctx.communicator(self.meter, debug=sc.debug_collectives)
         # the store's two-sided gathers run in the prefetch thread: give them their own group so
         # they never interleave with DDP's all-reduces on the training group
-        store_group = dist.new_group(backend="gloo") if ctx.world_size > 1 else ctx.group
-        self.store_comm = Communicator(
-            store_group,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            meter=self.meter,
-            debug=bool(sc.debug_collectives),
-            same_host=ctx.same_host,
-        )
-        self.feature_norm = config.data.feature_norm
+        # (with their own meter: the store reports what it serves per tier in store_meter)
+        self.store_comm = self.comm.new_group(backend="gloo", meter=TrafficMeter())
+        self.feature_norm = sc.feature_norm
         # the store meters bytes served per tier; the communicators meter bytes on the wire
         self.store_meter = TrafficMeter()
         self.store = UnifiedStore.build(
@@ -119,39 +131,47 @@ class MinibatchEngine:
                 device=_UNLIMITED if sc.device_budget is None else sc.device_budget,
                 host=_UNLIMITED if sc.host_budget is None else sc.host_budget,
             ),
-            placement=self._hotness(graph, config) if sc.placement == "presample" else "degree",
+            placement=self._hotness(graph, sc) if sc.placement == "presample" else "degree",
             order=sc.order,
             one_sided=sc.gather == "one_sided",
             meter=self.store_meter,
         )
         self.y, self.masks = labels_and_masks(graph)
         self.num_classes = num_classes_of(graph)
-        model = build_replica(config, graph.num_features, self.num_classes, self.device, self.dtype)
-        self.model = (
-            DistributedDataParallel(model, process_group=ctx.group) if ctx.world_size > 1 else model
+        module = prepare_model(model, self.device, self.dtype)
+        self.num_layers = int(module.num_layers)
+        if ctx.world_size > 1:
+            ddp = DistributedDataParallel(module, process_group=ctx.group)
+            # DDP's gradient all-reduces go through the metered communicator
+            ddp.register_comm_hook(None, self.comm.ddp_hook())
+            self.model: torch.nn.Module = ddp
+        else:
+            self.model = module
+        self.module = module
+        self.optimizer = (
+            default_optimizer(module) if optimizer is None else check_optimizer(optimizer, module)
         )
-        self.module = model
-        self.optimizer = build_optimizer(model, config.optim)
+        self.loss = loss if loss is not None else cross_entropy
         train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         self.loader = SeedLoader(
-            train_ids, tc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
+            train_ids, sc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
         )
-        self.sampler = NeighborSampler(self.store, list(tc.fanouts), seed=self.seed)
+        self.sampler = NeighborSampler(self.store, list(sc.fanouts), seed=self.seed)
         self.prefetch = bool(sc.prefetch)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="fleetgnn-prefetch")
         self._extra: dict[str, Any] = {}
+        self._closed = False
 
     @staticmethod
-    def _hotness(graph: Graph, config: Any, batches: int = 8) -> Any:
+    def _hotness(graph: Graph, sc: MinibatchEngineConfig, batches: int = 8) -> Any:
         """XGNN/GNNLab pre-sampling: rank nodes by how often ``batches`` sampled batches read them.
 
         Deterministic and identical on every rank (its own seed stream, world size 1), so every
         rank derives the same placement without communicating.
         """
-        tc = config.train
         train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
-        loader = SeedLoader(train_ids, tc.batch_size, seed=tc.seed + 1)
-        sampler = NeighborSampler(GraphTopology(graph), list(tc.fanouts), seed=tc.seed + 1)
+        loader = SeedLoader(train_ids, sc.batch_size, seed=sc.seed + 1)
+        sampler = NeighborSampler(GraphTopology(graph), list(sc.fanouts), seed=sc.seed + 1)
 
         def sampled(i: int) -> np.ndarray:
             seeds = loader.batch(0, i % loader.num_batches)
@@ -228,11 +248,12 @@ class MinibatchEngine:
         global_step = epoch * self.steps_per_epoch() + step
         logits = self.model(aggs, batch.x, step=global_step)
         target = self.y[batch.seeds].to(self.device)
-        loss_sum = F.cross_entropy(logits, target, reduction="sum")
-        loss = loss_sum * (self.world_size / max(batch.global_count, 1))
+        total = loss_sum(self.loss, logits, target)
+        loss = total * (self.world_size / max(batch.global_count, 1))
         t1 = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # DDP all-reduces (averages) gradients here
+        comm_before = self.meter.snapshot()
+        loss.backward()  # DDP all-reduces (averages) gradients here, through the communicator
         t2 = time.perf_counter()
         self.optimizer.step()
         t3 = time.perf_counter()
@@ -249,7 +270,10 @@ class MinibatchEngine:
             "total": t3 - t_start + waited,
         }
         count = int(batch.seeds.numel())
-        return StepStats(float(loss_sum.detach()), correct, count, times, batch.traffic)
+        traffic = dict(batch.traffic)
+        for k, v in self.meter.delta(comm_before).items():  # the gradient all-reduce
+            traffic[k] = traffic.get(k, 0) + v["bytes"]
+        return StepStats(float(total.detach()), correct, count, times, traffic)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -268,7 +292,7 @@ class MinibatchEngine:
             bounds = np.linspace(0, n, self.world_size + 1).astype(np.int64)
             lo, hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
             h: torch.Tensor | None = None
-            for layer in range(self.config.model.num_layers):
+            for layer in range(self.num_layers):
                 parts = []
                 # an empty range still runs one empty chunk, so the output has the right width
                 for a in range(lo, hi, chunk_size) if hi > lo else [lo]:
@@ -282,7 +306,7 @@ class MinibatchEngine:
                     agg = LocalAggregator(block.to(self.device), dtype=self.dtype, validate=False)
                     parts.append(self.module.layer_forward(layer, agg, src))
                 mine = torch.cat(parts)
-                if layer == self.config.model.num_layers - 1:
+                if layer == self.num_layers - 1:
                     return mine, lo, hi
                 h = self._all_gather_rows(mine, bounds)
             raise AssertionError("unreachable")
@@ -296,8 +320,7 @@ class MinibatchEngine:
         width = mine.shape[1]
         padded = torch.zeros(int(sizes.max()), width, dtype=mine.dtype, device=mine.device)
         padded[: mine.shape[0]] = mine
-        out = [torch.empty_like(padded) for _ in range(self.world_size)]
-        dist.all_gather(out, padded, group=self.ctx.group)
+        out = self.comm.all_gather(padded)
         return torch.cat([o[: int(s)] for o, s in zip(out, sizes, strict=True)])
 
     def evaluate(self) -> dict[str, float]:
@@ -326,6 +349,10 @@ class MinibatchEngine:
         return dict(self.store.memory())
 
     def close(self) -> None:
-        """Stop the prefetch thread and release the store's shared memory."""
+        """Stop the prefetch thread, release the store's shared memory and the store's group."""
+        if self._closed:
+            return
+        self._closed = True
         self._pool.shutdown(wait=True)
         self.store.close()
+        self.store_comm.destroy()

@@ -22,16 +22,21 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from fleetgnn.engines.base import StepCallback, StepStats
+from fleetgnn.config import ReferenceEngineConfig
+from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
     DTYPES,
-    build_optimizer,
-    build_replica,
+    LossFn,
+    check_fanouts,
+    check_optimizer,
+    cross_entropy,
+    default_optimizer,
     labels_and_masks,
+    loss_sum,
     node_features,
     num_classes_of,
+    prepare_model,
     require_trainable,
     split_metrics,
 )
@@ -41,46 +46,66 @@ from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader, full_neighbor_block
 
 
-class ReferenceEngine:
+class ReferenceEngine(EngineBase):
     """Single-process full-graph or mini-batch training (CPU or one GPU).
 
     Args:
+        model: A layer-wise model (see :mod:`fleetgnn.nn.protocol`); moved to the config's
+            device and dtype.
         graph: The dataset (arrays may be memory maps; features are read into memory).
-        config: A :class:`~fleetgnn.train.config.Config`.
+        ctx: Unused (the reference engine is single-process); accepted so every engine has one
+            constructor signature.
+        config: A :class:`~fleetgnn.config.ReferenceEngineConfig`.
+        optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
+        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy).
     """
 
     name = "reference"
     world_size = 1
     rank = 0
+    comm = None
 
-    def __init__(self, graph: Graph, config: Any) -> None:
-        tc = config.train
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        graph: Graph,
+        ctx: Any = None,
+        config: ReferenceEngineConfig | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss: LossFn | None = None,
+    ) -> None:
+        config = config if config is not None else ReferenceEngineConfig()
+        if not isinstance(config, ReferenceEngineConfig):
+            raise ConfigError(
+                f"the reference engine needs a ReferenceEngineConfig (got {type(config).__name__})"
+            )
         require_trainable(graph)
         self.graph = graph
         self.config = config
-        self.mode = tc.mode
-        if self.mode not in ("full", "minibatch"):
-            raise ConfigError(f"'train.mode' must be 'full' or 'minibatch' (got {self.mode!r})")
-        self.device = torch.device(tc.device)
-        self.dtype = DTYPES[tc.dtype]
-        self.seed = int(tc.seed)
-        self.x = node_features(graph, self.dtype, config.data.feature_norm).to(self.device)
+        self.mode = config.mode
+        self.device = torch.device(config.device)
+        self.dtype = DTYPES[config.dtype]
+        self.seed = int(config.seed)
+        self.x = node_features(graph, self.dtype, config.feature_norm).to(self.device)
         self.y, self.masks = labels_and_masks(graph, device=self.device)
         self.num_classes = num_classes_of(graph)
-        self.model = build_replica(
-            config, self.x.shape[1], self.num_classes, self.device, self.dtype
+        self.model = prepare_model(model, self.device, self.dtype)
+        self.num_layers = int(self.model.num_layers)
+        self.optimizer = (
+            default_optimizer(self.model)
+            if optimizer is None
+            else check_optimizer(optimizer, self.model)
         )
-        self.optimizer = build_optimizer(self.model, config.optim)
+        self.loss = loss if loss is not None else cross_entropy
         self.topology = GraphTopology(graph)
         self.train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         if self.mode == "minibatch":
-            if len(tc.fanouts) != config.model.num_layers:
-                raise ConfigError(
-                    f"'train.fanouts' has {len(tc.fanouts)} entries but the model has "
-                    f"{config.model.num_layers} layers; give one fanout per layer"
-                )
-            self.loader = SeedLoader(self.train_ids, tc.batch_size, seed=self.seed, shuffle=True)
-            self.sampler = NeighborSampler(self.topology, list(tc.fanouts), seed=self.seed)
+            check_fanouts(config.fanouts, self.model)
+            self.loader = SeedLoader(
+                self.train_ids, config.batch_size, seed=self.seed, shuffle=True
+            )
+            self.sampler = NeighborSampler(self.topology, list(config.fanouts), seed=self.seed)
         self._full_agg: LocalAggregator | None = None
 
     # ------------------------------------------------------------------ helpers
@@ -122,7 +147,7 @@ class ReferenceEngine:
         """Aggregators, input features and seeds of one step, plus the sampling time."""
         t0 = time.perf_counter()
         if self.mode == "full":
-            aggs = [self.full_aggregator] * self.config.model.num_layers
+            aggs = [self.full_aggregator] * self.num_layers
             return aggs, self.x, self.train_ids.to(self.device), 0.0
         seeds = self.loader.batch(epoch, step)
         blocks = self.sampler.sample(seeds, epoch, step)
@@ -141,9 +166,9 @@ class ReferenceEngine:
         if self.mode == "full":
             logits = logits[seeds]
         target = self.y[seeds]
-        loss_sum = F.cross_entropy(logits, target, reduction="sum")
+        total = loss_sum(self.loss, logits, target)
         count = int(seeds.numel())
-        loss = loss_sum / max(count, 1)
+        loss = total / max(count, 1)
         t1 = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -161,7 +186,7 @@ class ReferenceEngine:
             "total": t3 - t_start,
         }
         traffic = {"local": int(x.numel() * x.element_size())}
-        return StepStats(float(loss_sum.detach()), correct, count, times, traffic)
+        return StepStats(float(total.detach()), correct, count, times, traffic)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -170,10 +195,10 @@ class ReferenceEngine:
         self.model.eval()
         try:
             if self.mode == "full":
-                return self.model([self.full_aggregator] * self.config.model.num_layers, self.x)
+                return self.model([self.full_aggregator] * self.num_layers, self.x)
             h = self.x
             n = self.graph.num_nodes
-            for layer in range(self.config.model.num_layers):
+            for layer in range(self.num_layers):
                 parts = []
                 for lo in range(0, n, chunk_size):
                     ids = torch.arange(lo, min(n, lo + chunk_size))

@@ -9,6 +9,7 @@ from fleetgnn.nn.gat_conv import GATConv
 from fleetgnn.nn.gcn_conv import GCNConv
 from fleetgnn.nn.gin_conv import GINConv
 from fleetgnn.nn.models import CONVS, GNN, MODEL_DEFAULTS, build_model
+from fleetgnn.nn.protocol import KeyedDropout, LayerwiseModel, LayerwiseModule, check_model
 from fleetgnn.nn.sage_conv import SAGEConv
 
 __all__ = [
@@ -19,7 +20,11 @@ __all__ = [
     "GATConv",
     "GCNConv",
     "GINConv",
+    "KeyedDropout",
+    "LayerwiseModel",
+    "LayerwiseModule",
     "LocalAggregator",
     "SAGEConv",
     "build_model",
+    "check_model",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from torch import Tensor, nn
@@ -13,6 +13,7 @@ from fleetgnn.nn.aggregator import Aggregator
 from fleetgnn.nn.gat_conv import GATConv
 from fleetgnn.nn.gcn_conv import GCNConv
 from fleetgnn.nn.gin_conv import GINConv
+from fleetgnn.nn.protocol import LayerwiseModule
 from fleetgnn.nn.sage_conv import SAGEConv
 from fleetgnn.ops import keyed_dropout
 
@@ -36,7 +37,7 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-class GNN(nn.Module):
+class GNN(LayerwiseModule):
     """A stack of graph layers with keyed dropout, optional layer norm, residuals, activation.
 
     Layer ``i`` (see :meth:`layer_forward`) computes::
@@ -100,7 +101,7 @@ class GNN(nn.Module):
         activation: str | None = None,
         conv_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(num_layers if isinstance(num_layers, int) and num_layers >= 1 else 1)
         if conv not in CONVS:
             raise ConfigError(f"'conv' must be one of {CONVS} (got {conv!r})")
         if norm not in NORMS:
@@ -187,28 +188,6 @@ class GNN(nn.Module):
                 out = out + self.res[i](h[: agg.num_dst])
             out = self.act(self.norms[i](out))
         return out
-
-    def forward(self, aggs: Sequence[Aggregator], x: Tensor, *, step: int = 0) -> Tensor:
-        """Chain :meth:`layer_forward` over one aggregator per layer.
-
-        Args:
-            aggs: ``num_layers`` aggregators, outermost hop first (full graph: the same one
-                repeated).
-            x: ``[aggs[0].num_src, in_dim]`` input features.
-            step: Optimisation step (dropout key).
-
-        Returns:
-            ``[aggs[-1].num_dst, out_dim]`` logits.
-        """
-        if len(aggs) != self.num_layers:
-            raise ConfigError(
-                f"'aggs' must hold one aggregator per layer, {self.num_layers} (got {len(aggs)}); "
-                f"for the full graph repeat the same aggregator"
-            )
-        h = x
-        for i, agg in enumerate(aggs):
-            h = self.layer_forward(i, agg, h, step=step)
-        return h
 
 
 def build_model(name: str, in_dim: int, num_classes: int, **kwargs: Any) -> GNN:

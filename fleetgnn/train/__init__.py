@@ -1,5 +1,16 @@
 """Training driver: configs, the Trainer loop, checkpoints and metrics."""
 
+from fleetgnn.config import (
+    Config,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    TrainConfig,
+    TrainerConfig,
+    apply_overrides,
+    load_config,
+    save_config,
+)
 from fleetgnn.train.checkpoint import (
     CheckpointDir,
     CheckpointError,
@@ -8,17 +19,12 @@ from fleetgnn.train.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from fleetgnn.train.config import (
-    Config,
-    DataConfig,
-    ModelConfig,
-    OptimConfig,
-    TrainConfig,
-    apply_overrides,
-    load_config,
-    save_config,
-)
 from fleetgnn.train.metrics import MetricsWriter, read_metrics
+from fleetgnn.train.setup import (
+    engine_from_config,
+    model_from_config,
+    optimizer_from_config,
+)
 from fleetgnn.train.trainer import StepSums, Trainer, TrainState, aggregate_steps
 
 __all__ = [
@@ -33,11 +39,15 @@ __all__ = [
     "TrainConfig",
     "TrainState",
     "Trainer",
+    "TrainerConfig",
     "aggregate_steps",
     "apply_overrides",
     "capture_rng",
+    "engine_from_config",
     "load_checkpoint",
     "load_config",
+    "model_from_config",
+    "optimizer_from_config",
     "read_metrics",
     "restore_rng",
     "save_checkpoint",

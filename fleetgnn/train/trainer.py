@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -54,6 +55,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from fleetgnn.config import Config, TrainerConfig, save_config
 from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, StepStats
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.dataset import atomic_write_text
@@ -63,7 +65,6 @@ from fleetgnn.train.checkpoint import (
     capture_rng,
     restore_rng,
 )
-from fleetgnn.train.config import Config, save_config
 from fleetgnn.train.metrics import MetricsWriter, to_json
 from fleetgnn.types import PathLikeStr
 
@@ -210,38 +211,71 @@ class TrainState:
 
 
 class Trainer:
-    """Runs an engine for ``config.train.epochs`` epochs with evaluation and checkpoints.
+    """Runs an engine for ``config.epochs`` epochs with evaluation and checkpoints.
 
     Args:
         engine: The training strategy (owns model, optimizer and data pipeline).
-        config: The run's config (validated by :meth:`fit`).
-        run_dir: Output directory (created by rank 0).
+        config: The Trainer's own settings (epochs, evaluation cadence, early stopping,
+            checkpoint cadence, seed, run directory).
+        run_dir: Output directory (created by rank 0; default ``config.run_dir``).
+        run_config: The whole run's config when there is one (``fleetgnn train``): written to
+            ``config.yaml`` and compared with a checkpoint's on resume. Without it
+            ``config.yaml`` holds the Trainer's and the engine's configs.
         console: Where progress, epoch lines and the summary table go (default: stdout).
         show_progress: Show a progress bar over the steps of each epoch (rank 0 only); the
             one-line-per-epoch log and the final table are printed either way.
 
+    Raises:
+        ConfigError: If no run directory is given.
+
     Example::
 
-        trainer = Trainer(engine, load_config("run.yaml"), Path("runs/x"))
-        summary = trainer.fit(resume=True)   # resumes if runs/x/checkpoints has a checkpoint
+        engine = build_engine(model, graph, MinibatchEngineConfig(fanouts=(10, 10)))
+        with engine:
+            summary = Trainer(engine, TrainerConfig(epochs=5), "runs/x").fit(resume=True)
     """
 
     def __init__(
         self,
         engine: Engine,
-        config: Config,
-        run_dir: PathLikeStr,
+        config: TrainerConfig | None = None,
+        run_dir: PathLikeStr | None = None,
         *,
+        run_config: Config | None = None,
         console: Console | None = None,
         show_progress: bool = True,
     ) -> None:
+        config = config if config is not None else TrainerConfig()
+        if not isinstance(config, TrainerConfig):
+            raise ConfigError(
+                f"Trainer's 'config' must be a TrainerConfig (got {type(config).__name__}); "
+                f"use Trainer.from_config(engine, run_config, run_dir) for a whole run config"
+            )
+        run_dir = run_dir if run_dir is not None else config.run_dir
+        if run_dir is None:
+            raise ConfigError("Trainer needs a run directory: pass run_dir or config.run_dir")
         self.engine = engine
         self.config = config
+        self.run_config = run_config
         self.run_dir = Path(run_dir)
         self.console = console if console is not None else Console()
         self.show_progress = show_progress
         self.checkpoints = CheckpointDir(self.run_dir / "checkpoints")
         self.state = TrainState()
+
+    @classmethod
+    def from_config(
+        cls, engine: Engine, config: Config, run_dir: PathLikeStr | None = None, **kwargs: Any
+    ) -> Trainer:
+        """A Trainer for a whole run config (what ``fleetgnn train`` uses)."""
+        config = config.validate()
+        return cls(
+            engine,
+            config.trainer_config(),
+            run_dir if run_dir is not None else config.run_dir,
+            run_config=config,
+            **kwargs,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -283,8 +317,7 @@ class Trainer:
             ConfigError: Invalid config, or a config incompatible with the checkpoint.
             CheckpointError: Checkpoints exist but none can be loaded.
         """
-        cfg = self.config.validate()
-        tc = cfg.train
+        tc = self.config
         spe = int(self.engine.steps_per_epoch())
         resumed = self._restore(spe) if resume else False
         if not resumed:
@@ -294,7 +327,7 @@ class Trainer:
             torch.manual_seed(tc.seed)
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            save_config(cfg, self.run_dir / "config.yaml")
+            self._write_config()
             if not resumed:
                 self.checkpoints.clear()
                 self.summary_path.unlink(missing_ok=True)
@@ -331,7 +364,7 @@ class Trainer:
     # epochs and steps
 
     def _run_one_epoch(self, spe: int, progress: Progress, writer: MetricsWriter | None) -> None:
-        st, tc = self.state, self.config.train
+        st, tc = self.state, self.config
         epoch, start = st.epoch, st.next_step
         task = progress.add_task(f"epoch {epoch}", total=spe, completed=start, loss=_fmt(None))
         base_elapsed = st.partial.elapsed_s
@@ -364,7 +397,7 @@ class Trainer:
             )
         train_time = base_elapsed + (time.perf_counter() - t0)
         progress.remove_task(task)
-        stats = st.partial.to_epoch_stats(epoch, self._engine_memory(), self._engine_extra())
+        stats, train_time = self._aggregate(st.partial, epoch, train_time)
 
         evaluated = (epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1
         ev: dict[str, float] = {}
@@ -423,6 +456,46 @@ class Trainer:
             "extra": dict(stats.extra),
         }
 
+    def _aggregate(self, sums: StepSums, epoch: int, train_time: float) -> tuple[EpochStats, float]:
+        """The epoch's stats over all ranks, and the slowest rank's training time.
+
+        Losses and accuracies are sums of numerators and denominators over ranks; times are the
+        slowest rank's (per rank in ``extra["per_rank"]``); traffic is summed over ranks (per
+        rank in ``extra["per_rank"]``). One all-gather of ``3 + T + L + 1`` float64 values,
+        through the engine's metered communicator. One rank: this rank's numbers.
+        """
+        memory, extra = self._engine_memory(), self._engine_extra()
+        comm = getattr(self.engine, "comm", None)
+        if comm is None or int(self.engine.world_size) == 1:
+            return sums.to_epoch_stats(epoch, memory, extra), train_time
+        tkeys, lkeys = sorted(sums.times), sorted(sums.traffic)
+        mine = torch.tensor(
+            [sums.loss_sum, sums.correct, sums.count]
+            + [sums.times[k] for k in tkeys]
+            + [sums.traffic[k] for k in lkeys]
+            + [train_time],
+            dtype=torch.float64,
+        )
+        ranks = torch.stack(comm.all_gather(mine))  # [W, 3 + T + L + 1]
+        nt, nl = len(tkeys), len(lkeys)
+        times_r, traffic_r = ranks[:, 3 : 3 + nt], ranks[:, 3 + nt : 3 + nt + nl]
+        total = StepSums(
+            loss_sum=float(ranks[:, 0].sum()),
+            correct=int(ranks[:, 1].sum()),
+            count=int(ranks[:, 2].sum()),
+            num_steps=sums.num_steps,
+            times={k: float(times_r[:, i].max()) for i, k in enumerate(tkeys)},
+            traffic={k: int(traffic_r[:, i].sum()) for i, k in enumerate(lkeys)},
+        )
+        extra["per_rank"] = {
+            "loss_sum": ranks[:, 0].tolist(),
+            "count": [int(c) for c in ranks[:, 2].tolist()],
+            "epoch_time_s": ranks[:, -1].tolist(),
+            "times": {k: times_r[:, i].tolist() for i, k in enumerate(tkeys)},
+            "traffic": {k: [int(v) for v in traffic_r[:, i].tolist()] for i, k in enumerate(lkeys)},
+        }
+        return total.to_epoch_stats(epoch, memory, extra), float(ranks[:, -1].max())
+
     def _engine_memory(self) -> dict[str, int]:
         """Peak memory per tier from the engine's optional ``peak_memory()`` method."""
         fn = getattr(self.engine, "peak_memory", None)
@@ -438,15 +511,21 @@ class Trainer:
 
     def _save_checkpoint(self, spe: int) -> None:
         engine_state = self.engine.state_dict()  # on every rank: it may communicate
+        # every rank's partial-epoch sums (collective), so a resumed rank gets back its own
+        comm = getattr(self.engine, "comm", None)
+        partial = self.state.partial.to_dict()
+        partials = comm.all_gather_object(partial) if comm is not None else [partial]
         if not self.is_main:
             return
         self.checkpoints.save(
             {
                 "format": CHECKPOINT_FORMAT,
                 "trainer": self.state.to_dict(),
+                "partials": partials,
                 "engine": engine_state,
                 "rng": capture_rng(),
-                "config": self.config.to_dict(),
+                "config": self._config_dict(),
+                "engine_config": _engine_config_dict(self.engine),
                 "engine_name": self.engine.name,
                 "world_size": int(self.engine.world_size),
                 "steps_per_epoch": spe,
@@ -474,7 +553,12 @@ class Trainer:
                 f"checkpoint format {fmt} in '{self.checkpoints.directory}' is not supported "
                 f"(expected {CHECKPOINT_FORMAT}); start a fresh run directory"
             )
-        _check_resumable(saved_cfg, self.config)
+        if self.run_config is not None and "train" in saved_cfg:
+            _check_resumable(saved_cfg, self.run_config)
+        _check_engine_resumable(ckpt, self.engine)
+        partials = ckpt.get("partials")
+        if partials is not None and len(partials) == int(self.engine.world_size):
+            state.partial = StepSums.from_dict(partials[int(self.engine.rank)])
         if state.next_step > 0 and saved_spe != spe:
             raise ConfigError(
                 f"cannot resume mid-epoch: the checkpoint was taken at step {state.next_step} of "
@@ -489,8 +573,24 @@ class Trainer:
     # ---------------------------------------------------------------------------------------
     # summary
 
+    def _config_dict(self) -> dict[str, Any]:
+        """What ``config.yaml`` and checkpoints record of the configuration."""
+        if self.run_config is not None:
+            return self.run_config.to_dict()
+        return {
+            "trainer": dataclasses.asdict(self.config),
+            "engine": {"name": self.engine.name, "config": _engine_config_dict(self.engine)},
+        }
+
+    def _write_config(self) -> None:
+        if self.run_config is not None:
+            save_config(self.run_config, self.run_dir / "config.yaml")
+        else:
+            text = yaml.safe_dump(self._config_dict(), sort_keys=False, default_flow_style=None)
+            atomic_write_text(self.run_dir / "config.yaml", text)
+
     def _summary(self, spe: int) -> dict[str, Any]:
-        st, cfg = self.state, self.config
+        st = self.state
         times = st.epoch_times
         return {
             "test_acc": st.best.get("test_acc"),
@@ -507,9 +607,9 @@ class Trainer:
             "total_steps": st.global_step,
             "engine": self.engine.name,
             "world_size": int(self.engine.world_size),
-            "model": cfg.model.name,
+            "model": _model_name(self.engine, self.run_config),
             "run_dir": str(self.run_dir),
-            "config": cfg.to_dict(),
+            "config": self._config_dict(),
         }
 
     def _print_summary(self, summary: Mapping[str, Any]) -> None:
@@ -531,6 +631,44 @@ class Trainer:
         ):
             table.add_row(key, _fmt(summary.get(key)))
         self.console.print(table)
+
+
+def _engine_config_dict(engine: Engine) -> dict[str, Any] | None:
+    cfg = getattr(engine, "config", None)
+    to_dict = getattr(cfg, "to_dict", None)
+    return to_dict() if callable(to_dict) else None
+
+
+def _model_name(engine: Engine, run_config: Config | None) -> str:
+    if run_config is not None:
+        return run_config.model.name
+    module = getattr(engine, "module", None) or getattr(engine, "model", None)
+    return type(module).__name__ if module is not None else "-"
+
+
+def _check_engine_resumable(ckpt: Mapping[str, Any], engine: Engine) -> None:
+    """Raise ConfigError when the checkpoint was taken by another engine or incompatible config."""
+    saved_name = ckpt.get("engine_name")
+    if saved_name is not None and saved_name != engine.name:
+        raise ConfigError(
+            f"cannot resume: the checkpoint was written by engine {saved_name!r}, this run uses "
+            f"{engine.name!r}; resume with the same engine or start a fresh run directory"
+        )
+    saved, now = ckpt.get("engine_config"), _engine_config_dict(engine)
+    keys = getattr(getattr(engine, "config", None), "RESUME_KEYS", ())
+    if not saved or now is None:
+        return
+    diffs = [
+        f"{k}: checkpoint {saved.get(k)!r}, now {now.get(k)!r}"
+        for k in keys
+        if saved.get(k) != now.get(k)
+    ]
+    if diffs:
+        raise ConfigError(
+            "cannot resume: the engine config differs from the checkpoint's in "
+            + "; ".join(diffs)
+            + ". Resume with the original settings, or start a fresh run directory"
+        )
 
 
 def _check_resumable(saved: Mapping[str, Any], cfg: Config) -> None:

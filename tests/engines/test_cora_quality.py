@@ -22,10 +22,9 @@ import torch
 from rich.console import Console
 
 import fleetgnn.train.checkpoint as ckmod
-from fleetgnn.engines import build_engine
 from fleetgnn.graph import Graph, open_dataset, write_dataset
 from fleetgnn.graph.loaders import load_planetoid
-from fleetgnn.train import Trainer, load_config, read_metrics
+from fleetgnn.train import Trainer, engine_from_config, load_config, read_metrics
 
 DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 PLANETOID = DATASETS / "planetoid"
@@ -96,8 +95,12 @@ def test_gcn_reaches_paper_accuracy(cora: Graph, tmp_path: Path) -> None:
     for seed in SEEDS:
         cfg = load_config(None, [*PAPER_OVERRIDES, f"train.seed={seed}"])
         run_dir = tmp_path / f"seed{seed}"
-        trainer = Trainer(
-            build_engine(cora, cfg), cfg, run_dir, show_progress=False, console=Console(quiet=True)
+        trainer = Trainer.from_config(
+            engine_from_config(cfg, cora),
+            cfg,
+            run_dir,
+            show_progress=False,
+            console=Console(quiet=True),
         )
         summary = trainer.fit()
         assert summary["epochs"] == 200

@@ -7,12 +7,10 @@ import pytest
 import torch
 
 from fleetgnn.distributed.testing import context_of, run_world
-from fleetgnn.engines import build_engine
-from fleetgnn.engines.fullgraph import FullGraphEngine, GreedyTuner, TunerSpace
-from fleetgnn.engines.reference import ReferenceEngine
+from fleetgnn.engines.fullgraph import GreedyTuner, TunerSpace
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import from_edges
-from fleetgnn.train import load_config
+from fleetgnn.train import engine_from_config, load_config
 
 EPOCHS = 2
 
@@ -85,9 +83,9 @@ def _cases(world_size: int):
 def _rank(comm):
     out = []
     for model, kind, k, depth, part, tune in _cases(comm.world_size):
-        engine = FullGraphEngine(
-            _graph(kind),
+        engine = engine_from_config(
             _config(model),
+            _graph(kind),
             context_of(comm),
             partition=part,
             num_chunks=k,
@@ -113,7 +111,7 @@ def _rank(comm):
 
 @functools.cache
 def _reference(model, kind, epochs):
-    ref = ReferenceEngine(_graph(kind), _config(model))
+    ref = engine_from_config(_config(model), _graph(kind), engine="reference")
     losses, grads = [], None
     for epoch in range(epochs):
         (st,) = ref.run_epoch(epoch)
@@ -215,10 +213,10 @@ def test_tuner_and_engine_reject_bad_knobs():
         GreedyTuner(max_trials=0)
     cfg = load_config(None, ["train.engine=fullgraph", "train.mode=full"])
     with pytest.raises(ConfigError, match="partition"):
-        FullGraphEngine(_graph("plain"), cfg, None, partition="hash")  # type: ignore[arg-type]
+        engine_from_config(cfg, _graph("plain"), None, partition="hash")
 
 
 def test_build_engine_knows_fullgraph():
     with pytest.raises(ConfigError, match="mode"):  # the config or the engine refuses it
         cfg = load_config(None, ["train.engine=fullgraph", "train.mode=minibatch"])
-        build_engine(_graph("plain"), cfg, object())
+        engine_from_config(cfg, _graph("plain"), object())

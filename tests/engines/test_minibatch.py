@@ -9,7 +9,7 @@ from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn import LocalAggregator, build_model
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader
-from fleetgnn.train import load_config
+from fleetgnn.train import engine_from_config, load_config
 
 STEPS = 3
 
@@ -37,9 +37,7 @@ def _config(extra):
 
 def _train_ranks(comm, extra):
     """Rank body: STEPS steps of epoch 0 (and 1) with the engine; returns params and traffic."""
-    from fleetgnn.engines.minibatch import MinibatchEngine
-
-    engine = MinibatchEngine(_graph(), _config(extra), context_of(comm))
+    engine = engine_from_config(_config(extra), _graph(), context_of(comm))
     try:
         stats = engine.run_epoch(0)[:STEPS] if engine.steps_per_epoch() <= STEPS else None
         if stats is None:
@@ -139,16 +137,8 @@ def test_parameters_equal_reference_on_union_of_batches(world_size, extra):
 
 
 def test_evaluation_matches_reference_engine():
-    from fleetgnn.engines.reference import ReferenceEngine
-
     results = run_world(_train_ranks, 2, [], timeout_s=300)
-    cfg = _config([]).__class__.from_dict(
-        {
-            **_config([]).to_dict(),
-            "train": {**_config([]).to_dict()["train"], "engine": "reference"},
-        }
-    )
-    ref = ReferenceEngine(_graph(), cfg)
+    ref = engine_from_config(_config([]), _graph(), engine="reference")
     ref.model.load_state_dict(results[0]["params"])
     expect = ref.evaluate()
     for key, value in expect.items():

@@ -4,13 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from fleetgnn.engines import build_engine
-from fleetgnn.engines.reference import ReferenceEngine
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import full_neighbor_block
-from fleetgnn.train import Trainer, load_config
+from fleetgnn.train import Trainer, engine_from_config, load_config
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +26,8 @@ def test_minibatch_full_fanout_equals_full_graph(graph, model):
     """Sampled blocks with fanout -1 give the full-graph logits for the batch's seeds."""
     cfg_full = _config(**{"model.name": model, "train.mode": "full"})
     cfg_mb = _config(**{"model.name": model, "train.fanouts": "[-1,-1]", "train.batch_size": 37})
-    full = ReferenceEngine(graph, cfg_full)
-    mb = ReferenceEngine(graph, cfg_mb)
+    full = engine_from_config(cfg_full, graph)
+    mb = engine_from_config(cfg_mb, graph)
     mb.model.load_state_dict(full.model.state_dict())
     for m in (full.model, mb.model):
         m.train()  # dropout on: masks are keyed by global IDs, so they agree too
@@ -43,7 +41,7 @@ def test_minibatch_full_fanout_equals_full_graph(graph, model):
 def test_full_gradients_equal_union_of_minibatch_fanout_all(graph):
     """A full-graph gradient equals the sum of full-neighbour batch gradients."""
     cfg = _config(**{"model.name": "gcn", "train.mode": "full", "model.dropout": 0.0})
-    full = ReferenceEngine(graph, cfg)
+    full = engine_from_config(cfg, graph)
     aggs = [full.full_aggregator] * 2
     logits = full.model(aggs, full.x)
     ids = full.train_ids
@@ -64,7 +62,7 @@ def test_full_gradients_equal_union_of_minibatch_fanout_all(graph):
 
 def test_layerwise_inference_equals_full_forward(graph):
     cfg = _config(**{"model.name": "sage", "train.fanouts": "[3,2]"})
-    eng = ReferenceEngine(graph, cfg)
+    eng = engine_from_config(cfg, graph)
     eng.model.eval()
     ref = eng.model([LocalAggregator.from_graph(graph, dtype=torch.float64)] * 2, eng.x)
     torch.testing.assert_close(eng.infer(chunk_size=33), ref, rtol=1e-10, atol=1e-10)
@@ -73,9 +71,9 @@ def test_layerwise_inference_equals_full_forward(graph):
 def test_training_learns(graph, tmp_path):
     cfg = _config(**{"model.name": "sage", "train.epochs": 4, "train.fanouts": "[5,5]"})
     cfg = dataclasses.replace(cfg, run_dir=str(tmp_path))
-    eng = build_engine(graph, cfg)
+    eng = engine_from_config(cfg, graph)
     before = eng.evaluate()["val_acc"]
-    summary = Trainer(eng, cfg, tmp_path, show_progress=False).fit()
+    summary = Trainer.from_config(eng, cfg, tmp_path, show_progress=False).fit()
     assert summary["val_acc"] > max(before + 0.15, 0.6)
     assert summary["engine"] == "reference" and summary["world_size"] == 1
 
@@ -93,10 +91,10 @@ def test_resume_mid_run_matches_uninterrupted(graph, tmp_path, mode):
     }
     cfg = _config(**over)
 
-    ref_eng = ReferenceEngine(graph, cfg)
-    Trainer(ref_eng, cfg, tmp_path / "a", show_progress=False).fit()
+    ref_eng = engine_from_config(cfg, graph)
+    Trainer.from_config(ref_eng, cfg, tmp_path / "a", show_progress=False).fit()
 
-    eng = ReferenceEngine(graph, cfg)
+    eng = engine_from_config(cfg, graph)
     crash_at = (1, 1) if mode == "minibatch" else (1, 0)
     original = eng.train_step
 
@@ -107,11 +105,11 @@ def test_resume_mid_run_matches_uninterrupted(graph, tmp_path, mode):
 
     eng.train_step = crashing
     with pytest.raises(KeyboardInterrupt):
-        Trainer(eng, cfg, tmp_path / "b", show_progress=False).fit()
+        Trainer.from_config(eng, cfg, tmp_path / "b", show_progress=False).fit()
     torch.manual_seed(12345)  # a resumed process starts with unrelated RNG state
     np.random.seed(999)  # noqa: NPY002 - perturbs the global state on purpose
-    resumed = ReferenceEngine(graph, cfg)
-    Trainer(resumed, cfg, tmp_path / "b", show_progress=False).fit(resume=True)
+    resumed = engine_from_config(cfg, graph)
+    Trainer.from_config(resumed, cfg, tmp_path / "b", show_progress=False).fit(resume=True)
     for (name, a), b in zip(
         ref_eng.model.state_dict().items(), resumed.model.state_dict().values()
     ):
@@ -120,6 +118,6 @@ def test_resume_mid_run_matches_uninterrupted(graph, tmp_path, mode):
 
 def test_engine_errors(graph):
     with pytest.raises(ConfigError, match="fanouts"):
-        ReferenceEngine(graph, _config(**{"train.fanouts": "[5]"}))
+        engine_from_config(_config(**{"train.fanouts": "[5]"}), graph)
     with pytest.raises(ConfigError, match="not available"):
-        build_engine(graph, _config(**{"train.engine": "split"}))
+        engine_from_config(_config(**{"train.engine": "split"}), graph)

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from rich.console import Console
 
 import fleetgnn.train.checkpoint as ckmod
+from fleetgnn.config import Config, load_config
 from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, StepCallback, StepStats
 from fleetgnn.errors import ConfigError
 from fleetgnn.train.checkpoint import CheckpointDir
-from fleetgnn.train.config import Config, load_config
 from fleetgnn.train.metrics import read_metrics
 from fleetgnn.train.trainer import Trainer, aggregate_steps
 
@@ -186,7 +186,9 @@ def _quiet() -> Console:
 
 
 def _fit(engine: Any, cfg: Config, run_dir: Path, resume: bool = False) -> dict[str, Any]:
-    return Trainer(engine, cfg, run_dir, console=_quiet(), show_progress=False).fit(resume)
+    return Trainer.from_config(engine, cfg, run_dir, console=_quiet(), show_progress=False).fit(
+        resume
+    )
 
 
 def _params(engine: LogRegEngine) -> dict[str, torch.Tensor]:
@@ -295,7 +297,7 @@ def test_summary_files_and_table(tmp_path: Path) -> None:
     cfg = _cfg("train.epochs=3", "train.checkpoint_every=2", "model.name=gcn")
     console = Console(file=io.StringIO(), width=120)
     eng = LogRegEngine()
-    summary = Trainer(eng, cfg, tmp_path, console=console, show_progress=True).fit()
+    summary = Trainer.from_config(eng, cfg, tmp_path, console=console, show_progress=True).fit()
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == summary
     for key in (
@@ -337,7 +339,7 @@ def test_only_rank0_writes_files(tmp_path: Path) -> None:
     ref = _fit(LogRegEngine(), cfg, tmp_path / "r0")
     console = Console(file=io.StringIO(), width=120)
     eng = LogRegEngine(rank=1, world_size=2)
-    s = Trainer(eng, cfg, tmp_path / "r1", console=console, show_progress=True).fit()
+    s = Trainer.from_config(eng, cfg, tmp_path / "r1", console=console, show_progress=True).fit()
     assert not (tmp_path / "r1").exists() and console.file.getvalue() == ""
     assert s["val_acc"] == ref["val_acc"] and s["epochs"] == ref["epochs"]
     assert s["world_size"] == 2

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Union
 
 import yaml
 
+from fleetgnn.config.engines import DTYPES, ENGINES, EngineConfig, engine_spec
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
 
@@ -115,8 +116,9 @@ class TrainConfig:
     """The training loop.
 
     Attributes:
-        engine: Training strategy, one of :attr:`ENGINES`.
-        mode: ``"full"`` (full-graph) or ``"minibatch"`` (sampled), see :attr:`MODES`.
+        engine: Training strategy, a name of :data:`fleetgnn.config.ENGINES`.
+        mode: ``"full"`` (full-graph) or ``"minibatch"`` (sampled); ``None``: the engine's
+            default (its first mode in the registry: ``fullgraph`` implies ``full``).
         epochs: Number of epochs (>= 1).
         batch_size: Seed nodes per mini-batch (>= 1; minibatch mode).
         fanouts: Neighbours sampled per hop, the hop next to the seeds first (PyG's order; one
@@ -132,20 +134,11 @@ class TrainConfig:
         max_restarts: Times the launcher restarts failed workers (they resume from checkpoints).
     """
 
-    ENGINES: ClassVar[tuple[str, ...]] = ("reference", "minibatch", "split", "fullgraph", "offload")
-    MODES: ClassVar[tuple[str, ...]] = ("full", "minibatch")
-    DTYPES: ClassVar[tuple[str, ...]] = ("float32", "float64")
-    #: The modes each engine supports.
-    ENGINE_MODES: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "reference": ("full", "minibatch"),
-        "minibatch": ("minibatch",),
-        "split": ("minibatch",),
-        "fullgraph": ("full",),
-        "offload": ("full",),
-    }
+    MODES: ClassVar[tuple[str | None, ...]] = ("full", "minibatch", None)
+    DTYPES: ClassVar[tuple[str, ...]] = DTYPES
 
     engine: str = "reference"
-    mode: str = "minibatch"
+    mode: str | None = None
     epochs: int = 10
     batch_size: int = 1024
     fanouts: list[int] = dataclasses.field(default_factory=lambda: [10, 10])
@@ -159,7 +152,7 @@ class TrainConfig:
     max_restarts: int = 0
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "engine": ENGINES,
+        "engine": tuple(ENGINES),
         "mode": MODES,
         "dtype": DTYPES,
     }
@@ -180,6 +173,9 @@ class StoreConfig:
         order: Which gets the device budget first, one of :attr:`ORDERS` (XGNN: graph first).
         gather: ``one_sided`` reads peers' shards in shared memory directly; ``two_sided``
             exchanges requests and rows with all-to-all (what ranks on different hosts do).
+        topology: Device link bandwidths for XGNN's placement solver (which device each rank
+            reads each hot-row partition from): ``null`` (equally connected), ``dgx1-v100``, or
+            a YAML/JSON file with an ``N x N`` matrix.
         prefetch: Sample and gather the next batch in a background thread during training.
         debug_collectives: Verify shapes and counts across ranks before every collective and
             report every rank's view instead of hanging on a mismatch.
@@ -194,6 +190,7 @@ class StoreConfig:
     placement: str = "degree"
     order: str = "graph_first"
     gather: str = "one_sided"
+    topology: str | None = None
     prefetch: bool = True
     debug_collectives: bool = False
 
@@ -227,6 +224,34 @@ class FullGraphConfig:
     tune: bool = True
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """The :class:`~fleetgnn.train.Trainer`'s own settings (the engine has its own config).
+
+    Attributes:
+        epochs: Number of epochs (>= 1).
+        eval_every: Evaluate every this many epochs (and always after the last one; >= 1).
+        patience: Stop when ``val_acc`` has not improved for this many epochs (``None``: never).
+        checkpoint_every: Checkpoint every this many optimisation steps over the run (``0``:
+            only at epoch ends, which are always checkpointed).
+        seed: Seeds Python's, NumPy's and torch's global generators at the start of a fresh run.
+        run_dir: Where checkpoints, metrics and the summary go (``None``: the caller chooses).
+    """
+
+    epochs: int = 10
+    eval_every: int = 1
+    patience: int | None = None
+    checkpoint_every: int = 50
+    seed: int = 0
+    run_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
+        _check(self.eval_every >= 1, "eval_every", self.eval_every, "must be >= 1")
+        _check(self.patience is None or self.patience >= 1, "patience", self.patience, ">= 1")
+        _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, ">= 0")
 
 
 _SECTIONS: dict[str, type] = {
@@ -265,6 +290,43 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict (YAML/JSON serialisable); :meth:`from_dict` inverts it."""
         return dataclasses.asdict(self)
+
+    @property
+    def mode(self) -> str:
+        """``train.mode``, or the engine's default mode when it is ``None``."""
+        return self.train.mode or engine_spec(self.train.engine).modes[0]
+
+    def engine_config(self) -> EngineConfig:
+        """The typed config of ``train.engine``, filled from this run config's sections.
+
+        Each field of the engine's config class takes the value of the key of the same name in
+        the first section (of the registry entry's ``sections``) that has it; ``feature_norm``
+        comes from ``data``, ``mode`` is :attr:`mode`. Fields no section has keep their defaults.
+        """
+        spec = engine_spec(self.train.engine)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(spec.config_cls):
+            if f.name == "mode":
+                values["mode"] = self.mode
+                continue
+            for section in spec.sections:
+                sec = getattr(self, section)
+                if hasattr(sec, f.name):
+                    values[f.name] = getattr(sec, f.name)
+                    break
+        return spec.config_cls(**values)
+
+    def trainer_config(self) -> TrainerConfig:
+        """The Trainer's own settings from the ``train`` section and ``run_dir``."""
+        t = self.train
+        return TrainerConfig(
+            epochs=t.epochs,
+            eval_every=t.eval_every,
+            patience=t.patience,
+            checkpoint_every=t.checkpoint_every,
+            seed=t.seed,
+            run_dir=self.run_dir,
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> Config:
@@ -355,19 +417,20 @@ class Config:
             fg.depth,
             "must be >= 0 (or null to tune)",
         )
-        allowed_modes = TrainConfig.ENGINE_MODES[t.engine]
-        if t.mode not in allowed_modes:
+        allowed_modes = engine_spec(t.engine).modes
+        if t.mode is not None and t.mode not in allowed_modes:
             raise ConfigError(
                 f"train.engine={t.engine!r} does not support train.mode={t.mode!r}; it supports "
                 f"{', '.join(allowed_modes)}. Set train.mode={allowed_modes[0]} or pick another "
                 f"engine"
             )
-        if t.mode == "minibatch" and len(t.fanouts) != m.num_layers:
+        if self.mode == "minibatch" and len(t.fanouts) != m.num_layers:
             raise ConfigError(
                 f"train.fanouts={t.fanouts} has {len(t.fanouts)} entries but model.num_layers="
                 f"{m.num_layers}; in minibatch mode give one fanout per layer, e.g. "
                 f"train.fanouts={','.join(['10'] * m.num_layers)}"
             )
+        self.engine_config()  # the typed config checks its own fields
         return self
 
 

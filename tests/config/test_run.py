@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetgnn.errors import ConfigError, FleetgnnError
-from fleetgnn.train.config import (
+from fleetgnn.config import (
+    ENGINES,
     Config,
     ModelConfig,
     TrainConfig,
@@ -12,6 +12,7 @@ from fleetgnn.train.config import (
     load_config,
     save_config,
 )
+from fleetgnn.errors import ConfigError, FleetgnnError
 
 
 def test_defaults_match_spec() -> None:
@@ -21,7 +22,8 @@ def test_defaults_match_spec() -> None:
     assert cfg.model.name == "sage" and cfg.model.num_layers == 2 and cfg.model.hidden is None
     assert cfg.optim.lr == 0.01 and cfg.optim.weight_decay == 5e-4 and cfg.optim.optimizer == "adam"
     t = cfg.train
-    assert (t.engine, t.mode, t.epochs, t.batch_size, t.fanouts) == (
+    assert t.mode is None  # the engine's default mode
+    assert (t.engine, cfg.mode, t.epochs, t.batch_size, t.fanouts) == (
         "reference",
         "minibatch",
         10,
@@ -132,7 +134,7 @@ def test_bad_choice_names_value_and_choices() -> None:
         load_config(overrides=["train.engine=spilt"])
     with pytest.raises(ConfigError, match=r"model\.norm='batch'.*null, layer"):
         load_config(overrides=["model.norm=batch"])
-    assert set(TrainConfig.ENGINES) == set(TrainConfig.ENGINE_MODES)
+    assert set(TrainConfig.CHOICES["engine"]) == set(ENGINES)  # derived from the registry
 
 
 @pytest.mark.parametrize(
@@ -165,7 +167,10 @@ def test_bad_values(item: str, pattern: str) -> None:
         (["train.device=gpu"], r"train\.device='gpu'.*'cuda:N'"),
         (["train.fanouts=10,0"], r"train\.fanouts=\[10, 0\].*>= 1"),
         (["model.num_layers=3"], r"fanouts=\[10, 10\] has 2 entries but model\.num_layers=3"),
-        (["train.engine=offload"], r"'offload' does not support train\.mode='minibatch'"),
+        (
+            ["train.engine=offload", "train.mode=minibatch"],
+            r"'offload' does not support train\.mode='minibatch'",
+        ),
         (["train.engine=split", "train.mode=full"], r"'split' does not support train\.mode='full'"),
     ],
 )
@@ -242,3 +247,38 @@ def test_overrides_do_not_mutate_their_input() -> None:
     assert base.train.epochs == 10 and new.train.epochs == 3
     assert base.train.fanouts == [10, 10] and new.train.fanouts == [4, 4]
     assert base.model is new.model or base.model == new.model
+
+
+@pytest.mark.parametrize(
+    ("engine", "mode"),
+    [("reference", "minibatch"), ("minibatch", "minibatch"), ("fullgraph", "full")],
+)
+def test_engine_implies_its_default_mode(engine: str, mode: str) -> None:
+    cfg = load_config(
+        overrides=[f"train.engine={engine}", "model.num_layers=3"]
+        if mode == "full"
+        else [f"train.engine={engine}"]
+    )
+    assert cfg.mode == mode
+    ec = cfg.engine_config()
+    assert type(ec).__name__.lower().startswith(engine.replace("fullgraph", "fullgraph"))
+    assert getattr(ec, "mode", mode) == mode
+
+
+def test_engine_config_takes_its_sections() -> None:
+    cfg = load_config(
+        overrides=[
+            "train.engine=fullgraph",
+            "fullgraph.num_chunks=4",
+            "fullgraph.partition=metis",
+            "store.debug_collectives=true",
+            "data.feature_norm=row",
+            "train.seed=3",
+        ]
+    )
+    ec = cfg.engine_config()
+    assert (ec.num_chunks, ec.partition, ec.debug_collectives) == (4, "metis", True)
+    assert (ec.feature_norm, ec.seed) == ("row", 3)
+    mb = load_config(overrides=["train.engine=minibatch", "store.device_budget=64MB"])
+    assert mb.engine_config().device_budget == "64MB"
+    assert mb.engine_config().fanouts == (10, 10)

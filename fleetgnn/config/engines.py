@@ -1,0 +1,338 @@
+"""Typed engine configs and the one engine registry.
+
+Every engine is built from ``(model, graph, ctx, engine_config)``; ``engine_config`` is one of the
+frozen dataclasses below. :data:`ENGINES` maps each engine name to its config class, the modes it
+supports (the first is its default), whether it runs one process per device, and where its
+implementation lives. The YAML/CLI config loader, the CLI's ``--engine`` choices and help, and
+:func:`fleetgnn.engines.build_engine` are all derived from it, and a planner can output an engine
+config as a typed object.
+
+========== ============================== =============== ============ =========
+engine     config                         modes           distributed  available
+========== ============================== =============== ============ =========
+reference  :class:`ReferenceEngineConfig`  minibatch, full  no           yes
+minibatch  :class:`MinibatchEngineConfig`  minibatch        yes          yes
+split      :class:`SplitEngineConfig`      minibatch        yes          planned
+fullgraph  :class:`FullGraphEngineConfig`  full             yes          yes
+offload    :class:`OffloadEngineConfig`    full             yes          planned
+========== ============================== =============== ============ =========
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from fleetgnn.errors import ConfigError
+
+DTYPES: tuple[str, ...] = ("float32", "float64")
+FEATURE_NORMS: tuple[str, ...] = ("none", "row")
+
+
+def _check_choice(key: str, value: Any, choices: tuple[Any, ...]) -> None:
+    if value not in choices:
+        shown = ", ".join("null" if c is None else str(c) for c in choices)
+        raise ConfigError(f"{key}={value!r} is not an allowed value; choose one of: {shown}")
+
+
+def _check_fanouts(fanouts: tuple[int, ...]) -> None:
+    if not fanouts or not all(isinstance(f, int) and (f >= 1 or f == -1) for f in fanouts):
+        raise ConfigError(
+            f"fanouts={list(fanouts)!r} is invalid: give one fanout per layer, each >= 1 or -1 "
+            f"for all neighbours (e.g. fanouts=(15, 10))"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """What every engine shares.
+
+    Attributes:
+        seed: Seed of every random draw in training (batches, sampling, dropout), each keyed by
+            ``(seed, epoch, step)``.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (distributed engines use their rank's
+            device).
+        dtype: Floating-point type of features and parameters, ``"float32"`` or ``"float64"``.
+        feature_norm: ``"row"`` scales each feature row to unit L1 norm, ``"none"`` keeps them.
+    """
+
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    feature_norm: str = "none"
+
+    #: Fields that must match between a checkpoint and the engine resuming it.
+    RESUME_KEYS: ClassVar[tuple[str, ...]] = ("seed", "dtype", "feature_norm")
+
+    def __post_init__(self) -> None:
+        _check_choice("dtype", self.dtype, DTYPES)
+        _check_choice("feature_norm", self.feature_norm, FEATURE_NORMS)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict of the fields (tuples become lists)."""
+        return {
+            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
+        }
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        """A copy with ``changes`` applied (validated again).
+
+        Raises:
+            ConfigError: For a field the config does not have.
+        """
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ConfigError(
+                f"{type(self).__name__} has no field(s) {unknown}; fields: {sorted(names)}"
+            )
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampledConfig(EngineConfig):
+    """Fields of the sampled mini-batch engines.
+
+    Attributes:
+        batch_size: Seed (training) nodes per step, over all ranks for data-parallel engines'
+            per-rank slots (>= 1).
+        fanouts: Neighbours sampled per hop, the hop next to the seeds first; one per model
+            layer, each >= 1 or -1 for all neighbours.
+    """
+
+    batch_size: int = 1024
+    fanouts: tuple[int, ...] = (10, 10)
+
+    RESUME_KEYS: ClassVar[tuple[str, ...]] = (*EngineConfig.RESUME_KEYS, "batch_size", "fanouts")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "fanouts", tuple(self.fanouts))
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size={self.batch_size!r} is invalid: must be >= 1")
+        _check_fanouts(self.fanouts)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceEngineConfig(SampledConfig):
+    """The single-process ground truth.
+
+    Attributes:
+        mode: ``"minibatch"`` (sampled batches) or ``"full"`` (one full-graph step per epoch;
+            ``batch_size`` and ``fanouts`` are unused).
+    """
+
+    mode: str = "minibatch"
+
+    RESUME_KEYS: ClassVar[tuple[str, ...]] = (*SampledConfig.RESUME_KEYS, "mode")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_choice("mode", self.mode, ENGINES["reference"].modes)
+
+
+@dataclasses.dataclass(frozen=True)
+class MinibatchEngineConfig(SampledConfig):
+    """Data-parallel sampled training over the unified store (WholeGraph, XGNN).
+
+    Attributes:
+        device_budget: Device bytes per rank for hot rows (``"64MB"``, an int, or ``None``:
+            unlimited).
+        host_budget: Host bytes per host for the next-hottest rows (``None``: unlimited).
+        placement: Hotness ranking, ``"degree"`` or ``"presample"``.
+        order: ``"graph_first"`` or ``"features_first"``: which gets the device budget first.
+        gather: ``"one_sided"`` (shared memory) or ``"two_sided"`` (all-to-all).
+        topology: Device link bandwidths for XGNN's placement solver: ``None`` (all devices
+            equally connected), a built-in name (``"dgx1-v100"``), or a YAML/JSON file holding
+            an ``N x N`` matrix.
+        prefetch: Sample and gather the next batch in a background thread.
+        debug_collectives: Verify every collective's shapes across ranks before it runs.
+    """
+
+    device_budget: str | int | None = None
+    host_budget: str | int | None = None
+    placement: str = "degree"
+    order: str = "graph_first"
+    gather: str = "one_sided"
+    topology: str | None = None
+    prefetch: bool = True
+    debug_collectives: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_choice("placement", self.placement, ("degree", "presample"))
+        _check_choice("order", self.order, ("graph_first", "features_first"))
+        _check_choice("gather", self.gather, ("one_sided", "two_sided"))
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitEngineConfig(SampledConfig):
+    """Split-parallel sampled training (GSplit); planned.
+
+    Attributes:
+        device_budget: Device bytes per rank for the hottest rows of its own part.
+        debug_collectives: Verify every collective's shapes across ranks before it runs.
+    """
+
+    device_budget: str | int | None = None
+    debug_collectives: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class FullGraphEngineConfig(EngineConfig):
+    """Distributed full-graph training with MGG's pipelined halo exchange.
+
+    Attributes:
+        partition: ``"range"`` (MGG's edge-balanced contiguous ranges) or ``"metis"``.
+        num_chunks: Halo chunks ``K`` per exchange (``None``: tuned, or 1 without tuning).
+        depth: Chunks in flight (0: exchange everything first; ``None``: tuned, or 1).
+        tune: Search the knobs left ``None`` online, one epoch per trial (MGG's greedy search).
+        tuner_chunks: Candidate ``K`` values of the tuner, ascending.
+        tuner_depths: Candidate depths of the tuner, ascending.
+        overlap_backward: Pipeline the backward halo exchange too (same gradients).
+        debug_collectives: Verify every collective's shapes across ranks before it runs.
+    """
+
+    partition: str = "range"
+    num_chunks: int | None = None
+    depth: int | None = None
+    tune: bool = True
+    tuner_chunks: tuple[int, ...] = (1, 2, 4, 8, 16)
+    tuner_depths: tuple[int, ...] = (1, 2, 3, 4)
+    overlap_backward: bool = True
+    debug_collectives: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_choice("partition", self.partition, ("range", "metis"))
+        if self.num_chunks is not None and self.num_chunks < 1:
+            raise ConfigError(f"num_chunks={self.num_chunks!r} is invalid: must be >= 1 or None")
+        if self.depth is not None and self.depth < 0:
+            raise ConfigError(f"depth={self.depth!r} is invalid: must be >= 0 or None")
+        object.__setattr__(self, "tuner_chunks", tuple(self.tuner_chunks))
+        object.__setattr__(self, "tuner_depths", tuple(self.tuner_depths))
+
+
+@dataclasses.dataclass(frozen=True)
+class OffloadEngineConfig(EngineConfig):
+    """Full-graph training with vertex data in host memory (HongTu); planned.
+
+    Attributes:
+        num_chunks: Chunks per partition (``None``: chosen from the device budget).
+        device_budget: Device bytes per rank.
+    """
+
+    num_chunks: int | None = None
+    device_budget: str | int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSpec:
+    """One registry entry.
+
+    Attributes:
+        name: The engine's name (``train.engine``, ``--engine``).
+        config_cls: Its typed config dataclass.
+        modes: Modes it supports; the first is the default when none is given.
+        distributed: Runs one process per device (launched with ``--nproc`` or torchrun).
+        impl: ``"module:Class"`` of the implementation (``""``: planned, not in this build).
+        summary: One line for ``--help``.
+        sections: Run-config sections whose keys fill the typed config, searched in order.
+    """
+
+    name: str
+    config_cls: type[EngineConfig]
+    modes: tuple[str, ...]
+    distributed: bool
+    impl: str
+    summary: str
+    sections: tuple[str, ...] = ("train", "data")
+
+    @property
+    def available(self) -> bool:
+        """Whether this build implements the engine."""
+        return bool(self.impl)
+
+
+#: The engine registry: name -> spec (insertion order is the order shown to users).
+ENGINES: Mapping[str, EngineSpec] = {
+    s.name: s
+    for s in (
+        EngineSpec(
+            "reference",
+            ReferenceEngineConfig,
+            ("minibatch", "full"),
+            False,
+            "fleetgnn.engines.reference:ReferenceEngine",
+            "single process, full-graph or sampled: the ground truth",
+        ),
+        EngineSpec(
+            "minibatch",
+            MinibatchEngineConfig,
+            ("minibatch",),
+            True,
+            "fleetgnn.engines.minibatch:MinibatchEngine",
+            "data-parallel sampled training over the unified store (WholeGraph, XGNN)",
+            ("train", "data", "store"),
+        ),
+        EngineSpec(
+            "split",
+            SplitEngineConfig,
+            ("minibatch",),
+            True,
+            "",
+            "split-parallel sampled training (GSplit; planned)",
+            ("train", "data", "store"),
+        ),
+        EngineSpec(
+            "fullgraph",
+            FullGraphEngineConfig,
+            ("full",),
+            True,
+            "fleetgnn.engines.fullgraph:FullGraphEngine",
+            "distributed full-graph training, halo exchange overlapped with compute (MGG)",
+            ("fullgraph", "train", "data", "store"),
+        ),
+        EngineSpec(
+            "offload",
+            OffloadEngineConfig,
+            ("full",),
+            True,
+            "",
+            "full-graph training with vertex data offloaded to host memory (HongTu; planned)",
+            ("train", "data", "store"),
+        ),
+    )
+}
+
+
+def engine_spec(name: str) -> EngineSpec:
+    """The registry entry of ``name``.
+
+    Raises:
+        ConfigError: For an unknown engine, listing the known ones.
+    """
+    if name not in ENGINES:
+        raise ConfigError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINES)}")
+    return ENGINES[name]
+
+
+def spec_of(config: EngineConfig) -> EngineSpec:
+    """The registry entry whose config class is ``type(config)``.
+
+    Raises:
+        ConfigError: If ``config`` is not a registered engine config.
+    """
+    for spec in ENGINES.values():
+        if type(config) is spec.config_cls:
+            return spec
+    raise ConfigError(
+        f"{type(config).__name__} is not an engine config; use one of "
+        f"{', '.join(s.config_cls.__name__ for s in ENGINES.values())}"
+    )
+
+
+def available_engines() -> tuple[str, ...]:
+    """Names of the engines this build implements."""
+    return tuple(n for n, s in ENGINES.items() if s.available)

@@ -1,0 +1,87 @@
+"""From a run config to a ready engine: the model, the optimizer and the typed engine config.
+
+This is what ``fleetgnn train`` does with a YAML config; a script using the Python API builds its
+own model and optimizer and calls :func:`fleetgnn.engines.build_engine` directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from fleetgnn.config import Config, ModelConfig, OptimConfig
+from fleetgnn.engines import Engine, build_engine
+from fleetgnn.engines.common import num_classes_of, require_trainable
+from fleetgnn.errors import ConfigError
+from fleetgnn.graph import Graph
+from fleetgnn.nn import GNN, build_model
+
+
+def model_kwargs(cfg: ModelConfig) -> dict[str, Any]:
+    """Keyword arguments for :func:`~fleetgnn.nn.build_model` from a ModelConfig.
+
+    Fields left ``None`` fall back to the model's own defaults.
+    """
+    out: dict[str, Any] = {"num_layers": cfg.num_layers}
+    for key in ("hidden", "dropout", "heads", "norm"):
+        value = getattr(cfg, key, None)
+        if value is not None:
+            out["hidden_dim" if key == "hidden" else key] = value
+    if cfg.residual:
+        out["residual"] = True
+    return out
+
+
+def model_from_config(cfg: Config, graph: Graph) -> GNN:
+    """The model of ``cfg.model`` for ``graph``, initialised from ``train.seed``.
+
+    Identical on every rank (same seed, same initialisation).
+    """
+    require_trainable(graph)
+    seed = int(cfg.train.seed)
+    torch.manual_seed(seed)  # parameter initialisation only; training draws are keyed
+    return build_model(
+        cfg.model.name,
+        graph.num_features,
+        num_classes_of(graph),
+        seed=seed,
+        **model_kwargs(cfg.model),
+    )
+
+
+def optimizer_from_config(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    """The optimizer named by ``optim.optimizer`` over ``model``'s parameters."""
+    classes = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+    if cfg.optimizer not in classes:
+        raise ConfigError(
+            f"'optim.optimizer' must be one of {', '.join(classes)} (got {cfg.optimizer!r})"
+        )
+    return classes[cfg.optimizer](model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def engine_from_config(
+    cfg: Config, graph: Graph, ctx: Any = None, *, engine: str | None = None, **changes: Any
+) -> Engine:
+    """The engine of ``cfg`` with its model and optimizer built from ``cfg``.
+
+    Args:
+        cfg: A validated run config.
+        graph: The dataset.
+        ctx: This process's distributed context (distributed engines; ``None``: from the
+            environment).
+        engine: Build this engine instead of ``train.engine``, in the same mode (e.g. the
+            ``reference`` twin of a distributed run, for comparisons).
+        **changes: Fields of the typed engine config to override (e.g. ``num_chunks=4``).
+    """
+    if engine is not None:
+        train = dataclasses.replace(cfg.train, engine=engine, mode=cfg.mode)
+        cfg = dataclasses.replace(cfg, train=train).validate()
+    model = model_from_config(cfg, graph)
+    engine_cfg = cfg.engine_config()
+    if changes:
+        engine_cfg = engine_cfg.replace(**changes)
+    return build_engine(
+        model, graph, engine_cfg, ctx, optimizer=optimizer_from_config(model, cfg.optim)
+    )
