@@ -90,7 +90,12 @@ def run_train(args: argparse.Namespace) -> int:
             / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model.name}-{cfg.train.engine}"
         )
     cfg.run_dir = str(run_dir)
-    if engine_spec(cfg.train.engine).distributed:
+    spec = engine_spec(cfg.train.engine)
+    if not spec.available:  # before generating data or starting workers
+        from fleetgnn.engines import engine_class
+
+        engine_class(spec.name)  # raises the one-line "not available in this build" error
+    if spec.distributed:
         return _run_distributed(cfg, run_dir, resume, args.progress)
     graph, _ = resolve_dataset(cfg.data, show_progress=args.progress)
     with engine_from_config(cfg, graph) as engine:

@@ -89,6 +89,17 @@ def prepare_model(
     return check_model(model).to(device=device, dtype=dtype)
 
 
+def broadcast_parameters(model: torch.nn.Module, comm: Any) -> None:
+    """Copy rank 0's parameters and buffers into every rank's ``model`` (in place; collective).
+
+    One metered broadcast per tensor through ``comm``, so a model initialised differently on
+    each rank (another seed, a user's script) still trains as one model.
+    """
+    with torch.no_grad():
+        for t in model.state_dict().values():
+            comm.broadcast(t, src=0)
+
+
 def default_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer an engine uses when none is given: Adam, lr 0.01."""
     return torch.optim.Adam(model.parameters(), lr=0.01)

@@ -46,6 +46,7 @@ from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
     DTYPES,
     LossFn,
+    broadcast_parameters,
     check_optimizer,
     cross_entropy,
     default_optimizer,
@@ -243,10 +244,8 @@ class FullGraphEngine(EngineBase):
         self.module = prepare_model(model, self.device, self.dtype)
         self.num_layers = int(self.module.num_layers)
         self.model = self.module
-        with torch.no_grad():  # every rank starts from rank 0's parameters
-            for t in self.module.state_dict().values():
-                if self.world_size > 1 and t.is_floating_point():
-                    self.comm.broadcast(t, src=0)
+        if self.world_size > 1:
+            broadcast_parameters(self.module, self.comm)  # every rank starts from rank 0's model
         self.optimizer = (
             default_optimizer(self.module)
             if optimizer is None

@@ -39,6 +39,7 @@ from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
     DTYPES,
     LossFn,
+    broadcast_parameters,
     check_fanouts,
     check_optimizer,
     cross_entropy,
@@ -141,7 +142,8 @@ class MinibatchEngine(EngineBase):
         module = prepare_model(model, self.device, self.dtype)
         self.num_layers = int(module.num_layers)
         if ctx.world_size > 1:
-            ddp = DistributedDataParallel(module, process_group=ctx.group)
+            broadcast_parameters(module, self.comm)  # every rank starts from rank 0's model
+            ddp = DistributedDataParallel(module, process_group=ctx.group, init_sync=False)
             # DDP's gradient all-reduces go through the metered communicator
             ddp.register_comm_hook(None, self.comm.ddp_hook())
             self.model: torch.nn.Module = ddp

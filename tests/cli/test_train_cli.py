@@ -62,6 +62,22 @@ def test_resume_extends_a_finished_run(tmp_path):
     assert _summary(run)["epochs"] == 2
     ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
     assert all(torch.isfinite(v).all() for v in ckpt["engine"]["model"].values())
+    # flags apply on resume: --epochs extends the run to that many epochs
+    assert main(["train", "--resume", str(run), "--epochs", "4", "--no-progress"]) == 0
+    assert _summary(run)["epochs"] == 4
+    lines = (run / "metrics.jsonl").read_text().strip().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [0, 1, 2, 3]
+
+
+def test_resume_refuses_flags_that_change_the_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    common = ["--no-progress", "--set", "data.preset=tiny", "--set", f"data.cache_dir={tmp_path}"]
+    assert main(["train", "--run-dir", str(run), "--epochs", "1", *common]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--model", "gcn", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "model.name" in err and "cannot resume" in err and "Traceback" not in err
+    assert _summary(run)["epochs"] == 1
 
 
 @pytest.mark.parametrize(
@@ -115,9 +131,7 @@ def test_fullgraph_engine_knobs_from_config(tmp_path):
     argv = [
         "train",
         "--engine",
-        "fullgraph",
-        "--mode",
-        "full",
+        "fullgraph",  # implies full-graph mode: no --mode full needed
         "--nproc",
         "2",
         "--epochs",
