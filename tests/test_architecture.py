@@ -75,14 +75,24 @@ def test_ruff_lints_every_package_file():
     pytest.importorskip("ruff")
     root = PKG.parent
     out = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--show-files", "fleetgnn", "tests", "benchmarks"],
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--show-files",
+            "fleetgnn",
+            "tests",
+            "benchmarks",
+            "examples",
+        ],
         cwd=root,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     linted = {Path(line.strip()).resolve() for line in out.splitlines() if line.strip()}
-    for top in ("fleetgnn", "tests", "benchmarks"):
+    for top in ("fleetgnn", "tests", "benchmarks", "examples"):
         files = {p.resolve() for p in (root / top).rglob("*.py") if "results" not in p.parts}
         missing = sorted(str(p.relative_to(root)) for p in files - linted)
         assert not missing, f"ruff does not lint: {missing[:10]}"
