@@ -136,6 +136,7 @@ class MinibatchEngine(EngineBase):
             order=sc.order,
             one_sided=sc.gather == "one_sided",
             meter=self.store_meter,
+            topology=sc.topology,
         )
         self.y, self.masks = labels_and_masks(graph)
         self.num_classes = num_classes_of(graph)
@@ -213,6 +214,7 @@ class MinibatchEngine(EngineBase):
     ) -> list[StepStats]:
         """Run steps ``start_step..`` of ``epoch`` with the next batch prefetched."""
         self.model.train()
+        self.store.reset_stats()  # hit rates and reads per source of this epoch's training
         out: list[StepStats] = []
         n = self.steps_per_epoch()
         pending: Future[_Batch] | None = None
@@ -345,6 +347,17 @@ class MinibatchEngine(EngineBase):
     def epoch_extra(self) -> dict[str, Any]:
         """Prefetch overlap and store hit rates of the last epoch (for metrics.jsonl)."""
         return dict(self._extra)
+
+    def rank_extra(self) -> dict[str, Any]:
+        """This rank's reads per source shard (XGNN's placement plan at work) and hit rates.
+
+        The Trainer gathers every rank's into ``extra["per_rank"]`` of metrics.jsonl.
+        """
+        reads = self.store.reads_by_source()
+        return {
+            "store_reads": {str(k): dict(v) for k, v in reads.items()},
+            "hit_rates": self.store.hit_rates(),
+        }
 
     def peak_memory(self) -> dict[str, int]:
         """Bytes this rank holds per store tier."""

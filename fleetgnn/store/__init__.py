@@ -6,6 +6,7 @@ Placement (hotness ranking, tier plans, XGNN's placement solver) lives in
 """
 
 from fleetgnn.store.placement import (
+    TOPOLOGIES,
     HotnessRanking,
     PlacementPlan,
     StorePlan,
@@ -16,7 +17,9 @@ from fleetgnn.store.placement import (
     parse_bytes,
     plan_store,
     plan_tiers,
+    resolve_placement,
     solve_placement,
+    topology_matrix,
     topology_row_bytes,
 )
 from fleetgnn.store.store import UnifiedStore
@@ -25,6 +28,7 @@ __all__ = [
     "HotnessRanking",
     "PlacementPlan",
     "StorePlan",
+    "TOPOLOGIES",
     "TierBudgets",
     "TierPlan",
     "UnifiedStore",
@@ -33,6 +37,8 @@ __all__ = [
     "parse_bytes",
     "plan_store",
     "plan_tiers",
+    "resolve_placement",
     "solve_placement",
+    "topology_matrix",
     "topology_row_bytes",
 ]

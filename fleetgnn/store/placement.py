@@ -23,15 +23,25 @@ multi-device machine:
    of devices linked), the ``N`` logical device partitions are mapped onto physical devices, some
    replicated, so that every device reads every partition from itself or a direct neighbour
    (XGNN Sec. 4.2, PruningSearch with rules R1-R3).
+4. **Topology** (:func:`topology_matrix`, :func:`resolve_placement`): the ``store.topology``
+   setting (``"uniform"``, ``"dgx1-v100"``, an explicit ``N x N`` bandwidth matrix or a JSON/YAML
+   file holding one) becomes a bandwidth matrix and, through the solver, a :class:`PlacementPlan`
+   that :func:`plan_store` applies to the device tier: device ``d``'s shard holds every
+   partition in ``plan.stores[d]`` (one copy per storing device) and device ``d`` reads partition
+   ``p`` from ``plan.sources[d][p]``. The uniform (fully connected) topology gives one partition
+   per device, exactly the modulo split of step 2.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -44,6 +54,7 @@ __all__ = [
     "HotnessRanking",
     "PlacementPlan",
     "StorePlan",
+    "TOPOLOGIES",
     "TierBudgets",
     "TierPlan",
     "feature_row_bytes",
@@ -51,7 +62,9 @@ __all__ = [
     "parse_bytes",
     "plan_store",
     "plan_tiers",
+    "resolve_placement",
     "solve_placement",
+    "topology_matrix",
     "topology_row_bytes",
 ]
 
@@ -276,20 +289,36 @@ def topology_row_bytes(graph: Graph) -> np.ndarray:
 class TierPlan:
     """Where each row of one kind (features or topology) lives.
 
-    Hot ranks ``[0, num_device)`` are on devices (owner ``k mod N``, local row ``k div N``),
-    ``[num_device, num_device + num_host)`` on the host (local row ``k - num_device``), the rest on
-    disk (addressed by node ID).
+    Hot ranks ``[0, num_device)`` are on devices, ``[num_device, num_device + num_host)`` on the
+    host (local row ``k - num_device``), the rest on disk (addressed by node ID). On the device
+    tier hot rank ``k`` belongs to logical partition ``p = k mod N`` as row ``k div N`` of it.
+    Without a :class:`PlacementPlan` device ``p`` stores partition ``p`` (local row ``k div N``).
+    With one, device ``d``'s shard is the concatenation of the partitions ``placement.stores[d]``
+    (ascending), and a reader ``r`` reads partition ``p`` from ``placement.sources[r][p]``. E.g.
+    4 ranks on a ring (links 0-1 and 2-3 at 50, 1-2 and 3-0 at 25; 0-2 and 1-3 unlinked) store
+    ``{0, 2}, {1, 3}, {0, 2}, {1, 3}``:
+
+    ====  =====================  ==============================================
+    rank  shard (local rows)     reads partitions 0, 1, 2, 3 from
+    ====  =====================  ==============================================
+    0     part 0, then part 2    0, 1, 0, 1
+    1     part 1, then part 3    0, 1, 0, 1
+    2     part 0, then part 2    2, 1, 2, 3
+    3     part 1, then part 3    0, 3, 2, 3
+    ====  =====================  ==============================================
 
     Attributes:
         kind: ``"features"`` or ``"topology"``.
         order: int64 ``[V]`` node of each hot rank.
         rank_of: int64 ``[V]`` hot rank of each node.
         world_size: Number of device ranks ``N``.
-        num_device: Rows on the device tier (all ranks together).
+        num_device: Rows on the device tier (distinct rows, all ranks together; replicas of a
+            partition are not counted twice).
         num_host: Rows on the host tier.
-        device_bytes: int64 ``[N]`` bytes each rank's shard holds.
+        device_bytes: int64 ``[N]`` bytes each rank's shard holds (replicas included).
         host_bytes: Bytes of the host tier (one copy per host).
         disk_bytes: Bytes left on disk.
+        placement: The partition placement, or ``None`` for one partition per device.
     """
 
     kind: str
@@ -301,6 +330,7 @@ class TierPlan:
     device_bytes: np.ndarray
     host_bytes: int
     disk_bytes: int
+    placement: PlacementPlan | None = None
 
     @property
     def num_rows(self) -> int:
@@ -312,36 +342,92 @@ class TierPlan:
         """Rows left on disk."""
         return self.num_rows - self.num_device - self.num_host
 
+    def stores(self, rank: int) -> tuple[int, ...]:
+        """Logical partitions ``rank``'s device shard holds, in shard order."""
+        return (rank,) if self.placement is None else self.placement.stores[rank]
+
+    def partition_sizes(self) -> np.ndarray:
+        """Rows of each logical partition on the device tier, int64 ``[N]`` (differ by <= 1)."""
+        n = self.world_size
+        p = np.arange(n, dtype=np.int64)
+        return np.maximum(self.num_device - p + n - 1, 0) // n
+
+    def partition_rows(self, part: int) -> np.ndarray:
+        """Node IDs of logical partition ``part`` (hot ranks ``k mod N == part``), in row order."""
+        return self.order[part : self.num_device : self.world_size]
+
     def shard_rows(self, rank: int) -> np.ndarray:
         """Node IDs stored by ``rank``'s device shard, in local-row order."""
-        return self.order[rank : self.num_device : self.world_size]
+        if self.placement is None:
+            return self.order[rank : self.num_device : self.world_size]
+        return np.concatenate(
+            [self.partition_rows(p) for p in self.placement.stores[rank]]  # loop over partitions
+        )
 
     def host_rows(self) -> np.ndarray:
         """Node IDs of the host tier, in local-row order."""
         return self.order[self.num_device : self.num_device + self.num_host]
 
-    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _routes(self, reader: int | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(source [N], offset [N])``: where ``reader`` reads each partition, at which row."""
+        if self.placement is None:
+            return None
+        if reader is None or not 0 <= int(reader) < self.world_size:
+            raise ConfigError(
+                f"'reader' must be the reading rank in [0, {self.world_size}) when the plan has "
+                f"a placement (got {reader!r}); pass reader=store.rank"
+            )
+        sizes = self.partition_sizes()
+        source = np.asarray(self.placement.sources[int(reader)], dtype=np.int64)
+        offset = np.empty(self.world_size, dtype=np.int64)
+        for p in range(self.world_size):  # loop over partitions: p's first row in its source
+            held = self.placement.stores[int(source[p])]
+            offset[p] = int(sizes[list(held[: held.index(p)])].sum())
+        return source, offset
+
+    def locate(
+        self, ids: np.ndarray, reader: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(tier, owner, local)`` of each node: tier 0/1/2 = device/host/disk.
 
-        ``owner`` is the device rank (``-1`` off-device); ``local`` is the row within the owner's
-        shard, the host tier, or the node ID on disk.
+        ``owner`` is the device rank ``reader`` reads the row from (``-1`` off-device): the
+        partition's home ``k mod N`` without a placement, ``placement.sources[reader][k mod N]``
+        with one; ``local`` is the row within that rank's shard, the host tier, or the node ID on
+        disk.
+
+        Args:
+            ids: int64 ``[n]`` node IDs.
+            reader: The reading rank (required with a placement; ignored without).
+
+        Returns:
+            ``(tier int8 [n], owner int64 [n], local int64 [n])``.
+
+        Raises:
+            ConfigError: If the plan has a placement and ``reader`` is not a rank.
         """
         k = self.rank_of[ids]
         tier = np.where(
             k < self.num_device, DEVICE, np.where(k < self.num_device + self.num_host, HOST, DISK)
         ).astype(np.int8)
-        owner = np.where(tier == DEVICE, k % self.world_size, -1)
-        local = np.where(
-            tier == DEVICE, k // self.world_size, np.where(tier == HOST, k - self.num_device, ids)
-        )
+        dev = tier == DEVICE
+        row, part = np.divmod(k, self.world_size)  # partition k mod N, its row k div N
+        routes = self._routes(reader)
+        if routes is None:
+            owner, dev_local = part, row
+        else:
+            source, offset = routes
+            owner, dev_local = source[part], offset[part] + row
+        owner = np.where(dev, owner, -1).astype(np.int64, copy=False)
+        local = np.where(dev, dev_local, np.where(tier == HOST, k - self.num_device, ids))
         return tier, owner, local.astype(np.int64, copy=False)
 
     def __repr__(self) -> str:
         dev = ", ".join(_fmt_bytes(b) for b in self.device_bytes.tolist())
+        parts = "" if self.placement is None else f", max_parts={self.placement.max_parts}"
         return (
             f"TierPlan({self.kind}: rows device={self.num_device} host={self.num_host} "
             f"disk={self.num_disk}; bytes per rank [{dev}], host={_fmt_bytes(self.host_bytes)}, "
-            f"disk={_fmt_bytes(self.disk_bytes)})"
+            f"disk={_fmt_bytes(self.disk_bytes)}{parts})"
         )
 
 
@@ -380,17 +466,46 @@ def _check_world(world_size: object, ranks_per_host: object | None) -> tuple[int
     return int(world_size), int(rph)
 
 
+def _placed_prefix(
+    row_bytes: np.ndarray, budget: np.ndarray, world_size: int, stores: Sequence[Sequence[int]]
+) -> int:
+    """Longest hot prefix ``H`` whose partitions fit every device storing them.
+
+    Device ``d`` pays for the rows ``k < H`` of every partition in ``stores[d]``
+    (``k mod N in stores[d]``); the prefix is the smallest, over devices, of the first hot rank
+    whose row no longer fits ``budget[d]``. With ``stores[d] == (d,)`` this is
+    :func:`_modulo_prefix`.
+    """
+    n = row_bytes.size
+    part = np.arange(n, dtype=np.int64) % world_size
+    limit = n
+    for d, held in enumerate(stores):  # loop over devices; rows are vectorised
+        paid = np.where(np.isin(part, np.asarray(held, dtype=np.int64)), row_bytes, 0)
+        limit = min(limit, int(np.searchsorted(np.cumsum(paid), budget[d], side="right")))
+    return limit
+
+
 def _device_pass(
-    hot_bytes: np.ndarray, budget: np.ndarray, world_size: int, fixed: int
+    hot_bytes: np.ndarray,
+    budget: np.ndarray,
+    world_size: int,
+    fixed: int,
+    placement: PlacementPlan | None = None,
 ) -> tuple[int, np.ndarray]:
     """Device rows and bytes per rank; ``fixed`` bytes per rank are paid when the tier is used."""
     if fixed and (budget < fixed).any():
         return 0, np.zeros(world_size, np.int64)
-    n_dev = _modulo_prefix(hot_bytes, budget - fixed, world_size)
+    if placement is None:
+        n_dev = _modulo_prefix(hot_bytes, budget - fixed, world_size)
+        stores: Sequence[Sequence[int]] = [(r,) for r in range(world_size)]
+    else:
+        stores = placement.stores
+        n_dev = _placed_prefix(hot_bytes, budget - fixed, world_size, stores)
     if n_dev == 0:
         return 0, np.zeros(world_size, np.int64)
+    part_bytes = [int(hot_bytes[p:n_dev:world_size].sum()) for p in range(world_size)]
     per_rank = np.array(
-        [int(hot_bytes[r:n_dev:world_size].sum()) + fixed for r in range(world_size)],
+        [sum(part_bytes[p] for p in stores[r]) + fixed for r in range(world_size)],
         dtype=np.int64,
     )
     return n_dev, per_rank
@@ -413,9 +528,10 @@ def _tier_plan(
     device_budget: np.ndarray,
     host_cap: int,
     fixed: int,
+    placement: PlacementPlan | None = None,
 ) -> TierPlan:
     """Device pass, then host pass over ``hot_bytes`` (bytes by hot rank); the rest is disk."""
-    n_dev, per_rank = _device_pass(hot_bytes, device_budget, world_size, fixed)
+    n_dev, per_rank = _device_pass(hot_bytes, device_budget, world_size, fixed, placement)
     n_host, host_bytes = _host_pass(hot_bytes[n_dev:], host_cap, fixed)
     return TierPlan(
         kind=kind,
@@ -427,6 +543,7 @@ def _tier_plan(
         device_bytes=per_rank,
         host_bytes=host_bytes,
         disk_bytes=int(hot_bytes[n_dev + n_host :].sum()),
+        placement=placement,
     )
 
 
@@ -442,13 +559,16 @@ def plan_tiers(
     ranks_per_host: int | None = None,
     fixed_bytes: int = 0,
     kind: str = "features",
+    placement: PlacementPlan | None = None,
 ) -> TierPlan:
     """Plan one kind of rows over device (modulo split) / host / disk.
 
-    Device: the longest hot prefix whose rows, dealt to ranks by hot rank mod ``world_size``,
-    fit every rank's remaining device budget (``budgets.device - device_used[r]``). Host: the
-    longest following run that fits ``budgets.host * ranks_per_host - host_used``. The rest is
-    disk. Use :func:`plan_store` to plan topology and features together.
+    Device: the longest hot prefix whose rows, dealt to logical partitions by hot rank mod
+    ``world_size``, fit every rank's remaining device budget (``budgets.device -
+    device_used[r]``) for all the partitions that rank stores (partition ``r`` alone without a
+    ``placement``; every partition in ``placement.stores[r]`` with one). Host: the longest
+    following run that fits ``budgets.host * ranks_per_host - host_used``. The rest is disk. Use
+    :func:`plan_store` to plan topology and features together.
 
     Args:
         num_rows: Number of rows ``V``.
@@ -462,14 +582,18 @@ def plan_tiers(
         fixed_bytes: Bytes a tier pays once per shard when it holds any rows (the 8-byte
             ``indptr`` terminator of a CSC segment store).
         kind: Label of the plan.
+        placement: Which partitions each device stores (see :func:`plan_store`); ``None``: one
+            partition per device.
 
     Returns:
         The :class:`TierPlan`.
 
     Raises:
-        ConfigError: On a bad world size or inconsistent shapes.
+        ConfigError: On a bad world size, inconsistent shapes or a placement for another number
+            of devices.
     """
     world_size, rph = _check_world(world_size, ranks_per_host)
+    _check_placement(placement, world_size)
     if order is None:
         order = np.arange(num_rows, dtype=np.int64)
     order = np.asarray(order, dtype=np.int64)
@@ -483,7 +607,15 @@ def plan_tiers(
     dev_budget = np.maximum(budgets.device - used.astype(np.int64), 0)
     host_cap = max(budgets.host * rph - int(host_used), 0)
     return _tier_plan(
-        kind, hot_bytes, order, _inverse(order), world_size, dev_budget, host_cap, fixed_bytes
+        kind,
+        hot_bytes,
+        order,
+        _inverse(order),
+        world_size,
+        dev_budget,
+        host_cap,
+        fixed_bytes,
+        placement,
     )
 
 
@@ -497,6 +629,8 @@ class StorePlan:
         budgets: The per-rank budgets planned against.
         order: Which kind got each tier's budget first.
         ranks_per_host: Ranks sharing one host copy.
+        placement: The partition placement both kinds follow (``None``: one partition per
+            device).
     """
 
     topology: TierPlan
@@ -504,6 +638,7 @@ class StorePlan:
     budgets: TierBudgets
     order: str
     ranks_per_host: int
+    placement: PlacementPlan | None = None
 
     def device_bytes(self) -> np.ndarray:
         """Device bytes per rank (topology + features), int64 ``[N]``."""
@@ -519,7 +654,9 @@ class StorePlan:
     def __repr__(self) -> str:
         return (
             f"StorePlan(order={self.order!r}, {self.budgets!r},\n  {self.topology!r},\n  "
-            f"{self.features!r})"
+            f"{self.features!r}"
+            + ("" if self.placement is None else f",\n  {self.placement!r}")
+            + ")"
         )
 
 
@@ -531,6 +668,7 @@ def plan_store(
     hotness: HotnessRanking | None = None,
     order: TierOrder = "graph_first",
     ranks_per_host: int | None = None,
+    placement: PlacementPlan | None = None,
 ) -> StorePlan:
     """Plan topology and features of ``graph`` over the tiers, deterministically.
 
@@ -539,6 +677,15 @@ def plan_store(
     features get what is left; then the same order applies to the host tier.
     ``"features_first"`` swaps the two (better when memory is tight, XGNN Sec. 6.8).
 
+    With a ``placement`` (from :func:`solve_placement` / :func:`resolve_placement`), device
+    ``d`` stores every logical partition in ``placement.stores[d]``, so replicas cost budget: the
+    device row count ``H`` is the longest hot prefix with, for every device ``d``,
+    ``sum over p in stores[d] of bytes(rows k < H, k mod N == p) <= budget[d]``. For fixed-size
+    rows (features) and equal budgets ``B`` that is, with ``q = B // (max_parts * row_bytes)``,
+    ``N * q <= H < N * (q + 1)``: about ``max_parts * rows_per_partition * row_bytes <= B``, so
+    the device tier holds about ``1 / max_parts`` of the rows one partition per device would.
+    No rank's ``device_bytes`` ever exceeds its budget.
+
     Args:
         graph: The graph.
         budgets: Per-rank budgets.
@@ -546,16 +693,20 @@ def plan_store(
         hotness: The ranking (default: :func:`hotness_order` by degree).
         order: ``"graph_first"`` or ``"features_first"``.
         ranks_per_host: Ranks sharing one host copy (default ``world_size``).
+        placement: Which partitions each device stores and where it reads each from
+            (``None``: partition ``p`` on device ``p`` only, the modulo split).
 
     Returns:
         The :class:`StorePlan`.
 
     Raises:
-        ConfigError: On a bad ``order`` or world size.
+        ConfigError: On a bad ``order`` or world size, or a placement for another number of
+            devices.
     """
     if order not in ("graph_first", "features_first"):
         raise ConfigError(f"'order' must be 'graph_first' or 'features_first' (got {order!r})")
     world_size, rph = _check_world(world_size, ranks_per_host)
+    _check_placement(placement, world_size)
     rank = hotness_order(graph) if hotness is None else hotness
     n = graph.num_nodes
     kinds: list[tuple[str, int | np.ndarray, int]] = [
@@ -580,6 +731,7 @@ def plan_store(
             np.maximum(budgets.device - used, 0),
             max(budgets.host * rph - host_used, 0),
             fixed,
+            placement,
         )
         plans[kind] = plan
         used = used + plan.device_bytes
@@ -590,6 +742,7 @@ def plan_store(
         budgets=budgets,
         order=order,
         ranks_per_host=rph,
+        placement=placement,
     )
 
 
@@ -632,31 +785,70 @@ class PlacementPlan:
         )
 
 
-def _check_bandwidth(bandwidth: object) -> list[list[float]]:
+def _check_bandwidth(bandwidth: object, name: str = "bandwidth") -> list[list[float]]:
+    """Validate an ``N x N`` bandwidth matrix; errors name it ``name``."""
     try:
         b = np.asarray(bandwidth, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"'bandwidth' must be a square numeric matrix ({exc})") from None
+        raise ConfigError(
+            f"'{name}' must be a square numeric matrix (got {_short(bandwidth)}: {exc})"
+        ) from None
     if b.ndim != 2 or b.shape[0] != b.shape[1] or b.shape[0] == 0:
         raise ConfigError(
-            f"'bandwidth' must be a square N x N matrix with N >= 1 (got shape {b.shape})"
+            f"'{name}' must be a square N x N matrix with N >= 1 (got shape {b.shape})"
         )
     if not np.isfinite(b).all() or (b < 0).any():
-        raise ConfigError("'bandwidth' entries must be finite and >= 0 (0 = no link)")
+        raise ConfigError(f"'{name}' entries must be finite and >= 0 (0 = no link)")
     if (np.diag(b) <= 0).any():
         i = int(np.flatnonzero(np.diag(b) <= 0)[0])
         raise ConfigError(
-            f"'bandwidth[{i}][{i}]' must be the device's local bandwidth > 0 (got {b[i, i]})"
+            f"'{name}[{i}][{i}]' must be the device's local bandwidth > 0 (got {b[i, i]})"
         )
     if ((b > 0) != (b.T > 0)).any():
         i, j = (int(v) for v in np.argwhere((b > 0) != (b.T > 0))[0])
         raise ConfigError(
-            f"links must be symmetric: bandwidth[{i}][{j}]={b[i, j]} but "
-            f"bandwidth[{j}][{i}]={b[j, i]}; use 0 on both sides for no link"
+            f"'{name}': links must be symmetric: {name}[{i}][{j}]={b[i, j]} but "
+            f"{name}[{j}][{i}]={b[j, i]}; use 0 on both sides for no link"
         )
     if b.shape[0] > 16:
-        raise ConfigError(f"solve_placement supports up to 16 devices (got {b.shape[0]})")
+        raise ConfigError(f"'{name}': solve_placement supports up to 16 devices (got {b.shape[0]})")
     return b.tolist()
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_placement(placement: object, world_size: int) -> None:
+    """A :class:`PlacementPlan` for ``world_size`` devices whose sources store what they serve."""
+    if placement is None:
+        return
+    if not isinstance(placement, PlacementPlan):
+        raise ConfigError(
+            f"'placement' must be a PlacementPlan or None (got {type(placement).__name__}); "
+            "build one with solve_placement(bandwidth) or resolve_placement(topology, world_size)"
+        )
+    n = placement.num_devices
+    if n != world_size or any(len(src) != n for src in placement.sources):
+        raise ConfigError(
+            f"the placement plan is for {n} devices but the world has {world_size} ranks; solve "
+            f"it for a {world_size} x {world_size} bandwidth matrix"
+        )
+    for i in range(n):  # loops over devices and partitions, never rows
+        if sorted(set(placement.stores[i])) != list(placement.stores[i]) or any(
+            not 0 <= p < n for p in placement.stores[i]
+        ):
+            raise ConfigError(
+                f"placement.stores[{i}] must be sorted distinct partitions in [0, {n}) "
+                f"(got {placement.stores[i]})"
+            )
+        for p, j in enumerate(placement.sources[i]):
+            if not 0 <= j < n or p not in placement.stores[j]:
+                raise ConfigError(
+                    f"placement.sources[{i}][{p}] = {j} does not store partition {p}; every "
+                    "source must be a device whose stores hold the partition"
+                )
 
 
 class _Search:
@@ -827,3 +1019,192 @@ def solve_placement(bandwidth: Sequence[Sequence[float]] | np.ndarray) -> Placem
         raise RuntimeError("placement search found no plan")
     stores, sources = best.best
     return PlacementPlan(stores=stores, sources=sources, min_bandwidth=1.0 / best.best_time)
+
+
+# ---------------------------------------------------------------------------------- topology
+#: Named device topologies accepted by :func:`topology_matrix` (``store.topology``).
+TOPOLOGIES: tuple[str, ...] = ("uniform", "dgx1-v100")
+
+# 8x V100 DGX-1 hybrid cube-mesh NVLink (XGNN Sec. 6, its golden placement test): GB/s per link
+_DGX1_V100_LINKS = (
+    "0-1:25 0-2:25 0-3:50 0-6:50 1-2:50 1-3:25 1-7:50 2-3:50 2-4:25 3-5:25 4-5:50 4-6:25 "
+    "4-7:50 5-6:50 5-7:25 6-7:25"
+)
+_LOCAL_BANDWIDTH = 700.0  # GB/s, a device reading its own memory (V100 HBM2, rounded)
+_UNIFORM_LINK = 50.0  # GB/s, every pair linked (NVSwitch-like)
+_TOPOLOGY_FILES = (".json", ".yaml", ".yml")
+
+TopologySpec = str | os.PathLike | Sequence[Sequence[float]] | np.ndarray | None
+
+
+def _dgx1_v100() -> np.ndarray:
+    b = np.zeros((8, 8))
+    np.fill_diagonal(b, _LOCAL_BANDWIDTH)
+    for link in _DGX1_V100_LINKS.split():
+        ij, w = link.split(":")
+        i, j = (int(v) for v in ij.split("-"))
+        b[i, j] = b[j, i] = float(w)
+    return b
+
+
+def _choices(key: str) -> str:
+    named = ", ".join(repr(t) for t in TOPOLOGIES)
+    return (
+        f"valid values for '{key}': {named}, an N x N bandwidth matrix (list of lists, N = world "
+        f"size, diagonal = local bandwidth, 0 = no link) or a path to a "
+        f"{'/'.join(_TOPOLOGY_FILES)} file holding one"
+    )
+
+
+def _load_matrix_file(path: Path, key: str) -> object:
+    """The matrix in a JSON/YAML file: a list of lists, or a mapping with key ``bandwidth``."""
+    if path.suffix.lower() not in _TOPOLOGY_FILES:
+        raise ConfigError(
+            f"'{key}' file {str(path)!r} must end in {', '.join(_TOPOLOGY_FILES)}; " + _choices(key)
+        )
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(
+            f"'{key}' file {str(path)!r} cannot be read ({exc.strerror}); " + _choices(key)
+        ) from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"'{key}' file {str(path)!r} is not valid JSON ({exc})") from None
+    else:
+        import yaml  # the config layer's dependency, loaded only for YAML topologies
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"'{key}' file {str(path)!r} is not valid YAML ({exc})") from None
+    if isinstance(data, dict):
+        if set(data) != {"bandwidth"}:
+            raise ConfigError(
+                f"'{key}' file {str(path)!r} must hold a bandwidth matrix (a list of lists) or a "
+                f"mapping with the single key 'bandwidth' (got keys {sorted(map(str, data))})"
+            )
+        data = data["bandwidth"]
+    if not isinstance(data, list):
+        raise ConfigError(
+            f"'{key}' file {str(path)!r} must hold a bandwidth matrix, a list of lists "
+            f"(got {type(data).__name__})"
+        )
+    return data
+
+
+def topology_matrix(
+    spec: TopologySpec, world_size: int, *, key: str = "store.topology"
+) -> np.ndarray:
+    """The ``N x N`` device bandwidth matrix of a named or explicit topology (``store.topology``).
+
+    ==================  =====================================================================
+    ``spec``            matrix
+    ==================  =====================================================================
+    ``None``,           fully connected: local bandwidth 700 on the diagonal, 50 on every
+    ``"uniform"``       link; the placement is one partition per device (the modulo split)
+    ``"dgx1-v100"``     the 8x V100 DGX-1 hybrid cube-mesh (NVLink 25/50 GB/s, local 700); the
+                        first ``world_size`` GPUs of it when ``world_size < 8`` (GPUs 0-3 form
+                        a fully linked quad, so 2-4 ranks need no replicas; 5-7 ranks do)
+    list of lists,      an explicit matrix: ``bandwidth[i][i] > 0`` the local bandwidth,
+    ``np.ndarray``      ``0`` no link, links symmetric (values may differ per direction)
+    ``"[[...]]"``       the same matrix written inline (JSON/YAML flow syntax, e.g. from
+                        ``--set store.topology=[[700,50],[50,700]]``)
+    a path              a ``.json`` / ``.yaml`` / ``.yml`` file holding the matrix, or a
+                        mapping ``{bandwidth: [[...], ...]}``
+    ==================  =====================================================================
+
+    Only which pairs are linked and the ratios between bandwidths matter to the solver; the
+    named matrices are in GB/s.
+
+    Args:
+        spec: The topology, as above (names are case-insensitive).
+        world_size: Number of device ranks ``N`` (the matrix must be ``N x N``).
+        key: The configuration key named in error messages.
+
+    Returns:
+        float64 ``[N, N]``, validated (square, finite, >= 0, positive diagonal, symmetric links).
+
+    Raises:
+        ConfigError: Naming ``key``, the bad value and the valid choices: an unknown name, an
+            unreadable or malformed file, a matrix that is not ``N x N`` for ``N = world_size``,
+            negative entries, no local bandwidth, asymmetric links, or ``"dgx1-v100"`` with more
+            than 8 ranks.
+    """
+    world_size, _ = _check_world(world_size, None)
+    matrix: object
+    if spec is None:
+        spec = "uniform"
+    if isinstance(spec, os.PathLike):
+        matrix = _load_matrix_file(Path(spec), key)
+    elif isinstance(spec, str):
+        name = spec.strip().lower()
+        if name == "uniform":
+            b = np.full((world_size, world_size), _UNIFORM_LINK)
+            np.fill_diagonal(b, _LOCAL_BANDWIDTH)
+            return b
+        if name == "dgx1-v100":
+            if world_size > 8:
+                raise ConfigError(
+                    f"'{key}' = 'dgx1-v100' has 8 GPUs but the world has {world_size} ranks; "
+                    "use at most 8 ranks, or give an explicit bandwidth matrix"
+                )
+            return _dgx1_v100()[:world_size, :world_size].copy()
+        if name.startswith("["):
+            import yaml  # YAML flow syntax is a superset of JSON arrays
+
+            try:
+                matrix = yaml.safe_load(spec)
+            except yaml.YAMLError as exc:
+                raise ConfigError(
+                    f"'{key}' = {_short(spec)} is not a valid inline matrix ({exc}); "
+                    + _choices(key)
+                ) from None
+        elif name.endswith(_TOPOLOGY_FILES) or os.sep in spec:
+            matrix = _load_matrix_file(Path(spec), key)
+        else:
+            raise ConfigError(f"'{key}' = {spec!r} is not a known topology; " + _choices(key))
+    elif isinstance(spec, (list, tuple, np.ndarray)):
+        matrix = spec
+    else:
+        raise ConfigError(
+            f"'{key}' must be a topology name, a matrix or a file path (got "
+            f"{type(spec).__name__} {_short(spec)}); " + _choices(key)
+        )
+    b = np.asarray(_check_bandwidth(matrix, key), dtype=np.float64)
+    if b.shape[0] != world_size:
+        raise ConfigError(
+            f"'{key}' is a {b.shape[0]} x {b.shape[0]} bandwidth matrix but the world has "
+            f"{world_size} ranks; give one row and one column per rank"
+        )
+    return b
+
+
+def resolve_placement(
+    topology: TopologySpec | PlacementPlan, world_size: int, *, key: str = "store.topology"
+) -> PlacementPlan:
+    """The :class:`PlacementPlan` of a topology: :func:`solve_placement` of its matrix.
+
+    Deterministic and local (no communication): every rank computing it from the same
+    ``topology`` gets the same plan, so the ranks of a store agree without exchanging it.
+
+    Args:
+        topology: Anything :func:`topology_matrix` accepts, or a ready :class:`PlacementPlan`
+            (checked against ``world_size``).
+        world_size: Number of device ranks ``N``.
+        key: The configuration key named in error messages.
+
+    Returns:
+        The plan; ``None`` / ``"uniform"`` give one partition per device
+        (``stores[i] == (i,)``, ``sources[i][p] == p``).
+
+    Raises:
+        ConfigError: As :func:`topology_matrix`, or a plan for another number of devices.
+    """
+    if isinstance(topology, PlacementPlan):
+        world_size, _ = _check_world(world_size, None)
+        _check_placement(topology, world_size)
+        return topology
+    return solve_placement(topology_matrix(topology, world_size, key=key))

@@ -8,6 +8,8 @@ tier        holds                                        read as                
 ==========  ===========================================  ==========================  ===========
 device      rank ``r``: hot ranks ``k < H_dev``,         :class:`ShardedTensor`      ``local`` /
             ``k mod N == r``, local row ``k div N``      (one-sided or two-sided)    ``peer``
+            (with a topology: every partition
+            ``p = k mod N`` in ``stores[r]``)
 host        hot ranks ``[H_dev, H_dev + H_host)``        :class:`SharedTensor`       ``h2d``
                                                          (one copy per host)
 disk        the rest                                     the dataset's arrays        ``disk``
@@ -26,6 +28,17 @@ row is ``F * itemsize`` bytes, an ``indptr`` entry 8 bytes, an index ``indices.i
 a weight ``edge_weight.itemsize`` bytes; one message per tier (per owner on the device tier) per
 read. This meter is separate from the communicator's, which records the wire traffic of the
 underlying gathers.
+
+Device topology (``topology=`` of :meth:`UnifiedStore.build`, the ``store.topology`` setting):
+the hot rows form ``N`` logical partitions (``p = k mod N``). Without a topology, or with the
+fully connected ``"uniform"`` one, device ``p`` holds partition ``p``. With an asymmetric one
+(e.g. ``"dgx1-v100"``) every rank solves XGNN's placement
+(:func:`~fleetgnn.store.placement.resolve_placement`, deterministic, no communication): rank
+``r``'s shard holds every partition in ``plan.stores[r]`` (replicas are copies), and rank ``r``
+reads partition ``p`` from ``plan.sources[r][p]`` (its own shard or a directly linked peer's; in
+two-sided mode the request goes to that rank). Replicas cost device budget, so fewer hot rows fit
+(see :func:`~fleetgnn.store.placement.plan_store`). :meth:`UnifiedStore.reads_by_source` counts
+the rows and bytes read from each rank's shard, which makes the plan visible.
 
 Two-sided mode (``one_sided=False``, ranks on several hosts) makes every device-tier read a
 collective: all ranks must call the same store methods the same number of times.
@@ -50,16 +63,20 @@ from fleetgnn.store.placement import (
     DISK,
     HOST,
     HotnessRanking,
+    PlacementPlan,
     StorePlan,
     TierBudgets,
     TierOrder,
+    TopologySpec,
     hotness_order,
     plan_store,
+    resolve_placement,
 )
 
 __all__ = ["UnifiedStore"]
 
 SOURCES: tuple[str, ...] = ("local", "peer", "host", "disk")
+KINDS: tuple[str, ...] = ("features", "topology")
 
 
 class _Gatherable(Protocol):
@@ -151,7 +168,9 @@ class UnifiedStore:
         self._topo_host = topo_host
         self._memory = memory
         self._handles = handles
-        self._hits = {k: dict.fromkeys(SOURCES, 0) for k in ("features", "topology")}
+        self._hits = {k: dict.fromkeys(SOURCES, 0) for k in KINDS}
+        # device-tier reads per source rank: row 0 rows (node IDs), row 1 bytes
+        self._reads = {k: np.zeros((2, world_size), np.int64) for k in KINDS}
         self._closed = False
         self._topo_disk = _Segments(graph.indptr, graph.indices, graph.edge_weight)
 
@@ -169,6 +188,7 @@ class UnifiedStore:
         meter: TrafficMeter | None = None,
         host_comm: Communicator | None = None,
         name: str = "store",
+        topology: TopologySpec | PlacementPlan = None,
     ) -> UnifiedStore:
         """Plan and place ``graph``'s features and topology. Collective when ``comm`` is given.
 
@@ -176,9 +196,16 @@ class UnifiedStore:
         device shard (features ``[m_r, F]`` and a local CSC of its ``m_r`` segments) and shares it
         with :meth:`ShardedTensor.create`; the owner of each host tier (rank 0 of ``host_comm``)
         builds it and shares it with :meth:`SharedTensor.create`. Communication: a few
-        ``all_gather_object`` rounds per shared tensor (up to 3 device + 4 host tensors).
+        ``all_gather_object`` rounds per shared tensor (up to 3 device + 4 host tensors); the
+        placement is solved identically on every rank, without communication.
         Memory per rank: its device budget (in shared memory on CPU) plus its share of the host
         tier; disk rows are never copied.
+
+        With a ``topology``, rank ``r``'s device shard holds every logical partition in
+        ``plan.stores[r]`` (so a partition stored by several ranks is a copy on each) and rank
+        ``r`` reads partition ``p`` from ``plan.sources[r][p]``; the device row count shrinks so
+        that every rank's partitions fit its budget (:func:`~fleetgnn.store.placement.plan_store`).
+        Reads stay bit-exact for every topology.
 
         Args:
             graph: The graph (``x`` optional; arrays may be memory maps).
@@ -195,12 +222,17 @@ class UnifiedStore:
                 ``comm.same_host``; without one each rank keeps a private host tier).
             name: Prefix of the shared-memory segment names (``[A-Za-z0-9_.]``, same on every
                 rank; make it unique per concurrently built store).
+            topology: The device topology (``store.topology``): ``None`` (one partition per
+                device, the modulo split), ``"uniform"`` (the same plan, through the solver),
+                ``"dgx1-v100"``, an ``N x N`` bandwidth matrix or a JSON/YAML file holding one
+                (see :func:`~fleetgnn.store.placement.topology_matrix`), or a ready
+                :class:`PlacementPlan`. Pass the same on every rank.
 
         Returns:
             The store.
 
         Raises:
-            ConfigError: On bad budgets, placement or order.
+            ConfigError: On bad budgets, placement, order or topology (naming ``store.topology``).
             GraphError: If ``graph`` is not a Graph.
         """
         if not isinstance(graph, Graph):
@@ -232,7 +264,10 @@ class UnifiedStore:
         if host_comm is None and comm is not None and comm.same_host:
             host_comm = comm
         rph = 1 if host_comm is None else host_comm.world_size
-        plan = plan_store(graph, budgets, world, hotness=hot, order=order, ranks_per_host=rph)
+        placed = None if topology is None else resolve_placement(topology, world)
+        plan = plan_store(
+            graph, budgets, world, hotness=hot, order=order, ranks_per_host=rph, placement=placed
+        )
         handles: list[Any] = []
 
         def sharded(local: Tensor, suffix: str) -> _Gatherable:
@@ -324,9 +359,13 @@ class UnifiedStore:
             )
         return a
 
-    def _account(self, tier: np.ndarray, owner: np.ndarray, nbytes: int) -> None:
-        """Record ``nbytes`` bytes served per entry, per link kind (one message per owner)."""
+    def _account(self, tier: np.ndarray, owner: np.ndarray, nbytes: int, kind: str) -> None:
+        """Record ``nbytes`` bytes served per entry, per link kind (one message per owner).
+
+        Device-tier bytes are also added to ``kind``'s reads per source rank.
+        """
         dev = tier == DEVICE
+        self._reads[kind][1] += np.bincount(owner[dev], minlength=self.world_size) * nbytes
         mine = dev & (owner == self.rank)
         for link, mask in (
             ("local", mine),
@@ -341,8 +380,12 @@ class UnifiedStore:
             self.meter.record(link, count * nbytes, messages=msgs)
 
     def _count_hits(self, tier: np.ndarray, owner: np.ndarray, kind: str = "topology") -> None:
-        """Add the requests per source (``local``/``peer``/``host``/``disk``) to ``kind``."""
+        """Add the requests per source (``local``/``peer``/``host``/``disk``) to ``kind``.
+
+        Device-tier requests are also added to ``kind``'s rows read per source rank.
+        """
         dev = tier == DEVICE
+        self._reads[kind][0] += np.bincount(owner[dev], minlength=self.world_size)
         mine = int((dev & (owner == self.rank)).sum())
         h = self._hits[kind]
         h["local"] += mine
@@ -378,10 +421,10 @@ class UnifiedStore:
         if x is None or fp is None:
             raise GraphError("the graph has no node features 'x'; nothing to gather")
         idn = self._ids("ids", ids)
-        tier, owner, local = fp.locate(idn)
+        tier, owner, local = fp.locate(idn, self.rank)
         dtype = torch.from_numpy(np.empty(0, dtype=x.dtype)).dtype
         out = torch.empty((idn.size, x.shape[1]), dtype=dtype)
-        self._account(tier, owner, x.shape[1] * x.dtype.itemsize)
+        self._account(tier, owner, x.shape[1] * x.dtype.itemsize, "features")
         self._count_hits(tier, owner, "features")
         if self._feat_device is not None:  # every rank calls it (two-sided is collective)
             sel = np.flatnonzero(tier == DEVICE)
@@ -421,7 +464,7 @@ class UnifiedStore:
 
     def _bounds(self, idn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(tier, owner, start, end)``: each node's segment within its tier's store."""
-        tier, owner, local = self.plan.topology.locate(idn)
+        tier, owner, local = self.plan.topology.locate(idn, self.rank)
         start = np.empty(idn.size, np.int64)
         end = np.empty(idn.size, np.int64)
         if self._topo_device is not None:
@@ -437,7 +480,7 @@ class UnifiedStore:
                 ptr = ptr.numpy() if isinstance(ptr, Tensor) else ptr
                 start[sel] = ptr[local[sel]]
                 end[sel] = ptr[local[sel] + 1]
-        self._account(tier, owner, 16)  # two indptr entries per node
+        self._account(tier, owner, 16, "topology")  # two indptr entries per node
         return tier, owner, start, end
 
     def _read(self, what: str, tier: np.ndarray, owner: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -460,7 +503,7 @@ class UnifiedStore:
                 arr = getattr(self._tier_store(t), what)
                 arr = arr.numpy() if isinstance(arr, Tensor) else arr
                 out[sel] = arr[pos[sel]]
-        self._account(tier, owner, itemsize)
+        self._account(tier, owner, itemsize, "topology")
         return out
 
     def in_degree(self, ids: Tensor) -> Tensor:
@@ -541,11 +584,49 @@ class UnifiedStore:
             raise ConfigError(f"'kind' must be 'features' or 'topology' (got {kind!r})")
         return dict(self._hits[kind])
 
+    @property
+    def placement(self) -> PlacementPlan | None:
+        """The partition placement the device tier follows (``None``: one partition per rank)."""
+        return self.plan.placement
+
+    def reads_by_source(self, kind: str = "all") -> dict[int, dict[str, int]]:
+        """Device-tier reads of this rank per source rank since build (or :meth:`reset_stats`).
+
+        Every device-tier read goes to one rank's shard: the own one (``source == rank``, link
+        ``local``) or a peer's (``peer``). With a topology the source of partition ``p`` is
+        ``placement.sources[rank][p]``, so these counts show the plan at work. Host and disk
+        reads are not included (see :meth:`requests` and :attr:`traffic`).
+
+        Args:
+            kind: ``"features"`` (``rows``: feature rows gathered, ``bytes``: ``rows * F *
+                itemsize``), ``"topology"`` (``rows``: node IDs whose segment was looked up,
+                ``bytes``: ``indptr`` entries, indices and weights read) or ``"all"`` (the sums).
+
+        Returns:
+            ``{source_rank: {"rows": r, "bytes": b}}`` for every rank ``0..N-1`` (zeros where
+            nothing was read).
+
+        Raises:
+            ConfigError: On an unknown ``kind``.
+        """
+        if kind == "all":
+            counts = sum(self._reads[k] for k in KINDS)
+        elif kind in self._reads:
+            counts = self._reads[kind]
+        else:
+            raise ConfigError(f"'kind' must be 'features', 'topology' or 'all' (got {kind!r})")
+        return {
+            src: {"rows": int(counts[0, src]), "bytes": int(counts[1, src])}
+            for src in range(self.world_size)
+        }
+
     def reset_stats(self) -> None:
-        """Zero the request counters and the meter."""
+        """Zero the request counters, the reads per source and the meter."""
         for h in self._hits.values():
             for k in h:
                 h[k] = 0
+        for r in self._reads.values():
+            r[:] = 0
         self.meter.reset()
 
     @property

@@ -28,7 +28,8 @@ prints. RNG states are captured on rank 0 and restored on every rank.
 Optional engine methods (beyond the :class:`~fleetgnn.engines.base.Engine` protocol), called at
 each epoch end when present: ``peak_memory() -> Mapping[str, int]`` (peak bytes per memory tier,
 the ``memory`` field of the metrics) and ``epoch_extra() -> Mapping[str, Any]`` (engine-specific
-numbers, the ``extra`` field).
+numbers, the ``extra`` field) and, in multi-rank runs, ``rank_extra() -> Mapping[str, Any]``
+(small per-rank numbers, gathered from every rank into ``extra["per_rank"]``).
 """
 
 from __future__ import annotations
@@ -494,6 +495,11 @@ class Trainer:
             "times": {k: times_r[:, i].tolist() for i, k in enumerate(tkeys)},
             "traffic": {k: [int(v) for v in traffic_r[:, i].tolist()] for i, k in enumerate(lkeys)},
         }
+        fn = getattr(self.engine, "rank_extra", None)
+        if callable(fn):  # small engine-specific per-rank numbers, e.g. reads per source
+            gathered = comm.all_gather_object(dict(fn()))
+            for key in gathered[0]:
+                extra["per_rank"][key] = [d.get(key) for d in gathered]
         return total.to_epoch_stats(epoch, memory, extra), float(ranks[:, -1].max())
 
     def _engine_memory(self) -> dict[str, int]:

@@ -85,3 +85,50 @@ def test_epoch_loss_and_traffic_are_aggregated_over_ranks(tmp_path, world_size):
         assert rec["epoch_time_s"] == max(rec["extra"]["per_rank"]["epoch_time_s"])
     summary = out[0]["summary"]
     assert summary["final_train_loss"] == pytest.approx(recs[-1]["loss"], rel=1e-12)
+
+
+RING = [[100, 50, 0, 25], [50, 100, 25, 0], [0, 25, 100, 50], [25, 0, 50, 100]]
+
+
+def _topology_rank(comm, run_dir, topo_file):
+    graph = generate_graph(spec_for("tiny", 0.3), seed=4)
+    cfg = load_config(
+        None,
+        [
+            "train.engine=minibatch",
+            "train.batch_size=16",
+            "train.fanouts=[4,3]",
+            "train.epochs=1",
+            "model.hidden=8",
+            f"store.topology={topo_file}",
+            f"run_dir={run_dir}",
+        ],
+    )
+    with engine_from_config(cfg, graph, context_of(comm)) as engine:
+        Trainer.from_config(engine, cfg, console=Console(quiet=True), show_progress=False).fit()
+        plan = engine.store.placement
+        return {
+            "sources": [list(s) for s in plan.sources],
+            "stores": [list(s) for s in plan.stores],
+        }
+
+
+def test_store_reads_follow_the_placement_plan(tmp_path):
+    """An asymmetric 4-rank topology: every rank reads each partition from the rank the XGNN
+    solver names, and metrics.jsonl reports the reads per (rank, source)."""
+    import yaml
+
+    topo = tmp_path / "ring.yaml"
+    topo.write_text(yaml.safe_dump(RING))
+    out = run_world(_topology_rank, 4, str(tmp_path / "run"), str(topo), timeout_s=300)
+    sources = out[0]["sources"]
+    assert any(len(s) > 1 for s in out[0]["stores"])  # the ring needs replicas
+    (rec,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    reads = rec["extra"]["per_rank"]["store_reads"]
+    assert len(reads) == 4
+    for rank, per_source in enumerate(reads):
+        used = {int(src) for src, v in per_source.items() if v["rows"] > 0}
+        assert used, rank
+        assert used <= set(sources[rank]), (rank, used, sources[rank])
+        # a rank never reads from a device it has no link to
+        assert all(RING[rank][src] > 0 for src in used)

@@ -1,11 +1,14 @@
 import itertools
+import json
 
 import numpy as np
 import pytest
+import yaml
 
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import from_edges
 from fleetgnn.store import placement as P
+from fleetgnn.store.placement import DEVICE as DEVICE_TIER
 from fleetgnn.store.placement import (
     TierBudgets,
     feature_row_bytes,
@@ -391,3 +394,213 @@ def test_chosen_plan_beats_every_enumerated_plan():
 def test_solver_errors(bad, match):
     with pytest.raises(ConfigError, match=match):
         solve_placement(bad)
+
+
+# ---------------------------------------------------------------------------------- topology
+RING4 = np.array(  # 0-1-2-3-0: 0 and 2, 1 and 3 are not linked
+    [[700, 50, 0, 25], [50, 700, 25, 0], [0, 25, 700, 50], [25, 0, 50, 700]], dtype=float
+)
+
+
+def test_named_topologies():
+    assert P.TOPOLOGIES == ("uniform", "dgx1-v100")
+    for n in (1, 2, 3, 5):
+        u = P.topology_matrix("uniform", n)
+        assert u.shape == (n, n) and (u > 0).all()
+        assert np.array_equal(P.topology_matrix(None, n), u)
+        plan = P.resolve_placement(None, n)
+        assert plan.stores == tuple((i,) for i in range(n))
+        assert plan.sources == tuple(tuple(range(n)) for _ in range(n))
+    dgx = P.topology_matrix("DGX1-V100", 8)  # names are case-insensitive
+    assert np.array_equal(dgx, _matrix(8, DGX1))
+    assert P.resolve_placement("dgx1-v100", 8) == solve_placement(_matrix(8, DGX1))  # golden
+    for n in range(1, 8):  # the first n GPUs of the DGX-1
+        sub = P.topology_matrix("dgx1-v100", n)
+        assert np.array_equal(sub, _matrix(8, DGX1)[:n, :n])
+        plan = P.resolve_placement("dgx1-v100", n)
+        _check_invariants(sub, plan)
+        if n <= 5:  # brute force is cheap only for small N
+            _assert_minimal(sub, plan)
+    # GPUs 0-3 are a fully linked quad (25/50 GB/s): no replicas up to 4 ranks
+    four = P.resolve_placement("dgx1-v100", 4)
+    assert four.stores == ((0,), (1,), (2,), (3,)) and four.min_bandwidth == 25.0
+    # GPU 4 links only to GPU 2 among the first five: 5 partitions over 2 devices -> 3 on one
+    assert P.resolve_placement("dgx1-v100", 5).max_parts == 3
+
+
+def test_explicit_topologies(tmp_path):
+    as_list = RING4.tolist()
+    assert np.array_equal(P.topology_matrix(as_list, 4), RING4)
+    assert np.array_equal(P.topology_matrix(RING4, 4), RING4)
+    inline = "[[700, 50, 0, 25], [50, 700, 25, 0], [0, 25, 700, 50], [25, 0, 50, 700]]"
+    assert np.array_equal(P.topology_matrix(inline, 4), RING4)
+    (tmp_path / "t.json").write_text(json.dumps(as_list))
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"bandwidth": as_list}))
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(as_list))
+    for path in (tmp_path / "t.json", str(tmp_path / "t.yaml"), tmp_path / "t.yml"):
+        assert np.array_equal(P.topology_matrix(path, 4), RING4)
+    plan = P.resolve_placement(RING4, 4)
+    assert plan.stores == ((0, 2), (1, 3), (0, 2), (1, 3))
+    assert plan.sources == ((0, 1, 0, 1), (0, 1, 0, 1), (2, 1, 2, 3), (0, 3, 2, 3))
+    assert P.resolve_placement(plan, 4) is plan
+
+
+@pytest.mark.parametrize(
+    "spec,world,match",
+    [
+        ("nvswitch", 4, r"'store.topology' = 'nvswitch' is not a known topology.*'uniform'"),
+        ("dgx1-v100", 9, r"'dgx1-v100' has 8 GPUs but the world has 9 ranks"),
+        (RING4, 3, r"'store.topology' is a 4 x 4 bandwidth matrix but the world has 3 ranks"),
+        ([[700, 5], [0, 700]], 2, r"'store.topology': links must be symmetric"),
+        ([[700, 5], [5, 0]], 2, r"'store.topology\[1\]\[1\]' must be the device's local"),
+        ([[700, -5], [-5, 700]], 2, r"'store.topology' entries must be finite and >= 0"),
+        ([[700, 5], [5]], 2, r"'store.topology' must be a square numeric matrix"),
+        ([700, 5], 2, r"'store.topology' must be a square N x N matrix"),
+        ("[[700, 5], [5", 2, r"'store.topology' = .* is not a valid inline matrix"),
+        (3.5, 2, r"'store.topology' must be a topology name, a matrix or a file path.*float"),
+        ("uniform", 0, r"'world_size' must be an int >= 1"),
+    ],
+)
+def test_topology_errors(spec, world, match):
+    with pytest.raises(ConfigError, match=match):
+        P.topology_matrix(spec, world)
+
+
+def test_topology_file_errors(tmp_path):
+    missing = tmp_path / "nope.json"
+    with pytest.raises(ConfigError, match=r"'store.topology' file .*nope.json.* cannot be read"):
+        P.topology_matrix(missing, 2)
+    bad = {
+        "a.json": ("[[700, 5],", "not valid JSON"),
+        "b.yaml": ("[[700, 5]\n  - x: [", "not valid YAML"),
+        "c.yaml": ("matrix: [[700]]", r"single key 'bandwidth' \(got keys \['matrix'\]\)"),
+        "d.json": ('"dgx1-v100"', "must hold a bandwidth matrix, a list of lists"),
+        "e.txt": ("[[700]]", r"must end in \.json, \.yaml, \.yml"),
+    }
+    for name, (text, match) in bad.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ConfigError, match=match):
+            P.topology_matrix(tmp_path / name, 1)
+    (tmp_path / "ok.json").write_text("[[700, 5], [5, 700]]")
+    with pytest.raises(ConfigError, match=r"'engine.links' is a 2 x 2 bandwidth matrix"):
+        P.topology_matrix(str(tmp_path / "ok.json"), 3, key="engine.links")
+
+
+def test_resolve_placement_checks_plans():
+    plan = P.resolve_placement(RING4, 4)
+    with pytest.raises(ConfigError, match="placement plan is for 4 devices but the world has 2"):
+        P.resolve_placement(plan, 2)
+    broken = P.PlacementPlan(
+        stores=((0,), (1,)), sources=((0, 0), (0, 1)), min_bandwidth=1.0
+    )  # device 0 reads partition 1 from itself, which does not store it
+    with pytest.raises(ConfigError, match=r"placement.sources\[0\]\[1\] = 0 does not store"):
+        P.resolve_placement(broken, 2)
+    with pytest.raises(ConfigError, match="must be a PlacementPlan"):
+        plan_tiers(10, 4, TierBudgets(), 2, placement="dgx1-v100")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------- placed tiers
+def _placement(label, world):
+    if label == "uniform":
+        return P.resolve_placement("uniform", world)
+    if label == "dgx1":
+        return P.resolve_placement("dgx1-v100", world)
+    if label == "unlinked":  # no links at all: every device stores every partition
+        return solve_placement(np.diag(np.full(world, 700.0)))
+    return solve_placement({"ring4": RING4, "ring5": RING5}[label])
+
+
+PLACED = [("uniform", 2), ("uniform", 3), ("dgx1", 4), ("dgx1", 5), ("dgx1", 7), ("dgx1", 8)]
+PLACED += [("ring4", 4), ("ring5", 5), ("unlinked", 2)]
+
+
+@pytest.mark.parametrize("label,world", PLACED)
+def test_placed_tiers_fit_budgets_and_read_exactly(label, world):
+    plan = _placement(label, world)
+    g = _graph(n=60, e=400, seed=3, features=4, weights=True)
+    total = int(topology_row_bytes(g).sum()) + g.num_nodes * feature_row_bytes(g)
+    rng = np.random.default_rng(world)
+    ids = rng.integers(0, g.num_nodes, 400)
+    for frac in (0.02, 0.1, 0.3, 10.0):  # tight .. unlimited
+        budgets = TierBudgets(device=int(frac * total / world) + 8, host=0)
+        sp = plan_store(g, budgets, world, placement=plan)
+        assert sp.placement is plan and "max_parts" in repr(sp)
+        assert (sp.device_bytes() <= budgets.device).all()
+        for tp, rb in ((sp.topology, topology_row_bytes(g)), (sp.features, None)):
+            rows_bytes = np.full(g.num_nodes, feature_row_bytes(g), np.int64) if rb is None else rb
+            fixed = 8 if tp.kind == "topology" else 0
+            h = tp.num_device
+            part_bytes = [int(rows_bytes[tp.partition_rows(p)].sum()) for p in range(world)]
+            for d in range(world):  # closed form: a device pays for all the partitions it stores
+                expect = sum(part_bytes[p] for p in plan.stores[d]) + (fixed if h else 0)
+                assert tp.device_bytes[d] == expect
+                assert np.array_equal(
+                    tp.shard_rows(d), np.concatenate([tp.partition_rows(p) for p in plan.stores[d]])
+                )
+            assert np.array_equal(
+                tp.partition_sizes(), [tp.partition_rows(p).size for p in range(world)]
+            )
+            # every reader's owner follows plan.sources and the (owner, local) row is the node
+            k = tp.rank_of[ids]
+            for reader in range(world):
+                tier, owner, local = tp.locate(ids, reader)
+                dev = tier == DEVICE_TIER
+                assert np.array_equal(dev, k < h)
+                src = np.asarray(plan.sources[reader])[k % world]
+                assert np.array_equal(owner[dev], src[dev]) and (owner[~dev] == -1).all()
+                for s in range(world):
+                    m = dev & (owner == s)
+                    assert np.array_equal(tp.shard_rows(s)[local[m]], ids[m])
+        if frac == 10.0:
+            assert sp.features.num_device == sp.topology.num_device == g.num_nodes
+
+
+def test_placed_prefix_is_the_longest_that_fits():
+    """Fixed-size rows: ``H`` is maximal, ``N * q <= H < N * (q + 1)``, ``q = B // (P * rb)``."""
+    rb, v = 24, 1000
+    for world, plan in ((8, P.resolve_placement("dgx1-v100", 8)), (5, solve_placement(RING5))):
+        for budget in (0, 23, 24, 100, 1000, 5000, 30_000):
+            tp = plan_tiers(v, rb, TierBudgets(device=budget), world, placement=plan)
+            h = tp.num_device
+            assert (tp.device_bytes <= budget).all()
+            q = budget // (plan.max_parts * rb)
+            assert min(world * q, v) <= h
+            assert h == v or h < world * (q + 1)
+            if h < v:  # one more hot row overflows a device storing its partition
+                grown = [
+                    sum(len(range(p, h + 1, world)) for p in plan.stores[d]) * rb
+                    for d in range(world)
+                ]
+                assert max(grown) > budget
+
+
+def test_uniform_placement_equals_modulo_split():
+    g = _graph(n=70, e=500, seed=5, features=3, weights=True)
+    total = int(topology_row_bytes(g).sum()) + g.num_nodes * feature_row_bytes(g)
+    ids = np.arange(g.num_nodes)
+    for world in (1, 2, 3, 4):
+        for frac in (0.0, 0.05, 0.3, 2.0):
+            for order in ("graph_first", "features_first"):
+                b = TierBudgets(device=int(frac * total / world) + 8, host=int(0.2 * total))
+                a = plan_store(g, b, world, order=order)
+                u = plan_store(
+                    g, b, world, order=order, placement=P.resolve_placement("uniform", world)
+                )
+                for x, y in ((a.topology, u.topology), (a.features, u.features)):
+                    assert (x.num_device, x.num_host, x.disk_bytes, x.host_bytes) == (
+                        y.num_device,
+                        y.num_host,
+                        y.disk_bytes,
+                        y.host_bytes,
+                    )
+                    assert np.array_equal(x.device_bytes, y.device_bytes)
+                    for r in range(world):
+                        assert np.array_equal(x.shard_rows(r), y.shard_rows(r))
+                        for got, want in zip(y.locate(ids, r), x.locate(ids)):
+                            assert np.array_equal(got, want)
+
+
+def test_locate_with_placement_needs_the_reader():
+    tp = plan_tiers(10, 4, TierBudgets(device=100), 4, placement=P.resolve_placement(RING4, 4))
+    with pytest.raises(ConfigError, match=r"'reader' must be the reading rank in \[0, 4\)"):
+        tp.locate(np.arange(3))

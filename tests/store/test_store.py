@@ -185,3 +185,43 @@ def test_errors():
     store.close()
     with pytest.raises(GraphError, match="closed"):
         store.in_degree(torch.tensor([0]))
+
+
+@pytest.mark.parametrize("topology", [None, "uniform", "dgx1-v100", [[700.0]]])
+def test_topology_on_one_rank_reads_by_source(topology):
+    g = _graph(seed=8, weights=False)
+    meter = TrafficMeter()
+    store = UnifiedStore.build(g, None, _budgets(g, 0.7, 0.2), meter=meter, topology=topology)
+    assert (store.placement is None) == (topology is None)
+    ids = torch.from_numpy(np.random.default_rng(2).integers(0, g.num_nodes, 200))
+    assert torch.equal(store.gather(ids), torch.from_numpy(g.x[ids.numpy()]))
+    k = store.plan.features.rank_of[ids.numpy()]
+    rows = int((k < store.plan.features.num_device).sum())
+    assert 0 < rows < 200  # device, and host or disk rows requested
+    rb = feature_row_bytes(g)
+    assert store.reads_by_source("features") == {0: {"rows": rows, "bytes": rows * rb}}
+    assert store.reads_by_source("topology") == {0: {"rows": 0, "bytes": 0}}
+    assert store.reads_by_source() == store.reads_by_source("features")
+    assert meter.snapshot()["local"]["bytes"] == rows * rb
+    counts, _ = store.all_neighbors(ids)
+    tk = store.plan.topology.rank_of[ids.numpy()]
+    dev = tk < store.plan.topology.num_device
+    assert dev.any()
+    topo_bytes = 16 * int(dev.sum()) + 4 * int(counts.numpy()[dev].sum())
+    assert store.reads_by_source("topology") == {0: {"rows": int(dev.sum()), "bytes": topo_bytes}}
+    assert store.reads_by_source()[0] == {
+        "rows": rows + int(dev.sum()),
+        "bytes": rows * rb + topo_bytes,
+    }
+    store.reset_stats()
+    assert store.reads_by_source() == {0: {"rows": 0, "bytes": 0}}
+    with pytest.raises(ConfigError, match=r"'kind' must be 'features', 'topology' or 'all'"):
+        store.reads_by_source("edges")
+
+
+def test_topology_errors_name_the_key():
+    g = _graph(seed=9)
+    with pytest.raises(ConfigError, match=r"'store.topology' = 'torus' is not a known topology"):
+        UnifiedStore.build(g, None, TierBudgets(), topology="torus")
+    with pytest.raises(ConfigError, match=r"2 x 2 bandwidth matrix but the world has 1 ranks"):
+        UnifiedStore.build(g, None, TierBudgets(), topology=[[700, 50], [50, 700]])

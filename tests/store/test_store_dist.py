@@ -80,9 +80,19 @@ def _world(comm, configs):
 CONFIGS = [(0.2, 0.05, "features_first"), (1.2, 0.0, "graph_first"), (0.3, 0.4, "graph_first")]
 
 
+def _world_both(comm, configs, cases):
+    """One world, two suites (processes are expensive): tier configs, then topologies."""
+    return _world(comm, configs), _world_placed(comm, cases)
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_store_across_ranks(world):
-    results = run_world(_world, world, CONFIGS)
+    """Tiers across 2 and 3 ranks; the same worlds also check a topology with replicas."""
+    matrix = {2: UNLINKED2, 3: LINE3}[world]
+    cases = _placed_cases([matrix])
+    both = run_world(_world_both, world, CONFIGS, cases)
+    results = [b[0] for b in both]
+    _check_placed([b[1] for b in both], cases)
     rb = 6 * 8
     for rank, per_rank in enumerate(results):
         for res in per_rank:
@@ -109,3 +119,166 @@ def test_store_across_ranks(world):
     assert first["requests"]["peer"] > 0 and first["requests"]["host"] > 0
     assert first["requests"]["disk"] > 0
     assert results[0][1][True]["requests"]["disk"] == 0  # everything on devices
+
+
+# ---------------------------------------------------------------------------------- topology
+LINE3 = [[700, 50, 0], [50, 700, 25], [0, 25, 700]]  # 0-1-2: 0 and 2 are not linked
+RING4 = [[700, 50, 0, 25], [50, 700, 25, 0], [0, 25, 700, 50], [25, 0, 50, 700]]
+UNLINKED2 = [[700, 0], [0, 700]]  # no links: every rank stores both partitions
+
+
+def _expected_reads(tp, ids, rank, world, nbytes):
+    """Closed form: rows (and bytes) of the requested device rows sourced at each rank."""
+    k = tp.rank_of[ids]
+    dev = k < tp.num_device
+    placement = tp.placement
+    home = k % world
+    src = home if placement is None else np.asarray(placement.sources[rank])[home]
+    rows = np.bincount(src[dev], minlength=world)
+    size = np.bincount(src[dev], weights=nbytes[dev], minlength=world).astype(np.int64)
+    return {s: {"rows": int(rows[s]), "bytes": int(size[s])} for s in range(world)}
+
+
+FF, GF = "features_first", "graph_first"
+
+
+def _placed_cases(matrices, tight=0.4, unlimited=10.0):
+    """Cases ``(topology, device fraction, order, modes)``: today's split and ``"uniform"``
+    (tight, one-sided), then every matrix tight (both orders) and unlimited, one- and two-sided
+    where the order is features first."""
+    base = [(None, tight, FF, (True,)), ("uniform", tight, FF, (True,))]
+    placed = [(m, tight, FF, (True, False)) for m in matrices]
+    placed += [(m, tight, GF, (True,)) for m in matrices]
+    placed += [(m, unlimited, FF, (True, False)) for m in matrices]
+    return base + placed
+
+
+def _world_placed(comm, cases):
+    """Per case: gather and walk the topology through the stores of each mode; report
+    exactness, reads per source and their closed forms."""
+    g = _graph()
+    rank, world = comm.rank, comm.world_size
+    total = int(topology_row_bytes(g).sum()) + g.num_nodes * feature_row_bytes(g)
+    deg = g.in_degrees().astype(np.int64)
+    all_ids = torch.arange(g.num_nodes)
+    out = []
+    for ci, (topology, frac, order, modes) in enumerate(cases):
+        b = TierBudgets(device=int(frac * total / world) + 8, host=int(0.1 * total / world))
+        rng = np.random.default_rng(200 + rank)  # rank-dependent, the same in every case
+        ids = torch.from_numpy(rng.integers(0, g.num_nodes, 300))
+        res = {"budget": b.device}
+        for mode in modes:
+            s = UnifiedStore.build(
+                g,
+                comm,
+                b,
+                order=order,
+                one_sided=mode,
+                topology=topology,
+                name=f"pl{ci}{int(mode)}",
+            )
+            feats = s.gather(ids)
+            feat_reads = s.reads_by_source("features")
+            requests, traffic = s.requests("features"), s.traffic
+            s.reset_stats()
+            c1, n1 = s.all_neighbors(all_ids)
+            topo_reads = s.reads_by_source("topology")
+            fp, tp = s.plan.features, s.plan.topology
+            idn = ids.numpy()
+            res[mode] = {
+                "exact": torch.equal(feats, torch.from_numpy(g.x[idn])),
+                "topo": torch.equal(c1, torch.from_numpy(deg))
+                and torch.equal(n1, torch.from_numpy(g.indices.astype(np.int64))),
+                "feats": feats,
+                "feat_reads": feat_reads,
+                "expected_feat_reads": _expected_reads(
+                    fp, idn, rank, world, np.full(idn.size, feature_row_bytes(g))
+                ),
+                "topo_reads": topo_reads,
+                "expected_topo_reads": _expected_reads(
+                    tp, all_ids.numpy(), rank, world, 16 + deg * g.indices.dtype.itemsize
+                ),
+                "all_reads": s.reads_by_source(),
+                "requests": requests,
+                "traffic": traffic,
+                "memory": s.memory()["device"],
+                "plan_device": s.plan.device_bytes().tolist(),
+                "num_device": (tp.num_device, fp.num_device),
+                "shard_rows": [fp.shard_rows(r).tolist() for r in range(world)],
+                "placement": s.placement,
+            }
+            s.close()
+        out.append(res)
+    return out
+
+
+def _check_placed(results, cases):
+    """Exactness, budgets and reads per source (closed forms) of every case on every rank;
+    today's split == ``"uniform"``; replicas shrink the device tier; unlimited fits all."""
+    world = len(results)
+    for rank, per_rank in enumerate(results):
+        for (topology, frac, _, modes), res in zip(cases, per_rank):
+            for r in (res[m] for m in modes):
+                assert r["exact"] and r["topo"], (topology, frac, rank)
+                assert r["feat_reads"] == r["expected_feat_reads"]
+                assert r["topo_reads"] == r["expected_topo_reads"]
+                assert r["all_reads"] == r["topo_reads"]  # features were reset before the walk
+                assert r["memory"] <= res["budget"]
+                assert r["memory"] == r["plan_device"][rank]
+                plan = r["placement"]
+                named = set(range(world) if plan is None else plan.sources[rank])
+                assert {s for s, v in r["feat_reads"].items() if v["rows"]} <= named
+                assert {s for s, v in r["topo_reads"].items() if v["rows"]} <= named
+                assert r["traffic"]["local"]["bytes"] == r["feat_reads"][rank]["bytes"]
+                peer = sum(v["bytes"] for s, v in r["feat_reads"].items() if s != rank)
+                assert r["traffic"]["peer"]["bytes"] == peer
+                assert r["requests"]["local"] + r["requests"]["peer"] == sum(
+                    v["rows"] for v in r["feat_reads"].values()
+                )
+            if len(modes) == 2:
+                one, two = res[True], res[False]
+                assert torch.equal(one["feats"], two["feats"])  # one-sided == two-sided
+                assert one["feat_reads"] == two["feat_reads"]
+        none, uniform = per_rank[0][True], per_rank[1][True]
+        assert uniform["placement"].max_parts == 1 and none["placement"] is None
+        # the uniform topology is today's modulo split exactly: same tiers, counts, bytes, reads
+        assert _summary(none) == _summary(uniform)
+        for (_, frac, order, _), res in zip(cases[2:], per_rank[2:]):
+            placed = res[True]
+            if frac > 1:  # unlimited budgets: everything on the devices under every plan
+                assert placed["num_device"] == (90, 90)
+            elif order == FF and placed["placement"].max_parts > 1:  # replicas cost budget
+                assert placed["num_device"][1] < none["num_device"][1]  # fewer rows fit
+
+
+def _summary(res):
+    keys = ("num_device", "plan_device", "shard_rows", "requests", "traffic", "feat_reads")
+    return {k: res[k] for k in keys} | {"topo": res["topo_reads"]}
+
+
+def test_store_follows_the_placement():
+    """4 ranks: a ring (replicas, reads from the plan's sources) and the DGX-1's first quad."""
+    cases = _placed_cases([RING4, "dgx1-v100"])
+    results = run_world(_world_placed, 4, cases)
+    _check_placed(results, cases)
+    plan = results[0][2][True]["placement"]
+    assert plan.stores == ((0, 2), (1, 3), (0, 2), (1, 3))
+    assert plan.sources == ((0, 1, 0, 1), (0, 1, 0, 1), (2, 1, 2, 3), (0, 3, 2, 3))
+    assert results[0][3][True]["placement"].stores == ((0,), (1,), (2,), (3,))
+    for rank, per_rank in enumerate(results):  # the reads follow the plan, not the modulo owner
+        reads = per_rank[6][True]["feat_reads"]  # ring, unlimited: every partition requested
+        assert all(reads[s]["rows"] > 0 for s in set(plan.sources[rank]))
+        assert all(reads[s]["rows"] == 0 for s in set(range(4)) - set(plan.sources[rank]))
+
+
+@pytest.mark.slow  # 8 spawned processes: ~15 s on 2 cores
+def test_store_follows_the_dgx1_placement_on_8_ranks():
+    """The full DGX-1 (XGNN's golden plan, 2 partitions per GPU) across 8 real ranks."""
+    cases = _placed_cases(["dgx1-v100"])
+    results = run_world(_world_placed, 8, cases)
+    _check_placed(results, cases)
+    plan = results[0][2][True]["placement"]
+    assert plan.stores == ((0, 4), (1, 5), (2, 6), (3, 7), (3, 4), (2, 5), (1, 6), (0, 7))
+    for rank, per_rank in enumerate(results):
+        reads = per_rank[4][True]["feat_reads"]  # unlimited: every partition requested
+        assert {s for s, v in reads.items() if v["rows"]} == set(plan.sources[rank])
