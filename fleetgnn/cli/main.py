@@ -174,35 +174,35 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
+    from fleetgnn.config import ENGINES, ModelConfig
+
+    rows = "\n".join(
+        f"  {n:<10} {'/'.join(s.modes):<15} {s.summary}" + ("" if s.available else " [not built]")
+        for n, s in ENGINES.items()
+    )
     p = sub.add_parser(
         "train",
         help="train a GNN (no arguments: the embedded synthetic default)",
-        description="Train a GNN. With no arguments trains GraphSAGE on the embedded synthetic "
+        description="Train a GNN. With no arguments trains GraphSAGE on the embedded synthetic\n"
         "default dataset. Writes RUN_DIR/summary.json and RUN_DIR/metrics.jsonl.",
+        epilog=f"engines (--engine; modes, the first is the default):\n{rows}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--dataset", type=Path, default=None, help="dataset directory (fleetgnn prepare)"
     )
-    from fleetgnn.config import ENGINES, ModelConfig
-
     p.add_argument("--model", default=None, choices=list(ModelConfig.NAMES))
     p.add_argument(
         "--mode",
         default=None,
         choices=["full", "minibatch"],
-        help="full-graph or sampled training (default: the engine's own; fullgraph and offload "
-        "are full-graph, the others sampled)",
-    )
-    engines = "; ".join(
-        f"{n}: {s.summary}{'' if s.available else ' [not in this build]'} ({'/'.join(s.modes)})"
-        for n, s in ENGINES.items()
+        help="full-graph or sampled training (default: the engine's first mode, see below)",
     )
     p.add_argument(
         "--engine",
         default=None,
         choices=list(ENGINES),
-        metavar="ENGINE",
-        help=f"training strategy (default: reference). {engines}",
+        help="training strategy (default: reference; see below)",
     )
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--nproc", type=int, default=None, help="worker processes (one per device)")
