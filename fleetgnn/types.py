@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from os import PathLike
 from typing import Union
 
@@ -12,3 +13,8 @@ PathLikeStr = Union[str, "PathLike[str]"]
 IndexArray = npt.NDArray[np.integer]
 FloatArray = npt.NDArray[np.floating]
 BoolArray = npt.NDArray[np.bool_]
+#: A vectorised owner function: int64 array of global node IDs -> int64 array of their ranks.
+OwnerFn = Callable[[np.ndarray], np.ndarray]
+#: Who owns each global node ID: an int array ``owner[id] -> rank`` or an :data:`OwnerFn`
+#: (e.g. ``PartitionBook.owner``).
+OwnerLike = IndexArray | OwnerFn
