@@ -28,6 +28,10 @@ from fleetgnn.errors import ConfigError
 
 DTYPES: tuple[str, ...] = ("float32", "float64")
 FEATURE_NORMS: tuple[str, ...] = ("none", "row")
+PLACEMENTS: tuple[str, ...] = ("degree", "presample")
+ORDERS: tuple[str, ...] = ("graph_first", "features_first")
+GATHERS: tuple[str, ...] = ("one_sided", "two_sided")
+PARTITIONS: tuple[str, ...] = ("range", "metis")
 
 
 def _check_choice(key: str, value: Any, choices: tuple[Any, ...]) -> None:
@@ -161,9 +165,9 @@ class MinibatchEngineConfig(SampledConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_choice("placement", self.placement, ("degree", "presample"))
-        _check_choice("order", self.order, ("graph_first", "features_first"))
-        _check_choice("gather", self.gather, ("one_sided", "two_sided"))
+        _check_choice("placement", self.placement, PLACEMENTS)
+        _check_choice("order", self.order, ORDERS)
+        _check_choice("gather", self.gather, GATHERS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +209,7 @@ class FullGraphEngineConfig(EngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_choice("partition", self.partition, ("range", "metis"))
+        _check_choice("partition", self.partition, PARTITIONS)
         if self.num_chunks is not None and self.num_chunks < 1:
             raise ConfigError(f"num_chunks={self.num_chunks!r} is invalid: must be >= 1 or None")
         if self.depth is not None and self.depth < 0:

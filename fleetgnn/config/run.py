@@ -30,7 +30,16 @@ from typing import Any, ClassVar, Union
 
 import yaml
 
-from fleetgnn.config.engines import DTYPES, ENGINES, EngineConfig, engine_spec
+from fleetgnn.config.engines import (
+    DTYPES,
+    ENGINES,
+    GATHERS,
+    ORDERS,
+    PARTITIONS,
+    PLACEMENTS,
+    EngineConfig,
+    engine_spec,
+)
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
 
@@ -181,9 +190,9 @@ class StoreConfig:
             report every rank's view instead of hanging on a mismatch.
     """
 
-    PLACEMENTS: ClassVar[tuple[str, ...]] = ("degree", "presample")
-    ORDERS: ClassVar[tuple[str, ...]] = ("graph_first", "features_first")
-    GATHERS: ClassVar[tuple[str, ...]] = ("one_sided", "two_sided")
+    PLACEMENTS: ClassVar[tuple[str, ...]] = PLACEMENTS
+    ORDERS: ClassVar[tuple[str, ...]] = ORDERS
+    GATHERS: ClassVar[tuple[str, ...]] = GATHERS
 
     device_budget: str | None = None
     host_budget: str | None = None
@@ -216,7 +225,7 @@ class FullGraphConfig:
             over the knobs left ``None``.
     """
 
-    PARTITIONS: ClassVar[tuple[str, ...]] = ("range", "metis")
+    PARTITIONS: ClassVar[tuple[str, ...]] = PARTITIONS
 
     partition: str = "range"
     num_chunks: int | None = None
