@@ -46,6 +46,7 @@ from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
     DTYPES,
     LossFn,
+    all_reduce_gradients,
     broadcast_parameters,
     check_optimizer,
     cross_entropy,
@@ -334,7 +335,7 @@ class FullGraphEngine(EngineBase):
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         t2 = time.perf_counter()
-        self._all_reduce_grads()
+        all_reduce_gradients(self.module, self.comm)
         t3 = time.perf_counter()
         self.optimizer.step()
         t4 = time.perf_counter()
@@ -384,20 +385,6 @@ class FullGraphEngine(EngineBase):
             }
         count = int(target.numel())
         return StepStats(float(total.detach()), correct, count, step_times, traffic)
-
-    def _all_reduce_grads(self) -> None:
-        """Sum every parameter's gradient over ranks (one flat all-reduce)."""
-        if self.world_size == 1:
-            return
-        params = list(self.module.parameters())
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self.comm.all_reduce_sum(flat)
-        off = 0
-        for p in params:
-            n = p.numel()
-            p.grad = flat[off : off + n].view_as(p).clone()
-            off += n
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()

@@ -45,6 +45,7 @@ from fleetgnn.engines.common import (
     cross_entropy,
     default_optimizer,
     labels_and_masks,
+    layerwise_inference,
     loss_sum,
     normalize_rows,
     num_classes_of,
@@ -55,7 +56,7 @@ from fleetgnn.engines.common import (
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
-from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader, full_neighbor_block
+from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
 from fleetgnn.store import TierBudgets, UnifiedStore
 from fleetgnn.store.placement import hotness_order
 
@@ -280,52 +281,24 @@ class MinibatchEngine(EngineBase):
         return StepStats(float(total.detach()), correct, count, times, traffic)
 
     # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
     def infer(self, chunk_size: int = 65536) -> tuple[torch.Tensor, int, int]:
-        """Layer-wise full-neighbour inference spread over ranks.
+        """Layer-wise full-neighbour inference spread over ranks, reading through the store.
 
-        Rank ``r`` computes each layer's output for its contiguous range of nodes and the ranges
-        are all-gathered, so the next layer sees every node's activation.
+        See :func:`~fleetgnn.engines.common.layerwise_inference`.
 
         Returns:
             ``(logits of this rank's range, lo, hi)``.
         """
-        self.module.eval()
-        try:
-            n = self.graph.num_nodes
-            bounds = np.linspace(0, n, self.world_size + 1).astype(np.int64)
-            lo, hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
-            h: torch.Tensor | None = None
-            for layer in range(self.num_layers):
-                parts = []
-                # an empty range still runs one empty chunk, so the output has the right width
-                for a in range(lo, hi, chunk_size) if hi > lo else [lo]:
-                    ids = torch.arange(a, min(hi, a + chunk_size))
-                    block = full_neighbor_block(self.store, ids)
-                    src = (
-                        self._features(block.src_ids)
-                        if h is None
-                        else h[block.src_ids.to(self.device)]
-                    )
-                    agg = LocalAggregator(block.to(self.device), dtype=self.dtype, validate=False)
-                    parts.append(self.module.layer_forward(layer, agg, src))
-                mine = torch.cat(parts)
-                if layer == self.num_layers - 1:
-                    return mine, lo, hi
-                h = self._all_gather_rows(mine, bounds)
-            raise AssertionError("unreachable")
-        finally:
-            self.module.train()
-
-    def _all_gather_rows(self, mine: torch.Tensor, bounds: np.ndarray) -> torch.Tensor:
-        if self.world_size == 1:
-            return mine
-        sizes = np.diff(bounds)
-        width = mine.shape[1]
-        padded = torch.zeros(int(sizes.max()), width, dtype=mine.dtype, device=mine.device)
-        padded[: mine.shape[0]] = mine
-        out = self.comm.all_gather(padded)
-        return torch.cat([o[: int(s)] for o, s in zip(out, sizes, strict=True)])
+        return layerwise_inference(
+            self.module,
+            self.store,
+            self._features,
+            self.graph.num_nodes,
+            self.comm,
+            device=self.device,
+            dtype=self.dtype,
+            chunk_size=chunk_size,
+        )
 
     def evaluate(self) -> dict[str, float]:
         """Accuracy per split and validation loss, summed over ranks (numerators/denominators)."""
