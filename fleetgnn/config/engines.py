@@ -12,7 +12,7 @@ engine     config                         modes           distributed  available
 ========== ============================== =============== ============ =========
 reference  :class:`ReferenceEngineConfig`  minibatch, full  no           yes
 minibatch  :class:`MinibatchEngineConfig`  minibatch        yes          yes
-split      :class:`SplitEngineConfig`      minibatch        yes          planned
+split      :class:`SplitEngineConfig`      minibatch        yes          yes
 fullgraph  :class:`FullGraphEngineConfig`  full             yes          yes
 offload    :class:`OffloadEngineConfig`    full             yes          planned
 ========== ============================== =============== ============ =========
@@ -32,6 +32,7 @@ PLACEMENTS: tuple[str, ...] = ("degree", "presample")
 ORDERS: tuple[str, ...] = ("graph_first", "features_first")
 GATHERS: tuple[str, ...] = ("one_sided", "two_sided")
 PARTITIONS: tuple[str, ...] = ("range", "metis")
+SPLIT_PARTITIONS: tuple[str, ...] = ("metis", "random", "range", "hash")
 
 
 def _check_choice(key: str, value: Any, choices: tuple[Any, ...]) -> None:
@@ -172,15 +173,37 @@ class MinibatchEngineConfig(SampledConfig):
 
 @dataclasses.dataclass(frozen=True)
 class SplitEngineConfig(SampledConfig):
-    """Split-parallel sampled training (GSplit); planned.
+    """Split-parallel sampled training (GSplit): one mini-batch per step, split across ranks.
+
+    ``batch_size`` is the GLOBAL batch (one mini-batch per step for all ranks), as in the
+    reference engine, whose steps this engine reproduces.
 
     Attributes:
-        device_budget: Device bytes per rank for the hottest rows of its own part.
+        partition: Offline partition that decides which rank owns each vertex at every layer:
+            ``"metis"`` (GSplit), ``"random"``, ``"range"`` or ``"hash"``.
+        book: Directory of a saved partition book (``fleetgnn partition``) to use; ``None``:
+            ``DATASET/partitions/<partition>-<W>`` when the run's dataset has one, else computed
+            once on rank 0 and shared.
+        device_budget: Bytes per rank for the cache of the highest-degree rows of its OWN part
+            (``"64MB"``, an int, or ``None``: the whole part). Caches are disjoint, so capacity
+            grows with ranks; uncached rows are loaded from host memory (the dataset's map).
+        prefetch: Sample, split and load the next step's rows in a background thread.
+        report_dp: Also sample the data-parallel counterfactual of every step (W micro-batches
+            of the same targets, on rank 0) to report the redundancy and host bytes split
+            parallelism saved (costs W extra samplings per step on rank 0).
         debug_collectives: Verify every collective's shapes across ranks before it runs.
     """
 
+    partition: str = "metis"
+    book: str | None = None
     device_budget: str | int | None = None
+    prefetch: bool = True
+    report_dp: bool = True
     debug_collectives: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_choice("partition", self.partition, SPLIT_PARTITIONS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,9 +308,9 @@ ENGINES: Mapping[str, EngineSpec] = {
             SplitEngineConfig,
             ("minibatch",),
             True,
-            "",
-            "split-parallel sampled training (GSplit; planned)",
-            ("train", "data", "store"),
+            "fleetgnn.engines.split:SplitEngine",
+            "split-parallel sampled training: one mini-batch split across ranks (GSplit)",
+            ("split", "train", "data", "store"),
         ),
         EngineSpec(
             "fullgraph",

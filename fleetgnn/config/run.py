@@ -6,7 +6,7 @@ A :class:`Config` has four sections and a run directory::
     model:  {name, hidden, num_layers, dropout, heads, norm, residual}
     optim:  {lr, weight_decay, optimizer}
     train:  {engine, mode, epochs, batch_size, fanouts, eval_every, patience, seed,
-             checkpoint_every, device, dtype, nproc, max_restarts}
+             checkpoint_every, device, dtype, nproc, max_restarts, threads}
     run_dir: str | null
 
 :func:`load_config` reads an optional YAML file (any subset of the keys; missing keys keep their
@@ -37,9 +37,11 @@ from fleetgnn.config.engines import (
     ORDERS,
     PARTITIONS,
     PLACEMENTS,
+    SPLIT_PARTITIONS,
     EngineConfig,
     engine_spec,
 )
+from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
 
@@ -139,8 +141,11 @@ class TrainConfig:
             whole run (``0``: only at epoch ends; epoch ends are always checkpointed).
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         dtype: Floating-point type of features and parameters, one of :attr:`DTYPES`.
-        nproc: Processes to launch on this host (one per device).
+        nproc: Processes to launch on this host (one per device; distributed engines only).
         max_restarts: Times the launcher restarts failed workers (they resume from checkpoints).
+        threads: Intra-op CPU threads of each process (``torch.set_num_threads``). ``None``: the
+            ``fleetgnn train`` command resolves it (``$OMP_NUM_THREADS`` when set, else the usable
+            cores divided by the processes on this host, at least 1) and records the value used.
     """
 
     MODES: ClassVar[tuple[str | None, ...]] = ("full", "minibatch", None)
@@ -159,6 +164,7 @@ class TrainConfig:
     dtype: str = "float32"
     nproc: int = 1
     max_restarts: int = 0
+    threads: int | None = None
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "engine": tuple(ENGINES),
@@ -263,6 +269,26 @@ class TrainerConfig:
         _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, ">= 0")
 
 
+@dataclasses.dataclass
+class SplitConfig:
+    """The ``split`` engine's partition and reporting (GSplit).
+
+    Attributes:
+        partition: Offline partition deciding vertex ownership, see :attr:`PARTITIONS`.
+        book: A saved partition book directory (``null``: the dataset's
+            ``partitions/<partition>-<W>`` if present, else computed once on rank 0).
+        report_dp: Report the data-parallel counterfactual (redundant edges, host bytes).
+    """
+
+    PARTITIONS: ClassVar[tuple[str, ...]] = SPLIT_PARTITIONS
+
+    partition: str = "metis"
+    book: str | None = None
+    report_dp: bool = True
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
+
+
 _SECTIONS: dict[str, type] = {
     "data": DataConfig,
     "model": ModelConfig,
@@ -270,6 +296,7 @@ _SECTIONS: dict[str, type] = {
     "train": TrainConfig,
     "store": StoreConfig,
     "fullgraph": FullGraphConfig,
+    "split": SplitConfig,
 }
 _TOP_KEYS: tuple[str, ...] = (*_SECTIONS, "run_dir")
 
@@ -285,6 +312,7 @@ class Config:
         train: Training-loop section.
         store: Unified-store section (distributed mini-batch engines).
         fullgraph: Partitioning and exchange pipeline of the ``fullgraph`` engine.
+        split: Partition and reporting of the ``split`` engine.
         run_dir: Directory for checkpoints, metrics and the summary (``None``: chosen by the CLI).
     """
 
@@ -294,6 +322,7 @@ class Config:
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     fullgraph: FullGraphConfig = dataclasses.field(default_factory=FullGraphConfig)
+    split: SplitConfig = dataclasses.field(default_factory=SplitConfig)
     run_dir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -402,6 +431,23 @@ class Config:
         _check(t.nproc >= 1, "train.nproc", t.nproc, "must be >= 1")
         _check(t.max_restarts >= 0, "train.max_restarts", t.max_restarts, "must be >= 0")
         _check(
+            t.threads is None or t.threads >= 1,
+            "train.threads",
+            t.threads,
+            "must be >= 1, or null for the usable cores divided by the processes on this host",
+        )
+        spec = engine_spec(t.engine)
+        if t.nproc > 1 and not spec.distributed:
+            distributed = ", ".join(n for n, s in ENGINES.items() if s.distributed and s.available)
+            raise ConfigError(
+                f"train.nproc={t.nproc} but train.engine={t.engine!r} runs in a single process; "
+                f"drop --nproc (train.nproc=1), or pick a distributed engine: {distributed}"
+            )
+        for name in ("device_budget", "host_budget"):
+            value = getattr(self.store, name)
+            if value is not None:
+                parse_bytes(value, f"store.{name}")
+        _check(
             bool(_DEVICE_RE.match(t.device)),
             "train.device",
             t.device,
@@ -426,7 +472,7 @@ class Config:
             fg.depth,
             "must be >= 0 (or null to tune)",
         )
-        allowed_modes = engine_spec(t.engine).modes
+        allowed_modes = spec.modes
         if t.mode is not None and t.mode not in allowed_modes:
             raise ConfigError(
                 f"train.engine={t.engine!r} does not support train.mode={t.mode!r}; it supports "

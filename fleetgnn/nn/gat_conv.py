@@ -116,7 +116,8 @@ class GATConv(nn.Module):
             alpha_edge = keyed_edge_dropout(alpha_edge, *key, src_gid, dst_gid)
             alpha_self = keyed_edge_dropout(alpha_self, *key, dst_ids, dst_ids)
         out = agg.aggregate(h, "sum", edge_weight=alpha_edge) + alpha_self[:, :, None] * h[:m]
-        out = out.reshape(m, -1) if self.concat else out.mean(1)  # [M, H*D] or [M, D]
+        # (explicit width: a rank or chunk may own no destination, m = 0)
+        out = out.reshape(m, self.heads * self.out_channels) if self.concat else out.mean(1)
         if self.bias is not None:
             out = out + self.bias
         return out

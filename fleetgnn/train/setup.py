@@ -7,16 +7,19 @@ own model and optimizer and calls :func:`fleetgnn.engines.build_engine` directly
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import torch
 
-from fleetgnn.config import Config, ModelConfig, OptimConfig
+from fleetgnn.config import Config, ModelConfig, OptimConfig, SplitEngineConfig, engine_spec
 from fleetgnn.engines import Engine, build_engine
 from fleetgnn.engines.common import num_classes_of, require_trainable
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import GNN, build_model
+from fleetgnn.partition import book_dir
+from fleetgnn.train.resolve import check_device
 
 
 def model_kwargs(cfg: ModelConfig) -> dict[str, Any]:
@@ -76,12 +79,20 @@ def engine_from_config(
         **changes: Fields of the typed engine config to override (e.g. ``num_chunks=4``).
     """
     if engine is not None:
-        train = dataclasses.replace(cfg.train, engine=engine, mode=cfg.mode)
+        nproc = cfg.train.nproc if engine_spec(engine).distributed else 1
+        train = dataclasses.replace(cfg.train, engine=engine, mode=cfg.mode, nproc=nproc)
         cfg = dataclasses.replace(cfg, train=train).validate()
+    check_device(cfg)
     model = model_from_config(cfg, graph)
     engine_cfg = cfg.engine_config()
     if changes:
         engine_cfg = engine_cfg.replace(**changes)
+    if isinstance(engine_cfg, SplitEngineConfig) and engine_cfg.book is None and cfg.data.dataset:
+        # a book saved by `fleetgnn partition` for this world size is used instead of computing one
+        world = ctx.world_size if ctx is not None else int(os.environ.get("WORLD_SIZE", "1"))
+        saved = book_dir(cfg.data.dataset, engine_cfg.partition, world)
+        if saved.is_dir():
+            engine_cfg = engine_cfg.replace(book=str(saved))
     return build_engine(
         model, graph, engine_cfg, ctx, optimizer=optimizer_from_config(model, cfg.optim)
     )

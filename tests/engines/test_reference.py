@@ -120,4 +120,4 @@ def test_engine_errors(graph):
     with pytest.raises(ConfigError, match="fanouts"):
         engine_from_config(_config(**{"train.fanouts": "[5]"}), graph)
     with pytest.raises(ConfigError, match="not available"):
-        engine_from_config(_config(**{"train.engine": "split"}), graph)
+        engine_from_config(_config(**{"train.engine": "offload"}), graph)

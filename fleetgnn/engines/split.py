@@ -1,0 +1,749 @@
+"""The ``split`` engine (GSplit): split-parallel mini-batch training.
+
+Data parallelism gives every rank its own mini-batch and its own k-hop neighbourhood; those
+overlap, so the same input rows are loaded, and the same hidden rows computed, on several ranks.
+Split parallelism samples ONE mini-batch per step (the global batch, the same sample the
+reference engine draws for the step) and splits its vertices at every layer by an offline
+partition: rank ``r`` owns the vertices ``v`` with ``part[v] == r``. Each input row is loaded by
+exactly one rank, each hidden row computed once, and edges that cross splits are handled by one
+all-to-all shuffle per aggregation forward and its transpose backward.
+
+Per step (every rank; the sample is keyed by ``(seed, epoch, step)``, so every rank draws it
+itself and nothing is sent):
+
+1. sample the mini-batch's blocks; split every block (:func:`split_block`, vectorised): the
+   owned destinations and source rows, the local edges, the outgoing *reference vertices*
+   (destinations owned elsewhere with an in-edge from an owned source) grouped by the owner, the
+   incoming ones and where they add up, and the sampled in-degree of the owned destinations. Both
+   sides of every exchange derive the same counts from the shared sample: no count exchange;
+2. load the input rows this rank owns: from its cache (the highest-degree rows of its own part,
+   up to ``device_budget``) or from host memory;
+3. forward through :class:`SplitAggregator` (the :class:`~fleetgnn.nn.Aggregator` of the owned
+   split), loss on the owned targets divided by the global number of targets, backward, one
+   gradient all-reduce (sum), the same optimizer step everywhere.
+
+How an aggregation crosses splits (rank ``r``, layer ``l``):
+
+===========================  ======================================================================
+call                         exchange
+===========================  ======================================================================
+``aggregate(x, sum|mean)``   pre-aggregation: every rank sums its local sources' rows per reference
+                             vertex and sends the partial sums to the owner, which adds them (mean:
+                             divided by the global sampled in-degree). One all-to-all of
+                             ``#references x width`` rows; backward the transpose.
+``aggregate(x, .., w)``,     the remote source rows themselves, once per (source, destination
+``max``, ``src_to_edge``     rank), through :class:`~fleetgnn.exchange.HaloSpmm` (GAT's path).
+``edge_softmax``,            local: every in-edge of an owned destination is on its owner.
+``dst_to_edge``
+===========================  ======================================================================
+
+Steps 1-2 of the next step run in a background thread while the current step trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fleetgnn.config import SplitEngineConfig
+from fleetgnn.distributed import Communicator, DistContext, TrafficMeter, init
+from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
+from fleetgnn.engines.common import (
+    DTYPES,
+    LossFn,
+    all_reduce_gradients,
+    broadcast_parameters,
+    check_fanouts,
+    check_optimizer,
+    cross_entropy,
+    default_optimizer,
+    labels_and_masks,
+    layerwise_inference,
+    loss_sum,
+    normalize_rows,
+    num_classes_of,
+    prepare_model,
+    require_trainable,
+    split_metrics,
+)
+from fleetgnn.errors import ConfigError
+from fleetgnn.exchange import HaloSpmm, block_layout, build_plan, requests_from_edges, send_lists
+from fleetgnn.graph import Graph
+from fleetgnn.ops import edge_softmax, gspmm
+from fleetgnn.ops.adjacency import Structure
+from fleetgnn.partition import PartitionBook, partition
+from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
+from fleetgnn.store import parse_bytes
+
+
+# ---------------------------------------------------------------------------------- splitting
+@dataclasses.dataclass(frozen=True, repr=False)
+class LayerSplit:
+    """Rank ``r``'s share of one sampled block (built without communication).
+
+    Positions are into the block (``0 <= p < num_src``; destinations are the first
+    ``num_dst``). Rows are this rank's rows: the owned source positions in block order, so the
+    owned destinations come first and the rows of layer ``l + 1`` are the owned destinations of
+    layer ``l``.
+
+    Attributes:
+        block: The sampled block (the same on every rank).
+        rank: This rank.
+        world_size: ``W``.
+        src_owner: int64 ``[num_src]`` owner of every block position.
+        rows: int64 ``[R]`` owned source positions (block order).
+        num_dst: Owned destinations (a prefix of ``rows``).
+        local: Structure ``[num_dst, R]`` of the edges with owned source and destination.
+        refs_out: Structure ``[F_out, R]``: the owned sources of each outgoing reference vertex.
+        send_counts: int64 ``[W]`` outgoing reference vertices per owner (0 for ``rank``).
+        recv_counts: int64 ``[W]`` incoming reference vertices per sender (0 for ``rank``).
+        recv_rows: int64 ``[F_in]`` the owned destination each incoming partial adds to.
+        in_degree: int64 ``[num_dst]`` sampled in-degree (all ranks' edges) of the owned
+            destinations.
+        num_edges: Edges into the owned destinations (local and remote).
+        num_local_edges: Edges whose source is owned too.
+    """
+
+    block: Block
+    rank: int
+    world_size: int
+    src_owner: np.ndarray
+    rows: np.ndarray
+    num_dst: int
+    local: Structure
+    refs_out: Structure
+    send_counts: np.ndarray
+    recv_counts: np.ndarray
+    recv_rows: np.ndarray
+    in_degree: np.ndarray
+    num_edges: int
+    num_local_edges: int
+
+    @property
+    def num_rows(self) -> int:
+        """``R``: owned source rows."""
+        return int(self.rows.size)
+
+    def __repr__(self) -> str:
+        return (
+            f"LayerSplit(rank={self.rank}/{self.world_size}, rows={self.num_rows}, "
+            f"dst={self.num_dst}, edges={self.num_edges}, local_edges={self.num_local_edges}, "
+            f"send={self.send_counts.tolist()}, recv={self.recv_counts.tolist()})"
+        )
+
+
+def _csc(dst: np.ndarray, idx: np.ndarray, num_dst: int, num_src: int) -> Structure:
+    """Structure of edges sorted by destination ``dst`` with source rows ``idx``."""
+    indptr = np.zeros(num_dst + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=num_dst), out=indptr[1:])
+    return Structure(
+        torch.from_numpy(indptr), torch.from_numpy(idx.astype(np.int64)), num_dst, num_src
+    )
+
+
+def _unique_pairs(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ``(major, minor)`` pairs as two arrays, and every input's pair index."""
+    if major.size == 0:
+        return np.zeros((2, 0), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    pairs, inverse = np.unique(np.stack([major, minor]), axis=1, return_inverse=True)
+    return pairs, inverse.reshape(-1)
+
+
+def split_block(block: Block, src_owner: np.ndarray, rank: int, world_size: int) -> LayerSplit:
+    """Split ``block`` for ``rank`` given the owner of every block position (vectorised).
+
+    Every rank calls it with the same block and owners; the send counts of rank ``j`` towards
+    ``r`` equal the receive counts of ``r`` from ``j``, in the same order (reference vertices
+    sorted by block position), so the exchange needs no count messages.
+    """
+    indptr = block.indptr.cpu().numpy().astype(np.int64, copy=False)
+    spos = block.indices.cpu().numpy().astype(np.int64, copy=False)
+    m, s = int(block.num_dst), int(block.num_src)
+    own = np.asarray(src_owner, dtype=np.int64)
+    deg = np.diff(indptr)
+    dpos = np.repeat(np.arange(m, dtype=np.int64), deg)
+    eo_dst, eo_src = own[dpos], own[spos]
+    rows = np.flatnonzero(own == rank).astype(np.int64)
+    row_of = np.full(s, -1, dtype=np.int64)
+    row_of[rows] = np.arange(rows.size, dtype=np.int64)
+    num_dst = int(np.count_nonzero(own[:m] == rank))
+    # local edges: CSC order is destination order, and rows keep block order
+    sel = (eo_dst == rank) & (eo_src == rank)
+    local = _csc(row_of[dpos[sel]], row_of[spos[sel]], num_dst, rows.size)
+    # outgoing reference vertices: (owner of v, v) for owned sources into others' destinations
+    out = (eo_src == rank) & (eo_dst != rank)
+    pairs, ref = _unique_pairs(eo_dst[out], dpos[out])
+    order = np.argsort(ref, kind="stable")
+    refs_out = _csc(ref[order], row_of[spos[out]][order], pairs.shape[1], rows.size)
+    send = np.bincount(pairs[0], minlength=world_size).astype(np.int64)
+    # incoming reference vertices: (sender j, v) for others' sources into owned destinations
+    inc = (eo_dst == rank) & (eo_src != rank)
+    pin, _ = _unique_pairs(eo_src[inc], dpos[inc])
+    recv = np.bincount(pin[0], minlength=world_size).astype(np.int64)
+    return LayerSplit(
+        block=block,
+        rank=rank,
+        world_size=world_size,
+        src_owner=own,
+        rows=rows,
+        num_dst=num_dst,
+        local=local,
+        refs_out=refs_out,
+        send_counts=send,
+        recv_counts=recv,
+        recv_rows=row_of[pin[1]],
+        in_degree=deg[own[:m] == rank],
+        num_edges=int(np.count_nonzero(eo_dst == rank)),
+        num_local_edges=int(np.count_nonzero(sel)),
+    )
+
+
+# ---------------------------------------------------------------------------------- aggregator
+class SplitAggregator:
+    """The :class:`~fleetgnn.nn.Aggregator` of rank ``r``'s split of one sampled block.
+
+    Rows: ``num_src`` owned sources (block order), the first ``num_dst`` of them the owned
+    destinations; ``src_ids`` their ORIGINAL global IDs (dropout keys equal the reference's).
+    Edge tensors (``edge_weight``, scores) cover the in-edges of the owned destinations, local and
+    remote, in block CSC order. See the module docstring for which calls communicate; every rank
+    makes the same calls (the model is the same), so the collectives match.
+
+    Args:
+        split: This rank's :class:`LayerSplit`.
+        comm: The communicator (``None`` or one rank: nothing is exchanged).
+        owner: Owner of every ORIGINAL node ID (``book.part_of``).
+        dtype: Float dtype of degrees.
+        device: Where the structures live.
+        meter_bytes: A list to append this aggregator's forward shuffle bytes to.
+    """
+
+    def __init__(
+        self,
+        split: LayerSplit,
+        comm: Communicator | None,
+        owner: np.ndarray,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        meter_bytes: list[int] | None = None,
+    ) -> None:
+        self.split = split
+        self.comm = comm if comm is not None and comm.world_size > 1 else None
+        self.owner = owner
+        self.device = torch.device(device)
+        self.dtype = dtype
+        block = split.block
+        rows = torch.from_numpy(split.rows)
+        self.src_ids = block.src_ids.index_select(0, rows).long().to(self.device)
+        self.num_src = split.num_rows
+        self.num_dst = split.num_dst
+        self._local = _to(split.local, self.device)
+        self._refs = _to(split.refs_out, self.device)
+        self._recv_rows = torch.from_numpy(split.recv_rows).to(self.device)
+        self._in_degree = torch.from_numpy(split.in_degree).to(device=self.device, dtype=dtype)
+        sd = getattr(block, "src_degree", None)
+        self._src_degree = None if sd is None else sd.index_select(0, rows).to(self.device, dtype)
+        self._halo: HaloSpmm | None = None
+        self._edge_ids: tuple[Tensor, Tensor] | None = None
+        self.shuffle_bytes = meter_bytes if meter_bytes is not None else []
+
+    # ------------------------------------------------------------------ the halo path
+    @property
+    def halo(self) -> HaloSpmm:
+        """The exchange of remote source rows (built on first use; no communication)."""
+        if self._halo is None:
+            sp, w, r = self.split, self.split.world_size, self.split.rank
+            lay = block_layout(sp.block, self.owner, rank=r, world_size=w)
+            block = sp.block
+            src_all = block.src_ids.cpu().numpy()[block.indices.cpu().numpy()]
+            deg = np.diff(block.indptr.cpu().numpy())
+            dst_owner = np.repeat(sp.src_owner[: block.num_dst], deg)
+            rows, counts = send_lists(
+                lay, *requests_from_edges(src_all, dst_owner, self.owner, rank=r, world_size=w)
+            )
+            plan = build_plan(lay, rows, counts, 1)
+            # one chunk: active iff any edge crosses splits anywhere (the same on every rank)
+            crossing = bool(np.any(sp.src_owner[block.indices.cpu().numpy()] != dst_owner))
+            plan = dataclasses.replace(plan, active=(crossing,))
+            self._halo = HaloSpmm(lay, plan, self.comm, depth=1, device=self.device)
+        return self._halo
+
+    def _check_rows(self, x: Tensor) -> None:
+        if x.dim() < 1 or x.shape[0] != self.num_src:
+            raise ConfigError(
+                f"'x_src' must hold this rank's {self.num_src} owned rows of the hop (got shape "
+                f"{tuple(x.shape)}); the split aggregator exchanges remote rows itself"
+            )
+
+    # ------------------------------------------------------------------ protocol
+    def aggregate(
+        self, x_src: Tensor, reduce: str = "sum", edge_weight: Tensor | None = None
+    ) -> Tensor:
+        """``[R, ...] -> [num_dst, ...]``: reduce over every in-edge of the owned destinations.
+
+        Collective (one all-to-all forward, its transpose backward).
+        """
+        self._check_rows(x_src)
+        if reduce not in ("sum", "mean", "max"):
+            raise ConfigError(f"'reduce' must be 'sum', 'mean' or 'max' (got {reduce!r})")
+        if reduce == "max":
+            ext = self.halo.extended(x_src)
+            self._count(self.halo.volume.send_rows, x_src)
+            return gspmm(self.halo.structure, ext, "max", edge_weight)
+        if edge_weight is not None:
+            self._count(self.halo.volume.send_rows, x_src)
+            out = self.halo.sum(x_src, edge_weight.to(x_src.dtype))
+        else:
+            out = self._pre_aggregated_sum(x_src)
+        if reduce == "mean":
+            deg = self._in_degree.to(out.dtype).clamp_min(1.0)
+            out = out / deg.view(-1, *([1] * (out.dim() - 1)))
+        return out
+
+    def _pre_aggregated_sum(self, x: Tensor) -> Tensor:
+        """Local edges, plus the partial sums other ranks computed for the owned destinations."""
+        out = gspmm(self._local, x, "sum")
+        if self.comm is None:
+            return out
+        partial = gspmm(self._refs, x, "sum")  # [F_out, ...] per outgoing reference vertex
+        self._count(int(partial.shape[0]), x)
+        recv, _ = self.comm.all_to_all(
+            partial,
+            self.split.send_counts.tolist(),
+            recv_counts=self.split.recv_counts.tolist(),
+        )
+        return out.index_add(0, self._recv_rows, recv)
+
+    def _count(self, rows: int, x: Tensor) -> None:
+        width = int(np.prod(x.shape[1:], dtype=np.int64))
+        self.shuffle_bytes.append(rows * width * x.element_size())
+
+    def src_to_edge(self, x_src: Tensor) -> Tensor:
+        """``[R, ...] -> [E, ...]``: the source row of every in-edge (exchanges remote rows)."""
+        self._check_rows(x_src)
+        self._count(self.halo.volume.send_rows, x_src)
+        return self.halo.extended(x_src).index_select(0, self.halo.structure.indices)
+
+    def dst_to_edge(self, x_dst: Tensor) -> Tensor:
+        """``[num_dst, ...] -> [E, ...]``: the destination row of every in-edge (local)."""
+        if x_dst.shape[:1] != (self.num_dst,):
+            raise ConfigError(
+                f"'x_dst' must have {self.num_dst} rows (got shape {tuple(x_dst.shape)})"
+            )
+        return x_dst.index_select(0, self.halo.structure.dst_index())
+
+    def edge_softmax(self, scores: Tensor) -> Tensor:
+        """Softmax over each owned destination's in-edges (all on this rank: local)."""
+        return edge_softmax(self.halo.structure, scores)
+
+    def dst_degree(self) -> Tensor:
+        """Sampled in-degree (over every rank's edges) of the owned destinations."""
+        return self._in_degree
+
+    def src_degree(self) -> Tensor:
+        """Whole-graph in-degree of the owned sources (GCN normalisation)."""
+        if self._src_degree is None:
+            raise ConfigError("the sampled block carries no 'src_degree' (GCN needs it)")
+        return self._src_degree
+
+    def edge_ids(self) -> tuple[Tensor, Tensor]:
+        """Original global ``(src_gid, dst_gid)`` of every in-edge of the owned destinations."""
+        if self._edge_ids is None:
+            lay = self.halo.layout
+            src = torch.from_numpy(lay.src).to(self.device)
+            dst = torch.from_numpy(lay.dst_ids).to(self.device)
+            self._edge_ids = (src, dst.index_select(0, self.halo.structure.dst_index()))
+        return self._edge_ids
+
+    def __repr__(self) -> str:
+        return f"SplitAggregator({self.split!r})"
+
+
+def _to(st: Structure, device: torch.device) -> Structure:
+    if device.type == "cpu":
+        return st
+    return Structure(st.indptr.to(device), st.indices.to(device), st.num_dst, st.num_src)
+
+
+# ---------------------------------------------------------------------------------- engine
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """One prepared step: the splits, this rank's input rows and targets, counters."""
+
+    splits: list[LayerSplit]
+    x: Tensor
+    targets: Tensor  # global IDs of the owned seeds
+    global_count: int
+    t_sample: float
+    t_gather: float
+    counters: dict[str, Any]
+
+
+class SplitEngine(EngineBase):
+    """Split-parallel mini-batch training (GSplit) over an offline partition.
+
+    Args:
+        model: A layer-wise model (see :mod:`fleetgnn.nn.protocol`); every rank starts from rank
+            0's parameters.
+        graph: The dataset in its original numbering (memory maps are fine: each rank loads only
+            the input rows it owns).
+        ctx: This process's :class:`~fleetgnn.distributed.DistContext` (``None``: from the
+            environment).
+        config: A :class:`~fleetgnn.config.SplitEngineConfig`.
+        optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
+        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy).
+        book: A partition book to use instead of ``config.partition``/``config.book`` (e.g. a
+            degenerate one in tests); its parts are the ranks.
+    """
+
+    name = "split"
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        graph: Graph,
+        ctx: DistContext | None = None,
+        config: SplitEngineConfig | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss: LossFn | None = None,
+        book: PartitionBook | None = None,
+    ) -> None:
+        sc = config if config is not None else SplitEngineConfig()
+        if not isinstance(sc, SplitEngineConfig):
+            raise ConfigError(
+                f"the split engine needs a SplitEngineConfig (got {type(sc).__name__})"
+            )
+        require_trainable(graph)
+        check_fanouts(sc.fanouts, model)
+        if ctx is None:
+            ctx = init()
+        self.graph, self.config, self.ctx = graph, sc, ctx
+        self.rank, self.world_size = ctx.rank, ctx.world_size
+        self.device = ctx.device
+        self.dtype = DTYPES[sc.dtype]
+        self.seed = int(sc.seed)
+        self.meter = TrafficMeter()
+        self.comm = ctx.communicator(self.meter, debug=sc.debug_collectives)
+        t0 = time.perf_counter()
+        self.book = self._book(graph, sc, book)
+        self.owner = np.asarray(self.book.part_of, dtype=np.int64)
+        self.preprocess_s = time.perf_counter() - t0
+        self.y, self.masks = labels_and_masks(graph)
+        self.num_classes = num_classes_of(graph)
+        self.module = prepare_model(model, self.device, self.dtype)
+        self.model = self.module
+        self.num_layers = int(self.module.num_layers)
+        if self.world_size > 1:
+            broadcast_parameters(self.module, self.comm)
+        self.optimizer = (
+            default_optimizer(self.module)
+            if optimizer is None
+            else check_optimizer(optimizer, self.module)
+        )
+        self.loss = loss if loss is not None else cross_entropy
+        train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+        # ONE global mini-batch per step, drawn exactly as the reference engine draws it
+        self.loader = SeedLoader(train_ids, sc.batch_size, seed=self.seed, shuffle=True)
+        self.topology = GraphTopology(graph)
+        self.sampler = NeighborSampler(self.topology, list(sc.fanouts), seed=self.seed)
+        self._build_cache(graph, sc)
+        self.prefetch = bool(sc.prefetch)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="fleetgnn-split")
+        self._extra: dict[str, Any] = {}
+        self._mine: dict[str, Any] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------ partition and cache
+    def _book(
+        self, graph: Graph, sc: SplitEngineConfig, book: PartitionBook | None
+    ) -> PartitionBook:
+        """The offline partition: given, loaded, or computed once on rank 0 and broadcast."""
+        if book is None and sc.book is not None:
+            path = Path(sc.book)
+            book = PartitionBook.load(path)
+        if book is None:
+            book = self.comm.broadcast_object(
+                partition(graph, sc.partition, self.world_size, seed=self.seed)
+                if self.rank == 0
+                else None
+            )
+        if book.num_parts != self.world_size or book.num_nodes != graph.num_nodes:
+            raise ConfigError(
+                f"the partition book has {book.num_parts} parts over {book.num_nodes} nodes; the "
+                f"split engine needs one part per rank ({self.world_size}) over the graph's "
+                f"{graph.num_nodes} nodes; run 'fleetgnn partition --parts {self.world_size}'"
+            )
+        return book
+
+    def _build_cache(self, graph: Graph, sc: SplitEngineConfig) -> None:
+        """Cache the highest-degree rows of this rank's OWN part up to the device budget."""
+        mine = np.flatnonzero(self.owner == self.rank)
+        row_bytes = int(graph.num_features) * np.dtype(np.asarray(graph.x[:0]).dtype).itemsize
+        budget = None if sc.device_budget is None else parse_bytes(sc.device_budget, "device")
+        cap = mine.size if budget is None else min(mine.size, budget // max(row_bytes, 1))
+        deg = np.diff(np.asarray(graph.indptr, dtype=np.int64))[mine]
+        hot = np.sort(mine[np.argsort(-deg, kind="stable")[:cap]])
+        self.cached_ids = hot  # sorted global IDs
+        rows = np.asarray(graph.x[hot]) if hot.size else np.zeros((0, graph.num_features))
+        self.cache = torch.from_numpy(np.ascontiguousarray(rows)).to(self.device)
+        self.row_bytes = row_bytes
+
+    def _load(self, ids: np.ndarray) -> tuple[Tensor, int, int]:
+        """Rows of ``ids`` (owned), from the cache or host memory; rows served by each."""
+        pos = np.searchsorted(self.cached_ids, ids)
+        hit = pos < self.cached_ids.size
+        hit[hit] = self.cached_ids[pos[hit]] == ids[hit]
+        out = torch.empty((ids.size, self.graph.num_features), dtype=self.cache.dtype)
+        if hit.any():
+            out[torch.from_numpy(np.flatnonzero(hit))] = self.cache[
+                torch.from_numpy(pos[hit])
+            ].cpu()
+        miss = np.flatnonzero(~hit)
+        if miss.size:
+            order = np.argsort(ids[miss])  # sorted reads from the map
+            rows = np.asarray(self.graph.x[ids[miss][order]])
+            out[torch.from_numpy(miss[order])] = torch.from_numpy(np.ascontiguousarray(rows))
+        x = out.to(device=self.device, dtype=self.dtype)
+        return normalize_rows(x, self.config.feature_norm), int(hit.sum()), int(miss.size)
+
+    # ------------------------------------------------------------------ batches
+    def steps_per_epoch(self) -> int:
+        """Mini-batches per epoch (one per step for all ranks)."""
+        return self.loader.num_batches
+
+    def prepare(self, epoch: int, step: int) -> _Batch:
+        """Sample, split and load one step (no communication; runs in the prefetch thread)."""
+        t0 = time.perf_counter()
+        seeds = self.loader.batch(epoch, step)
+        blocks = self.sampler.sample(seeds, epoch, step)
+        splits = [
+            split_block(b, self.owner[b.src_ids.numpy()], self.rank, self.world_size)
+            for b in blocks
+        ]
+        t1 = time.perf_counter()
+        first = splits[0]
+        ids = first.block.src_ids.numpy()[first.rows]
+        x, hits, misses = self._load(ids)
+        t2 = time.perf_counter()
+        last = splits[-1]
+        targets = last.block.src_ids[torch.from_numpy(last.rows[: last.num_dst])]
+        counters = self._counters(blocks, splits, hits, misses)
+        if self.rank == 0 and self.config.report_dp and self.world_size > 1:
+            counters.update(self._dp_counterfactual(seeds, blocks, epoch, step))
+        return _Batch(splits, x, targets, int(seeds.numel()), t1 - t0, t2 - t1, counters)
+
+    def _counters(
+        self, blocks: list[Block], splits: list[LayerSplit], hits: int, misses: int
+    ) -> dict[str, Any]:
+        """GSplit's split-quality numbers (every rank's, from the shared sample) and loads."""
+        w = self.world_size
+        per_rank = np.zeros(w, dtype=np.int64)
+        local = 0
+        for b, sp in zip(blocks, splits, strict=True):
+            deg = np.diff(b.indptr.numpy())
+            eo_dst = np.repeat(sp.src_owner[: b.num_dst], deg)
+            per_rank += np.bincount(eo_dst, minlength=w)
+            local += int(np.count_nonzero(sp.src_owner[b.indices.numpy()] == eo_dst))
+        return {
+            "edges_per_rank": per_rank,
+            "edges": int(per_rank.sum()),
+            "local_edges": local,
+            "rows_cached": hits,
+            "rows_host": misses,
+            "input_rows_total": int(blocks[0].num_src),
+        }
+
+    def _dp_counterfactual(
+        self, seeds: Tensor, blocks: list[Block], epoch: int, step: int
+    ) -> dict[str, Any]:
+        """Edges and input rows data parallelism would process for the same targets.
+
+        The global batch cut into ``W`` contiguous micro-batches, each sampled on its own stream
+        (as data-parallel ranks sample), counted without training.
+        """
+        edges = rows = 0
+        for r, micro in enumerate(torch.tensor_split(seeds, self.world_size)):
+            if micro.numel() == 0:
+                continue
+            mb = self.sampler.sample(micro, epoch, step, stream=r)
+            edges += sum(b.num_edges for b in mb)
+            rows += mb[0].num_src
+        return {"dp_edges": int(edges), "dp_input_rows": int(rows)}
+
+    # ------------------------------------------------------------------ training
+    def run_epoch(
+        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
+    ) -> list[StepStats]:
+        """Run steps ``start_step..`` of ``epoch``, the next step prepared in the background."""
+        self.module.train()
+        out: list[StepStats] = []
+        n = self.steps_per_epoch()
+        pending: Future[_Batch] | None = None
+        totals: dict[str, Any] = {}
+        shuffle = np.zeros(self.num_layers, dtype=np.int64)
+        for step in range(start_step, n):
+            t_wait = time.perf_counter()
+            batch = pending.result() if pending is not None else self.prepare(epoch, step)
+            waited = time.perf_counter() - t_wait
+            pending = (
+                self._pool.submit(self.prepare, epoch, step + 1)
+                if self.prefetch and step + 1 < n
+                else None
+            )
+            stats, per_layer = self.train_step(epoch, step, batch, waited)
+            shuffle += per_layer
+            for k, v in batch.counters.items():
+                totals[k] = totals.get(k, 0) + v
+            out.append(stats)
+            if on_step is not None:
+                on_step(step, stats)
+        self._extra = self._epoch_extra(totals, shuffle)
+        # this rank's own numbers (the Trainer gathers every rank's into extra["per_rank"])
+        self._mine = {
+            "shuffle_bytes_per_layer": shuffle.tolist(),  # forward; the backward moves as much
+            "input_rows": {
+                "cached": int(totals.get("rows_cached", 0)),
+                "host": int(totals.get("rows_host", 0)),
+            },
+        }
+        return out
+
+    def train_step(
+        self, epoch: int, step: int, batch: _Batch, waited: float = 0.0
+    ) -> tuple[StepStats, np.ndarray]:
+        """Forward with shuffles, loss on the owned targets, backward, all-reduce, step.
+
+        Returns:
+            The step's stats and the forward shuffle bytes sent by this rank per layer.
+        """
+        t_start = time.perf_counter()
+        before = self.meter.snapshot()
+        sent: list[list[int]] = [[] for _ in batch.splits]
+        aggs = [
+            SplitAggregator(
+                sp, self.comm, self.owner, dtype=self.dtype, device=self.device, meter_bytes=b
+            )
+            for sp, b in zip(batch.splits, sent, strict=True)
+        ]
+        global_step = epoch * self.steps_per_epoch() + step
+        logits = self.module(aggs, batch.x, step=global_step)
+        target = self.y[batch.targets].to(self.device)
+        total = loss_sum(self.loss, logits, target)
+        loss = total / max(batch.global_count, 1)
+        t1 = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # reverse shuffles
+        t2 = time.perf_counter()
+        all_reduce_gradients(self.module, self.comm)
+        t3 = time.perf_counter()
+        self.optimizer.step()
+        t4 = time.perf_counter()
+        correct = int((logits.argmax(dim=1) == target).sum()) if target.numel() else 0
+        traffic = {k: v["bytes"] for k, v in self.meter.delta(before).items()}
+        traffic["local"] = traffic.get("local", 0) + batch.counters["rows_cached"] * self.row_bytes
+        traffic["h2d"] = traffic.get("h2d", 0) + batch.counters["rows_host"] * self.row_bytes
+        times = {
+            "sample": batch.t_sample,
+            "gather": batch.t_gather,
+            "forward": t1 - t_start,
+            "backward": t2 - t1,
+            "communication": t3 - t2,
+            "optimizer": t4 - t3,
+            "total": t4 - t_start + waited,
+        }
+        per_layer = np.array([sum(b) for b in sent], dtype=np.int64)
+        stats = StepStats(float(total.detach()), correct, int(target.numel()), times, traffic)
+        return stats, per_layer
+
+    def _epoch_extra(self, t: Mapping[str, Any], shuffle: np.ndarray) -> dict[str, Any]:
+        if not t:
+            return {}
+        per_rank = np.asarray(t["edges_per_rank"], dtype=np.float64)
+        mean = per_rank.mean() if per_rank.size else 0.0
+        extra: dict[str, Any] = {
+            # GSplit Table 5: (max - min) / mean of the edges per split; local-edge ratio
+            "edge_skew": float((per_rank.max() - per_rank.min()) / mean) if mean else 0.0,
+            "local_edge_ratio": float(t["local_edges"] / t["edges"]) if t["edges"] else 1.0,
+            "edges": int(t["edges"]),
+            "partition": self.book.method,
+            "preprocess_s": self.preprocess_s,
+        }
+        if "dp_edges" in t:
+            e = int(t["edges"])
+            extra["dp_counterfactual"] = {
+                "edges": int(t["dp_edges"]),
+                "redundancy": (int(t["dp_edges"]) - e) / e if e else 0.0,
+                "input_rows": int(t["dp_input_rows"]),
+                "host_bytes": int(t["dp_input_rows"]) * self.row_bytes,
+                "split_input_rows": int(t["input_rows_total"]),
+            }
+        return extra
+
+    # ------------------------------------------------------------------ evaluation
+    def _features(self, ids: Tensor) -> Tensor:
+        rows = np.asarray(self.graph.x[np.sort(ids.numpy())])
+        order = np.argsort(np.argsort(ids.numpy()))
+        x = torch.from_numpy(np.ascontiguousarray(rows[order]))
+        return normalize_rows(x.to(device=self.device, dtype=self.dtype), self.config.feature_norm)
+
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy per split and validation loss (layer-wise full-neighbour inference)."""
+        logits, lo, hi = layerwise_inference(
+            self.module,
+            self.topology,
+            self._features,
+            self.graph.num_nodes,
+            self.comm,
+            device=self.device,
+            dtype=self.dtype,
+        )
+        y = self.y[lo:hi].to(logits.device)
+        masks = {s: m[lo:hi].to(logits.device) for s, m in self.masks.items()}
+        return split_metrics(logits, y, masks, self.comm.all_reduce_sum)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Model and optimizer state (identical on every rank)."""
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def epoch_extra(self) -> dict[str, Any]:
+        """Split quality (GSplit Table 5) and the data-parallel counterfactual (Tables 1-2).
+
+        Computed from the shared sample, so they describe the whole job; each rank's input rows
+        per tier and shuffle bytes per layer are in :meth:`rank_extra`.
+        """
+        return dict(self._extra)
+
+    def rank_extra(self) -> dict[str, Any]:
+        """This rank's shuffle bytes per layer and input rows per tier (last epoch)."""
+        return dict(self._mine)
+
+    def peak_memory(self) -> dict[str, int]:
+        """Bytes of this rank's cache (its device tier)."""
+        return {"device": int(self.cache.numel() * self.cache.element_size())}
+
+    def close(self) -> None:
+        """Stop the prefetch thread."""
+        if not self._closed:
+            self._closed = True
+            self._pool.shutdown(wait=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"SplitEngine(rank={self.rank}/{self.world_size}, parts="
+            f"{self.book.part_sizes.tolist()}, cached={self.cached_ids.size})"
+        )
