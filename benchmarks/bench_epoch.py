@@ -62,7 +62,7 @@ from fleetgnn.graph import Graph, open_dataset
 from fleetgnn.graph.synthetic import prepare_synthetic
 from fleetgnn.ops import keyed_dropout
 from fleetgnn.sampling import Block
-from fleetgnn.train import Config, load_config
+from fleetgnn.train import Config, engine_from_config, load_config
 
 PHASES: tuple[str, ...] = ("sample", "gather", "forward", "backward", "optimizer")
 WORKLOADS: tuple[str, ...] = ("gcn-full", "sage-minibatch")
@@ -410,7 +410,7 @@ def bench_gcn_full(graph: Graph, args: argparse.Namespace, use_pyg: bool) -> dic
         ],
     )
     t0 = time.perf_counter()
-    engine = ReferenceEngine(graph, cfg)
+    engine = engine_from_config(cfg, graph)
     setup_s = time.perf_counter() - t0
     dims = [engine.x.shape[1], args.hidden, engine.num_classes]
     out: dict[str, Any] = {
@@ -476,7 +476,7 @@ def bench_sage_minibatch(graph: Graph, args: argparse.Namespace, use_pyg: bool) 
             "train.dtype=float32",
         ],
     )
-    engine = ReferenceEngine(graph, cfg)
+    engine = engine_from_config(cfg, graph)
     dims = [engine.x.shape[1], *[args.hidden] * (len(fanouts) - 1), engine.num_classes]
     out: dict[str, Any] = {
         "workload": "sage-minibatch",

@@ -39,11 +39,10 @@ from typing import Any
 import torch
 
 from fleetgnn.distributed.testing import context_of, run_world
-from fleetgnn.engines.fullgraph import FullGraphEngine, TunerSpace
-from fleetgnn.engines.reference import ReferenceEngine
+from fleetgnn.engines.fullgraph import TunerSpace
 from fleetgnn.graph.dataset import open_dataset
 from fleetgnn.graph.synthetic import SyntheticSpec, prepare_synthetic
-from fleetgnn.train import load_config
+from fleetgnn.train import engine_from_config, load_config
 
 MODELS = {"gcn": 256, "gin": 64}
 SPACE = TunerSpace(chunks=(1, 2, 4, 8), depth=(1, 2))
@@ -95,7 +94,7 @@ def _worker(comm: Any, data_dir: str, models: list[str], epochs: int, threads: i
         cfg = _config(model, threads)
         res: dict[str, Any] = {}
         # unpipelined baseline: K = 1, whole halo first
-        eng = FullGraphEngine(graph, cfg, context_of(comm), num_chunks=1, depth=0)
+        eng = engine_from_config(cfg, graph, context_of(comm), num_chunks=1, depth=0)
         _time_epochs(eng, comm, 0, 1)  # warm-up
         times = _time_epochs(eng, comm, 1, epochs)
         res["unpipelined"] = {
@@ -106,7 +105,14 @@ def _worker(comm: Any, data_dir: str, models: list[str], epochs: int, threads: i
         }
         eng.close()
         # tuned: the greedy search, then the best configuration
-        eng = FullGraphEngine(graph, cfg, context_of(comm), tune=True, tuner_space=SPACE)
+        eng = engine_from_config(
+            cfg,
+            graph,
+            context_of(comm),
+            tune=True,
+            tuner_chunks=SPACE.chunks,
+            tuner_depths=SPACE.depth,
+        )
         e = 0
         t_search = time.perf_counter()
         while eng.tuner is not None and not eng.tuner.done:
@@ -144,7 +150,7 @@ def _reference(data_dir: str, models: list[str], epochs: int, threads: int) -> d
                 f"model.hidden={MODELS[model]}",
             ],
         )
-        ref = ReferenceEngine(graph, cfg)
+        ref = engine_from_config(cfg, graph, engine="reference")
         ref.run_epoch(0)
         times = []
         for e in range(1, epochs + 1):

@@ -8,8 +8,8 @@ features, 47 classes, ~9.9k training nodes), generated once with
 as ``bench_epoch.py``).
 
 Runs, each on its own group of worker processes started by
-:func:`fleetgnn.distributed.launch` (torch's elastic launcher, gloo on CPU); each worker builds the
-engine with :func:`fleetgnn.engines.build_engine` and drives ``engine.run_epoch(epoch)`` directly:
+:func:`fleetgnn.distributed.launch` (torch's elastic launcher, gloo on CPU); each worker builds
+the engine with :func:`fleetgnn.train.engine_from_config` and drives ``engine.run_epoch(epoch)``:
 
 - world sizes 1, 2, 4 x device budget 100 %, 25 %, 5 % of the feature bytes ``N * F * 4`` per
   rank (one-sided gathers, prefetch on);
@@ -186,8 +186,8 @@ def minibatch_worker(
     import torch.distributed as dist
 
     from fleetgnn.distributed import destroy, init
-    from fleetgnn.engines import build_engine
     from fleetgnn.graph import open_dataset
+    from fleetgnn.train import engine_from_config
 
     torch.set_num_threads(threads)
     cfg = Config.from_dict(cfg_dict).validate()
@@ -195,7 +195,7 @@ def minibatch_worker(
     engine = None
     try:
         t0 = time.perf_counter()
-        engine = build_engine(open_dataset(dataset), cfg, ctx)
+        engine = engine_from_config(cfg, open_dataset(dataset), ctx)
         setup_s = time.perf_counter() - t0
         start = _start_step(engine.steps_per_epoch(), max_steps)
         out: dict[str, Any] = {
@@ -232,11 +232,11 @@ def reference_run(
     graph: Any, args: argparse.Namespace, epochs: int, max_steps: int | None
 ) -> dict[str, Any]:
     """The single-process reference engine: warm-up epoch 0, then ``epochs`` timed epochs."""
-    from fleetgnn.engines.reference import ReferenceEngine
+    from fleetgnn.train import engine_from_config
 
     cfg = load_config(None, [*base_overrides(args), "train.engine=reference"])
     t0 = time.perf_counter()
-    engine = ReferenceEngine(graph, cfg)
+    engine = engine_from_config(cfg, graph, engine="reference")
     setup_s = time.perf_counter() - t0
     start = _start_step(engine.steps_per_epoch(), max_steps)
     rows = []
