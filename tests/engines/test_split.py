@@ -230,3 +230,53 @@ def test_split_engine_through_the_cli(tmp_path):
     rows = extra["per_rank"]["input_rows"]
     assert sum(r["cached"] + r["host"] for r in rows) > 0
     assert len(extra["per_rank"]["shuffle_bytes_per_layer"]) == 2
+
+
+def _count_rank(comm, model_name):
+    graph = _graph()
+    cfg = _config(model_name)
+    model = model_from_config(cfg, graph)
+    book = _book("random", graph, comm.world_size)
+    with SplitEngine(model, graph, context_of(comm), cfg.engine_config(), book=book) as eng:
+        batch = eng.prepare(0, 0)
+        calls = {"exchanges": 0, "all_reduce_sum": 0}
+        marks = {}
+        exchange, reduce, zero_grad = eng.comm._exchange, eng.comm.all_reduce_sum, None
+
+        def counted_exchange(*a, **k):  # every all_to_all_single, forward or backward
+            calls["exchanges"] += 1
+            return exchange(*a, **k)
+
+        def counted_reduce(*a, **k):
+            calls["all_reduce_sum"] += 1
+            return reduce(*a, **k)
+
+        zero_grad = eng.optimizer.zero_grad
+
+        def mark(*a, **k):  # between the forward and the backward
+            marks["forward"] = calls["exchanges"]
+            return zero_grad(*a, **k)
+
+        eng.comm._exchange, eng.comm.all_reduce_sum = counted_exchange, counted_reduce
+        eng.optimizer.zero_grad = mark
+        eng.train_step(0, 0, batch)
+        return {
+            "forward": marks["forward"],
+            "backward": calls["exchanges"] - marks["forward"],
+            "all_reduce_sum": calls["all_reduce_sum"],
+        }
+
+
+@pytest.mark.parametrize(
+    ("model_name", "forward", "backward"), [("sage", 1, 1), ("gcn", 1, 1), ("gat", 3, 2)]
+)
+def test_collectives_per_step(model_name, forward, backward):
+    """Per layer: one all-to-all per aggregation call forward (GAT makes three: source scores,
+    normaliser, messages), the transposed one backward where a gradient flows (not into GAT's
+    constant normaliser input); one gradient all-reduce per step."""
+    out = run_world(_count_rank, 2, model_name, timeout_s=300)
+    layers = 2
+    for calls in out:
+        assert calls["forward"] == forward * layers
+        assert calls["backward"] == backward * layers
+        assert calls["all_reduce_sum"] == 1
