@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,9 +50,20 @@ from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader  # noqa
 
 
 def train_run(
-    args: argparse.Namespace, dataset: str, engine: str, world: int, run_dir: Path
+    args: argparse.Namespace,
+    dataset: str,
+    engine: str,
+    world: int,
+    run_dir: Path,
+    report_dp: bool = False,
+    epochs: int | None = None,
 ) -> list[dict[str, Any]]:
-    """``fleetgnn train`` for one engine and world size; the epoch records of metrics.jsonl."""
+    """``fleetgnn train`` for one engine and world size; the epoch records of metrics.jsonl.
+
+    Timed runs leave ``split.report_dp`` off (its W extra samplings per step on rank 0 would
+    compete for the cores); one extra untimed split run per W reports the counterfactual.
+    """
+    epochs = args.epochs if epochs is None else epochs
     per_rank = args.batch_size // world if engine == "minibatch" else args.batch_size
     sets = [
         "model.num_layers=3",
@@ -59,12 +71,14 @@ def train_run(
         f"train.fanouts=[{args.fanouts}]",
         f"train.batch_size={per_rank}",
         f"store.device_budget={args.budget}",
-        "store.host_budget=0" if engine == "minibatch" else "split.report_dp=true",
-        f"train.eval_every={args.epochs + 1}",
+        "store.host_budget=0"
+        if engine == "minibatch"
+        else f"split.report_dp={str(report_dp).lower()}",
+        f"train.eval_every={epochs + 1}",
         "train.checkpoint_every=0",
     ]
     cmd = [sys.executable, "-m", "fleetgnn", "train", "--engine", engine, "--nproc", str(world)]
-    cmd += ["--dataset", dataset, "--model", "sage", "--epochs", str(1 + args.epochs)]
+    cmd += ["--dataset", dataset, "--model", "sage", "--epochs", str(1 + epochs)]
     cmd += ["--run-dir", str(run_dir), "--no-progress"]
     for s in sets:
         cmd += ["--set", s]
@@ -73,7 +87,8 @@ def train_run(
     if done.returncode != 0:
         raise RuntimeError(f"{engine} W={world} failed:\n{done.stderr[-4000:]}")
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if "epoch" in r][1:]  # drop the warm-up
+    recs = [r for r in map(json.loads, lines) if "epoch" in r]
+    return recs[1:] if len(recs) > 1 else recs  # drop the warm-up
 
 
 def summarise(engine: str, world: int, recs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -98,7 +113,6 @@ def summarise(engine: str, world: int, recs: list[dict[str, Any]]) -> dict[str, 
         out["shuffle_bytes_per_layer"] = [
             sum(v) for v in zip(*extra["per_rank"]["shuffle_bytes_per_layer"], strict=True)
         ]
-        out["dp_counterfactual"] = extra.get("dp_counterfactual")
     else:
         out["hit_rates_rank0"] = extra.get("hit_rates")
     return out
@@ -111,21 +125,33 @@ def _sampling_rank(comm: Any, dataset: str, batch: int, fanouts: list[int], step
     train = torch.from_numpy(graph.train_mask.nonzero()[0])
     loader = SeedLoader(train, batch, seed=0)
     sampler = NeighborSampler(GraphTopology(graph), fanouts, seed=0)
-    comm.barrier()
-    t0 = time.perf_counter()
-    for s in range(steps):
+
+    def every_rank(s: int) -> None:
         sampler.sample(loader.batch(0, s % loader.num_batches), 0, s)
-    comm.barrier()
-    every = (time.perf_counter() - t0) / steps
-    t0 = time.perf_counter()
-    for s in range(steps):
+
+    def leader(s: int) -> None:
         blocks = None
         if comm.rank == 0:
             blocks = sampler.sample(loader.batch(0, s % loader.num_batches), 0, s)
         comm.broadcast_object(blocks)
-    comm.barrier()
-    leader = (time.perf_counter() - t0) / steps
-    return {"every_rank_samples_s": every, "leader_samples_and_broadcasts_s": leader}
+
+    for s in range(steps):  # warm-up: the topology's pages and the sampler's buffers
+        every_rank(s)
+    times: dict[str, list[float]] = {
+        "every_rank_samples_s": [],
+        "leader_samples_and_broadcasts_s": [],
+    }
+    for s in range(steps):  # alternate, so background load hits both alike
+        for key, fn in (
+            ("every_rank_samples_s", every_rank),
+            ("leader_samples_and_broadcasts_s", leader),
+        ):
+            comm.barrier()
+            t0 = time.perf_counter()
+            fn(s)
+            comm.barrier()
+            times[key].append(time.perf_counter() - t0)
+    return {k: float(np.median(v)) for k, v in times.items()}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -160,6 +186,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 recs = train_run(args, dataset, engine, world, Path(tmp) / f"{engine}-{world}")
                 rows.append(summarise(engine, world, recs))
                 print(json.dumps(rows[-1])[:400])
+            counts = train_run(args, dataset, "split", world, Path(tmp) / f"dp-{world}", True, 0)
+            rows[-1]["dp_counterfactual"] = counts[-1]["extra"]["dp_counterfactual"]
     fanouts = [int(f) for f in args.fanouts.split(",")]
     sampling = run_world(
         _sampling_rank, 2, dataset, args.batch_size, fanouts, args.sampling_steps, timeout_s=900

@@ -149,12 +149,15 @@ def _csc(dst: np.ndarray, idx: np.ndarray, num_dst: int, num_src: int) -> Struct
     )
 
 
-def _unique_pairs(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique ``(major, minor)`` pairs as two arrays, and every input's pair index."""
+def _unique_pairs(major: np.ndarray, minor: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ``(major, minor)`` pairs (``0 <= minor < span``), ``[2, P]``.
+
+    Also every input's pair index; one int64 key per pair and one ``np.unique``.
+    """
     if major.size == 0:
         return np.zeros((2, 0), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    pairs, inverse = np.unique(np.stack([major, minor]), axis=1, return_inverse=True)
-    return pairs, inverse.reshape(-1)
+    keys, inverse = np.unique(major * span + minor, return_inverse=True)
+    return np.stack([keys // span, keys % span]), inverse.reshape(-1)
 
 
 def split_block(block: Block, src_owner: np.ndarray, rank: int, world_size: int) -> LayerSplit:
@@ -180,13 +183,13 @@ def split_block(block: Block, src_owner: np.ndarray, rank: int, world_size: int)
     local = _csc(row_of[dpos[sel]], row_of[spos[sel]], num_dst, rows.size)
     # outgoing reference vertices: (owner of v, v) for owned sources into others' destinations
     out = (eo_src == rank) & (eo_dst != rank)
-    pairs, ref = _unique_pairs(eo_dst[out], dpos[out])
+    pairs, ref = _unique_pairs(eo_dst[out], dpos[out], max(m, 1))
     order = np.argsort(ref, kind="stable")
     refs_out = _csc(ref[order], row_of[spos[out]][order], pairs.shape[1], rows.size)
     send = np.bincount(pairs[0], minlength=world_size).astype(np.int64)
     # incoming reference vertices: (sender j, v) for others' sources into owned destinations
     inc = (eo_dst == rank) & (eo_src != rank)
-    pin, _ = _unique_pairs(eo_src[inc], dpos[inc])
+    pin, _ = _unique_pairs(eo_src[inc], dpos[inc], max(m, 1))
     recv = np.bincount(pin[0], minlength=world_size).astype(np.int64)
     return LayerSplit(
         block=block,
