@@ -280,3 +280,47 @@ def test_collectives_per_step(model_name, forward, backward):
         assert calls["forward"] == forward * layers
         assert calls["backward"] == backward * layers
         assert calls["all_reduce_sum"] == 1
+
+
+SHARED = __import__("pathlib").Path(__file__).resolve().parents[2].parent / "shared"
+PLANETOID = SHARED / "datasets" / "planetoid"
+
+
+def _cora_config():
+    return load_config(
+        None,
+        [
+            "train.engine=split",
+            "model.name=sage",
+            "train.fanouts=[10,10]",
+            "train.batch_size=32",
+            "data.feature_norm=row",
+            "train.seed=0",
+        ],
+    )
+
+
+def _cora_rank(comm, path):
+    from fleetgnn.graph import open_dataset
+
+    torch.set_num_threads(1)
+    cfg = _cora_config()
+    with engine_from_config(cfg, open_dataset(path), context_of(comm)) as eng:
+        return [[(s.loss_sum, s.count) for s in eng.run_epoch(e)] for e in range(3)]
+
+
+@pytest.mark.skipif(not (PLANETOID / "ind.cora.x").is_file(), reason="no shared Cora")
+def test_cora_loss_trajectory_matches_the_reference(tmp_path):
+    """Real Cora, 2 ranks, METIS: the epoch losses are the reference engine's (float32)."""
+    from fleetgnn.graph import open_dataset, write_dataset
+    from fleetgnn.graph.loaders.planetoid import load_planetoid
+
+    path = write_dataset(load_planetoid(PLANETOID, "cora"), tmp_path / "cora")
+    out = run_world(_cora_rank, 2, str(path), timeout_s=300)
+    ref = engine_from_config(_cora_config(), open_dataset(path), engine="reference")
+    for epoch in range(3):
+        expect = [(s.loss_sum, s.count) for s in ref.run_epoch(epoch)]
+        for step, (loss, count) in enumerate(expect):
+            parts = [o[epoch][step] for o in out]
+            assert sum(c for _, c in parts) == count
+            assert sum(v for v, _ in parts) == pytest.approx(loss, rel=2e-5), (epoch, step)
