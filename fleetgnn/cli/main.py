@@ -1,7 +1,8 @@
 """The ``fleetgnn`` command line: ``prepare``, ``partition``, ``info``, ``train``.
 
 User errors (:class:`~fleetgnn.errors.FleetgnnError`) print one line and exit with status 2; add
-``--verbose`` to see the traceback. Anything else is a bug and shows its traceback.
+``--verbose`` to see the traceback (and, for a failed worker, the worker's). Ctrl-C prints one
+line and exits with status 130. Anything else is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from fleetgnn import __version__
 from fleetgnn.errors import FleetgnnError
 
 
@@ -227,7 +229,18 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         metavar="RUN_DIR",
         help="continue the run in RUN_DIR from its latest checkpoint",
     )
-    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --run-dir if there is one (without it, an existing run is "
+        "never overwritten: continue it with --resume, or pick a new --run-dir)",
+    )
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print nothing but errors (no progress, no per-epoch lines, no summary table)",
+    )
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -243,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train graph neural networks on graphs too large for one GPU.",
     )
     parser.add_argument("--verbose", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--version", action="version", version=f"fleetgnn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_prepare(sub)
     _add_partition(sub)
@@ -269,10 +283,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FleetgnnError as err:
         if verbose:
             traceback.print_exc()
+            for rank, text in (getattr(err, "failures", None) or {}).items():
+                print(f"--- rank {rank} ---\n{text}", file=sys.stderr)
         print(f"fleetgnn {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"fleetgnn {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        note = getattr(err, "note", None)
+        if note is None:
+            note = "interrupted"
+        if note:
+            print(f"fleetgnn {args.command}: {note}", file=sys.stderr)
         return 130
 
 

@@ -1,10 +1,21 @@
-"""``fleetgnn train``: resolve the config and dataset, build the engine, run the Trainer."""
+"""``fleetgnn train``: resolve the config and dataset, build the engine, run the Trainer.
+
+Before any worker starts (and before any torch work), the whole run is checked in this process:
+the config (keys, types, ranges, byte budgets), the device, the engine's availability and process
+count, the dataset, the device topology, and that the run directory does not already hold a run
+(``--resume`` continues one, ``--overwrite`` replaces it). The values the config leaves open
+(``train.threads``, the model's ``null`` fields) are resolved and recorded in ``config.yaml``.
+
+Ctrl-C stops the run (every worker, for a distributed one) and prints where it can be resumed
+from; the exit status is 130.
+"""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -64,12 +75,126 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return out + list(args.overrides)
 
 
-def run_train(args: argparse.Namespace) -> int:
-    """Run ``fleetgnn train`` for parsed arguments; returns the exit status."""
-    from fleetgnn.config import engine_spec
-    from fleetgnn.train import Trainer, engine_from_config, load_config
+class TrainInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``fleetgnn train``.
 
+    Attributes:
+        note: The line to print (``""``: print nothing, e.g. on the ranks other than 0 under
+            torchrun).
+    """
+
+    def __init__(self, note: str) -> None:
+        super().__init__(note)
+        self.note = note
+
+
+#: Files whose presence means a directory holds a run.
+RUN_MARKERS: tuple[str, ...] = ("config.yaml", "summary.json", "metrics.jsonl", "checkpoints")
+
+
+def _torchrun_env() -> dict[str, int] | None:
+    """RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and the restart count when this is a torchrun worker."""
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        return None
+    world = int(os.environ["WORLD_SIZE"])
+    return {
+        "rank": int(os.environ["RANK"]),
+        "world_size": world,
+        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+        "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
+    }
+
+
+def _auto_run_dir(cfg: Any) -> Path:
+    """``runs/<time>-<model>-<engine>``, with a ``-N`` suffix if that directory already exists."""
+    base = Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model.name}-{cfg.train.engine}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def check_run_dir_free(run_dir: Path) -> None:
+    """Refuse to start a fresh run in a directory that already holds one.
+
+    Raises:
+        ConfigError: ``run_dir`` has a ``config.yaml``, ``summary.json``, ``metrics.jsonl`` or
+            ``checkpoints/``; the message offers ``--resume``, a new directory, or ``--overwrite``.
+    """
+    found = [m for m in RUN_MARKERS if (run_dir / m).exists()]
+    if not found:
+        return
+    quoted = shlex.quote(str(run_dir))
+    raise ConfigError(
+        f"run directory '{run_dir}' already holds a run ({', '.join(found)}); continue it with "
+        f"'fleetgnn train --resume {quoted}', pick a new --run-dir, or add --overwrite to "
+        f"replace it"
+    )
+
+
+def _interrupted_note(run_dir: Path) -> str:
+    """The line printed after Ctrl-C: where the run stopped and how to resume it."""
+    from fleetgnn.train import resume_point
+
+    if not (run_dir / "config.yaml").is_file():
+        return "interrupted before training started; nothing to resume"
+    epoch, step = resume_point(run_dir) or (0, 0)
+    return (
+        f"interrupted at epoch {epoch} step {step}; resume with: fleetgnn train --resume "
+        f"{shlex.quote(str(run_dir))}"
+    )
+
+
+def _preflight(cfg: Any, graph: Graph, world_size: int) -> None:
+    """Checks that would otherwise fail inside every worker, run once before any starts.
+
+    Raises:
+        FleetgnnError: The device cannot be used here, the dataset cannot be trained on, or the
+            device topology does not fit the world size (one line, naming the key).
+    """
+    from fleetgnn.config import engine_spec
+    from fleetgnn.engines.common import require_trainable
+    from fleetgnn.train import check_device
+
+    check_device(cfg)
+    require_trainable(graph)
+    spec = engine_spec(cfg.train.engine)
+    if spec.distributed and "store" in spec.sections and cfg.store.topology is not None:
+        from fleetgnn.store import topology_matrix
+
+        topology_matrix(cfg.store.topology, world_size, key="store.topology")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Run ``fleetgnn train`` for parsed arguments; returns the exit status.
+
+    Raises:
+        FleetgnnError: A user error (one line), found before any worker starts where possible.
+        TrainInterrupted: Ctrl-C; its note says where to resume from.
+    """
+    import torch
+
+    from fleetgnn.config import engine_spec
+    from fleetgnn.train import (
+        Trainer,
+        check_resumable,
+        engine_from_config,
+        load_config,
+        resolve_model_defaults,
+        resolve_threads,
+    )
+
+    quiet = bool(getattr(args, "quiet", False))
+    overwrite = bool(getattr(args, "overwrite", False))
+    progress = bool(args.progress) and not quiet
     resume = args.resume is not None
+    torchrun = _torchrun_env()
+    is_rank0 = torchrun is None or torchrun["rank"] == 0
+    if resume and overwrite:
+        raise ConfigError(
+            "--resume continues a run and --overwrite replaces one; pass only one of them"
+        )
     if resume:
         run_dir = Path(args.resume)
         cfg_path = run_dir / "config.yaml"
@@ -83,27 +208,56 @@ def run_train(args: argparse.Namespace) -> int:
         cfg = load_config(cfg_path, _overrides(args))
     else:
         cfg = load_config(args.config, _overrides(args))
-        run_dir = Path(
-            args.run_dir
-            or cfg.run_dir
-            or Path("runs")
-            / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model.name}-{cfg.train.engine}"
-        )
+        given = args.run_dir or cfg.run_dir
+        run_dir = Path(given) if given else _auto_run_dir(cfg)
+        # a group restarted by torchrun's agent runs this command again: it resumes (run_worker)
+        restarted = torchrun is not None and torchrun["restart_count"] > 0
+        if not overwrite and not restarted:
+            check_run_dir_free(run_dir)
     cfg.run_dir = str(run_dir)
     spec = engine_spec(cfg.train.engine)
     if not spec.available:  # before generating data or starting workers
         from fleetgnn.engines import engine_class
 
         engine_class(spec.name)  # raises the one-line "not available in this build" error
-    if spec.distributed:
-        return _run_distributed(cfg, run_dir, resume, args.progress)
-    graph, _ = resolve_dataset(cfg.data, show_progress=args.progress)
-    with engine_from_config(cfg, graph) as engine:
-        Trainer.from_config(engine, cfg, run_dir, show_progress=args.progress).fit(resume=resume)
+    if torchrun is not None and not spec.distributed and torchrun["world_size"] > 1:
+        raise ConfigError(
+            f"train.engine={spec.name!r} runs in a single process but torchrun started "
+            f"{torchrun['world_size']}; run it without torchrun, or pick a distributed engine"
+        )
+    if torchrun is not None:
+        local, world = torchrun["local_world_size"], torchrun["world_size"]
+    else:
+        local = world = cfg.train.nproc if spec.distributed else 1
+    # resolved once, recorded in config.yaml, applied before any torch work
+    cfg.train.threads = resolve_threads(cfg.train.threads, local, os.environ.get("OMP_NUM_THREADS"))
+    cfg = resolve_model_defaults(cfg)
+    if resume:  # what the workers would refuse after loading everything, refused now
+        check_resumable(run_dir, cfg)
+    torch.set_num_threads(cfg.train.threads)
+    try:
+        graph, path = resolve_dataset(cfg.data, show_progress=progress)
+        _preflight(cfg, graph, world)
+        if is_rank0 and not quiet:
+            print(f"run directory: {run_dir}", flush=True)
+        if spec.distributed:
+            _run_distributed(cfg, run_dir, path, resume, progress, quiet)
+        else:
+            with engine_from_config(cfg, graph) as engine:
+                trainer = Trainer.from_config(
+                    engine, cfg, run_dir, show_progress=progress, quiet=quiet
+                )
+                trainer.fit(resume=resume)
+    except KeyboardInterrupt:
+        raise TrainInterrupted(_interrupted_note(run_dir) if is_rank0 else "") from None
+    if is_rank0 and not quiet:
+        print(f"run directory: {run_dir} (summary.json, metrics.jsonl, checkpoints/)", flush=True)
     return 0
 
 
-def _run_distributed(cfg: Any, run_dir: Path, resume: bool, progress: bool) -> int:
+def _run_distributed(
+    cfg: Any, run_dir: Path, dataset: Path, resume: bool, progress: bool, quiet: bool
+) -> None:
     """Run a distributed engine: in this process under torchrun, else via the elastic launcher.
 
     ``fleetgnn train --nproc N`` starts N workers on this host through
@@ -113,32 +267,57 @@ def _run_distributed(cfg: Any, run_dir: Path, resume: bool, progress: bool) -> i
     """
     from fleetgnn.distributed import launch
 
-    # generate the default dataset once, before any worker starts
-    _, path = resolve_dataset(cfg.data, show_progress=progress)
-    payload = (cfg.to_dict(), str(run_dir), str(path), resume, progress)
-    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:  # already a torchrun worker
+    payload = (cfg.to_dict(), str(run_dir), str(dataset), resume, progress, quiet)
+    if _torchrun_env() is not None:  # already a torchrun worker
         run_worker(*payload)
-        return 0
+        return
     launch(run_worker, args=payload, nproc=cfg.train.nproc, max_restarts=cfg.train.max_restarts)
-    return 0
 
 
 def run_worker(
-    cfg_dict: dict[str, Any], run_dir: str, dataset: str, resume: bool, progress: bool
+    cfg_dict: dict[str, Any],
+    run_dir: str,
+    dataset: str,
+    resume: bool,
+    progress: bool,
+    quiet: bool = False,
 ) -> dict[str, Any] | None:
-    """One rank of a distributed run (module-level, so the launcher can pickle it)."""
-    from fleetgnn.distributed import destroy, init
-    from fleetgnn.train import Config, Trainer, engine_from_config
+    """One rank of a distributed run (module-level, so the launcher can pickle it).
+
+    Sets the intra-op threads first (``train.threads``; resolved here from torchrun's
+    ``LOCAL_WORLD_SIZE`` when the config leaves it ``null``). A worker of a restarted group
+    (``TORCHELASTIC_RESTART_COUNT > 0``) resumes from the latest checkpoint and records a
+    ``restart`` event in ``metrics.jsonl`` with the ranks that failed.
+    """
+    import torch
+
+    from fleetgnn.distributed import destroy, init, restart_info
+    from fleetgnn.train import Config, Trainer, engine_from_config, resolve_threads
 
     cfg = Config.from_dict(cfg_dict).validate()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    cfg.train.threads = resolve_threads(cfg.train.threads, local, os.environ.get("OMP_NUM_THREADS"))
+    torch.set_num_threads(cfg.train.threads)  # before any torch work in this process
     ctx = init()
     try:
         with engine_from_config(cfg, open_dataset(dataset), ctx) as engine:
-            restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+            restart = restart_info()
             trainer = Trainer.from_config(
-                engine, cfg, Path(run_dir), show_progress=progress and ctx.rank == 0
+                engine,
+                cfg,
+                Path(run_dir),
+                show_progress=progress and ctx.rank == 0,
+                quiet=quiet,
             )
-            summary = trainer.fit(resume=resume or restarted)
+            if restart is not None:
+                failures = restart["failures"]
+                trainer.log_event(
+                    "restart",
+                    attempt=restart["attempt"],
+                    failed_ranks=sorted(failures),
+                    failures={str(r): m for r, m in sorted(failures.items())},
+                )
+            summary = trainer.fit(resume=resume or restart is not None)
         return summary if ctx.rank == 0 else None
     finally:
         destroy(ctx)

@@ -6,8 +6,13 @@ communication function takes its group (or :class:`Communicator`) explicitly.
 
 from fleetgnn.distributed.comm import AllToAllHandle, Communicator, check_views
 from fleetgnn.distributed.context import DistContext, destroy, init
-from fleetgnn.distributed.errors import CollectiveMismatch, DistError, WorkerFailed
-from fleetgnn.distributed.launch import launch
+from fleetgnn.distributed.errors import (
+    CollectiveMismatch,
+    DistError,
+    WorkerFailed,
+    WorkerUserError,
+)
+from fleetgnn.distributed.launch import launch, restart_info
 from fleetgnn.distributed.shm import (
     SHM_PREFIX,
     ShardedTensor,
@@ -30,10 +35,12 @@ __all__ = [
     "TrafficMeter",
     "TrafficSnapshot",
     "WorkerFailed",
+    "WorkerUserError",
     "check_views",
     "destroy",
     "init",
     "launch",
+    "restart_info",
     "shm_dir",
     "sweep_stale_segments",
 ]

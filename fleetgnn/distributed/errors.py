@@ -28,28 +28,57 @@ class CollectiveMismatch(DistError):
         self.views: list[dict] = list(views or [])
 
 
+class WorkerUserError(DistError):
+    """A worker's :class:`~fleetgnn.errors.FleetgnnError`, re-raised under this name.
+
+    The launcher recognises the name in the worker's error record and reports the message alone
+    (a user error, one line), as the single-process command would, instead of a traceback.
+    """
+
+
 class WorkerFailed(DistError):
-    """One or more worker processes failed.
+    """One or more worker processes failed; the message is one line per distinct error.
+
+    Args:
+        failures: Failing rank -> its error text (exception line and traceback, or the signal).
+        what: What failed, for the message (``"worker"``).
+        messages: Failing rank -> its one-line error where known (a user error's message);
+            ranks without one are summarised from ``failures`` (the exception line).
 
     Attributes:
         failures: Failing rank -> its error text (exception line and traceback, or the signal).
+        messages: Failing rank -> its one-line error.
     """
 
-    def __init__(self, failures: Mapping[int, str], what: str = "worker") -> None:
+    def __init__(
+        self,
+        failures: Mapping[int, str],
+        what: str = "worker",
+        messages: Mapping[int, str] | None = None,
+    ) -> None:
         self.failures: dict[int, str] = dict(sorted(failures.items()))
-        ranks = ", ".join(str(r) for r in self.failures)
-        lines = [f"{what} failed on rank(s) {ranks}:"]
-        for rank, text in self.failures.items():
-            lines.append(f"  rank {rank}: {_summary(text)}")
-        lines.append(
-            "Fix the error above (the full traceback is in .failures[rank]); "
-            "collectives on the other ranks were aborted."
-        )
-        super().__init__("\n".join(lines))
+        given = dict(messages or {})
+        self.messages: dict[int, str] = {
+            r: " ".join(given[r].split()) if r in given else error_summary(t)
+            for r, t in self.failures.items()
+        }
+        by_message: dict[str, list[int]] = {}
+        for rank, msg in self.messages.items():
+            by_message.setdefault(msg, []).append(rank)
+        parts = []
+        for msg, ranks in by_message.items():
+            label = "rank" if len(ranks) == 1 else "ranks"
+            parts.append(f"{label} {', '.join(str(r) for r in ranks)}: {msg}")
+        super().__init__(f"{what} failed on " + "; ".join(parts))
 
 
-def _summary(text: str, max_lines: int = 3) -> str:
-    """The last non-empty lines of an error text (the exception line of a traceback)."""
+def error_summary(text: str, max_lines: int = 3) -> str:
+    """One line from an error text: its exception line(s) when it is a traceback.
+
+    Args:
+        text: A traceback, or any error text.
+        max_lines: Keep at most this many of the last lines, joined with `` | ``.
+    """
     lines = [ln.rstrip() for ln in text.strip().splitlines() if ln.strip()]
     if not lines:
         return "(no error text)"

@@ -8,32 +8,90 @@ behind ``torchrun``) with a c10d rendezvous on loopback, and the agent spawns th
 ``max_restarts`` times when a worker fails, and collects return values. The rendezvous endpoint is
 ``127.0.0.1:0``: the store binds a port the OS picks (what ``torchrun --standalone`` does), so
 there is no fixed port and no race for a port found free earlier.
+
+Reporting: a worker's :class:`~fleetgnn.errors.FleetgnnError` comes back as its one-line message
+(:class:`WorkerFailed`); Ctrl-C (SIGINT to the launcher, or to the whole process group from a
+terminal) stops every worker quietly and raises :class:`KeyboardInterrupt` in the caller instead
+of torch elastic's ``SignalException``; a restarted group learns which ranks failed and why from
+:func:`restart_info`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import pickle
+import signal
+import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fleetgnn.distributed.errors import DistError, WorkerFailed
+from fleetgnn.distributed.errors import DistError, WorkerFailed, WorkerUserError, error_summary
+from fleetgnn.errors import FleetgnnError
 
 _LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
+#: Exit status of a worker stopped by SIGINT (128 + 2, what a shell reports for Ctrl-C).
+EXIT_INTERRUPTED = 130
+#: Environment variable through which the agent tells a restarted group which ranks failed.
+RESTART_FAILURES_ENV = "FLEETGNN_RESTART_FAILURES"
+#: Signals torch's agent handles (and leaves its handler installed for); restored after a launch.
+_AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+_interrupted = False  # set in a worker by its SIGINT handler
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
 
 
 def _run_worker(fn: Callable[..., Any], *args: Any) -> Any:
-    """Worker entry point: run ``fn`` and tear down any process group it left initialised."""
+    """Worker entry point: run ``fn``, report user errors by message, exit quietly on Ctrl-C.
+
+    A :class:`~fleetgnn.errors.FleetgnnError` is re-raised as :class:`WorkerUserError` (so the
+    launcher shows its message alone). After SIGINT the worker exits with
+    :data:`EXIT_INTERRUPTED` without a traceback, whatever the interruption broke on its way out
+    (e.g. a collective whose peer already left); its ``finally`` blocks have run by then.
+    """
     import torch.distributed as dist
 
+    signal.signal(signal.SIGINT, _on_sigint)
     try:
-        return fn(*args)
-    finally:
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+        try:
+            return fn(*args)
+        finally:
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
+    except BaseException as e:
+        if _interrupted or isinstance(e, KeyboardInterrupt):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)  # no interpreter teardown: nothing left to wait for
+        if isinstance(e, FleetgnnError) and not isinstance(e, WorkerUserError):
+            raise WorkerUserError(str(e)) from e
+        raise
+
+
+def restart_info() -> dict[str, Any] | None:
+    """In a worker of a restarted group: which attempt this is and why the last one failed.
+
+    Returns:
+        ``None`` on the first attempt; else ``{"attempt": k, "failures": {rank: one-line error}}``
+        (``failures`` is empty under a launcher other than :func:`launch`, e.g. ``torchrun``).
+    """
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if attempt <= 0:
+        return None
+    failures: dict[int, str] = {}
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        raw = json.loads(os.environ.get(RESTART_FAILURES_ENV, "{}"))
+        failures = {int(r): str(m) for r, m in raw.items()}
+    return {"attempt": attempt, "failures": failures}
 
 
 @contextlib.contextmanager
@@ -60,12 +118,23 @@ def _private_worker_store() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _quiet(verbose: bool) -> Iterator[None]:
-    """Mute the elastic agent's own logging (its failure dumps) unless ``verbose``."""
+    """Mute the elastic agent's own logging (its failure dumps) unless ``verbose``.
+
+    torch gives many of its module loggers their own level, so each one under the
+    :data:`_LOGGERS` prefixes is muted, not only the parents.
+    """
     if verbose:
         yield
         return
+    import torch.distributed.launcher.api  # noqa: F401 - creates the loggers to mute
+
+    names = [
+        name
+        for name in list(logging.root.manager.loggerDict)
+        if any(name == p or name.startswith(p + ".") for p in _LOGGERS)
+    ]
     saved = {}
-    for name in _LOGGERS:
+    for name in {*names, *_LOGGERS}:
         lg = logging.getLogger(name)
         saved[name] = lg.level
         lg.setLevel(logging.CRITICAL)
@@ -74,6 +143,101 @@ def _quiet(verbose: bool) -> Iterator[None]:
     finally:
         for name, level in saved.items():
             logging.getLogger(name).setLevel(level)
+
+
+@contextlib.contextmanager
+def _restore_signal_handlers() -> Iterator[None]:
+    """Put back the signal handlers torch's agent replaces (it never restores them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # the agent only installs handlers from the main thread
+        return
+    sigs = [getattr(signal, n) for n in _AGENT_SIGNALS if hasattr(signal, n)]
+    saved = {s: signal.getsignal(s) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            if handler is not None:
+                signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def _env(key: str, value: str | None) -> Iterator[None]:
+    """Set (or, with ``None``, remove) an environment variable for the duration of the block."""
+    saved = os.environ.get(key)
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
+
+
+@contextlib.contextmanager
+def _agent_reporting_restarts() -> Iterator[None]:
+    """Make the elastic agent tell a restarted group which ranks failed and why.
+
+    While the block runs, torch's launcher builds a subclass of its ``LocalElasticAgent`` that
+    remembers the failures of the last monitoring round and, before restarting the group, puts
+    them (rank -> one-line error, JSON) in :data:`RESTART_FAILURES_ENV`, which the new workers
+    inherit (:func:`restart_info` reads it). Without that hook (another torch) restarts still
+    work and :func:`restart_info` reports no failures.
+    """
+    import torch.distributed.launcher.api as api
+
+    base = getattr(api, "LocalElasticAgent", None)
+    if not (
+        isinstance(base, type)
+        and hasattr(base, "_monitor_workers")
+        and hasattr(base, "_restart_workers")
+    ):
+        yield
+        return
+
+    class _Agent(base):  # type: ignore[misc, valid-type]
+        def _monitor_workers(self, worker_group: Any) -> Any:
+            result = super()._monitor_workers(worker_group)
+            with contextlib.suppress(Exception):  # reporting must never break the agent
+                if result.is_failed():
+                    self._fleetgnn_failures = {
+                        int(r): _failure_message(f) for r, f in result.failures.items()
+                    }
+            return result
+
+        def _restart_workers(self, worker_group: Any) -> None:
+            failures = getattr(self, "_fleetgnn_failures", {})
+            os.environ[RESTART_FAILURES_ENV] = json.dumps({str(r): m for r, m in failures.items()})
+            super()._restart_workers(worker_group)
+
+    api.LocalElasticAgent = _Agent
+    try:
+        yield
+    finally:
+        api.LocalElasticAgent = base
+
+
+def _user_message(failure: Any) -> str | None:
+    """The message of a worker's :class:`WorkerUserError`, or ``None`` for any other failure."""
+    data = getattr(failure, "error_file_data", None)
+    msg = data.get("message") if isinstance(data, dict) else None
+    text = msg.get("message") if isinstance(msg, dict) else msg
+    prefix = f"{WorkerUserError.__name__}: "
+    if isinstance(text, str) and text.startswith(prefix):
+        return text[len(prefix) :]
+    return None
+
+
+def _failure_message(failure: Any) -> str:
+    """One line for one failed worker: a user error's message, else its exception or signal."""
+    user = _user_message(failure)
+    if user is not None:
+        return " ".join(user.split())
+    return error_summary(_failure_text(failure))
 
 
 def _failure_text(failure: Any) -> str:
@@ -87,7 +251,7 @@ def _failure_text(failure: Any) -> str:
                 return str(stack)
             if msg.get("message"):
                 return str(msg["message"])
-        elif msg:
+        elif msg and msg != "<NONE>":  # torch's placeholder when the worker left no error file
             return str(msg)
     text = str(getattr(failure, "message", "") or "")
     code = getattr(failure, "exitcode", None)
@@ -132,8 +296,12 @@ def launch(
 
     Raises:
         DistError: Invalid arguments or an unpicklable ``fn``.
-        WorkerFailed: Workers still failed after the last restart: the failing rank(s) and
-            their error text (``.failures``).
+        WorkerFailed: Workers still failed after the last restart: the failing rank(s), their
+            one-line errors (``.messages``: a :class:`~fleetgnn.errors.FleetgnnError`'s message,
+            else the exception line or the signal) and full error texts (``.failures``).
+        KeyboardInterrupt: The launcher got SIGINT (Ctrl-C) or SIGTERM, or every failed worker
+            was stopped by SIGINT; the workers were stopped (SIGINT, then SIGKILL after torch's
+            shutdown timeout).
     """
     if not isinstance(nproc, int) or nproc < 1:
         raise DistError(f"launch(nproc={nproc!r}): need an integer >= 1 worker processes.")
@@ -150,6 +318,7 @@ def launch(
             "and picklable arguments (no lambdas, closures or open handles)."
         ) from e
 
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -164,9 +333,20 @@ def launch(
         monitor_interval=monitor_interval,
         start_method="spawn",
     )
-    with _quiet(verbose), _private_worker_store():
+    with (
+        _quiet(verbose),
+        _private_worker_store(),
+        _restore_signal_handlers(),
+        _env(RESTART_FAILURES_ENV, None),
+        _agent_reporting_restarts(),
+    ):
         try:
             return dict(elastic_launch(config, _run_worker)(fn, *args))
+        except SignalException as e:
+            raise KeyboardInterrupt(f"launcher got {e.sigval.name}") from None
         except ChildFailedError as e:
+            if all(getattr(f, "exitcode", None) == EXIT_INTERRUPTED for f in e.failures.values()):
+                raise KeyboardInterrupt("workers were interrupted") from None
             failures = {int(rank): _failure_text(f) for rank, f in e.failures.items()}
-            raise WorkerFailed(failures) from None
+            messages = {int(rank): _failure_message(f) for rank, f in e.failures.items()}
+            raise WorkerFailed(failures, messages=messages) from None

@@ -22,6 +22,44 @@ DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.flo
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 
+def resolve_device(device: str | torch.device, key: str = "device") -> torch.device:
+    """The :class:`torch.device` of ``device``, checked against this machine.
+
+    Args:
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a :class:`torch.device`.
+        key: The config key named in error messages (e.g. ``"train.device"``).
+
+    Raises:
+        ConfigError: ``device`` is not a device name, or names CUDA on a machine where CUDA is not
+            available (a CPU-only torch build, or no visible GPU), or a GPU index that does not
+            exist.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"{key}={device!r} is not a device; use 'cpu', 'cuda' or 'cuda:N'") from e
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = (
+                f"this torch ({torch.__version__}) is built without CUDA"
+                if torch.version.cuda is None
+                else "no GPU is visible"
+            )
+            raise ConfigError(
+                f"{key}={str(device)!r} but CUDA is not available on this machine ({why}); "
+                f"use {key}=cpu"
+            )
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ConfigError(
+                f"{key}={str(device)!r} but this machine has {count} visible GPU(s), "
+                f"cuda:0..cuda:{count - 1}; pick one of those"
+            )
+    elif dev.type != "cpu":
+        raise ConfigError(f"{key}={str(device)!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'")
+    return dev
+
+
 def require_trainable(graph: Graph) -> None:
     """Raise :class:`DatasetError` unless ``graph`` has features, labels and a training split."""
     if graph.y is None or graph.train_mask is None:

@@ -57,7 +57,7 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
-from fleetgnn.store import TierBudgets, UnifiedStore
+from fleetgnn.store import TierBudgets, UnifiedStore, parse_bytes
 from fleetgnn.store.placement import hotness_order
 
 _UNLIMITED = 1 << 62  # bytes: a budget of ``None`` means "no limit"
@@ -129,9 +129,13 @@ class MinibatchEngine(EngineBase):
         self.store = UnifiedStore.build(
             graph,
             self.store_comm,
-            TierBudgets.parse(
-                device=_UNLIMITED if sc.device_budget is None else sc.device_budget,
-                host=_UNLIMITED if sc.host_budget is None else sc.host_budget,
+            TierBudgets(  # errors name the config fields
+                parse_bytes(
+                    _UNLIMITED if sc.device_budget is None else sc.device_budget, "device_budget"
+                ),
+                parse_bytes(
+                    _UNLIMITED if sc.host_budget is None else sc.host_budget, "host_budget"
+                ),
             ),
             placement=self._hotness(graph, sc) if sc.placement == "presample" else "degree",
             order=sc.order,

@@ -38,6 +38,7 @@ from fleetgnn.engines.common import (
     num_classes_of,
     prepare_model,
     require_trainable,
+    resolve_device,
     split_metrics,
 )
 from fleetgnn.errors import ConfigError
@@ -84,7 +85,7 @@ class ReferenceEngine(EngineBase):
         self.graph = graph
         self.config = config
         self.mode = config.mode
-        self.device = torch.device(config.device)
+        self.device = resolve_device(config.device)
         self.dtype = DTYPES[config.dtype]
         self.seed = int(config.seed)
         self.x = node_features(graph, self.dtype, config.feature_norm).to(self.device)

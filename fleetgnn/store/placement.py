@@ -39,7 +39,6 @@ import itertools
 import json
 import math
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -47,6 +46,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph
 
@@ -72,63 +72,6 @@ HotnessPolicy = Literal["degree", "presample"]
 TierOrder = Literal["graph_first", "features_first"]
 TIERS: tuple[str, ...] = ("device", "host", "disk")
 DEVICE, HOST, DISK = 0, 1, 2
-
-
-# ---------------------------------------------------------------------------------- bytes
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-    "k": 2**10,
-    "m": 2**20,
-    "g": 2**30,
-    "t": 2**40,
-}
-_BYTES_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_bytes(value: str | int | float, name: str = "budget") -> int:
-    """Parse a byte count such as ``"64MB"``, ``"1.5GiB"``, ``"0"`` or ``4096``.
-
-    ``KB/MB/GB/TB`` are powers of 1000, ``KiB/MiB/GiB/TiB`` (and the bare ``K/M/G/T``) powers of
-    1024; case is ignored. Fractions are rounded down to whole bytes.
-
-    Args:
-        value: The string or number.
-        name: Argument name used in error messages.
-
-    Returns:
-        The number of bytes, ``>= 0``.
-
-    Raises:
-        ConfigError: If the value is negative, not finite or not understood.
-    """
-    if isinstance(value, bool):
-        raise ConfigError(f"'{name}' must be a byte count like '64MB' (got {value!r})")
-    if isinstance(value, (int, np.integer, float, np.floating)):
-        number, unit = float(value), ""
-    elif isinstance(value, str):
-        m = _BYTES_RE.match(value)
-        if m is None or m.group(2).lower() not in _UNITS:
-            raise ConfigError(
-                f"'{name}' must be a byte count like '64MB', '1.5GiB' or '0' (got {value!r}); "
-                f"units: B, KB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024)"
-            )
-        number, unit = float(m.group(1)), m.group(2).lower()
-    else:
-        raise ConfigError(
-            f"'{name}' must be a byte count like '64MB' (got {type(value).__name__} {value!r})"
-        )
-    if not math.isfinite(number) or number < 0:
-        raise ConfigError(f"'{name}' must be a finite byte count >= 0 (got {value!r})")
-    return int(number * _UNITS[unit])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,13 +19,26 @@ from fleetgnn.train.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from fleetgnn.train.metrics import MetricsWriter, read_metrics
+from fleetgnn.train.metrics import MetricsWriter, is_event, read_metrics
+from fleetgnn.train.resolve import (
+    check_device,
+    resolve_model_defaults,
+    resolve_threads,
+    usable_cores,
+)
 from fleetgnn.train.setup import (
     engine_from_config,
     model_from_config,
     optimizer_from_config,
 )
-from fleetgnn.train.trainer import StepSums, Trainer, TrainState, aggregate_steps
+from fleetgnn.train.trainer import (
+    StepSums,
+    Trainer,
+    TrainState,
+    aggregate_steps,
+    check_resumable,
+    resume_point,
+)
 
 __all__ = [
     "CheckpointDir",
@@ -43,13 +56,20 @@ __all__ = [
     "aggregate_steps",
     "apply_overrides",
     "capture_rng",
+    "check_device",
+    "check_resumable",
     "engine_from_config",
+    "is_event",
     "load_checkpoint",
     "load_config",
     "model_from_config",
     "optimizer_from_config",
     "read_metrics",
+    "resolve_model_defaults",
+    "resolve_threads",
     "restore_rng",
+    "resume_point",
     "save_checkpoint",
     "save_config",
+    "usable_cores",
 ]

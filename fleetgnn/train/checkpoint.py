@@ -8,12 +8,18 @@ Retention (:class:`CheckpointDir`)::
 
     RUN_DIR/checkpoints/last.pt   the newest complete checkpoint
     RUN_DIR/checkpoints/prev.pt   the one before it
+    RUN_DIR/checkpoints/best.pt   the end of the best-validation epoch (the one the summary reports)
 
 A save writes ``.last.pt.<random>.tmp`` in the same directory (flushed and fsynced), then renames
 ``last.pt`` to ``prev.pt`` and the temporary file to ``last.pt`` (both ``os.replace``, atomic on
 POSIX). A crash at any point leaves at least one complete checkpoint: before the first rename both
 old files are intact; between the renames ``prev.pt`` holds the previous ``last.pt``. Loading tries
 ``last.pt`` first and falls back to ``prev.pt`` when ``last.pt`` is missing or unreadable.
+
+A save with ``best=True`` first makes the same file ``best.pt`` (a hard link to the temporary file
+renamed over ``best.pt``, or a second atomic write where links are not supported), so ``best.pt``
+is never older than the ``last.pt`` that records its epoch as the best: a crash in between leaves
+an older ``last.pt``, and the resumed run writes ``best.pt`` again when it reaches that epoch.
 """
 
 from __future__ import annotations
@@ -83,8 +89,13 @@ def save_checkpoint(path: PathLikeStr, state: Mapping[str, Any]) -> Path:
     return p
 
 
-def load_checkpoint(path: PathLikeStr) -> dict[str, Any]:
+def load_checkpoint(path: PathLikeStr, *, mmap: bool = False) -> dict[str, Any]:
     """Load a checkpoint with ``torch.load(weights_only=True, map_location='cpu')``.
+
+    Args:
+        path: The checkpoint file.
+        mmap: Map the tensors' storage from the file instead of reading it (cheap when only the
+            small entries, e.g. the trainer state, are needed).
 
     Raises:
         CheckpointError: The file is missing, truncated or corrupt, holds objects outside the
@@ -97,7 +108,7 @@ def load_checkpoint(path: PathLikeStr) -> dict[str, Any]:
             f"that has checkpoints/last.pt"
         )
     try:
-        state = torch.load(p, map_location="cpu", weights_only=True)
+        state = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # torch raises RuntimeError, EOFError, UnpicklingError, ...
         raise CheckpointError(
             f"checkpoint '{p}' ({p.stat().st_size} bytes) is truncated or corrupt and cannot be "
@@ -113,7 +124,7 @@ def load_checkpoint(path: PathLikeStr) -> dict[str, Any]:
 
 
 class CheckpointDir:
-    """The newest two checkpoints of a run, ``DIR/last.pt`` and ``DIR/prev.pt``.
+    """A run's checkpoints: the newest two (``last.pt``, ``prev.pt``) and ``best.pt``.
 
     Args:
         directory: Usually ``RUN_DIR/checkpoints``; created on the first save.
@@ -121,6 +132,7 @@ class CheckpointDir:
 
     LAST = "last.pt"
     PREV = "prev.pt"
+    BEST = "best.pt"
 
     def __init__(self, directory: PathLikeStr) -> None:
         self.directory = Path(directory)
@@ -138,11 +150,27 @@ class CheckpointDir:
         """Path of the checkpoint before the newest."""
         return self.directory / self.PREV
 
-    def save(self, state: Mapping[str, Any]) -> Path:
-        """Save ``state`` as ``last.pt``, keeping the former ``last.pt`` as ``prev.pt``."""
+    @property
+    def best(self) -> Path:
+        """Path of the best-validation epoch's checkpoint."""
+        return self.directory / self.BEST
+
+    def save(self, state: Mapping[str, Any], *, best: bool = False) -> Path:
+        """Save ``state`` as ``last.pt``, keeping the former ``last.pt`` as ``prev.pt``.
+
+        Args:
+            state: The checkpoint (see :func:`save_checkpoint`).
+            best: Also make it ``best.pt`` (atomically, before ``last.pt``; see the module
+                docstring).
+
+        Returns:
+            The path of ``last.pt``.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = _write_temp_checkpoint(self.last, state)
         try:
+            if best:
+                self._replace_best(tmp, state)
             if self.last.exists():
                 os.replace(self.last, self.prev)
             os.replace(tmp, self.last)
@@ -152,10 +180,27 @@ class CheckpointDir:
         fsync_dir(self.directory)
         return self.last
 
-    def load_latest(self) -> dict[str, Any] | None:
+    def _replace_best(self, written: Path, state: Mapping[str, Any]) -> None:
+        """Make ``best.pt`` the complete file ``written`` (a hard link renamed into place)."""
+        link = _temp_sibling(self.best)
+        link.unlink()
+        try:
+            os.link(written, link)
+        except OSError:  # no hard links here (some network or FUSE file systems): write a copy
+            link = _write_temp_checkpoint(self.best, state)
+        try:
+            os.replace(link, self.best)
+        except BaseException:
+            link.unlink(missing_ok=True)
+            raise
+
+    def load_latest(self, *, mmap: bool = False) -> dict[str, Any] | None:
         """The newest loadable checkpoint, or ``None`` when there is none.
 
         Falls back to ``prev.pt`` (with a warning) when ``last.pt`` is missing or unreadable.
+
+        Args:
+            mmap: Map tensor storage from the file (see :func:`load_checkpoint`).
 
         Raises:
             CheckpointError: Checkpoints exist but none can be loaded.
@@ -165,7 +210,7 @@ class CheckpointDir:
             if not path.exists():
                 continue
             try:
-                state = load_checkpoint(path)
+                state = load_checkpoint(path, mmap=mmap)
             except CheckpointError as e:
                 errors.append(str(e))
                 continue
@@ -181,9 +226,10 @@ class CheckpointDir:
         return None
 
     def clear(self) -> None:
-        """Delete ``last.pt`` and ``prev.pt`` (a fresh run in an existing run directory)."""
+        """Delete ``last.pt``, ``prev.pt`` and ``best.pt`` (a fresh run in an existing run dir)."""
         self.last.unlink(missing_ok=True)
         self.prev.unlink(missing_ok=True)
+        self.best.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,10 +10,19 @@ One JSON object per finished epoch, written and flushed as soon as the epoch end
 ``val_acc``/``test_acc``/``val_loss``/``eval_train_acc`` are ``null`` on epochs that were not
 evaluated; non-finite numbers are written as ``null`` (strict JSON).
 
+Event lines record what happened to the run between epochs; they have an ``"event"`` key and no
+``"epoch"`` key, e.g. an elastic restart::
+
+    {"event": "restart", "attempt": 1, "failed_ranks": [1], "failures": {"1": "killed by
+     SIGKILL ..."}, "at_epoch": 1, "at_step": 4, "time": 1700000000.0}
+
+(``at_epoch``/``at_step``: where the run continued from). :func:`read_metrics` returns only the
+epoch lines unless asked for the events too, so readers that expect epochs need no filter.
+
 Resume rule: a run resumed from a checkpoint taken during (or at the start of) epoch ``E`` keeps
 the lines of epochs ``< E`` and drops every line with epoch ``>= E`` (those epochs are run again
-and rewritten), so each epoch appears exactly once. A torn last line (a crash mid-write) is
-dropped too. The kept lines are rewritten atomically before appending.
+and rewritten), so each epoch appears exactly once; event lines are kept. A torn last line (a crash
+mid-write) is dropped too. The kept lines are rewritten atomically before appending.
 """
 
 from __future__ import annotations
@@ -47,8 +56,18 @@ def to_json(obj: Any) -> str:
     return json.dumps(_clean(obj), allow_nan=False, separators=(", ", ": "))
 
 
-def read_metrics(path: PathLikeStr) -> list[dict[str, Any]]:
+def is_event(record: Mapping[str, Any]) -> bool:
+    """Whether a ``metrics.jsonl`` record is an event line (not an epoch's metrics)."""
+    return "event" in record
+
+
+def read_metrics(path: PathLikeStr, *, events: bool = False) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl`` file, skipping a torn (unparsable) last line.
+
+    Args:
+        path: The file (a missing file has no records).
+        events: Also return the event lines (e.g. restarts), in file order; by default only the
+            per-epoch records are returned.
 
     Raises:
         FleetgnnError: A line other than the last one is not valid JSON.
@@ -70,19 +89,19 @@ def read_metrics(path: PathLikeStr) -> list[dict[str, Any]]:
                 f"metrics file '{p}' line {i + 1} is not valid JSON ({e.msg}); the file is "
                 f"corrupt: delete it or start a fresh run directory"
             ) from e
-        if isinstance(rec, dict):
+        if isinstance(rec, dict) and (events or not is_event(rec)):
             out.append(rec)
     return out
 
 
 class MetricsWriter:
-    """Appends one JSON object per epoch to a JSONL file, flushing every line.
+    """Appends one JSON object per epoch (or event) to a JSONL file, flushing every line.
 
     Args:
         path: The JSONL file (usually ``RUN_DIR/metrics.jsonl``).
         resume_epoch: ``None`` starts a new file (an existing one is replaced). An integer ``E``
-            keeps the existing lines with ``epoch < E`` and drops the others (see the module
-            docstring), then appends.
+            keeps the existing lines with ``epoch < E`` and the event lines and drops the others
+            (see the module docstring), then appends.
     """
 
     def __init__(self, path: PathLikeStr, resume_epoch: int | None = None) -> None:
@@ -91,7 +110,11 @@ class MetricsWriter:
         if resume_epoch is None:
             atomic_write_text(self.path, "")
         else:
-            kept = [r for r in read_metrics(self.path) if int(r.get("epoch", -1)) < resume_epoch]
+            kept = [
+                r
+                for r in read_metrics(self.path, events=True)
+                if is_event(r) or int(r.get("epoch", -1)) < resume_epoch
+            ]
             atomic_write_text(self.path, "".join(to_json(r) + "\n" for r in kept))
         self._f: IO[str] | None = open(self.path, "a")  # closed in close()
 

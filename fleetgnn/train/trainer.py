@@ -8,8 +8,9 @@
 after ``train.patience`` epochs without a strict ``val_acc`` improvement, and writes::
 
     RUN_DIR/config.yaml          the run's config
-    RUN_DIR/metrics.jsonl        one line per epoch (see fleetgnn.train.metrics)
-    RUN_DIR/checkpoints/         last.pt + prev.pt (see fleetgnn.train.checkpoint)
+    RUN_DIR/metrics.jsonl        one line per epoch, and event lines (see fleetgnn.train.metrics)
+    RUN_DIR/checkpoints/         last.pt + prev.pt, and best.pt: the state at the end of the
+                                 best-validation epoch (see fleetgnn.train.checkpoint)
     RUN_DIR/summary.json         test/val accuracy at the best-validation epoch, timings, config
 
 Checkpoints are taken every ``train.checkpoint_every`` optimisation steps (counted over the run,
@@ -67,6 +68,7 @@ from fleetgnn.train.checkpoint import (
     restore_rng,
 )
 from fleetgnn.train.metrics import MetricsWriter, to_json
+from fleetgnn.train.resolve import model_section_resolved
 from fleetgnn.types import PathLikeStr
 
 #: Version of the checkpoint layout written by :class:`Trainer`.
@@ -225,6 +227,8 @@ class Trainer:
         console: Where progress, epoch lines and the summary table go (default: stdout).
         show_progress: Show a progress bar over the steps of each epoch (rank 0 only); the
             one-line-per-epoch log and the final table are printed either way.
+        quiet: Print nothing: no progress bar, no epoch lines, no summary table (the files are
+            written as usual; errors are raised as usual).
 
     Raises:
         ConfigError: If no run directory is given.
@@ -245,6 +249,7 @@ class Trainer:
         run_config: Config | None = None,
         console: Console | None = None,
         show_progress: bool = True,
+        quiet: bool = False,
     ) -> None:
         config = config if config is not None else TrainerConfig()
         if not isinstance(config, TrainerConfig):
@@ -260,9 +265,12 @@ class Trainer:
         self.run_config = run_config
         self.run_dir = Path(run_dir)
         self.console = console if console is not None else Console()
-        self.show_progress = show_progress
+        self.quiet = bool(quiet)
+        self.show_progress = show_progress and not self.quiet
         self.checkpoints = CheckpointDir(self.run_dir / "checkpoints")
         self.state = TrainState()
+        self._pending_events: list[dict[str, Any]] = []
+        self._writer: MetricsWriter | None = None
 
     @classmethod
     def from_config(
@@ -302,6 +310,30 @@ class Trainer:
     # ---------------------------------------------------------------------------------------
     # public API
 
+    def log_event(self, event: str, **fields: Any) -> None:
+        """Record an event line in ``metrics.jsonl`` (rank 0; other ranks ignore it).
+
+        During :meth:`fit` the line is written at once; before it, when :meth:`fit` has opened
+        the file (after restoring a checkpoint, so the line survives the resume rule). The line
+        is ``{"event": event, **fields, "at_epoch": E, "at_step": S, "time": unix seconds}``
+        with ``(E, S)`` the epoch and step the run is at (continues from) when it is written.
+
+        Args:
+            event: What happened, e.g. ``"restart"``.
+            **fields: JSON-serialisable details.
+        """
+        if not self.is_main:
+            return
+        self._pending_events.append({"event": str(event), **fields, "time": time.time()})
+        if self._writer is not None:
+            self._flush_events(self._writer)
+
+    def _flush_events(self, writer: MetricsWriter) -> None:
+        for record in self._pending_events:
+            at = {"at_epoch": self.state.epoch, "at_step": self.state.next_step}
+            writer.write({**record, **at})
+        self._pending_events.clear()
+
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Train until ``train.epochs`` or early stopping; returns the summary.
 
@@ -337,6 +369,9 @@ class Trainer:
             if self.is_main
             else None
         )
+        if writer is not None:
+            self._flush_events(writer)
+        self._writer = writer
         progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -353,12 +388,14 @@ class Trainer:
                 while self.state.epoch < tc.epochs and not self.state.stopped_early:
                     self._run_one_epoch(spe, progress, writer)
         finally:
+            self._writer = None
             if writer is not None:
                 writer.close()
         summary = self._summary(spe)
         if self.is_main:
             atomic_write_text(self.summary_path, to_json(summary) + "\n")
-            self._print_summary(summary)
+            if not self.quiet:
+                self._print_summary(summary)
         return summary
 
     # ---------------------------------------------------------------------------------------
@@ -403,6 +440,7 @@ class Trainer:
         evaluated = (epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1
         ev: dict[str, float] = {}
         eval_time = 0.0
+        new_best = False
         if evaluated:
             t1 = time.perf_counter()
             ev = {k: float(v) for k, v in self.engine.evaluate().items()}
@@ -414,6 +452,7 @@ class Trainer:
                 )
             if st.best_epoch is None or ev["val_acc"] > st.best.get("val_acc", -math.inf):
                 st.best_epoch, st.best = epoch, dict(ev)
+                new_best = True
             st.stale_epochs = epoch - st.best_epoch
             if tc.patience is not None and st.stale_epochs >= tc.patience and epoch < tc.epochs - 1:
                 st.stopped_early = True
@@ -421,13 +460,13 @@ class Trainer:
         record = self._record(stats, ev if evaluated else None, train_time, eval_time)
         if writer is not None:
             writer.write(record)
-        if self.is_main:  # one log line per epoch; the bar itself follows show_progress
+        if self.is_main and not self.quiet:  # one line per epoch; the bar follows show_progress
             self.console.print(_epoch_line(record, st.stopped_early))
 
         st.epoch_times.append(train_time)
         st.last_train_loss = stats.loss
         st.epoch, st.next_step, st.partial = epoch + 1, 0, StepSums()
-        self._save_checkpoint(spe)
+        self._save_checkpoint(spe, best=new_best)
 
     def _record(
         self,
@@ -515,7 +554,11 @@ class Trainer:
     # ---------------------------------------------------------------------------------------
     # checkpoints
 
-    def _save_checkpoint(self, spe: int) -> None:
+    def _save_checkpoint(self, spe: int, best: bool = False) -> None:
+        """Save ``last.pt`` (and ``best.pt`` when ``best``: the epoch just evaluated is the best).
+
+        Collective in multi-rank runs (every rank calls it; rank 0 writes).
+        """
         engine_state = self.engine.state_dict()  # on every rank: it may communicate
         # every rank's partial-epoch sums (collective), so a resumed rank gets back its own
         comm = getattr(self.engine, "comm", None)
@@ -535,7 +578,8 @@ class Trainer:
                 "engine_name": self.engine.name,
                 "world_size": int(self.engine.world_size),
                 "steps_per_epoch": spe,
-            }
+            },
+            best=best,
         )
 
     def _restore(self, spe: int) -> bool:
@@ -639,6 +683,23 @@ class Trainer:
         self.console.print(table)
 
 
+def resume_point(run_dir: PathLikeStr) -> tuple[int, int] | None:
+    """Where ``fit(resume=True)`` would continue the run in ``run_dir``: ``(epoch, step)``.
+
+    Reads the trainer state of the latest loadable checkpoint (tensors memory-mapped, not read).
+
+    Returns:
+        ``None`` when there is no loadable checkpoint (a resume starts at epoch 0, step 0).
+    """
+    try:
+        ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(mmap=True)
+        if ckpt is None:
+            return None
+        return int(ckpt["trainer"]["epoch"]), int(ckpt["trainer"]["next_step"])
+    except (CheckpointError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _engine_config_dict(engine: Engine) -> dict[str, Any] | None:
     cfg = getattr(engine, "config", None)
     to_dict = getattr(cfg, "to_dict", None)
@@ -652,16 +713,45 @@ def _model_name(engine: Engine, run_config: Config | None) -> str:
     return type(module).__name__ if module is not None else "-"
 
 
+def check_resumable(run_dir: PathLikeStr, config: Config) -> None:
+    """Check, without building an engine, that ``config`` can resume the run in ``run_dir``.
+
+    The checks :meth:`Trainer.fit` makes when it restores the latest checkpoint (same engine,
+    same data, model and optimiser, same training keys that give the checkpoint its meaning),
+    run early: ``fleetgnn train --resume`` calls it before starting any worker. Mid-epoch
+    step-count checks need the engine and stay in :meth:`Trainer.fit`.
+
+    Raises:
+        ConfigError: ``config`` differs from the checkpoint's where it matters.
+        CheckpointError: Checkpoints exist but none can be loaded.
+    """
+    ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(mmap=True)
+    if ckpt is None:
+        return
+    saved_cfg = ckpt.get("config")
+    if isinstance(saved_cfg, Mapping) and "train" in saved_cfg:
+        _check_resumable(saved_cfg, config)
+    engine_cfg = config.engine_config()
+    _check_engine_config_resumable(ckpt, config.train.engine, engine_cfg.to_dict(), engine_cfg)
+
+
 def _check_engine_resumable(ckpt: Mapping[str, Any], engine: Engine) -> None:
     """Raise ConfigError when the checkpoint was taken by another engine or incompatible config."""
+    cfg = getattr(engine, "config", None)
+    _check_engine_config_resumable(ckpt, engine.name, _engine_config_dict(engine), cfg)
+
+
+def _check_engine_config_resumable(
+    ckpt: Mapping[str, Any], name: str, now: Mapping[str, Any] | None, config: Any
+) -> None:
     saved_name = ckpt.get("engine_name")
-    if saved_name is not None and saved_name != engine.name:
+    if saved_name is not None and saved_name != name:
         raise ConfigError(
             f"cannot resume: the checkpoint was written by engine {saved_name!r}, this run uses "
-            f"{engine.name!r}; resume with the same engine or start a fresh run directory"
+            f"{name!r}; resume with the same engine or start a fresh run directory"
         )
-    saved, now = ckpt.get("engine_config"), _engine_config_dict(engine)
-    keys = getattr(getattr(engine, "config", None), "RESUME_KEYS", ())
+    saved = ckpt.get("engine_config")
+    keys = getattr(config, "RESUME_KEYS", ())
     if not saved or now is None:
         return
     diffs = [
@@ -683,8 +773,12 @@ def _check_resumable(saved: Mapping[str, Any], cfg: Config) -> None:
     diffs: list[str] = []
     for section in ("data", "model", "optim"):
         a, b = saved.get(section, {}), now[section]
+        # a null model field means the model's default: equal to that default written out
+        ra, rb = (
+            (model_section_resolved(a), model_section_resolved(b)) if section == "model" else (a, b)
+        )
         for k in b:
-            if a.get(k) != b[k]:
+            if ra.get(k) != rb[k]:
                 diffs.append(f"{section}.{k}: checkpoint {a.get(k)!r}, now {b[k]!r}")
     for k in RESUME_TRAIN_KEYS:
         a = saved.get("train", {}).get(k)

@@ -85,7 +85,7 @@ def test_resume_refuses_flags_that_change_the_checkpoint(tmp_path, capsys):
     [
         (["train", "--set", "model.nme=gcn"], "model.name"),
         (["train", "--set", "train.mode=sometimes"], "full"),
-        (["train", "--engine", "split"], "not available"),
+        (["train", "--engine", "offload"], "not available"),
         (["train", "--resume", "/nonexistent/run"], "config.yaml"),
         (["train", "--dataset", "/nonexistent/data"], "does not exist"),
     ],

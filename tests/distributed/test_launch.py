@@ -1,5 +1,6 @@
-"""launch(): torch's elastic launcher on loopback, return values by rank, short WorkerFailed
-reports, and group restarts after a SIGKILLed worker."""
+"""launch(): torch's elastic launcher on loopback, return values by rank, one-line WorkerFailed
+reports (a user error's message alone), and group restarts after a SIGKILLed worker that tell
+the new workers which rank failed."""
 
 import os
 import signal
@@ -7,7 +8,8 @@ import signal
 import pytest
 import torch
 
-from fleetgnn.distributed import DistError, WorkerFailed, destroy, init, launch
+from fleetgnn.distributed import DistError, WorkerFailed, destroy, init, launch, restart_info
+from fleetgnn.errors import ConfigError
 
 
 def _job(mode: str) -> tuple:
@@ -17,7 +19,9 @@ def _job(mode: str) -> tuple:
     if mode == "kill" and attempt == 0 and ctx.rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)  # first attempt only
     total = comm.all_reduce_sum(torch.tensor([ctx.rank + 1.0], dtype=torch.float64)).item()
-    out = (ctx.rank, ctx.world_size, total, attempt, ctx.local_rank, ctx.local_world_size)
+    info = restart_info()
+    failures = None if info is None else {r: "SIGKILL" in m for r, m in info["failures"].items()}
+    out = (ctx.rank, ctx.world_size, total, attempt, ctx.local_rank, ctx.local_world_size, failures)
     destroy(ctx)
     return out
 
@@ -28,10 +32,23 @@ def _raises_on_rank_1() -> int:
     return 0
 
 
+def _user_error_on_rank_1() -> int:
+    if int(os.environ["RANK"]) == 1:
+        raise ConfigError("train.thing=3 is invalid: must be <= 2 (e.g. train.thing=2)")
+    return 0
+
+
+def _user_error_everywhere() -> int:
+    raise ConfigError(f"dataset '/nope' does not exist (seen by rank {0})")
+
+
 def test_restart_after_sigkill_then_results_by_rank():
     out = launch(_job, ("kill",), nproc=2, max_restarts=1)
-    # (rank, world_size, all_reduce sum 1 + 2, attempt, local_rank, local_world_size)
-    assert out == {0: (0, 2, 3.0, 1, 0, 2), 1: (1, 2, 3.0, 1, 1, 2)}
+    # (rank, world_size, all_reduce sum 1 + 2, attempt, local_rank, local_world_size, and what
+    # restart_info() told the restarted workers: rank 1 was killed)
+    killed = {1: True}
+    assert out == {0: (0, 2, 3.0, 1, 0, 2, killed), 1: (1, 2, 3.0, 1, 1, 2, killed)}
+    assert restart_info() is None  # the launcher's own environment is left as it was
 
 
 def test_worker_failure_names_the_rank_and_error():
@@ -41,8 +58,33 @@ def test_worker_failure_names_the_rank_and_error():
     assert list(err.failures) == [1]
     assert "RuntimeError: boom from the second worker" in err.failures[1]
     msg = str(err)
-    assert "rank(s) 1" in msg and "boom from the second worker" in msg
-    assert len(msg.splitlines()) <= 4  # a summary, not the launcher's dump
+    assert msg == "worker failed on rank 1: RuntimeError: boom from the second worker"
+    assert err.messages == {1: "RuntimeError: boom from the second worker"}
+
+
+def test_user_error_in_a_worker_is_its_message_on_one_line():
+    with pytest.raises(WorkerFailed) as info:
+        launch(_user_error_on_rank_1, nproc=2, max_restarts=0)
+    err = info.value
+    assert str(err) == (
+        "worker failed on rank 1: train.thing=3 is invalid: must be <= 2 (e.g. train.thing=2)"
+    )
+    assert ".failures" not in str(err) and "Traceback" not in str(err)
+    # the full traceback, the original exception included, stays available (--verbose prints it)
+    assert "ConfigError: train.thing=3" in err.failures[1] and "Traceback" in err.failures[1]
+
+
+def test_same_error_on_every_rank_is_reported_once():
+    with pytest.raises(WorkerFailed) as info:
+        launch(_user_error_everywhere, nproc=2, max_restarts=0)
+    msg = str(info.value)
+    assert len(msg.splitlines()) == 1
+    # the agent may stop the second rank before it fails: one or both ranks, one message
+    assert msg in (
+        "worker failed on ranks 0, 1: dataset '/nope' does not exist (seen by rank 0)",
+        "worker failed on rank 0: dataset '/nope' does not exist (seen by rank 0)",
+        "worker failed on rank 1: dataset '/nope' does not exist (seen by rank 0)",
+    )
 
 
 def test_invalid_arguments_fail_before_spawning():

@@ -185,3 +185,51 @@ def test_rng_restore_malformed() -> None:
     del st["numpy"]
     with pytest.raises(CheckpointError, match="RNG state.*malformed"):
         restore_rng(st)
+
+
+def test_best_is_the_same_checkpoint_and_survives_later_saves(tmp_path: Path) -> None:
+    d = CheckpointDir(tmp_path / "ck")
+    d.save(_state(1.0))
+    assert not d.best.exists()
+    d.save(_state(2.0), best=True)
+    _assert_state(load_checkpoint(d.best), 2.0)
+    _assert_state(load_checkpoint(d.last), 2.0)
+    d.save(_state(3.0))  # not a better epoch: best.pt keeps the state it had
+    d.save(_state(4.0))
+    _assert_state(load_checkpoint(d.best), 2.0)
+    _assert_state(d.load_latest(), 4.0)
+    assert sorted(p.name for p in d.directory.iterdir()) == ["best.pt", "last.pt", "prev.pt"]
+    d.clear()
+    assert list(d.directory.iterdir()) == []
+
+
+def test_best_without_hard_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_links(src: object, dst: object) -> None:
+        raise OSError("hard links not supported")
+
+    monkeypatch.setattr(ckmod.os, "link", no_links)
+    d = CheckpointDir(tmp_path)
+    d.save(_state(5.0), best=True)
+    _assert_state(load_checkpoint(d.best), 5.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
+
+
+def test_failed_best_save_keeps_previous_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = CheckpointDir(tmp_path)
+    d.save(_state(1.0), best=True)
+    real = ckmod.os.replace
+
+    def failing(src: object, dst: object) -> None:
+        if Path(dst).name == "best.pt":
+            raise OSError("disk full")
+        real(src, dst)
+
+    monkeypatch.setattr(ckmod.os, "replace", failing)
+    with pytest.raises(OSError, match="disk full"):
+        d.save(_state(2.0), best=True)
+    monkeypatch.undo()
+    _assert_state(load_checkpoint(d.best), 1.0)
+    _assert_state(d.load_latest(), 1.0)  # best.pt goes first: last.pt is not ahead of it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]

@@ -54,3 +54,22 @@ def test_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
     p.write_text('{"epoch": 0}\nnot json\n{"epoch": 2}\n')
     with pytest.raises(FleetgnnError, match="line 2 is not valid JSON"):
         read_metrics(p)
+
+
+def test_event_lines_are_kept_on_resume_and_skipped_by_default(tmp_path: Path) -> None:
+    p = tmp_path / "metrics.jsonl"
+    with MetricsWriter(p) as w:
+        w.write({"epoch": 0, "loss": 1.0})
+        w.write({"epoch": 1, "loss": 0.9})
+        w.write({"event": "restart", "attempt": 1, "at_epoch": 1, "at_step": 2})
+        w.write({"epoch": 2, "loss": 0.8})
+    assert [r["epoch"] for r in read_metrics(p)] == [0, 1, 2]
+    assert [r.get("event") for r in read_metrics(p, events=True)] == [None, None, "restart", None]
+    with MetricsWriter(p, resume_epoch=1) as w:  # epochs >= 1 are rerun; the event stays
+        w.write({"epoch": 1, "loss": 0.85})
+    recs = read_metrics(p, events=True)
+    assert [(r.get("epoch"), r.get("event")) for r in recs] == [
+        (0, None),
+        (None, "restart"),
+        (1, None),
+    ]

@@ -446,7 +446,8 @@ def test_crash_during_epoch_end_save_rewrites_metrics_once(
     assert [r["epoch"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1]
     ck = CheckpointDir(run_dir / "checkpoints").load_latest()
     assert ck is not None and (ck["trainer"]["epoch"], ck["trainer"]["next_step"]) == (1, 3)
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["last.pt", "prev.pt"]
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert names == ["best.pt", "last.pt", "prev.pt"]  # no temporary file left behind
 
     eng = LogRegEngine()
     _fit(eng, cfg, run_dir, resume=True)
@@ -515,3 +516,76 @@ def test_engine_skipping_steps_is_reported(tmp_path: Path) -> None:
     eng = Skipper([StepStats(1.0, 1, 1)] * 2, evals)
     with pytest.raises(RuntimeError, match="reported step 1 of epoch 0, expected 0"):
         _fit(eng, _cfg("train.epochs=1"), tmp_path)
+
+
+def test_best_checkpoint_is_the_best_validation_epoch(tmp_path: Path) -> None:
+    vals = [0.5, 0.7, 0.6, 0.7, 0.4]  # best at epoch 1 (a later tie does not replace it)
+    evals = [
+        {"train_acc": 0.9, "val_acc": v, "test_acc": 0.1 * e, "val_loss": 1.0}
+        for e, v in enumerate(vals)
+    ]
+    eng = ScriptedEngine([StepStats(1.0, 1, 2)] * 3, evals)
+    summary = _fit(eng, _cfg("train.epochs=3", "train.checkpoint_every=1"), tmp_path)
+    best = ckmod.load_checkpoint(tmp_path / "checkpoints" / "best.pt")
+    assert summary["best_epoch"] == 1 and summary["test_acc"] == pytest.approx(0.1)
+    assert best["engine"] == {"epoch": 1}  # the engine's state right after epoch 1
+    assert best["trainer"]["best_epoch"] == 1 and best["trainer"]["epoch"] == 2
+    assert best["trainer"]["best"]["test_acc"] == summary["test_acc"]
+    # resuming and extending: epoch 3 ties (not better), so best.pt stays epoch 1's
+    eng = ScriptedEngine([StepStats(1.0, 1, 2)] * 3, evals)
+    _fit(eng, _cfg("train.epochs=5", "train.checkpoint_every=1"), tmp_path, resume=True)
+    assert ckmod.load_checkpoint(tmp_path / "checkpoints" / "best.pt")["engine"] == {"epoch": 1}
+    # a fresh run in the same directory starts a new best.pt
+    eng = ScriptedEngine([StepStats(1.0, 1, 2)], evals)
+    _fit(eng, _cfg("train.epochs=1"), tmp_path)
+    assert ckmod.load_checkpoint(tmp_path / "checkpoints" / "best.pt")["engine"] == {"epoch": 0}
+
+
+def test_quiet_trainer_prints_nothing(tmp_path: Path) -> None:
+    console = Console(file=io.StringIO(), width=120)
+    trainer = Trainer.from_config(
+        LogRegEngine(), _cfg("train.epochs=2"), tmp_path, console=console, quiet=True
+    )
+    summary = trainer.fit()
+    assert console.file.getvalue() == ""
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+
+
+def test_events_are_written_where_the_run_continues(tmp_path: Path) -> None:
+    cfg = _cfg("train.epochs=3", "train.checkpoint_every=1")
+    with pytest.raises(KeyboardInterrupt):
+        _fit(LogRegEngine(crash_before=(1, 2)), cfg, tmp_path)
+    trainer = Trainer.from_config(LogRegEngine(), cfg, tmp_path, console=_quiet(), quiet=True)
+    trainer.log_event("restart", attempt=1, failed_ranks=[1])  # queued until fit opens the file
+    trainer.fit(resume=True)
+    recs = read_metrics(tmp_path / "metrics.jsonl", events=True)
+    assert [r.get("epoch", r.get("event")) for r in recs] == [0, "restart", 1, 2]
+    event = recs[1]
+    assert (event["attempt"], event["failed_ranks"]) == (1, [1])
+    assert (event["at_epoch"], event["at_step"]) == (1, 2) and event["time"] > 0
+    assert [r["epoch"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2]
+    # other ranks record nothing
+    other = Trainer.from_config(LogRegEngine(rank=1, world_size=2), cfg, tmp_path / "r1")
+    other.log_event("restart", attempt=1)
+    assert other._pending_events == []
+
+
+def test_resume_point(tmp_path: Path) -> None:
+    from fleetgnn.train import resume_point
+
+    assert resume_point(tmp_path) is None
+    cfg = _cfg("train.epochs=3", "train.checkpoint_every=1")
+    with pytest.raises(KeyboardInterrupt):
+        _fit(LogRegEngine(crash_before=(1, 3)), cfg, tmp_path)
+    assert resume_point(tmp_path) == (1, 3)
+
+
+def test_cuda_device_without_cuda_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetgnn.engines.common import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"train\.device='cuda:1' but CUDA is not available"):
+        resolve_device("cuda:1", key="train.device")
+    with pytest.raises(ConfigError, match=r"device='tpu' is not"):
+        resolve_device("tpu")
+    assert resolve_device("cpu") == torch.device("cpu")

@@ -1,0 +1,87 @@
+"""Values a run config leaves open, resolved for this run: model defaults, threads, device.
+
+``fleetgnn train`` resolves them once, before any torch work, and records the values used in
+``config.yaml`` (``model.hidden: 16`` for ``gcn`` rather than ``null``, ``train.threads: 1`` for two
+processes on a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from fleetgnn.config import Config, ModelConfig
+from fleetgnn.engines.common import resolve_device
+from fleetgnn.nn import MODEL_DEFAULTS
+
+#: ModelConfig fields that ``None`` leaves to the model's defaults -> their build_model argument.
+_DEFAULTED_FIELDS: dict[str, str] = {"hidden": "hidden_dim", "dropout": "dropout", "heads": "heads"}
+
+
+def model_section_resolved(model: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``model`` config section (as a dict) with ``null`` fields replaced by the values used.
+
+    ``hidden``, ``dropout`` and ``heads`` left ``None`` take the model's defaults from
+    :data:`fleetgnn.nn.MODEL_DEFAULTS` (``heads`` only for models that have heads); other fields
+    and unknown model names are returned unchanged. Building a model from the result gives the
+    same model as building it from the input.
+    """
+    out = dict(model)
+    defaults = MODEL_DEFAULTS.get(str(out.get("name")), {})
+    for key, arg in _DEFAULTED_FIELDS.items():
+        if out.get(key) is None and arg in defaults:
+            out[key] = defaults[arg]
+    return out
+
+
+def resolve_model_defaults(cfg: Config) -> Config:
+    """``cfg`` with the model fields left ``None`` set to the values the model uses.
+
+    What ``fleetgnn train`` records in ``config.yaml`` (e.g. ``hidden: 16`` for ``gcn``), so the
+    file says what was trained; see :func:`model_section_resolved`.
+    """
+    resolved = model_section_resolved(dataclasses.asdict(cfg.model))
+    return dataclasses.replace(cfg, model=ModelConfig(**resolved))
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` without one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_threads(
+    threads: int | None, local_processes: int, omp_num_threads: str | None = None
+) -> int:
+    """The intra-op thread count of one training process (``train.threads``).
+
+    Args:
+        threads: ``train.threads``; used as is when set.
+        local_processes: Training processes on this host (``--nproc``, or torchrun's
+            ``LOCAL_WORLD_SIZE``).
+        omp_num_threads: The ``OMP_NUM_THREADS`` environment variable, if set: an explicit
+            choice that wins over the default (as under torchrun).
+
+    Returns:
+        ``threads``, else a positive integer ``omp_num_threads``, else
+        ``usable_cores() // local_processes``, at least 1.
+    """
+    if threads is not None:
+        return int(threads)
+    if omp_num_threads is not None and omp_num_threads.strip().isdigit():
+        if int(omp_num_threads) >= 1:
+            return int(omp_num_threads)
+    return max(1, usable_cores() // max(1, int(local_processes)))
+
+
+def check_device(cfg: Config) -> None:
+    """Refuse a ``train.device`` this machine cannot run on (e.g. ``cuda`` without CUDA).
+
+    Raises:
+        ConfigError: One line naming ``train.device`` and what is wrong.
+    """
+    resolve_device(cfg.train.device, key="train.device")
