@@ -5,26 +5,43 @@ node data, ``(seed, step, layer, source ID, destination ID, head)`` for edges. T
 the same number whatever the row order, the batch a row lands in, the rank computing it, or how
 often it is recomputed, so every engine draws identical dropout masks.
 
-The hash is the SplitMix64 finaliser (Steele, Lea & Flood 2014), a bijection on 64-bit words,
-applied in torch int64 arithmetic (multiplication wraps modulo 2^64; logical right shifts are
-emulated with an arithmetic shift and a mask):
+The generator does one 64-bit mix per row and a cheap 32-bit hash per element:
 
-1. the scalar part ``(salt, seed, step, layer)`` is absorbed in Python integers, each part XORed
-   in and mixed: ``k = mix(mix(mix(mix(salt) ^ seed) ^ step) ^ layer)``;
-2. per row: ``r = mix(k ^ id)`` (edges: ``r = mix(mix(k ^ src) ^ dst)``);
-3. per hash ``j``: ``h_j = mix(r + (j + 1) * GOLDEN)`` (the SplitMix64 stream seeded by ``r``);
-4. float32 output takes two 24-bit draws per hash, column ``2j`` = bits 40..63 and column
-   ``2j + 1`` = bits 8..31 of ``h_j``, divided by 2^24; float64 output uses one hash per column,
-   its top 53 bits divided by 2^53. Both are exact, so values lie in ``[0, 1)``.
+1. the scalar part ``(salt, seed, step, layer)`` is absorbed in Python integers with the
+   SplitMix64 finaliser ``mix`` (Steele, Lea & Flood 2014), each part XORed in and mixed:
+   ``k = mix(mix(mix(mix(salt) ^ seed) ^ step) ^ layer)``;
+2. per row, a 64-bit row key ``r = mix(k ^ id)`` (edges: ``r = mix(mix(k ^ src) ^ dst)``), split
+   into ``a = r mod 2^32`` and an odd multiplier ``m = (r >> 32) | 1``;
+3. per column ``f`` (a feature, or a head for edges), the Weyl key ``c_f = f * 0x9E3779B9``;
+4. per element, in 32-bit arithmetic (all mod ``2^32``, ``>>`` logical):
+   ``y = (a ^ c_f) * m``, ``y = y ^ (y >> 15)``, ``h = y * 0x846CA68B``;
+5. the draw is ``v = (h >> 8) ^ 2^23``: the top 24 bits of ``h``, the highest one flipped (so
+   that a signed comparison of ``h`` orders the draws), and ``hash_uniform = v / 2^24``, exact in
+   float32 and float64, in ``[0, 1)``.
 
-Dropout compares the 24-bit integers with a threshold, which equals ``hash_uniform(...) >= p``
-in float32 exactly. Cost (``benchmarks/bench_ops.py``): about 2-3x ``F.dropout`` on CPU, whose
-mask is drawn from a stream and cannot be reproduced across engines.
+Dropout keeps an element iff ``v >= ceil(float32(p) * 2^24)``, which equals
+``hash_uniform(...) >= p`` in float32 exactly (one comparison of ``h`` with a threshold). The
+per-row key makes rows independent (their multipliers differ as well as their keys); the Weyl
+keys of any two columns below ``2^27`` differ within their low 27 bits, from where the multiply
+spreads the difference to every higher bit. ``tests/ops/test_random.py`` checks the keep rate,
+bits, correlations between neighbouring rows, columns, steps and layers, and that the mask of a
+subset of rows or columns is the matching slice of the full mask.
+
+The element hash runs as six int32 torch ops over cache-sized chunks of rows (reused scratch
+buffers; fresh large temporaries cost more in page faults than the arithmetic) and is fused with
+the mask application per chunk. Dropout is a custom autograd function that saves the mask as
+``uint8`` (a quarter of the float32 mask ``F.dropout`` saves) and applies it in backward; with no
+gradient required, no full-size mask is allocated. ``benchmarks/bench_dropout.py`` (1 thread,
+2-core EPYC): Cora's input (2708 x 1433) forward+backward 0.2-0.25x ``F.dropout``'s time (forward
+alone ~0.17x), a 100k x 256 hidden layer 0.24x forward and 0.36x forward+backward (large outputs
+are dominated by page faults). ``F.dropout``'s mask is drawn from a stream and cannot be
+reproduced across engines. A ``torch.compile``d fused mask was slower here (and compiles ~20 s).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,13 +49,16 @@ from torch import Tensor
 
 from fleetgnn.errors import ConfigError, GraphError
 
+_MASK32 = (1 << 32) - 1
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _C1 = 0xBF58476D1CE4E5B9
 _C2 = 0x94D049BB133111EB
+_GOLDEN32 = 0x9E3779B9  # column Weyl key (odd)
+_MULT32 = 0x846CA68B  # element multiplier (odd; the second constant of Wellons' lowbias32)
 _SALT_NODE = 0x6E6F6465  # "node"
 _SALT_EDGE = 0x65646765  # "edge"
-_CHUNK_CPU = 1 << 16  # hashes per chunk on CPU (two 512 KiB scratch buffers, reused)
+_CHUNK_CPU = 1 << 18  # elements per chunk on CPU (int32 scratch of 1 MiB, reused)
 _CHUNK_DEVICE = 1 << 26
 
 
@@ -47,12 +67,29 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+def _signed32(v: int) -> int:
+    v &= _MASK32
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
 def mix64(z: int) -> int:
     """SplitMix64 finaliser on a Python int (reference for the tensor version)."""
     z &= _MASK64
     z = ((z ^ (z >> 30)) * _C1) & _MASK64
     z = ((z ^ (z >> 27)) * _C2) & _MASK64
     return z ^ (z >> 31)
+
+
+def hash32(row_key: int, column: int) -> int:
+    """The 32-bit element hash ``h`` of a 64-bit row key and a column (Python reference).
+
+    Steps 2-4 of the module docstring; the dropout draw is ``(h >> 8) ^ 2^23``.
+    """
+    row_key &= _MASK64
+    a, m = row_key & _MASK32, (row_key >> 32) | 1
+    y = ((a ^ ((column * _GOLDEN32) & _MASK32)) * m) & _MASK32
+    y ^= y >> 15
+    return (y * _MULT32) & _MASK32
 
 
 def _lsr(z: Tensor, k: int) -> Tensor:
@@ -84,64 +121,65 @@ def _ids(name: str, ids: Tensor) -> Tensor:
     return ids.long()
 
 
-def _mix_(z: Tensor, tmp: Tensor) -> Tensor:
-    """In-place :func:`mix64_tensor` (``tmp`` is scratch of the same shape)."""
-    for shift, mult in ((30, _C1), (27, _C2), (31, None)):
-        torch.bitwise_right_shift(z, shift, out=tmp)
-        tmp.bitwise_and_((1 << (64 - shift)) - 1)
-        z.bitwise_xor_(tmp)
-        if mult is not None:
-            z.mul_(_signed(mult))
-    return z
+def _to_int32(z: Tensor) -> Tensor:
+    """The low 32 bits of an int64 tensor as int32 (two's complement)."""
+    return ((z & _MASK32) ^ (1 << 31)).sub_(1 << 31).to(torch.int32)
 
 
-def _column_hashes(rows: Tensor, num: int) -> Tensor:
-    """``mix(rows[i] + (c + 1) * GOLDEN)`` for ``c < num``: int64 ``[len(rows), num]``."""
-    cols = torch.arange(1, num + 1, dtype=torch.int64, device=rows.device) * _signed(_GOLDEN)
-    h = rows[:, None] + cols[None, :]
-    return _mix_(h, torch.empty_like(h))
+class _Keys:
+    """Per-row and per-column keys of one draw: int32 ``a``, ``m`` ``[N]`` and ``c`` ``[F]``."""
+
+    __slots__ = ("a", "c", "m")
+
+    def __init__(self, rows: Tensor, width: int) -> None:
+        if width < 0:
+            raise GraphError(f"'width' must be >= 0 (got {width})")
+        self.a = _to_int32(rows)
+        self.m = _to_int32(_lsr(rows, 32) | 1)
+        cols = torch.arange(width, dtype=torch.int64, device=rows.device)
+        self.c = _to_int32(cols * _GOLDEN32)
+
+    def hash_(self, r0: int, r1: int, out: Tensor, tmp: Tensor) -> Tensor:
+        """Write the element hashes of rows ``[r0, r1)`` into ``out`` (int32 ``[r1 - r0, F]``)."""
+        torch.bitwise_xor(self.a[r0:r1, None], self.c[None, :], out=out)
+        out.mul_(self.m[r0:r1, None])
+        torch.bitwise_right_shift(out, 15, out=tmp)
+        out.bitwise_xor_(tmp.bitwise_and_((1 << 17) - 1))
+        return out.mul_(_signed32(_MULT32))
 
 
-def _uniform_bits(rows: Tensor, width: int) -> Tensor:
-    """24-bit integers (int32) ``[len(rows), width]``, two draws per 64-bit hash.
+def _rows_per_chunk(n: int, width: int, device: torch.device) -> int:
+    chunk = _CHUNK_CPU if device.type == "cpu" else _CHUNK_DEVICE
+    return max(1, min(n, chunk // max(width, 1)))
 
-    Column ``2j`` holds bits 40..63 of hash ``j``, column ``2j + 1`` bits 8..31. On CPU the rows
-    are hashed in cache-sized chunks with reused scratch buffers (fresh large temporaries cost
-    more in page faults than the arithmetic).
-    """
-    if width < 0:
-        raise GraphError(f"'width' must be >= 0 (got {width})")
-    n, pairs = rows.shape[0], (width + 1) // 2
-    out = torch.empty((n, 2 * pairs), dtype=torch.int32, device=rows.device)
-    if n == 0 or pairs == 0:
-        return out[:, :width]
-    cols = torch.arange(1, pairs + 1, dtype=torch.int64, device=rows.device) * _signed(_GOLDEN)
-    chunk = _CHUNK_CPU if rows.device.type == "cpu" else _CHUNK_DEVICE
-    step = max(1, chunk // pairs)
-    h_buf = torch.empty((min(step, n), pairs), dtype=torch.int64, device=rows.device)
-    t_buf = torch.empty_like(h_buf)
-    mask24 = (1 << 24) - 1
+
+def _scratch(rows: int, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    h = torch.empty((rows, width), dtype=torch.int32, device=device)
+    return h, torch.empty_like(h)
+
+
+def _draws(keys: _Keys) -> Tensor:
+    """The 24-bit draws ``v`` (int32 ``[N, F]``), see the module docstring."""
+    n, width = keys.a.shape[0], keys.c.shape[0]
+    out = torch.empty((n, width), dtype=torch.int32, device=keys.a.device)
+    if out.numel() == 0:
+        return out
+    step = _rows_per_chunk(n, width, out.device)
+    h_buf, t_buf = _scratch(step, width, out.device)
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
-        h, tmp = h_buf[: r1 - r0], t_buf[: r1 - r0]
-        torch.add(rows[r0:r1, None], cols[None, :], out=h)
-        _mix_(h, tmp)
-        dst = out[r0:r1].view(r1 - r0, pairs, 2)
-        torch.bitwise_right_shift(h, 40, out=tmp)
-        dst[:, :, 0].copy_(tmp.bitwise_and_(mask24))
-        dst[:, :, 1].copy_(h.bitwise_right_shift_(8).bitwise_and_(mask24))
-    return out[:, :width]
+        h = keys.hash_(r0, r1, h_buf[: r1 - r0], t_buf[: r1 - r0])
+        torch.bitwise_right_shift(h, 8, out=out[r0:r1]).add_(1 << 23)
+    return out
 
 
 def _columns(rows: Tensor, width: int, dtype: torch.dtype) -> Tensor:
     """Uniforms ``[len(rows), width]`` from per-row keys."""
-    if dtype == torch.float64:
-        if width < 0:
-            raise GraphError(f"'width' must be >= 0 (got {width})")
-        return _lsr(_column_hashes(rows, width), 11).to(torch.float64) * (2.0**-53)
-    if dtype in (torch.float32, torch.float16, torch.bfloat16):
-        return (_uniform_bits(rows, width).to(torch.float32) * (2.0**-24)).to(dtype)
-    raise GraphError(f"'dtype' must be a float dtype (got {dtype})")
+    if dtype not in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+        raise GraphError(f"'dtype' must be a float dtype (got {dtype})")
+    keys = _Keys(rows, width)
+    u = _draws(keys).to(torch.float64 if dtype == torch.float64 else torch.float32)
+    return u.mul_(2.0**-24).to(dtype)
 
 
 def _threshold(p: float) -> int:
@@ -159,6 +197,9 @@ def hash_uniform(
 ) -> Tensor:
     """Uniform numbers in ``[0, 1)`` keyed by ``(seed, step, layer, ids[i], column)``.
 
+    Values are the 24-bit draws of the module docstring divided by ``2^24`` (exact in float32 and
+    float64); keyed dropout keeps exactly the elements whose float32 value is ``>= p``.
+
     Shapes:
         - ids: int ``[N]`` global node IDs (any order, duplicates allowed).
         - output: ``[N, width]``; row ``i`` depends only on the key, not on ``i``.
@@ -169,8 +210,7 @@ def hash_uniform(
         layer: Layer index.
         ids: Global IDs of the rows.
         width: Number of columns.
-        dtype: Output float dtype: float32 (24-bit draws, two per hash), float64 (53-bit, one
-            per hash); float16/bfloat16 round from float32 and may reach 1.0.
+        dtype: Output float dtype; float16/bfloat16 round from float32 and may reach 1.0.
     """
     return _columns(_node_rows(seed, step, layer, ids), width, dtype)
 
@@ -214,13 +254,86 @@ def _check_p(p: float) -> float:
     return float(p)
 
 
-def _drop_rows(x: Tensor, rows: Tensor, p: float) -> Tensor:
-    """Dropout of ``x`` (``[N, *feat]``) with row ``i``'s mask drawn from key ``rows[i]``.
+def _mask_scale(x: Tensor, keep: Tensor, scale: float) -> Tensor:
+    """``x * keep * scale`` for a ``uint8`` mask ``keep`` of ``x``'s shape, chunk by chunk."""
+    n, width = x.shape[0], math.prod(x.shape[1:])
+    x2 = x.contiguous().view(n, width)  # [N, F]
+    keep2 = keep.view(n, width)
+    out = torch.empty_like(x2)
+    if out.numel() == 0:
+        return out.view(x.shape)
+    step = _rows_per_chunk(n, width, x.device)
+    for r0 in range(0, n, step):
+        o = out[r0 : r0 + step]
+        torch.mul(x2[r0 : r0 + step], scale, out=o).mul_(keep2[r0 : r0 + step])
+    return out.view(x.shape)
 
-    ``0 < p < 1``; kept entries are scaled by ``1 / (1 - p)``.
+
+def _drop(x: Tensor, keys: _Keys, p: float, save: bool) -> tuple[Tensor, Tensor | None]:
+    """Forward of keyed dropout: ``(x * keep / (1 - p), keep)``, ``0 < p < 1``.
+
+    ``keep`` is the uint8 mask ``[N, *feat]`` when ``save``, else None (only chunk-sized scratch
+    is allocated then).
     """
-    drop = (_uniform_bits(rows, math.prod(x.shape[1:])) < _threshold(p)).view(x.shape)
-    return x.masked_fill(drop, 0.0).mul_(1.0 / (1.0 - p))
+    n, width, scale = x.shape[0], math.prod(x.shape[1:]), 1.0 / (1.0 - p)
+    x2 = x.contiguous().view(n, width)  # [N, F]
+    out = torch.empty_like(x2)
+    keep = torch.empty(x2.shape, dtype=torch.uint8, device=x.device) if save else None
+    if out.numel() == 0:
+        return out.view(x.shape), None if keep is None else keep.view(x.shape)
+    # keep iff v >= t, i.e. h >= (t << 8) - 2^31 as signed int32 (t < 2^24 here)
+    thresh = (_threshold(p) << 8) - (1 << 31)
+    step = _rows_per_chunk(n, width, x.device)
+    h_buf, t_buf = _scratch(step, width, x.device)
+    k_buf = None if save else torch.empty(h_buf.shape, dtype=torch.uint8, device=x.device)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        h = keys.hash_(r0, r1, h_buf[: r1 - r0], t_buf[: r1 - r0])
+        k = keep[r0:r1] if keep is not None else k_buf[: r1 - r0]  # type: ignore[index]
+        torch.ge(h, thresh, out=k)
+        torch.mul(x2[r0:r1], scale, out=out[r0:r1]).mul_(k)
+    return out.view(x.shape), None if keep is None else keep.view(x.shape)
+
+
+class _MaskScale(torch.autograd.Function):
+    """``x * keep * scale`` with a saved uint8 mask; linear, so its backward is itself."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, keep: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return _mask_scale(x, keep, scale)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        (keep,) = ctx.saved_tensors
+        return _MaskScale.apply(grad, keep, ctx.scale), None, None
+
+
+class _KeyedDropout(torch.autograd.Function):
+    """Keyed dropout; saves the uint8 keep mask (never a float mask) for backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, keys: _Keys, p: float) -> Tensor:
+        out, keep = _drop(x, keys, p, save=True)
+        ctx.save_for_backward(keep)
+        ctx.scale = 1.0 / (1.0 - p)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        (keep,) = ctx.saved_tensors
+        return _MaskScale.apply(grad, keep, ctx.scale), None, None
+
+
+def _apply_dropout(x: Tensor, rows: Tensor, p: float) -> Tensor:
+    """Dropout of ``x`` (``[N, *feat]``) with row ``i``'s mask drawn from key ``rows[i]``."""
+    if _threshold(p) >= 1 << 24:  # float32(p) == 1: everything is dropped
+        return x * 0.0
+    keys = _Keys(rows, math.prod(x.shape[1:]))
+    if x.requires_grad and torch.is_grad_enabled():
+        return _KeyedDropout.apply(x, keys, p)
+    return _drop(x, keys, p, save=False)[0]
 
 
 def keyed_dropout(
@@ -234,8 +347,10 @@ def keyed_dropout(
 ) -> Tensor:
     """Dropout whose mask element ``(i, f)`` is keyed by ``(seed, step, layer, ids[i], f)``.
 
-    ``mask = hash_uniform(...) >= p``, kept entries scaled by ``1 / (1 - p)``. Identity when not
-    ``training`` or ``p == 0``; zeros when ``p == 1``.
+    ``mask = hash_uniform(...) >= p``, kept entries scaled by ``1 / (1 - p)`` (dropped entries
+    are multiplied by 0, as in ``F.dropout``). Identity when not ``training`` or ``p == 0``;
+    zeros when ``p == 1``. Backward is exact: the gradient is masked and scaled like the input.
+    Memory: the uint8 mask (one byte per element) is kept for backward when ``x`` requires grad.
 
     Shapes:
         - x: ``[N, *feat]`` (the features are flattened to ``F`` columns for the key).
@@ -255,7 +370,7 @@ def keyed_dropout(
         )
     if p == 1.0:
         return x * 0.0
-    return _drop_rows(x, _node_rows(seed, step, layer, ids.to(x.device)), p)
+    return _apply_dropout(x, _node_rows(seed, step, layer, ids.to(x.device)), p)
 
 
 def keyed_edge_dropout(
@@ -270,7 +385,8 @@ def keyed_edge_dropout(
 ) -> Tensor:
     """Dropout on edge values keyed by ``(seed, step, layer, src ID, dst ID, head)``.
 
-    Used for attention dropout: the mask of edge ``e`` and head ``h`` depends only on its key.
+    Used for attention dropout: the mask of edge ``e`` and head ``h`` depends only on its key
+    (the same generator as :func:`keyed_dropout`, with the edge's row key).
 
     Shapes:
         - w: ``[E]`` or ``[E, H]``.
@@ -286,6 +402,6 @@ def keyed_edge_dropout(
         )
     if p == 1.0:
         return w * 0.0
-    return _drop_rows(
+    return _apply_dropout(
         w, _edge_rows(seed, step, layer, src_ids.to(w.device), dst_ids.to(w.device)), p
     )
