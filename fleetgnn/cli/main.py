@@ -35,9 +35,32 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--root", required=True, type=Path, help="directory holding ind.<name>.* files")
     q.add_argument("--name", required=True, help="dataset name, e.g. cora")
     common(q)
+
+    def split_knobs(q: argparse.ArgumentParser, edgelist: bool = False) -> None:
+        g = q.add_argument_group(
+            "random split (Planetoid-style: per-class training nodes, then val, then test)"
+        )
+        g.add_argument(
+            "--num-train-per-class",
+            type=int,
+            default=None,
+            metavar="K",
+            help="training nodes per class (default 20)",
+        )
+        g.add_argument("--num-val", type=int, default=None, help="validation nodes (default 500)")
+        g.add_argument("--num-test", type=int, default=None, help="test nodes (default 1000)")
+        g.add_argument("--split-seed", type=int, default=None, help="seed of the split (default 0)")
+        if edgelist:
+            g = q.add_argument_group(
+                "your own split (instead of the random one; .npy, N bools or 0/1, disjoint)"
+            )
+            g.add_argument("--train-mask", type=Path, default=None, help="training nodes")
+            g.add_argument("--val-mask", type=Path, default=None, help="validation nodes")
+            g.add_argument("--test-mask", type=Path, default=None, help="test nodes")
+
     q = fmt.add_parser("npz", help="gnn-benchmark sparse .npz (adj_*, attr_*, labels)")
     q.add_argument("--file", required=True, type=Path)
-    q.add_argument("--split-seed", type=int, default=0, help="seed of the random split")
+    split_knobs(q)
     common(q)
     q = fmt.add_parser("ogb", help="OGB node-property raw layout (raw/*.csv.gz, split/*)")
     q.add_argument("--root", required=True, type=Path, help="dataset root with raw/ and split/")
@@ -49,6 +72,7 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--features", type=Path, default=None, help="features .npy [N, F]")
     q.add_argument("--labels", type=Path, default=None, help="labels .npy [N]")
     q.add_argument("--undirected", action="store_true", help="add reverse edges")
+    split_knobs(q, edgelist=True)
     common(q)
     q = fmt.add_parser("synthetic", help="generated graph with learnable labels")
     q.add_argument("--preset", default="small", help="tiny | small | products-like | papers-like")
@@ -83,15 +107,34 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             undirected=args.undirected,
         )
     else:
+        from fleetgnn.graph.loaders import npz, planetoid
+
         if args.format == "planetoid":
             graph = load_planetoid(args.root, args.name)
-            source = {"source": "planetoid", "root": str(args.root)}
+            # the customary transform of these features, applied by `train` unless told otherwise
+            source = {
+                "source": "planetoid",
+                "root": str(args.root),
+                "feature_norm": planetoid.FEATURE_NORM,
+            }
         elif args.format == "npz":
-            graph = load_npz(args.file, split_seed=args.split_seed)
-            source = {"source": "npz", "file": str(args.file)}
+            names = ("num_train_per_class", "num_val", "num_test", "split_seed")
+            knobs = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+            graph = load_npz(args.file, **knobs)  # the rest: load_npz's defaults
+            source = {"source": "npz", "file": str(args.file), "feature_norm": npz.FEATURE_NORM}
         else:
             graph = load_edgelist(
-                args.edges, features=args.features, labels=args.labels, undirected=args.undirected
+                args.edges,
+                features=args.features,
+                labels=args.labels,
+                undirected=args.undirected,
+                num_train_per_class=args.num_train_per_class,
+                num_val=args.num_val,
+                num_test=args.num_test,
+                split_seed=args.split_seed,
+                train_mask=args.train_mask,
+                val_mask=args.val_mask,
+                test_mask=args.test_mask,
             )
             source = {"source": "edgelist", "file": str(args.edges)}
         out = write_dataset(graph, args.out, overwrite=args.overwrite, **source)
@@ -130,7 +173,9 @@ def _add_partition(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("dataset", type=Path)
     p.add_argument("--method", default="metis", choices=["range", "hash", "random", "metis"])
-    p.add_argument("--parts", type=int, required=True, help="number of parts P >= 1")
+    p.add_argument(
+        "--parts", type=int, required=True, help="number of parts P, 1 <= P <= number of nodes"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--balance",
@@ -145,10 +190,16 @@ def _add_partition(sub: argparse._SubParsersAction) -> None:
 def _cmd_partition(args: argparse.Namespace) -> int:
     import time
 
+    from fleetgnn.errors import PartitionError
     from fleetgnn.graph.dataset import open_dataset
     from fleetgnn.partition import evaluate, partition
 
     graph = open_dataset(args.dataset)
+    if args.parts > graph.num_nodes:  # METIS would report every empty part; nobody wants those
+        raise PartitionError(
+            f"--parts {args.parts} is more than the {graph.num_nodes} nodes of '{args.dataset}'; "
+            f"choose --parts between 1 and {graph.num_nodes}"
+        )
     balance = (
         tuple(b.strip() for b in args.balance.split(",") if b.strip()) if args.balance else None
     )

@@ -63,6 +63,7 @@ def dataset_info(path: Path, verify: bool = False) -> dict[str, Any]:
     info["partitions"] = (
         sorted(p.name for p in parts_dir.iterdir() if p.is_dir()) if parts_dir.is_dir() else []
     )
+    info["feature_norm"] = meta.get("feature_norm", "none")  # what `train` applies by default
     for key in ("source", "preset", "scale", "seed"):
         if key in meta:
             info[key] = meta[key]
@@ -113,6 +114,7 @@ def render_info(info: dict[str, Any], console: Console | None = None) -> None:
                 f"{info['features']['mean']:.4f} / {info['features']['std']:.4f}",
             )
         )
+        rows.append(("feature transform (train default)", str(info.get("feature_norm", "none"))))
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)

@@ -4,7 +4,8 @@ Before any worker starts (and before any torch work), the whole run is checked i
 the config (keys, types, ranges, byte budgets), the device, the engine's availability and process
 count, the dataset, the device topology, and that the run directory does not already hold a run
 (``--resume`` continues one, ``--overwrite`` replaces it). The values the config leaves open
-(``train.threads``, the model's ``null`` fields) are resolved and recorded in ``config.yaml``.
+(``train.threads``, the model's ``null`` fields, ``data.feature_norm``: the transform the
+dataset's ``meta.json`` records) are resolved and recorded in ``config.yaml``.
 
 Ctrl-C stops the run (every worker, for a distributed one) and prints where it can be resumed
 from; the exit status is 130.
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import logging
 import os
 import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -86,6 +89,35 @@ class TrainInterrupted(KeyboardInterrupt):
     def __init__(self, note: str) -> None:
         super().__init__(note)
         self.note = note
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (it may be replaced after setup)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def show_log(quiet: bool) -> None:
+    """Print the ``fleetgnn`` logger's lines on stderr, bare (INFO and up; errors only if quiet).
+
+    Engines log the choices they make for the run there (e.g. the minibatch engine's two-sided
+    gather across hosts, on rank 0). Idempotent: one handler per process.
+    """
+    logger = logging.getLogger("fleetgnn")
+    handler = next((h for h in logger.handlers if isinstance(h, _StderrHandler)), None)
+    if handler is None:
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    handler.setLevel(logging.ERROR if quiet else logging.INFO)
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
 
 
 #: Files whose presence means a directory holds a run.
@@ -181,6 +213,7 @@ def run_train(args: argparse.Namespace) -> int:
         check_resumable,
         engine_from_config,
         load_config,
+        resolve_feature_norm,
         resolve_model_defaults,
         resolve_threads,
     )
@@ -232,9 +265,11 @@ def run_train(args: argparse.Namespace) -> int:
     # resolved once, recorded in config.yaml, applied before any torch work
     cfg.train.threads = resolve_threads(cfg.train.threads, local, os.environ.get("OMP_NUM_THREADS"))
     cfg = resolve_model_defaults(cfg)
+    cfg = resolve_feature_norm(cfg)  # the dataset's transform, unless data.feature_norm is set
     if resume:  # what the workers would refuse after loading everything, refused now
         check_resumable(run_dir, cfg)
     torch.set_num_threads(cfg.train.threads)
+    show_log(quiet)
     try:
         graph, path = resolve_dataset(cfg.data, show_progress=progress)
         _preflight(cfg, graph, world)
@@ -298,6 +333,7 @@ def run_worker(
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     cfg.train.threads = resolve_threads(cfg.train.threads, local, os.environ.get("OMP_NUM_THREADS"))
     torch.set_num_threads(cfg.train.threads)  # before any torch work in this process
+    show_log(quiet)
     ctx = init()
     try:
         with engine_from_config(cfg, open_dataset(dataset), ctx) as engine:

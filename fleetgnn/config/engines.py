@@ -30,7 +30,7 @@ DTYPES: tuple[str, ...] = ("float32", "float64")
 FEATURE_NORMS: tuple[str, ...] = ("none", "row")
 PLACEMENTS: tuple[str, ...] = ("degree", "presample")
 ORDERS: tuple[str, ...] = ("graph_first", "features_first")
-GATHERS: tuple[str, ...] = ("one_sided", "two_sided")
+GATHERS: tuple[str, ...] = ("auto", "one_sided", "two_sided")
 PARTITIONS: tuple[str, ...] = ("range", "metis")
 SPLIT_PARTITIONS: tuple[str, ...] = ("metis", "random", "range", "hash")
 
@@ -144,10 +144,13 @@ class MinibatchEngineConfig(SampledConfig):
     Attributes:
         device_budget: Device bytes per rank for hot rows (``"64MB"``, an int, or ``None``:
             unlimited).
-        host_budget: Host bytes per host for the next-hottest rows (``None``: unlimited).
+        host_budget: Host bytes per host (machine) for the next-hottest rows, one copy shared
+            by the host's ranks (``None``: unlimited).
         placement: Hotness ranking, ``"degree"`` or ``"presample"``.
         order: ``"graph_first"`` or ``"features_first"``: which gets the device budget first.
-        gather: ``"one_sided"`` (shared memory) or ``"two_sided"`` (all-to-all).
+        gather: How ranks read each other's device shards: ``"one_sided"`` (shared memory,
+            every rank on one host), ``"two_sided"`` (all-to-all, works across hosts) or
+            ``"auto"`` (one-sided on one host, two-sided when the ranks span hosts).
         topology: Device link bandwidths for XGNN's placement solver: ``None`` (all devices
             equally connected), a built-in name (``"dgx1-v100"``), or a YAML/JSON file holding
             an ``N x N`` matrix.
@@ -159,7 +162,7 @@ class MinibatchEngineConfig(SampledConfig):
     host_budget: str | int | None = None
     placement: str = "degree"
     order: str = "graph_first"
-    gather: str = "one_sided"
+    gather: str = "auto"
     topology: str | None = None
     prefetch: bool = True
     debug_collectives: bool = False

@@ -33,6 +33,7 @@ import yaml
 from fleetgnn.config.engines import (
     DTYPES,
     ENGINES,
+    FEATURE_NORMS,
     GATHERS,
     ORDERS,
     PARTITIONS,
@@ -62,7 +63,12 @@ class DataConfig:
         cache_dir: Directory where generated datasets are cached (``None``: the CLI's default,
             ``$XDG_CACHE_HOME/fleetgnn``).
         feature_norm: ``"row"`` scales each feature row to sum 1 (as in the GCN paper's
-            preprocessing of bag-of-words features), ``"none"`` keeps features as stored.
+            preprocessing of bag-of-words features), ``"none"`` keeps features as stored;
+            ``None`` (default): the dataset's customary transform, the ``feature_norm`` its
+            ``meta.json`` records (``"row"`` for ``prepare planetoid`` / ``prepare npz``; absent
+            means ``"none"``). ``fleetgnn train`` resolves ``None`` before it starts
+            (:func:`fleetgnn.train.resolve_feature_norm`) and records the value used in
+            ``config.yaml``.
     """
 
     dataset: str | None = None
@@ -70,9 +76,9 @@ class DataConfig:
     scale: float = 1.0
     seed: int = 0
     cache_dir: str | None = None
-    feature_norm: str = "none"
+    feature_norm: str | None = None
 
-    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"feature_norm": ("none", "row")}
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"feature_norm": (*FEATURE_NORMS, None)}
 
 
 @dataclasses.dataclass
@@ -181,13 +187,16 @@ class StoreConfig:
         device_budget: Bytes of device memory per rank for hot rows (e.g. ``"64MB"``,
             ``"1.5GiB"``; ``None``: unlimited). On a CPU machine this is process memory, so
             tiering decisions happen there too.
-        host_budget: Bytes of host memory per host for the next-hottest rows (``None``:
+        host_budget: Bytes of host memory per host (machine) for the next-hottest rows: one
+            copy shared by all the ranks on the host, never more than this (``None``:
             unlimited); the rest is read from the dataset's memory map on disk.
         placement: Hotness ranking, one of :attr:`PLACEMENTS` (``presample`` counts accesses
             over sampled batches).
         order: Which gets the device budget first, one of :attr:`ORDERS` (XGNN: graph first).
-        gather: ``one_sided`` reads peers' shards in shared memory directly; ``two_sided``
-            exchanges requests and rows with all-to-all (what ranks on different hosts do).
+        gather: ``one_sided`` reads peers' shards in shared memory directly (every rank on
+            one host); ``two_sided`` exchanges requests and rows with all-to-all (what ranks on
+            different hosts do); ``auto`` (default) is one-sided on one host and two-sided when
+            the ranks span hosts (the engine says which it picked).
         topology: Device link bandwidths for XGNN's placement solver (which device each rank
             reads each hot-row partition from): ``null`` (equally connected), ``dgx1-v100``, or
             a YAML/JSON file with an ``N x N`` matrix.
@@ -204,7 +213,7 @@ class StoreConfig:
     host_budget: str | None = None
     placement: str = "degree"
     order: str = "graph_first"
-    gather: str = "one_sided"
+    gather: str = "auto"
     topology: str | None = None
     prefetch: bool = True
     debug_collectives: bool = False
@@ -339,7 +348,11 @@ class Config:
 
         Each field of the engine's config class takes the value of the key of the same name in
         the first section (of the registry entry's ``sections``) that has it; ``feature_norm``
-        comes from ``data``, ``mode`` is :attr:`mode`. Fields no section has keep their defaults.
+        comes from ``data``, ``mode`` is :attr:`mode`. Fields no section has keep their defaults,
+        and so does ``feature_norm`` while ``data.feature_norm`` is ``None`` (the dataset's
+        transform, which only the dataset knows: resolve it first with
+        :func:`fleetgnn.train.resolve_feature_norm`, as ``fleetgnn train`` and
+        :func:`fleetgnn.train.engine_from_config` do).
         """
         spec = engine_spec(self.train.engine)
         values: dict[str, Any] = {}
@@ -350,6 +363,8 @@ class Config:
             for section in spec.sections:
                 sec = getattr(self, section)
                 if hasattr(sec, f.name):
+                    if f.name == "feature_norm" and sec.feature_norm is None:
+                        break  # unresolved: the engine config's default
                     values[f.name] = getattr(sec, f.name)
                     break
         return spec.config_cls(**values)

@@ -418,8 +418,52 @@ class Communicator:
         child._owns_group = True
         return child
 
+    def host_group(self, hosts: Sequence[int], meter: TrafficMeter | None = None) -> Communicator:
+        """A communicator over a NEW process group of the ranks on this rank's host.
+
+        ``hosts[r]`` is the host index of rank ``r`` of this group, the same sequence on every
+        rank (e.g. from :meth:`~fleetgnn.distributed.DistContext.hosts`). Collective over the
+        default group: every rank creates every host's group, in host order
+        (``torch.distributed.new_group`` must be called by all ranks), and keeps its own. The
+        result has ``same_host=True`` (traffic inside it is ``"peer"``) and records into
+        ``meter`` (default: this communicator's); :meth:`destroy` it when done.
+
+        Example: ``hosts = (0, 0, 1, 1)`` gives ranks 0 and 1 a group of ``{0, 1}`` (their
+        ranks 0 and 1 in it) and ranks 2 and 3 one of ``{2, 3}``.
+
+        Raises:
+            DistError: ``hosts`` does not have one integer per rank.
+        """
+        hosts = [int(h) for h in hosts]
+        if len(hosts) != self.world_size:
+            raise DistError(
+                f"host_group: 'hosts' needs one host index per rank ({self.world_size}), got "
+                f"{len(hosts)}."
+            )
+        mine = None
+        for host in sorted(set(hosts)):
+            members = [r for r, h in enumerate(hosts) if h == host]
+            ranks = [
+                r if self.group is None else dist.get_global_rank(self.group, r) for r in members
+            ]
+            group = dist.new_group(ranks=ranks, backend=self.backend)
+            if host == hosts[self.rank]:
+                mine = (group, members)
+        assert mine is not None  # this rank's own host is among the hosts
+        group, members = mine
+        child = Communicator(
+            group,
+            rank=members.index(self.rank),
+            world_size=len(members),
+            meter=meter or self.meter,
+            debug=self.debug,
+            same_host=True,
+        )
+        child._owns_group = True
+        return child
+
     def destroy(self) -> None:
-        """Destroy the process group :meth:`new_group` created (a no-op otherwise)."""
+        """Destroy the group :meth:`new_group` or :meth:`host_group` created (else a no-op)."""
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group(self.group)
             self._owns_group = False

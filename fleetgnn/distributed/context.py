@@ -19,6 +19,7 @@ import datetime
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -73,6 +74,25 @@ class DistContext:
         """Whether every rank runs on this host."""
         return self.local_world_size == self.world_size
 
+    def hosts(self, comm: Communicator) -> tuple[int, ...]:
+        """The host index of every rank, ``hosts[r]`` (hosts numbered from 0 in rank order).
+
+        On one host (:attr:`same_host`): all zeros, without communicating. Across hosts: one
+        ``all_gather_object`` of ``(local_rank, local_world_size)`` through ``comm`` (a
+        communicator over this context's ranks; collective), read by :func:`host_layout`.
+
+        Raises:
+            DistError: ``comm`` does not span this context's ranks.
+        """
+        if comm.world_size != self.world_size or comm.rank != self.rank:
+            raise DistError(
+                f"DistContext.hosts: the communicator (rank {comm.rank} of {comm.world_size}) "
+                f"must span this context's ranks (rank {self.rank} of {self.world_size})."
+            )
+        if self.same_host:
+            return (0,) * self.world_size
+        return host_layout(comm.all_gather_object((self.local_rank, self.local_world_size)))
+
     def communicator(
         self, meter: TrafficMeter | None = None, *, debug: bool = False
     ) -> Communicator:
@@ -85,6 +105,45 @@ class DistContext:
             debug=debug,
             same_host=self.same_host,
         )
+
+
+def host_layout(local: Sequence[tuple[int, int]]) -> tuple[int, ...]:
+    """Host index of every rank from each rank's ``(local_rank, local_world_size)``.
+
+    Launchers (torchrun, :func:`~fleetgnn.distributed.launch`) give every host a contiguous
+    block of ranks whose local ranks run ``0..L-1``; a new host starts at every local rank 0:
+
+    ====  ==========  ================  ====
+    rank  local_rank  local_world_size  host
+    ====  ==========  ================  ====
+    0     0           2                 0
+    1     1           2                 0
+    2     0           1                 1
+    3     0           1                 2
+    ====  ==========  ================  ====
+
+    Any other layout is not guessed at: every rank is then taken to be a host of its own
+    (nothing is assumed shared).
+
+    Args:
+        local: ``(local_rank, local_world_size)`` of ranks ``0..W-1``.
+
+    Returns:
+        ``hosts`` with ``hosts[r]`` the host of rank ``r``.
+    """
+    hosts: list[int] = []
+    start, size = 0, 0
+    for rank, (local_rank, local_size) in enumerate(local):
+        if local_rank == 0:
+            if rank != start + size:  # the previous host's block is incomplete
+                return tuple(range(len(local)))
+            start, size = rank, int(local_size)
+        if size < 1 or local_size != size or local_rank != rank - start or local_rank >= size:
+            return tuple(range(len(local)))
+        hosts.append(0 if not hosts else hosts[-1] + int(local_rank == 0))
+    if local and len(local) != start + size:
+        return tuple(range(len(local)))
+    return tuple(hosts)
 
 
 def _env_int(name: str) -> int:

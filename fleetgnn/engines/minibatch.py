@@ -16,14 +16,30 @@ Overlap: a background thread samples and gathers the next step's batch while the
 trains (WholeGraph/XGNN's pipeline). ``EpochStats.extra['prefetch_hidden_s']`` reports how much of
 the sampling and gathering time was hidden behind training.
 
-Memory: every rank holds the model, its device shard of the store, a mapping of the host tier,
-and during evaluation one ``[N, hidden]`` activation tensor per layer (layer-wise inference
-all-gathers each layer's output; ``O(N * hidden)`` bytes per rank).
+Memory: every rank holds the model, its device shard of the store, a mapping of its host's host
+tier (one copy per host, at most ``host_budget`` bytes), and during evaluation one
+``[N, hidden]`` activation tensor per layer (layer-wise inference all-gathers each layer's output;
+``O(N * hidden)`` bytes per rank).
+
+Hosts: with ``gather="auto"`` (default) peers' device shards are read one-sided from shared
+memory when every rank runs on one host, and with the two-sided gather (all-to-all) when the ranks
+span hosts (:attr:`DistContext.same_host <fleetgnn.distributed.DistContext.same_host>` is False;
+rank 0 logs one line saying so on the ``fleetgnn`` logger). Device rows read from a rank on
+another host are counted as ``net`` traffic, from another rank on this host as ``peer``.
+
+Epoch numbers (``epoch_extra``, the ``extra`` field of metrics.jsonl), summed over ranks like the
+traffic: ``hit_rates`` (feature rows) and ``topology_hit_rates`` (node IDs looked up) per source,
+``store_requests`` (the counts behind them) and ``store_bytes`` (bytes served per link kind, per
+kind). For feature rows, ``store_bytes["features"][link] == store_requests["features"][source] *
+F * itemsize`` with ``link = SOURCE_LINKS[source]``; the epoch's ``traffic`` on ``local``, ``h2d``
+and ``disk`` is the sum of both kinds' ``store_bytes`` (``peer``/``net`` add the gradient
+all-reduce).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -57,10 +73,47 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
-from fleetgnn.store import TierBudgets, UnifiedStore, parse_bytes
+from fleetgnn.store import (
+    KINDS,
+    SOURCE_LINKS,
+    SOURCES,
+    TierBudgets,
+    UnifiedStore,
+    parse_bytes,
+)
 from fleetgnn.store.placement import hotness_order
 
 _UNLIMITED = 1 << 62  # bytes: a budget of ``None`` means "no limit"
+_LINKS: tuple[str, ...] = tuple(SOURCE_LINKS.values())
+log = logging.getLogger(__name__)
+
+
+def resolve_gather(gather: str, ctx: DistContext, hosts: tuple[int, ...]) -> str:
+    """The device-tier gather to use: ``"one_sided"`` or ``"two_sided"``.
+
+    ``"auto"`` is one-sided when every rank runs on one host and two-sided across hosts (rank 0
+    logs one line saying so).
+
+    Raises:
+        ConfigError: ``"one_sided"`` asked for while the ranks span hosts.
+    """
+    if ctx.same_host:
+        return "one_sided" if gather == "auto" else gather
+    n = len(set(hosts))
+    if gather == "one_sided":
+        raise ConfigError(
+            f"store.gather='one_sided' reads peers' shards from shared memory, which needs every "
+            f"rank on one host, but the {ctx.world_size} ranks run on {n} hosts; use "
+            f"store.gather=auto (two-sided across hosts) or store.gather=two_sided"
+        )
+    if gather == "auto" and ctx.rank == 0:
+        log.info(
+            "store.gather=auto: the %d ranks run on %d hosts, so peers' device shards are read "
+            "with the two-sided gather (all-to-all) instead of shared memory",
+            ctx.world_size,
+            n,
+        )
+    return "two_sided"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +172,8 @@ class MinibatchEngine(EngineBase):
         self.seed = int(sc.seed)
         self.meter = TrafficMeter()
         self.comm = ctx.communicator(self.meter, debug=sc.debug_collectives)
+        self.hosts = ctx.hosts(self.comm)  # one all_gather_object when the ranks span hosts
+        self.gather = resolve_gather(sc.gather, ctx, self.hosts)
         # the store's two-sided gathers run in the prefetch thread: give them their own group so
         # they never interleave with DDP's all-reduces on the training group
         # (with their own meter: the store reports what it serves per tier in store_meter)
@@ -139,9 +194,10 @@ class MinibatchEngine(EngineBase):
             ),
             placement=self._hotness(graph, sc) if sc.placement == "presample" else "degree",
             order=sc.order,
-            one_sided=sc.gather == "one_sided",
+            one_sided=self.gather == "one_sided",
             meter=self.store_meter,
             topology=sc.topology,
+            hosts=self.hosts,
         )
         self.y, self.masks = labels_and_masks(graph)
         self.num_classes = num_classes_of(graph)
@@ -243,9 +299,37 @@ class MinibatchEngine(EngineBase):
             "prefetch_prepare_s": prepared_s,
             "prefetch_wait_s": waited_s,
             "prefetch_hidden_s": max(0.0, prepared_s - waited_s) if self.prefetch else 0.0,
-            "hit_rates": self.store.hit_rates(),
+            **self._store_stats(),
         }
         return out
+
+    def _store_stats(self) -> dict[str, Any]:
+        """The epoch's store requests and bytes served per source, summed over ranks.
+
+        Collective (one ``all_reduce_sum`` of ``2 * (5 + 5)`` int64 counts) in multi-rank runs:
+        every rank calls it at the end of :meth:`run_epoch`.
+        """
+        counts = [self.store.requests(k)[src] for k in KINDS for src in SOURCES]
+        counts += [self.store.bytes_served(k)[link] for k in KINDS for link in _LINKS]
+        t = torch.tensor(counts, dtype=torch.int64)
+        if self.world_size > 1:
+            self.comm.all_reduce_sum(t)
+        values = iter(t.tolist())
+        requests = {k: {src: next(values) for src in SOURCES} for k in KINDS}
+        served = {k: {link: next(values) for link in _LINKS} for k in KINDS}
+
+        def rates(req: dict[str, int]) -> dict[str, float]:
+            total = sum(req.values())
+            return {src: (v / total if total else 0.0) for src, v in req.items()}
+
+        return {
+            "hit_rates": rates(requests["features"]),
+            "topology_hit_rates": rates(requests["topology"]),
+            "store_requests": requests,
+            "store_bytes": served,
+            "store_gather": self.gather,
+            "hosts": len(set(self.hosts)),
+        }
 
     def train_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
         """One DDP step on a prepared batch."""
@@ -322,11 +406,14 @@ class MinibatchEngine(EngineBase):
         self.optimizer.load_state_dict(state["optimizer"])
 
     def epoch_extra(self) -> dict[str, Any]:
-        """Prefetch overlap and store hit rates of the last epoch (for metrics.jsonl)."""
+        """Prefetch overlap and the store's hit rates and bytes of the last epoch, over all ranks.
+
+        See the module docstring for the keys (for metrics.jsonl).
+        """
         return dict(self._extra)
 
     def rank_extra(self) -> dict[str, Any]:
-        """This rank's reads per source shard (XGNN's placement plan at work) and hit rates.
+        """This rank's reads per source shard (XGNN's placement plan at work) and feature hit rates.
 
         The Trainer gathers every rank's into ``extra["per_rank"]`` of metrics.jsonl.
         """

@@ -1,7 +1,13 @@
 """Graph layer: CSC graphs, datasets on disk, loaders and synthetic generators."""
 
 from fleetgnn.graph.csc import SPLITS, Graph, check_ids, coo_to_csc, from_edges, index_dtype
-from fleetgnn.graph.dataset import DatasetWriter, open_dataset, read_meta, write_dataset
+from fleetgnn.graph.dataset import (
+    DatasetWriter,
+    dataset_feature_norm,
+    open_dataset,
+    read_meta,
+    write_dataset,
+)
 
 __all__ = [
     "SPLITS",
@@ -9,6 +15,7 @@ __all__ = [
     "Graph",
     "check_ids",
     "coo_to_csc",
+    "dataset_feature_norm",
     "from_edges",
     "index_dtype",
     "open_dataset",

@@ -11,6 +11,12 @@ Layout (format version 1)::
     DIR/{train,val,test}_mask.npy  bool [N]  (optional)
     DIR/edge_weight.npy  float [E]       (optional)
 
+``meta.json`` may also say ``"feature_norm"``: the transform the dataset's features customarily
+get before training (``"row"`` for Planetoid's and gnn-benchmark's bag-of-words features, as in
+the GCN paper's preprocessing), which ``fleetgnn train`` applies unless ``data.feature_norm`` says
+otherwise. The key is optional: a dataset without it (any written before it existed) means
+``"none"``, so the format version is unchanged.
+
 Writing goes through :class:`DatasetWriter`: arrays are created as ``.npy`` memory maps in a
 temporary sibling directory and filled in chunks, ``meta.json`` is written last, and the directory
 is renamed into place, so an interrupted write never leaves a directory that looks complete.
@@ -30,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetgnn.config.engines import FEATURE_NORMS
 from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import SPLITS, Graph, Validation
 
@@ -106,7 +113,14 @@ class DatasetWriter:
             out[lo : lo + step] = values[lo : lo + step]
 
     def commit(self, num_classes: int | None = None, **extra: Any) -> Path:
-        """Flush arrays, write ``meta.json`` and move the directory into place."""
+        """Flush arrays, write ``meta.json`` and move the directory into place.
+
+        Raises:
+            DatasetError: A required array is missing, or ``feature_norm`` (in ``extra``) is not
+                one of ``"none"``, ``"row"``.
+        """
+        if "feature_norm" in extra:
+            _check_feature_norm(extra["feature_norm"], "feature_norm")
         for req in REQUIRED:
             if req not in self._arrays:
                 raise DatasetError(f"dataset is missing required array {req!r}")
@@ -269,6 +283,30 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(meta["arrays"], dict):
         raise DatasetError(f"'{meta_path}': 'arrays' must be an object")
     return meta
+
+
+def _check_feature_norm(value: Any, where: str) -> str:
+    if value not in FEATURE_NORMS:
+        raise DatasetError(
+            f"{where} = {value!r} is not a feature transform fleetgnn knows; use one of "
+            f"{', '.join(FEATURE_NORMS)}"
+        )
+    return str(value)
+
+
+def dataset_feature_norm(path: str | os.PathLike[str]) -> str:
+    """The feature transform a dataset directory's ``meta.json`` records (``"none"`` if absent).
+
+    ``"row"`` (each feature row scaled to sum 1) is what ``fleetgnn prepare planetoid`` and
+    ``prepare npz`` record: the customary preprocessing of those bag-of-words features.
+
+    Raises:
+        DatasetError: The directory is not a dataset, or the recorded value is unknown.
+    """
+    meta = read_meta(path)
+    return _check_feature_norm(
+        meta.get("feature_norm", "none"), f"'{Path(path) / META}': feature_norm"
+    )
 
 
 def _load_array(root: Path, name: str, spec: dict[str, Any], mmap: bool) -> np.ndarray:

@@ -10,12 +10,19 @@ metis     METIS k-way on the symmetrised graph          nodes (default), train, 
 ========  ===========================================  ====================================
 
 Every partitioner returns a :class:`~fleetgnn.partition.book.PartitionBook`; parts may be empty
-when ``P > N``. All work is vectorised (numpy); METIS runs in pymetis.
+when ``P > N``. All work is vectorised (numpy); METIS runs in pymetis, with its own diagnostics
+(``***Cannot bisect a graph with 0 vertices and 0 edges`` for every empty part, ...) captured and
+shown only in the error when METIS fails.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import ctypes
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -241,6 +248,61 @@ def metis_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return xadj, adjncy.astype(np.int64), counts.astype(np.int64)
 
 
+def _flush_c_stdio() -> None:
+    """Flush the C library's stdio buffers (what METIS ``printf``s), where libc is reachable."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # pragma: no cover - no libc symbols here
+        pass
+
+
+@contextlib.contextmanager
+def captured_fds() -> Iterator[Callable[[], str]]:
+    """Send everything written to the file descriptors 1 and 2 during the block to a temp file.
+
+    C libraries (METIS) write to the process's stdout/stderr directly, past ``sys.stdout``; this
+    redirects the descriptors themselves (``os.dup``/``os.dup2``) and puts them back afterwards,
+    also on an exception. Python's and the C library's buffers are flushed on both sides, so
+    nothing written inside leaks out later. Yields a function returning what was captured so far.
+    Process-wide: output of other threads during the block is captured too.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.flush()
+    _flush_c_stdio()
+    with tempfile.TemporaryFile() as tmp:
+        saved = [os.dup(1), os.dup(2)]
+
+        def read() -> str:
+            _flush_c_stdio()
+            tmp.seek(0)
+            return tmp.read().decode("utf-8", "replace")
+
+        try:
+            os.dup2(tmp.fileno(), 1)
+            os.dup2(tmp.fileno(), 2)
+            yield read
+        finally:
+            _flush_c_stdio()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def _metis_failure(error: BaseException, output: str) -> PartitionError:
+    """A one-line PartitionError with pymetis's error and the end of METIS's own output."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    said = " | ".join(lines[-5:])
+    if len(said) > 1000:
+        said = "..." + said[-1000:]
+    return PartitionError(
+        f"METIS failed: {type(error).__name__}: {error}"
+        + (f"; METIS said: {said}" if said else "")
+        + "; try another --seed, fewer parts, or the 'range' method"
+    )
+
+
 def metis_partition(
     graph: Graph,
     num_parts: int,
@@ -256,12 +318,16 @@ def metis_partition(
     with ``w_nodes = 1``, ``w_train = train_mask``, ``w_edges = in-degree``. Each part then gets
     about ``1/P`` of the combined load, not of every criterion separately. Weights are scaled to
     integers. ``P == 1`` (or a graph without edges between distinct nodes) skips METIS.
+    METIS's own output is captured (:func:`captured_fds`) and shown only if it fails.
 
     Args:
         graph: The graph.
         num_parts: Number of parts ``P >= 1``.
         seed: METIS random seed.
         balance: Criteria (see :func:`partition`).
+
+    Raises:
+        PartitionError: METIS failed; the message holds its error and the end of its output.
     """
     import pymetis
 
@@ -287,19 +353,29 @@ def metis_partition(
     ew = None if (eweights == eweights[0]).all() else eweights.astype(dt)
     vw = None if vweights is None else vweights.astype(dt)
     options = pymetis.Options(seed=int(seed))
-    if hasattr(pymetis, "CSRAdjacency"):
-        adjacency = pymetis.CSRAdjacency(adj_starts=xadj.astype(dt), adjacent=adjncy.astype(dt))
-        result = pymetis.part_graph(
-            num_parts, adjacency=adjacency, vweights=vw, eweights=ew, options=options
-        )
-    else:  # pragma: no cover - pymetis < 2025.2
-        result = pymetis.part_graph(
-            num_parts,
-            xadj=xadj.astype(dt),
-            adjncy=adjncy.astype(dt),
-            vweights=vw,
-            eweights=ew,
-            options=options,
-        )
+    with captured_fds() as output:
+        try:
+            if hasattr(pymetis, "CSRAdjacency"):
+                adjacency = pymetis.CSRAdjacency(
+                    adj_starts=xadj.astype(dt), adjacent=adjncy.astype(dt)
+                )
+                result = pymetis.part_graph(
+                    num_parts, adjacency=adjacency, vweights=vw, eweights=ew, options=options
+                )
+            else:  # pragma: no cover - pymetis < 2025.2
+                result = pymetis.part_graph(
+                    num_parts,
+                    xadj=xadj.astype(dt),
+                    adjncy=adjncy.astype(dt),
+                    vweights=vw,
+                    eweights=ew,
+                    options=options,
+                )
+        except Exception as e:  # noqa: BLE001 - pymetis raises plain RuntimeErrors
+            error, said = e, output()
+        else:
+            error, said = None, ""
+    if error is not None:
+        raise _metis_failure(error, said) from error
     part_of = np.asarray(result.vertex_part, dtype=np.int64).astype(np.int32)
     return PartitionBook.from_part_of(part_of, num_parts, "metis", params)

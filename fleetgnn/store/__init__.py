@@ -22,9 +22,12 @@ from fleetgnn.store.placement import (
     topology_matrix,
     topology_row_bytes,
 )
-from fleetgnn.store.store import UnifiedStore
+from fleetgnn.store.store import KINDS, SOURCE_LINKS, SOURCES, UnifiedStore
 
 __all__ = [
+    "KINDS",
+    "SOURCES",
+    "SOURCE_LINKS",
     "HotnessRanking",
     "PlacementPlan",
     "StorePlan",

@@ -76,12 +76,14 @@ DEVICE, HOST, DISK = 0, 1, 2
 
 @dataclasses.dataclass(frozen=True)
 class TierBudgets:
-    """Memory budget of one rank per tier, in bytes (disk is unlimited).
+    """Memory budgets per tier, in bytes (disk is unlimited).
 
     Attributes:
-        device: Bytes of device memory this rank gives to its shard (features + topology).
-        host: Bytes of host memory per rank; the host tier is one shared copy per host, so a host
-            with ``R`` ranks holds at most ``R * host`` bytes of it.
+        device: Bytes of device memory each rank gives to its shard (features + topology): per
+            rank.
+        host: Bytes of host memory for the host tier: per host. The host tier is one copy per
+            machine, shared by all the ranks on it, and holds at most ``host`` bytes however many
+            ranks the machine runs (``store.host_budget``).
     """
 
     device: int = 0
@@ -510,18 +512,19 @@ def plan_tiers(
     ``world_size``, fit every rank's remaining device budget (``budgets.device -
     device_used[r]``) for all the partitions that rank stores (partition ``r`` alone without a
     ``placement``; every partition in ``placement.stores[r]`` with one). Host: the longest
-    following run that fits ``budgets.host * ranks_per_host - host_used``. The rest is disk. Use
-    :func:`plan_store` to plan topology and features together.
+    following run that fits ``budgets.host - host_used`` (the budget is per host). The rest is
+    disk. Use :func:`plan_store` to plan topology and features together.
 
     Args:
         num_rows: Number of rows ``V``.
         row_bytes: Bytes per row (an int, or int64 ``[V]`` per node ID).
-        budgets: Per-rank budgets.
+        budgets: Device bytes per rank, host bytes per host.
         world_size: Number of device ranks ``N``.
         order: int64 ``[V]`` hot order (default: identity).
         device_used: int64 ``[N]`` device bytes already taken per rank.
         host_used: Host bytes already taken on each host.
-        ranks_per_host: Ranks sharing one host copy (default ``world_size``).
+        ranks_per_host: Ranks sharing one host copy (default ``world_size``; checked, it does
+            not change the host budget, which is per host).
         fixed_bytes: Bytes a tier pays once per shard when it holds any rows (the 8-byte
             ``indptr`` terminator of a CSC segment store).
         kind: Label of the plan.
@@ -535,7 +538,7 @@ def plan_tiers(
         ConfigError: On a bad world size, inconsistent shapes or a placement for another number
             of devices.
     """
-    world_size, rph = _check_world(world_size, ranks_per_host)
+    world_size, _ = _check_world(world_size, ranks_per_host)
     _check_placement(placement, world_size)
     if order is None:
         order = np.arange(num_rows, dtype=np.int64)
@@ -548,7 +551,7 @@ def plan_tiers(
     hot_bytes = rb[order]  # bytes by hot rank
     used = np.zeros(world_size, np.int64) if device_used is None else np.asarray(device_used)
     dev_budget = np.maximum(budgets.device - used.astype(np.int64), 0)
-    host_cap = max(budgets.host * rph - int(host_used), 0)
+    host_cap = max(budgets.host - int(host_used), 0)  # per host, however many ranks share it
     return _tier_plan(
         kind,
         hot_bytes,
@@ -569,7 +572,7 @@ class StorePlan:
     Attributes:
         topology: Plan of the CSC segments.
         features: Plan of the feature rows (``None`` without features).
-        budgets: The per-rank budgets planned against.
+        budgets: The budgets planned against (device per rank, host per host).
         order: Which kind got each tier's budget first.
         ranks_per_host: Ranks sharing one host copy.
         placement: The partition placement both kinds follow (``None``: one partition per
@@ -631,11 +634,12 @@ def plan_store(
 
     Args:
         graph: The graph.
-        budgets: Per-rank budgets.
+        budgets: Device bytes per rank, host bytes per host.
         world_size: Number of device ranks.
         hotness: The ranking (default: :func:`hotness_order` by degree).
         order: ``"graph_first"`` or ``"features_first"``.
-        ranks_per_host: Ranks sharing one host copy (default ``world_size``).
+        ranks_per_host: Ranks sharing one host copy (default ``world_size``; recorded in the
+            plan, it does not change the host budget, which is per host).
         placement: Which partitions each device stores and where it reads each from
             (``None``: partition ``p`` on device ``p`` only, the modulo split).
 
@@ -672,7 +676,7 @@ def plan_store(
             rank.rank_of,
             world_size,
             np.maximum(budgets.device - used, 0),
-            max(budgets.host * rph - host_used, 0),
+            max(budgets.host - host_used, 0),  # per host
             fixed,
             placement,
         )

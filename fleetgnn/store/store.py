@@ -7,11 +7,11 @@ hottest rows on the devices split by hot rank modulo ``N``, then host, then disk
 tier        holds                                        read as                     link kind
 ==========  ===========================================  ==========================  ===========
 device      rank ``r``: hot ranks ``k < H_dev``,         :class:`ShardedTensor`      ``local`` /
-            ``k mod N == r``, local row ``k div N``      (one-sided or two-sided)    ``peer``
-            (with a topology: every partition
+            ``k mod N == r``, local row ``k div N``      (one-sided or two-sided)    ``peer`` /
+            (with a topology: every partition                                        ``net``
             ``p = k mod N`` in ``stores[r]``)
 host        hot ranks ``[H_dev, H_dev + H_host)``        :class:`SharedTensor`       ``h2d``
-                                                         (one copy per host)
+            (at most ``budgets.host`` bytes)             (one copy per host)
 disk        the rest                                     the dataset's arrays        ``disk``
                                                          (``np.memmap`` when opened
                                                          with ``open_dataset``)
@@ -26,8 +26,17 @@ which tier served the bytes), so counts carry over to the cost model.
 Traffic is recorded in :attr:`UnifiedStore.meter` as *bytes of data served per source*: a feature
 row is ``F * itemsize`` bytes, an ``indptr`` entry 8 bytes, an index ``indices.itemsize`` bytes,
 a weight ``edge_weight.itemsize`` bytes; one message per tier (per owner on the device tier) per
-read. This meter is separate from the communicator's, which records the wire traffic of the
-underlying gathers.
+read. The link kind is the source's (:data:`SOURCE_LINKS`): this rank's own shard ``local``, a
+shard of another rank on this host ``peer``, a shard of a rank on another host ``net``, the host
+tier ``h2d``, the disk ``disk``. So for feature rows, the bytes on each link equal the rows
+requested from its source (:meth:`UnifiedStore.requests`) times the row size, per kind as well
+(:meth:`UnifiedStore.bytes_served`). This meter is separate from the communicator's, which records
+the wire traffic of the underlying gathers.
+
+Hosts (``hosts=`` of :meth:`UnifiedStore.build`, from :meth:`DistContext.hosts
+<fleetgnn.distributed.DistContext.hosts>`): the ranks on one host share one host tier, at most
+``budgets.host`` bytes per host whatever the number of ranks on it (one copy per machine). Ranks
+on several hosts need the two-sided device tier (``one_sided=False``).
 
 Device topology (``topology=`` of :meth:`UnifiedStore.build`, the ``store.topology`` setting):
 the hot rows form ``N`` logical partitions (``p = k mod N``). Without a topology, or with the
@@ -47,6 +56,7 @@ collective: all ranks must call the same store methods the same number of times.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -73,9 +83,17 @@ from fleetgnn.store.placement import (
     resolve_placement,
 )
 
-__all__ = ["UnifiedStore"]
+__all__ = ["KINDS", "SOURCES", "SOURCE_LINKS", "UnifiedStore"]
 
-SOURCES: tuple[str, ...] = ("local", "peer", "host", "disk")
+SOURCES: tuple[str, ...] = ("local", "peer", "net", "host", "disk")
+#: The traffic link kind of each source of rows (see the module docstring).
+SOURCE_LINKS: dict[str, str] = {
+    "local": "local",
+    "peer": "peer",
+    "net": "net",
+    "host": "h2d",
+    "disk": "disk",
+}
 KINDS: tuple[str, ...] = ("features", "topology")
 
 
@@ -140,6 +158,7 @@ class UnifiedStore:
         rank: This rank.
         world_size: Number of ranks ``N``.
         meter: Bytes served per link kind (see the module docstring).
+        hosts: Host index of every rank (``hosts[r]``; all 0 on one host).
     """
 
     def __init__(
@@ -156,6 +175,8 @@ class UnifiedStore:
         topo_host: _Segments | None,
         memory: dict[str, int],
         handles: list[Any],
+        hosts: tuple[int, ...] | None = None,
+        owned: list[Communicator] | None = None,
     ) -> None:
         self.graph = graph
         self.plan = plan
@@ -168,7 +189,11 @@ class UnifiedStore:
         self._topo_host = topo_host
         self._memory = memory
         self._handles = handles
+        self.hosts = tuple(hosts) if hosts is not None else (0,) * world_size
+        self._host_of = np.asarray(self.hosts, dtype=np.int64)
+        self._owned = list(owned or [])  # communicators the store created (host groups)
         self._hits = {k: dict.fromkeys(SOURCES, 0) for k in KINDS}
+        self._bytes = {k: dict.fromkeys(SOURCE_LINKS.values(), 0) for k in KINDS}
         # device-tier reads per source rank: row 0 rows (node IDs), row 1 bytes
         self._reads = {k: np.zeros((2, world_size), np.int64) for k in KINDS}
         self._closed = False
@@ -189,6 +214,7 @@ class UnifiedStore:
         host_comm: Communicator | None = None,
         name: str = "store",
         topology: TopologySpec | PlacementPlan = None,
+        hosts: Sequence[int] | None = None,
     ) -> UnifiedStore:
         """Plan and place ``graph``'s features and topology. Collective when ``comm`` is given.
 
@@ -198,8 +224,8 @@ class UnifiedStore:
         builds it and shares it with :meth:`SharedTensor.create`. Communication: a few
         ``all_gather_object`` rounds per shared tensor (up to 3 device + 4 host tensors); the
         placement is solved identically on every rank, without communication.
-        Memory per rank: its device budget (in shared memory on CPU) plus its share of the host
-        tier; disk rows are never copied.
+        Memory per rank: its device budget (in shared memory on CPU); per host: one host tier of
+        at most ``budgets.host`` bytes, shared by the host's ranks; disk rows are never copied.
 
         With a ``topology``, rank ``r``'s device shard holds every logical partition in
         ``plan.stores[r]`` (so a partition stored by several ranks is a copy on each) and rank
@@ -210,16 +236,19 @@ class UnifiedStore:
         Args:
             graph: The graph (``x`` optional; arrays may be memory maps).
             comm: Communicator of the ranks sharing the device tier (None: a single rank).
-            budgets: Per-rank budgets (default: nothing on device or host, all reads from disk).
+            budgets: Device bytes per rank and host bytes per host (default: nothing on device
+                or host, all reads from disk).
             placement: ``"degree"``, or a :class:`HotnessRanking` (e.g. from
                 ``hotness_order(graph, "presample", sampler_fn)``; pass the same on every rank).
             order: ``"graph_first"`` (default) or ``"features_first"``: which kind takes the
                 device (and then host) budget first.
             one_sided: Peers read device shards directly (one host); False: two-sided exchange
-                (every device read becomes a collective).
+                (every device read becomes a collective; needed when ranks span hosts).
             meter: Where bytes served are recorded (default: a new meter).
-            host_comm: Communicator of the ranks of this host (default ``comm`` when
-                ``comm.same_host``; without one each rank keeps a private host tier).
+            host_comm: Communicator of the ranks of this host (default: ``comm`` when
+                ``comm.same_host``; else, when ``hosts`` puts several ranks on a host, a group
+                per host that the store creates (collective over the default group) and
+                destroys on :meth:`close`; else each rank keeps its own host tier).
             name: Prefix of the shared-memory segment names (``[A-Za-z0-9_.]``, same on every
                 rank; make it unique per concurrently built store).
             topology: The device topology (``store.topology``): ``None`` (one partition per
@@ -227,12 +256,18 @@ class UnifiedStore:
                 ``"dgx1-v100"``, an ``N x N`` bandwidth matrix or a JSON/YAML file holding one
                 (see :func:`~fleetgnn.store.placement.topology_matrix`), or a ready
                 :class:`PlacementPlan`. Pass the same on every rank.
+            hosts: Host index of every rank of ``comm`` (``hosts[r]``, the same on every rank;
+                from :meth:`DistContext.hosts <fleetgnn.distributed.DistContext.hosts>`).
+                Device reads from a rank on this host are ``peer``, from another host ``net``.
+                Default: one host when ``comm.same_host`` (or without ``comm``), else one host
+                per rank.
 
         Returns:
             The store.
 
         Raises:
-            ConfigError: On bad budgets, placement, order or topology (naming ``store.topology``).
+            ConfigError: On bad budgets, placement, order, topology (naming ``store.topology``)
+                or hosts.
             GraphError: If ``graph`` is not a Graph.
         """
         if not isinstance(graph, Graph):
@@ -261,8 +296,21 @@ class UnifiedStore:
                 "pre-sampling pass hotness_order(graph, 'presample', sampler_fn=...)"
             )
         rank, world = (0, 1) if comm is None else (comm.rank, comm.world_size)
-        if host_comm is None and comm is not None and comm.same_host:
-            host_comm = comm
+        one_host = comm is None or comm.same_host
+        if hosts is None:
+            hosts = (0,) * world if one_host else tuple(range(world))
+        hosts = tuple(int(h) for h in hosts)
+        if len(hosts) != world:
+            raise ConfigError(
+                f"'hosts' must give the host of each of the {world} ranks (got {len(hosts)})"
+            )
+        owned: list[Communicator] = []
+        if host_comm is None and comm is not None:
+            if comm.same_host:
+                host_comm = comm
+            elif len(set(hosts)) < world:  # the same on every rank: a collective decision
+                host_comm = comm.host_group(hosts, meter=TrafficMeter())  # one tier per host
+                owned.append(host_comm)
         rph = 1 if host_comm is None else host_comm.world_size
         placed = None if topology is None else resolve_placement(topology, world)
         plan = plan_store(
@@ -335,6 +383,8 @@ class UnifiedStore:
             topo_host=topo_host,
             memory=memory,
             handles=handles,
+            hosts=hosts,
+            owned=owned,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -359,6 +409,20 @@ class UnifiedStore:
             )
         return a
 
+    def _sources(self, tier: np.ndarray, owner: np.ndarray) -> dict[str, np.ndarray]:
+        """A mask per source: own shard, a shard on this host, on another host, host tier, disk."""
+        dev = tier == DEVICE
+        mine = dev & (owner == self.rank)
+        here = np.zeros(tier.shape, dtype=bool)
+        here[dev] = self._host_of[owner[dev]] == self._host_of[self.rank]
+        return {
+            "local": mine,
+            "peer": here & ~mine,
+            "net": dev & ~here,
+            "host": tier == HOST,
+            "disk": tier == DISK,
+        }
+
     def _account(self, tier: np.ndarray, owner: np.ndarray, nbytes: int, kind: str) -> None:
         """Record ``nbytes`` bytes served per entry, per link kind (one message per owner).
 
@@ -366,32 +430,26 @@ class UnifiedStore:
         """
         dev = tier == DEVICE
         self._reads[kind][1] += np.bincount(owner[dev], minlength=self.world_size) * nbytes
-        mine = dev & (owner == self.rank)
-        for link, mask in (
-            ("local", mine),
-            ("peer", dev & ~mine),
-            ("h2d", tier == HOST),
-            ("disk", tier == DISK),
-        ):
+        served = self._bytes[kind]
+        for source, mask in self._sources(tier, owner).items():
             count = int(mask.sum())
             if count == 0:
                 continue
-            msgs = np.unique(owner[mask]).size if link == "peer" else 1
+            link = SOURCE_LINKS[source]
+            msgs = np.unique(owner[mask]).size if link in ("peer", "net") else 1
             self.meter.record(link, count * nbytes, messages=msgs)
+            served[link] += count * nbytes
 
     def _count_hits(self, tier: np.ndarray, owner: np.ndarray, kind: str = "topology") -> None:
-        """Add the requests per source (``local``/``peer``/``host``/``disk``) to ``kind``.
+        """Add the requests per source (``local``/``peer``/``net``/``host``/``disk``) to ``kind``.
 
         Device-tier requests are also added to ``kind``'s rows read per source rank.
         """
         dev = tier == DEVICE
         self._reads[kind][0] += np.bincount(owner[dev], minlength=self.world_size)
-        mine = int((dev & (owner == self.rank)).sum())
         h = self._hits[kind]
-        h["local"] += mine
-        h["peer"] += int(dev.sum()) - mine
-        h["host"] += int((tier == HOST).sum())
-        h["disk"] += int((tier == DISK).sum())
+        for source, mask in self._sources(tier, owner).items():
+            h[source] += int(mask.sum())
 
     # ------------------------------------------------------------------ features
     @property
@@ -570,7 +628,8 @@ class UnifiedStore:
             kind: ``"features"`` (rows gathered) or ``"topology"`` (node IDs looked up).
 
         Returns:
-            ``{"local", "peer", "host", "disk"}`` -> fraction (all 0 before any request).
+            ``{"local", "peer", "net", "host", "disk"}`` -> fraction (all 0 before any
+            request); :data:`SOURCE_LINKS` names each source's link kind in :attr:`traffic`.
         """
         if kind not in self._hits:
             raise ConfigError(f"'kind' must be 'features' or 'topology' (got {kind!r})")
@@ -583,6 +642,31 @@ class UnifiedStore:
         if kind not in self._hits:
             raise ConfigError(f"'kind' must be 'features' or 'topology' (got {kind!r})")
         return dict(self._hits[kind])
+
+    def bytes_served(self, kind: str = "all") -> dict[str, int]:
+        """Bytes served per link kind since build (or :meth:`reset_stats`), for one kind of data.
+
+        The meter (:attr:`traffic`) holds the sum over both kinds. For ``"features"``,
+        ``bytes_served("features")[SOURCE_LINKS[s]] == requests("features")[s] * F * itemsize``
+        for every source ``s``.
+
+        Args:
+            kind: ``"features"``, ``"topology"`` (``indptr`` entries, indices and weights) or
+                ``"all"`` (the sum).
+
+        Returns:
+            ``{"local", "peer", "net", "h2d", "disk"}`` -> bytes.
+
+        Raises:
+            ConfigError: On an unknown ``kind``.
+        """
+        if kind == "all":
+            return {
+                link: sum(self._bytes[k][link] for k in KINDS) for link in SOURCE_LINKS.values()
+            }
+        if kind not in self._bytes:
+            raise ConfigError(f"'kind' must be 'features', 'topology' or 'all' (got {kind!r})")
+        return dict(self._bytes[kind])
 
     @property
     def placement(self) -> PlacementPlan | None:
@@ -621,10 +705,10 @@ class UnifiedStore:
         }
 
     def reset_stats(self) -> None:
-        """Zero the request counters, the reads per source and the meter."""
-        for h in self._hits.values():
-            for k in h:
-                h[k] = 0
+        """Zero the request counters, the bytes served, the reads per source and the meter."""
+        for counters in (*self._hits.values(), *self._bytes.values()):
+            for k in counters:
+                counters[k] = 0
         for r in self._reads.values():
             r[:] = 0
         self.meter.reset()
@@ -638,8 +722,8 @@ class UnifiedStore:
         """Bytes held per tier by this rank.
 
         ``device``: this rank's shards (features + topology, within ``budgets.device``);
-        ``host``: the host tier (one copy shared by the ``ranks_per_host`` ranks of a host,
-        within ``budgets.host * ranks_per_host``); ``disk``: bytes left in the dataset's arrays.
+        ``host``: the host tier of this rank's host (one copy shared by the host's ranks, within
+        ``budgets.host``: the budget is per host); ``disk``: bytes left in the dataset's arrays.
         """
         disk = self.plan.topology.disk_bytes
         if self.plan.features is not None:
@@ -651,6 +735,9 @@ class UnifiedStore:
         for h in self._handles:
             h.close()
         self._handles = []
+        for c in self._owned:  # the host groups build() created
+            c.destroy()
+        self._owned = []
         self._feat_device = self._feat_host = None
         self._topo_device = self._topo_host = None
         self._closed = True

@@ -1,8 +1,9 @@
-"""Values a run config leaves open, resolved for this run: model defaults, threads, device.
+"""Values a run config leaves open, resolved for this run: model, threads, device, features.
 
+The model's defaults, the thread count, the device check and the dataset's feature transform.
 ``fleetgnn train`` resolves them once, before any torch work, and records the values used in
 ``config.yaml`` (``model.hidden: 16`` for ``gcn`` rather than ``null``, ``train.threads: 1`` for two
-processes on a 2-core machine).
+processes on a 2-core machine, ``data.feature_norm: row`` for a Planetoid dataset).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from fleetgnn.config import Config, ModelConfig
 from fleetgnn.engines.common import resolve_device
+from fleetgnn.graph import dataset_feature_norm
 from fleetgnn.nn import MODEL_DEFAULTS
 
 #: ModelConfig fields that ``None`` leaves to the model's defaults -> their build_model argument.
@@ -85,3 +87,20 @@ def check_device(cfg: Config) -> None:
         ConfigError: One line naming ``train.device`` and what is wrong.
     """
     resolve_device(cfg.train.device, key="train.device")
+
+
+def resolve_feature_norm(cfg: Config) -> Config:
+    """``cfg`` with ``data.feature_norm`` left ``None`` set to the dataset's transform.
+
+    The dataset's transform is the ``feature_norm`` its ``meta.json`` records (``"row"`` for
+    Planetoid and gnn-benchmark ``.npz`` datasets written by ``fleetgnn prepare``; ``"none"``
+    when absent, and for the embedded synthetic default, ``data.dataset: null``). An explicit
+    ``data.feature_norm`` (``"none"`` or ``"row"``) is kept as given. Reads ``meta.json`` only.
+
+    Raises:
+        DatasetError: ``data.dataset`` is not a dataset directory, or records an unknown value.
+    """
+    if cfg.data.feature_norm is not None:
+        return cfg
+    norm = dataset_feature_norm(cfg.data.dataset) if cfg.data.dataset else "none"
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, feature_norm=norm))

@@ -19,7 +19,7 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import GNN, build_model
 from fleetgnn.partition import book_dir
-from fleetgnn.train.resolve import check_device
+from fleetgnn.train.resolve import check_device, resolve_feature_norm
 
 
 def model_kwargs(cfg: ModelConfig) -> dict[str, Any]:
@@ -69,6 +69,10 @@ def engine_from_config(
 ) -> Engine:
     """The engine of ``cfg`` with its model and optimizer built from ``cfg``.
 
+    ``data.feature_norm`` left ``None`` is resolved to the transform ``data.dataset``'s
+    ``meta.json`` records (:func:`~fleetgnn.train.resolve_feature_norm`; ``"none"`` without a
+    dataset directory).
+
     Args:
         cfg: A validated run config.
         graph: The dataset.
@@ -83,6 +87,7 @@ def engine_from_config(
         train = dataclasses.replace(cfg.train, engine=engine, mode=cfg.mode, nproc=nproc)
         cfg = dataclasses.replace(cfg, train=train).validate()
     check_device(cfg)
+    cfg = resolve_feature_norm(cfg)
     model = model_from_config(cfg, graph)
     engine_cfg = cfg.engine_config()
     if changes:

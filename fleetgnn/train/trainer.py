@@ -276,8 +276,16 @@ class Trainer:
     def from_config(
         cls, engine: Engine, config: Config, run_dir: PathLikeStr | None = None, **kwargs: Any
     ) -> Trainer:
-        """A Trainer for a whole run config (what ``fleetgnn train`` uses)."""
+        """A Trainer for a whole run config (what ``fleetgnn train`` uses).
+
+        A ``data.feature_norm`` left ``None`` (the dataset's transform) is recorded as the value
+        the engine applies (its config's ``feature_norm``), so ``config.yaml`` says what was used.
+        """
         config = config.validate()
+        used = getattr(getattr(engine, "config", None), "feature_norm", None)
+        if config.data.feature_norm is None and isinstance(used, str):
+            data = dataclasses.replace(config.data, feature_norm=used)
+            config = dataclasses.replace(config, data=data)
         return cls(
             engine,
             config.trainer_config(),

@@ -63,6 +63,7 @@ def test_partition_json_and_saved_book(tiny, capsys, method):
         (["prepare", "synthetic", "--preset", "nope", "--out", "{tmp}/x"], "valid presets"),
         (["prepare", "npz", "--file", "{tmp}/missing.npz", "--out", "{tmp}/y"], "missing.npz"),
         (["partition", "{tiny}", "--method", "range", "--parts", "0"], "parts"),
+        (["partition", "{tiny}", "--parts", "100000"], "choose --parts between 1 and "),
     ],
 )
 def test_user_errors_one_line_exit_2(argv, fragment, tmp_path, tiny, capsys):
@@ -106,3 +107,38 @@ def test_console_script_entry_point(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("fleetgnn info: error:")
+
+
+def test_prepare_edgelist_split_flags(tmp_path, capsys):
+    """The flags the split errors refer to exist: the random split's knobs and own masks."""
+    n = 12
+    edges = tmp_path / "g.txt"
+    edges.write_text("".join(f"{i} {(i + 1) % n}\n" for i in range(n)))
+    np.save(tmp_path / "y.npy", np.arange(n) % 3)
+    base = ["prepare", "edgelist", "--edges", str(edges), "--labels", str(tmp_path / "y.npy")]
+    capsys.readouterr()
+    assert main([*base, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "--num-train-per-class 4" in err and len(err.strip().splitlines()) == 1
+    knobs = ["--num-train-per-class", "2", "--num-val", "3", "--num-test", "3"]
+    assert main([*base, *knobs, "--split-seed", "1", "--out", str(tmp_path / "b")]) == 0
+    g = open_dataset(tmp_path / "b")
+    assert [int(m.sum()) for m in (g.train_mask, g.val_mask, g.test_mask)] == [6, 3, 3]
+    masks = {}
+    for name, ids in (("train", [0, 1, 2]), ("val", [3, 4]), ("test", [5])):
+        masks[name] = tmp_path / f"{name}.npy"
+        np.save(masks[name], np.isin(np.arange(n), ids))
+    own = [f"--{k}-mask={v}" for k, v in masks.items()]
+    assert main([*base, *own, "--out", str(tmp_path / "c")]) == 0
+    g = open_dataset(tmp_path / "c")
+    assert [np.flatnonzero(m).tolist() for m in (g.train_mask, g.val_mask, g.test_mask)] == [
+        [0, 1, 2],
+        [3, 4],
+        [5],
+    ]
+    capsys.readouterr()
+    np.save(tmp_path / "bad.npy", np.ones(5, bool))
+    assert main([*base, f"--train-mask={tmp_path / 'bad.npy'}", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.npy" in err and "5 entries" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "d").exists()

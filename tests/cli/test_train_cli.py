@@ -122,8 +122,58 @@ def test_minibatch_engine_through_the_launcher(tmp_path):
     summary = _summary(run)
     assert summary["engine"] == "minibatch" and summary["world_size"] == 2
     record = json.loads((run / "metrics.jsonl").read_text().strip().splitlines()[-1])
-    assert set(record["extra"]["hit_rates"]) >= {"local", "peer", "host", "disk"}
+    assert set(record["extra"]["hit_rates"]) >= {"local", "peer", "net", "host", "disk"}
+    assert record["extra"]["store_gather"] == "one_sided"  # one host: shared memory
+    assert record["traffic"]["net"] == 0
     assert record["memory"]["device"] <= 8000
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_minibatch_across_two_torchrun_nodes(tmp_path):
+    """Two `torchrun --nnodes 2` on loopback (the issue's multi-host run): the default gather
+    becomes two-sided (one log line on rank 0), cross-host bytes are `net`, and the host tier
+    of each host stays within store.host_budget."""
+    import os
+    import subprocess
+    import sys
+
+    from fleetgnn.graph import write_dataset
+    from fleetgnn.graph.synthetic import generate_graph, spec_for
+
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=2), tmp_path / "data")
+    run = tmp_path / "run"
+    port = _free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
+    cmd += ["--nproc-per-node", "1", "--rdzv-backend", "c10d"]
+    cmd += ["--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "fleetgnn", "train"]
+    cmd += ["--engine", "minibatch", "--dataset", str(data), "--epochs", "2"]
+    cmd += ["--run-dir", str(run), "--no-progress", "--set", "train.batch_size=32"]
+    cmd += ["--set", "store.device_budget=4KB", "--set", "store.host_budget=6KB"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+        assert "Traceback" not in err and "one_sided=False" not in err
+    logged = [ln for _, err in outs for ln in err.splitlines() if "two-sided gather" in ln]
+    assert len(logged) == 1 and "2 ranks run on 2 hosts" in logged[0]
+    record = json.loads((run / "metrics.jsonl").read_text().strip().splitlines()[-1])
+    assert record["world_size"] == 2 and record["extra"]["store_gather"] == "two_sided"
+    assert record["traffic"]["net"] > 0 and record["traffic"]["peer"] == 0
+    requests = record["extra"]["store_requests"]
+    assert requests["topology"]["net"] > 0 and requests["topology"]["peer"] == 0
+    assert 0 < record["memory"]["host"] <= 6000
 
 
 def test_fullgraph_engine_knobs_from_config(tmp_path):

@@ -236,3 +236,73 @@ def test_cuda_device_without_cuda_is_one_line(data, tmp_path, capsys):
     line = _one_error_line(capsys)
     assert "train.device='cuda'" in line and "CUDA is not available" in line
     assert "AssertionError" not in line and not (tmp_path / "r").exists()
+
+
+@pytest.fixture(scope="module")
+def bag_of_words(tmp_path_factory):
+    """A dataset recording "feature_norm": "row", as `prepare planetoid` / `prepare npz` do."""
+    return write_dataset(
+        generate_graph(spec_for("tiny", 0.3), seed=2),
+        tmp_path_factory.mktemp("d") / "bow",
+        feature_norm="row",
+    )
+
+
+def test_dataset_feature_norm_is_the_default_and_recorded(data, bag_of_words, tmp_path):
+    """The dataset's recorded transform is applied unless data.feature_norm says otherwise."""
+    from fleetgnn.graph import dataset_feature_norm
+
+    assert dataset_feature_norm(bag_of_words) == "row"
+    assert dataset_feature_norm(data) == "none"  # no key (e.g. an older dataset): none
+    cases = [
+        (bag_of_words, [], "row"),
+        (bag_of_words, ["--set", "data.feature_norm=none"], "none"),
+        (data, [], "none"),
+        (data, ["--set", "data.feature_norm=row"], "row"),
+    ]
+    for i, (ds, extra, expect) in enumerate(cases):
+        run = tmp_path / f"r{i}"
+        assert main([*_train(ds, "--epochs", "1", "--run-dir", str(run), "--quiet", *extra)]) == 0
+        recorded = yaml.safe_load((run / "config.yaml").read_text())
+        assert recorded["data"]["feature_norm"] == expect, (ds, extra)
+        ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
+        assert ckpt["engine_config"]["feature_norm"] == expect
+    # a resumed run keeps the value recorded, whatever the dataset says now
+    assert main(["train", "--resume", str(tmp_path / "r1"), "--epochs", "2", "--quiet"]) == 0
+    recorded = yaml.safe_load((tmp_path / "r1" / "config.yaml").read_text())
+    assert recorded["data"]["feature_norm"] == "none"
+
+
+def test_engine_from_config_applies_the_dataset_feature_norm(bag_of_words):
+    graph = open_dataset(bag_of_words)
+    base = ["train.batch_size=32", f"data.dataset={bag_of_words}"]
+    with engine_from_config(load_config(None, base), graph) as engine:
+        assert engine.config.feature_norm == "row"
+        x = torch.from_numpy(graph.x.astype("float32"))
+        expect = x / x.abs().sum(1, keepdim=True).clamp_min(1e-12)
+        torch.testing.assert_close(engine.x.float(), expect, rtol=1e-5, atol=1e-7)
+    explicit = load_config(None, [*base, "data.feature_norm=none"])
+    with engine_from_config(explicit, graph) as engine:
+        assert engine.config.feature_norm == "none"
+
+
+def test_prepare_records_the_customary_feature_norm(tmp_path, capsys):
+    from pathlib import Path
+
+    from fleetgnn.graph import read_meta
+
+    shared = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+    if not (shared / "npz" / "cora.npz").is_file():
+        pytest.skip("../shared/datasets/npz/cora.npz is absent")
+    out = tmp_path / "cora"
+    assert (
+        main(["prepare", "npz", "--file", str(shared / "npz" / "cora.npz"), "--out", str(out)]) == 0
+    )
+    assert read_meta(out)["feature_norm"] == "row"
+    if (shared / "planetoid" / "ind.cora.x").is_file():
+        pl = tmp_path / "cora-pl"
+        argv = ["prepare", "planetoid", "--root", str(shared / "planetoid"), "--name", "cora"]
+        assert main([*argv, "--out", str(pl)]) == 0
+        assert read_meta(pl)["feature_norm"] == "row"
+    assert main(["info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["feature_norm"] == "row"

@@ -282,3 +282,16 @@ def test_engine_config_takes_its_sections() -> None:
     mb = load_config(overrides=["train.engine=minibatch", "store.device_budget=64MB"])
     assert mb.engine_config().device_budget == "64MB"
     assert mb.engine_config().fanouts == (10, 10)
+
+
+def test_feature_norm_defaults_to_the_datasets() -> None:
+    """data.feature_norm is None (the dataset's transform) until resolved; explicit values stay."""
+    cfg = load_config()
+    assert cfg.data.feature_norm is None
+    assert cfg.engine_config().feature_norm == "none"  # unresolved: the engine default
+    for value in ("none", "row"):
+        set_ = load_config(overrides=[f"data.feature_norm={value}"])
+        assert set_.data.feature_norm == value and set_.engine_config().feature_norm == value
+    assert load_config(overrides=["data.feature_norm=null"]).data.feature_norm is None
+    with pytest.raises(ConfigError, match="data.feature_norm='l2'.*none, row, null"):
+        load_config(overrides=["data.feature_norm=l2"])

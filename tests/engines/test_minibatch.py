@@ -143,3 +143,122 @@ def test_evaluation_matches_reference_engine():
     expect = ref.evaluate()
     for key, value in expect.items():
         assert results[0]["eval"][key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+
+# ---------------------------------------------------------------------------------- hosts
+def _host_ranks(comm, hosts, extra):
+    """Rank body on a context whose ranks span ``hosts`` (as torchrun with several nodes sets
+    LOCAL_RANK / LOCAL_WORLD_SIZE): one epoch, what the store and the log say."""
+    import dataclasses
+    import logging
+
+    from fleetgnn.errors import ConfigError
+
+    members = [r for r, h in enumerate(hosts) if h == hosts[comm.rank]]
+    ctx = dataclasses.replace(
+        context_of(comm),
+        local_rank=members.index(comm.rank),
+        local_world_size=len(members),
+    )
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("fleetgnn")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(Keep())
+    engine = engine_from_config(_config(extra), _graph(), ctx)
+    try:
+        stats = []
+        for step in range(min(STEPS, engine.steps_per_epoch())):  # the reference's steps first
+            stats.append(engine.train_step(0, step, engine.prepare(0, step), 0.0))
+        params = {k: v.detach().clone() for k, v in engine.module.state_dict().items()}
+        epoch = engine.run_epoch(1)
+        out = {
+            "params": params,
+            "gather": engine.gather,
+            "extra": engine.epoch_extra(),
+            "rank_hits": engine.store.requests("features"),
+            "traffic": [s.traffic for s in stats],
+            "epoch_traffic": [s.traffic for s in epoch],
+            "memory": engine.peak_memory(),
+            "row_bytes": _graph().x.shape[1] * _graph().x.dtype.itemsize,
+            "log": lines,
+        }
+    finally:
+        engine.close()
+    try:
+        engine_from_config(_config([*extra, "store.gather=one_sided"]), _graph(), ctx).close()
+        out["one_sided"] = "built"
+    except ConfigError as e:
+        out["one_sided"] = str(e)
+    return out
+
+
+HOST_CASES = [
+    # the issue's tiered run: graph first, so the device tier holds topology and no feature rows
+    ((0, 0), ["store.device_budget=2KB", "store.host_budget=4KB"]),
+    # 3 ranks on 2 hosts (0, 1 | 2): local, peer (same host), net (other host), host, disk
+    ((0, 0, 1), ["store.device_budget=1KB", "store.host_budget=2KB", "store.order=features_first"]),
+]
+
+
+@pytest.mark.parametrize("hosts, extra", HOST_CASES, ids=["one-host", "two-hosts"])
+def test_hosts_gather_traffic_and_hit_rates(hosts, extra):
+    world = len(hosts)
+    results = run_world(_host_ranks, world, hosts, extra, timeout_s=300)
+    spans = len(set(hosts)) > 1
+    ref = _reference(world, extra, STEPS)
+    for rank, res in enumerate(results):
+        for name, value in ref.items():  # two-sided across hosts trains exactly the same
+            torch.testing.assert_close(res["params"][name], value, rtol=1e-9, atol=1e-12)
+        assert res["gather"] == ("two_sided" if spans else "one_sided")
+        logged = [ln for ln in res["log"] if "two-sided" in ln]
+        assert len(logged) == (1 if spans and rank == 0 else 0), res["log"]
+        if spans and rank == 0:
+            assert "3 ranks run on 2 hosts" in logged[0]
+        if spans:
+            assert "store.gather=auto" in res["one_sided"] and "2 hosts" in res["one_sided"]
+        else:
+            assert res["one_sided"] == "built"
+        # host_budget is per host: one copy of at most host_budget bytes on each host
+        budget = int([e for e in extra if "host_budget" in e][0].split("=")[1].rstrip("KB"))
+        assert 0 < res["memory"]["host"] <= budget * 1000
+    # the epoch's extra is over all ranks (like traffic), the same on every rank
+    extra0 = results[0]["extra"]
+    keys = ("hit_rates", "topology_hit_rates", "store_requests", "store_bytes", "store_gather")
+    assert all({k: r["extra"][k] for k in keys} == {k: extra0[k] for k in keys} for r in results)
+    req, served = extra0["store_requests"], extra0["store_bytes"]
+    assert req["features"] == {s: sum(r["rank_hits"][s] for r in results) for s in req["features"]}
+    row = results[0]["row_bytes"]
+    links = {"local": "local", "peer": "peer", "net": "net", "host": "h2d", "disk": "disk"}
+    for source, link in links.items():  # bytes per tier == hit counts x row bytes
+        assert served["features"][link] == req["features"][source] * row, source
+    total = sum(req["features"].values())
+    assert extra0["hit_rates"] == {s: v / total for s, v in req["features"].items()}
+    ttotal = sum(req["topology"].values())
+    assert extra0["topology_hit_rates"] == {s: v / ttotal for s, v in req["topology"].items()}
+    # the epoch's traffic: the store's bytes of both kinds (+ the all-reduce on peer/net)
+    traffic = {}
+    for r in results:
+        for t in r["epoch_traffic"]:
+            for k, v in t.items():
+                traffic[k] = traffic.get(k, 0) + v
+    for link in ("local", "h2d", "disk"):
+        assert traffic.get(link, 0) == served["features"][link] + served["topology"][link]
+    for link in ("peer", "net"):
+        assert traffic.get(link, 0) >= served["features"][link] + served["topology"][link]
+    if spans:
+        assert extra0["store_gather"] == "two_sided" and extra0["hosts"] == 2
+        for source in links:  # every tier serves feature rows, across hosts too
+            assert req["features"][source] > 0, source
+        assert traffic["net"] > served["features"]["net"] + served["topology"]["net"]  # + DDP
+    else:
+        # what the issue saw: no feature row on the device tier (0.0 local/peer hit rates)
+        # while local/peer traffic is the topology's, now visible in topology_hit_rates
+        assert extra0["hit_rates"]["local"] == extra0["hit_rates"]["peer"] == 0.0
+        assert served["topology"]["local"] > 0 and served["topology"]["peer"] > 0
+        assert extra0["topology_hit_rates"]["local"] > 0
+        assert req["features"]["net"] == req["topology"]["net"] == 0

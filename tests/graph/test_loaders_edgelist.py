@@ -171,3 +171,77 @@ def test_chunk_boundaries_keep_line_numbers(tmp_path, monkeypatch, same_graph):
     p.write_text("\n".join(lines) + "\n")
     s, d, _ = _naive(p.read_text())
     same_graph(load_edgelist(p), from_edges(s, d))
+
+
+def _labelled(tmp_path, n=12):
+    """An edge list over ``n`` nodes with labels ``i % 3`` (node 0 unlabelled)."""
+    p = tmp_path / "g.txt"
+    p.write_text("".join(f"{i} {(i + 1) % n}\n" for i in range(n)))
+    y = np.arange(n) % 3
+    y[0] = -1
+    np.save(tmp_path / "y.npy", y)
+    return p, tmp_path / "y.npy", y
+
+
+def test_own_split_from_mask_files(tmp_path):
+    p, labels, y = _labelled(tmp_path)
+    train = np.zeros(12, bool)
+    train[[1, 2, 3]] = True
+    val = np.zeros(12, np.int64)
+    val[[4, 5]] = 1
+    np.save(tmp_path / "train.npy", train)
+    np.save(tmp_path / "val.npy", val)
+    np.save(tmp_path / "test.npy", np.isin(np.arange(12), [6, 7, 8]).astype(np.uint8))
+    g = load_edgelist(
+        p,
+        labels=labels,
+        train_mask=tmp_path / "train.npy",
+        val_mask=tmp_path / "val.npy",
+        test_mask=tmp_path / "test.npy",
+    )
+    assert np.flatnonzero(g.train_mask).tolist() == [1, 2, 3]
+    assert np.flatnonzero(g.val_mask).tolist() == [4, 5]
+    assert np.flatnonzero(g.test_mask).tolist() == [6, 7, 8]
+    assert g.train_mask.dtype == bool
+    # masks not given are empty
+    only = load_edgelist(p, labels=labels, train_mask=tmp_path / "train.npy")
+    assert not only.val_mask.any() and not only.test_mask.any()
+
+
+def test_mask_files_are_validated_in_one_line(tmp_path):
+    p, labels, y = _labelled(tmp_path)
+    ok = np.isin(np.arange(12), [1, 2])
+    cases = {
+        "short.npy": (np.ones(5, bool), "has 5 entries but the graph has 12 nodes"),
+        "float.npy": (np.ones(12), "must be a 1-D bool or 0/1 integer array of length 12"),
+        "two.npy": (np.full(12, 2), "holds 2 at node 0; a mask holds only 0/1"),
+        "unlab.npy": (np.isin(np.arange(12), [0, 3]), "selects node 0, which is unlabelled"),
+        "overlap.npy": (np.isin(np.arange(12), [2, 4]), "both select node 2"),
+    }
+    np.save(tmp_path / "ok.npy", ok)
+    for name, (arr, match) in cases.items():
+        np.save(tmp_path / name, arr)
+        with pytest.raises(DatasetError, match=match) as exc:
+            load_edgelist(
+                p, labels=labels, train_mask=tmp_path / "ok.npy", val_mask=tmp_path / name
+            )
+        assert name in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(DatasetError, match=r"needs labels \(--labels\)"):
+        load_edgelist(p, train_mask=tmp_path / "ok.npy")
+    with pytest.raises(DatasetError, match=r"without train_mask \(--train-mask\)"):
+        load_edgelist(p, labels=labels, test_mask=tmp_path / "ok.npy")
+    with pytest.raises(
+        DatasetError, match=r"num_train_per_class \(--num-train-per-class\).*one or"
+    ):
+        load_edgelist(p, labels=labels, train_mask=tmp_path / "ok.npy", num_train_per_class=1)
+    with pytest.raises(DatasetError, match=r"num_val \(--num-val\) sets the random split"):
+        load_edgelist(p, num_val=1)
+
+
+def test_too_few_labels_names_the_flag(tmp_path):
+    p, labels, _ = _labelled(tmp_path)
+    with pytest.raises(DatasetError, match="--num-train-per-class 3") as exc:
+        load_edgelist(p, labels=labels)  # 20 per class by default; the classes have 3-4 nodes
+    assert "--train-mask" in str(exc.value)
+    g = load_edgelist(p, labels=labels, num_train_per_class=2, num_val=2, num_test=3)
+    assert np.bincount(g.y[g.train_mask]).tolist() == [2, 2, 2]

@@ -1,3 +1,6 @@
+import ctypes
+import os
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -202,6 +205,42 @@ def test_metis_degenerate_cases(graphs):
     assert sorted(partition(loops, "metis", 3).part_sizes().tolist()) == [2, 3, 3]
     none = from_edges(np.array([], int), np.array([], int), 5)
     assert sorted(partition(none, "metis", 2).part_sizes().tolist()) == [2, 3]
+
+
+def _fd_output(capfd) -> str:
+    """What reached file descriptors 1 and 2, C stdio buffers (METIS's printf) flushed first."""
+    ctypes.CDLL(None).fflush(None)
+    out = capfd.readouterr()
+    return out.out + out.err
+
+
+def test_metis_chatter_is_silenced(graphs, capfd):
+    """More parts than nodes: METIS prints "Cannot bisect" per empty part; none of it shows."""
+    g = graphs.random(2, 30, 120)
+    _fd_output(capfd)
+    book = partition(g, "metis", 64)
+    assert book.part_sizes().sum() == 30
+    assert _fd_output(capfd) == ""
+    print("still printing")  # the descriptors are back in place
+    assert "still printing" in _fd_output(capfd)
+
+
+def test_metis_failure_keeps_its_message(graphs, capfd, monkeypatch):
+    import pymetis
+
+    def failing(*args, **kwargs):
+        os.write(1, b"***Memory allocation failed for SetupCtrl: maxvwgt.\n")
+        ctypes.CDLL(None).printf(b"METIS input error\n")
+        raise RuntimeError("METIS returned METIS_ERROR")
+
+    monkeypatch.setattr(pymetis, "part_graph", failing)
+    _fd_output(capfd)
+    with pytest.raises(PartitionError) as info:
+        partition(graphs.random(2, 30, 120), "metis", 4)
+    msg = str(info.value)
+    assert "METIS_ERROR" in msg and "Memory allocation failed" in msg and "input error" in msg
+    assert "\n" not in msg
+    assert _fd_output(capfd) == ""  # shown in the error, not on the terminal
 
 
 def test_errors(graphs):

@@ -61,6 +61,7 @@ def _world(comm, configs):
                 "expected_requests": {
                     "local": int(((tier == 0) & (owner == comm.rank)).sum()),
                     "peer": int(((tier == 0) & (owner != comm.rank)).sum()),
+                    "net": 0,  # one host
                     "host": int((tier == 1).sum()),
                     "disk": int((tier == 2).sum()),
                 },
@@ -104,7 +105,7 @@ def test_store_across_ranks(world):
                 assert r["requests"] == r["expected_requests"]
                 assert r["memory"]["device"] <= dev_budget
                 assert r["memory"]["device"] == r["plan_device"][rank]
-                assert r["memory"]["host"] <= host_budget * world
+                assert r["memory"]["host"] <= host_budget  # per host: one copy for all ranks
                 sizes = r["shard_rows"]
                 assert max(sizes) - min(sizes) <= 1
                 t, req = r["traffic"], r["requests"]  # bytes served per source, closed form
@@ -282,3 +283,89 @@ def test_store_follows_the_dgx1_placement_on_8_ranks():
     for rank, per_rank in enumerate(results):
         reads = per_rank[4][True]["feat_reads"]  # unlimited: every partition requested
         assert {s for s, v in reads.items() if v["rows"]} == set(plan.sources[rank])
+
+
+# ---------------------------------------------------------------------------------- hosts
+def _world_hosts(comm, hosts):
+    """Ranks on several hosts (a communicator that says so; ``hosts`` may be None): two-sided
+    reads, bytes per link against the hosts, one host tier per host within the host budget."""
+    from fleetgnn.distributed.comm import Communicator
+    from fleetgnn.distributed.errors import DistError
+    from fleetgnn.store.store import SOURCE_LINKS
+
+    multi = Communicator(comm.group, rank=comm.rank, world_size=comm.world_size, same_host=False)
+    g = _graph()
+    total = int(topology_row_bytes(g).sum()) + g.num_nodes * feature_row_bytes(g)
+    b = TierBudgets(device=int(0.3 * total / comm.world_size) + 8, host=int(0.3 * total))
+    rng = np.random.default_rng(300 + comm.rank)
+    ids = torch.from_numpy(rng.integers(0, g.num_nodes, 250))
+    s = UnifiedStore.build(g, multi, b, one_sided=False, hosts=hosts, name="hosts")
+    try:
+        feats = s.gather(ids)
+        fp = s.plan.features
+        tier, owner, _ = fp.locate(ids.numpy())
+        layout = np.asarray(s.hosts)
+        dev = tier == 0
+        near = np.zeros(dev.shape, bool)
+        near[dev] = layout[owner[dev]] == layout[comm.rank]
+        mine = dev & (owner == comm.rank)
+        expected = {
+            "local": int(mine.sum()),
+            "peer": int((near & ~mine).sum()),
+            "net": int((dev & ~near).sum()),
+            "host": int((tier == 1).sum()),
+            "disk": int((tier == 2).sum()),
+        }
+        out = {
+            "exact": torch.equal(feats, torch.from_numpy(g.x[ids.numpy()])),
+            "hosts": s.hosts,
+            "requests": s.requests("features"),
+            "expected": expected,
+            "bytes": s.bytes_served("features"),
+            "traffic": {k: v["bytes"] for k, v in s.traffic.items()},
+            "links": dict(SOURCE_LINKS),
+            "memory": s.memory(),
+            "host_bytes": s.plan.host_bytes(),
+            "budget": b.host,
+            "rph": s.plan.ranks_per_host,
+        }
+        s.reset_stats()
+        s.all_neighbors(torch.arange(g.num_nodes))
+        out["topo_bytes"] = s.bytes_served("topology")
+        out["topo_traffic"] = {k: v["bytes"] for k, v in s.traffic.items()}
+        out["topo_requests"] = s.requests("topology")
+    finally:
+        s.close()
+    try:  # one-sided reads need every rank on one host
+        UnifiedStore.build(g, multi, b, one_sided=True, hosts=hosts, name="hosts1").close()
+        out["one_sided"] = "built"
+    except DistError as e:
+        out["one_sided"] = str(e)
+    return out
+
+
+@pytest.mark.parametrize("hosts", [(0, 0, 1), None])
+def test_store_across_hosts(hosts):
+    """3 ranks on 2 hosts (0, 1 | 2), and with no layout given (every rank its own host)."""
+    results = run_world(_world_hosts, 3, hosts)
+    rb = 6 * 8
+    layout = hosts or (0, 1, 2)
+    for rank, r in enumerate(results):
+        assert r["exact"] and r["hosts"] == layout
+        assert r["requests"] == r["expected"]
+        # bytes per link == rows requested from the link's source x row bytes, per kind too
+        for source, link in r["links"].items():
+            assert r["bytes"][link] == r["requests"][source] * rb, source
+            assert r["traffic"].get(link, 0) == r["bytes"][link], link
+        assert r["topo_traffic"] == {k: r["topo_bytes"].get(k, 0) for k in r["topo_traffic"]}
+        assert sum(r["topo_requests"].values()) == 90
+        # the host budget is per host: one copy of at most host_budget bytes on every host
+        assert r["memory"]["host"] == r["host_bytes"] <= r["budget"]
+        assert r["rph"] == layout.count(layout[rank])
+        assert "one host" in r["one_sided"]
+    assert results[0]["requests"]["net"] > 0 and results[0]["host_bytes"] > 0
+    if hosts is not None:
+        assert results[0]["requests"]["peer"] > 0  # rank 1 shares host 0
+        assert results[2]["requests"]["peer"] == 0  # rank 2 is alone on host 1
+    else:
+        assert all(r["requests"]["peer"] == 0 for r in results)

@@ -37,10 +37,13 @@ def load_edgelist(
     num_nodes: int | None = None,
     comments: str | None = "#",
     *,
-    num_train_per_class: int = 20,
-    num_val: int = 500,
-    num_test: int = 1000,
-    split_seed: int = 0,
+    num_train_per_class: int | None = None,
+    num_val: int | None = None,
+    num_test: int | None = None,
+    split_seed: int | None = None,
+    train_mask: str | os.PathLike[str] | None = None,
+    val_mask: str | os.PathLike[str] | None = None,
+    test_mask: str | os.PathLike[str] | None = None,
     name: str | None = None,
 ) -> Graph:
     """Load a text edge list and optional ``.npy`` features and labels.
@@ -51,10 +54,13 @@ def load_edgelist(
     ``comments`` and blank lines are ignored. A ``.gz`` file is decompressed on the fly. Edges
     keep the file's order per destination and are not deduplicated unless ``undirected``.
 
-    Edge lists carry no split: without ``labels`` no masks are set. With ``labels`` a
-    deterministic split is drawn by :func:`~fleetgnn.graph.loaders.splits.random_split`
-    (``split_seed`` shuffles the labelled nodes; the first ``num_train_per_class`` per class
-    train, then ``num_val`` validate, ``num_test`` test).
+    Edge lists carry no split: without ``labels`` no masks are set. With ``labels`` either the
+    split comes from your own mask files (``train_mask`` and optionally ``val_mask`` /
+    ``test_mask``: ``.npy`` arrays of ``N`` bools or 0/1 integers, pairwise disjoint, selecting
+    labelled nodes only; a mask not given is empty), or a deterministic split is drawn by
+    :func:`~fleetgnn.graph.loaders.splits.random_split` (``split_seed`` shuffles the labelled
+    nodes; the first ``num_train_per_class`` per class train, then ``num_val`` validate,
+    ``num_test`` test; defaults 20 / 500 / 1000, seed 0). The two ways do not mix.
 
     Args:
         edges: The edge-list file.
@@ -64,10 +70,15 @@ def load_edgelist(
             (:meth:`Graph.to_undirected`).
         num_nodes: Node count; default ``max(max ID + 1, rows of features, rows of labels)``.
         comments: Comment marker (``None``: no comments).
-        num_train_per_class: Training nodes per class (only with ``labels``).
-        num_val: Validation nodes (only with ``labels``).
-        num_test: Test nodes (only with ``labels``).
-        split_seed: Seed of the split.
+        num_train_per_class: Training nodes per class of the random split (only with
+            ``labels``; default 20).
+        num_val: Validation nodes of the random split (default 500).
+        num_test: Test nodes of the random split (default 1000).
+        split_seed: Seed of the random split (default 0).
+        train_mask: ``.npy`` bool or 0/1 ``[N]``: the training nodes (your own split; needs
+            ``labels``).
+        val_mask: ``.npy`` bool or 0/1 ``[N]``: the validation nodes (with ``train_mask``).
+        test_mask: ``.npy`` bool or 0/1 ``[N]``: the test nodes (with ``train_mask``).
         name: Graph name (default: the file name up to its first dot).
 
     Returns:
@@ -77,7 +88,9 @@ def load_edgelist(
         DatasetError: A malformed line (with the file name and line number), negative or
             out-of-range IDs, features / labels of the wrong shape or type, or IDs so sparse
             that the inferred node count exceeds ``64 * (2 E + feature and label rows) + 2^24``
-            (relabel the IDs, or pass ``num_nodes`` to accept the size).
+            (relabel the IDs, or pass ``num_nodes`` to accept the size); mask files that are
+            not ``[N]`` bool/0-1 arrays, overlap, select unlabelled nodes, come without
+            ``labels`` or ``train_mask``, or are combined with the random split's arguments.
     """
     path = require_file(Path(edges), "edge list")
     if comments is not None and (not isinstance(comments, str) or not comments.strip()):
@@ -177,12 +190,30 @@ def load_edgelist(
                 + ("" if num_nodes is None else f", num_nodes = {num_nodes}")
                 + f"); give one {arg} row per node"
             )
+    mask_files = {"train_mask": train_mask, "val_mask": val_mask, "test_mask": test_mask}
+    given = {k: v for k, v in mask_files.items() if v is not None}
+    knobs = {
+        "num_train_per_class": num_train_per_class,
+        "num_val": num_val,
+        "num_test": num_test,
+        "split_seed": split_seed,
+    }
+    _check_split_args(given, knobs, labels is not None)
     num_classes = None
     if "y" in node_data:
         y = node_data["y"]
         num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
-        train, val, test = random_split(y, num_train_per_class, num_val, num_test, split_seed)
-        node_data.update(train_mask=train, val_mask=val, test_mask=test)
+        if given:
+            node_data.update(_load_masks(given, y))
+        else:
+            train, val, test = random_split(
+                y,
+                20 if num_train_per_class is None else num_train_per_class,
+                500 if num_val is None else num_val,
+                1000 if num_test is None else num_test,
+                0 if split_seed is None else split_seed,
+            )
+            node_data.update(train_mask=train, val_mask=val, test_mask=test)
     try:
         g = from_edges(
             src,
@@ -196,3 +227,85 @@ def load_edgelist(
         return g.to_undirected() if undirected else g
     except FleetgnnError as e:
         raise DatasetError(f"'{path}' does not give a valid graph: {e}") from e
+
+
+def _flag(arg: str) -> str:
+    """``train_mask`` -> ``train_mask (--train-mask)``: the argument and its CLI flag."""
+    return f"{arg} (--{arg.replace('_', '-')})"
+
+
+def _check_split_args(
+    masks: dict[str, str | os.PathLike[str]], knobs: dict[str, int | None], has_labels: bool
+) -> None:
+    """Refuse split arguments that cannot apply: masks without labels or train mask, mixtures."""
+    if masks and not has_labels:
+        raise DatasetError(
+            f"{_flag(next(iter(masks)))} needs labels (--labels): a split selects labelled nodes"
+        )
+    if masks and "train_mask" not in masks:
+        raise DatasetError(
+            f"{_flag(next(iter(masks)))} was given without train_mask (--train-mask); give the "
+            "training nodes too (a split without them cannot train)"
+        )
+    mixed = [k for k, v in knobs.items() if v is not None]
+    # without labels there is nothing to split: only knobs asking for nodes are an error
+    if not has_labels and any(knobs[k] for k in mixed):
+        raise DatasetError(
+            f"{_flag(next(k for k in mixed if knobs[k]))} sets the random split, which needs "
+            f"labels (--labels)"
+        )
+    if masks and mixed:
+        raise DatasetError(
+            f"{_flag(mixed[0])} draws a random split but the split is given by mask files; "
+            "pass one or the other"
+        )
+
+
+def _load_masks(masks: dict[str, str | os.PathLike[str]], y: np.ndarray) -> dict[str, np.ndarray]:
+    """The split masks from ``.npy`` files: bool (or 0/1) ``[N]``, disjoint, labelled nodes only.
+
+    Masks not in ``masks`` are empty. Every check fails with one line naming the file.
+    """
+    n = y.shape[0]
+    out = {}
+    for key in ("train_mask", "val_mask", "test_mask"):
+        if key not in masks:
+            out[key] = np.zeros(n, dtype=bool)
+            continue
+        path = masks[key]
+        m = load_npy(path, f"{key} file")
+        if m.ndim == 2 and m.shape[1] == 1:
+            m = m[:, 0]
+        if m.ndim != 1 or m.dtype.kind not in "biu":
+            raise DatasetError(
+                f"{key} '{path}' must be a 1-D bool or 0/1 integer array of length {n} "
+                f"(got {m.dtype} {m.shape}); save one with np.save(path, mask)"
+            )
+        if m.shape[0] != n:
+            raise DatasetError(
+                f"{key} '{path}' has {m.shape[0]} entries but the graph has {n} nodes; give "
+                f"one entry per node"
+            )
+        if m.dtype.kind != "b":
+            bad = np.flatnonzero((m != 0) & (m != 1))
+            if bad.size:
+                i = int(bad[0])
+                raise DatasetError(
+                    f"{key} '{path}' holds {m[i]} at node {i}; a mask holds only 0/1 or True/False"
+                )
+        mask = np.asarray(m != 0, dtype=bool)
+        unlabelled = np.flatnonzero(mask & (y < 0))
+        if unlabelled.size:
+            raise DatasetError(
+                f"{key} '{path}' selects node {int(unlabelled[0])}, which is unlabelled (label "
+                f"-1) ({unlabelled.size} such nodes); a split holds labelled nodes only"
+            )
+        for other, prev in out.items():
+            both = np.flatnonzero(mask & prev)
+            if both.size:
+                raise DatasetError(
+                    f"{key} '{path}' and {other} '{masks[other]}' both select node "
+                    f"{int(both[0])} ({both.size} nodes in common); the splits must be disjoint"
+                )
+        out[key] = mask
+    return out

@@ -23,6 +23,9 @@ from fleetgnn.graph.loaders.splits import random_split
 ADJ_KEYS: tuple[str, ...] = ("adj_data", "adj_indices", "adj_indptr", "adj_shape")
 ATTR_KEYS: tuple[str, ...] = ("attr_data", "attr_indices", "attr_indptr", "attr_shape")
 _MAX_DENSE_BYTES = 8 << 30
+#: The customary feature transform of the gnn-benchmark bag-of-words features (row
+#: normalisation): ``fleetgnn prepare npz`` records it in ``meta.json`` as ``feature_norm``.
+FEATURE_NORM = "row"
 
 
 def _read(path: Path) -> dict[str, np.ndarray]:

@@ -66,7 +66,9 @@ def random_split(
         c = int(short[0])
         raise DatasetError(
             f"class {c} has {int(counts[c])} labelled nodes, fewer than num_train_per_class = "
-            f"{num_train_per_class}; pass a smaller num_train_per_class"
+            f"{num_train_per_class}; pass a smaller num_train_per_class (fleetgnn prepare: "
+            f"--num-train-per-class {int(counts[c])}), or give your own split (prepare "
+            f"edgelist: --train-mask/--val-mask/--test-mask)"
         )
     order = np.argsort(cls, kind="stable")  # grouped by class, shuffled order inside a class
     first = np.searchsorted(cls[order], cls[order], side="left")
@@ -78,7 +80,7 @@ def random_split(
         raise DatasetError(
             f"after {int(is_train.sum())} training nodes only {rest.size} labelled nodes remain, "
             f"fewer than num_val + num_test = {num_val} + {num_test}; pass smaller num_val / "
-            f"num_test"
+            f"num_test (fleetgnn prepare: --num-val / --num-test)"
         )
     train, val, test = masks
     train[perm[is_train]] = True
