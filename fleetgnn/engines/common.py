@@ -255,6 +255,63 @@ def check_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optim
     return optimizer
 
 
+def setup_distributed(engine: Any, graph: Graph, config: Any, config_cls: type, ctx: Any) -> Any:
+    """The prologue every distributed engine shares; returns the (checked) typed config.
+
+    Checks ``config`` is a ``config_cls`` (``None``: its defaults) and that ``graph`` can be
+    trained on, initialises the process group when ``ctx`` is ``None``, and sets on ``engine``:
+    ``graph``, ``config``, ``ctx``, ``rank``, ``world_size``, ``device``, ``dtype``, ``seed``, a
+    fresh ``meter`` and the metered ``comm`` (debug mode from ``config.debug_collectives``).
+
+    Raises:
+        ConfigError: If ``config`` is another engine's config.
+        DatasetError: If the graph has no features, labels or training split.
+    """
+    from fleetgnn.distributed import TrafficMeter, init
+
+    cfg = config if config is not None else config_cls()
+    if not isinstance(cfg, config_cls):
+        raise ConfigError(
+            f"the {engine.name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
+        )
+    require_trainable(graph)
+    ctx = init() if ctx is None else ctx
+    engine.graph, engine.config, engine.ctx = graph, cfg, ctx
+    engine.rank, engine.world_size, engine.device = ctx.rank, ctx.world_size, ctx.device
+    engine.dtype = DTYPES[cfg.dtype]
+    engine.seed = int(cfg.seed)
+    engine.meter = TrafficMeter()
+    engine.comm = ctx.communicator(engine.meter, debug=cfg.debug_collectives)
+    return cfg
+
+
+def setup_model(
+    engine: Any,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    loss: LossFn | None,
+    *,
+    broadcast: bool = True,
+) -> torch.nn.Module:
+    """Check and place the model, start every rank from rank 0's parameters, set the optimizer.
+
+    Sets ``engine.num_layers``, ``engine.optimizer`` (``None``: Adam, lr 0.01) and
+    ``engine.loss`` (``None``: cross-entropy); returns the model moved to ``engine.device`` and
+    ``engine.dtype``. ``broadcast``: copy rank 0's parameters to every rank through
+    ``engine.comm`` (collective; a no-op on one rank or without a communicator).
+    """
+    module = prepare_model(model, engine.device, engine.dtype)
+    engine.num_layers = int(module.num_layers)
+    comm = getattr(engine, "comm", None)
+    if broadcast and comm is not None and comm.world_size > 1:
+        broadcast_parameters(module, comm)
+    engine.optimizer = (
+        default_optimizer(module) if optimizer is None else check_optimizer(optimizer, module)
+    )
+    engine.loss = loss if loss is not None else cross_entropy
+    return module
+
+
 def check_fanouts(fanouts: Sequence[int], model: torch.nn.Module) -> None:
     """Raise :class:`ConfigError` unless there is one fanout per model layer."""
     n = int(getattr(model, "num_layers", 0))

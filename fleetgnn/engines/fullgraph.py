@@ -41,22 +41,17 @@ import numpy as np
 import torch
 
 from fleetgnn.config import FullGraphEngineConfig
-from fleetgnn.distributed import DistContext, TrafficMeter, init
+from fleetgnn.distributed import DistContext
 from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
-    DTYPES,
     LossFn,
     all_reduce_gradients,
-    broadcast_parameters,
-    check_optimizer,
-    cross_entropy,
-    default_optimizer,
     labels_and_masks,
     loss_sum,
     normalize_rows,
     num_classes_of,
-    prepare_model,
-    require_trainable,
+    setup_distributed,
+    setup_model,
     split_metrics,
 )
 from fleetgnn.engines.halo import (
@@ -209,22 +204,8 @@ class FullGraphEngine(EngineBase):
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
     ) -> None:
-        fc = config if config is not None else FullGraphEngineConfig()
-        if not isinstance(fc, FullGraphEngineConfig):
-            raise ConfigError(
-                f"the fullgraph engine needs a FullGraphEngineConfig (got {type(fc).__name__})"
-            )
-        require_trainable(graph)
         check_model(model)
-        if ctx is None:
-            ctx = init()
-        self.config, self.ctx = fc, ctx
-        self.rank, self.world_size = ctx.rank, ctx.world_size
-        self.device = ctx.device
-        self.dtype = DTYPES[fc.dtype]
-        self.seed = int(fc.seed)
-        self.meter = TrafficMeter()
-        self.comm = ctx.communicator(self.meter, debug=fc.debug_collectives)
+        fc = setup_distributed(self, graph, config, FullGraphEngineConfig, ctx)
         # ---- partition + layout (timed: MGG's preprocessing)
         t0 = time.perf_counter()
         self.book, g = _partition(graph, fc.partition, self.world_size, self.seed)
@@ -242,17 +223,8 @@ class FullGraphEngine(EngineBase):
         self.train_idx = torch.nonzero(self.masks["train"]).view(-1)
         self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
         self.num_classes = num_classes_of(graph)
-        self.module = prepare_model(model, self.device, self.dtype)
-        self.num_layers = int(self.module.num_layers)
+        self.module = setup_model(self, model, optimizer, loss)
         self.model = self.module
-        if self.world_size > 1:
-            broadcast_parameters(self.module, self.comm)  # every rank starts from rank 0's model
-        self.optimizer = (
-            default_optimizer(self.module)
-            if optimizer is None
-            else check_optimizer(optimizer, self.module)
-        )
-        self.loss = loss if loss is not None else cross_entropy
         self.comm_stream = torch.cuda.Stream() if self.device.type == "cuda" else None
         # ---- knobs
         num_chunks, depth = fc.num_chunks, fc.depth

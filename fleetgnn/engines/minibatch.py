@@ -50,23 +50,18 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from fleetgnn.config import MinibatchEngineConfig
-from fleetgnn.distributed import DistContext, TrafficMeter, init
+from fleetgnn.distributed import DistContext, TrafficMeter
 from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
-    DTYPES,
     LossFn,
-    broadcast_parameters,
     check_fanouts,
-    check_optimizer,
-    cross_entropy,
-    default_optimizer,
     labels_and_masks,
     layerwise_inference,
     loss_sum,
     normalize_rows,
     num_classes_of,
-    prepare_model,
-    require_trainable,
+    setup_distributed,
+    setup_model,
     split_metrics,
 )
 from fleetgnn.errors import ConfigError
@@ -156,22 +151,9 @@ class MinibatchEngine(EngineBase):
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
     ) -> None:
-        sc = config if config is not None else MinibatchEngineConfig()
-        if not isinstance(sc, MinibatchEngineConfig):
-            raise ConfigError(
-                f"the minibatch engine needs a MinibatchEngineConfig (got {type(sc).__name__})"
-            )
-        require_trainable(graph)
+        sc = setup_distributed(self, graph, config, MinibatchEngineConfig, ctx)
         check_fanouts(sc.fanouts, model)
-        if ctx is None:
-            ctx = init()
-        self.graph, self.config, self.ctx = graph, sc, ctx
-        self.rank, self.world_size = ctx.rank, ctx.world_size
-        self.device = ctx.device
-        self.dtype = DTYPES[sc.dtype]
-        self.seed = int(sc.seed)
-        self.meter = TrafficMeter()
-        self.comm = ctx.communicator(self.meter, debug=sc.debug_collectives)
+        ctx = self.ctx
         self.hosts = ctx.hosts(self.comm)  # one all_gather_object when the ranks span hosts
         self.gather = resolve_gather(sc.gather, ctx, self.hosts)
         # the store's two-sided gathers run in the prefetch thread: give them their own group so
@@ -201,10 +183,8 @@ class MinibatchEngine(EngineBase):
         )
         self.y, self.masks = labels_and_masks(graph)
         self.num_classes = num_classes_of(graph)
-        module = prepare_model(model, self.device, self.dtype)
-        self.num_layers = int(module.num_layers)
+        module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere
         if ctx.world_size > 1:
-            broadcast_parameters(module, self.comm)  # every rank starts from rank 0's model
             ddp = DistributedDataParallel(module, process_group=ctx.group, init_sync=False)
             # DDP's gradient all-reduces go through the metered communicator
             ddp.register_comm_hook(None, self.comm.ddp_hook())
@@ -212,10 +192,6 @@ class MinibatchEngine(EngineBase):
         else:
             self.model = module
         self.module = module
-        self.optimizer = (
-            default_optimizer(module) if optimizer is None else check_optimizer(optimizer, module)
-        )
-        self.loss = loss if loss is not None else cross_entropy
         train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         self.loader = SeedLoader(
             train_ids, sc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed

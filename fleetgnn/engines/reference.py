@@ -29,16 +29,13 @@ from fleetgnn.engines.common import (
     DTYPES,
     LossFn,
     check_fanouts,
-    check_optimizer,
-    cross_entropy,
-    default_optimizer,
     labels_and_masks,
     loss_sum,
     node_features,
     num_classes_of,
-    prepare_model,
     require_trainable,
     resolve_device,
+    setup_model,
     split_metrics,
 )
 from fleetgnn.errors import ConfigError
@@ -91,14 +88,7 @@ class ReferenceEngine(EngineBase):
         self.x = node_features(graph, self.dtype, config.feature_norm).to(self.device)
         self.y, self.masks = labels_and_masks(graph, device=self.device)
         self.num_classes = num_classes_of(graph)
-        self.model = prepare_model(model, self.device, self.dtype)
-        self.num_layers = int(self.model.num_layers)
-        self.optimizer = (
-            default_optimizer(self.model)
-            if optimizer is None
-            else check_optimizer(optimizer, self.model)
-        )
-        self.loss = loss if loss is not None else cross_entropy
+        self.model = setup_model(self, model, optimizer, loss, broadcast=False)
         self.topology = GraphTopology(graph)
         self.train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         if self.mode == "minibatch":

@@ -54,24 +54,19 @@ import torch
 from torch import Tensor
 
 from fleetgnn.config import SplitEngineConfig
-from fleetgnn.distributed import Communicator, DistContext, TrafficMeter, init
+from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
-    DTYPES,
     LossFn,
     all_reduce_gradients,
-    broadcast_parameters,
     check_fanouts,
-    check_optimizer,
-    cross_entropy,
-    default_optimizer,
     labels_and_masks,
     layerwise_inference,
     loss_sum,
     normalize_rows,
     num_classes_of,
-    prepare_model,
-    require_trainable,
+    setup_distributed,
+    setup_model,
     split_metrics,
 )
 from fleetgnn.errors import ConfigError
@@ -420,39 +415,16 @@ class SplitEngine(EngineBase):
         loss: LossFn | None = None,
         book: PartitionBook | None = None,
     ) -> None:
-        sc = config if config is not None else SplitEngineConfig()
-        if not isinstance(sc, SplitEngineConfig):
-            raise ConfigError(
-                f"the split engine needs a SplitEngineConfig (got {type(sc).__name__})"
-            )
-        require_trainable(graph)
+        sc = setup_distributed(self, graph, config, SplitEngineConfig, ctx)
         check_fanouts(sc.fanouts, model)
-        if ctx is None:
-            ctx = init()
-        self.graph, self.config, self.ctx = graph, sc, ctx
-        self.rank, self.world_size = ctx.rank, ctx.world_size
-        self.device = ctx.device
-        self.dtype = DTYPES[sc.dtype]
-        self.seed = int(sc.seed)
-        self.meter = TrafficMeter()
-        self.comm = ctx.communicator(self.meter, debug=sc.debug_collectives)
         t0 = time.perf_counter()
         self.book = self._book(graph, sc, book)
         self.owner = np.asarray(self.book.part_of, dtype=np.int64)
         self.preprocess_s = time.perf_counter() - t0
         self.y, self.masks = labels_and_masks(graph)
         self.num_classes = num_classes_of(graph)
-        self.module = prepare_model(model, self.device, self.dtype)
+        self.module = setup_model(self, model, optimizer, loss)
         self.model = self.module
-        self.num_layers = int(self.module.num_layers)
-        if self.world_size > 1:
-            broadcast_parameters(self.module, self.comm)
-        self.optimizer = (
-            default_optimizer(self.module)
-            if optimizer is None
-            else check_optimizer(optimizer, self.module)
-        )
-        self.loss = loss if loss is not None else cross_entropy
         train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         # ONE global mini-batch per step, drawn exactly as the reference engine draws it
         self.loader = SeedLoader(train_ids, sc.batch_size, seed=self.seed, shuffle=True)
