@@ -82,6 +82,12 @@ StepCallback = Callable[[int, StepStats], None]
 class Engine(Protocol):
     """A training strategy.
 
+    Distributed engines also expose ``comm``, their metered
+    :class:`~fleetgnn.distributed.Communicator`: the Trainer sums each epoch's numbers over ranks
+    through it (and gathers every rank's partial-epoch sums at checkpoints), so every rank must
+    reach the same epoch ends and checkpoints. Optional: ``epoch_extra()``, ``rank_extra()``,
+    ``peak_memory()`` and ``close()``; :class:`EngineBase` makes an engine a context manager.
+
     ``run_epoch(epoch, start_step, on_step)`` runs steps ``start_step .. steps_per_epoch() - 1`` of
     ``epoch``; after each step it calls ``on_step(step, stats)`` (the Trainer checkpoints and
     updates progress there). Batches, sampling and dropout of a step depend only on
