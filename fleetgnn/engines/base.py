@@ -135,6 +135,17 @@ class EngineBase:
     name: str = "engine"
     world_size: int = 1
     rank: int = 0
+    module: Any  # the unwrapped model
+    optimizer: Any
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model (unwrapped) and optimizer state; identical on every rank."""
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
 
     def close(self) -> None:
         """Release what the engine holds (nothing by default)."""

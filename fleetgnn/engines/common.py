@@ -218,6 +218,23 @@ def layerwise_inference(
         module.train(was_training)
 
 
+def range_metrics(
+    logits: torch.Tensor,
+    lo: int,
+    hi: int,
+    y: torch.Tensor,
+    masks: Mapping[str, torch.Tensor],
+    comm: Any,
+) -> dict[str, float]:
+    """:func:`split_metrics` of this rank's rows ``[lo, hi)``, summed over ranks (collective).
+
+    Numerators and denominators are all-reduced through ``comm`` before the divisions.
+    """
+    y_mine = y[lo:hi].to(logits.device)
+    mine = {k: m[lo:hi].to(logits.device) for k, m in masks.items()}
+    return split_metrics(logits, y_mine, mine, comm.all_reduce_sum)
+
+
 def _all_gather_rows(mine: torch.Tensor, bounds: np.ndarray, comm: Any) -> torch.Tensor:
     """Every rank's rows of contiguous ranges ``bounds``, concatenated (padded all-gather)."""
     if comm.world_size == 1:

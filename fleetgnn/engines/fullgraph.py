@@ -378,16 +378,11 @@ class FullGraphEngine(EngineBase):
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Model and optimizer state (identical on every rank) and the tuned knobs."""
-        return {
-            "model": self.module.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "knobs": [self.num_chunks, self.depth],
-        }
+        return {**super().state_dict(), "knobs": [self.num_chunks, self.depth]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
-        self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        super().load_state_dict(state)
         knobs: Sequence[int] = state.get("knobs", (self.num_chunks, self.depth))
         self.num_chunks, self.depth = int(knobs[0]), int(knobs[1])
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -60,9 +59,9 @@ from fleetgnn.engines.common import (
     loss_sum,
     normalize_rows,
     num_classes_of,
+    range_metrics,
     setup_distributed,
     setup_model,
-    split_metrics,
 )
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
@@ -367,20 +366,9 @@ class MinibatchEngine(EngineBase):
     def evaluate(self) -> dict[str, float]:
         """Accuracy per split and validation loss, summed over ranks (numerators/denominators)."""
         logits, lo, hi = self.infer()
-        y = self.y[lo:hi].to(logits.device)
-        masks = {s: m[lo:hi].to(logits.device) for s, m in self.masks.items()}
-        return split_metrics(logits, y, masks, self.comm.all_reduce_sum)
+        return range_metrics(logits, lo, hi, self.y, self.masks, self.comm)
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Model (unwrapped) and optimizer state; identical on every rank."""
-        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
-        self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-
     def epoch_extra(self) -> dict[str, Any]:
         """Prefetch overlap and the store's hit rates and bytes of the last epoch, over all ranks.
 

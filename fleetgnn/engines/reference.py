@@ -17,7 +17,6 @@ neighbourhoods (no sampling noise), in chunks of destination nodes so memory sta
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -88,7 +87,7 @@ class ReferenceEngine(EngineBase):
         self.x = node_features(graph, self.dtype, config.feature_norm).to(self.device)
         self.y, self.masks = labels_and_masks(graph, device=self.device)
         self.num_classes = num_classes_of(graph)
-        self.model = setup_model(self, model, optimizer, loss, broadcast=False)
+        self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
         self.topology = GraphTopology(graph)
         self.train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         if self.mode == "minibatch":
@@ -209,11 +208,3 @@ class ReferenceEngine(EngineBase):
         return split_metrics(self.infer(), self.y, self.masks)
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Model and optimizer state."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])

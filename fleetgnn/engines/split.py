@@ -65,9 +65,9 @@ from fleetgnn.engines.common import (
     loss_sum,
     normalize_rows,
     num_classes_of,
+    range_metrics,
     setup_distributed,
     setup_model,
-    split_metrics,
 )
 from fleetgnn.errors import ConfigError
 from fleetgnn.exchange import HaloSpmm, block_layout, build_plan, requests_from_edges, send_lists
@@ -681,20 +681,9 @@ class SplitEngine(EngineBase):
             device=self.device,
             dtype=self.dtype,
         )
-        y = self.y[lo:hi].to(logits.device)
-        masks = {s: m[lo:hi].to(logits.device) for s, m in self.masks.items()}
-        return split_metrics(logits, y, masks, self.comm.all_reduce_sum)
+        return range_metrics(logits, lo, hi, self.y, self.masks, self.comm)
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Model and optimizer state (identical on every rank)."""
-        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
-        self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-
     def epoch_extra(self) -> dict[str, Any]:
         """Split quality (GSplit Table 5) and the data-parallel counterfactual (Tables 1-2).
 
