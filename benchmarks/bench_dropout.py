@@ -26,17 +26,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_epoch import machine_info  # noqa: E402
 
 from fleetgnn.ops import keyed_dropout
 from fleetgnn.ops.random import _SALT_NODE, _base_key, _signed, mix64_tensor
@@ -152,13 +156,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--out", default=None, help="write the JSON results here")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    info = {
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "loadavg": os.getloadavg(),
-    }
+    info = machine_info(torch.device("cpu"))  # the same description as every benchmark
     print(f"machine: {info}")
     shapes = {"cora": (2708, 1433), "hidden": (100_000, 256)}
     rows = [bench_case(c, *shapes[c], args) for c in args.cases]

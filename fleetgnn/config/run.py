@@ -371,15 +371,8 @@ class Config:
 
     def trainer_config(self) -> TrainerConfig:
         """The Trainer's own settings from the ``train`` section and ``run_dir``."""
-        t = self.train
-        return TrainerConfig(
-            epochs=t.epochs,
-            eval_every=t.eval_every,
-            patience=t.patience,
-            checkpoint_every=t.checkpoint_every,
-            seed=t.seed,
-            run_dir=self.run_dir,
-        )
+        names = [f.name for f in dataclasses.fields(TrainerConfig) if f.name != "run_dir"]
+        return TrainerConfig(**{n: getattr(self.train, n) for n in names}, run_dir=self.run_dir)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> Config:

@@ -104,16 +104,8 @@ def _private_worker_store() -> Iterator[None]:
     ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` makes rank 0 of each attempt host a new store; the
     agent reads it during rendezvous, so it is set for the duration of the launch only.
     """
-    key = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-    saved = os.environ.get(key)
-    os.environ[key] = "1"
-    try:
+    with _env("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"):
         yield
-    finally:
-        if saved is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = saved
 
 
 @contextlib.contextmanager

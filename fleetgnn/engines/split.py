@@ -105,6 +105,8 @@ class LayerSplit:
             destinations.
         num_edges: Edges into the owned destinations (local and remote).
         num_local_edges: Edges whose source is owned too.
+        edges_per_rank: int64 ``[W]`` edges each rank processes (in-edges of its destinations).
+        block_local_edges: Edges of the whole block whose source and destination share an owner.
     """
 
     block: Block
@@ -121,6 +123,8 @@ class LayerSplit:
     in_degree: np.ndarray
     num_edges: int
     num_local_edges: int
+    edges_per_rank: np.ndarray
+    block_local_edges: int
 
     @property
     def num_rows(self) -> int:
@@ -133,15 +137,6 @@ class LayerSplit:
             f"dst={self.num_dst}, edges={self.num_edges}, local_edges={self.num_local_edges}, "
             f"send={self.send_counts.tolist()}, recv={self.recv_counts.tolist()})"
         )
-
-
-def _csc(dst: np.ndarray, idx: np.ndarray, num_dst: int, num_src: int) -> Structure:
-    """Structure of edges sorted by destination ``dst`` with source rows ``idx``."""
-    indptr = np.zeros(num_dst + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst, minlength=num_dst), out=indptr[1:])
-    return Structure(
-        torch.from_numpy(indptr), torch.from_numpy(idx.astype(np.int64)), num_dst, num_src
-    )
 
 
 def _unique_pairs(major: np.ndarray, minor: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
@@ -175,12 +170,14 @@ def split_block(block: Block, src_owner: np.ndarray, rank: int, world_size: int)
     num_dst = int(np.count_nonzero(own[:m] == rank))
     # local edges: CSC order is destination order, and rows keep block order
     sel = (eo_dst == rank) & (eo_src == rank)
-    local = _csc(row_of[dpos[sel]], row_of[spos[sel]], num_dst, rows.size)
+    local = Structure.from_sorted_edges(row_of[dpos[sel]], row_of[spos[sel]], num_dst, rows.size)
     # outgoing reference vertices: (owner of v, v) for owned sources into others' destinations
     out = (eo_src == rank) & (eo_dst != rank)
     pairs, ref = _unique_pairs(eo_dst[out], dpos[out], max(m, 1))
     order = np.argsort(ref, kind="stable")
-    refs_out = _csc(ref[order], row_of[spos[out]][order], pairs.shape[1], rows.size)
+    refs_out = Structure.from_sorted_edges(
+        ref[order], row_of[spos[out]][order], pairs.shape[1], rows.size
+    )
     send = np.bincount(pairs[0], minlength=world_size).astype(np.int64)
     # incoming reference vertices: (sender j, v) for others' sources into owned destinations
     inc = (eo_dst == rank) & (eo_src != rank)
@@ -201,6 +198,8 @@ def split_block(block: Block, src_owner: np.ndarray, rank: int, world_size: int)
         in_degree=deg[own[:m] == rank],
         num_edges=int(np.count_nonzero(eo_dst == rank)),
         num_local_edges=int(np.count_nonzero(sel)),
+        edges_per_rank=np.bincount(eo_dst, minlength=world_size).astype(np.int64),
+        block_local_edges=int(np.count_nonzero(eo_dst == eo_src)),
     )
 
 
@@ -243,8 +242,8 @@ class SplitAggregator:
         self.src_ids = block.src_ids.index_select(0, rows).long().to(self.device)
         self.num_src = split.num_rows
         self.num_dst = split.num_dst
-        self._local = _to(split.local, self.device)
-        self._refs = _to(split.refs_out, self.device)
+        self._local = split.local.to(self.device)
+        self._refs = split.refs_out.to(self.device)
         self._recv_rows = torch.from_numpy(split.recv_rows).to(self.device)
         self._in_degree = torch.from_numpy(split.in_degree).to(device=self.device, dtype=dtype)
         sd = getattr(block, "src_degree", None)
@@ -269,7 +268,7 @@ class SplitAggregator:
             )
             plan = build_plan(lay, rows, counts, 1)
             # one chunk: active iff any edge crosses splits anywhere (the same on every rank)
-            crossing = bool(np.any(sp.src_owner[block.indices.cpu().numpy()] != dst_owner))
+            crossing = sp.block_local_edges < block.num_edges
             plan = dataclasses.replace(plan, active=(crossing,))
             self._halo = HaloSpmm(lay, plan, self.comm, depth=1, device=self.device)
         return self._halo
@@ -363,12 +362,6 @@ class SplitAggregator:
 
     def __repr__(self) -> str:
         return f"SplitAggregator({self.split!r})"
-
-
-def _to(st: Structure, device: torch.device) -> Structure:
-    if device.type == "cpu":
-        return st
-    return Structure(st.indptr.to(device), st.indices.to(device), st.num_dst, st.num_src)
 
 
 # ---------------------------------------------------------------------------------- engine
@@ -473,7 +466,10 @@ class SplitEngine(EngineBase):
         self.row_bytes = row_bytes
 
     def _load(self, ids: np.ndarray) -> tuple[Tensor, int, int]:
-        """Rows of ``ids`` (owned), from the cache or host memory; rows served by each."""
+        """Rows of ``ids`` from this rank's cache or host memory, and the rows each served.
+
+        Training loads only owned rows; evaluation reads any (misses go to host memory).
+        """
         pos = np.searchsorted(self.cached_ids, ids)
         hit = pos < self.cached_ids.size
         hit[hit] = self.cached_ids[pos[hit]] == ids[hit]
@@ -520,14 +516,8 @@ class SplitEngine(EngineBase):
         self, blocks: list[Block], splits: list[LayerSplit], hits: int, misses: int
     ) -> dict[str, Any]:
         """GSplit's split-quality numbers (every rank's, from the shared sample) and loads."""
-        w = self.world_size
-        per_rank = np.zeros(w, dtype=np.int64)
-        local = 0
-        for b, sp in zip(blocks, splits, strict=True):
-            deg = np.diff(b.indptr.numpy())
-            eo_dst = np.repeat(sp.src_owner[: b.num_dst], deg)
-            per_rank += np.bincount(eo_dst, minlength=w)
-            local += int(np.count_nonzero(sp.src_owner[b.indices.numpy()] == eo_dst))
+        per_rank = sum(sp.edges_per_rank for sp in splits)
+        local = sum(sp.block_local_edges for sp in splits)
         return {
             "edges_per_rank": per_rank,
             "edges": int(per_rank.sum()),
@@ -665,10 +655,8 @@ class SplitEngine(EngineBase):
 
     # ------------------------------------------------------------------ evaluation
     def _features(self, ids: Tensor) -> Tensor:
-        rows = np.asarray(self.graph.x[np.sort(ids.numpy())])
-        order = np.argsort(np.argsort(ids.numpy()))
-        x = torch.from_numpy(np.ascontiguousarray(rows[order]))
-        return normalize_rows(x.to(device=self.device, dtype=self.dtype), self.config.feature_norm)
+        """Input rows of any nodes (evaluation): from this rank's cache or host memory."""
+        return self._load(ids.numpy())[0]
 
     def evaluate(self) -> dict[str, float]:
         """Accuracy per split and validation loss (layer-wise full-neighbour inference)."""

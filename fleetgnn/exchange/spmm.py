@@ -40,19 +40,6 @@ from fleetgnn.ops import gsddmm, gspmm
 from fleetgnn.ops.adjacency import Structure
 
 
-def _sub_structure(dst: np.ndarray, idx: np.ndarray, num_dst: int, num_src: int) -> Structure:
-    """CSC structure of edges (already sorted by destination) with source rows ``idx``."""
-    indptr = np.zeros(num_dst + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst, minlength=num_dst), out=indptr[1:])
-    return Structure(
-        torch.from_numpy(indptr), torch.from_numpy(idx.astype(np.int64)), num_dst, num_src
-    )
-
-
-def _to(st: Structure, device: torch.device) -> Structure:
-    return Structure(st.indptr.to(device), st.indices.to(device), st.num_dst, st.num_src)
-
-
 class HaloSpmm:
     """``[R, *F] -> [M, *F]``: the weighted sum over a rank's edges, halo rows exchanged in chunks.
 
@@ -112,15 +99,15 @@ class HaloSpmm:
             torch.from_numpy(layout.indptr.copy()).to(to), torch.from_numpy(ext).to(to), m, r + h
         )
         eid = np.arange(layout.num_edges, dtype=np.int64)
-        self._local = _to(_sub_structure(dst[loc], ext[loc], m, r), to)
+        self._local = Structure.from_sorted_edges(dst[loc], ext[loc], m, r).to(to)
         self._local_eid = torch.from_numpy(eid[loc]).to(to)
         chunk_of_edge = np.searchsorted(plan.halo_offsets, ext - r, side="right") - 1
         self._chunks: list[tuple[Structure, Tensor]] = []
         for k in range(plan.num_chunks):  # K pieces, not a loop over nodes or edges
             sel = remote & (chunk_of_edge == k)
             base = r + int(plan.halo_offsets[k])
-            st = _sub_structure(dst[sel], ext[sel] - base, m, plan.chunk_rows(k))
-            self._chunks.append((_to(st, to), torch.from_numpy(eid[sel]).to(to)))
+            st = Structure.from_sorted_edges(dst[sel], ext[sel] - base, m, plan.chunk_rows(k))
+            self._chunks.append((st.to(to), torch.from_numpy(eid[sel]).to(to)))
         # transposed pieces for the pipelined backward (index 0: local, k + 1: chunk k), lazily
         self._transposed: list[tuple[Structure, Tensor] | None] = [None] * (plan.num_chunks + 1)
 

@@ -23,6 +23,7 @@ import dataclasses
 import warnings
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -183,6 +184,27 @@ class Structure:
         self._dst: Tensor | None = None
         self._in_deg: Tensor | None = None
         self._t: tuple[Tensor, Tensor, Tensor] | None = None
+
+    @classmethod
+    def from_sorted_edges(
+        cls, dst: np.ndarray, src: np.ndarray, num_dst: int, num_src: int
+    ) -> Structure:
+        """The structure of edges sorted by destination row ``dst``, with source rows ``src``.
+
+        CPU tensors; the offsets come from one ``bincount`` of ``dst``.
+        """
+        indptr = np.zeros(num_dst + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=num_dst), out=indptr[1:])
+        src = torch.from_numpy(np.asarray(src, dtype=np.int64))
+        return cls(torch.from_numpy(indptr), src, num_dst, num_src)
+
+    def to(self, device: torch.device | str) -> Structure:
+        """The same structure with its index tensors on ``device`` (itself when already there)."""
+        if self.indptr.device == torch.device(device):
+            return self
+        return Structure(
+            self.indptr.to(device), self.indices.to(device), self.num_dst, self.num_src
+        )
 
     @property
     def num_edges(self) -> int:
