@@ -69,6 +69,11 @@ def _spmm_sum(st: Structure, x3: Tensor, w2: Tensor | None, transpose: bool = Fa
 def _sddmm_heads(st: Structure, b_dst: Tensor, a_src: Tensor) -> Tensor:
     """``out[e, k] = <b_dst[dst_e, k], a_src[src_e, k]>``; ``[rows, K, R]`` inputs -> ``[E, K]``."""
     k_heads = a_src.shape[1]
+    if st.num_edges > st.num_dst * st.num_src:
+        # more edges than matrix entries (repeated edges): torch's sampled_addmm refuses such a
+        # pattern, so take the per-edge dot products directly (E * K * R transient elements)
+        src, dst = st.indices, st.dst_index()
+        return (b_dst.index_select(0, dst) * a_src.index_select(0, src)).sum(-1)
     out = a_src.new_empty((st.num_edges, k_heads))
     pattern = st.csr(a_src.new_zeros(st.num_edges))
     for k in range(k_heads):

@@ -112,6 +112,16 @@ def test_gradcheck_x_and_weights(reduce, heads):
     assert gradcheck(lambda a: gspmm(adj, a, reduce), (x,))
 
 
+@pytest.mark.parametrize("heads", [None, 2])
+def test_weight_gradient_with_more_edges_than_matrix_entries(heads):
+    # one destination, 3 sources, 5 edges (repeats): more edges than the 1 x 3 matrix has entries
+    adj = Adjacency(torch.tensor([0, 5]), torch.tensor([0, 1, 1, 2, 0]), 3)
+    shape = (3, 4) if heads is None else (3, heads, 4)
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(5 if heads is None else (5, heads), dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda a, b: gspmm(adj, a, "sum", b), (x, w))
+
+
 def test_max_gradient_goes_to_one_winner_on_ties():
     # destination 0 <- sources 0, 1, 2 (all equal); gradient must go to exactly one (the first)
     adj = Adjacency(torch.tensor([0, 3]), torch.tensor([0, 1, 2]), 3)
