@@ -14,7 +14,7 @@ reference  :class:`ReferenceEngineConfig`  minibatch, full  no           yes
 minibatch  :class:`MinibatchEngineConfig`  minibatch        yes          yes
 split      :class:`SplitEngineConfig`      minibatch        yes          yes
 fullgraph  :class:`FullGraphEngineConfig`  full             yes          yes
-offload    :class:`OffloadEngineConfig`    full             yes          planned
+offload    :class:`OffloadEngineConfig`    full             yes          yes
 ========== ============================== =============== ============ =========
 """
 
@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 
 DTYPES: tuple[str, ...] = ("float32", "float64")
@@ -246,15 +247,38 @@ class FullGraphEngineConfig(EngineConfig):
 
 @dataclasses.dataclass(frozen=True)
 class OffloadEngineConfig(EngineConfig):
-    """Full-graph training with vertex data in host memory (HongTu); planned.
+    """Full-graph training with vertex data in host memory, chunk by chunk (HongTu).
 
     Attributes:
-        num_chunks: Chunks per partition (``None``: chosen from the device budget).
-        device_budget: Device bytes per rank.
+        partition: First level, one part per rank: ``"metis"`` (relabelled contiguous) or
+            ``"range"`` (edge-balanced contiguous ranges).
+        chunks: Chunks ``M`` per part (``None``: the smallest power of two whose predicted peak
+            fits ``device_budget``; 4 without a budget on CPU).
+        device_budget: Live device bytes per rank (``"256MB"``, bytes; ``None``: 90% of the free
+            device memory on CUDA, unbounded on CPU).
+        reorganize: Reorder chunks with HongTu's greedy Alg. 4 when Eq. 4 models it cheaper.
+        cache_aggregates: Cache aggregation outputs in host memory for layers whose aggregation
+            has no parameters (``None``: where the model declares it, ``True``: require it for
+            every layer, ``False``: always recompute).
+        debug_collectives: Verify every collective's shapes across ranks before it runs.
     """
 
-    num_chunks: int | None = None
+    partition: str = "metis"
+    chunks: int | None = None
     device_budget: str | int | None = None
+    reorganize: bool = True
+    cache_aggregates: bool | None = None
+    debug_collectives: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_choice("partition", self.partition, PARTITIONS)
+        if self.chunks is not None and (
+            isinstance(self.chunks, bool) or not isinstance(self.chunks, int) or self.chunks < 1
+        ):
+            raise ConfigError(f"chunks={self.chunks!r} is invalid: must be an int >= 1 or None")
+        if self.device_budget is not None:
+            parse_bytes(self.device_budget, "offload.device_budget")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,9 +353,9 @@ ENGINES: Mapping[str, EngineSpec] = {
             OffloadEngineConfig,
             ("full",),
             True,
-            "",
-            "full-graph training with vertex data offloaded to host memory (HongTu; planned)",
-            ("train", "data", "store"),
+            "fleetgnn.engines.offload:OffloadEngine",
+            "full-graph training with vertex data offloaded to host memory (HongTu)",
+            ("offload", "train", "data"),
         ),
     )
 }

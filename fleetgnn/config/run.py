@@ -250,6 +250,31 @@ class FullGraphConfig:
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
 
 
+@dataclasses.dataclass
+class OffloadConfig:
+    """The ``offload`` engine's chunking, device budget and caching (HongTu).
+
+    Attributes:
+        partition: First-level partition, one part per rank (``metis`` or ``range``).
+        chunks: Chunks per part (``null``: the smallest power of two that fits the budget).
+        device_budget: Live device bytes per rank, e.g. ``256MB`` (``null``: 90% of the free
+            device memory on CUDA, unbounded on CPU).
+        reorganize: Reorder chunks greedily (HongTu Alg. 4) when its cost model says it pays.
+        cache_aggregates: Cache aggregation outputs of parameter-free aggregations in host
+            memory (``null``: where the model allows, ``true``: every layer, ``false``: never).
+    """
+
+    PARTITIONS: ClassVar[tuple[str, ...]] = PARTITIONS
+
+    partition: str = "metis"
+    chunks: int | None = None
+    device_budget: str | None = None
+    reorganize: bool = True
+    cache_aggregates: bool | None = None
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
     """The :class:`~fleetgnn.train.Trainer`'s own settings (the engine has its own config).
@@ -306,6 +331,7 @@ _SECTIONS: dict[str, type] = {
     "store": StoreConfig,
     "fullgraph": FullGraphConfig,
     "split": SplitConfig,
+    "offload": OffloadConfig,
 }
 _TOP_KEYS: tuple[str, ...] = (*_SECTIONS, "run_dir")
 
@@ -322,6 +348,7 @@ class Config:
         store: Unified-store section (distributed mini-batch engines).
         fullgraph: Partitioning and exchange pipeline of the ``fullgraph`` engine.
         split: Partition and reporting of the ``split`` engine.
+        offload: Chunking, device budget and caching of the ``offload`` engine.
         run_dir: Directory for checkpoints, metrics and the summary (``None``: chosen by the CLI).
     """
 
@@ -332,6 +359,7 @@ class Config:
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     fullgraph: FullGraphConfig = dataclasses.field(default_factory=FullGraphConfig)
     split: SplitConfig = dataclasses.field(default_factory=SplitConfig)
+    offload: OffloadConfig = dataclasses.field(default_factory=OffloadConfig)
     run_dir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

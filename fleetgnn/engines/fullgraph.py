@@ -46,6 +46,7 @@ from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
     LossFn,
     all_reduce_gradients,
+    contiguous_partition,
     labels_and_masks,
     loss_sum,
     normalize_rows,
@@ -65,7 +66,6 @@ from fleetgnn.engines.halo import (
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import check_model
-from fleetgnn.partition import PartitionBook, partition, range_partition
 
 
 # ---------------------------------------------------------------------------------- tuner
@@ -208,7 +208,7 @@ class FullGraphEngine(EngineBase):
         fc = setup_distributed(self, graph, config, FullGraphEngineConfig, ctx)
         # ---- partition + layout (timed: MGG's preprocessing)
         t0 = time.perf_counter()
-        self.book, g = _partition(graph, fc.partition, self.world_size, self.seed)
+        self.book, g = contiguous_partition(graph, fc.partition, self.world_size, self.seed)
         self.orig_ids: np.ndarray | None = (
             None if fc.partition == "range" else np.asarray(self.book.perm)
         )
@@ -406,11 +406,3 @@ class FullGraphEngine(EngineBase):
             f"FullGraphEngine(rank={self.rank}/{self.world_size}, layout={self.layout!r}, "
             f"num_chunks={self.num_chunks}, depth={self.depth})"
         )
-
-
-def _partition(graph: Graph, method: str, parts: int, seed: int) -> tuple[PartitionBook, Graph]:
-    """The book and the graph in its partitioned numbering (identity for ``range``)."""
-    if method == "range":
-        return range_partition(graph, parts), graph
-    book = partition(graph, "metis", parts, seed=seed)
-    return book, book.relabel(graph)

@@ -11,6 +11,8 @@ Three pieces, bottom up:
   (backward), with timing (:class:`ExchangeTimes`) and volume accounting (:class:`HaloVolume`).
 - :mod:`~fleetgnn.exchange.spmm`: :class:`HaloSpmm`, the pipelined weighted sum over local and
   exchanged rows with its pipelined backward, the kernel of the engines' aggregators.
+- :mod:`~fleetgnn.exchange.transition`: HongTu's host-offload plan (transition sets, slots,
+  deduplicated volumes, Eq. 4 cost and chunk reorganisation) of the ``offload`` engine.
 """
 
 from fleetgnn.exchange.pipeline import ChunkPipeline, ExchangeTimes, HaloVolume
@@ -27,8 +29,26 @@ from fleetgnn.exchange.plan import (
     send_lists,
 )
 from fleetgnn.exchange.spmm import HaloSpmm
+from fleetgnn.exchange.transition import (
+    HONGTU_BANDWIDTHS,
+    ChunkHop,
+    TransitionPlan,
+    Volumes,
+    build_transition_plan,
+    chunk_hop,
+    chunk_rows,
+    reorganize,
+)
 
 __all__ = [
+    "HONGTU_BANDWIDTHS",
+    "ChunkHop",
+    "TransitionPlan",
+    "Volumes",
+    "build_transition_plan",
+    "chunk_hop",
+    "chunk_rows",
+    "reorganize",
     "ChunkPipeline",
     "ExchangeLayout",
     "ExchangeTimes",

@@ -76,6 +76,17 @@ class Aggregator(Protocol):
         ...
 
 
+def aggregates_raw(agg: object) -> bool:
+    """Whether ``agg`` asks layers to aggregate their raw (parameter-free) inputs.
+
+    An engine that caches ``aggregate()`` outputs and replays them in the backward pass (the
+    ``offload`` engine's recompute/cache hybrid) sets ``aggregate_raw = True`` on its
+    aggregators; a layer that can choose (GCN, SAGE) then applies its weights after aggregating,
+    so the aggregation has no parameters. Optional: absent means ``False``.
+    """
+    return bool(getattr(agg, "aggregate_raw", False))
+
+
 class LocalAggregator:
     """:class:`Aggregator` over one local CSC adjacency (a sampled ``Block`` or a whole graph).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from fleetgnn.nn.aggregator import Aggregator
+from fleetgnn.nn.aggregator import Aggregator, aggregates_raw
 
 
 class GCNConv(nn.Module):
@@ -24,7 +24,8 @@ class GCNConv(nn.Module):
     to have no explicit self loops (an existing loop would be counted twice).
 
     The feature transform runs before aggregation when it shrinks the width and after it
-    otherwise (the two orders are equal; the narrower one moves fewer bytes).
+    otherwise (the two orders are equal; the narrower one moves fewer bytes), and always after it
+    when the aggregator asks for raw inputs (``agg.aggregate_raw``: it caches the aggregates).
 
     Shapes:
         - x_src: ``[S, in_channels]``; output: ``[M, out_channels]``.
@@ -47,7 +48,7 @@ class GCNConv(nn.Module):
         m = agg.num_dst
         inv_src = (agg.src_degree().to(x_src.dtype) + 1.0).rsqrt()
         inv_dst = (agg.dst_degree().to(x_src.dtype) + 1.0).rsqrt()
-        transform_first = self.out_channels < self.in_channels
+        transform_first = self.out_channels < self.in_channels and not aggregates_raw(agg)
         h = self.lin(x_src) if transform_first else x_src
         out = agg.aggregate(h * inv_src[:, None], "sum") * inv_dst[:, None]
         out = out + h[:m] * (inv_dst * inv_dst)[:, None]

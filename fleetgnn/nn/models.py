@@ -189,6 +189,21 @@ class GNN(LayerwiseModule):
             out = self.act(self.norms[i](out))
         return out
 
+    def cacheable_aggregation(self, i: int) -> bool:
+        """Whether layer ``i``'s aggregation has no parameters when it aggregates raw inputs.
+
+        True for GCN, GIN and SAGE with ``mean``/``sum`` and no projection: their
+        ``aggregate()`` inputs are the (dropped-out, degree-scaled) input rows, so an engine may
+        cache the aggregates and get the input gradients as ``A^T dL/da`` (the ``offload``
+        engine's recompute/cache hybrid). False for GAT (learned attention) and SAGE ``max``.
+        """
+        conv = self.convs[i]
+        if isinstance(conv, (GCNConv, GINConv)):
+            return True
+        if isinstance(conv, SAGEConv):
+            return conv.aggr in ("mean", "sum") and conv.proj is None
+        return False
+
 
 def build_model(name: str, in_dim: int, num_classes: int, **kwargs: Any) -> GNN:
     """Build a :class:`GNN` with the per-model defaults of :data:`MODEL_DEFAULTS`.

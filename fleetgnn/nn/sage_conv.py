@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from fleetgnn.errors import ConfigError
-from fleetgnn.nn.aggregator import Aggregator
+from fleetgnn.nn.aggregator import Aggregator, aggregates_raw
 
 SAGE_AGGRS: tuple[str, ...] = ("mean", "sum", "max")
 
@@ -19,7 +19,8 @@ class SAGEConv(nn.Module):
 
     The projection applies to neighbours only (the root term uses the raw ``x_i``). A
     destination without neighbours aggregates to 0. For ``mean``/``sum`` without projection,
-    :math:`W_l` runs before aggregation when it narrows the width (equal result, fewer bytes).
+    :math:`W_l` runs before aggregation when it narrows the width (equal result, fewer bytes),
+    unless the aggregator asks for raw inputs (``agg.aggregate_raw``: it caches the aggregates).
 
     Shapes:
         - x_src: ``[S, in_channels]``; output: ``[M, out_channels]``.
@@ -57,7 +58,8 @@ class SAGEConv(nn.Module):
         """Apply the layer; ``step``/``layer`` are unused (no randomness)."""
         x_dst = x_src[: agg.num_dst]
         h = x_src if self.proj is None else self.proj(x_src).relu()
-        if self.aggr != "max" and self.out_channels < self.in_channels:
+        narrow = self.out_channels < self.in_channels and not aggregates_raw(agg)
+        if self.aggr != "max" and narrow:
             out = agg.aggregate(nn.functional.linear(h, self.lin_l.weight), self.aggr)  # type: ignore[arg-type]
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias

@@ -1,0 +1,815 @@
+"""The ``offload`` engine (HongTu): full-graph training with vertex data in host memory.
+
+Every layer's vertex data (``H^l``, ``G^l`` and, for cacheable layers, the aggregation outputs
+``a^l``) stays in host memory; the device holds one chunk of one layer at a time.
+
+**Two-level partition.** The graph is cut into one contiguous part per rank (``range`` or
+``metis``, relabelled contiguous), each part into ``M`` chunks of destinations with all their
+in-edges (:func:`~fleetgnn.partition.chunk_partition`, edge-balanced). Batch ``j`` runs one
+chunk of every part at once; the chunk order comes from HongTu's reorganisation
+(:func:`~fleetgnn.exchange.reorganize`) when Eq. 4 models it cheaper.
+
+**Deduplicated communication** (:class:`~fleetgnn.exchange.TransitionPlan`). For batch ``j``,
+rank ``k`` fills its transition buffer with ``T_j^k``: rows already there from batch ``j - 1``
+stay in their slot (reuse), the others are loaded from host (h2d). After a barrier every rank
+reads its chunk's rows ``N(S_ij)`` from the owners' buffers (its own: ``local``; others:
+``peer``, shared memory between processes on one host) and a second barrier frees the buffers.
+The backward pass pushes the neighbour gradients to the owners' slots (the own rank's directly,
+others through a per-(source, owner) staging area summed by the owner); a row's gradient keeps
+accumulating on the device while it stays in the transition set and is flushed to host ``G^l``
+(d2h) when it leaves.
+
+**Recomputation and the cache hybrid.** The forward pass runs without autograd and writes
+``H^(l+1)`` of each chunk to host. The backward pass goes layer by layer, last first: it reloads
+the chunk's inputs and recomputes the layer under autograd (keyed dropout makes it exact), then
+back-propagates ``G^(l+1)`` of the chunk's destinations (the last layer: the loss over its
+training nodes, divided by the GLOBAL number of training nodes). For layers whose aggregation has
+no parameters (the model's optional ``cacheable_aggregation(i)``: GCN and SAGE aggregating raw
+inputs, GIN) the forward pass caches every ``aggregate()`` output of the chunk in host memory;
+the backward pass then loads only the chunk's own rows (neighbour rows are zeros), replays the
+cached aggregates and gets the neighbour gradients as ``A^T dL/da``. Both give the same
+gradients. One optimizer step per epoch after one all-reduce of the parameter gradients.
+
+**Device budget.** ``device_budget`` bounds one rank's live device bytes: the transition,
+gradient and staging buffers, the current chunk's topology, neighbour rows, outputs, gradients
+and the autograd saved tensors (counted with ``torch.autograd.graph.saved_tensors_hooks``). The
+number of chunks is the smallest power of two whose predicted peak fits (or the one given, if it
+fits; else the run refuses to start, naming the smallest that does); the measured peak is
+reported every epoch and a run that exceeds the budget stops with an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from fleetgnn.config import OffloadEngineConfig
+from fleetgnn.config.units import parse_bytes
+from fleetgnn.distributed import DistContext, ShardedTensor
+from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
+from fleetgnn.engines.common import (
+    LossFn,
+    all_reduce_gradients,
+    contiguous_partition,
+    labels_and_masks,
+    loss_sum,
+    normalize_rows,
+    num_classes_of,
+    setup_distributed,
+    setup_model,
+    split_metrics,
+)
+from fleetgnn.errors import ConfigError, FleetgnnError
+from fleetgnn.exchange import HONGTU_BANDWIDTHS, ChunkHop, TransitionPlan, build_transition_plan
+from fleetgnn.exchange.transition import chunk_hop
+from fleetgnn.graph import Graph
+from fleetgnn.nn import LocalAggregator, check_model
+from fleetgnn.partition import chunk_partition
+
+#: Chunk counts tried when none is given: powers of two.
+_MAX_DOUBLINGS = 40
+#: Chunks per part without a budget on CPU.
+DEFAULT_CHUNKS = 4
+
+
+class OffloadBudgetError(FleetgnnError):
+    """The device budget cannot hold the live buffers of one chunk."""
+
+
+# ---------------------------------------------------------------------------------- aggregators
+class _Recording:
+    """A chunk aggregator that keeps every ``aggregate()`` output (the forward of cached layers)."""
+
+    aggregate_raw = True
+
+    def __init__(self, base: LocalAggregator) -> None:
+        self.base = base
+        self.num_src, self.num_dst, self.src_ids = base.num_src, base.num_dst, base.src_ids
+        self.outputs: list[torch.Tensor] = []
+
+    def aggregate(self, x_src, reduce="sum", edge_weight=None):  # noqa: ANN001, ANN201
+        out = self.base.aggregate(x_src, reduce, edge_weight)
+        self.outputs.append(out)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+
+class _ReplayAggregate(torch.autograd.Function):
+    """Forward: the cached aggregate. Backward: ``A^T grad`` (the aggregation is linear)."""
+
+    @staticmethod
+    def forward(ctx, x_src, cached, base, reduce, edge_weight):  # noqa: ANN001, ANN205
+        ctx.base, ctx.reduce, ctx.edge_weight = base, reduce, edge_weight
+        ctx.src_shape = x_src.shape
+        ctx.dtype, ctx.device = x_src.dtype, x_src.device
+        return cached.clone()
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001, ANN205
+        with torch.enable_grad():
+            x0 = torch.zeros(ctx.src_shape, dtype=ctx.dtype, device=ctx.device, requires_grad=True)
+            out = ctx.base.aggregate(x0, ctx.reduce, ctx.edge_weight)
+            (g,) = torch.autograd.grad(out, x0, grad)
+        return g, None, None, None, None
+
+
+class _Replay:
+    """A chunk aggregator that returns the cached aggregates (the backward of cached layers).
+
+    Only linear aggregations are replayable: ``sum``/``mean`` with weights that need no gradient.
+    Anything else (``max``, learned edge weights, edge-wise ops) raises, naming the layer.
+    """
+
+    aggregate_raw = True
+
+    def __init__(self, base: LocalAggregator, cached: list[torch.Tensor], layer: int) -> None:
+        self.base, self.cached, self.layer = base, cached, layer
+        self.num_src, self.num_dst, self.src_ids = base.num_src, base.num_dst, base.src_ids
+        self._next = 0
+
+    def _refuse(self, what: str) -> None:
+        raise ConfigError(
+            f"layer {self.layer} declared its aggregation cacheable but uses {what}; return False "
+            f"from cacheable_aggregation({self.layer}) or set offload.cache_aggregates=false"
+        )
+
+    def aggregate(self, x_src, reduce="sum", edge_weight=None):  # noqa: ANN001, ANN201
+        if reduce not in ("sum", "mean"):
+            self._refuse(f"aggregate(reduce={reduce!r})")
+        if edge_weight is not None and edge_weight.requires_grad:
+            self._refuse("edge weights that need a gradient")
+        if self._next >= len(self.cached):
+            self._refuse("more aggregate() calls in the backward pass than in the forward pass")
+        cached = self.cached[self._next].to(x_src.device)
+        self._next += 1
+        return _ReplayAggregate.apply(x_src, cached, self.base, reduce, edge_weight)
+
+    def src_to_edge(self, x_src):  # noqa: ANN001, ANN201
+        self._refuse("src_to_edge()")
+
+    def edge_softmax(self, scores):  # noqa: ANN001, ANN201
+        self._refuse("edge_softmax()")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+
+class _SavedMeter:
+    """Bytes of the distinct storages autograd saves inside the context (parameters excluded)."""
+
+    def __init__(self, exclude: list[torch.Tensor]) -> None:
+        self._seen = {t.untyped_storage().data_ptr() for t in exclude}
+        self.bytes = 0
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        if s.data_ptr() not in self._seen:
+            self._seen.add(s.data_ptr())
+            self.bytes += s.nbytes()
+        return t
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[_SavedMeter]:
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+            yield self
+
+
+def _ratio(hop: ChunkHop, probe: ChunkHop) -> float:
+    """The largest of ``hop``'s rows, edges and destinations relative to ``probe``'s."""
+    return max(
+        hop.rows.size / max(probe.rows.size, 1),
+        hop.num_edges / max(probe.num_edges, 1),
+        hop.num_dst / max(probe.num_dst, 1),
+    )
+
+
+# ---------------------------------------------------------------------------------- engine
+class OffloadEngine(EngineBase):
+    """Full-graph training with host-resident vertex data, chunk by chunk (HongTu).
+
+    Args:
+        model: A layer-wise model (see :mod:`fleetgnn.nn.protocol`); parameters replicated
+            (rank 0's broadcast). Optional ``cacheable_aggregation(i) -> bool`` enables the
+            recompute/cache hybrid for layer ``i``.
+        graph: The dataset (memory maps are fine: each rank reads its part's features).
+        ctx: This process's :class:`~fleetgnn.distributed.DistContext` (``None``: from the
+            environment). All ranks must share one host (transition buffers are shared memory).
+        config: An :class:`~fleetgnn.config.OffloadEngineConfig`.
+        optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
+        loss: Per-node loss (``None``: cross-entropy).
+
+    Raises:
+        ConfigError: Ranks on several hosts, or ``cache_aggregates=True`` with a model whose
+            layers are not all cacheable.
+        OffloadBudgetError: The device budget cannot hold one chunk (names the smallest number
+            of chunks that fits, if any).
+    """
+
+    name = "offload"
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        graph: Graph,
+        ctx: DistContext | None = None,
+        config: OffloadEngineConfig | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss: LossFn | None = None,
+    ) -> None:
+        check_model(model)
+        oc = setup_distributed(self, graph, config, OffloadEngineConfig, ctx)
+        if self.world_size > 1 and not self.comm.same_host:
+            raise ConfigError(
+                "the offload engine runs its ranks on one host (their transition buffers are "
+                "shared memory); use --nproc on one machine, or the fullgraph engine across hosts"
+            )
+        t0 = time.perf_counter()
+        self.book, g = contiguous_partition(graph, oc.partition, self.world_size, self.seed)
+        self.orig_ids = None if oc.partition == "range" else np.asarray(self.book.perm)
+        self.indptr = np.asarray(g.indptr, dtype=np.int64)
+        self.indices = g.indices
+        self.degree = np.diff(self.indptr)  # global in-degree, new IDs
+        offsets = np.asarray(self.book.offsets, dtype=np.int64)
+        self.lo, self.hi = int(offsets[self.rank]), int(offsets[self.rank + 1])
+        x = torch.from_numpy(np.array(g.x[self.lo : self.hi], copy=True)).to(self.dtype)
+        self.y, self.masks = labels_and_masks(g, self.lo, self.hi, "cpu")
+        self.train_local = torch.nonzero(self.masks["train"]).view(-1)
+        self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
+        self.num_classes = num_classes_of(graph)
+        self.module = self.model = setup_model(self, model, optimizer, loss)
+        self.hybrid = self._hybrid_layers(oc.cache_aggregates)
+        self.widths = self._probe_widths(int(x.shape[1]))
+        self.elem = torch.empty(0, dtype=self.dtype).element_size()
+        self.budget = self._budget(oc.device_budget)
+        # ---- chunks, plan, this rank's hops
+        self.num_chunks = self._choose_chunks(g, oc.chunks)
+        self.chunk_book = chunk_partition(g, self.book, self.num_chunks, relabelled=True)
+        self.plan, _ = build_transition_plan(
+            self.indptr, self.indices, self.chunk_book, reorganise=oc.reorganize
+        )
+        if self.budget is not None and oc.reorganize:
+            peak = self._static_bytes(self.plan) + self._dynamic_bound(
+                [self._hop_of(self.chunk_book, c) for c in range(self.num_chunks)]
+            )
+            # the reorganised order may need larger buffers: keep the identity order then
+            if self._max_over_ranks(peak) > self.budget:
+                self.plan, _ = build_transition_plan(
+                    self.indptr, self.indices, self.chunk_book, reorganise=False
+                )
+        self.reorganized = not np.array_equal(
+            self.plan.order, np.tile(np.arange(self.num_chunks), (self.world_size, 1))
+        )
+        self.hops = [self._hop(j) for j in range(self.num_chunks)]
+        self._prepare_pulls()
+        self.preprocess_s = time.perf_counter() - t0
+        # ---- host-resident vertex data (this rank's rows only: one copy per machine)
+        self.H: list[torch.Tensor] = [normalize_rows(x, oc.feature_norm)]
+        self.H += [torch.zeros(self.hi - self.lo, w, dtype=self.dtype) for w in self.widths[1:]]
+        self.G: list[torch.Tensor | None] = [None] + [
+            torch.zeros(self.hi - self.lo, w, dtype=self.dtype) for w in self.widths[1:-1]
+        ]
+        self.cache: dict[tuple[int, int], list[torch.Tensor]] = {}
+        self._allocate_buffers()
+        self._rows = self._zero_rows()
+        self._peak = 0
+        self._extra: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ setup helpers
+    def _hybrid_layers(self, setting: bool | None) -> list[bool]:
+        probe = getattr(self.module, "cacheable_aggregation", None)
+        able = [bool(probe(i)) if callable(probe) else False for i in range(self.num_layers)]
+        if setting is False:
+            return [False] * self.num_layers
+        if setting is True and not all(able):
+            bad = [i for i, a in enumerate(able) if not a]
+            raise ConfigError(
+                f"offload.cache_aggregates=true but layer(s) {bad} of {type(self.module).__name__}"
+                f" do not declare a cacheable aggregation (cacheable_aggregation(i)); set "
+                f"offload.cache_aggregates=null to cache where possible"
+            )
+        return able
+
+    def _probe_widths(self, in_dim: int) -> list[int]:
+        """Widths of ``H^0..H^L``: run each layer on a one-node hop with one self edge."""
+        adj = SimpleNamespace(
+            indptr=torch.tensor([0, 1], device=self.device),
+            indices=torch.tensor([0], device=self.device),
+            src_ids=torch.tensor([0], device=self.device),
+            num_dst=1,
+            src_degree=torch.ones(1, dtype=self.dtype, device=self.device),
+        )
+        agg = LocalAggregator(adj, dtype=self.dtype, validate=False)
+        widths = [in_dim]
+        with torch.no_grad():
+            for i in range(self.num_layers):
+                h = torch.zeros(1, widths[-1], dtype=self.dtype, device=self.device)
+                widths.append(int(self.module.layer_forward(i, agg, h, step=0).shape[1]))
+        return widths
+
+    def _budget(self, value: str | int | None) -> int | None:
+        if value is not None:
+            return parse_bytes(value, "offload.device_budget")
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            return int(free * 0.9)
+        return None
+
+    def _hop_of(self, chunks: Any, order_chunk: int) -> ChunkHop:
+        return chunk_hop(self.indptr, self.indices, chunks, self.rank, order_chunk)
+
+    def _hop(self, j: int) -> ChunkHop:
+        return self._hop_of(self.chunk_book, int(self.plan.order[self.rank, j]))
+
+    def _choose_chunks(self, g: Graph, given: int | None) -> int:
+        """The number of chunks per part: ``given`` if it fits, else the smallest that does."""
+        part_nodes = int(np.diff(np.asarray(self.book.offsets)).max()) if g.num_nodes else 1
+        if self.budget is None:
+            return int(given) if given is not None else max(1, min(DEFAULT_CHUNKS, part_nodes))
+        if given is not None:
+            peak = self._predict(g, int(given))
+            if peak <= self.budget:
+                return int(given)
+        m, tried = 1, []
+        for _ in range(_MAX_DOUBLINGS):
+            peak = self._predict(g, m)
+            tried.append((m, peak))
+            if peak <= self.budget:
+                break
+            if m >= part_nodes:
+                m = -1
+                break
+            m = min(2 * m, part_nodes)
+        fits = m if m > 0 and tried[-1][1] <= self.budget else None
+        if given is None and fits is not None:
+            return fits
+        b = self.budget
+        msg = f"offload.device_budget={b} bytes ({b / 2**20:.1f} MiB)"
+        if given is not None:
+            msg += (
+                f" cannot hold one chunk with offload.chunks={given} (predicted peak "
+                f"{self._predict(g, int(given))} bytes on the fullest rank)"
+            )
+        else:
+            msg += " cannot hold one chunk"
+        if fits is not None:
+            msg += f"; the smallest number of chunks that fits is offload.chunks={fits}"
+        else:
+            smallest = min(p for _, p in tried)
+            msg += (
+                f" even with one node per chunk (peak {smallest} bytes); raise the budget or "
+                f"use more ranks"
+            )
+        raise OffloadBudgetError(msg)
+
+    def _static_bytes(self, plan: TransitionPlan) -> int:
+        """Buffers that live all epoch: transition, gradient and staging buffers."""
+        r, cap = self.rank, int(plan.capacity[self.rank])
+        staging = 0
+        if self.world_size > 1:
+            counts = plan.pull_counts()  # [M, P, P]
+            staging = int(sum(counts[:, r, k].max() for k in range(self.world_size) if k != r))
+        return (cap * self._hmax + (cap + staging) * self._gmax) * self.elem
+
+    @property
+    def _hmax(self) -> int:
+        """Width of the transition buffer: the widest layer input."""
+        return max(self.widths[:-1])
+
+    @property
+    def _gmax(self) -> int:
+        """Width of the gradient and staging buffers: the widest input of layers 1..L-1."""
+        return max(self.widths[1:-1], default=0)
+
+    def _predict(self, g: Graph, m: int) -> int:
+        """Predicted peak live bytes with ``m`` chunks per part (identity order).
+
+        The largest over ranks (collective), so every rank takes the same decision.
+        """
+        chunks = chunk_partition(g, self.book, m, relabelled=True)
+        plan, _ = build_transition_plan(self.indptr, self.indices, chunks, reorganise=False)
+        hops = [self._hop_of(chunks, c) for c in range(m)]
+        return self._max_over_ranks(self._static_bytes(plan) + self._dynamic_bound(hops))
+
+    def _max_over_ranks(self, value: int) -> int:
+        if self.world_size == 1:
+            return int(value)
+        return int(max(self.comm.all_gather_object(int(value))))
+
+    def _dynamic_bound(self, hops: list[ChunkHop]) -> int:
+        """Upper bound of the per-chunk live bytes over ``hops`` and layers.
+
+        Exact for the neighbour rows, their gradient, the outputs and the topology; autograd's
+        saved tensors are measured on the hops with the most rows, edges and destinations and
+        bounded for the others by ``min_p saved_p * max(rows / rows_p, edges / edges_p,
+        dst / dst_p)`` (an upper bound when the saved bytes are linear in the three with
+        non-negative coefficients).
+        """
+        live = [h for h in hops if h.num_dst > 0]
+        if not live:
+            return 0
+        probes = {
+            id(h): h
+            for h in (
+                max(live, key=lambda h: h.rows.size),
+                max(live, key=lambda h: h.num_edges),
+                max(live, key=lambda h: h.num_dst),
+            )
+        }
+        best = 0
+        for layer in range(self.num_layers):
+            d_in, d_out = self.widths[layer], self.widths[layer + 1]
+            saved = [(p, self._probe_saved(p, layer)) for p in probes.values()]
+            for h in live:
+                bound = min(s * _ratio(h, p) for p, s in saved)
+                best = max(best, self._chunk_bytes(h, d_in, d_out) + int(bound))
+        return best
+
+    def _chunk_bytes(self, hop: ChunkHop, d_in: int, d_out: int) -> int:
+        """Neighbour rows and their gradient, outputs and their gradient, topology."""
+        return (2 * hop.rows.size * d_in + 2 * hop.num_dst * d_out) * self.elem + hop.nbytes
+
+    def _probe_saved(self, hop: ChunkHop, layer: int) -> int:
+        """Autograd's saved bytes of ``layer`` on ``hop`` (zeros as inputs; shapes decide)."""
+        agg: Any = self._aggregator(hop)
+        h = torch.zeros(hop.rows.size, self.widths[layer], dtype=self.dtype, device=self.device)
+        if self.hybrid[layer]:  # the backward replays the cached aggregates
+            rec = _Recording(agg)
+            with torch.no_grad():
+                self.module.layer_forward(layer, rec, h, step=0)
+            agg = _Replay(agg, rec.outputs, layer)
+        h.requires_grad_(layer > 0)
+        meter = _SavedMeter([*self.module.parameters(), h])
+        with torch.enable_grad(), meter():
+            out = self.module.layer_forward(layer, agg, h, step=0)
+            if layer == self.num_layers - 1:  # the loss, as if every destination trained
+                target = torch.zeros(out.shape[0], dtype=torch.int64, device=self.device)
+                loss_sum(self.loss, out, target)
+        del out
+        return meter.bytes
+
+    def _aggregator(self, hop: ChunkHop) -> LocalAggregator:
+        rows = hop.rows if self.orig_ids is None else self.orig_ids[hop.rows]
+        adj = SimpleNamespace(
+            indptr=torch.from_numpy(hop.indptr).to(self.device),
+            indices=torch.from_numpy(hop.indices).to(self.device),
+            src_ids=torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(self.device),
+            num_dst=hop.num_dst,
+            src_degree=torch.from_numpy(self.degree[hop.rows]).to(self.device, self.dtype),
+        )
+        return LocalAggregator(adj, dtype=self.dtype, validate=False)
+
+    def _prepare_pulls(self) -> None:
+        """Tensors of this rank's reads (pulls) and of the gradients pushed to it, per batch."""
+        p, r, m = self.world_size, self.rank, self.num_chunks
+        dev = self.device
+
+        def t(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)
+
+        self.pulls = [
+            [(k, t(pos), t(sl)) for k, pos, sl in self.plan.pulls(r, j)] for j in range(m)
+        ]
+        counts = self.plan.pull_counts()  # [M, P, P]: rows rank i reads from k in batch j
+        # staging: rank i's shard holds, per owner k != i, max_j counts[j, i, k] rows
+        self.stage_caps = counts.max(axis=0) if m else np.zeros((p, p), np.int64)
+        np.fill_diagonal(self.stage_caps, 0)
+        self.stage_offsets = np.zeros((p, p + 1), dtype=np.int64)
+        np.cumsum(self.stage_caps, axis=1, out=self.stage_offsets[:, 1:])
+        # gradients pushed to this rank in batch j: (source s, slots)
+        self.incoming: list[list[tuple[int, torch.Tensor]]] = []
+        for j in range(m):
+            inc = []
+            for s in range(p):
+                if s == r:
+                    continue
+                for k, _, sl in self.plan.pulls(s, j):
+                    if k == r:
+                        inc.append((s, t(sl)))
+            self.incoming.append(inc)
+        self.trans_rows = [
+            (
+                t(self.plan.trans[j][r] - self.lo),
+                t(self.plan.slots[j][r]),
+                torch.from_numpy(self.plan.load[j][r]).to(dev),
+            )
+            for j in range(m)
+        ]
+        self.leave = [
+            (t(self.plan.leave[j][r][0] - self.lo), t(self.plan.leave[j][r][1]))
+            for j in range(m + 1)
+        ]
+        self.aggs = [self._aggregator(h) if h.num_dst else None for h in self.hops]
+        train = self.masks["train"]
+        self.hop_train = [
+            torch.nonzero(train[h.lo - self.lo : h.hi - self.lo]).view(-1) for h in self.hops
+        ]
+
+    def _allocate_buffers(self) -> None:
+        r, cap = self.rank, int(self.plan.capacity[self.rank])
+        tbuf = torch.zeros(cap, self._hmax, dtype=self.dtype, device=self.device)
+        rows = int(self.stage_offsets[r, -1])
+        stage = torch.zeros(rows, self._gmax, dtype=self.dtype, device=self.device)
+        self._shared: list[ShardedTensor] = []
+        if self.world_size > 1:
+            token = uuid.uuid4().hex[:8] if self.rank == 0 else None
+            token = self.comm.broadcast_object(token)
+            st = ShardedTensor.create(tbuf, self.comm, name=f"offload.t.{token}")
+            sg = ShardedTensor.create(stage, self.comm, name=f"offload.g.{token}")
+            self._shared = [st, sg]
+            self.tbufs, self.stages = st.shards, sg.shards
+            self.tbuf, self.stage = self.tbufs[r], self.stages[r]
+        else:
+            self.tbuf, self.stage = tbuf, stage
+            self.tbufs, self.stages = [tbuf], [stage]
+        self.gbuf = torch.zeros(cap, self._gmax, dtype=self.dtype, device=self.device)
+        live = self.tbuf.numel() + self.gbuf.numel() + self.stage.numel()
+        self.static_bytes = live * self.elem
+
+    # ------------------------------------------------------------------ accounting
+    @staticmethod
+    def _zero_rows() -> dict[str, int]:
+        return {"h2d": 0, "reuse": 0, "local": 0, "peer": 0, "d2h": 0}
+
+    def _count(self, kind: str, rows: int, width: int) -> None:
+        self._rows[kind] += int(rows)
+        if kind != "reuse" and rows:
+            self.meter.record(kind, int(rows) * width * self.elem)
+
+    def _live(self, nbytes: int) -> None:
+        self._peak = max(self._peak, self.static_bytes + int(nbytes))
+
+    def _check_budget(self) -> None:
+        """Stop every rank if any rank's live bytes exceeded the budget (collective)."""
+        peaks = self.comm.all_gather_object(self._peak) if self.world_size > 1 else [self._peak]
+        if self.budget is not None and max(peaks) > self.budget:
+            worst = int(np.argmax(peaks))
+            raise OffloadBudgetError(
+                f"rank {worst} needed {max(peaks)} live device bytes, over "
+                f"offload.device_budget={self.budget}; use more chunks (offload.chunks="
+                f"{2 * self.num_chunks}) or a larger budget"
+            )
+
+    def _barrier(self) -> None:
+        if self.world_size > 1:
+            self.comm.barrier()
+
+    # ------------------------------------------------------------------ data movement
+    def _fill(self, layer: int, j: int) -> None:
+        """Bring ``T_j^rank`` of ``H^layer`` into the transition buffer: reuse D, load R."""
+        d = self.widths[layer]
+        rows, slots, load = self.trans_rows[j]
+        new = rows[load]
+        self.tbuf[slots[load], :d] = self.H[layer].index_select(0, new.cpu()).to(self.device)
+        self._count("h2d", new.numel(), d)
+        self._count("reuse", rows.numel() - new.numel(), d)
+
+    def _gather(self, layer: int, j: int) -> torch.Tensor:
+        """``H^layer[N(S_j)]`` of this rank's chunk, read from the owners' transition buffers."""
+        d = self.widths[layer]
+        out = torch.empty(self.hops[j].rows.size, d, dtype=self.dtype, device=self.device)
+        for k, pos, slots in self.pulls[j]:
+            out[pos] = self.tbufs[k][slots, :d]
+            self._count("local" if k == self.rank else "peer", pos.numel(), d)
+        return out
+
+    def _load_neighbours(self, layer: int, j: int) -> torch.Tensor:
+        """Deduplicated load of the chunk's rows (collective: two barriers)."""
+        self._fill(layer, j)
+        self._barrier()
+        nbr = self._gather(layer, j)
+        self._barrier()
+        return nbr
+
+    def _flush(self, layer: int, rows: torch.Tensor, slots: torch.Tensor) -> None:
+        """Add the gradients of rows leaving the transition set into host ``G^layer``."""
+        if rows.numel():
+            d = self.widths[layer]
+            g = self.G[layer]
+            assert g is not None
+            g.index_add_(0, rows.cpu(), self.gbuf[slots, :d].cpu())
+            self.gbuf[slots, :d] = 0
+            self._count("d2h", rows.numel(), d)
+
+    def _push(self, layer: int, j: int, grad: torch.Tensor) -> None:
+        """Neighbour gradients to the owners' gradient buffers (collective: two barriers)."""
+        d, r = self.widths[layer], self.rank
+        for k, pos, slots in self.pulls[j]:
+            if k == r:
+                self.gbuf[:, :d].index_add_(0, slots, grad[pos])
+                self._count("local", pos.numel(), d)
+            else:
+                o = int(self.stage_offsets[r, k])
+                self.stage[o : o + pos.numel(), :d] = grad[pos]
+                self._count("peer", pos.numel(), d)
+        self._barrier()
+        for s, slots in self.incoming[j]:
+            o = int(self.stage_offsets[s, r])
+            self.gbuf[:, :d].index_add_(0, slots, self.stages[s][o : o + slots.numel(), :d])
+        self._barrier()
+
+    # ------------------------------------------------------------------ passes
+    def _forward(self, step: int, *, training: bool) -> tuple[float, int, int]:
+        """Layer-by-layer chunked forward writing ``H^1..H^L`` (and cached aggregates)."""
+        loss_total, correct, count = 0.0, 0, 0
+        last = self.num_layers - 1
+        for layer in range(self.num_layers):
+            d_out = self.widths[layer + 1]
+            for j, hop in enumerate(self.hops):
+                nbr = self._load_neighbours(layer, j)
+                if hop.num_dst == 0:
+                    continue
+                agg: Any = self.aggs[j]
+                record = training and self.hybrid[layer]
+                if record:
+                    agg = _Recording(agg)
+                with torch.no_grad():
+                    out = self.module.layer_forward(layer, agg, nbr, step=step)
+                cached = sum(a.numel() for a in agg.outputs) if record else 0
+                self._live((nbr.numel() + out.numel() + cached) * self.elem + hop.nbytes)
+                if record:
+                    self.cache[(layer, j)] = [a.cpu() for a in agg.outputs]
+                    self._count("d2h", sum(a.shape[0] for a in agg.outputs), 0)
+                self.H[layer + 1][hop.lo - self.lo : hop.hi - self.lo] = out.cpu()
+                self._count("d2h", hop.num_dst, d_out)
+                if layer == last and training:
+                    idx = self.hop_train[j]
+                    if idx.numel():
+                        logits = out.index_select(0, idx.to(self.device))
+                        target = self.y[hop.lo - self.lo : hop.hi - self.lo][idx].to(self.device)
+                        loss_total += float(loss_sum(self.loss, logits, target))
+                        correct += int((logits.argmax(1) == target).sum())
+                        count += int(idx.numel())
+        return loss_total, correct, count
+
+    def _backward(self, step: int) -> None:
+        """Layer-by-layer chunked backward: recompute (or replay), back-propagate, push."""
+        for g in self.G[1:]:
+            if g is not None:
+                g.zero_()
+        last = self.num_layers - 1
+        for layer in range(last, -1, -1):
+            d_in = self.widths[layer]
+            want = layer > 0
+            for j, hop in enumerate(self.hops):
+                if self.hybrid[layer]:
+                    own = self.H[layer][hop.lo - self.lo : hop.hi - self.lo].to(self.device)
+                    self._count("h2d", hop.num_dst, d_in)
+                    nbr = torch.zeros(hop.rows.size, d_in, dtype=self.dtype, device=self.device)
+                    nbr[: hop.num_dst] = own
+                else:
+                    nbr = self._load_neighbours(layer, j)
+                if want:
+                    self._flush(layer, *self.leave[j])
+                grad = self._chunk_backward(layer, j, hop, nbr, step, want)
+                if want:
+                    self._push(layer, j, grad)
+            if want:
+                self._flush(layer, *self.leave[self.num_chunks])
+
+    def _chunk_backward(
+        self, layer: int, j: int, hop: ChunkHop, nbr: torch.Tensor, step: int, want: bool
+    ) -> torch.Tensor:
+        """Recompute ``layer`` on chunk ``j`` under autograd and back-propagate into ``nbr``."""
+        if hop.num_dst == 0:
+            return nbr
+        base = self.aggs[j]
+        agg: Any = _Replay(base, self.cache[(layer, j)], layer) if self.hybrid[layer] else base
+        h = nbr.requires_grad_(want)
+        meter = _SavedMeter([*self.module.parameters(), h])
+        d_out = self.widths[layer + 1]
+        sl = slice(hop.lo - self.lo, hop.hi - self.lo)
+        with torch.enable_grad(), meter():
+            out = self.module.layer_forward(layer, agg, h, step=step)
+            if layer == self.num_layers - 1:
+                idx = self.hop_train[j].to(self.device)
+                target = self.y[sl].to(self.device).index_select(0, idx)
+                loss = loss_sum(self.loss, out.index_select(0, idx), target)
+                seed = None
+                root = loss / max(self.global_train, 1)
+            else:
+                root, seed = out, self.G[layer + 1][sl].to(self.device)  # type: ignore[index]
+                self._count("h2d", hop.num_dst, d_out)
+        self._live(meter.bytes + self._chunk_bytes(hop, self.widths[layer], d_out))
+        if root.requires_grad:
+            root.backward(seed)
+        if not want:
+            return nbr
+        return h.grad if h.grad is not None else torch.zeros_like(nbr)
+
+    # ------------------------------------------------------------------ training
+    def steps_per_epoch(self) -> int:
+        """One full-graph step per epoch."""
+        return 1
+
+    def run_epoch(
+        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
+    ) -> list[StepStats]:
+        """Run the epoch's single step (nothing when ``start_step >= 1``)."""
+        self.module.train()
+        out: list[StepStats] = []
+        if start_step < 1:
+            stats = self.train_step(epoch)
+            out.append(stats)
+            if on_step is not None:
+                on_step(0, stats)
+        return out
+
+    def train_step(self, epoch: int) -> StepStats:
+        """Chunked forward, chunked backward, one gradient all-reduce, one optimizer step."""
+        self._rows = self._zero_rows()
+        self._peak = 0
+        before = self.meter.snapshot()
+        t0 = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        total, correct, count = self._forward(epoch, training=True)
+        t1 = time.perf_counter()
+        self._backward(epoch)
+        self.cache.clear()
+        t2 = time.perf_counter()
+        all_reduce_gradients(self.module, self.comm)
+        t3 = time.perf_counter()
+        self.optimizer.step()
+        t4 = time.perf_counter()
+        self._check_budget()
+        times = {
+            "sample": 0.0,
+            "gather": 0.0,
+            "forward": t1 - t0,
+            "backward": t2 - t1,
+            "communication": t3 - t2,
+            "optimizer": t4 - t3,
+            "total": t4 - t0,
+        }
+        traffic = {k: v["bytes"] for k, v in self.meter.delta(before).items()}
+        self._extra = self._epoch_report()
+        return StepStats(total, correct, count, times, traffic)
+
+    def _epoch_report(self) -> dict[str, Any]:
+        vol = self.plan.volumes()
+        passes = [self.widths[i] for i in range(self.num_layers)]  # forward loads
+        passes += [self.widths[i] for i in range(self.num_layers) if not self.hybrid[i]]
+        modelled = sum(self.plan.modelled_seconds(w, self.elem) for w in passes)
+        return {
+            "chunks": self.num_chunks,
+            "partition": self.config.partition,
+            "reorganized": self.reorganized,
+            "cached_layers": [i for i, c in enumerate(self.hybrid) if c],
+            "volume_rows": vol.to_dict(),
+            "reduction": vol.reductions(),
+            "modelled_s": modelled,
+            "modelled_bandwidths": dict(HONGTU_BANDWIDTHS),
+            "capacity": [int(c) for c in self.plan.capacity],
+            "budget_bytes": self.budget,
+            "preprocess_s": self.preprocess_s,
+        }
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy per split and validation loss (eval-mode chunked forward; collective)."""
+        self.module.eval()
+        rows, self._rows = self._rows, self._zero_rows()  # the epoch's counts stay the training's
+        try:
+            self._forward(0, training=False)
+        finally:
+            self.module.train()
+            self._rows = rows
+        reduce = self.comm.all_reduce_sum if self.world_size > 1 else None
+        return split_metrics(self.H[-1], self.y, self.masks, reduce)
+
+    # ------------------------------------------------------------------ reports and state
+    def epoch_extra(self) -> dict[str, Any]:
+        """Plan volumes (HongTu Table 8), Eq. 4 time, chunks and preprocessing of the epoch."""
+        return dict(self._extra)
+
+    def rank_extra(self) -> dict[str, Any]:
+        """This rank's rows per channel and peak live device bytes (last epoch)."""
+        return {"rows": dict(self._rows), "peak_device_bytes": int(self._peak)}
+
+    def peak_memory(self) -> dict[str, int]:
+        """Peak live device bytes and this rank's host-resident vertex data."""
+        host = sum(t.numel() for t in self.H) + sum(t.numel() for t in self.G if t is not None)
+        return {"device": int(self._peak), "host": int(host * self.elem)}
+
+    def close(self) -> None:
+        """Release the shared buffers."""
+        for s in self._shared:
+            s.close()
+        self._shared = []
+        self.cache.clear()
+
+    def __repr__(self) -> str:
+        return (
+            f"OffloadEngine(rank={self.rank}/{self.world_size}, chunks={self.num_chunks}, "
+            f"nodes={self.hi - self.lo}, hybrid={self.hybrid})"
+        )
