@@ -12,7 +12,7 @@ from fleetgnn.ops.random import (
 )
 from fleetgnn.ops.sddmm import dst_to_edge, gsddmm, src_to_edge
 from fleetgnn.ops.softmax import edge_softmax
-from fleetgnn.ops.spmm import REDUCES, gspmm
+from fleetgnn.ops.spmm import REDUCES, gspmm, gspmm_vjp
 
 __all__ = [
     "REDUCES",
@@ -23,6 +23,7 @@ __all__ = [
     "edge_softmax",
     "gsddmm",
     "gspmm",
+    "gspmm_vjp",
     "hash_uniform",
     "hash_uniform_edges",
     "keyed_dropout",

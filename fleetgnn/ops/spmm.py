@@ -191,6 +191,36 @@ class _GSpMM(torch.autograd.Function):
         return None, None, grad_x, grad_w, None, None
 
 
+def gspmm_vjp(
+    adj: object, grad: Tensor, reduce: Reduce = "sum", edge_weight: Tensor | None = None
+) -> Tensor:
+    """The input gradient of a linear aggregation: ``A^T grad`` (``mean``: rows scaled first).
+
+    For ``out = gspmm(adj, x, reduce, edge_weight)`` with ``reduce`` ``"sum"`` or ``"mean"`` the
+    gradient of ``<out, grad>`` with respect to ``x``, which does not depend on ``x``: an engine
+    that cached ``out`` can back-propagate through the aggregation without the source rows.
+
+    Shapes:
+        - grad: ``[M, *feat]``; edge_weight: ``[E]`` or ``[E, H]``; output: ``[S, *feat]``.
+
+    Raises:
+        GraphError: For ``reduce="max"`` (not linear) or mismatched shapes.
+    """
+    st = structure(adj)
+    if reduce not in ("sum", "mean"):
+        raise GraphError(f"gspmm_vjp needs a linear reduction, 'sum' or 'mean' (got {reduce!r})")
+    if grad.dim() < 1 or grad.shape[0] != st.num_dst:
+        raise GraphError(
+            f"'grad' must have {st.num_dst} rows, one per destination (got {tuple(grad.shape)})"
+        )
+    k, r = _split_shape(grad, edge_weight, st.num_edges)
+    g = grad.reshape(st.num_dst, k, r)
+    if reduce == "mean":
+        g = g / st.in_degree().clamp(min=1).to(g.dtype)[:, None, None]
+    w2 = None if edge_weight is None else edge_weight.reshape(st.num_edges, k)
+    return _spmm_sum(st, g, w2, transpose=True).reshape(st.num_src, *grad.shape[1:])
+
+
 def gspmm(
     adj: object,
     x: Tensor,

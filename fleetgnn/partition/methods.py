@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -309,6 +310,7 @@ def metis_partition(
     *,
     seed: int = 0,
     balance: Sequence[str] = ("nodes",),
+    recursive: bool = False,
 ) -> PartitionBook:
     """METIS k-way partition of the symmetrised graph minimising the directed edge cut.
 
@@ -325,6 +327,9 @@ def metis_partition(
         num_parts: Number of parts ``P >= 1``.
         seed: METIS random seed.
         balance: Criteria (see :func:`partition`).
+        recursive: Recursive bisection instead of k-way: parts with consecutive IDs are
+            siblings in the bisection tree, so merging runs of consecutive parts gives a coarser
+            partition with locality inside each part (the ``offload`` engine's two levels).
 
     Raises:
         PartitionError: METIS failed; the message holds its error and the end of its output.
@@ -333,7 +338,9 @@ def metis_partition(
 
     num_parts = _check_num_parts(num_parts)
     crit = tuple(balance)
-    params = {"seed": int(seed), "balance": list(crit)}
+    params: dict[str, Any] = {"seed": int(seed), "balance": list(crit)}
+    if recursive:
+        params["recursive"] = True
     n = graph.num_nodes
     if num_parts == 1 or n == 0:
         return PartitionBook.from_part_of(np.zeros(n, np.int32), num_parts, "metis", params)
@@ -360,7 +367,12 @@ def metis_partition(
                     adj_starts=xadj.astype(dt), adjacent=adjncy.astype(dt)
                 )
                 result = pymetis.part_graph(
-                    num_parts, adjacency=adjacency, vweights=vw, eweights=ew, options=options
+                    num_parts,
+                    adjacency=adjacency,
+                    vweights=vw,
+                    eweights=ew,
+                    recursive=bool(recursive),
+                    options=options,
                 )
             else:  # pragma: no cover - pymetis < 2025.2
                 result = pymetis.part_graph(
@@ -369,6 +381,7 @@ def metis_partition(
                     adjncy=adjncy.astype(dt),
                     vweights=vw,
                     eweights=ew,
+                    recursive=bool(recursive),
                     options=options,
                 )
         except Exception as e:  # noqa: BLE001 - pymetis raises plain RuntimeErrors

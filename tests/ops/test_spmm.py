@@ -5,7 +5,7 @@ import torch
 from torch.autograd import gradcheck
 
 from fleetgnn.errors import GraphError
-from fleetgnn.ops import Adjacency, gspmm
+from fleetgnn.ops import Adjacency, gspmm, gspmm_vjp
 from fleetgnn.ops.adjacency import structure
 from fleetgnn.ops.spmm import _chunks
 
@@ -120,6 +120,20 @@ def test_weight_gradient_with_more_edges_than_matrix_entries(heads):
     x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
     w = torch.rand(5 if heads is None else (5, heads), dtype=torch.float64, requires_grad=True)
     assert gradcheck(lambda a, b: gspmm(adj, a, "sum", b), (x, w))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("heads", [None, 1, 3])
+def test_vjp_equals_autograd_input_gradient(reduce, heads):
+    adj, _, _ = random_adj(6, 9, 25, seed=4, empty=(2,))
+    shape = (9, 5) if heads is None else (9, heads, 5)
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    w = None if heads is None else torch.rand(25, heads, dtype=torch.float64)
+    g = torch.randn((6, *shape[1:]), dtype=torch.float64)
+    (gspmm(adj, x, reduce, w) * g).sum().backward()
+    torch.testing.assert_close(gspmm_vjp(adj, g, reduce, w), x.grad)
+    with pytest.raises(GraphError, match="linear"):
+        gspmm_vjp(adj, g, "max")
 
 
 def test_max_gradient_goes_to_one_winner_on_ties():
