@@ -385,7 +385,7 @@ class OffloadEngine(EngineBase):
         if given is None and fits is not None:
             return fits
         b = self.budget
-        msg = f"offload.device_budget={b} bytes ({b / 2**20:.1f} MiB)"
+        msg = f"offload.device_budget={b} bytes"
         if given is not None:
             msg += (
                 f" cannot hold one chunk with offload.chunks={given} (predicted peak "

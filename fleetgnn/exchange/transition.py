@@ -151,7 +151,7 @@ class TransitionPlan:
 
     Raises:
         PartitionError: If ``order`` is not a permutation within each part, or ``rows`` does not
-            match the chunk book.
+            hold ``M`` chunks for each of the ``P`` parts.
 
     Attributes (per batch ``j``, rank ``k``):
         trans[j][k]: int64 sorted ``T_j^k``.
