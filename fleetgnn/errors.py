@@ -28,3 +28,33 @@ class PartitionError(FleetgnnError):
 
 class ConfigError(FleetgnnError):
     """A configuration key or value is invalid."""
+
+
+class DiskFullError(FleetgnnError):
+    """A write failed because the file system (or the user's quota) is full.
+
+    The message is one line, ``no space left on DEVICE: needs N bytes, M free; FIX``.
+
+    Args:
+        device: The file system, as shown in the message (its mount point and source).
+        need: Bytes the failed write needed.
+        free: Bytes free on the file system.
+        fix: What to do about it, appended to the message.
+        path: The file or directory being written (to measure ``free`` again later).
+    """
+
+    def __init__(self, device: str, need: int, free: int, fix: str = "", path: str = "") -> None:
+        self.device, self.need, self.free, self.fix, self.path = device, need, free, fix, path
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        tail = f"; {self.fix}" if self.fix else ""
+        return f"no space left on {self.device}: needs {self.need} bytes, {self.free} free{tail}"
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.device, self.need, self.free, self.fix, self.path))
+
+    def update_free(self, free: int) -> None:
+        """Set the free bytes shown (e.g. measured again once partial files are removed)."""
+        self.free = int(free)
+        self.args = (self._message(),)

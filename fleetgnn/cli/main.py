@@ -1,18 +1,29 @@
 """The ``fleetgnn`` command line: ``prepare``, ``partition``, ``info``, ``train``.
 
-User errors (:class:`~fleetgnn.errors.FleetgnnError`) print one line and exit with status 2; add
-``--verbose`` to see the traceback (and, for a failed worker, the worker's). Ctrl-C prints one
-line and exits with status 130. Anything else is a bug and shows its traceback.
+User errors (:class:`~fleetgnn.errors.FleetgnnError`, a full disk included) print one line and
+exit with status 2; add ``--verbose`` to see the traceback (and, for a failed worker, the
+worker's). Ctrl-C prints one line and exits with status 130; SIGTERM is handled the same way
+(the same clean stop, the same line) and exits with status 143. Warnings are one line each.
+Anything else is a bug and shows its traceback.
+
+``prepare`` and ``train`` first sweep what killed processes left behind (temporary dataset
+directories, temporary checkpoint files, shared-memory segments whose owner process is gone) and
+say what they removed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from fleetgnn import __version__
 from fleetgnn.errors import FleetgnnError
@@ -82,8 +93,15 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
+    from fleetgnn.cli.report import report_removed
     from fleetgnn.graph.dataset import write_dataset
+    from fleetgnn.graph.files import sweep_stale
     from fleetgnn.graph.loaders import load_edgelist, load_npz, load_planetoid, prepare_ogb
+
+    # what a killed `prepare` left next to the output (its temporary directories); in a
+    # directory that is not fleetgnn's, those without an owner only if named after this output
+    out = args.out.absolute()
+    report_removed(sweep_stale(out.parent, files=False, legacy_names={out.name}), "prepare")
 
     if args.format == "synthetic":
         from fleetgnn.cli.progress import task_progress
@@ -209,7 +227,19 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     quality = evaluate(graph, book)
     saved = None
     if args.save:
-        saved = book.save(args.dataset, overwrite=True)
+        from fleetgnn.graph.files import disk_full_error, is_disk_full, refresh_free
+
+        try:
+            saved = book.save(args.dataset, overwrite=True)
+        except OSError as e:  # the book's temporary directory is removed by then
+            if not is_disk_full(e):
+                raise
+            need = 4 * book.part_of.size + 8 * (book.offsets.size + book.perm.size) + 4096
+            err = disk_full_error(
+                args.dataset / "partitions", need, "free some space there, or pass --no-save"
+            )
+            refresh_free(err)
+            raise err from e
     result = {
         "method": args.method,
         "parts": args.parts,
@@ -324,11 +354,56 @@ _COMMANDS = {
 }
 
 
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM stops a command the way Ctrl-C does (a KeyboardInterrupt that remembers why)."""
+    err = KeyboardInterrupt("terminated")
+    err.signum = signum  # type: ignore[attr-defined]
+    raise err
+
+
+@contextlib.contextmanager
+def _terminate_like_interrupt() -> Iterator[None]:
+    """Handle SIGTERM like SIGINT while the block runs (main thread only; restored after)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+
+
+def one_line_warning_format(command: str) -> Any:
+    """A ``warnings.formatwarning`` printing ``fleetgnn COMMAND: warning: MESSAGE``, one line."""
+
+    def fmt(message: Any, category: Any, filename: str, lineno: int, line: Any = None) -> str:
+        return f"fleetgnn {command}: warning: {' '.join(str(message).split())}\n"
+
+    return fmt
+
+
+@contextlib.contextmanager
+def _one_line_warnings(command: str) -> Iterator[None]:
+    """Show warnings as ``fleetgnn COMMAND: warning: MESSAGE`` (no source line) in the block."""
+    saved = warnings.formatwarning
+    warnings.formatwarning = one_line_warning_format(command)
+    try:
+        yield
+    finally:
+        warnings.formatwarning = saved
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fleetgnn`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv  # accepted anywhere on the line, not only before the command
     args = build_parser().parse_args([a for a in argv if a != "--verbose"])
+    with _terminate_like_interrupt(), _one_line_warnings(args.command):
+        return _run(args, verbose)
+
+
+def _run(args: argparse.Namespace, verbose: bool) -> int:
     try:
         return _COMMANDS[args.command](args)
     except FleetgnnError as err:
@@ -341,10 +416,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as err:
         note = getattr(err, "note", None)
         if note is None:
-            note = "interrupted"
+            note = "terminated" if getattr(err, "signum", None) == signal.SIGTERM else "interrupted"
         if note:
             print(f"fleetgnn {args.command}: {note}", file=sys.stderr)
-        return 130
+        return 128 + int(getattr(err, "signum", None) or signal.SIGINT)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fleetgnn.graph.csc import SPLITS
 from fleetgnn.graph.dataset import open_dataset, read_meta
 
 _STAT_ROWS = 1 << 20  # rows of x read per step for feature statistics
+
+
+def report_removed(removed: Iterable[object], command: str, quiet: bool = False) -> None:
+    """Print one line per leftover a sweep removed (``fleetgnn COMMAND: removed ...``, stderr)."""
+    if quiet:
+        return
+    for item in removed:
+        print(f"fleetgnn {command}: {item}", file=sys.stderr)
 
 
 def dataset_info(path: Path, verify: bool = False) -> dict[str, Any]:
@@ -85,7 +96,9 @@ def _summary(values: np.ndarray) -> dict[str, float]:
 def render_info(info: dict[str, Any], console: Console | None = None) -> None:
     """Print ``dataset_info`` as a table."""
     console = console or Console()
-    table = Table(title=f"dataset {info['name']} ({info['path']})", show_header=False)
+    # names and paths are the user's text, not markup: "[/]" in a name is shown, not parsed
+    title = f"dataset {escape(str(info['name']))} ({escape(str(info['path']))})"
+    table = Table(title=title, show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value")
     deg = info["in_degree"]
@@ -116,7 +129,7 @@ def render_info(info: dict[str, Any], console: Console | None = None) -> None:
         )
         rows.append(("feature transform (train default)", str(info.get("feature_norm", "none"))))
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(key, escape(value))
     console.print(table)
 
 
@@ -124,7 +137,7 @@ def render_partition(result: dict[str, Any], console: Console | None = None) -> 
     """Print a partition quality report as a table."""
     console = console or Console()
     table = Table(
-        title=f"{result['method']} partition into {result['parts']} parts "
+        title=f"{escape(str(result['method']))} partition into {result['parts']} parts "
         f"({result['seconds']:.2f} s)",
         show_header=False,
     )
@@ -137,5 +150,5 @@ def render_partition(result: dict[str, Any], console: Console | None = None) -> 
             value = f"{value:.4f}"
         elif isinstance(value, (list, tuple)):
             value = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value)
-        table.add_row(key, str(value))
+        table.add_row(escape(str(key)), escape(str(value)))
     console.print(table)

@@ -8,7 +8,15 @@ count, the dataset, the device topology, and that the run directory does not alr
 dataset's ``meta.json`` records) are resolved and recorded in ``config.yaml``.
 
 Ctrl-C stops the run (every worker, for a distributed one) and prints where it can be resumed
-from; the exit status is 130.
+from; the exit status is 130 (143 for SIGTERM, which stops the run the same way).
+
+Hostile or damaged run files are refused with one line before they are used: a config file or a
+``--set`` value that is not UTF-8 or nests deeper than :data:`MAX_YAML_DEPTH`, a ``metrics.jsonl``
+that is not UTF-8 or holds a malformed line. A fresh run records the dataset's absolute path in
+``config.yaml`` (so ``--resume`` works from any directory); ``--resume`` without a checkpoint says
+it starts from the beginning. At the start, leftovers of killed runs are swept and reported:
+temporary files in the run directory and its ``checkpoints/``, temporary directories of an
+interrupted generation of the default dataset, and shared-memory segments of dead processes.
 """
 
 from __future__ import annotations
@@ -18,12 +26,14 @@ import hashlib
 import logging
 import os
 import shlex
+import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
-from fleetgnn.errors import ConfigError, DatasetError
+from fleetgnn.errors import ConfigError, DatasetError, FleetgnnError
 from fleetgnn.graph import Graph, open_dataset
 
 
@@ -79,16 +89,147 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 class TrainInterrupted(KeyboardInterrupt):
-    """Ctrl-C during ``fleetgnn train``.
+    """Ctrl-C (or SIGTERM) during ``fleetgnn train``.
 
     Attributes:
         note: The line to print (``""``: print nothing, e.g. on the ranks other than 0 under
             torchrun).
+        signum: The signal that stopped the run (``SIGINT`` or ``SIGTERM``).
     """
 
-    def __init__(self, note: str) -> None:
+    def __init__(self, note: str, signum: int = signal.SIGINT) -> None:
         super().__init__(note)
         self.note = note
+        self.signum = int(signum)
+
+
+#: Deepest nesting of lists/mappings accepted in a config file or a ``--set`` value.
+MAX_YAML_DEPTH = 32
+#: Largest config file read (bytes).
+MAX_CONFIG_BYTES = 4 << 20
+
+
+def check_yaml_text(data: bytes, where: str) -> None:
+    """Refuse YAML that is not UTF-8 or nests deeper than :data:`MAX_YAML_DEPTH`, in one line.
+
+    The nesting is measured on the parser's event stream (no recursion), so a hostile file
+    cannot exhaust the stack before the config loader sees it. Other YAML errors are left to the
+    config loader, which reports them.
+
+    Raises:
+        ConfigError: ``where`` (a file name or ``--set KEY``) is not UTF-8 or nests too deep.
+    """
+    import yaml
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{where} is not UTF-8 text (byte {data[e.start : e.start + 1]!r} at offset "
+            f"{e.start}); save it as UTF-8"
+        ) from None
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    raise ConfigError(
+                        f"{where} nests lists or mappings more than {MAX_YAML_DEPTH} levels deep; "
+                        f"a fleetgnn config needs at most a few levels"
+                    )
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return  # the config loader reports it with its position
+
+
+def _check_config_file(path: Path, what: str) -> None:
+    """:func:`check_yaml_text` on a config file (an unreadable one is the loader's to report)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError:
+        return
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{what} '{path}' is larger than {MAX_CONFIG_BYTES >> 20} MiB; it is not a fleetgnn "
+            f"config"
+        )
+    check_yaml_text(data, f"{what} '{path}'")
+
+
+def _check_overrides(overrides: list[str]) -> None:
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep:
+            check_yaml_text(value.encode("utf-8", "surrogateescape"), f"--set {key}")
+
+
+def check_metrics_file(path: Path) -> None:
+    """Refuse a ``metrics.jsonl`` that resuming would choke on, in one line.
+
+    Raises:
+        FleetgnnError: Not UTF-8, a line nested too deeply to parse, or an epoch line whose
+            ``epoch`` is not an integer.
+    """
+    import json
+
+    if not path.is_file():
+        return
+    fix = "delete it (the checkpoints are enough to resume) or start a fresh run directory"
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FleetgnnError(
+            f"metrics file '{path}' is not UTF-8 text (offset {e.start}); it is corrupt: {fix}"
+        ) from None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except RecursionError:
+            raise FleetgnnError(
+                f"metrics file '{path}' line {i + 1} nests too deeply to parse; it is corrupt: "
+                f"{fix}"
+            ) from None
+        except ValueError:
+            continue  # torn last line, or reported by the metrics reader
+        if not isinstance(rec, dict) or "event" in rec:
+            continue
+        epoch = rec.get("epoch", -1)
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise FleetgnnError(
+                f"metrics file '{path}' line {i + 1}: 'epoch' is {epoch!r}, not an integer; it "
+                f"is corrupt: {fix}"
+            )
+
+
+def _sweep_leftovers(run_dir: Path, cfg: Any, quiet: bool, files: bool, segments: bool) -> None:
+    """Remove (and report) what killed runs left behind.
+
+    Temporary files and directories with ``files`` (rank 0 only), this host's shared-memory
+    segments with ``segments`` (one rank per host).
+    """
+    from fleetgnn.cli.report import report_removed
+    from fleetgnn.graph.files import sweep_stale
+
+    removed: list[object] = []
+    if files:
+        removed += [*sweep_stale(run_dir), *sweep_stale(run_dir / "checkpoints")]
+        if not getattr(cfg.data, "dataset", None):
+            cache = Path(getattr(cfg.data, "cache_dir", None) or default_cache_dir())
+            removed += sweep_stale(cache / "datasets", files=False)
+    if segments:
+        from fleetgnn.distributed.shm import sweep_stale_segments
+
+        removed += [
+            f"removed stale shared-memory segment '{p}' (owner process is gone)"
+            for p in sweep_stale_segments()
+        ]
+    report_removed(removed, "train", quiet)
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -209,6 +350,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     from fleetgnn.config import engine_spec
     from fleetgnn.train import (
+        CheckpointDir,
         Trainer,
         check_resumable,
         engine_from_config,
@@ -228,6 +370,8 @@ def run_train(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--resume continues a run and --overwrite replaces one; pass only one of them"
         )
+    overrides = _overrides(args)
+    _check_overrides(overrides)
     if resume:
         run_dir = Path(args.resume)
         cfg_path = run_dir / "config.yaml"
@@ -236,11 +380,17 @@ def run_train(args: argparse.Namespace) -> int:
                 f"--resume {run_dir}: no config.yaml there; point --resume at a run directory "
                 f"written by 'fleetgnn train'"
             )
+        _check_config_file(cfg_path, "--resume: the run's config")
+        check_metrics_file(run_dir / "metrics.jsonl")
         # flags and --set apply on top of the run's config (e.g. --epochs 6 extends the run);
         # the Trainer refuses changes that would change what the checkpoint means
-        cfg = load_config(cfg_path, _overrides(args))
+        cfg = load_config(cfg_path, overrides)
     else:
-        cfg = load_config(args.config, _overrides(args))
+        if args.config is not None:
+            _check_config_file(Path(args.config), "config file")
+        cfg = load_config(args.config, overrides)
+        if cfg.data.dataset:  # recorded absolute: --resume works from any directory
+            cfg.data.dataset = str(Path(cfg.data.dataset).absolute())
         given = args.run_dir or cfg.run_dir
         run_dir = Path(given) if given else _auto_run_dir(cfg)
         # a group restarted by torchrun's agent runs this command again: it resumes (run_worker)
@@ -248,6 +398,8 @@ def run_train(args: argparse.Namespace) -> int:
         if not overwrite and not restarted:
             check_run_dir_free(run_dir)
     cfg.run_dir = str(run_dir)
+    local_rank0 = torchrun is None or os.environ.get("LOCAL_RANK", "0") == "0"
+    _sweep_leftovers(run_dir, cfg, quiet, files=is_rank0, segments=local_rank0)
     spec = engine_spec(cfg.train.engine)
     if not spec.available:  # before generating data or starting workers
         from fleetgnn.engines import engine_class
@@ -268,6 +420,13 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = resolve_feature_norm(cfg)  # the dataset's transform, unless data.feature_norm is set
     if resume:  # what the workers would refuse after loading everything, refused now
         check_resumable(run_dir, cfg)
+        if not CheckpointDir(run_dir / "checkpoints").candidates() and is_rank0 and not quiet:
+            print(
+                f"fleetgnn train: --resume {run_dir}: no checkpoint in "
+                f"'{run_dir / 'checkpoints'}'; starting the run from the beginning",
+                file=sys.stderr,
+                flush=True,
+            )
     torch.set_num_threads(cfg.train.threads)
     show_log(quiet)
     try:
@@ -283,8 +442,9 @@ def run_train(args: argparse.Namespace) -> int:
                     engine, cfg, run_dir, show_progress=progress, quiet=quiet
                 )
                 trainer.fit(resume=resume)
-    except KeyboardInterrupt:
-        raise TrainInterrupted(_interrupted_note(run_dir) if is_rank0 else "") from None
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", None) or signal.SIGINT
+        raise TrainInterrupted(_interrupted_note(run_dir) if is_rank0 else "", signum) from None
     if is_rank0 and not quiet:
         print(f"run directory: {run_dir} (summary.json, metrics.jsonl, checkpoints/)", flush=True)
     return 0
@@ -326,9 +486,13 @@ def run_worker(
     """
     import torch
 
+    from fleetgnn.cli.main import one_line_warning_format
     from fleetgnn.distributed import destroy, init, restart_info
     from fleetgnn.train import Config, Trainer, engine_from_config, resolve_threads
 
+    warnings.formatwarning = one_line_warning_format("train")  # as the launcher prints them
+    if int(os.environ.get("RANK", "0")) != 0:  # every rank resumes; rank 0 says it
+        warnings.filterwarnings("ignore", message=".*resuming from the previous checkpoint")
     cfg = Config.from_dict(cfg_dict).validate()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     cfg.train.threads = resolve_threads(cfg.train.threads, local, os.environ.get("OMP_NUM_THREADS"))

@@ -3,6 +3,11 @@
 ``init()`` reads the launcher's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``: set by ``torchrun`` and by
 :func:`fleetgnn.distributed.launch`) and initialises ``torch.distributed`` with ``env://``.
+When ``MASTER_ADDR`` is a loopback address (every rank on this host, as under
+:func:`~fleetgnn.distributed.launch`), rank 0's store listens on that address only
+(:func:`loopback_tcp_store`): a plain ``TCPStore`` listens on every interface, and its clients
+are unauthenticated and exchange pickled objects. Other addresses (multi-host ``torchrun``) are
+left to torch: the store listens on ``MASTER_PORT`` of every interface of that host.
 Without those variables it creates a real one-rank group through a
 :class:`torch.distributed.FileStore` in a private temporary directory (no port, no network), so
 single-process code runs the same
@@ -16,10 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import ipaddress
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -146,6 +154,58 @@ def host_layout(local: Sequence[tuple[int, int]]) -> tuple[int, ...]:
     return tuple(hosts)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address literal (``127.x.y.z``, ``::1``) or ``localhost``."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[] ")).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_tcp_store(host: str, port: int, *, is_master: bool, **kwargs: Any) -> dist.TCPStore:
+    """A ``TCPStore`` at ``host:port``; its server (``is_master``) listens on loopback only.
+
+    A ``TCPStore`` server binds every interface whatever ``host`` says. Here the server's socket
+    is bound to the loopback address ``host`` names (port 0: one the OS picks, read back) and
+    handed to the store (``master_listen_fd``), so nothing outside this host can connect.
+
+    Args:
+        host: A loopback address (see :func:`is_loopback`).
+        port: The port; 0 lets the OS pick one for a server (read it back from ``.port``).
+        is_master: Host the server (else connect to it as a client).
+        **kwargs: Passed to ``TCPStore`` (``world_size``, ``timeout``, ``multi_tenant``, ...).
+
+    Raises:
+        DistError: ``host`` is not a loopback address.
+    """
+    if not is_loopback(host):
+        raise DistError(f"loopback_tcp_store: {host!r} is not a loopback address")
+    if not is_master or kwargs.get("master_listen_fd") is not None:
+        return dist.TCPStore(host, port, is_master=is_master, **kwargs)
+    family, _, _, _, addr = socket.getaddrinfo(
+        "127.0.0.1" if host.strip().lower() == "localhost" else host.strip("[] "),
+        port,
+        type=socket.SOCK_STREAM,
+    )[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(socket.SOMAXCONN)
+        bound = int(sock.getsockname()[1])
+    except OSError:
+        sock.close()
+        raise
+    fd = sock.detach()  # the store owns the socket from here on
+    try:
+        return dist.TCPStore(host, bound, is_master=True, master_listen_fd=fd, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _env_int(name: str) -> int:
     raw = os.environ[name]
     try:
@@ -233,7 +293,21 @@ def init(backend: str | None = None, timeout_s: float = 120) -> DistContext:
                 "0 <= RANK < WORLD_SIZE and 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE."
             )
         device = _device(be, local_rank)
-        dist.init_process_group(be, init_method="env://", timeout=timeout)
+        addr = os.environ.get("MASTER_ADDR", "")
+        agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        if ws > 1 and is_loopback(addr) and not agent_store and "MASTER_PORT" in os.environ:
+            # every rank is on this host: rank 0's store listens on loopback only
+            store = loopback_tcp_store(
+                addr,
+                _env_int("MASTER_PORT"),
+                is_master=rank == 0,
+                world_size=ws,
+                timeout=timeout,
+                multi_tenant=True,
+            )
+            dist.init_process_group(be, store=store, rank=rank, world_size=ws, timeout=timeout)
+        else:
+            dist.init_process_group(be, init_method="env://", timeout=timeout)
         store_dir = None
     else:
         rank, ws, local_rank, local_ws = 0, 1, 0, 1

@@ -9,6 +9,13 @@ behind ``torchrun``) with a c10d rendezvous on loopback, and the agent spawns th
 ``127.0.0.1:0``: the store binds a port the OS picks (what ``torchrun --standalone`` does), so
 there is no fixed port and no race for a port found free earlier.
 
+Nothing listens outside this host: the agent's rendezvous store and rank 0's process-group store
+are bound to ``127.0.0.1`` (a plain ``TCPStore`` listens on every interface, and its clients are
+unauthenticated and exchange pickled objects; see
+:func:`~fleetgnn.distributed.context.loopback_tcp_store`), ``MASTER_ADDR`` is ``127.0.0.1``, and
+gloo (and NCCL's bootstrap) use the loopback interface unless ``GLOO_SOCKET_IFNAME``
+(``NCCL_SOCKET_IFNAME``) says otherwise.
+
 Reporting: a worker's :class:`~fleetgnn.errors.FleetgnnError` comes back as its one-line message
 (:class:`WorkerFailed`); Ctrl-C (SIGINT to the launcher, or to the whole process group from a
 terminal) stops every worker quietly and raises :class:`KeyboardInterrupt` in the caller instead
@@ -41,7 +48,9 @@ RESTART_FAILURES_ENV = "FLEETGNN_RESTART_FAILURES"
 #: Signals torch's agent handles (and leaves its handler installed for); restored after a launch.
 _AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
-_interrupted = False  # set in a worker by its SIGINT handler
+_interrupted = False  # set in a worker by its SIGINT/SIGTERM handler
+#: Where every socket of a :func:`launch` listens.
+LOOPBACK = "127.0.0.1"
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
@@ -54,13 +63,15 @@ def _run_worker(fn: Callable[..., Any], *args: Any) -> Any:
     """Worker entry point: run ``fn``, report user errors by message, exit quietly on Ctrl-C.
 
     A :class:`~fleetgnn.errors.FleetgnnError` is re-raised as :class:`WorkerUserError` (so the
-    launcher shows its message alone). After SIGINT the worker exits with
-    :data:`EXIT_INTERRUPTED` without a traceback, whatever the interruption broke on its way out
-    (e.g. a collective whose peer already left); its ``finally`` blocks have run by then.
+    launcher shows its message alone). After SIGINT or SIGTERM (what the agent sends to stop
+    the workers) the worker exits with :data:`EXIT_INTERRUPTED` without a traceback, whatever
+    the interruption broke on its way out (e.g. a collective whose peer already left); its
+    ``finally`` blocks have run by then.
     """
     import torch.distributed as dist
 
     signal.signal(signal.SIGINT, _on_sigint)
+    signal.signal(signal.SIGTERM, _on_sigint)
     try:
         try:
             return fn(*args)
@@ -106,6 +117,48 @@ def _private_worker_store() -> Iterator[None]:
     """
     with _env("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"):
         yield
+
+
+@contextlib.contextmanager
+def _loopback_only() -> Iterator[None]:
+    """Keep every listening socket of the launch on loopback while the block runs.
+
+    The agent's c10d rendezvous store is created by torch's rendezvous backend; its ``TCPStore``
+    is swapped for :func:`~fleetgnn.distributed.context.loopback_tcp_store` (which binds the
+    server to the loopback endpoint instead of every interface). The workers inherit
+    ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` naming the loopback interface (unless set), and
+    their rank 0 binds its store to ``MASTER_ADDR`` = :data:`LOOPBACK` (see
+    :func:`~fleetgnn.distributed.init`).
+    """
+    import socket
+
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+
+    from fleetgnn.distributed.context import is_loopback, loopback_tcp_store
+
+    real = getattr(backend, "TCPStore", None)
+
+    def store(host_name: str, port: int, *args: Any, **kwargs: Any) -> Any:
+        if args or not is_loopback(str(host_name)):
+            return real(host_name, port, *args, **kwargs)  # type: ignore[misc]
+        return loopback_tcp_store(str(host_name), int(port), **kwargs)
+
+    try:
+        names = {name for _, name in socket.if_nameindex()}
+    except OSError:  # pragma: no cover - platforms without interface listing
+        names = set()
+    lo = next((n for n in ("lo", "lo0") if n in names), None)
+    with contextlib.ExitStack() as stack:
+        for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if lo is not None and var not in os.environ:
+                stack.enter_context(_env(var, lo))
+        if real is not None:
+            backend.TCPStore = store  # type: ignore[assignment, misc]
+        try:
+            yield
+        finally:
+            if real is not None:
+                backend.TCPStore = real  # type: ignore[misc]
 
 
 @contextlib.contextmanager
@@ -224,12 +277,60 @@ def _user_message(failure: Any) -> str | None:
     return None
 
 
+def _signal_name(failure: Any) -> str:
+    code = getattr(failure, "exitcode", None)
+    if not isinstance(code, int) or code >= 0:
+        return ""
+    name = ""
+    if hasattr(failure, "signal_name"):
+        with contextlib.suppress(Exception):
+            name = str(failure.signal_name())
+    if not name or name.upper() == "UNKNOWN SIGNAL":
+        with contextlib.suppress(ValueError):
+            name = signal.Signals(-code).name
+    return name or f"signal {-code}"
+
+
 def _failure_message(failure: Any) -> str:
-    """One line for one failed worker: a user error's message, else its exception or signal."""
+    """One line for one failed worker: a user error's message, else its exception or signal.
+
+    A worker killed by a signal (no error record) is ``killed by SIGKILL (exit -9)``.
+    """
     user = _user_message(failure)
     if user is not None:
         return " ".join(user.split())
+    name = _signal_name(failure)
+    if name and not _has_error_record(failure):
+        return f"killed by {name} (exit {failure.exitcode})"
     return error_summary(_failure_text(failure))
+
+
+def _has_error_record(failure: Any) -> bool:
+    """Whether the worker left an error record (an exception, not just a signal death)."""
+    data = getattr(failure, "error_file_data", None)
+    msg = data.get("message") if isinstance(data, dict) else None
+    return bool(msg) and msg != "<NONE>"
+
+
+def _worker_failed(failures: dict[int, str], messages: dict[int, str]) -> WorkerFailed:
+    """A :class:`WorkerFailed` with a one-line message naming each rank's failure.
+
+    ``rank 1 was killed by SIGKILL (exit -9)`` for ranks killed by a signal, ``worker failed on
+    rank R: MESSAGE`` for the others, joined with ``; ``.
+    """
+    err = WorkerFailed(failures, messages=messages)
+    by_message: dict[str, list[int]] = {}
+    for rank, msg in err.messages.items():
+        by_message.setdefault(msg, []).append(rank)
+    parts = []
+    for msg, ranks in by_message.items():
+        who = ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+        if msg.startswith("killed by "):
+            parts.append(f"{who} {'was' if len(ranks) == 1 else 'were'} {msg}")
+        else:
+            parts.append(f"worker failed on {who}: {msg}")
+    err.args = ("; ".join(parts),)
+    return err
 
 
 def _failure_text(failure: Any) -> str:
@@ -320,13 +421,15 @@ def launch(
         nproc_per_node=nproc,
         run_id=run_id or f"fleetgnn-{uuid.uuid4().hex[:12]}",
         rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",
+        rdzv_endpoint=f"{LOOPBACK}:0",
+        local_addr=LOOPBACK,  # MASTER_ADDR of the workers
         max_restarts=max_restarts,
         monitor_interval=monitor_interval,
         start_method="spawn",
     )
     with (
         _quiet(verbose),
+        _loopback_only(),
         _private_worker_store(),
         _restore_signal_handlers(),
         _env(RESTART_FAILURES_ENV, None),
@@ -335,10 +438,12 @@ def launch(
         try:
             return dict(elastic_launch(config, _run_worker)(fn, *args))
         except SignalException as e:
-            raise KeyboardInterrupt(f"launcher got {e.sigval.name}") from None
+            err = KeyboardInterrupt(f"launcher got {e.sigval.name}")
+            err.signum = int(e.sigval)  # type: ignore[attr-defined]
+            raise err from None
         except ChildFailedError as e:
             if all(getattr(f, "exitcode", None) == EXIT_INTERRUPTED for f in e.failures.values()):
                 raise KeyboardInterrupt("workers were interrupted") from None
             failures = {int(rank): _failure_text(f) for rank, f in e.failures.items()}
             messages = {int(rank): _failure_message(f) for rank, f in e.failures.items()}
-            raise WorkerFailed(failures, messages=messages) from None
+            raise _worker_failed(failures, messages) from None

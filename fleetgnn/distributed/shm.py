@@ -21,13 +21,14 @@ rank  shard rows    global rows (``gather_global`` ids)
 
 Placement:
 
-- CPU: the owner writes its shard into a file under ``/dev/shm`` (``fleetgnn-<name>-<token>-r<rank>
-  -p<pid>``); file names are exchanged with ``all_gather_object``; every rank maps every shard
-  (peers read-only); after a barrier confirming every rank has mapped every shard, owners unlink
-  their files at once. The mappings stay valid, the memory is freed when the last process unmaps
-  it, and no segment outlives the job even if a rank is later SIGKILLed. A rank killed *inside*
-  ``create`` (between writing and the barrier) can leave its own file behind:
-  :func:`sweep_stale_segments` removes segments of dead processes.
+- CPU: the owner writes its shard into a file under ``/dev/shm``
+  (``fleetgnn-<name>-<token>-r<rank>-h<tag>-p<pid>``, the tag naming the host and PID namespace);
+  file names are exchanged with ``all_gather_object``; every rank maps every shard (peers
+  read-only); after a barrier confirming every rank has mapped every shard, owners unlink their
+  files at once. The mappings stay valid, the memory is freed when the last process unmaps it, and
+  no segment outlives the job even if a rank is later SIGKILLed. A rank killed *inside* ``create``
+  (between writing and the barrier) can leave its own file behind: :func:`sweep_stale_segments`
+  removes segments of dead processes.
 - CUDA: shards stay in device memory and are shared through CUDA IPC
   (``torch.multiprocessing.reductions.reduce_tensor`` / rebuild), handles exchanged with
   ``all_gather_object``; the owner keeps its shard alive until :meth:`ShardedTensor.close`.
@@ -51,11 +52,12 @@ import torch
 
 from fleetgnn.distributed.comm import Communicator
 from fleetgnn.distributed.errors import DistError
+from fleetgnn.graph.files import owner_tag, process_alive
 
 #: Every shared-memory segment fleetgnn creates starts with this prefix.
 SHM_PREFIX = "fleetgnn-"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
-_SEGMENT_RE = re.compile(r"^fleetgnn-.+-p(\d+)$")
+_SEGMENT_RE = re.compile(r"^fleetgnn-.+?(?:-h(?P<tag>[0-9a-f]{8}))?-p(?P<pid>\d+)$")
 
 
 def shm_dir() -> str:
@@ -68,9 +70,11 @@ def shm_dir() -> str:
 def sweep_stale_segments(directory: str | None = None) -> list[str]:
     """Unlink fleetgnn segments whose creating process no longer exists; returns their paths.
 
-    Only needed after a rank was killed inside a ``create`` call. Processes are identified by PID
-    on this host: do not call it while jobs in other PID namespaces (containers) share the
-    directory.
+    Only needed after a rank was killed inside a ``create`` call (``fleetgnn train`` calls it
+    when it starts). Segment names carry the creator's PID and a tag of its host and PID
+    namespace (``...-h<tag>-p<pid>``): segments of another namespace sharing the directory (a
+    container with the host's ``/dev/shm``) are left alone, as are those of live processes.
+    Segments named without a tag (older fleetgnn versions) are judged by PID alone.
     """
     directory = directory or shm_dir()
     removed = []
@@ -78,13 +82,10 @@ def sweep_stale_segments(directory: str | None = None) -> list[str]:
         m = _SEGMENT_RE.match(entry)
         if not m:
             continue
-        try:
-            os.kill(int(m.group(1)), 0)
+        if m.group("tag") is not None and m.group("tag") != owner_tag():
+            continue  # another host or PID namespace: its PIDs mean nothing here
+        if process_alive(int(m.group("pid"))):
             continue  # alive (or not ours to signal): keep
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
         path = os.path.join(directory, entry)
         try:
             os.unlink(path)
@@ -92,6 +93,11 @@ def sweep_stale_segments(directory: str | None = None) -> list[str]:
         except FileNotFoundError:
             pass
     return removed
+
+
+def _owner() -> str:
+    """The end of a segment name: ``-h<host and PID namespace tag>-p<pid>``."""
+    return f"-h{owner_tag()}-p{os.getpid()}"
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -311,7 +317,7 @@ class ShardedTensor:
             if rows[comm.rank] > 0:
                 path = os.path.join(
                     directory,
-                    f"{SHM_PREFIX}{name}-{token}-r{comm.rank}-p{os.getpid()}",
+                    f"{SHM_PREFIX}{name}-{token}-r{comm.rank}{_owner()}",
                 )
                 own = _write_segment(path, local.contiguous())
         except (OSError, DistError) as e:
@@ -640,7 +646,7 @@ class SharedTensor:
                 if tensor.numel() > 0:
                     path = os.path.join(
                         directory,
-                        f"{SHM_PREFIX}{name}-{uuid.uuid4().hex[:12]}-r{owner}-p{os.getpid()}",
+                        f"{SHM_PREFIX}{name}-{uuid.uuid4().hex[:12]}-r{owner}{_owner()}",
                     )
                     mine = _write_segment(path, tensor.contiguous())
                 else:

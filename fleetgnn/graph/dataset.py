@@ -18,8 +18,11 @@ otherwise. The key is optional: a dataset without it (any written before it exis
 ``"none"``, so the format version is unchanged.
 
 Writing goes through :class:`DatasetWriter`: arrays are created as ``.npy`` memory maps in a
-temporary sibling directory and filled in chunks, ``meta.json`` is written last, and the directory
-is renamed into place, so an interrupted write never leaves a directory that looks complete.
+temporary sibling directory (``.NAME.tmp-<pid>-<tag>-<random>``, so that a later run can sweep it
+once its owner is gone: :mod:`fleetgnn.graph.files`), with their space reserved on disk first (a
+full disk is a one-line :class:`~fleetgnn.errors.DiskFullError`, never a SIGBUS), and filled in
+chunks; ``meta.json`` is written last, and the directory gets the user's umask and is renamed into
+place, so an interrupted write never leaves a directory that looks complete.
 Opening maps every array with ``np.load(mmap_mode='r')`` (constant time, paged on demand) after
 checking that files, dtypes and shapes agree with ``meta.json``.
 """
@@ -39,9 +42,27 @@ import numpy as np
 from fleetgnn.config.engines import FEATURE_NORMS
 from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import SPLITS, Graph, Validation
+from fleetgnn.graph.files import (
+    apply_umask,
+    create_npy,
+    disk_full_as_error,
+    refresh_free,
+    temp_file,
+    temp_prefix,
+)
 
 FORMAT_VERSION = 1
 META = "meta.json"
+#: Ranges ``meta.json`` is checked against (:func:`check_meta`).
+MAX_NODES = 1 << 40
+MAX_EDGES = 1 << 48
+MAX_FEATURES = 1 << 24
+MAX_CLASSES = 1 << 20
+MAX_NAME_CHARS = 1000
+#: Largest and deepest metadata file read (``meta.json``, a partition book's ``book.json``).
+MAX_META_BYTES = 16 << 20
+MAX_META_DEPTH = 16
+_NATIVE = "<" if np.little_endian else ">"
 ARRAYS: tuple[str, ...] = ("indptr", "indices", "x", "y", *SPLITS, "edge_weight")
 REQUIRED: tuple[str, ...] = ("indptr", "indices")
 _COPY_CHUNK_BYTES = 64 << 20  # bounded memory when copying arrays into a dataset
@@ -76,16 +97,21 @@ class DatasetWriter:
                 f"--overwrite"
             )
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        self.tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(self.out.name), dir=self.out.parent))
         self._arrays: dict[str, np.ndarray] = {}
         self._done = False
+
+    #: The end of a disk-full message about a dataset being written.
+    DISK_FULL_FIX = "free some space there, or write the dataset to another file system (--out)"
 
     def __enter__(self) -> DatasetWriter:
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if not self._done:
             self.abort()
+            if exc is not None:
+                refresh_free(exc)  # a DiskFullError shows the space free once the partial is gone
 
     def abort(self) -> None:
         """Remove the temporary directory; nothing is left at ``out``."""
@@ -94,14 +120,30 @@ class DatasetWriter:
         self._done = True
 
     def create(self, name: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
-        """Create array ``name`` as a writable ``.npy`` memory map to be filled by the caller."""
+        """Create array ``name`` as a writable ``.npy`` memory map to be filled by the caller.
+
+        The file's space is reserved first and the dtype made native-endian (a big-endian input
+        is converted as it is copied in).
+
+        Raises:
+            DatasetError: Unknown array name.
+            DiskFullError: Not enough space for the array.
+        """
         if name not in ARRAYS:
             raise DatasetError(f"unknown dataset array {name!r}; valid names: {', '.join(ARRAYS)}")
-        arr = np.lib.format.open_memmap(
-            self.tmp / f"{name}.npy", mode="w+", dtype=np.dtype(dtype), shape=tuple(shape)
-        )
+        dt = np.dtype(dtype)
+        if dt.byteorder not in ("=", "|"):
+            dt = dt.newbyteorder("=")
+        arr = create_npy(self.tmp / f"{name}.npy", dt, tuple(shape), self.DISK_FULL_FIX)
         self._arrays[name] = arr
         return arr
+
+    def scratch(self, filename: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """A writable ``.npy`` memory map in the temporary directory, not part of the dataset.
+
+        Its space is reserved like :meth:`create`'s; delete the file before :meth:`commit`.
+        """
+        return create_npy(self.tmp / filename, dtype, tuple(shape), self.DISK_FULL_FIX)
 
     def put(self, name: str, values: np.ndarray) -> None:
         """Write a whole array, copied in chunks of bounded size."""
@@ -158,17 +200,20 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     on failure it is removed and ``path`` is left as it was.
     """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    tmp = Path(name)
+    data = text.encode()
+    fix = f"free some space to write '{p}'"
+    with disk_full_as_error(p.parent, len(data), fix):
+        tmp = temp_file(p)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with disk_full_as_error(p.parent, len(data), fix), open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        apply_umask(tmp)
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        refresh_free(e)
         raise
     fsync_dir(p.parent)
     return p
@@ -194,7 +239,11 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 
 
 def replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished directory ``tmp`` to ``out``, replacing a directory already there."""
+    """Move the finished directory ``tmp`` to ``out``, replacing a directory already there.
+
+    ``tmp`` (private, as ``tempfile.mkdtemp`` makes it) first gets the user's umask.
+    """
+    apply_umask(tmp)
     if out.exists():
         trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
         os.replace(out, trash / "old")
@@ -220,11 +269,27 @@ def read_json_meta(
             each message ends with ``fix``.
     """
     try:
-        meta = json.loads(path.read_text())
+        size = path.stat().st_size
+        if size > MAX_META_BYTES:
+            raise error(
+                f"'{path}' is {size} bytes, more than the {MAX_META_BYTES >> 20} MiB a metadata "
+                f"file may have; {fix}"
+            )
+        meta = json.loads(path.read_bytes().decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise error(f"'{path}' is not valid JSON ({e}); {fix}") from e
+    except RecursionError:
+        raise error(f"'{path}' nests too deeply to be read; {fix}") from None
+    except OSError as e:
+        raise error(f"'{path}' cannot be read ({e.strerror or e}); {fix}") from e
     if not isinstance(meta, dict):
         raise error(f"'{path}' must hold a JSON object; {fix}")
+    depth = _json_depth(meta)
+    if depth > MAX_META_DEPTH:
+        raise error(
+            f"'{path}' nests {depth} levels deep, more than the {MAX_META_DEPTH} a metadata file "
+            f"may have; {fix}"
+        )
     if meta.get("format_version") != version:
         raise error(
             f"'{path}' has format_version {meta.get('format_version')!r}; this fleetgnn reads "
@@ -234,6 +299,20 @@ def read_json_meta(
         if key not in meta:
             raise error(f"'{path}' lacks the key {key!r}; {fix}")
     return meta
+
+
+def _json_depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value (iterative: no recursion on hostile input)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
 
 
 def write_dataset(
@@ -280,9 +359,89 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
         error=DatasetError,
         fix="re-create the dataset with 'fleetgnn prepare'",
     )
-    if not isinstance(meta["arrays"], dict):
-        raise DatasetError(f"'{meta_path}': 'arrays' must be an object")
+    check_meta(meta, meta_path)
     return meta
+
+
+def _meta_error(where: Path, key: str, value: Any, want: str) -> DatasetError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:60] + "..."
+    return DatasetError(
+        f"'{where}': {key} = {shown} is invalid: {want}; the file is corrupt or was not written "
+        f"by fleetgnn, re-create the dataset with 'fleetgnn prepare'"
+    )
+
+
+def _meta_int(meta: dict[str, Any], key: str, where: Path, low: int, high: int) -> None:
+    value = meta[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _meta_error(where, key, value, f"expected an integer in [{low}, {high}]")
+
+
+def check_meta(meta: dict[str, Any], where: Path) -> None:
+    """Check a dataset's ``meta.json`` against its schema before any field is used.
+
+    Types and ranges: ``num_nodes`` in [0, :data:`MAX_NODES`], ``num_edges`` in [0,
+    :data:`MAX_EDGES`], ``num_features`` in [0, :data:`MAX_FEATURES`], ``num_classes`` ``null``
+    or in [1, :data:`MAX_CLASSES`] (all integers, not floats or strings), ``name`` a string of
+    at most :data:`MAX_NAME_CHARS` characters, ``feature_norm`` a known transform, and
+    ``arrays`` an object mapping known array names to ``{"dtype", "shape"}``: a dtype string of
+    a bool, integer or float type in native (or no) byte order, a shape of one or two integers.
+
+    Raises:
+        DatasetError: The first violation, naming the key, the value and the valid range.
+    """
+    _meta_int(meta, "num_nodes", where, 0, MAX_NODES)
+    _meta_int(meta, "num_edges", where, 0, MAX_EDGES)
+    _meta_int(meta, "num_features", where, 0, MAX_FEATURES)
+    if meta.get("num_classes") is not None:
+        _meta_int(meta, "num_classes", where, 1, MAX_CLASSES)
+    name = meta.get("name", "")
+    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
+        raise _meta_error(where, "name", name, f"expected a string of <= {MAX_NAME_CHARS} chars")
+    if "feature_norm" in meta:
+        _check_feature_norm(meta["feature_norm"], f"'{where}': feature_norm")
+    arrays = meta["arrays"]
+    if not isinstance(arrays, dict):
+        raise _meta_error(where, "arrays", arrays, "expected an object {name: {dtype, shape}}")
+    for name, spec in arrays.items():
+        key = f"arrays.{name}"
+        if name not in ARRAYS:
+            raise _meta_error(where, "arrays", name, f"unknown array; valid: {', '.join(ARRAYS)}")
+        if not isinstance(spec, dict) or not {"dtype", "shape"} <= set(spec):
+            raise _meta_error(where, key, spec, 'expected {"dtype": ..., "shape": [...]}')
+        _check_spec_dtype(spec["dtype"], where, key)
+        shape = spec["shape"]
+        if (
+            not isinstance(shape, list)
+            or not 1 <= len(shape) <= 2
+            or any(isinstance(d, bool) or not isinstance(d, int) for d in shape)
+            or any(not 0 <= d <= MAX_EDGES for d in shape)
+        ):
+            raise _meta_error(
+                where, f"{key}.shape", shape, f"expected 1 or 2 integers in [0, {MAX_EDGES}]"
+            )
+
+
+def _check_spec_dtype(value: Any, where: Path, key: str) -> np.dtype:
+    want = "a dtype string of a bool, integer or float type, e.g. '<f4'"
+    if not isinstance(value, str) or len(value) > 16:
+        raise _meta_error(where, f"{key}.dtype", value, want)
+    try:
+        dt = np.dtype(value)
+    except (TypeError, ValueError, SyntaxError):
+        raise _meta_error(where, f"{key}.dtype", value, want) from None
+    if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
+        raise _meta_error(where, f"{key}.dtype", value, want)
+    if dt.byteorder not in ("=", "|") and dt.byteorder != _NATIVE:
+        raise _meta_error(
+            where,
+            f"{key}.dtype",
+            value,
+            "the array is stored big-endian, which fleetgnn does not map; convert it to native "
+            "byte order (np.save(f, a.astype(a.dtype.newbyteorder('='))))",
+        )
+    return dt
 
 
 def _check_feature_norm(value: Any, where: str) -> str:
@@ -320,7 +479,7 @@ def _load_array(root: Path, name: str, spec: dict[str, Any], mmap: bool) -> np.n
             f"'{path}' cannot be read ({e}); the file is truncated or corrupt, "
             f"re-create the dataset"
         ) from e
-    want_dtype, want_shape = np.dtype(spec.get("dtype")), tuple(spec.get("shape", ()))
+    want_dtype, want_shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
     if arr.dtype != want_dtype or arr.shape != want_shape:
         raise DatasetError(
             f"'{path}' holds {arr.dtype} {arr.shape} but {META} says {want_dtype} {want_shape}; "
@@ -346,11 +505,8 @@ def open_dataset(
         DatasetError: Missing, truncated or inconsistent files, or invalid contents.
     """
     root = Path(path)
-    meta = read_meta(root)
+    meta = read_meta(root)  # checked against the schema: every field below is well-typed
     specs = meta["arrays"]
-    unknown = sorted(set(specs) - set(ARRAYS))
-    if unknown:
-        raise DatasetError(f"{root / META} lists unknown arrays {unknown}; valid: {list(ARRAYS)}")
     for req in REQUIRED:
         if req not in specs:
             raise DatasetError(f"{root / META} lists no {req!r} array; re-create the dataset")

@@ -561,12 +561,15 @@ class _MemorySink:
         pass
 
 
+_SCRATCH = ".scratch-indices.npy"
+
+
 class _DiskSink:
     """Writes arrays through a :class:`DatasetWriter`; scratch lives in its temporary directory."""
 
     def __init__(self, writer: DatasetWriter) -> None:
         self.writer = writer
-        self._scratch = writer.tmp / ".scratch-indices.npy"
+        self._scratch = writer.tmp / _SCRATCH
 
     def put(self, name: str, values: np.ndarray) -> None:
         self.writer.put(name, values)
@@ -575,7 +578,7 @@ class _DiskSink:
         return self.writer.create(name, dtype, shape)
 
     def scratch(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        return np.lib.format.open_memmap(self._scratch, mode="w+", dtype=dtype, shape=shape)
+        return self.writer.scratch(_SCRATCH, dtype, shape)  # space reserved: no SIGBUS
 
     def drop_scratch(self) -> None:
         self._scratch.unlink(missing_ok=True)

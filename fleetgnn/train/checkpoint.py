@@ -10,11 +10,17 @@ Retention (:class:`CheckpointDir`)::
     RUN_DIR/checkpoints/prev.pt   the one before it
     RUN_DIR/checkpoints/best.pt   the end of the best-validation epoch (the one the summary reports)
 
-A save writes ``.last.pt.<random>.tmp`` in the same directory (flushed and fsynced), then renames
+A save serializes the state in memory, writes it to ``.last.pt.<pid>-<tag>-<random>.tmp`` in the
+same directory (its space reserved first, so a full disk is a one-line
+:class:`~fleetgnn.errors.DiskFullError`; the name lets a later run sweep it once its writer is
+gone, see :mod:`fleetgnn.graph.files`), flushed and fsynced, then renames
 ``last.pt`` to ``prev.pt`` and the temporary file to ``last.pt`` (both ``os.replace``, atomic on
 POSIX). A crash at any point leaves at least one complete checkpoint: before the first rename both
 old files are intact; between the renames ``prev.pt`` holds the previous ``last.pt``. Loading tries
-``last.pt`` first and falls back to ``prev.pt`` when ``last.pt`` is missing or unreadable.
+``last.pt`` first and falls back to ``prev.pt`` when ``last.pt`` is missing or unreadable, or
+holds the wrong things (a ``check`` the caller passes to :meth:`CheckpointDir.load_latest`).
+Load errors never pass on torch's advice to unpickle fully (``weights_only=False``): that would
+run whatever code a hostile file holds.
 
 A save with ``best=True`` first makes the same file ``best.pt`` (a hard link to the temporary file
 renamed over ``best.pt``, or a second atomic write where links are not supported), so ``best.pt``
@@ -24,11 +30,13 @@ an older ``last.pt``, and the resumed run writes ``best.pt`` again when it reach
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import random
-import tempfile
+import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +45,7 @@ import torch
 
 from fleetgnn.errors import FleetgnnError
 from fleetgnn.graph.dataset import fsync_dir
+from fleetgnn.graph.files import disk_full_as_error, refresh_free, temp_file, write_reserved
 from fleetgnn.types import PathLikeStr
 
 
@@ -44,22 +53,37 @@ class CheckpointError(FleetgnnError):
     """A checkpoint file is missing, truncated, corrupt or has unexpected contents."""
 
 
+#: The end of a disk-full message about a checkpoint.
+DISK_FULL_FIX = (
+    "free some space there, then continue with --resume (the latest checkpoint, if any, is intact)"
+)
+
+
 def _temp_sibling(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    return Path(tmp)
+    """An empty ``.NAME.<pid>-<tag>-<random>.tmp`` next to ``path`` (swept once its owner dies)."""
+    return temp_file(path)
 
 
-def _write_temp_checkpoint(path: Path, state: Mapping[str, Any]) -> Path:
-    tmp = _temp_sibling(path)
+def _serialize(state: Mapping[str, Any]) -> memoryview:
+    """``torch.save(dict(state))`` into memory, so its size is known before the disk is touched."""
+    buf = io.BytesIO()
+    torch.save(dict(state), buf)
+    return buf.getbuffer()
+
+
+def _write_temp_checkpoint(path: Path, data: Any) -> Path:
+    """Write serialized ``data`` to a new temporary sibling of ``path`` (space reserved, fsynced).
+
+    Raises:
+        DiskFullError: Not enough space (the temporary file is removed).
+    """
+    with disk_full_as_error(path.parent, memoryview(data).nbytes, DISK_FULL_FIX):
+        tmp = _temp_sibling(path)
     try:
-        with open(tmp, "wb") as f:
-            torch.save(dict(state), f)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
+        write_reserved(tmp, data, DISK_FULL_FIX)
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        refresh_free(e)
         raise
     return tmp
 
@@ -67,9 +91,10 @@ def _write_temp_checkpoint(path: Path, state: Mapping[str, Any]) -> Path:
 def save_checkpoint(path: PathLikeStr, state: Mapping[str, Any]) -> Path:
     """Save ``state`` to ``path`` atomically: a reader sees the old file or the new one, whole.
 
-    The state is written to a temporary file in the same directory, flushed and fsynced, and
-    renamed over ``path`` with ``os.replace``. On any failure the temporary file is removed and
-    ``path`` is untouched.
+    The state is serialized in memory, then written to a temporary file in the same directory
+    (its space reserved first), flushed and fsynced, and renamed over ``path`` with
+    ``os.replace``. On any failure the temporary file is removed and ``path`` is untouched; a full
+    disk is a one-line :class:`~fleetgnn.errors.DiskFullError`.
 
     Args:
         path: Target file (parent directories are created).
@@ -79,7 +104,7 @@ def save_checkpoint(path: PathLikeStr, state: Mapping[str, Any]) -> Path:
         ``path`` as a :class:`~pathlib.Path`.
     """
     p = Path(path)
-    tmp = _write_temp_checkpoint(p, state)
+    tmp = _write_temp_checkpoint(p, _serialize(state))
     try:
         os.replace(tmp, p)
     except BaseException:
@@ -109,11 +134,20 @@ def load_checkpoint(path: PathLikeStr, *, mmap: bool = False) -> dict[str, Any]:
         )
     try:
         state = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)
-    except Exception as e:  # torch raises RuntimeError, EOFError, UnpicklingError, ...
+    except pickle.UnpicklingError as e:  # what the weights-only unpickler refuses
         raise CheckpointError(
-            f"checkpoint '{p}' ({p.stat().st_size} bytes) is truncated or corrupt and cannot be "
-            f"loaded ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); delete it "
-            f"to fall back to the previous checkpoint, or start a fresh run"
+            f"checkpoint '{p}' ({_size(p)} bytes) holds objects other than tensors and plain "
+            f"values ({_load_detail(e) or 'refused by the weights-only unpickler'}); it is "
+            f"refused, since loading it could run code: the file is truncated or corrupt, or was "
+            f"not written by fleetgnn; delete it to fall back to the previous checkpoint, or "
+            f"start a fresh run"
+        ) from e
+    except Exception as e:  # torch raises RuntimeError, EOFError, ...
+        detail = _load_detail(e)
+        raise CheckpointError(
+            f"checkpoint '{p}' ({_size(p)} bytes) is truncated or corrupt and cannot be "
+            f"loaded ({type(e).__name__}{': ' + detail if detail else ''}); delete it to fall "
+            f"back to the previous checkpoint, or start a fresh run"
         ) from e
     if not isinstance(state, dict):
         raise CheckpointError(
@@ -121,6 +155,32 @@ def load_checkpoint(path: PathLikeStr, *, mmap: bool = False) -> dict[str, Any]:
             f"written by fleetgnn"
         )
     return state
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: Lines of torch's load errors that are advice, not facts; advice to unpickle fully (which can
+#: run code) is never passed on.
+_ADVICE = ("weights_only", "safe_globals", "trust", "documentation", "allowlist", "two options")
+
+
+def _load_detail(err: BaseException, limit: int = 200) -> str:
+    """The factual part of a ``torch.load`` error, one line, without torch's advice."""
+    text = _ANSI.sub("", str(err))
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        line = line.removeprefix("WeightsUnpickler error: ").split(" Please use ", 1)[0]
+        if line and not any(a in line for a in _ADVICE):
+            line = line.rstrip(".")
+            return line if len(line) <= limit else line[:limit] + "..."
+    m = re.search(r"Unsupported global: GLOBAL [\w.]+", text)
+    return m.group(0) if m else ""
 
 
 class CheckpointDir:
@@ -167,57 +227,73 @@ class CheckpointDir:
             The path of ``last.pt``.
         """
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = _write_temp_checkpoint(self.last, state)
+        data = _serialize(state)
+        tmp = _write_temp_checkpoint(self.last, data)
         try:
             if best:
-                self._replace_best(tmp, state)
+                self._replace_best(tmp, data)
             if self.last.exists():
                 os.replace(self.last, self.prev)
             os.replace(tmp, self.last)
-        except BaseException:
+        except BaseException as e:
             tmp.unlink(missing_ok=True)
+            refresh_free(e)
             raise
         fsync_dir(self.directory)
         return self.last
 
-    def _replace_best(self, written: Path, state: Mapping[str, Any]) -> None:
+    def _replace_best(self, written: Path, data: Any) -> None:
         """Make ``best.pt`` the complete file ``written`` (a hard link renamed into place)."""
         link = _temp_sibling(self.best)
         link.unlink()
         try:
             os.link(written, link)
         except OSError:  # no hard links here (some network or FUSE file systems): write a copy
-            link = _write_temp_checkpoint(self.best, state)
+            link = _write_temp_checkpoint(self.best, data)
         try:
             os.replace(link, self.best)
         except BaseException:
             link.unlink(missing_ok=True)
             raise
 
-    def load_latest(self, *, mmap: bool = False) -> dict[str, Any] | None:
+    def candidates(self) -> list[Path]:
+        """The checkpoints to try, newest first: those of ``last.pt``, ``prev.pt`` that exist."""
+        return [p for p in (self.last, self.prev) if p.exists()]
+
+    def load_latest(
+        self,
+        *,
+        mmap: bool = False,
+        check: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any] | None:
         """The newest loadable checkpoint, or ``None`` when there is none.
 
-        Falls back to ``prev.pt`` (with a warning) when ``last.pt`` is missing or unreadable.
+        Falls back to ``prev.pt`` (with a warning naming what was wrong with ``last.pt``) when
+        ``last.pt`` is missing, unreadable, or loads but fails ``check``.
 
         Args:
             mmap: Map tensor storage from the file (see :func:`load_checkpoint`).
+            check: Called with each loaded checkpoint; raises :class:`CheckpointError` when the
+                contents are not what the caller expects (the next checkpoint is tried).
 
         Raises:
-            CheckpointError: Checkpoints exist but none can be loaded.
+            CheckpointError: Checkpoints exist but none can be loaded (or passes ``check``).
         """
         errors: list[str] = []
-        for path in (self.last, self.prev):
-            if not path.exists():
-                continue
+        for path in self.candidates():
             try:
                 state = load_checkpoint(path, mmap=mmap)
             except CheckpointError as e:
                 errors.append(str(e))
                 continue
+            try:
+                if check is not None:
+                    check(state)
+            except CheckpointError as e:
+                errors.append(f"checkpoint '{path}' is unusable: {e}")
+                continue
             if errors:
-                warnings.warn(
-                    f"{errors[0]}; resuming from the previous checkpoint '{path}'", stacklevel=2
-                )
+                warn_fallback(errors[0], path)
             return state
         if errors:
             raise CheckpointError(
@@ -230,6 +306,11 @@ class CheckpointDir:
         self.last.unlink(missing_ok=True)
         self.prev.unlink(missing_ok=True)
         self.best.unlink(missing_ok=True)
+
+
+def warn_fallback(problem: str, path: Path) -> None:
+    """Warn (``UserWarning``, one line) that ``problem`` made a resume fall back to ``path``."""
+    warnings.warn(f"{problem}; resuming from the previous checkpoint '{path}'", stacklevel=3)
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,9 +373,10 @@ def restore_rng(state: Mapping[str, Any]) -> None:
         )
         torch.set_rng_state(state["torch"])
     except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as e:
+        detail = " ".join(str(e).split())
         raise CheckpointError(
-            f"RNG state in the checkpoint is malformed ({type(e).__name__}: {e}); expected the "
-            f"keys 'python', 'numpy', 'torch' as written by capture_rng()"
+            f"RNG state in the checkpoint is malformed ({type(e).__name__}: {detail}); expected "
+            f"the keys 'python', 'numpy', 'torch' as written by capture_rng()"
         ) from e
     cuda = state.get("cuda")
     if cuda and torch.cuda.is_available():

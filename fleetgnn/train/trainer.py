@@ -39,6 +39,7 @@ import dataclasses
 import math
 import random
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -591,42 +592,60 @@ class Trainer:
         )
 
     def _restore(self, spe: int) -> bool:
-        ckpt = self.checkpoints.load_latest()
-        if ckpt is None:
+        """Restore the newest checkpoint that fits this run (``last.pt``, else ``prev.pt``).
+
+        A checkpoint that loads but holds the wrong things (malformed trainer state, an engine
+        state the model or optimizer refuses, bad RNG states) is skipped with a warning, as an
+        unreadable one is. A config that differs from the checkpoint's is the user's change,
+        not damage: its ConfigError is raised, not skipped.
+        """
+        restored: list[TrainState] = []
+
+        def apply(ckpt: dict[str, Any]) -> None:
+            restored[:] = [self._apply_checkpoint(ckpt, spe)]
+
+        if self.checkpoints.load_latest(check=apply) is None:
             return False
-        try:
-            fmt = int(ckpt["format"])
-            state = TrainState.from_dict(ckpt["trainer"])
-            saved_cfg = ckpt["config"]
-            saved_spe = int(ckpt["steps_per_epoch"])
-            engine_state = ckpt["engine"]
-            rng = ckpt["rng"]
-        except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(
-                f"checkpoint in '{self.checkpoints.directory}' lacks trainer state "
-                f"({type(e).__name__}: {e}); it was not written by this version of fleetgnn"
-            ) from e
-        if fmt != CHECKPOINT_FORMAT:
-            raise CheckpointError(
-                f"checkpoint format {fmt} in '{self.checkpoints.directory}' is not supported "
-                f"(expected {CHECKPOINT_FORMAT}); start a fresh run directory"
-            )
+        self.state = restored[0]
+        return True
+
+    def _apply_checkpoint(self, ckpt: Mapping[str, Any], spe: int) -> TrainState:
+        """Check ``ckpt`` against this run and load it into the engine; returns its state.
+
+        Raises:
+            CheckpointError: The checkpoint's contents are malformed or do not fit the engine.
+            ConfigError: The run's config differs from the checkpoint's where it matters.
+        """
+        check_checkpoint(ckpt)
+        state = TrainState.from_dict(ckpt["trainer"])
+        saved_cfg = ckpt["config"]
+        saved_spe = int(ckpt["steps_per_epoch"])
         if self.run_config is not None and "train" in saved_cfg:
             _check_resumable(saved_cfg, self.run_config)
         _check_engine_resumable(ckpt, self.engine)
         partials = ckpt.get("partials")
         if partials is not None and len(partials) == int(self.engine.world_size):
-            state.partial = StepSums.from_dict(partials[int(self.engine.rank)])
+            try:
+                state.partial = StepSums.from_dict(partials[int(self.engine.rank)])
+            except _CONTENT_ERRORS as e:
+                raise _malformed("partials", e) from e
         if state.next_step > 0 and saved_spe != spe:
             raise ConfigError(
                 f"cannot resume mid-epoch: the checkpoint was taken at step {state.next_step} of "
                 f"epoch {state.epoch} with {saved_spe} steps per epoch, but this run has {spe} "
                 f"(different world size or batch size?); resume with the original settings"
             )
-        self.engine.load_state_dict(engine_state)
-        restore_rng(rng)
-        self.state = state
-        return True
+        restore_rng(ckpt["rng"])
+        try:
+            self.engine.load_state_dict(ckpt["engine"])
+        except ConfigError:
+            raise
+        except (*_CONTENT_ERRORS, IndexError, RuntimeError) as e:
+            detail = " ".join(str(e).split())[:300]
+            raise CheckpointError(
+                f"it does not fit this run's model and optimizer ({type(e).__name__}: {detail})"
+            ) from e
+        return state
 
     # ---------------------------------------------------------------------------------------
     # summary
@@ -700,12 +719,114 @@ def resume_point(run_dir: PathLikeStr) -> tuple[int, int] | None:
         ``None`` when there is no loadable checkpoint (a resume starts at epoch 0, step 0).
     """
     try:
-        ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(mmap=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a fallback is reported when the run resumes
+            ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(
+                mmap=True, check=check_checkpoint
+            )
         if ckpt is None:
             return None
         return int(ckpt["trainer"]["epoch"]), int(ckpt["trainer"]["next_step"])
     except (CheckpointError, KeyError, TypeError, ValueError):
         return None
+
+
+_CONTENT_ERRORS = (KeyError, TypeError, ValueError, AttributeError, OverflowError)
+
+
+def _malformed(what: str, err: BaseException) -> CheckpointError:
+    detail = " ".join(str(err).split())[:200]
+    return CheckpointError(
+        f"malformed {what!r} entry ({type(err).__name__}: {detail}); it was not written by this "
+        f"version of fleetgnn, or it is damaged"
+    )
+
+
+def check_checkpoint(ckpt: Mapping[str, Any]) -> None:
+    """Check that a loaded checkpoint holds what :class:`Trainer` writes, before using any of it.
+
+    Types and ranges of the trainer state, the config sections, the steps per epoch, the engine
+    and RNG entries and the optional ones (``partials``, ``engine_config``, ``engine_name``,
+    ``world_size``); whether the engine state fits the model is checked when it is loaded.
+
+    Raises:
+        CheckpointError: An entry is missing or malformed, or the format is not this version's.
+    """
+    try:
+        fmt = ckpt["format"]
+        if isinstance(fmt, bool) or not isinstance(fmt, int):
+            raise TypeError(f"format is {type(fmt).__name__}, expected an integer")
+    except _CONTENT_ERRORS as e:
+        raise _malformed("format", e) from e
+    if fmt != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"format {fmt} is not supported (expected {CHECKPOINT_FORMAT}); start a fresh run "
+            f"directory"
+        )
+    checks: dict[str, Any] = {
+        "trainer": _check_trainer_state,
+        "config": _check_config_entry,
+        "steps_per_epoch": lambda v: _check_int(v, 1),
+        "engine": lambda v: _check_mapping(v, nonempty=True),
+        "rng": _check_mapping,
+    }
+    optional: dict[str, Any] = {
+        "partials": lambda v: [_check_mapping(p) for p in _check_list(v)],
+        "engine_config": _check_mapping,
+        "engine_name": lambda v: _check_type(v, str),
+        "world_size": lambda v: _check_int(v, 1),
+    }
+    for key, check in checks.items():
+        try:
+            if key not in ckpt:
+                raise KeyError(f"{key!r} is missing")
+            check(ckpt[key])
+        except _CONTENT_ERRORS as e:
+            raise _malformed(key, e) from e
+    for key, check in optional.items():
+        try:
+            if ckpt.get(key) is not None:
+                check(ckpt[key])
+        except _CONTENT_ERRORS as e:
+            raise _malformed(key, e) from e
+
+
+def _check_type(value: Any, kind: type | tuple[type, ...]) -> Any:
+    if not isinstance(value, kind):
+        raise TypeError(f"{type(value).__name__}, expected {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _check_mapping(value: Any, nonempty: bool = False) -> Mapping[str, Any]:
+    _check_type(value, Mapping)
+    if nonempty and not value:
+        raise ValueError("empty")
+    return value
+
+
+def _check_list(value: Any) -> list[Any]:
+    return list(_check_type(value, (list, tuple)))
+
+
+def _check_int(value: Any, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{type(value).__name__}, expected an integer")
+    if int(value) < low:
+        raise ValueError(f"{int(value)} is below {low}")
+    return int(value)
+
+
+def _check_trainer_state(value: Any) -> None:
+    state = TrainState.from_dict(_check_mapping(value))
+    for name in ("epoch", "next_step", "global_step", "stale_epochs"):
+        if getattr(state, name) < 0:
+            raise ValueError(f"{name} = {getattr(state, name)} is negative")
+
+
+def _check_config_entry(value: Any) -> None:
+    for section, body in _check_mapping(value).items():
+        if section in ("data", "model", "optim", "train") and not isinstance(body, Mapping):
+            raise TypeError(f"section {section!r} is {type(body).__name__}, expected a mapping")
 
 
 def _engine_config_dict(engine: Engine) -> dict[str, Any] | None:
@@ -733,7 +854,11 @@ def check_resumable(run_dir: PathLikeStr, config: Config) -> None:
         ConfigError: ``config`` differs from the checkpoint's where it matters.
         CheckpointError: Checkpoints exist but none can be loaded.
     """
-    ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(mmap=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a fallback to prev.pt is reported when the run resumes
+        ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(
+            mmap=True, check=check_checkpoint
+        )
     if ckpt is None:
         return
     saved_cfg = ckpt.get("config")

@@ -27,6 +27,7 @@ import numpy as np
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph.csc import index_dtype
 from fleetgnn.graph.dataset import DatasetWriter
+from fleetgnn.graph.files import create_npy, temp_prefix
 from fleetgnn.graph.loaders._io import Table, iter_line_chunks, require_file, short
 
 SPLIT_FILES: dict[str, str] = {"train_mask": "train", "val_mask": "valid", "test_mask": "test"}
@@ -204,9 +205,14 @@ def prepare_ogb(
     total = 2 * e if undirected else e
 
     with DatasetWriter(out, name=dataset_name or root.name, overwrite=overwrite) as w:
-        with tempfile.TemporaryDirectory(prefix=f".{out.name}.edges-", dir=out.parent) as tmp:
-            t_src = np.lib.format.open_memmap(Path(tmp) / "src.npy", "w+", idt, (e,))
-            t_dst = np.lib.format.open_memmap(Path(tmp) / "dst.npy", "w+", idt, (e,))
+        # scratch next to the output, named after this process (swept once it is gone), with
+        # its space reserved (a full disk is a DiskFullError, not a SIGBUS)
+        fix = w.DISK_FULL_FIX
+        with tempfile.TemporaryDirectory(
+            prefix=temp_prefix(out.name, "edges"), dir=out.parent
+        ) as tmp:
+            t_src = create_npy(Path(tmp) / "src.npy", idt, (e,), fix)
+            t_dst = create_npy(Path(tmp) / "dst.npy", idt, (e,), fix)
             counts = np.zeros(n, dtype=np.int64)
             table = Table(edge_file, np.dtype(np.int64), 2, ",", None, "'src,dst'")
             seen = 0
@@ -241,7 +247,7 @@ def prepare_ogb(
             np.cumsum(counts, out=indptr[1:])
             del counts
             if undirected:
-                target = np.lib.format.open_memmap(Path(tmp) / "csc.npy", "w+", idt, (total,))
+                target = create_npy(Path(tmp) / "csc.npy", idt, (total,), fix)
             else:
                 target = w.create("indices", idt, (total,))
             cursor = indptr[:-1].copy()
