@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import check_model
-from fleetgnn.partition import partition, range_partition
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
 SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -401,14 +400,3 @@ def split_metrics(
         out["val_loss"] = float(t[-1] / n_val) if n_val else float("nan")
     return out
 
-
-def contiguous_partition(graph: Graph, method: str, parts: int, seed: int) -> tuple[Any, Graph]:
-    """A partition book of ``parts`` contiguous ranges and the graph in its numbering.
-
-    ``"range"``: edge-balanced ranges of the original IDs (identity numbering, the graph as
-    given); ``"metis"``: METIS parts relabelled contiguous (``book.relabel(graph)``).
-    """
-    if method == "range":
-        return range_partition(graph, parts), graph
-    book = partition(graph, "metis", parts, seed=seed)
-    return book, book.relabel(graph)

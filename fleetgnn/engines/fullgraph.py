@@ -46,7 +46,6 @@ from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
     LossFn,
     all_reduce_gradients,
-    contiguous_partition,
     labels_and_masks,
     loss_sum,
     normalize_rows,
@@ -66,6 +65,7 @@ from fleetgnn.engines.halo import (
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import check_model
+from fleetgnn.partition import contiguous_partition
 
 
 # ---------------------------------------------------------------------------------- tuner

@@ -57,7 +57,6 @@ from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
     LossFn,
     all_reduce_gradients,
-    contiguous_partition,
     labels_and_masks,
     loss_sum,
     normalize_rows,
@@ -72,7 +71,7 @@ from fleetgnn.exchange.transition import chunk_hop
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator, check_model
 from fleetgnn.ops import gspmm_vjp
-from fleetgnn.partition import PartitionBook, chunk_partition, metis_partition
+from fleetgnn.partition import chunk_partition, two_level_partition
 
 #: Chunk counts tried when none is given: powers of two.
 _MAX_DOUBLINGS = 40
@@ -82,43 +81,6 @@ DEFAULT_CHUNKS = 4
 
 class OffloadBudgetError(FleetgnnError):
     """The device budget cannot hold the live buffers of one chunk."""
-
-
-# ---------------------------------------------------------------------------------- partition
-#: Sub-parts per rank of the ``metis`` two-level partition (locality inside each rank's range).
-SUBPARTS = 16
-
-
-def two_level_partition(graph: Graph, method: str, parts: int, seed: int) -> tuple[Any, Graph]:
-    """One contiguous range per rank whose node order keeps locality for range chunks.
-
-    ``"metis"``: one recursive-bisection METIS run into ``parts * K`` sub-parts balanced by
-    in-edges (computation), ``K = min(16, N / (32 parts))``; rank ``p`` owns sub-parts
-    ``[p K, (p + 1) K)`` (siblings in the bisection tree) and nodes are numbered sub-part by
-    sub-part, so the chunks of :func:`~fleetgnn.partition.chunk_partition` (ranges) are unions of
-    neighbouring sub-parts, whatever the dataset's own ID order. ``"range"``: edge-balanced
-    ranges of the original IDs (the dataset's order decides the locality).
-
-    Returns:
-        ``(book, graph in the book's numbering)``.
-    """
-    if method != "metis":
-        return contiguous_partition(graph, method, parts, seed)
-    k = max(1, min(SUBPARTS, graph.num_nodes // max(32 * parts, 1)))
-    if parts * k == 1:
-        return contiguous_partition(graph, method, parts, seed)
-    sub = metis_partition(graph, parts * k, seed=seed, balance=("edges",), recursive=True)
-    book = PartitionBook(
-        num_parts=parts,
-        part_of=(sub.part_of // k).astype(np.int32),
-        method="metis",
-        offsets=np.ascontiguousarray(sub.offsets[::k]),
-        perm=sub.perm,
-        inv_perm=sub.inv_perm,
-        params={**sub.params, "subparts": k},
-        validate=False,
-    )
-    return book, book.relabel(graph)
 
 
 # ---------------------------------------------------------------------------------- aggregators
@@ -675,7 +637,8 @@ class OffloadEngine(EngineBase):
                 self._live((nbr.numel() + out.numel() + cached) * self.elem + hop.nbytes)
                 if record:
                     self.cache[(layer, j)] = [a.cpu() for a in agg.outputs]
-                    self._count("d2h", sum(a.shape[0] for a in agg.outputs), 0)
+                    for a in agg.outputs:
+                        self._count("d2h", a.shape[0], a[0].numel() if a.shape[0] else 0)
                 self.H[layer + 1][hop.lo - self.lo : hop.hi - self.lo] = out.cpu()
                 self._count("d2h", hop.num_dst, d_out)
                 if layer == last and training:

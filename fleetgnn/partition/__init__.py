@@ -1,7 +1,12 @@
 """Partition layer: partition books, partitioners, quality metrics and HongTu's chunks."""
 
 from fleetgnn.partition.book import PartitionBook, book_dir
-from fleetgnn.partition.chunks import ChunkBook, chunk_partition
+from fleetgnn.partition.chunks import (
+    ChunkBook,
+    chunk_partition,
+    contiguous_partition,
+    two_level_partition,
+)
 from fleetgnn.partition.methods import (
     BALANCE_CRITERIA,
     METHODS,
@@ -24,6 +29,7 @@ __all__ = [
     "balanced_boundaries",
     "book_dir",
     "chunk_partition",
+    "contiguous_partition",
     "evaluate",
     "hash_partition",
     "metis_adjacency",
@@ -31,4 +37,5 @@ __all__ = [
     "partition",
     "random_partition",
     "range_partition",
+    "two_level_partition",
 ]

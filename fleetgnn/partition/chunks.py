@@ -15,7 +15,12 @@ import numpy as np
 from fleetgnn.errors import PartitionError
 from fleetgnn.graph.csc import Graph
 from fleetgnn.partition.book import PartitionBook
-from fleetgnn.partition.methods import balanced_boundaries
+from fleetgnn.partition.methods import (
+    balanced_boundaries,
+    metis_partition,
+    partition,
+    range_partition,
+)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -183,3 +188,55 @@ def chunk_partition(
     return ChunkBook(
         num_parts=book.num_parts, chunks_per_part=m, bounds=bounds, chunk_edges=chunk_edges
     )
+
+
+def contiguous_partition(
+    graph: Graph, method: str, parts: int, seed: int = 0
+) -> tuple[PartitionBook, Graph]:
+    """A partition book of ``parts`` contiguous ranges and the graph in its numbering.
+
+    ``"range"``: edge-balanced ranges of the original IDs (identity numbering, the graph as
+    given); ``"metis"``: METIS parts relabelled contiguous (``book.relabel(graph)``).
+    """
+    if method == "range":
+        return range_partition(graph, parts), graph
+    book = partition(graph, "metis", parts, seed=seed)
+    return book, book.relabel(graph)
+
+
+#: Sub-parts per part of the ``metis`` two-level partition (locality inside each range).
+SUBPARTS = 16
+
+
+def two_level_partition(
+    graph: Graph, method: str, parts: int, seed: int = 0
+) -> tuple[PartitionBook, Graph]:
+    """One contiguous range per part whose node order keeps locality for range chunks.
+
+    ``"metis"``: one recursive-bisection METIS run into ``parts * K`` sub-parts balanced by
+    in-edges (computation), ``K = min(16, N / (32 parts))``; part ``p`` gets sub-parts
+    ``[p K, (p + 1) K)`` (siblings in the bisection tree) and nodes are numbered sub-part by
+    sub-part, so the chunks of :func:`chunk_partition` (ranges) are unions of neighbouring
+    sub-parts, whatever the dataset's own ID order. ``"range"``: edge-balanced ranges of the
+    original IDs (the dataset's order decides the locality).
+
+    Returns:
+        ``(book, graph in the book's numbering)``.
+    """
+    if method != "metis":
+        return contiguous_partition(graph, method, parts, seed)
+    k = max(1, min(SUBPARTS, graph.num_nodes // max(32 * parts, 1)))
+    if parts * k == 1:
+        return contiguous_partition(graph, method, parts, seed)
+    sub = metis_partition(graph, parts * k, seed=seed, balance=("edges",), recursive=True)
+    book = PartitionBook(
+        num_parts=parts,
+        part_of=(sub.part_of // k).astype(np.int32),
+        method="metis",
+        offsets=np.ascontiguousarray(sub.offsets[::k]),
+        perm=sub.perm,
+        inv_perm=sub.inv_perm,
+        params={**sub.params, "subparts": k},
+        validate=False,
+    )
+    return book, book.relabel(graph)

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fleetgnn.engines.common import contiguous_partition
+from fleetgnn.partition import contiguous_partition
 from fleetgnn.errors import PartitionError
 from fleetgnn.exchange.transition import (
     HONGTU_BANDWIDTHS,
