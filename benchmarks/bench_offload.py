@@ -97,7 +97,8 @@ def summarise(name: str, world: int, recs: list[dict[str, Any]], rss: int) -> di
             "modelled_s": extra["modelled_s"],
             "budget_bytes": extra["budget_bytes"],
             "preprocess_s": extra["preprocess_s"],
-            "peak_device_bytes_per_rank": per_rank.get("peak_device_bytes"),
+            "peak_device_bytes_per_rank": per_rank.get("peak_device_bytes")
+            or [best.get("memory", {}).get("device")],
             "rows_per_rank": per_rank.get("rows"),
         }
     return out

@@ -392,7 +392,19 @@ class OffloadEngine(EngineBase):
         chunks = chunk_partition(g, self.book, m, relabelled=True)
         plan, _ = build_transition_plan(self.indptr, self.indices, chunks, reorganise=False)
         hops = [self._hop_of(chunks, c) for c in range(m)]
-        return self._max_over_ranks(self._static_bytes(plan) + self._dynamic_bound(hops))
+        static = self._static_bytes(plan)
+        exact = max(
+            (
+                self._chunk_bytes(h, self.widths[i], self.widths[i + 1])
+                for h in hops
+                for i in range(self.num_layers)
+            ),
+            default=0,
+        )
+        floor = self._max_over_ranks(static + exact)
+        if floor > (self.budget or 0):
+            return floor  # over without autograd's share: no probe (it would allocate that much)
+        return self._max_over_ranks(static + self._dynamic_bound(hops))
 
     def _max_over_ranks(self, value: int) -> int:
         if self.world_size == 1:
