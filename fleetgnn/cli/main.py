@@ -284,8 +284,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--engine",
         default=None,
-        choices=list(ENGINES),
-        help="training strategy (default: reference; see below)",
+        choices=[*ENGINES, "auto"],
+        help="training strategy (default: reference; see below; auto: the planner's choice, "
+        "recorded in RUN_DIR/plan.json)",
+    )
+    p.add_argument(
+        "--hardware",
+        default="local",
+        help="hardware profile --engine auto plans for (default: measured on this machine)",
     )
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--nproc", type=int, default=None, help="worker processes (one per device)")
@@ -324,6 +330,18 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _add_plan(sub: Any) -> None:
+    from fleetgnn.cli.plan import add_plan
+
+    add_plan(sub)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from fleetgnn.cli.plan import run_plan
+
+    return run_plan(args)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from fleetgnn.cli.train import run_train
 
@@ -343,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_partition(sub)
     _add_info(sub)
     _add_train(sub)
+    _add_plan(sub)
     return parser
 
 
@@ -351,6 +370,7 @@ _COMMANDS = {
     "partition": _cmd_partition,
     "info": _cmd_info,
     "train": _cmd_train,
+    "plan": _cmd_plan,
 }
 
 

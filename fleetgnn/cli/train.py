@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import os
 import shlex
@@ -339,6 +340,30 @@ def _preflight(cfg: Any, graph: Graph, world_size: int) -> None:
         topology_matrix(cfg.store.topology, world_size, key="store.topology")
 
 
+def _plan_engine(cfg: Any, run_dir: Path, hardware: str, progress: bool, quiet: bool) -> Any:
+    """``--engine auto``: the planner's engine, mode and knobs, the plan in RUN_DIR/plan.json."""
+    import dataclasses
+
+    from fleetgnn.cli.plan import plan_for
+
+    graph, _ = resolve_dataset(cfg.data, show_progress=progress)
+    nproc = int(cfg.train.nproc)
+    plan = plan_for(cfg, graph, None, hardware, nproc, cfg.train.mode or "auto", None)
+    if plan.choice is None:
+        raise ConfigError(f"--engine auto: {plan.reason}")
+    train = dataclasses.replace(cfg.train, engine=plan.choice, mode=plan.mode)
+    cfg = dataclasses.replace(cfg, train=train)
+    knobs = plan.predictions[plan.choice].knobs
+    if plan.choice == "offload":
+        cfg.offload.chunks = int(knobs["chunks"])
+    cfg = cfg.validate()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1) + "\n")
+    if not quiet:
+        print(f"planner ({plan.hardware}): {plan.choice}. {plan.reason}", flush=True)
+    return cfg
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Run ``fleetgnn train`` for parsed arguments; returns the exit status.
 
@@ -370,6 +395,21 @@ def run_train(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--resume continues a run and --overwrite replaces one; pass only one of them"
         )
+    auto = getattr(args, "engine", None) == "auto"
+    if auto:
+        if resume:
+            raise ConfigError(
+                "--engine auto plans a new run; --resume continues with the run's own engine "
+                "(drop --engine auto)"
+            )
+        if torchrun is not None:
+            raise ConfigError(
+                "--engine auto plans before workers start: use --nproc N instead of torchrun, "
+                "or run 'fleetgnn plan' and pass its choice to --engine"
+            )
+        # a placeholder the plan replaces, valid for the mode and --nproc asked for
+        holder = "minibatch" if getattr(args, "mode", None) == "minibatch" else "fullgraph"
+        args = argparse.Namespace(**{**vars(args), "engine": holder})
     overrides = _overrides(args)
     _check_overrides(overrides)
     if resume:
@@ -398,6 +438,8 @@ def run_train(args: argparse.Namespace) -> int:
         if not overwrite and not restarted:
             check_run_dir_free(run_dir)
     cfg.run_dir = str(run_dir)
+    if auto:
+        cfg = _plan_engine(cfg, run_dir, getattr(args, "hardware", "local"), progress, quiet)
     local_rank0 = torchrun is None or os.environ.get("LOCAL_RANK", "0") == "0"
     _sweep_leftovers(run_dir, cfg, quiet, files=is_rank0, segments=local_rank0)
     spec = engine_spec(cfg.train.engine)

@@ -1,0 +1,152 @@
+"""``fleetgnn plan``: which engine and knobs for a dataset, a model and a machine, and why.
+
+Also the planning step of ``fleetgnn train --engine auto``. The cost models and the planner live
+in :mod:`fleetgnn.cost`; this module parses the command line, measures the ``local`` profile's
+process-to-process bandwidth over gloo, and prints the table or the JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from fleetgnn.errors import ConfigError
+
+#: ``--shape`` keys.
+SHAPE_KEYS: tuple[str, ...] = ("nodes", "edges", "features", "classes", "train")
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    """``nodes=N,edges=E,features=F,classes=C[,train=T]`` -> a dict of ints (1e6 notation ok).
+
+    Raises:
+        ConfigError: An unknown key, a value that is not a positive count, or a missing key.
+    """
+    out: dict[str, int] = {}
+    for item in filter(None, (p.strip() for p in str(text).split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in SHAPE_KEYS:
+            raise ConfigError(
+                f"--shape item {item!r}: expected KEY=COUNT with KEY one of {', '.join(SHAPE_KEYS)}"
+            )
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(f"--shape {key}={value!r} is not a number") from None
+        if not number >= 1 or number != int(number) or number > 1e15:
+            raise ConfigError(f"--shape {key}={value} must be a whole count >= 1")
+        out[key] = int(number)
+    missing = [k for k in SHAPE_KEYS[:4] if k not in out]
+    if missing:
+        raise ConfigError(f"--shape needs {', '.join(missing)} (e.g. nodes=2.4e6,edges=6.2e7,...)")
+    return out
+
+
+def _all_to_all_rank(comm: Any, nbytes: int, repeats: int) -> float:
+    import torch
+
+    w = comm.world_size
+    rows = max(1, nbytes // (4 * 256 * w))
+    x = torch.ones(rows * w, 256)
+    best = float("inf")
+    for _ in range(repeats):
+        comm.barrier()
+        t0 = time.perf_counter()
+        comm.all_to_all(x, [rows] * w, recv_counts=[rows] * w)
+        best = min(best, time.perf_counter() - t0)
+    return rows * (w - 1) * 256 * 4 / best
+
+
+def gloo_all_to_all_probe(nbytes: int = 16 << 20, repeats: int = 3) -> float:
+    """Bytes/s a rank sends in an all-to-all between 2 gloo processes on this host."""
+    from fleetgnn.distributed.testing import run_world
+
+    return float(min(run_world(_all_to_all_rank, 2, nbytes, repeats, timeout_s=120)))
+
+
+def hardware_profile(name: str, nproc: int) -> Any:
+    """The profile ``--hardware`` names (``local``: measured, with a gloo peer probe)."""
+    from fleetgnn.cost import load_profile
+
+    if str(name).strip().lower() == "local":
+        return load_profile("local", nproc, comm_probe=gloo_all_to_all_probe if nproc > 1 else None)
+    return load_profile(name)
+
+
+def add_plan(sub: Any) -> None:
+    """The ``plan`` subcommand's arguments."""
+    from fleetgnn.config import ENGINES, ModelConfig
+    from fleetgnn.cost import PROFILES
+
+    p = sub.add_parser(
+        "plan",
+        help="pick the engine and knobs for a dataset, a model and a machine",
+        description="Predict every engine's epoch (time, bytes per link, peak memory per tier), "
+        "drop those that do not fit, pick the fastest and say why.",
+        epilog="hardware profiles: local (measured on this machine), "
+        + ", ".join(PROFILES)
+        + ", or a YAML file",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--dataset", type=Path, help="dataset directory (exact counts)")
+    src.add_argument(
+        "--shape",
+        help="plan for a graph described by its counts: nodes=N,edges=E,features=F,classes=C"
+        "[,train=T] (uniform random neighbours assumed)",
+    )
+    p.add_argument("--config", type=Path, default=None, help="YAML config file")
+    p.add_argument("--model", default=None, choices=list(ModelConfig.NAMES))
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--hardware", default="local", help="profile name or YAML file")
+    p.add_argument("--nproc", type=int, default=1, help="ranks (devices) to plan for")
+    p.add_argument("--mode", default="auto", choices=["auto", "full", "minibatch"])
+    p.add_argument(
+        "--engine",
+        action="append",
+        default=None,
+        choices=[n for n, s in ENGINES.items() if s.available],
+        help="consider only this engine (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def plan_for(
+    cfg: Any,
+    graph: Any,
+    shape: dict[str, int] | None,
+    hardware: str,
+    nproc: int,
+    mode: str,
+    engines: list[str] | None,
+) -> Any:
+    """The :class:`~fleetgnn.cost.Plan` of a run config."""
+    from fleetgnn.cost import make_plan, workload_from_config
+
+    wl = workload_from_config(cfg, graph=graph, shape=shape)
+    hw = hardware_profile(hardware, nproc)
+    return make_plan(wl, hw, nproc, mode=mode, engines=engines, epochs=int(cfg.train.epochs))
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Run ``fleetgnn plan``; returns the exit status (1 when nothing fits)."""
+    from fleetgnn.graph import open_dataset
+    from fleetgnn.train import load_config
+
+    overrides = list(args.overrides)
+    if args.model:
+        overrides.append(f"model.name={args.model}")
+    cfg = load_config(args.config, overrides)
+    graph = open_dataset(args.dataset) if args.dataset is not None else None
+    shape = parse_shape(args.shape) if args.shape is not None else None
+    if args.nproc < 1:
+        raise ConfigError(f"--nproc {args.nproc} must be >= 1")
+    plan = plan_for(cfg, graph, shape, args.hardware, args.nproc, args.mode, args.engine)
+    if args.json:
+        print(json.dumps(plan.to_dict()))
+    else:
+        print(plan.table())
+    return 0 if plan.choice is not None else 1
