@@ -167,3 +167,21 @@ def test_train_engine_auto_writes_the_plan(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["engine"] == plan["choice"] and plan["mode"] == "full"
     assert np.isfinite(summary["final_train_loss"])
+
+
+def test_plan_cli_on_a_dataset_with_the_measured_local_profile(tmp_path, monkeypatch, capsys):
+    """README's ``fleetgnn plan --dataset DIR --model gcn --nproc 2 --mode full``: the local
+    profile is measured once (gloo all-to-all between 2 processes) and cached."""
+    from fleetgnn.graph import write_dataset
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    data = write_dataset(_community_graph(), tmp_path / "g")
+    argv = ["plan", "--dataset", str(data), "--model", "gcn", "--nproc", "2", "--mode", "full"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["hardware"] == "local" and out["choice"] in ("fullgraph", "offload")
+    assert out["engines"]["offload"]["knobs"]["counts"] == "exact"
+    cached = list((tmp_path / "cache" / "fleetgnn" / "hardware").glob("*.json"))
+    saved = json.loads(cached[0].read_text())
+    assert len(cached) == 1 and saved["measurements"]["peer"] > 0  # measured, not estimated
+    assert saved["profile"]["bandwidth"]["peer"] == saved["measurements"]["peer"]
