@@ -399,4 +399,3 @@ def split_metrics(
         n_val = float(t[2 * keys.index("val") + 1])
         out["val_loss"] = float(t[-1] / n_val) if n_val else float("nan")
     return out
-

@@ -15,7 +15,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fleetgnn.partition import contiguous_partition
 from fleetgnn.errors import PartitionError
 from fleetgnn.exchange.transition import (
     HONGTU_BANDWIDTHS,
@@ -26,7 +25,7 @@ from fleetgnn.exchange.transition import (
     reorganize,
 )
 from fleetgnn.graph import Graph, from_edges
-from fleetgnn.partition import ChunkBook, PartitionBook, chunk_partition
+from fleetgnn.partition import ChunkBook, PartitionBook, chunk_partition, contiguous_partition
 
 WIDTH = 3
 
