@@ -116,8 +116,16 @@ def test_resume_mid_run_matches_uninterrupted(graph, tmp_path, mode):
         assert torch.equal(a, b), name
 
 
-def test_engine_errors(graph):
+def test_engine_errors(graph, monkeypatch):
+    import dataclasses
+
+    from fleetgnn.config import engines as registry
+
     with pytest.raises(ConfigError, match="fanouts"):
         engine_from_config(_config(**{"train.fanouts": "[5]"}), graph)
+    # a registry entry without an implementation (a planned engine)
+    monkeypatch.setitem(
+        registry.ENGINES, "offload", dataclasses.replace(registry.ENGINES["offload"], impl="")
+    )
     with pytest.raises(ConfigError, match="not available"):
         engine_from_config(_config(**{"train.engine": "offload"}), graph)
