@@ -6,7 +6,7 @@ A :class:`Config` has four sections and a run directory::
     model:  {name, hidden, num_layers, dropout, heads, norm, residual}
     optim:  {lr, weight_decay, optimizer}
     train:  {engine, mode, epochs, batch_size, fanouts, eval_every, patience, seed,
-             checkpoint_every, device, dtype, nproc, max_restarts, threads}
+             checkpoint_every, max_steps, device, dtype, nproc, max_restarts, threads}
     run_dir: str | null
 
 :func:`load_config` reads an optional YAML file (any subset of the keys; missing keys keep their
@@ -145,6 +145,9 @@ class TrainConfig:
         seed: Seed of everything random in training (batches, sampling, dropout, init).
         checkpoint_every: Save a checkpoint every this many optimisation steps, counted over the
             whole run (``0``: only at epoch ends; epoch ends are always checkpointed).
+        max_steps: Stop after this many optimisation steps over the whole run (a resumed run's
+            earlier steps count; every rank stops at the same step), mid-epoch if need be, with
+            a checkpoint and one evaluation at the end (``None``: no limit).
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         dtype: Floating-point type of features and parameters, one of :attr:`DTYPES`.
         nproc: Processes to launch on this host (one per device; distributed engines only).
@@ -166,6 +169,7 @@ class TrainConfig:
     patience: int | None = None
     seed: int = 0
     checkpoint_every: int = 50
+    max_steps: int | None = None
     device: str = "cpu"
     dtype: str = "float32"
     nproc: int = 1
@@ -285,6 +289,8 @@ class TrainerConfig:
         patience: Stop when ``val_acc`` has not improved for this many epochs (``None``: never).
         checkpoint_every: Checkpoint every this many optimisation steps over the run (``0``:
             only at epoch ends, which are always checkpointed).
+        max_steps: Stop after this many optimisation steps over the run, resumed steps included
+            (``None``: no limit; >= 1).
         seed: Seeds Python's, NumPy's and torch's global generators at the start of a fresh run.
         run_dir: Where checkpoints, metrics and the summary go (``None``: the caller chooses).
     """
@@ -293,6 +299,7 @@ class TrainerConfig:
     eval_every: int = 1
     patience: int | None = None
     checkpoint_every: int = 50
+    max_steps: int | None = None
     seed: int = 0
     run_dir: str | None = None
 
@@ -301,6 +308,7 @@ class TrainerConfig:
         _check(self.eval_every >= 1, "eval_every", self.eval_every, "must be >= 1")
         _check(self.patience is None or self.patience >= 1, "patience", self.patience, ">= 1")
         _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, ">= 0")
+        _check(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, ">= 1")
 
 
 @dataclasses.dataclass
@@ -463,6 +471,12 @@ class Config:
         _check(t.patience is None or t.patience >= 1, "train.patience", t.patience, "must be >= 1")
         _check(
             t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every, "must be >= 0"
+        )
+        _check(
+            t.max_steps is None or t.max_steps >= 1,
+            "train.max_steps",
+            t.max_steps,
+            "must be >= 1, or null for no limit",
         )
         _check(t.nproc >= 1, "train.nproc", t.nproc, "must be >= 1")
         _check(t.max_restarts >= 0, "train.max_restarts", t.max_restarts, "must be >= 0")

@@ -18,10 +18,15 @@ disk        the rest                                     the dataset's arrays   
 ==========  ===========================================  ==========================  ===========
 
 Features and topology (each node's CSC segment: its in-neighbours and edge weights) are tiered
-the same way with their own plans. Reads bucket the requested IDs by tier and owner and read
-each tier once per call. On a CPU-only machine the "device" shards live in shared memory and the
-host tier is the same kind of memory; the accounting is the same as on GPUs (the link kind says
-which tier served the bytes), so counts carry over to the cost model.
+the same way with their own plans. When the features are a read-only memory map (a dataset opened
+with ``open_dataset``), the store reads its disk rows through a mapping of its own of the same file,
+advised ``MADV_RANDOM``: a gather touches scattered rows, and the kernel's default readahead would
+read far more than the rows asked for (the dataset's own mapping, which sequential readers use,
+keeps its readahead). Where the advice is not available the dataset's mapping is used as is.
+Reads bucket the requested IDs by tier and owner and read each tier once per call. On a CPU-only
+machine the "device" shards live in shared memory and the host tier is the same kind of memory;
+the accounting is the same as on GPUs (the link kind says which tier served the bytes), so counts
+carry over to the cost model.
 
 Traffic is recorded in :attr:`UnifiedStore.meter` as *bytes of data served per source*: a feature
 row is ``F * itemsize`` bytes, an ``indptr`` entry 8 bytes, an index ``indices.itemsize`` bytes,
@@ -56,6 +61,7 @@ collective: all ranks must call the same store methods the same number of times.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -95,6 +101,45 @@ SOURCE_LINKS: dict[str, str] = {
     "disk": "disk",
 }
 KINDS: tuple[str, ...] = ("features", "topology")
+#: ``madvise`` advice for the disk tier's feature mapping (``None`` where the platform has none).
+_MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
+
+
+def _advise_random(x: np.ndarray) -> np.ndarray:
+    """A read-only mapping of the file behind ``x``, advised random access, or ``x`` itself.
+
+    Only a whole-file map as ``np.load(mmap_mode="r")`` returns it (an ``np.memmap`` whose buffer is
+    its own ``mmap``, C-contiguous, shared) gets a new mapping: a view or a private
+    (copy-on-write) map is returned as is, as is ``x`` when the platform has no
+    ``madvise(MADV_RANDOM)`` or the kernel refuses it, or when the file no longer holds ``x``'s
+    first and last rows (replaced since it was mapped). The new mapping reads the same pages (the
+    page cache is shared); only its readahead differs.
+    """
+    mm = getattr(x, "_mmap", None)
+    if (
+        _MADV_RANDOM is None
+        or not isinstance(x, np.memmap)
+        or not isinstance(mm, mmap.mmap)
+        or x.base is not mm
+        or not hasattr(mm, "madvise")
+        or x.mode not in ("r", "r+")
+        or x.filename is None
+        or not x.flags.c_contiguous
+    ):
+        return x
+    try:
+        disk = np.memmap(x.filename, dtype=x.dtype, mode="r", offset=x.offset, shape=x.shape)
+        if x.shape[0] and (
+            disk[0].tobytes() != x[0].tobytes() or disk[-1].tobytes() != x[-1].tobytes()
+        ):
+            return x  # the file was replaced since x was mapped: keep reading what x maps
+        advise = getattr(getattr(disk, "_mmap", None), "madvise", None)
+        if advise is None:
+            return x
+        advise(_MADV_RANDOM)
+    except (OSError, ValueError, OverflowError):
+        return x
+    return disk
 
 
 class _Gatherable(Protocol):
@@ -198,6 +243,10 @@ class UnifiedStore:
         self._reads = {k: np.zeros((2, world_size), np.int64) for k in KINDS}
         self._closed = False
         self._topo_disk = _Segments(graph.indptr, graph.indices, graph.edge_weight)
+        # the disk tier's feature rows, read at random: through a mapping without readahead
+        fp = plan.features
+        disk_rows = graph.x is not None and fp is not None and fp.num_disk > 0
+        self._x_disk = _advise_random(graph.x) if disk_rows else graph.x
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -462,8 +511,9 @@ class UnifiedStore:
 
         Buckets the IDs by tier (and owner on the device tier) and reads each tier once:
         device shards through one :meth:`ShardedTensor.gather`, the host tier with one
-        ``index_select``, disk with one numpy fancy index. Duplicates and empty input are
-        fine. Records ``F * itemsize`` bytes per row on ``local``/``peer``/``h2d``/``disk``.
+        ``index_select``, disk with one numpy fancy index (through a mapping advised random
+        access, see the module docstring). Duplicates and empty input are fine. Records
+        ``F * itemsize`` bytes per row on ``local``/``peer``/``h2d``/``disk``.
         Two-sided mode: a collective.
 
         Shapes:
@@ -500,10 +550,11 @@ class UnifiedStore:
                 return rows
             out[torch.from_numpy(sel)] = rows
         sel = np.flatnonzero(tier == DISK)
+        disk = self._x_disk
         if sel.size == idn.size and sel.size:  # all from disk: no scatter
-            return torch.from_numpy(np.asarray(x[idn]))
+            return torch.from_numpy(np.asarray(disk[idn]))
         if sel.size:
-            out[torch.from_numpy(sel)] = torch.from_numpy(np.asarray(x[idn[sel]]))
+            out[torch.from_numpy(sel)] = torch.from_numpy(np.asarray(disk[idn[sel]]))
         return out
 
     # ------------------------------------------------------------------ topology
@@ -740,6 +791,7 @@ class UnifiedStore:
         self._owned = []
         self._feat_device = self._feat_host = None
         self._topo_device = self._topo_host = None
+        self._x_disk = None  # the disk tier's own mapping goes with its last reference
         self._closed = True
 
     def __enter__(self) -> UnifiedStore:

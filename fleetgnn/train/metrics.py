@@ -1,6 +1,7 @@
 """Per-epoch metrics as JSON lines (``RUN_DIR/metrics.jsonl``).
 
-One JSON object per finished epoch, written and flushed as soon as the epoch ends::
+One JSON object per finished epoch, written and flushed as soon as the epoch's training ends,
+before its evaluation runs::
 
     {"epoch": 0, "loss": 1.08, "train_acc": 0.41, "val_acc": 0.52, "test_acc": 0.50,
      "val_loss": 1.01, "eval_train_acc": 0.55, "evaluated": true, "epoch_time_s": 0.8,
@@ -8,7 +9,12 @@ One JSON object per finished epoch, written and flushed as soon as the epoch end
      "memory": {...}, "num_steps": 12, "engine": "reference", "world_size": 1, "extra": {...}}
 
 ``val_acc``/``test_acc``/``val_loss``/``eval_train_acc`` are ``null`` on epochs that were not
-evaluated; non-finite numbers are written as ``null`` (strict JSON).
+evaluated; non-finite numbers are written as ``null`` (strict JSON). An epoch that is evaluated is
+first written with ``"evaluated": false`` (so an evaluation that dies leaves the epoch's training
+numbers on record), then its line is replaced by the evaluated record
+(:meth:`MetricsWriter.replace_last`: the whole file rewritten atomically), so a finished run still
+has exactly one line per epoch. A run that ``train.max_steps`` stops mid-epoch ends with a record
+of that partial epoch: ``"partial": true``, ``num_steps`` the steps it ran, evaluated.
 
 Event lines record what happened to the run between epochs; they have an ``"event"`` key and no
 ``"epoch"`` key, e.g. an elastic restart::
@@ -97,6 +103,9 @@ def read_metrics(path: PathLikeStr, *, events: bool = False) -> list[dict[str, A
 class MetricsWriter:
     """Appends one JSON object per epoch (or event) to a JSONL file, flushing every line.
 
+    The last epoch record written can be replaced (:meth:`replace_last`), e.g. by the same
+    epoch's record once it is evaluated.
+
     Args:
         path: The JSONL file (usually ``RUN_DIR/metrics.jsonl``).
         resume_epoch: ``None`` starts a new file (an existing one is replaced). An integer ``E``
@@ -117,6 +126,8 @@ class MetricsWriter:
             ]
             atomic_write_text(self.path, "".join(to_json(r) + "\n" for r in kept))
         self._f: IO[str] | None = open(self.path, "a")  # closed in close()
+        self._size = self.path.stat().st_size  # bytes in the file
+        self._last: tuple[int, bytes] | None = None  # offset and line of the last epoch record
 
     def __repr__(self) -> str:
         return f"MetricsWriter({str(self.path)!r})"
@@ -125,8 +136,45 @@ class MetricsWriter:
         """Append ``record`` as one line and flush it to the OS."""
         if self._f is None:
             raise RuntimeError(f"{self!r} is closed")
-        self._f.write(to_json(record) + "\n")
+        line = to_json(record) + "\n"
+        self._f.write(line)
         self._f.flush()
+        if not is_event(record):
+            self._last = (self._size, line.encode())
+        self._size += len(line.encode())
+
+    def replace_last(self, record: Mapping[str, Any]) -> None:
+        """Replace the last epoch record written with ``record`` (the same epoch's).
+
+        The file is rewritten atomically (a reader or a crash sees the old line or the new one,
+        never neither); event lines written after the replaced record stay where they are.
+
+        Raises:
+            RuntimeError: The writer is closed, it has written no epoch record, or ``record`` is
+                for another epoch than the last one written.
+        """
+        if self._f is None:
+            raise RuntimeError(f"{self!r} is closed")
+        if self._last is None:
+            raise RuntimeError(f"{self!r} has written no epoch record to replace")
+        offset, old = self._last
+        epoch = json.loads(old).get("epoch")
+        if record.get("epoch") != epoch:
+            raise RuntimeError(
+                f"{self!r} can replace only the record of epoch {epoch}, the last one written "
+                f"(got epoch {record.get('epoch')!r})"
+            )
+        data = self.path.read_bytes()
+        if data[offset : offset + len(old)] != old:
+            raise RuntimeError(f"'{self.path}' was changed by another writer; cannot replace")
+        line = (to_json(record) + "\n").encode()
+        data = data[:offset] + line + data[offset + len(old) :]
+        atomic_write_text(self.path, data.decode("utf-8"))
+        # the old handle still writes to the replaced file: append to the new one from now on
+        self._f.close()
+        self._f = open(self.path, "a")
+        self._last = (offset, line)
+        self._size = len(data)
 
     def close(self) -> None:
         """Close the file (idempotent)."""

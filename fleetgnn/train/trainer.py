@@ -3,15 +3,17 @@
 :class:`Trainer` drives any :class:`~fleetgnn.engines.base.Engine`. Per epoch it runs
 ``engine.run_epoch`` and aggregates the steps' :class:`~fleetgnn.engines.base.StepStats` into an
 :class:`~fleetgnn.engines.base.EpochStats` from numerators and denominators
-(``loss = sum(loss_sum) / sum(count)``, ``train_acc = sum(correct) / sum(count)``), evaluates every
-``train.eval_every`` epochs and after the last one, tracks the best-validation epoch, stops early
-after ``train.patience`` epochs without a strict ``val_acc`` improvement, and writes::
+(``loss = sum(loss_sum) / sum(count)``, ``train_acc = sum(correct) / sum(count)``), records the
+epoch in ``metrics.jsonl`` before evaluating it, evaluates every ``train.eval_every`` epochs and
+after the last one, tracks the best-validation epoch, stops early after ``train.patience`` epochs
+without a strict ``val_acc`` improvement, and writes::
 
     RUN_DIR/config.yaml          the run's config
     RUN_DIR/metrics.jsonl        one line per epoch, and event lines (see fleetgnn.train.metrics)
     RUN_DIR/checkpoints/         last.pt + prev.pt, and best.pt: the state at the end of the
                                  best-validation epoch (see fleetgnn.train.checkpoint)
-    RUN_DIR/summary.json         test/val accuracy at the best-validation epoch, timings, config
+    RUN_DIR/summary.json         test/val accuracy at the best-validation epoch, timings, config,
+                                 why the run stopped ("stopped": epochs, patience or max_steps)
 
 Checkpoints are taken every ``train.checkpoint_every`` optimisation steps (counted over the run,
 from the engine's ``on_step`` callback) and at every epoch end. A checkpoint holds
@@ -20,6 +22,15 @@ best-so-far metrics, the early-stopping counter, the epoch times, the RNG states
 ``fit(resume=True)`` restores it and calls ``engine.run_epoch(epoch, start_step=k)``, which
 reproduces the uninterrupted run exactly because engines key every random draw by
 ``(seed, epoch, step)``.
+
+``train.max_steps``: the run stops once it has taken that many optimisation steps in all (the
+steps of the runs it resumes count). A limit that falls inside an epoch ends ``run_epoch`` early:
+``on_step`` raises a private exception after the last step (on every rank at the same step, since
+every rank counts the same steps), the Trainer waits for the batch an engine's prefetch thread
+(``engine._pool``, a one-worker executor) may still be preparing, then records the partial
+epoch (``"partial": true``; its engine-specific ``extra`` numbers, computed at epoch ends, are left
+out), evaluates once and checkpoints mid-epoch, so ``--resume`` with a larger limit continues
+exactly there. A limit at an epoch end makes that epoch the last, evaluated one.
 
 Multi-rank runs: every rank executes the same control flow (the same steps, and the same
 early-stopping decisions because ``engine.evaluate()`` is already aggregated over ranks); every rank
@@ -41,6 +52,7 @@ import random
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +89,14 @@ CHECKPOINT_FORMAT = 1
 #: ``train.*`` keys that must match between a checkpoint and the resuming config (the others,
 #: e.g. ``epochs``, ``patience`` or ``checkpoint_every``, may change on resume).
 RESUME_TRAIN_KEYS: tuple[str, ...] = ("engine", "mode", "batch_size", "fanouts", "seed", "dtype")
+
+
+class _MaxStepsReached(BaseException):  # noqa: N818 - a signal, not an error
+    """Raised from ``on_step`` to leave ``run_epoch`` after the run's last step (``max_steps``).
+
+    A :class:`BaseException` (like :class:`KeyboardInterrupt`) so that no engine's
+    ``except Exception`` handler mistakes it for a failure.
+    """
 
 
 @dataclasses.dataclass
@@ -179,7 +199,8 @@ class TrainState:
         stale_epochs: Early-stopping counter: epochs since ``best_epoch`` at the last evaluation.
         stopped_early: Training stopped because ``stale_epochs`` reached the patience.
         epoch_times: Training seconds of each finished epoch.
-        last_train_loss: Training loss of the last finished epoch.
+        last_train_loss: Training loss of the last finished epoch, or of the partial epoch
+            ``train.max_steps`` stopped the run in.
     """
 
     epoch: int = 0
@@ -344,7 +365,7 @@ class Trainer:
         self._pending_events.clear()
 
     def fit(self, resume: bool = False) -> dict[str, Any]:
-        """Train until ``train.epochs`` or early stopping; returns the summary.
+        """Train until ``train.epochs``, early stopping or ``train.max_steps``; returns the summary.
 
         Args:
             resume: Continue from the latest checkpoint in ``RUN_DIR/checkpoints`` (mid-epoch if
@@ -394,7 +415,11 @@ class Trainer:
         )
         try:
             with progress:
-                while self.state.epoch < tc.epochs and not self.state.stopped_early:
+                while (
+                    self.state.epoch < tc.epochs
+                    and not self.state.stopped_early
+                    and not self._steps_exhausted()
+                ):
                     self._run_one_epoch(spe, progress, writer)
         finally:
             self._writer = None
@@ -409,6 +434,11 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------
     # epochs and steps
+
+    def _steps_exhausted(self) -> bool:
+        """Whether the run has taken its ``train.max_steps`` steps."""
+        limit = self.config.max_steps
+        return limit is not None and self.state.global_step >= limit
 
     def _run_one_epoch(self, spe: int, progress: Progress, writer: MetricsWriter | None) -> None:
         st, tc = self.state, self.config
@@ -428,15 +458,23 @@ class Trainer:
             st.global_step += 1
             running = st.partial.loss_sum / st.partial.count if st.partial.count else None
             progress.update(task, completed=st.next_step, loss=_fmt(running))
+            stop = self._steps_exhausted() and st.next_step < spe  # checkpointed after evaluation
             every = tc.checkpoint_every
-            if every > 0 and st.global_step % every == 0 and st.next_step < spe:
+            if every > 0 and st.global_step % every == 0 and st.next_step < spe and not stop:
                 st.partial.elapsed_s = base_elapsed + (time.perf_counter() - t0)
                 self._save_checkpoint(spe)
+            if stop:
+                raise _MaxStepsReached
 
         returned: list[StepStats] = []
-        if start < spe:
-            returned = list(self.engine.run_epoch(epoch, start, on_step))
-        if st.next_step != spe or len(returned) != spe - start:
+        partial = False
+        try:
+            if start < spe:
+                returned = list(self.engine.run_epoch(epoch, start, on_step))
+        except _MaxStepsReached:
+            partial = True
+            _wait_for_prefetch(self.engine)
+        if not partial and (st.next_step != spe or len(returned) != spe - start):
             raise RuntimeError(
                 f"engine {self.engine.name!r} ran steps {start}..{st.next_step - 1} of epoch "
                 f"{epoch} and returned {len(returned)} step stats; expected steps {start}.."
@@ -444,11 +482,15 @@ class Trainer:
             )
         train_time = base_elapsed + (time.perf_counter() - t0)
         progress.remove_task(task)
-        stats, train_time = self._aggregate(st.partial, epoch, train_time)
+        own_time = train_time
+        stats, train_time = self._aggregate(st.partial, epoch, train_time, epoch_end=not partial)
 
-        evaluated = (epoch + 1) % tc.eval_every == 0 or epoch == tc.epochs - 1
-        ev: dict[str, float] = {}
-        eval_time = 0.0
+        last = epoch == tc.epochs - 1 or self._steps_exhausted()
+        evaluated = (epoch + 1) % tc.eval_every == 0 or last
+        # the training numbers go on record first: an evaluation that dies leaves them there
+        record = self._record(stats, None, train_time, 0.0, partial)
+        if writer is not None:
+            writer.write(record)
         new_best = False
         if evaluated:
             t1 = time.perf_counter()
@@ -463,18 +505,23 @@ class Trainer:
                 st.best_epoch, st.best = epoch, dict(ev)
                 new_best = True
             st.stale_epochs = epoch - st.best_epoch
-            if tc.patience is not None and st.stale_epochs >= tc.patience and epoch < tc.epochs - 1:
+            if tc.patience is not None and st.stale_epochs >= tc.patience and not last:
                 st.stopped_early = True
-
-        record = self._record(stats, ev if evaluated else None, train_time, eval_time)
-        if writer is not None:
-            writer.write(record)
+            record = self._record(stats, ev, train_time, eval_time, partial)
+            if writer is not None:
+                writer.replace_last(record)
         if self.is_main and not self.quiet:  # one line per epoch; the bar follows show_progress
-            self.console.print(_epoch_line(record, st.stopped_early))
+            note = (
+                "early stop" if st.stopped_early else "max_steps" if self._steps_exhausted() else ""
+            )
+            self.console.print(_epoch_line(record, note))
 
-        st.epoch_times.append(train_time)
         st.last_train_loss = stats.loss
-        st.epoch, st.next_step, st.partial = epoch + 1, 0, StepSums()
+        if partial:  # stay inside the epoch: a resume with a larger limit continues from here
+            st.partial.elapsed_s = own_time
+        else:
+            st.epoch_times.append(train_time)
+            st.epoch, st.next_step, st.partial = epoch + 1, 0, StepSums()
         self._save_checkpoint(spe, best=new_best)
 
     def _record(
@@ -483,9 +530,10 @@ class Trainer:
         ev: Mapping[str, float] | None,
         train_time: float,
         eval_time: float,
+        partial: bool = False,
     ) -> dict[str, Any]:
         ev = ev or {}
-        return {
+        record = {
             "epoch": stats.epoch,
             "loss": stats.loss,
             "train_acc": stats.train_acc,
@@ -504,16 +552,24 @@ class Trainer:
             "world_size": int(self.engine.world_size),
             "extra": dict(stats.extra),
         }
+        if partial:  # train.max_steps stopped the run inside this epoch
+            record["partial"] = True
+        return record
 
-    def _aggregate(self, sums: StepSums, epoch: int, train_time: float) -> tuple[EpochStats, float]:
+    def _aggregate(
+        self, sums: StepSums, epoch: int, train_time: float, epoch_end: bool = True
+    ) -> tuple[EpochStats, float]:
         """The epoch's stats over all ranks, and the slowest rank's training time.
 
         Losses and accuracies are sums of numerators and denominators over ranks; times are the
         slowest rank's (per rank in ``extra["per_rank"]``); traffic is summed over ranks (per
         rank in ``extra["per_rank"]``). One all-gather of ``3 + T + L + 1`` float64 values,
         through the engine's metered communicator. One rank: this rank's numbers.
+        ``epoch_end=False`` (a partial epoch, the same on every rank) leaves out the engine's
+        ``epoch_extra()``/``rank_extra()`` numbers, which engines compute at epoch ends.
         """
-        memory, extra = self._engine_memory(), self._engine_extra()
+        memory = self._engine_memory()
+        extra = self._engine_extra() if epoch_end else {}
         comm = getattr(self.engine, "comm", None)
         if comm is None or int(self.engine.world_size) == 1:
             return sums.to_epoch_stats(epoch, memory, extra), train_time
@@ -543,7 +599,7 @@ class Trainer:
             "times": {k: times_r[:, i].tolist() for i, k in enumerate(tkeys)},
             "traffic": {k: [int(v) for v in traffic_r[:, i].tolist()] for i, k in enumerate(lkeys)},
         }
-        fn = getattr(self.engine, "rank_extra", None)
+        fn = getattr(self.engine, "rank_extra", None) if epoch_end else None
         if callable(fn):  # small engine-specific per-rank numbers, e.g. reads per source
             gathered = comm.all_gather_object(dict(fn()))
             for key in gathered[0]:
@@ -678,16 +734,27 @@ class Trainer:
             "final_train_loss": st.last_train_loss,
             "epochs": len(times),
             "stopped_early": st.stopped_early,
+            "stopped": self._stop_reason(),
             "mean_epoch_time_s": sum(times) / len(times) if times else None,
-            "total_train_time_s": sum(times),
+            # a partial epoch (train.max_steps): this rank's training time in it is included
+            "total_train_time_s": sum(times) + (st.partial.elapsed_s if st.next_step else 0.0),
             "steps_per_epoch": spe,
             "total_steps": st.global_step,
+            "partial_epoch_steps": st.next_step,
             "engine": self.engine.name,
             "world_size": int(self.engine.world_size),
             "model": _model_name(self.engine, self.run_config),
             "run_dir": str(self.run_dir),
             "config": self._config_dict(),
         }
+
+    def _stop_reason(self) -> str | None:
+        """Why the run stopped: ``"patience"``, ``"epochs"`` or ``"max_steps"`` (else ``None``)."""
+        if self.state.stopped_early:
+            return "patience"
+        if self.state.epoch >= self.config.epochs:
+            return "epochs"
+        return "max_steps" if self._steps_exhausted() else None
 
     def _print_summary(self, summary: Mapping[str, Any]) -> None:
         table = Table(title=f"fleetgnn run summary ({summary['engine']})")
@@ -699,7 +766,7 @@ class Trainer:
             "best_epoch",
             "final_train_loss",
             "epochs",
-            "stopped_early",
+            "stopped",
             "mean_epoch_time_s",
             "total_steps",
             "engine",
@@ -925,6 +992,27 @@ def _check_resumable(saved: Mapping[str, Any], cfg: Config) -> None:
         )
 
 
+def _noop() -> None:
+    """Nothing (a marker task for :func:`_wait_for_prefetch`)."""
+
+
+def _wait_for_prefetch(engine: Engine) -> None:
+    """Wait for the batch an engine's prefetch thread may still prepare after an early stop.
+
+    The built-in mini-batch engines submit step ``k + 1``'s batch to a one-worker executor
+    (``engine._pool``) before training step ``k``; leaving ``run_epoch`` after step ``k`` leaves it
+    in flight, and its sampling and gathering may communicate (on the store's own group), so it
+    must finish before the evaluation's collectives start. A marker task queued behind it runs
+    once it has. Engines without such an executor need nothing.
+    """
+    pool = getattr(engine, "_pool", None)
+    if isinstance(pool, ThreadPoolExecutor):
+        try:
+            pool.submit(_noop).result()
+        except RuntimeError:  # already shut down: nothing is in flight
+            pass
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "-"
@@ -933,7 +1021,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _epoch_line(r: Mapping[str, Any], stopped: bool) -> str:
+def _epoch_line(r: Mapping[str, Any], note: str = "") -> str:
     parts = [
         f"epoch {r['epoch']:>3}",
         f"loss {_fmt(r['loss'])}",
@@ -942,6 +1030,8 @@ def _epoch_line(r: Mapping[str, Any], stopped: bool) -> str:
     if r["evaluated"]:
         parts += [f"val {_fmt(r['val_acc'])}", f"test {_fmt(r['test_acc'])}"]
     parts.append(f"{r['epoch_time_s']:.2f}s")
-    if stopped:
-        parts.append("[yellow]early stop[/]")
+    if r.get("partial"):
+        parts.append(f"({r['num_steps']} steps)")
+    if note:
+        parts.append(f"[yellow]{note}[/]")
     return "  ".join(parts)

@@ -85,7 +85,6 @@ def test_resume_refuses_flags_that_change_the_checkpoint(tmp_path, capsys):
     [
         (["train", "--set", "model.nme=gcn"], "model.name"),
         (["train", "--set", "train.mode=sometimes"], "full"),
-        (["train", "--engine", "offload"], "not available"),
         (["train", "--resume", "/nonexistent/run"], "config.yaml"),
         (["train", "--dataset", "/nonexistent/data"], "does not exist"),
     ],
@@ -238,3 +237,68 @@ def test_offload_engine_with_a_budget_through_the_launcher(tmp_path, capsys):
         assert vol["baseline"] >= vol["inter"] >= vol["intra"] > 0
         rows = extra["per_rank"]["rows"]
         assert sum(r["peer"] for r in rows) > 0  # ranks read one another's buffers
+
+
+def _records(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_max_steps_through_the_cli_with_resume(tmp_path):
+    """``--set train.max_steps=N`` stops the run after N steps in all, resumed steps included."""
+    run = tmp_path / "run"
+    common = ["--no-progress", "--set", "data.preset=tiny", "--set", f"data.cache_dir={tmp_path}"]
+    argv = ["train", "--run-dir", str(run), "--epochs", "3", "--set", "train.batch_size=128"]
+    assert main([*argv, "--set", "train.max_steps=7", *common]) == 0
+    summary = _summary(run)
+    assert summary["steps_per_epoch"] == 5  # 600 training nodes in batches of 128
+    assert summary["total_steps"] == 7 and summary["stopped"] == "max_steps"
+    assert summary["test_acc"] is not None
+    recs = _records(run)
+    assert [(r["epoch"], r["num_steps"], r["evaluated"]) for r in recs] == [
+        (0, 5, True),
+        (1, 2, True),
+    ]
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["trainer"]["global_step"] == 7
+    resume = ["train", "--resume", str(run), "--no-progress"]
+    assert main([*resume, "--set", "train.max_steps=12"]) == 0
+    summary = _summary(run)
+    assert summary["total_steps"] == 12 and summary["stopped"] == "max_steps"
+    assert [(r["epoch"], r["num_steps"]) for r in _records(run)] == [(0, 5), (1, 5), (2, 2)]
+
+
+def test_max_steps_with_two_minibatch_processes(tmp_path):
+    """Every rank stops at the same global step, mid-epoch (with a batch prefetched)."""
+    run = tmp_path / "mb"
+    argv = ["train", "--engine", "minibatch", "--nproc", "2", "--epochs", "3"]
+    argv += ["--run-dir", str(run), "--no-progress", "--set", "data.preset=tiny"]
+    argv += ["--set", "data.scale=0.3", "--set", f"data.cache_dir={tmp_path / 'cache'}"]
+    argv += ["--set", "train.batch_size=32", "--set", "train.max_steps=4"]
+    assert main(argv) == 0
+    summary = _summary(run)
+    assert summary["world_size"] == 2 and summary["steps_per_epoch"] == 3
+    assert summary["total_steps"] == 4 and summary["stopped"] == "max_steps"
+    assert summary["test_acc"] is not None
+    recs = _records(run)
+    assert [(r["epoch"], r["num_steps"], r["evaluated"]) for r in recs] == [
+        (0, 3, True),
+        (1, 1, True),
+    ]
+    assert len(recs[1]["extra"]["per_rank"]["count"]) == 2
+    ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert (ckpt["trainer"]["epoch"], ckpt["trainer"]["next_step"]) == (1, 1)
+    assert ckpt["trainer"]["global_step"] == 4 and len(ckpt["partials"]) == 2
+
+
+def test_an_engine_not_in_this_build_is_refused_before_any_work(monkeypatch, capsys, tmp_path):
+    """A registry entry without an implementation (a planned engine) is one line, exit 2."""
+    import dataclasses
+
+    from fleetgnn.config import engines as registry
+
+    spec = dataclasses.replace(registry.ENGINES["offload"], impl="")
+    monkeypatch.setitem(registry.ENGINES, "offload", spec)
+    argv = ["train", "--engine", "offload", "--run-dir", str(tmp_path / "r"), "--no-progress"]
+    assert main(argv) == 2
+    assert "not available" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+

@@ -1,7 +1,11 @@
+import mmap
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
+import fleetgnn.store.store as store_mod
 from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import from_edges
@@ -225,3 +229,53 @@ def test_topology_errors_name_the_key():
         UnifiedStore.build(g, None, TierBudgets(), topology="torus")
     with pytest.raises(ConfigError, match=r"2 x 2 bandwidth matrix but the world has 1 ranks"):
         UnifiedStore.build(g, None, TierBudgets(), topology=[[700, 50], [50, 700]])
+
+
+def _vm_flags(path) -> list[list[str]]:
+    """``VmFlags`` of this process's mappings of ``path`` (from ``/proc/self/smaps``)."""
+    out, current = [], None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                current = line.rstrip("\n").endswith(str(path))
+            elif line.startswith("VmFlags:") and current:
+                out.append(line.split()[1:])
+    return out
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_RANDOM"), reason="no madvise(MADV_RANDOM) here")
+def test_disk_tier_reads_features_with_random_access_advice(tmp_path, monkeypatch):
+    g = _graph(seed=7, n=300, f=8, dtype=np.float32)
+    write_dataset(g, tmp_path / "ds")
+    mg = open_dataset(tmp_path / "ds")
+    path = (tmp_path / "ds" / "x.npy").resolve()
+    advised = []
+    real = store_mod._advise_random
+
+    def spy(arr):
+        advised.append(real(arr))
+        return advised[-1]
+
+    monkeypatch.setattr(store_mod, "_advise_random", spy)
+    store = UnifiedStore.build(mg, None, _budgets(mg, 0.1, 0.1))
+    assert store.plan.features.num_disk > 0
+    assert len(advised) == 1 and advised[0] is not mg.x  # a mapping of its own
+    ids = torch.from_numpy(np.random.default_rng(2).integers(0, mg.num_nodes, 500))
+    assert torch.equal(store.gather(ids), torch.from_numpy(g.x[ids.numpy()]))
+    disk = ids[torch.from_numpy(store.plan.features.locate(ids.numpy(), 0)[0] == DISK)]
+    assert torch.equal(store.gather(disk), torch.from_numpy(g.x[disk.numpy()]))
+    if Path("/proc/self/smaps").exists():  # the kernel's view: "rr" = random-read advice
+        flags = _vm_flags(path)
+        assert len(flags) == 2  # the dataset's mapping and the store's
+        assert sorted("rr" in f for f in flags) == [False, True]  # only the store's is advised
+    store.close()
+    # an advice the kernel refuses: the store falls back to the dataset's own mapping
+    monkeypatch.setattr(store_mod, "_MADV_RANDOM", -1)
+    with UnifiedStore.build(mg, None, _budgets(mg, 0.1, 0.1)) as again:
+        assert torch.equal(again.gather(ids), torch.from_numpy(g.x[ids.numpy()]))
+        assert again._x_disk is mg.x
+    # features in memory (not a memory map): nothing to advise
+    monkeypatch.undo()
+    with UnifiedStore.build(g, None, _budgets(g, 0.1, 0.1)) as mem:
+        assert mem._x_disk is g.x

@@ -73,3 +73,22 @@ def test_event_lines_are_kept_on_resume_and_skipped_by_default(tmp_path: Path) -
         (None, "restart"),
         (1, None),
     ]
+
+
+def test_replace_last_rewrites_the_epoch_record_atomically(tmp_path: Path) -> None:
+    p = tmp_path / "m.jsonl"
+    with MetricsWriter(p) as w:
+        with pytest.raises(RuntimeError, match="no epoch record"):
+            w.replace_last({"epoch": 0})
+        w.write({"epoch": 0, "loss": 1.0, "evaluated": True})
+        w.write({"epoch": 1, "loss": 0.5, "evaluated": False})
+        w.write({"event": "restart", "attempt": 1})  # an event after the record is kept
+        w.replace_last({"epoch": 1, "loss": 0.5, "evaluated": True, "val_acc": 0.75})
+        w.write({"epoch": 2, "loss": 0.25, "evaluated": False})  # the writer appends again
+        with pytest.raises(RuntimeError, match="epoch 2"):
+            w.replace_last({"epoch": 3})
+    recs = read_metrics(p, events=True)
+    assert [r.get("epoch", r.get("event")) for r in recs] == [0, 1, "restart", 2]
+    assert recs[1] == {"epoch": 1, "loss": 0.5, "evaluated": True, "val_acc": 0.75}
+    assert len(p.read_text().splitlines()) == 4
+    assert not [q for q in tmp_path.iterdir() if q.name != "m.jsonl"]  # no temporary file left

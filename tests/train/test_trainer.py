@@ -589,3 +589,104 @@ def test_cuda_device_without_cuda_is_a_config_error(monkeypatch: pytest.MonkeyPa
     with pytest.raises(ConfigError, match=r"device='tpu' is not"):
         resolve_device("tpu")
     assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_max_steps_stops_mid_epoch_and_resume_continues_bit_exact(tmp_path: Path) -> None:
+    """``train.max_steps`` counts steps over the run, resumed runs included."""
+    ref_params, ref_recs, _ = _run_uninterrupted(tmp_path, _cfg("train.epochs=3"))
+    spe = LogRegEngine().steps_per_epoch()
+    assert spe == 4
+    run_dir = tmp_path / "run"
+    cfg = _cfg("train.epochs=3", "train.max_steps=6", "train.checkpoint_every=3")
+    eng = LogRegEngine()
+    summary = _fit(eng, cfg, run_dir)
+    assert eng.calls == [(0, 0), (1, 0)]
+    assert summary["total_steps"] == 6 and summary["stopped"] == "max_steps"
+    assert summary["epochs"] == 1 and summary["partial_epoch_steps"] == 2
+    assert summary["test_acc"] is not None and summary["final_train_loss"] is not None
+    recs = read_metrics(run_dir / "metrics.jsonl")
+    assert [(r["epoch"], r["num_steps"], r["evaluated"]) for r in recs] == [
+        (0, 4, True),
+        (1, 2, True),  # the partial epoch, evaluated once at the end
+    ]
+    assert recs[1]["partial"] is True and recs[0].get("partial") is None
+    assert recs[0]["loss"] == ref_recs[0]["loss"]
+    ck = CheckpointDir(run_dir / "checkpoints").load_latest()
+    assert ck is not None
+    assert (ck["trainer"]["epoch"], ck["trainer"]["next_step"], ck["trainer"]["global_step"]) == (
+        1,
+        2,
+        6,
+    )
+    # resuming with the same limit runs nothing more
+    eng = LogRegEngine()
+    again = _fit(eng, cfg, run_dir, resume=True)
+    assert eng.calls == [] and again["total_steps"] == 6 and again["stopped"] == "max_steps"
+    # a larger limit counts the 6 steps already taken: 4 more, to the end of epoch 2
+    eng = LogRegEngine()
+    more = _fit(eng, _cfg("train.epochs=3", "train.max_steps=10"), run_dir, resume=True)
+    assert eng.calls == [(1, 2), (2, 0)]
+    assert more["total_steps"] == 10 and more["stopped"] == "max_steps"
+    assert more["epochs"] == 2 and more["partial_epoch_steps"] == 2
+    # no limit: the run ends where the uninterrupted one does, bit for bit
+    eng = LogRegEngine()
+    last = _fit(eng, _cfg("train.epochs=3"), run_dir, resume=True)
+    assert eng.calls == [(2, 2)]
+    assert last["total_steps"] == 12 and last["stopped"] == "epochs" and last["epochs"] == 3
+    _assert_bitwise_equal(_params(eng), ref_params)
+    recs = read_metrics(run_dir / "metrics.jsonl")
+    assert [(r["epoch"], r["num_steps"]) for r in recs] == [(0, 4), (1, 4), (2, 4)]
+    assert [r["loss"] for r in recs] == [r["loss"] for r in ref_recs]
+
+
+def test_max_steps_at_an_epoch_end_evaluates_that_epoch(tmp_path: Path) -> None:
+    eng = LogRegEngine()
+    cfg = _cfg("train.epochs=5", "train.eval_every=3", "train.max_steps=8")
+    summary = _fit(eng, cfg, tmp_path)
+    assert eng.calls == [(0, 0), (1, 0)]
+    assert summary["total_steps"] == 8 and summary["stopped"] == "max_steps"
+    assert summary["epochs"] == 2 and summary["partial_epoch_steps"] == 0
+    recs = read_metrics(tmp_path / "metrics.jsonl")
+    # eval_every=3 skips epoch 1, but it is the run's last: evaluated once at the end
+    assert [(r["epoch"], r["evaluated"]) for r in recs] == [(0, False), (1, True)]
+    assert summary["best_epoch"] == 1
+
+
+def test_max_steps_must_be_positive() -> None:
+    from fleetgnn.config import TrainerConfig
+
+    assert TrainerConfig().max_steps is None and _cfg().train.max_steps is None
+    assert _cfg("train.max_steps=5").trainer_config().max_steps == 5
+    with pytest.raises(ConfigError, match=r"max_steps"):
+        TrainerConfig(max_steps=0)
+    with pytest.raises(ConfigError, match=r"train\.max_steps=0.*>= 1"):
+        _cfg("train.max_steps=0")
+
+
+def test_epoch_record_is_written_before_evaluation(tmp_path: Path) -> None:
+    """An evaluation that dies leaves the epoch's training numbers in metrics.jsonl."""
+
+    class DyingEval(LogRegEngine):
+        def evaluate(self) -> dict[str, float]:
+            raise MemoryError("evaluation ran out of memory")
+
+    cfg = _cfg("train.epochs=2", "train.checkpoint_every=0")
+    ref_params, ref_recs, _ = _run_uninterrupted(tmp_path, cfg)
+    run_dir = tmp_path / "run"
+    with pytest.raises(MemoryError):
+        _fit(DyingEval(), cfg, run_dir)
+    recs = read_metrics(run_dir / "metrics.jsonl")
+    assert len(recs) == 1
+    rec = recs[0]
+    assert rec["epoch"] == 0 and rec["evaluated"] is False and rec["val_acc"] is None
+    assert rec["num_steps"] == 4 and rec["loss"] == ref_recs[0]["loss"]
+    assert rec["train_acc"] == ref_recs[0]["train_acc"] and rec["epoch_time_s"] > 0
+    # the evaluated record replaces it in place: still one line per epoch
+    eng = LogRegEngine()
+    _fit(eng, cfg, run_dir, resume=True)
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [0, 1]
+    recs = read_metrics(run_dir / "metrics.jsonl")
+    for r, q in zip(recs, ref_recs, strict=True):
+        assert {k: r[k] for k in _PER_EPOCH_KEYS} == {k: q[k] for k in _PER_EPOCH_KEYS}
+    assert all(r["evaluated"] for r in recs)
