@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             "spread": spread,
                             "scored": spread >= args.margin and len(times) > 1,
                             "agree": plan.choice == fastest,
+                            "choice_vs_fastest": times[plan.choice] / times[fastest]
+                            if plan.choice in times
+                            else None,
                             "predicted_s": {n: p.epoch_s for n, p in plan.predictions.items()},
                             "measured_s": times,
                             "predicted_traffic": {
@@ -121,12 +124,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         )
     scored = [c for c in cases if c["scored"]]
     agree = sum(c["agree"] for c in scored)
+    near = sum((c["choice_vs_fastest"] or 99) <= 1.25 for c in scored)
     print(f"planner picked the measured fastest in {agree}/{len(scored)} scored cases")
+    print(f"its choice was within 1.25x of the measured fastest in {near}/{len(scored)}")
     result = {
         "machine": machine_info(torch.device("cpu")),
         "settings": {k: str(v) for k, v in vars(args).items()},
         "cases": cases,
-        "score": {"agree": agree, "scored": len(scored), "total": len(cases)},
+        "score": {"agree": agree, "within_1.25x": near, "scored": len(scored), "total": len(cases)},
     }
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
