@@ -42,9 +42,22 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--out", required=True, type=Path, help="output dataset directory")
         q.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
+    def max_memory(q: argparse.ArgumentParser) -> None:
+        from fleetgnn.graph.loaders._io import default_max_bytes, human_bytes
+
+        q.add_argument(
+            "--max-memory",
+            default=None,
+            metavar="SIZE",
+            help="memory the loader may use, e.g. 4GB or 512MiB; an input declaring more (a "
+            "small file can declare gigabytes) is refused before it is allocated (default: half "
+            f"of this machine's memory, here {human_bytes(default_max_bytes())})",
+        )
+
     q = fmt.add_parser("planetoid", help="Planetoid ind.<name>.* pickles (Cora, CiteSeer, PubMed)")
     q.add_argument("--root", required=True, type=Path, help="directory holding ind.<name>.* files")
     q.add_argument("--name", required=True, help="dataset name, e.g. cora")
+    max_memory(q)
     common(q)
 
     def split_knobs(q: argparse.ArgumentParser, edgelist: bool = False) -> None:
@@ -72,11 +85,13 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     q = fmt.add_parser("npz", help="gnn-benchmark sparse .npz (adj_*, attr_*, labels)")
     q.add_argument("--file", required=True, type=Path)
     split_knobs(q)
+    max_memory(q)
     common(q)
     q = fmt.add_parser("ogb", help="OGB node-property raw layout (raw/*.csv.gz, split/*)")
     q.add_argument("--root", required=True, type=Path, help="dataset root with raw/ and split/")
     q.add_argument("--name", default=None, help="split name (auto-detected when there is one)")
     q.add_argument("--undirected", action="store_true", help="also store reverse edges")
+    max_memory(q)
     common(q)
     q = fmt.add_parser("edgelist", help="text edge list 'src dst [weight]' per line")
     q.add_argument("--edges", required=True, type=Path)
@@ -102,6 +117,11 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     # directory that is not fleetgnn's, those without an owner only if named after this output
     out = args.out.absolute()
     report_removed(sweep_stale(out.parent, files=False, legacy_names={out.name}), "prepare")
+    max_bytes = None  # the loaders' default: half of this machine's memory
+    if getattr(args, "max_memory", None) is not None:
+        from fleetgnn.config.units import parse_bytes
+
+        max_bytes = parse_bytes(args.max_memory, "--max-memory")
 
     if args.format == "synthetic":
         from fleetgnn.cli.progress import task_progress
@@ -123,12 +143,13 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             name=args.name,
             overwrite=args.overwrite,
             undirected=args.undirected,
+            max_bytes=max_bytes,
         )
     else:
         from fleetgnn.graph.loaders import npz, planetoid
 
         if args.format == "planetoid":
-            graph = load_planetoid(args.root, args.name)
+            graph = load_planetoid(args.root, args.name, max_bytes=max_bytes)
             # the customary transform of these features, applied by `train` unless told otherwise
             source = {
                 "source": "planetoid",
@@ -138,7 +159,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         elif args.format == "npz":
             names = ("num_train_per_class", "num_val", "num_test", "split_seed")
             knobs = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-            graph = load_npz(args.file, **knobs)  # the rest: load_npz's defaults
+            graph = load_npz(args.file, max_bytes=max_bytes, **knobs)  # the rest: defaults
             source = {"source": "npz", "file": str(args.file), "feature_norm": npz.FEATURE_NORM}
         else:
             graph = load_edgelist(

@@ -237,7 +237,7 @@ def test_huge_declared_shape_is_refused_before_allocation(tmp_path):
     m = sp.csr_matrix((4, 6), dtype=np.float32)
     m._shape = (4, 10**12)
     _dump(m, tmp_path / "ind.toy.x")
-    with pytest.raises(DatasetError, match="max_dense_bytes"):
+    with pytest.raises(DatasetError, match="--max-memory"):
         load_planetoid(tmp_path, "toy")
 
 

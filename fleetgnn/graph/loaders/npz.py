@@ -4,6 +4,13 @@ Layout: the adjacency ``A[src, dst]`` as CSR arrays ``adj_data`` / ``adj_indices
 / ``adj_shape``; features as CSR ``attr_data`` / ``attr_indices`` / ``attr_indptr`` /
 ``attr_shape`` or a dense ``attr_matrix``; ``labels`` ``[N]``. Other keys (``idx_to_node``,
 ``class_names``, ``node_names``, ...) are ignored.
+
+Memory (``max_bytes``, ``prepare --max-memory``): the shape and dtype in the header of every
+array the loader reads are checked before the array is read (a few KB of compressed zeros can
+declare gigabytes), then the edges and the dense feature matrix from the declared shapes and
+counts. The features are written straight into their final float32 array: sparse ones a block of
+rows at a time, a dense ``attr_matrix`` streamed from the archive a block of rows at a time. The
+peak is about the dense feature matrix, plus the CSR arrays of the file, plus the edge arrays.
 """
 
 from __future__ import annotations
@@ -11,25 +18,57 @@ from __future__ import annotations
 import os
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from fleetgnn.errors import DatasetError, FleetgnnError
 from fleetgnn.graph.csc import Graph, from_edges
-from fleetgnn.graph.loaders._io import READ_ERRORS, check_dense_size, require_file
+from fleetgnn.graph.loaders._io import (
+    EDGE_BYTES,
+    NODE_BYTES,
+    READ_ERRORS,
+    MemoryBudget,
+    nbytes_of,
+    require_file,
+    resolve_max_bytes,
+)
 from fleetgnn.graph.loaders.splits import random_split
 
 ADJ_KEYS: tuple[str, ...] = ("adj_data", "adj_indices", "adj_indptr", "adj_shape")
 ATTR_KEYS: tuple[str, ...] = ("attr_data", "attr_indices", "attr_indptr", "attr_shape")
-_MAX_DENSE_BYTES = 8 << 30
+_BLOCK_BYTES = 16 << 20  # bytes of features converted per block of rows
 #: The customary feature transform of the gnn-benchmark bag-of-words features (row
 #: normalisation): ``fleetgnn prepare npz`` records it in ``meta.json`` as ``feature_norm``.
 FEATURE_NORM = "row"
 
 
-def _read(path: Path) -> dict[str, np.ndarray]:
-    """Every array the loader may use, read eagerly with pickle disabled."""
+Header = tuple[tuple[int, ...], bool, np.dtype]
+
+
+def _header(zf: zipfile.ZipFile, member: str) -> Header:
+    """``(shape, fortran_order, dtype)`` from the ``.npy`` header of ``member``, data unread."""
+    with zf.open(member) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(f)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(f)
+        return np.lib.format._read_array_header(f, version)  # (3, 0): UTF-8 field names
+
+
+def _member(z: np.lib.npyio.NpzFile, key: str) -> str:
+    return key + ".npy" if key + ".npy" in z.zip.namelist() else key
+
+
+def _read(path: Path, budget: MemoryBudget) -> tuple[dict[str, np.ndarray], Header | None]:
+    """Every array the loader may use, read eagerly with pickle disabled, sizes checked first.
+
+    The header of each array is read and its size taken from ``budget`` before its data is
+    read. A dense ``attr_matrix`` is not read here (see :func:`_stream_rows`): its header is
+    returned instead.
+    """
     wanted = (*ADJ_KEYS, *ATTR_KEYS, "attr_matrix", "labels")
     try:
         z = np.load(path, allow_pickle=False)
@@ -38,13 +77,31 @@ def _read(path: Path) -> dict[str, np.ndarray]:
                 f"'{path}' is a single .npy array, not an .npz archive of the gnn-benchmark layout"
             )
         with z:
+            # sizes first, from the headers alone: a CRC check inflates every member in full
+            present = [k for k in wanted if k in z.files]
+            headers = {k: _header(z.zip, _member(z, k)) for k in present}
+            for k, (shape, _fortran, dtype) in headers.items():
+                if k != "attr_matrix":
+                    dims = " x ".join(map(str, shape)) or "scalar"
+                    budget.take(
+                        f"'{path}': array '{k}' declares {dims} {dtype}",
+                        nbytes_of(shape, dtype.itemsize),
+                    )
+            if "attr_matrix" in headers:
+                shape, _fortran, dtype = headers["attr_matrix"]
+                budget.check(
+                    f"'{path}': attr_matrix declares {' x '.join(map(str, shape))} features "
+                    f"(float32)",
+                    nbytes_of(shape, 4),
+                )
             bad = z.zip.testzip()  # CRC of every member, and names that match their headers
             if bad is not None:
                 raise DatasetError(
                     f"'{path}': member {bad!r} fails its CRC or header check; the file is "
                     f"corrupt, obtain it again"
                 )
-            return {k: z[k] for k in wanted if k in z.files}
+            arrays = {k: z[k] for k in present if k != "attr_matrix"}
+            return arrays, headers.get("attr_matrix")
     except FleetgnnError:
         raise
     except ValueError as e:
@@ -57,6 +114,75 @@ def _read(path: Path) -> dict[str, np.ndarray]:
             f"'{path}' cannot be read ({type(e).__name__}: {e}); the file is truncated or "
             f"corrupt, obtain it again"
         ) from e
+
+
+def _stream_rows(path: Path, out: np.ndarray) -> None:
+    """Read the dense ``attr_matrix`` of ``path`` into ``out`` (float32), a block of rows at a time.
+
+    Its header was checked by :func:`_read`; the data are decompressed and converted one block
+    of about 16 MB at a time, so no full-size copy of the stored array is ever made.
+    """
+    rows, cols = out.shape
+    try:
+        with np.load(path, allow_pickle=False) as z, z.zip.open(_member(z, "attr_matrix")) as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                shape, fortran, dtype = np.lib.format._read_array_header(f, version)
+            if tuple(shape) != (rows, cols) or dtype.hasobject:
+                raise DatasetError(f"'{path}': attr_matrix changed while it was read")
+            row_bytes = cols * dtype.itemsize
+            if fortran and rows > 1 and cols > 1:  # column-major: column blocks, same bound
+                step = max(1, _BLOCK_BYTES // max(1, rows * dtype.itemsize))
+                for lo in range(0, cols, step):
+                    hi = min(cols, lo + step)
+                    block = _exact(f, (hi - lo) * rows * dtype.itemsize, path)
+                    out[:, lo:hi] = np.frombuffer(block, dtype).reshape(hi - lo, rows).T
+                return
+            step = max(1, _BLOCK_BYTES // max(1, row_bytes))
+            for lo in range(0, rows if row_bytes else 0, step):
+                hi = min(rows, lo + step)
+                block = _exact(f, (hi - lo) * row_bytes, path)
+                out[lo:hi] = np.frombuffer(block, dtype).reshape(hi - lo, cols)
+    except FleetgnnError:
+        raise
+    except (*READ_ERRORS, ValueError, KeyError, zipfile.LargeZipFile) as e:
+        raise DatasetError(
+            f"'{path}': attr_matrix cannot be read ({type(e).__name__}: {e}); the file is "
+            f"truncated or corrupt, obtain it again"
+        ) from e
+
+
+def _exact(f: Any, size: int, path: Path) -> bytes:
+    data = f.read(size)
+    if len(data) != size:
+        raise DatasetError(
+            f"'{path}': attr_matrix holds fewer values than its header declares; the file is "
+            f"truncated or corrupt"
+        )
+    return data
+
+
+def _csr_into(out: np.ndarray, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray) -> None:
+    """Add the checked CSR matrix ``(data, indices, indptr)`` into ``out``, block by block."""
+    rows, cols = out.shape
+    lo = 0
+    per_block = max(1, _BLOCK_BYTES // 16)  # stored values per block (float32 + int64 + ...)
+    while lo < rows:
+        hi = int(np.searchsorted(indptr, indptr[lo] + per_block, side="right")) - 1
+        hi = min(rows, max(hi, lo + 1))
+        # a block of rows of about per_block values, and at most _BLOCK_BYTES of output
+        hi = min(hi, lo + max(1, _BLOCK_BYTES // max(1, 4 * cols)))
+        a, b = int(indptr[lo]), int(indptr[hi])
+        block = sp.csr_matrix(
+            (data[a:b].astype(np.float32), indices[a:b], indptr[lo : hi + 1] - a),
+            shape=(hi - lo, cols),
+        )
+        block.toarray(out=out[lo:hi])  # adds into out: duplicates are summed, as scipy does
+        lo = hi
 
 
 def _shape(arrays: dict[str, np.ndarray], key: str, path: Path) -> tuple[int, int]:
@@ -116,7 +242,8 @@ def load_npz(
     num_test: int = 1000,
     split_seed: int = 0,
     name: str | None = None,
-    max_dense_bytes: int = _MAX_DENSE_BYTES,
+    max_bytes: int | None = None,
+    max_dense_bytes: int | None = None,
 ) -> Graph:
     """Load a gnn-benchmark ``.npz`` graph with a deterministic random split.
 
@@ -138,6 +265,13 @@ def load_npz(
 
     Features (CSR ``attr_*`` or dense ``attr_matrix``) are dense float32, ``N * F * 4`` bytes.
 
+    Memory: every size is checked against ``max_bytes`` from what the file declares (the
+    headers of its arrays, the shapes, the number of stored edges at
+    :data:`~fleetgnn.graph.loaders._io.EDGE_BYTES` each) before it is allocated. The features
+    are built in place, so the peak is about the dense matrix plus the file's arrays and the
+    edge arrays: at most ``max_bytes`` as counted, about twice the feature matrix for a typical
+    bag-of-words file.
+
     Args:
         file: The ``.npz`` file.
         undirected: Symmetrise, deduplicate and drop self loops.
@@ -146,7 +280,11 @@ def load_npz(
         num_test: Test nodes.
         split_seed: Seed of the split.
         name: Graph name (default: the file name without ``.npz``).
-        max_dense_bytes: Refuse feature matrices whose dense form would exceed this size.
+        max_bytes: The memory the loader may use (``prepare --max-memory``; default: half of
+            this machine's memory). A file declaring more is refused with one line naming
+            ``--max-memory``, before anything of that size is allocated.
+        max_dense_bytes: The former name of ``max_bytes`` (used when ``max_bytes`` is not
+            given).
 
     Returns:
         The validated graph.
@@ -155,7 +293,8 @@ def load_npz(
         DatasetError: A missing, corrupt or inconsistent file, or too few labelled nodes.
     """
     path = require_file(Path(file), "npz file")
-    arrays = _read(path)
+    budget = MemoryBudget(resolve_max_bytes(max_bytes, max_dense_bytes))
+    arrays, dense_header = _read(path, budget)
     missing = [k for k in ADJ_KEYS if k not in arrays]
     if missing:
         raise DatasetError(
@@ -167,21 +306,30 @@ def load_npz(
         raise DatasetError(f"'{path}': adj_shape must be square [N, N] (got [{n}, {n2}])")
     if data.size and not np.isfinite(data).all():
         raise DatasetError(f"'{path}': adj_data holds non-finite values")
+    budget.take(
+        f"'{path}' declares {n} nodes and {data.size} stored edges",
+        n * NODE_BYTES + data.size * EDGE_BYTES,
+    )
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     nonzero = data != 0
     src, dst, w = src[nonzero], indices[nonzero], data[nonzero]
     weight = None if bool(np.all(w == 1)) else w.astype(np.float32)
 
     node_data: dict[str, np.ndarray] = {}
-    if "attr_matrix" in arrays:
-        x = arrays["attr_matrix"]
-        if x.ndim != 2 or x.dtype.kind not in "biuf" or x.shape[0] != n:
+    if dense_header is not None:
+        shape, _fortran, dtype = dense_header
+        if len(shape) != 2 or dtype.kind not in "biuf" or shape[0] != n:
             raise DatasetError(
-                f"'{path}': attr_matrix must be a numeric [N={n}, F] array (got {x.dtype} "
-                f"{x.shape})"
+                f"'{path}': attr_matrix must be a numeric [N={n}, F] array (got {dtype} "
+                f"{tuple(shape)})"
             )
-        check_dense_size(x.shape, 4, max_dense_bytes, f"'{path}' features")
-        node_data["x"] = x.astype(np.float32)
+        budget.take(
+            f"'{path}': attr_matrix declares {shape[0]} x {shape[1]} features (float32)",
+            nbytes_of(shape, 4),
+        )
+        x = np.zeros(shape, dtype=np.float32)
+        _stream_rows(path, x)
+        node_data["x"] = x
     elif any(k in arrays for k in ATTR_KEYS):
         missing = [k for k in ATTR_KEYS if k not in arrays]
         if missing:
@@ -189,10 +337,10 @@ def load_npz(
         a_data, a_idx, a_ptr, (rows, f) = _csr(arrays, "attr", path)
         if rows != n:
             raise DatasetError(f"'{path}': attr_shape has {rows} rows but the graph {n} nodes")
-        check_dense_size((n, f), 4, max_dense_bytes, f"'{path}' features")
-        node_data["x"] = sp.csr_matrix(
-            (a_data.astype(np.float32), a_idx, a_ptr), shape=(n, f)
-        ).toarray()
+        budget.take(f"'{path}' declares {n} x {f} features (float32, dense)", nbytes_of((n, f), 4))
+        x = np.zeros((n, f), dtype=np.float32)
+        _csr_into(x, a_data, a_idx, a_ptr)
+        node_data["x"] = x
     num_classes = None
     if "labels" in arrays:
         y = arrays["labels"]

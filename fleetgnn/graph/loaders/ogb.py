@@ -13,6 +13,12 @@ Input layout (as unpacked from the OGB release; ``root`` is e.g. ``.../ogbn_prod
 Memory stays bounded by ``O(N + chunk_rows * F)`` whatever ``E`` is: edges are parsed in chunks
 into temporary ``.npy`` memory maps next to ``out``, then the CSC arrays are built by a two-pass
 counting sort straight into the dataset's memory maps (see :func:`prepare_ogb`).
+
+The counts are checked before anything is sized by them: ``N`` against ``max_bytes``
+(``prepare --max-memory``; about :data:`NODE_BYTES` bytes per node are held), ``E`` against what
+``edge.csv.gz`` can hold at all (a gzip stream expands at most about 1032-fold and an edge line
+takes at least 4 bytes), so a count of ``10**12`` is one line naming the file, not a
+``MemoryError``.
 """
 
 from __future__ import annotations
@@ -28,9 +34,21 @@ from fleetgnn.errors import DatasetError
 from fleetgnn.graph.csc import index_dtype
 from fleetgnn.graph.dataset import DatasetWriter
 from fleetgnn.graph.files import create_npy, temp_prefix
-from fleetgnn.graph.loaders._io import Table, iter_line_chunks, require_file, short
+from fleetgnn.graph.loaders._io import (
+    MemoryBudget,
+    Table,
+    iter_line_chunks,
+    require_file,
+    resolve_max_bytes,
+    short,
+)
 
 SPLIT_FILES: dict[str, str] = {"train_mask": "train", "val_mask": "valid", "test_mask": "test"}
+#: Bytes held per node at the peak: degree counters and their ``bincount`` (or ``indptr`` and
+#: the cursors, or the deduplicated degrees), labels, split owners and masks.
+NODE_BYTES = 32
+_MAX_GZIP_RATIO = 1100  # deflate expands at most 1032-fold (plus headers); rounded up
+_MIN_EDGE_LINE = 4  # "0,0\n"
 
 
 def _read_count(path: Path) -> int:
@@ -145,6 +163,7 @@ def prepare_ogb(
     *,
     undirected: bool = False,
     dataset_name: str | None = None,
+    max_bytes: int | None = None,
 ) -> Path:
     """Convert an OGB node-property dataset's raw files into a fleetgnn dataset directory.
 
@@ -178,13 +197,18 @@ def prepare_ogb(
         chunk_rows: Lines (and edges) handled per step.
         undirected: Store every reverse edge too (and merge duplicates).
         dataset_name: Name stored in ``meta.json`` (default: the name of ``root``).
+        max_bytes: The memory the conversion may use (``prepare --max-memory``; default: half
+            of this machine's memory): a node count needing more (:data:`NODE_BYTES` per node)
+            is refused with one line naming ``--max-memory``, before anything is allocated.
 
     Returns:
         The dataset directory, to open with :func:`fleetgnn.graph.dataset.open_dataset`.
 
     Raises:
-        DatasetError: Missing, malformed or inconsistent input files, or an existing ``out``.
+        DatasetError: Missing, malformed or inconsistent input files, counts over
+            ``max_bytes`` or over what the edge file can hold, or an existing ``out``.
     """
+    budget = MemoryBudget(resolve_max_bytes(max_bytes))
     root = Path(root)
     out = Path(out)
     if (
@@ -198,8 +222,18 @@ def prepare_ogb(
         raise DatasetError(f"OGB dataset folder '{root}' does not exist; check 'root'")
     raw = root / "raw"
     edge_file = require_file(raw / "edge.csv.gz", "OGB edge file")
-    n = _read_count(require_file(raw / "num-node-list.csv.gz", "OGB node count file"))
-    e = _read_count(require_file(raw / "num-edge-list.csv.gz", "OGB edge count file"))
+    node_file = require_file(raw / "num-node-list.csv.gz", "OGB node count file")
+    edge_count_file = require_file(raw / "num-edge-list.csv.gz", "OGB edge count file")
+    n = _read_count(node_file)
+    e = _read_count(edge_count_file)
+    budget.take(f"'{node_file}' declares {n} nodes", n * NODE_BYTES)
+    size = edge_file.stat().st_size
+    most = _MAX_GZIP_RATIO * size // _MIN_EDGE_LINE + 1
+    if e > most:
+        raise DatasetError(
+            f"'{edge_count_file}' declares {e} edges, but '{edge_file}' ({size} bytes) can hold "
+            f"at most {most} lines 'src,dst'; the files are corrupt or do not belong together"
+        )
     split_dir = _split_dir(root, name)
     idt = index_dtype(n)
     total = 2 * e if undirected else e
