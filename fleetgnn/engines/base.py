@@ -155,3 +155,29 @@ class EngineBase:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class FullGraphEngineBase(EngineBase):
+    """An engine with one optimisation step per epoch over the whole graph (``train_step``)."""
+
+    def train_step(self, epoch: int) -> StepStats:
+        """The epoch's step (implemented by the engine)."""
+        raise NotImplementedError
+
+    def steps_per_epoch(self) -> int:
+        """One full-graph step per epoch."""
+        return 1
+
+    def run_epoch(
+        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
+    ) -> list[StepStats]:
+        """Run the epoch's single step (nothing when ``start_step >= 1``)."""
+        self.module.train()
+        out: list[StepStats] = []
+        if start_step < 1:
+            stats = self.train_step(epoch)
+            out.append(stats)
+            if on_step is not None:
+                on_step(0, stats)
+        return out
+

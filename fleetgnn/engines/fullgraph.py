@@ -42,7 +42,7 @@ import torch
 
 from fleetgnn.config import FullGraphEngineConfig
 from fleetgnn.distributed import DistContext
-from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
+from fleetgnn.engines.base import FullGraphEngineBase, StepStats
 from fleetgnn.engines.common import (
     LossFn,
     all_reduce_gradients,
@@ -170,7 +170,7 @@ class GreedyTuner:
 
 
 # ---------------------------------------------------------------------------------- engine
-class FullGraphEngine(EngineBase):
+class FullGraphEngine(FullGraphEngineBase):
     """Distributed full-graph training with MGG's chunked, overlapped halo exchange.
 
     Args:
@@ -272,22 +272,6 @@ class FullGraphEngine(EngineBase):
         return self._aggs[key]
 
     # ------------------------------------------------------------------ training
-    def steps_per_epoch(self) -> int:
-        """One full-graph step per epoch."""
-        return 1
-
-    def run_epoch(
-        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
-    ) -> list[StepStats]:
-        """Run the epoch's single step (nothing when ``start_step >= 1``)."""
-        self.module.train()
-        out: list[StepStats] = []
-        if start_step < 1:
-            stats = self.train_step(epoch)
-            out.append(stats)
-            if on_step is not None:
-                on_step(0, stats)
-        return out
 
     def train_step(self, epoch: int) -> StepStats:
         """Forward, backward, gradient all-reduce and optimizer step over the whole graph."""

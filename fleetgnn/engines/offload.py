@@ -53,7 +53,7 @@ import torch
 from fleetgnn.config import OffloadEngineConfig
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.distributed import DistContext, ShardedTensor
-from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
+from fleetgnn.engines.base import FullGraphEngineBase, StepStats
 from fleetgnn.engines.common import (
     LossFn,
     all_reduce_gradients,
@@ -187,7 +187,7 @@ def _ratio(hop: ChunkHop, probe: ChunkHop) -> float:
 
 
 # ---------------------------------------------------------------------------------- engine
-class OffloadEngine(EngineBase):
+class OffloadEngine(FullGraphEngineBase):
     """Full-graph training with host-resident vertex data, chunk by chunk (HongTu).
 
     Args:
@@ -719,22 +719,6 @@ class OffloadEngine(EngineBase):
         return h.grad if h.grad is not None else torch.zeros_like(nbr)
 
     # ------------------------------------------------------------------ training
-    def steps_per_epoch(self) -> int:
-        """One full-graph step per epoch."""
-        return 1
-
-    def run_epoch(
-        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
-    ) -> list[StepStats]:
-        """Run the epoch's single step (nothing when ``start_step >= 1``)."""
-        self.module.train()
-        out: list[StepStats] = []
-        if start_step < 1:
-            stats = self.train_step(epoch)
-            out.append(stats)
-            if on_step is not None:
-                on_step(0, stats)
-        return out
 
     def train_step(self, epoch: int) -> StepStats:
         """Chunked forward, chunked backward, one gradient all-reduce, one optimizer step."""
