@@ -100,7 +100,14 @@ def add_plan(sub: Any) -> None:
     )
     p.add_argument("--config", type=Path, default=None, help="YAML config file")
     p.add_argument("--model", default=None, choices=list(ModelConfig.NAMES))
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set model.hidden=128 (repeatable)",
+    )
     p.add_argument("--hardware", default="local", help="profile name or YAML file")
     p.add_argument("--nproc", type=int, default=1, help="ranks (devices) to plan for")
     p.add_argument("--mode", default="auto", choices=["auto", "full", "minibatch"])
