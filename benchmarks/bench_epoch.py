@@ -137,9 +137,14 @@ def machine_info(device: torch.device) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ data
 
 
+def dataset_dir(cache_dir: Path, preset: str, scale: float, seed: int = 0) -> Path:
+    """Where :func:`cached_dataset` keeps the synthetic dataset (pass it to ``--dataset``)."""
+    return cache_dir / f"{preset}-scale{scale:g}-seed{seed}"
+
+
 def cached_dataset(cache_dir: Path, preset: str, scale: float, seed: int) -> tuple[Graph, float]:
     """Open the cached synthetic dataset, generating it first if absent; returns (graph, gen s)."""
-    out = cache_dir / f"{preset}-scale{scale:g}-seed{seed}"
+    out = dataset_dir(cache_dir, preset, scale, seed)
     gen_s = 0.0
     if not (out / "meta.json").is_file():
         cache_dir.mkdir(parents=True, exist_ok=True)

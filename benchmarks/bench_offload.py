@@ -39,7 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_epoch import cached_dataset, machine_info  # noqa: E402
+from bench_epoch import cached_dataset, dataset_dir, machine_info  # noqa: E402
 
 #: Runs its argv as a child and prints the child tree's peak RSS (KiB) as the last line.
 _RSS_WRAPPER = (
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the comparison, print a table, optionally write JSON."""
     args = parse_args(argv)
     graph, _ = cached_dataset(args.cache_dir, args.preset, args.scale, 0)
-    dataset = str(args.cache_dir / f"{args.preset}-scale{args.scale:g}-seed0")
+    dataset = str(dataset_dir(args.cache_dir, args.preset, args.scale))
     print(f"graph: {graph!r}")
     w = args.world_size
     plan: list[tuple[str, str, int, list[str]]] = [

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_epoch import cached_dataset, machine_info  # noqa: E402
+from bench_epoch import cached_dataset, dataset_dir, machine_info  # noqa: E402
 
 from fleetgnn.cli.plan import hardware_profile  # noqa: E402
 from fleetgnn.config import load_config  # noqa: E402
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         for scale in args.scales:
             graph, _ = cached_dataset(args.cache_dir, args.preset, scale, 0)
-            dataset = str(args.cache_dir / f"{args.preset}-scale{scale:g}-seed0")
+            dataset = str(dataset_dir(args.cache_dir, args.preset, scale))
             for model in args.models:
                 for mode in args.modes:
                     for world in args.worlds:

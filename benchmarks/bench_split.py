@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_epoch import cached_dataset, machine_info  # noqa: E402
+from bench_epoch import cached_dataset, dataset_dir, machine_info  # noqa: E402
 
 from fleetgnn.distributed.testing import run_world  # noqa: E402
 from fleetgnn.graph import open_dataset  # noqa: E402
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the comparison, print a table, optionally write JSON."""
     args = parse_args(argv)
     graph, _ = cached_dataset(args.cache_dir, args.preset, args.scale, 0)
-    dataset = str(args.cache_dir / f"{args.preset}-scale{args.scale:g}-seed0")
+    dataset = str(dataset_dir(args.cache_dir, args.preset, args.scale))
     print(f"graph: {graph!r}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

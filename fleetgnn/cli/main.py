@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgnn import __version__
+from fleetgnn.cli.options import add_config_options
 from fleetgnn.errors import FleetgnnError
 
 
@@ -321,15 +322,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--run-dir", type=Path, default=None)
-    p.add_argument("--config", type=Path, default=None, help="YAML config file")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set optim.lr=0.005 (repeatable)",
-    )
+    add_config_options(p, "optim.lr=0.005")
     p.add_argument(
         "--resume",
         type=Path,

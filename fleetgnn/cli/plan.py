@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fleetgnn.cli.options import add_config_options
 from fleetgnn.errors import ConfigError
 
 #: ``--shape`` keys.
@@ -98,16 +99,8 @@ def add_plan(sub: Any) -> None:
         help="plan for a graph described by its counts: nodes=N,edges=E,features=F,classes=C"
         "[,train=T] (uniform random neighbours assumed)",
     )
-    p.add_argument("--config", type=Path, default=None, help="YAML config file")
+    add_config_options(p, "model.hidden=128")
     p.add_argument("--model", default=None, choices=list(ModelConfig.NAMES))
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set model.hidden=128 (repeatable)",
-    )
     p.add_argument("--hardware", default="local", help="profile name or YAML file")
     p.add_argument("--nproc", type=int, default=1, help="ranks (devices) to plan for")
     p.add_argument("--mode", default="auto", choices=["auto", "full", "minibatch"])

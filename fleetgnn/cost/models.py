@@ -280,17 +280,26 @@ def predict_reference(wl: Workload, hw: Any, world: int = 1, **knobs: Any) -> Pr
 
 def _range_halo(wl: Workload, world: int) -> tuple[np.ndarray, np.ndarray]:
     """Per rank of the edge-balanced ranges: owned nodes and unique remote sources (halo)."""
-    if wl.graph is not None:
+    if wl.graph is not None:  # the fullgraph engine's own layout, rank by rank
+        from fleetgnn.exchange import build_exchange_layout, range_owner
         from fleetgnn.partition import range_partition
 
         g = wl.graph
         offsets = np.asarray(range_partition(g, world).offsets, dtype=np.int64)
         indptr = np.asarray(g.indptr, dtype=np.int64)
+        owner = range_owner(offsets)
         halo = np.zeros(world, dtype=np.int64)
         for r in range(world):
-            lo, hi = offsets[r], offsets[r + 1]
-            src = np.asarray(g.indices[indptr[lo] : indptr[hi]])
-            halo[r] = np.unique(src[(src < lo) | (src >= hi)]).size
+            lo, hi = int(offsets[r]), int(offsets[r + 1])
+            layout = build_exchange_layout(
+                np.arange(lo, hi, dtype=np.int64),
+                indptr[lo : hi + 1] - indptr[lo],
+                np.asarray(g.indices[indptr[lo] : indptr[hi]], dtype=np.int64),
+                owner,
+                rank=r,
+                world_size=world,
+            )
+            halo[r] = layout.num_halo
         return np.diff(offsets), halo
     n, e = wl.num_nodes, wl.num_edges
     owned = np.full(world, n / world)
@@ -356,10 +365,7 @@ def _offload_counts(wl: Workload, world: int, chunks: int, partition: str) -> di
         indptr = np.asarray(g.indptr, dtype=np.int64)
         plan, rows = build_transition_plan(indptr, g.indices, cb, reorganise=True)
         vol = plan.volumes()
-        counts = plan.pull_counts()
-        staging = [
-            int(sum(counts[:, r, k].max() for k in range(world) if k != r)) for r in range(world)
-        ]
+        staging = plan.staging_caps().sum(axis=1)
         biggest = max((r.size for part in rows for r in part), default=0)
         return {
             "intra": vol.intra,
@@ -367,7 +373,7 @@ def _offload_counts(wl: Workload, world: int, chunks: int, partition: str) -> di
             "peer": vol.peer,
             "local": vol.local,
             "capacity": int(plan.capacity.max()),
-            "staging": max(staging),
+            "staging": int(staging.max()),
             "chunk_rows": int(biggest),
             "chunk_edges": int(cb.chunk_edges.max()),
             "chunk_dst": int(cb.chunk_sizes().max()),
@@ -441,7 +447,6 @@ def predict_offload(
     )
     host = n / world * (sum(m.widths) + sum(m.widths[1:-1])) * e
     host += sum(n / world * m.widths[i] * e for i in range(m.num_layers) if hybrid[i])
-    nodes_pass = c["intra"] / max(m.num_layers, 1)
     spmm, gemm = m.forward_flops(n / world, wl.num_edges / world)
     compute = _compute_s(hw, spmm, gemm, passes=2.0 + loads / m.num_layers)
     per_rank = {k: v / world for k, v in traffic.items()}
@@ -451,7 +456,6 @@ def predict_offload(
         "d2h": per_rank["d2h"] / _bw(hw, "d2h"),
         "peer": per_rank["peer"] / peer_bw,
     }
-    del nodes_pass
     pred = Prediction(
         "offload",
         True,

@@ -107,16 +107,13 @@ def _candidates(mode: str, nproc: int, engines: Sequence[str] | None) -> list[st
 def _offload(wl: Workload, hw: HardwareProfile, nproc: int, knobs: dict[str, Any]) -> Prediction:
     """The smallest chunk count that fits (or the one given)."""
     given = knobs.get("chunks")
-    tries = (int(given),) if given else OFFLOAD_CHUNKS
-    pred = None
+    most = max(1, wl.num_nodes // max(nproc, 1))  # one node per chunk
+    tries = [int(given)] if given else [m for m in OFFLOAD_CHUNKS if m <= most] or [1]
     for m in tries:
-        if m > max(1, wl.num_nodes // max(nproc, 1)):
-            break
         pred = MODELS["offload"](wl, hw, nproc, **{**knobs, "chunks": m})
         if pred.fits:
-            return pred
-    assert pred is not None or not tries
-    return pred if pred is not None else MODELS["offload"](wl, hw, nproc, chunks=1)
+            break
+    return pred
 
 
 def predict_engine(

@@ -367,11 +367,8 @@ class OffloadEngine(FullGraphEngineBase):
 
     def _static_bytes(self, plan: TransitionPlan) -> int:
         """Buffers that live all epoch: transition, gradient and staging buffers."""
-        r, cap = self.rank, int(plan.capacity[self.rank])
-        staging = 0
-        if self.world_size > 1:
-            counts = plan.pull_counts()  # [M, P, P]
-            staging = int(sum(counts[:, r, k].max() for k in range(self.world_size) if k != r))
+        cap = int(plan.capacity[self.rank])
+        staging = int(plan.staging_caps()[self.rank].sum())
         return (cap * self._hmax + (cap + staging) * self._gmax) * self.elem
 
     @property
@@ -485,10 +482,7 @@ class OffloadEngine(FullGraphEngineBase):
         self.pulls = [
             [(k, t(pos), t(sl)) for k, pos, sl in self.plan.pulls(r, j)] for j in range(m)
         ]
-        counts = self.plan.pull_counts()  # [M, P, P]: rows rank i reads from k in batch j
-        # staging: rank i's shard holds, per owner k != i, max_j counts[j, i, k] rows
-        self.stage_caps = counts.max(axis=0) if m else np.zeros((p, p), np.int64)
-        np.fill_diagonal(self.stage_caps, 0)
+        self.stage_caps = self.plan.staging_caps()  # rank i's shard: its rows for each owner
         self.stage_offsets = np.zeros((p, p + 1), dtype=np.int64)
         np.cumsum(self.stage_caps, axis=1, out=self.stage_offsets[:, 1:])
         # gradients pushed to this rank in batch j: (source s, slots)

@@ -253,6 +253,20 @@ class TransitionPlan:
                 out[j, i] = np.bincount(owners, minlength=p)
         return out
 
+    def staging_caps(self) -> np.ndarray:
+        """Staging rows per (source, owner), int64 ``[P, P]``.
+
+        Row ``i``, column ``k``: the most rows rank ``i`` pushes to owner ``k`` in one batch
+        (``max_j`` of :meth:`pull_counts`); 0 on the diagonal, a rank adds its own in place.
+        """
+        caps = (
+            self.pull_counts().max(axis=0)
+            if self.num_batches
+            else np.zeros((self.num_parts, self.num_parts), np.int64)
+        )
+        np.fill_diagonal(caps, 0)
+        return caps
+
     # ------------------------------------------------------------------ volumes and cost
     def volumes(self) -> Volumes:
         """Row counts of one pass (see :class:`Volumes`)."""
@@ -295,12 +309,11 @@ def reorganize(chunks: ChunkBook, rows: list[list[np.ndarray]]) -> np.ndarray:
     p, m = chunks.num_parts, chunks.chunks_per_part
     assign = np.zeros((p, m), dtype=np.int64)
     assign[0] = np.arange(m)
-    t = [np.asarray(rows[0][j]) for j in range(m)]
-    t = [np.unique(x) for x in t]
+    t = [np.sort(rows[0][j]) for j in range(m)]  # chunk rows are distinct (chunk_rows)
     for i in range(1, p):
         pool = list(range(m))
         for j in range(m):
-            best = max(pool, key=lambda s: (_overlap(np.unique(rows[i][s]), t[j]), -s))
+            best = max(pool, key=lambda s: (_overlap(rows[i][s], t[j]), -s))
             pool.remove(best)
             assign[i, j] = best
             t[j] = np.union1d(t[j], rows[i][best])

@@ -45,11 +45,12 @@ def _graph(kind: str):
     return from_edges(src, dst, n, node_data=data, num_classes=3, name=kind)
 
 
-def _config(model: str):
+def _config(model: str, extra=(), engine: str = "fullgraph"):
+    """The float64 full-graph run config every engine test compares with the reference."""
     return load_config(
         None,
         [
-            "train.engine=fullgraph",
+            f"train.engine={engine}",
             "train.mode=full",
             "train.dtype=float64",
             f"model.name={model}",
@@ -60,7 +61,8 @@ def _config(model: str):
             "optim.weight_decay=0",
             "train.seed=7",
         ]
-        + (["model.heads=2"] if model == "gat" else []),
+        + (["model.heads=2"] if model == "gat" else [])
+        + list(extra),
     )
 
 

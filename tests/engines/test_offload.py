@@ -10,30 +10,16 @@ from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines.offload import OffloadBudgetError
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import from_edges
-from fleetgnn.train import engine_from_config, load_config
+from fleetgnn.train import engine_from_config
 
+from .test_fullgraph import _config as _fullgraph_config
 from .test_fullgraph import _graph
 
 EPOCHS = 2
 
 
 def _config(model: str, extra=()):
-    return load_config(
-        None,
-        [
-            "train.engine=offload",
-            "train.dtype=float64",
-            f"model.name={model}",
-            "model.hidden=4",
-            "model.dropout=0.3",
-            "optim.optimizer=sgd",
-            "optim.lr=0.5",
-            "optim.weight_decay=0",
-            "train.seed=7",
-        ]
-        + (["model.heads=2"] if model == "gat" else [])
-        + list(extra),
-    )
+    return _fullgraph_config(model, extra, engine="offload")
 
 
 def _cases(world_size: int):
