@@ -186,7 +186,12 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="describe a dataset directory")
     p.add_argument("dataset", type=Path)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--verify", action="store_true", help="check every value, not only the layout")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="check every value again (in bounded memory) and record it in verified.json; "
+        "without it, values are checked only when the files no longer match that record",
+    )
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -195,9 +200,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _print_info(path: Path, as_json: bool, verify: bool = False) -> None:
-    from fleetgnn.cli.report import dataset_info, render_info
+    from fleetgnn.cli.report import check_progress, dataset_info, render_info
 
-    info = dataset_info(path, verify=verify)
+    with check_progress() as progress:
+        info = dataset_info(path, verify=verify, progress=progress)
     if as_json:
         print(json.dumps(info))
     else:
@@ -212,7 +218,14 @@ def _add_partition(sub: argparse._SubParsersAction) -> None:
         "DATASET/partitions/<method>-<P>/ and report its quality.",
     )
     p.add_argument("dataset", type=Path)
-    p.add_argument("--method", default="metis", choices=["range", "hash", "random", "metis"])
+    p.add_argument(
+        "--method",
+        default="metis",
+        choices=["range", "hash", "random", "metis", "ldg"],
+        help="metis (default): best cut, needs the graph in memory (~110 bytes per edge); ldg: "
+        "streaming linear deterministic greedy for graphs larger than memory; "
+        "range / hash / random: no locality, instant",
+    )
     p.add_argument(
         "--parts", type=int, required=True, help="number of parts P, 1 <= P <= number of nodes"
     )
@@ -223,6 +236,13 @@ def _add_partition(sub: argparse._SubParsersAction) -> None:
         help="balance criteria, comma-separated from nodes,train,edges (metis: vertex weights; "
         "default: edges for range, nodes otherwise)",
     )
+    p.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="SIZE",
+        help="memory metis may use, e.g. 16GB; a graph whose estimated need is larger is "
+        "refused before METIS starts (default: the memory available now)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-save", dest="save", action="store_false", help="report only")
 
@@ -230,11 +250,13 @@ def _add_partition(sub: argparse._SubParsersAction) -> None:
 def _cmd_partition(args: argparse.Namespace) -> int:
     import time
 
+    from fleetgnn.cli.report import check_progress
     from fleetgnn.errors import PartitionError
     from fleetgnn.graph.dataset import open_dataset
     from fleetgnn.partition import evaluate, partition
 
-    graph = open_dataset(args.dataset)
+    with check_progress() as progress:
+        graph = open_dataset(args.dataset, progress=progress)
     if args.parts > graph.num_nodes:  # METIS would report every empty part; nobody wants those
         raise PartitionError(
             f"--parts {args.parts} is more than the {graph.num_nodes} nodes of '{args.dataset}'; "
@@ -244,7 +266,14 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         tuple(b.strip() for b in args.balance.split(",") if b.strip()) if args.balance else None
     )
     t0 = time.perf_counter()
-    book = partition(graph, args.method, args.parts, seed=args.seed, balance=balance)
+    max_memory = None
+    if args.max_memory is not None:
+        from fleetgnn.config.units import parse_bytes
+
+        max_memory = parse_bytes(args.max_memory, "--max-memory")
+    book = partition(
+        graph, args.method, args.parts, seed=args.seed, balance=balance, max_memory=max_memory
+    )
     seconds = time.perf_counter() - t0
     quality = evaluate(graph, book)
     saved = None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,30 @@ from rich.markup import escape
 from rich.table import Table
 
 from fleetgnn.graph.csc import SPLITS
-from fleetgnn.graph.dataset import open_dataset, read_meta
+from fleetgnn.graph.dataset import open_dataset, read_meta, stamp_problem
+from fleetgnn.graph.verify import iter_rows
 
-_STAT_ROWS = 1 << 20  # rows of x read per step for feature statistics
+_STAT_BYTES = 32 << 20  # bytes of x read per step for feature statistics
+
+
+@contextlib.contextmanager
+def check_progress(enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar for checking a dataset's values, drawn only once a check reports progress.
+
+    Yields ``update(done_bytes, total_bytes)`` to pass as ``open_dataset(..., progress=...)``:
+    opening a dataset whose values need no check draws nothing.
+    """
+    from fleetgnn.cli.progress import task_progress
+
+    with contextlib.ExitStack() as stack:
+        bar: list[Callable[[int, int], None]] = []
+
+        def update(done: int, total: int) -> None:
+            if not bar:
+                bar.append(stack.enter_context(task_progress("checking values", enabled)))
+            bar[0](done, total)
+
+        yield update
 
 
 def report_removed(removed: Iterable[object], command: str, quiet: bool = False) -> None:
@@ -26,16 +48,21 @@ def report_removed(removed: Iterable[object], command: str, quiet: bool = False)
         print(f"fleetgnn {command}: {item}", file=sys.stderr)
 
 
-def dataset_info(path: Path, verify: bool = False) -> dict[str, Any]:
+def dataset_info(
+    path: Path, verify: bool = False, progress: Callable[[int, int], None] | None = None
+) -> dict[str, Any]:
     """Counts, degree and feature statistics, splits and partition books of a dataset directory.
 
     Args:
         path: Dataset directory.
-        verify: Check every value (O(size)); otherwise the layout plus the checks
-            :func:`~fleetgnn.graph.dataset.open_dataset` does by default.
+        verify: Check every value (O(size), in bounded memory) and record the verification
+            stamp; otherwise what :func:`~fleetgnn.graph.dataset.open_dataset` does by default
+            (compare the stamp, check every value if it does not match).
+        progress: ``progress(done_bytes, total_bytes)`` while values are checked.
     """
     meta = read_meta(path)
-    graph = open_dataset(path, validate="full" if verify else None)
+    graph = open_dataset(path, validate="full" if verify else None, progress=progress)
+    problem = stamp_problem(Path(path), list(meta["arrays"]))
     n = graph.num_nodes
     deg = graph.in_degrees()
     info: dict[str, Any] = {
@@ -51,7 +78,12 @@ def dataset_info(path: Path, verify: bool = False) -> dict[str, Any]:
         "weighted": graph.edge_weight is not None,
         "in_degree": _summary(deg),
         "isolated_nodes": int(np.count_nonzero(deg == 0)) if n else 0,
+        # every value is valid once open_dataset returns; this says whether the next open
+        # can skip checking them (the files match verified.json) and if not, why
+        "stamp_valid": problem is None,
     }
+    if problem is not None:
+        info["stamp_problem"] = problem
     for split in SPLITS:
         mask = getattr(graph, split)
         key = "num_" + split.split("_")[0]
@@ -63,10 +95,10 @@ def dataset_info(path: Path, verify: bool = False) -> dict[str, Any]:
         info["class_counts"] = {"min": int(counts.min()), "max": int(counts.max())}
     if graph.x is not None and n:
         total, sq, cnt = 0.0, 0.0, 0
-        for lo in range(0, n, _STAT_ROWS):
-            block = np.asarray(graph.x[lo : lo + _STAT_ROWS], dtype=np.float64)
-            total += float(block.sum())
-            sq += float(np.square(block).sum())
+        # blocks read into one buffer (no float64 copy, no mapped pages left resident)
+        for _, block in iter_rows(Path(path) / "x.npy", _STAT_BYTES):
+            total += float(block.sum(dtype=np.float64))
+            sq += float(np.square(block).sum(dtype=np.float64))
             cnt += block.size
         mean = total / max(cnt, 1)
         info["features"] = {"mean": mean, "std": float(np.sqrt(max(sq / max(cnt, 1) - mean**2, 0)))}
@@ -118,6 +150,12 @@ def render_info(info: dict[str, Any], console: Console | None = None) -> None:
         ),
         ("isolated nodes", f"{info['isolated_nodes']:,}"),
         ("edge weights", "yes" if info["weighted"] else "no"),
+        (
+            "verification stamp",
+            "valid (opening skips the value check)"
+            if info.get("stamp_valid", True)
+            else f"none: {info.get('stamp_problem', '')} (each open checks every value)",
+        ),
         ("partition books", ", ".join(info["partitions"]) or "none"),
     ]
     if "features" in info:

@@ -10,6 +10,7 @@ Layout (format version 1)::
     DIR/y.npy            int64 [N]       (optional, -1 = unlabelled)
     DIR/{train,val,test}_mask.npy  bool [N]  (optional)
     DIR/edge_weight.npy  float [E]       (optional)
+    DIR/verified.json    {"check_version", "files": {file: {"bytes", "mtime_ns", "sample"}}}
 
 ``meta.json`` may also say ``"feature_norm"``: the transform the dataset's features customarily
 get before training (``"row"`` for Planetoid's and gnn-benchmark's bag-of-words features, as in
@@ -24,7 +25,10 @@ full disk is a one-line :class:`~fleetgnn.errors.DiskFullError`, never a SIGBUS)
 chunks; ``meta.json`` is written last, and the directory gets the user's umask and is renamed into
 place, so an interrupted write never leaves a directory that looks complete.
 Opening maps every array with ``np.load(mmap_mode='r')`` (constant time, paged on demand) after
-checking that files, dtypes and shapes agree with ``meta.json``.
+checking that files, dtypes and shapes agree with ``meta.json``. Values are checked once, by
+:meth:`DatasetWriter.commit` (streaming, :mod:`fleetgnn.graph.verify`), which records the files'
+fingerprints in ``verified.json``; :func:`open_dataset` compares them and checks the values again
+only for files that changed since (or a dataset without the record).
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +56,7 @@ from fleetgnn.graph.files import (
     temp_file,
     temp_prefix,
 )
+from fleetgnn.graph.verify import CHECK_VERSION, check_values, fingerprint
 
 FORMAT_VERSION = 1
 META = "meta.json"
@@ -66,7 +73,13 @@ _NATIVE = "<" if np.little_endian else ">"
 ARRAYS: tuple[str, ...] = ("indptr", "indices", "x", "y", *SPLITS, "edge_weight")
 REQUIRED: tuple[str, ...] = ("indptr", "indices")
 _COPY_CHUNK_BYTES = 64 << 20  # bounded memory when copying arrays into a dataset
-_FULL_CHECK_LIMIT = 200_000_000  # elements; above this, open() checks structure only
+#: Elements (``E + N * max(1, F)``) up to which ``open_dataset`` checks every value of a dataset
+#: without a valid verification stamp at each open; above, it checks once and records a stamp.
+_FULL_CHECK_LIMIT = 200_000_000
+#: The verification stamp: the fingerprints of the files whose values were all checked.
+STAMP = "verified.json"
+STAMP_VERSION = 1
+Progress = Callable[[int, int], None]
 
 
 class DatasetWriter:
@@ -155,11 +168,15 @@ class DatasetWriter:
             out[lo : lo + step] = values[lo : lo + step]
 
     def commit(self, num_classes: int | None = None, **extra: Any) -> Path:
-        """Flush arrays, write ``meta.json`` and move the directory into place.
+        """Flush arrays, check every value, write ``meta.json`` and move the directory into place.
+
+        The values are checked in bounded memory (:func:`~fleetgnn.graph.verify.check_values`)
+        and the files' fingerprints recorded in ``verified.json`` (see :func:`open_dataset`).
 
         Raises:
-            DatasetError: A required array is missing, or ``feature_norm`` (in ``extra``) is not
-                one of ``"none"``, ``"row"``.
+            DatasetError: A required array is missing, a value is invalid (an ID out of range,
+                a label outside ``[-1, num_classes)``, a NaN, ...), or ``feature_norm`` (in
+                ``extra``) is not one of ``"none"``, ``"row"``.
         """
         if "feature_norm" in extra:
             _check_feature_norm(extra["feature_norm"], "feature_norm")
@@ -183,7 +200,19 @@ class DatasetWriter:
             **extra,
         }
         self._arrays.clear()
+        # every value is checked once, here, and the files' fingerprints recorded (verified.json),
+        # so that opening the dataset later needs to compare fingerprints only
+        t0 = time.perf_counter()
+        try:
+            check_values(
+                {name: self.tmp / f"{name}.npy" for name in arrays},
+                num_classes=meta["num_classes"],
+            )
+        except GraphError as err:
+            raise DatasetError(f"the dataset written to '{self.out}' is invalid: {err}") from err
+        seconds = time.perf_counter() - t0
         write_json_atomic(self.tmp / META, meta)
+        write_json_atomic(self.tmp / STAMP, _stamp(_fingerprints(self.tmp, arrays), seconds))
         fsync_dir(self.tmp)
         if self.out.exists() and not self.overwrite:
             self.abort()
@@ -492,14 +521,26 @@ def open_dataset(
     path: str | os.PathLike[str],
     mmap: bool = True,
     validate: Validation | None = None,
+    progress: Progress | None = None,
 ) -> Graph:
     """Open a dataset directory as a :class:`Graph` backed by read-only memory maps.
+
+    Every value of a dataset is checked once: by ``fleetgnn prepare`` (:class:`DatasetWriter`),
+    which records each file's size, modification time and sampled-content hash in
+    ``verified.json``. Opening compares those fingerprints (about a millisecond) and, while they
+    match, checks the layout only. A dataset whose files changed since (an edited ``y.npy``, a
+    truncated copy, a copy that did not keep modification times), or that has no
+    ``verified.json`` (written by an older fleetgnn or by hand), is checked in full (with
+    ``progress``), and the stamp recorded where the directory is writable, so that this happens
+    once. Above ~2e8 elements (``E + N * F``) the check is announced by a one-line warning, and
+    so is a stamp that cannot be recorded (the next open then checks again).
 
     Args:
         path: The dataset directory.
         mmap: Map arrays (constant-time open, paged on demand); ``False`` reads them into RAM.
-        validate: ``"full"`` checks every value, ``"structure"`` only files, dtypes, shapes and
-            ``indptr``'s ends. Default: full for datasets below ~2e8 elements, else structure.
+        validate: ``None`` (default) as above; ``"full"`` checks every value (and records the
+            stamp), ``"structure"`` only files, dtypes, shapes and ``indptr``'s ends.
+        progress: Called as ``progress(done_bytes, total_bytes)`` while values are checked.
 
     Raises:
         DatasetError: Missing, truncated or inconsistent files, or invalid contents.
@@ -517,9 +558,26 @@ def open_dataset(
             f"{root / META} says {n} nodes / {e} edges but indptr has shape "
             f"{arrays['indptr'].shape} and indices {arrays['indices'].shape}; re-create the dataset"
         )
+    record, quiet = validate == "full", False
     if validate is None:
+        problem = stamp_problem(root, list(specs))
         size = e + n * max(1, int(meta.get("num_features") or 0))
-        validate = "full" if size <= _FULL_CHECK_LIMIT else "structure"
+        validate = "structure" if problem is None else "full"
+        record = problem is not None
+        quiet = size <= _FULL_CHECK_LIMIT  # small: checked at each open unless recorded
+        if problem is not None and not quiet:
+            nbytes = sum(a.nbytes for a in arrays.values())
+            shown = f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
+            warnings.warn(
+                f"checking every value of dataset '{root}' ({shown}) once, "
+                f"because {problem}; later opens skip this until a file changes",
+                stacklevel=2,
+            )
+    if validate == "full":
+        verify_dataset(
+            root, list(specs), meta.get("num_classes"), progress, record=record, quiet=quiet
+        )
+        validate = "structure"
     try:
         return Graph(
             num_classes=meta.get("num_classes"),
@@ -529,6 +587,130 @@ def open_dataset(
         )
     except GraphError as err:
         raise DatasetError(f"dataset '{root}' is invalid: {err}") from err
+
+
+def verify_dataset(
+    root: Path,
+    names: Iterable[str],
+    num_classes: int | None,
+    progress: Progress | None = None,
+    *,
+    record: bool = True,
+    quiet: bool = False,
+) -> float:
+    """Check every value of a dataset directory's arrays; record the stamp if asked.
+
+    The fingerprints are taken before the check, so a file changed while it was being checked
+    does not match the stamp. A stamp that cannot be written (a read-only directory, a full disk)
+    is a one-line warning: the next open checks again.
+
+    Args:
+        root: The dataset directory (its layout already checked).
+        names: The arrays listed in ``meta.json``.
+        num_classes: ``meta.json``'s ``num_classes``.
+        progress: Called as ``progress(done_bytes, total_bytes)``.
+        record: Write ``verified.json`` once the check passes.
+        quiet: No warning when the stamp cannot be written.
+
+    Returns:
+        The seconds the check took.
+
+    Raises:
+        DatasetError: A value is invalid (the message names the array, position and range).
+    """
+    names = list(names)
+    prints = _fingerprints(root, names) if record else None
+    t0 = time.perf_counter()
+    try:
+        check_values(
+            {name: root / f"{name}.npy" for name in names},
+            num_classes=num_classes,
+            progress=progress,
+        )
+    except GraphError as err:
+        raise DatasetError(f"dataset '{root}' is invalid: {err}") from err
+    seconds = time.perf_counter() - t0
+    if prints is not None:
+        try:
+            write_json_atomic(root / STAMP, _stamp(prints, seconds))
+        except (OSError, FleetgnnError) as e:
+            if quiet:
+                return seconds
+            reason = getattr(e, "strerror", None) or str(e)
+            warnings.warn(
+                f"every value of '{root}' is valid, but this cannot be recorded in "
+                f"'{root / STAMP}' ({reason}); the next open checks every value again (run "
+                f"'fleetgnn info {root} --verify' where the directory is writable)",
+                stacklevel=3,
+            )
+    return seconds
+
+
+def _fingerprints(root: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    files = [META, *(f"{name}.npy" for name in names)]
+    try:
+        return {f: fingerprint(root / f) for f in files}
+    except OSError as e:
+        raise DatasetError(f"'{root}' cannot be read ({e.strerror or e}); check the files") from e
+
+
+def _stamp(prints: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
+    return {
+        "format_version": STAMP_VERSION,
+        "check_version": CHECK_VERSION,
+        "files": prints,
+        "check_seconds": round(float(seconds), 3),
+    }
+
+
+def stamp_problem(root: Path, names: Iterable[str]) -> str | None:
+    """Why a dataset's ``verified.json`` does not vouch for its files; ``None`` if it does.
+
+    Compares, for ``meta.json`` and every array listed in it, the recorded size and
+    modification time (one ``stat``), then the sampled-content hash (18 reads of 4 KiB, or the
+    whole file when it is at most 1 MiB) with the files on disk.
+    """
+    path = root / STAMP
+    if not path.is_file():
+        return f"it has no {STAMP} (it was written by an older fleetgnn or by hand)"
+    try:
+        stamp = read_json_meta(
+            path, version=STAMP_VERSION, keys=("check_version", "files"), error=DatasetError, fix=""
+        )
+    except DatasetError:
+        return f"its {STAMP} is unreadable"
+    if stamp["check_version"] != CHECK_VERSION:
+        return (
+            f"its values were checked by a fleetgnn that checked less (check version "
+            f"{stamp['check_version']!r})"
+        )
+    recorded = stamp["files"]
+    files = [META, *(f"{name}.npy" for name in names)]
+    if not isinstance(recorded, dict) or set(recorded) != set(files):
+        return f"its arrays are not those its {STAMP} lists"
+    for f in files:
+        rec = recorded[f]
+        if not isinstance(rec, dict) or not {"bytes", "mtime_ns", "sample"} <= set(rec):
+            return f"its {STAMP} is unreadable"
+        try:
+            st = (root / f).stat()
+        except OSError:
+            return f"{f} cannot be read"
+        if st.st_size != rec["bytes"]:
+            return f"{f} changed size since its values were checked"
+        if st.st_mtime_ns != rec["mtime_ns"]:
+            return (
+                f"{f} was modified since its values were checked (or copied without its times; "
+                f"cp -a and rsync -a keep them)"
+            )
+    for f in files:
+        try:
+            sample = fingerprint(root / f)["sample"]
+        except OSError:
+            return f"{f} cannot be read"
+        if sample != recorded[f]["sample"]:
+            return f"the contents of {f} differ from those checked"
+    return None
 
 
 def iter_chunks(n: int, step: int) -> Iterator[tuple[int, int]]:

@@ -1,4 +1,4 @@
-"""Partition layer: partition books, partitioners, quality metrics and HongTu's chunks."""
+"""Partition layer: partition books, partitioners (streaming LDG too), quality metrics, chunks."""
 
 from fleetgnn.partition.book import PartitionBook, book_dir
 from fleetgnn.partition.chunks import (
@@ -13,12 +13,14 @@ from fleetgnn.partition.methods import (
     balanced_boundaries,
     hash_partition,
     metis_adjacency,
+    metis_memory,
     metis_partition,
     partition,
     random_partition,
     range_partition,
 )
 from fleetgnn.partition.quality import PartitionQuality, evaluate
+from fleetgnn.partition.stream import ldg_partition
 
 __all__ = [
     "BALANCE_CRITERIA",
@@ -32,7 +34,9 @@ __all__ = [
     "contiguous_partition",
     "evaluate",
     "hash_partition",
+    "ldg_partition",
     "metis_adjacency",
+    "metis_memory",
     "metis_partition",
     "partition",
     "random_partition",

@@ -1,4 +1,4 @@
-"""Partitioners: ``range``, ``hash``, ``random`` and ``metis``, behind one :func:`partition` call.
+"""Partitioners: ``range``, ``hash``, ``random``, ``metis``, ``ldg``, behind one :func:`partition`.
 
 ========  ===========================================  ====================================
 method    assignment of original node ``v``            balances
@@ -7,16 +7,23 @@ range     contiguous ID ranges (MGG, Alg. 1)            in-edges (default), node
 hash      ``v mod P``                                   nodes (up to 1)
 random    seeded permutation cut into P equal pieces    nodes (up to 1)
 metis     METIS k-way on the symmetrised graph          nodes (default), train, edges
+ldg       streaming greedy over the CSC (:mod:`.stream`)  nodes (default), train, edges
 ========  ===========================================  ====================================
 
 Every partitioner returns a :class:`~fleetgnn.partition.book.PartitionBook`; parts may be empty
 when ``P > N``. All work is vectorised (numpy); METIS runs in pymetis, with its own diagnostics
 (``***Cannot bisect a graph with 0 vertices and 0 edges`` for every empty part, ...) captured and
 shown only in the error when METIS fails.
+
+Memory: ``range``, ``hash`` and ``random`` need ``O(N)``; ``ldg`` streams the graph and holds one
+int32 per node; ``metis`` needs the whole graph in memory, about :func:`metis_memory` bytes
+(~110 per edge), and refuses in one line, before building anything, a graph that needs more than
+``max_memory`` (default: the memory available).
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
 import os
@@ -30,17 +37,20 @@ import numpy as np
 from fleetgnn.errors import PartitionError
 from fleetgnn.graph.csc import Graph
 from fleetgnn.partition.book import PartitionBook, _check_num_parts
+from fleetgnn.partition.stream import ldg_partition
 
-METHODS: tuple[str, ...] = ("range", "hash", "random", "metis")
+METHODS: tuple[str, ...] = ("range", "hash", "random", "metis", "ldg")
 BALANCE_CRITERIA: tuple[str, ...] = ("nodes", "train", "edges")
 _DEFAULT_BALANCE: dict[str, tuple[str, ...]] = {
     "range": ("edges",),
     "hash": ("nodes",),
     "random": ("nodes",),
     "metis": ("nodes",),
+    "ldg": ("nodes",),
 }
 _METIS_WEIGHT_SCALE = 64  # integer resolution of the combined METIS vertex weight
 _MAX_METIS_NODES = 3_037_000_499  # keys u * N + v must fit int64
+_ADJ_CHUNK = 1 << 20  # edges per step of metis_adjacency (its working arrays: ~60 bytes each)
 
 
 def partition(
@@ -50,6 +60,7 @@ def partition(
     *,
     seed: int = 0,
     balance: Sequence[str] | None = None,
+    max_memory: int | None = None,
 ) -> PartitionBook:
     """Partition ``graph`` into ``num_parts`` parts.
 
@@ -62,13 +73,16 @@ def partition(
             ``edges`` counts the in-edges of owned nodes and ``train`` the nodes in
             ``graph.train_mask``. Default: ``('edges',)`` for ``range``, ``('nodes',)``
             otherwise. ``hash`` and ``random`` only balance nodes.
+        max_memory: Bytes ``metis`` may use (default: the memory available now); a graph
+            whose estimated need (:func:`metis_memory`) exceeds it is refused before METIS runs.
 
     Returns:
         The partition book; ``book.params`` records ``seed`` and ``balance``.
 
     Raises:
-        PartitionError: Unknown method or criterion, ``num_parts < 1``, or a criterion the graph
-            cannot provide (``train`` without a train mask).
+        PartitionError: Unknown method or criterion, ``num_parts < 1``, a criterion the graph
+            cannot provide (``train`` without a train mask), or ``metis`` needing more memory
+            than ``max_memory``.
     """
     if method not in METHODS:
         raise PartitionError(
@@ -82,7 +96,9 @@ def partition(
         return hash_partition(graph, num_parts)
     if method == "random":
         return random_partition(graph, num_parts, seed=seed)
-    return metis_partition(graph, num_parts, seed=seed, balance=crit)
+    if method == "ldg":
+        return ldg_partition(graph, num_parts, balance=crit)
+    return metis_partition(graph, num_parts, seed=seed, balance=crit, max_memory=max_memory)
 
 
 def _check_balance(method: str, balance: Sequence[str] | None, graph: Graph) -> tuple[str, ...]:
@@ -218,15 +234,36 @@ def random_partition(graph: Graph, num_parts: int, *, seed: int = 0) -> Partitio
 
 
 # ---------------------------------------------------------------------- METIS
-def metis_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _dst_chunks(indptr: np.ndarray, step: int) -> Iterator[tuple[int, int]]:
+    """Destination ranges ``[lo, hi)`` holding about ``step`` edges each (at least one node)."""
+    n = indptr.size - 1
+    lo = 0
+    while lo < n:
+        hi = int(np.searchsorted(indptr, int(indptr[lo]) + step, side="right")) - 1
+        hi = min(n, max(hi, lo + 1))
+        yield lo, hi
+        lo = hi
+
+
+def metis_adjacency(
+    graph: Graph, *, chunk_edges: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The symmetrised adjacency METIS expects, without self loops, as CSR.
 
     Equivalent to ``graph.to_undirected()`` minus self loops, plus a multiplicity per undirected
     edge: ``eweights[e]`` counts the directed edges of ``graph`` between its two endpoints (in
     either direction), so METIS's weighted cut equals the directed edge cut.
 
+    Built in three passes over the CSC in chunks of ``chunk_edges`` edges: count each node's
+    neighbours in both directions; place them in one int32 array (int64 for ``N >= 2^31``)
+    at per-node cursors; sort and deduplicate each node's list, writing the result straight into
+    the int64 array METIS reads (no further copy). Memory: ``(4 + 8 + 4) * 2E`` bytes at most
+    (the placed lists, the output, the multiplicities), about ``20 E`` for a graph stored with
+    both directions of every edge (the output and multiplicities pages of a list shortened by
+    deduplication are never touched), plus ``40 N`` and the chunk's working arrays.
+
     Shapes:
-        returns: ``xadj`` int64 ``[N + 1]``, ``adjncy`` int64 ``[2M]``, ``eweights`` int64
+        returns: ``xadj`` int64 ``[N + 1]``, ``adjncy`` int64 ``[2M]``, ``eweights`` int32
         ``[2M]`` for ``M`` undirected edges; the neighbours of ``u`` are
         ``adjncy[xadj[u]:xadj[u + 1]]``, sorted.
     """
@@ -234,19 +271,139 @@ def metis_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if n > _MAX_METIS_NODES:
         raise PartitionError(
             f"metis supports graphs of up to {_MAX_METIS_NODES} nodes here (got {n}); use the "
-            f"'range' method for larger graphs"
+            f"'ldg' method for larger graphs"
         )
-    src, dst = graph.edges()
-    src = src.astype(np.int64)
-    dst = dst.astype(np.int64)
-    keep = src != dst
-    u = np.concatenate([src[keep], dst[keep]])
-    v = np.concatenate([dst[keep], src[keep]])
-    keys, counts = np.unique(u * n + v, return_counts=True)
-    u, adjncy = np.divmod(keys, n) if n else (keys, keys)
+    indptr = np.asarray(graph.indptr, dtype=np.int64)
+    indices = graph.indices
+    step = int(chunk_edges) if chunk_edges else _ADJ_CHUNK
+    idt = np.int32 if n < 2**31 else np.int64
+
+    def chunk(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sources and destinations of the edges into ``[lo, hi)``, self loops dropped."""
+        src = np.asarray(indices[indptr[lo] : indptr[hi]])
+        dst = np.repeat(np.arange(lo, hi, dtype=idt), np.diff(indptr[lo : hi + 1]))
+        keep = src != dst
+        return src[keep], dst[keep]
+
+    # pass 1: in-neighbours (without loops) and out-neighbours of every node
+    count_in = np.zeros(n, dtype=np.int64)
+    count = np.zeros(n, dtype=np.int64)
+    for lo, hi in _dst_chunks(indptr, step):
+        src, dst = chunk(lo, hi)
+        count_in[lo:hi] = np.bincount(dst - lo, minlength=hi - lo)
+        ids, times = np.unique(src, return_counts=True)
+        count[ids] += times  # ids are distinct: no lost updates
+    count += count_in
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(count, out=ptr[1:])
+    del count
+    total = int(ptr[-1])
+    raw = np.empty(total, dtype=idt)
+
+    # pass 2: node v's list is its in-neighbours, then its out-neighbours
+    cursor = ptr[:-1] + count_in  # where each node's next out-neighbour goes
+    for lo, hi in _dst_chunks(indptr, step):
+        src, dst = chunk(lo, hi)
+        first_in = np.zeros(hi - lo + 1, dtype=np.int64)
+        np.cumsum(count_in[lo:hi], out=first_in[1:])
+        rank = np.arange(src.size, dtype=np.int64) - first_in[dst - lo]
+        raw[ptr[dst] + rank] = src  # in-neighbours, in CSC order
+        order = np.argsort(src, kind="stable")
+        s, d = src[order], dst[order]
+        del order, rank
+        starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1]))) if s.size else s
+        sizes = np.diff(np.append(starts, s.size))
+        rank = np.arange(s.size, dtype=np.int64) - np.repeat(starts, sizes)
+        raw[cursor[s] + rank] = d  # out-neighbours
+        cursor[s[starts]] += sizes
+        del s, d, starts, sizes, rank
+    del cursor, count_in
+
+    # pass 3: sort and deduplicate each list straight into METIS's arrays
+    adjncy = np.empty(total, dtype=np.int64)  # pages past the deduplicated length stay untouched
+    eweights = np.empty(total, dtype=np.int32)
     xadj = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(u, minlength=n), out=xadj[1:])
-    return xadj, adjncy.astype(np.int64), counts.astype(np.int64)
+    written = 0
+    for lo, hi in _dst_chunks(ptr, step):
+        a, b = int(ptr[lo]), int(ptr[hi])
+        key = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(ptr[lo : hi + 1]))
+        key *= n
+        key += raw[a:b]
+        key.sort()
+        first = np.ones(key.size, dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        starts = np.flatnonzero(first)
+        del first
+        m = starts.size
+        local, nbr = np.divmod(key[starts], n) if n else (key[starts], key[starts])
+        adjncy[written : written + m] = nbr
+        eweights[written : written + m] = np.diff(np.append(starts, key.size))
+        np.cumsum(np.bincount(local, minlength=hi - lo), out=xadj[lo + 1 : hi + 1])
+        xadj[lo + 1 : hi + 1] += written
+        written += m
+        del key, starts, local, nbr
+    return xadj, adjncy[:written], eweights[:written]
+
+
+#: Peak resident bytes of :func:`metis_partition` per adjacency entry (each undirected edge
+#: counts twice), per node, and fixed: a bound fitted (+10%) to the peaks measured with
+#: ``benchmarks/bench_partition_memory.py`` on products-like 0.05 / 0.2 and papers-like 0.003 /
+#: 0.01 (2.9M to 15.9M edges: ~100 bytes per entry + ~660 per node). METIS itself holds most of
+#: it (its coarsened copies of the graph and per-vertex work arrays, 64-bit IDs).
+METIS_ENTRY_BYTES = 110
+METIS_NODE_BYTES = 700
+METIS_FIXED_BYTES = 64 << 20
+
+
+def metis_memory(num_nodes: int, num_entries: int) -> int:
+    """Bytes :func:`metis_partition` needs for ``N`` nodes and ``num_entries`` adjacency entries.
+
+    ``num_entries`` is ``2M`` for ``M`` undirected edges without self loops: the number of
+    directed edges for a graph stored with both directions of each edge, up to twice that for one
+    stored one way.
+    """
+    return (
+        METIS_ENTRY_BYTES * int(num_entries) + METIS_NODE_BYTES * int(num_nodes) + METIS_FIXED_BYTES
+    )
+
+
+def memory_available() -> int | None:
+    """Memory available for new allocations now (``MemAvailable``), or ``None`` if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _check_metis_memory(n: int, entries: int, max_memory: int | None, *, exact: bool) -> None:
+    from fleetgnn.graph.loaders._io import human_bytes
+
+    if max_memory is not None and (
+        isinstance(max_memory, bool) or not isinstance(max_memory, (int, np.integer))
+    ):
+        raise PartitionError(f"'max_memory' must be a byte count (got {max_memory!r})")
+    limit, what = (
+        (int(max_memory), "--max-memory")
+        if max_memory is not None
+        else (
+            memory_available(),
+            "memory available (MemAvailable; --max-memory sets another limit)",
+        )
+    )
+    need = metis_memory(n, entries)
+    if limit is None or need <= limit:
+        return
+    size = f"{n} nodes and {entries} adjacency entries" if exact else f"{n} nodes, {entries} edges"
+    raise PartitionError(
+        f"metis would need about {human_bytes(need)} for this graph ({size}; METIS holds the "
+        f"whole graph: ~{METIS_ENTRY_BYTES} bytes per edge, {METIS_NODE_BYTES} per node), more "
+        f"than the {human_bytes(limit)} {what}; use the ldg method (--method ldg), which streams "
+        f"the graph from disk and holds one int32 per node"
+    )
 
 
 def _flush_c_stdio() -> None:
@@ -311,6 +468,7 @@ def metis_partition(
     seed: int = 0,
     balance: Sequence[str] = ("nodes",),
     recursive: bool = False,
+    max_memory: int | None = None,
 ) -> PartitionBook:
     """METIS k-way partition of the symmetrised graph minimising the directed edge cut.
 
@@ -330,9 +488,13 @@ def metis_partition(
         recursive: Recursive bisection instead of k-way: parts with consecutive IDs are
             siblings in the bisection tree, so merging runs of consecutive parts gives a coarser
             partition with locality inside each part (the ``offload`` engine's two levels).
+        max_memory: Bytes this may use (default: ``MemAvailable`` now). METIS needs the whole
+            graph in memory, about :func:`metis_memory` bytes: checked from ``N`` and ``E``
+            before anything is built, and again with the exact adjacency size before METIS runs.
 
     Raises:
-        PartitionError: METIS failed; the message holds its error and the end of its output.
+        PartitionError: METIS failed (the message holds its error and the end of its output),
+            or it would need more memory than ``max_memory`` (the message names the estimate).
     """
     import pymetis
 
@@ -344,7 +506,10 @@ def metis_partition(
     n = graph.num_nodes
     if num_parts == 1 or n == 0:
         return PartitionBook.from_part_of(np.zeros(n, np.int32), num_parts, "metis", params)
+    # a graph stored with both directions of each edge has one adjacency entry per edge
+    _check_metis_memory(n, graph.num_edges, max_memory, exact=False)
     xadj, adjncy, eweights = metis_adjacency(graph)
+    _check_metis_memory(n, adjncy.size, max_memory, exact=True)
     weights = _node_weights(graph, crit)
     if adjncy.size == 0:  # nothing to cut: balance the weights over contiguous ranges
         cum = np.zeros(n + 1, dtype=np.float64)
@@ -357,15 +522,18 @@ def metis_partition(
         vweights = np.rint(weights * (_METIS_WEIGHT_SCALE / len(crit))).astype(np.int64)
     dt = np.dtype(pymetis.zero_copy_dtype()) if hasattr(pymetis, "zero_copy_dtype") else None
     dt = dt or np.dtype(np.int64)
-    ew = None if (eweights == eweights[0]).all() else eweights.astype(dt)
+    # one int64 copy of the multiplicities only when METIS needs them; xadj and adjncy are
+    # handed over as they are (already int64 and contiguous: no copy)
+    ew = None if int(eweights.min()) == int(eweights.max()) else eweights.astype(dt)
+    del eweights
+    xadj, adjncy = np.ascontiguousarray(xadj, dtype=dt), np.ascontiguousarray(adjncy, dtype=dt)
     vw = None if vweights is None else vweights.astype(dt)
     options = pymetis.Options(seed=int(seed))
+    adjacency = None
     with captured_fds() as output:
         try:
             if hasattr(pymetis, "CSRAdjacency"):
-                adjacency = pymetis.CSRAdjacency(
-                    adj_starts=xadj.astype(dt), adjacent=adjncy.astype(dt)
-                )
+                adjacency = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy)
                 result = pymetis.part_graph(
                     num_parts,
                     adjacency=adjacency,
@@ -377,8 +545,8 @@ def metis_partition(
             else:  # pragma: no cover - pymetis < 2025.2
                 result = pymetis.part_graph(
                     num_parts,
-                    xadj=xadj.astype(dt),
-                    adjncy=adjncy.astype(dt),
+                    xadj=xadj,
+                    adjncy=adjncy,
                     vweights=vw,
                     eweights=ew,
                     recursive=bool(recursive),
@@ -390,5 +558,11 @@ def metis_partition(
             error, said = None, ""
     if error is not None:
         raise _metis_failure(error, said) from error
-    part_of = np.asarray(result.vertex_part, dtype=np.int64).astype(np.int32)
+    del adjacency, xadj, adjncy, ew, vw
+    parts = result.vertex_part
+    if isinstance(parts, array.array) and parts.itemsize == 8:
+        part_of = np.frombuffer(parts, dtype=np.int64).astype(np.int32)  # no list of ints
+    else:
+        part_of = np.asarray(parts, dtype=np.int64).astype(np.int32)
+    del parts, result
     return PartitionBook.from_part_of(part_of, num_parts, "metis", params)

@@ -1,0 +1,353 @@
+"""Value checks of a dataset's ``.npy`` files in bounded memory, and cheap file fingerprints.
+
+:func:`check_values` checks every value of a dataset directory's arrays the way
+:class:`~fleetgnn.graph.csc.Graph` checks an in-memory graph (``validate="full"``), but streams the
+files: each array is read with ``readinto`` into one reusable buffer of about ``block_bytes / k``
+bytes (``k`` arrays read side by side), so memory stays bounded by ``block_bytes`` (64 MB by
+default) however large the dataset, and no page of a memory map is left resident in the process.
+
+======================  ======================================================================
+array                   checked
+======================  ======================================================================
+``indptr``              ``indptr[0] == 0``, non-decreasing, ``indptr[N] == E``
+``indices``             every node ID in ``[0, N)``
+``y``                   every label in ``[-1, C)`` (``-1`` = unlabelled)
+``*_mask``              bytes 0 or 1, pairwise disjoint, no unlabelled node in a split
+``x``, ``edge_weight``  every value finite
+======================  ======================================================================
+
+:func:`fingerprint` summarises one file by its size, modification time and a hash of its header
+and a few sampled pages (the whole file when it is small): computed in about a millisecond, it
+tells whether a file is still the one that was checked (see
+:func:`fleetgnn.graph.dataset.open_dataset`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fleetgnn.errors import GraphError
+
+#: Bumped whenever :func:`check_values` checks more, so that older records are checked again.
+CHECK_VERSION = 1
+#: Memory the check reads at a time (all arrays' buffers together).
+BLOCK_BYTES = 64 << 20
+#: Files up to this size are hashed whole by :func:`fingerprint`; larger ones are sampled.
+WHOLE_HASH_BYTES = 1 << 20
+_PAGE = 4096
+_SAMPLES = 16  # pages hashed besides the first and the last one
+
+Progress = Callable[[int, int], None]
+_MASKS = ("train_mask", "val_mask", "test_mask")
+
+
+# ---------------------------------------------------------------------------------- fingerprints
+def fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Size, modification time and a content sample hash of one file.
+
+    The hash (BLAKE2b, 128 bits) covers the size and the whole file if it is at most
+    :data:`WHOLE_HASH_BYTES`, else its first page (the ``.npy`` header and the first values), its
+    last page and :data:`_SAMPLES` pages spread evenly in between: 18 reads of 4 KiB.
+
+    Returns:
+        ``{"bytes": int, "mtime_ns": int, "sample": hex str}``.
+
+    Raises:
+        OSError: The file cannot be read.
+    """
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        size = st.st_size
+        h = hashlib.blake2b(str(size).encode(), digest_size=16)
+        if size <= WHOLE_HASH_BYTES:
+            h.update(f.read())
+        else:
+            last = max(0, size - _PAGE)
+            for i in range(_SAMPLES + 2):
+                off = (last * i // (_SAMPLES + 1)) // _PAGE * _PAGE if i <= _SAMPLES else last
+                h.update(os.pread(f.fileno(), _PAGE, off))
+    return {"bytes": int(size), "mtime_ns": int(st.st_mtime_ns), "sample": h.hexdigest()}
+
+
+# ---------------------------------------------------------------------------------- reading
+class _Rows:
+    """Reads row ranges of one ``.npy`` file into a reusable buffer.
+
+    C-ordered files (what fleetgnn writes) are read with ``readinto`` at the row's byte offset;
+    anything else falls back to copying slices of a read-only memory map.
+    """
+
+    def __init__(self, path: Path, max_rows: int) -> None:
+        self.path = path
+        self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
+        self._mmap: np.ndarray | None = None
+        try:
+            shape, fortran, dtype = _read_header(self._file, path)
+        except BaseException:
+            self._file.close()
+            raise
+        self.offset = self._file.tell()
+        if fortran and len(shape) > 1 or dtype is None:
+            self._mmap = np.load(path, mmap_mode="r", allow_pickle=False)
+            shape, dtype = self._mmap.shape, self._mmap.dtype
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.row_shape = self.shape[1:]
+        self.row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
+        self.rows = self.shape[0] if self.shape else 1
+        self.nbytes = self.rows * self.row_bytes
+        self._buf = np.empty(max(1, min(max_rows, self.rows)) * self.row_bytes, np.uint8)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(self._file.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        """Rows ``[lo, hi)`` (a view of the buffer, valid until the next call)."""
+        if self._mmap is not None:
+            return np.array(self._mmap[lo:hi])
+        nbytes = (hi - lo) * self.row_bytes
+        view = memoryview(self._buf)[:nbytes]
+        got, pos = 0, self.offset + lo * self.row_bytes
+        self._file.seek(pos)
+        while got < nbytes:
+            n = self._file.readinto(view[got:])
+            if not n:
+                raise GraphError(
+                    f"'{self.path}' ended after {pos + got} bytes while reading rows {lo}..{hi}; "
+                    f"the file is truncated"
+                )
+            got += n
+        return self._buf[:nbytes].view(self.dtype).reshape((hi - lo, *self.row_shape))
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+        self._mmap = None
+        self._buf = np.empty(0, np.uint8)
+
+
+class _Ticks:
+    def __init__(self, total: int, progress: Progress | None) -> None:
+        self.done, self.total, self.progress = 0, total, progress
+
+    def __call__(self, nbytes: int) -> None:
+        self.done += int(nbytes)
+        if self.progress is not None:
+            self.progress(min(self.done, self.total), self.total)
+
+
+# ---------------------------------------------------------------------------------- checks
+def check_values(
+    files: Mapping[str, str | os.PathLike[str]],
+    *,
+    num_classes: int | None,
+    block_bytes: int = BLOCK_BYTES,
+    progress: Progress | None = None,
+) -> int:
+    """Check every value of a dataset's arrays, streaming the files in bounded memory.
+
+    Shapes and dtypes must already agree (``open_dataset`` checks them first); this checks the
+    values listed in the module table, with the messages :class:`~fleetgnn.graph.csc.Graph`
+    gives, plus where the bad value is.
+
+    Args:
+        files: Array name -> ``.npy`` path; ``indptr`` and ``indices`` are required.
+        num_classes: ``C``; ``None`` accepts any label ``>= -1`` (``C`` is then ``max(y) + 1``).
+        block_bytes: Bytes read at a time over all arrays (memory used: about this much, plus
+            a quarter of it for temporaries).
+        progress: Called as ``progress(done_bytes, total_bytes)`` after each block.
+
+    Returns:
+        The bytes of array data checked.
+
+    Raises:
+        GraphError: At the first bad value, naming the array, the position and the valid range.
+    """
+    paths = {name: Path(p) for name, p in files.items()}
+    # node arrays side by side (the masks and y are compared row by row), edges likewise; each
+    # pass holds its own buffers only while it runs
+    node_names = [k for k in ("x", "y", *_MASKS) if k in paths]
+    edge_names = [k for k in ("indices", "edge_weight") if k in paths]
+    sizes = {k: _header(paths[k]) for k in ("indptr", *node_names, *edge_names)}
+    node_rows = max(1, block_bytes // max(1, sum(sizes[k][1] for k in node_names)))
+    edge_rows = max(1, block_bytes // max(1, sum(sizes[k][1] for k in edge_names)))
+    ptr_rows = max(1, block_bytes // 8)
+    tick = _Ticks(sum(rows * row for rows, row in sizes.values()), progress)
+    n = sizes["indptr"][0] - 1
+    e = sizes["indices"][0]
+    with _open({"indptr": paths["indptr"]}, ptr_rows) as readers:
+        _check_indptr(readers["indptr"], e, ptr_rows, tick)
+    with _open({k: paths[k] for k in edge_names}, edge_rows) as readers:
+        _check_edges(readers, n, e, edge_rows, tick)
+    with _open({k: paths[k] for k in node_names}, node_rows) as readers:
+        _check_nodes(readers, node_names, n, num_classes, node_rows, tick)
+    return tick.done
+
+
+@contextlib.contextmanager
+def _open(paths: Mapping[str, Path], rows: int) -> Iterator[dict[str, _Rows]]:
+    readers: dict[str, _Rows] = {}
+    try:
+        for k, p in paths.items():
+            readers[k] = _Rows(p, rows)
+        yield readers
+    finally:
+        for r in readers.values():
+            r.close()
+
+
+def _read_header(f: Any, path: Path) -> tuple[tuple[int, ...], bool, np.dtype | None]:
+    """``(shape, fortran_order, dtype)`` of an open ``.npy`` file, positioned at its data.
+
+    ``dtype`` is ``None`` for header versions other than 1.0 and 2.0 (read through a map).
+    """
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(f)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(f)
+    except (ValueError, OSError, EOFError) as e:
+        raise GraphError(f"'{path}' is not a readable .npy file ({e}); re-create it") from e
+    return (), True, None
+
+
+def _header(path: Path) -> tuple[int, int]:
+    """``(rows, bytes per row)`` of a ``.npy`` file."""
+    with open(path, "rb") as f:
+        shape, _, dtype = _read_header(f, path)
+    if dtype is None:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        shape, dtype = arr.shape, arr.dtype
+    rows = int(shape[0]) if shape else 1
+    return rows, int(np.dtype(dtype).itemsize * int(np.prod(shape[1:], dtype=np.int64)))
+
+
+def _check_indptr(r: _Rows, num_edges: int, rows: int, tick: _Ticks) -> None:
+    prev: int | None = None
+    for lo in range(0, r.rows, rows):
+        hi = min(r.rows, lo + rows)
+        blk = r.read(lo, hi)
+        if lo == 0 and int(blk[0]) != 0:
+            raise GraphError(f"'indptr[0]' must be 0 (got {int(blk[0])})")
+        if prev is not None and prev > int(blk[0]):
+            _decreasing(lo - 1, prev, int(blk[0]))
+        bad = np.flatnonzero(blk[1:] < blk[:-1])
+        if bad.size:
+            v = int(bad[0])
+            _decreasing(lo + v, int(blk[v]), int(blk[v + 1]))
+        prev = int(blk[-1])
+        tick(blk.nbytes)
+    if prev is not None and prev != num_edges:
+        raise GraphError(
+            f"'indptr[-1]' must equal len(indices) = {num_edges} (got {prev}); the edge array is "
+            f"truncated or indptr is wrong"
+        )
+
+
+def _decreasing(v: int, a: int, b: int) -> None:
+    raise GraphError(f"'indptr' must be non-decreasing; indptr[{v}] = {a} > indptr[{v + 1}] = {b}")
+
+
+def _check_edges(readers: dict[str, _Rows], n: int, e: int, rows: int, tick: _Ticks) -> None:
+    idx, w = readers["indices"], readers.get("edge_weight")
+    for lo in range(0, e, rows):
+        hi = min(e, lo + rows)
+        blk = idx.read(lo, hi)
+        if int(blk.min()) < 0 or int(blk.max()) >= n:
+            pos = int(np.flatnonzero((blk < 0) | (blk >= n))[0])
+            raise GraphError(
+                f"'indices' holds node ID {int(blk[pos])} at edge {lo + pos}, outside the valid "
+                f"interval [0, {n}); make sure IDs are 0-based and num_nodes covers every node"
+            )
+        tick(blk.nbytes)
+        if w is not None:
+            wb = w.read(lo, hi)
+            _check_finite("edge_weight", wb, lo, "edge")
+            tick(wb.nbytes)
+
+
+def _check_finite(name: str, blk: np.ndarray, lo: int, unit: str) -> None:
+    finite = np.isfinite(blk)
+    if finite.all():
+        return
+    where = np.argwhere(~finite)[0]
+    value = blk[tuple(where)]
+    at = f"{unit} {lo + int(where[0])}" + (f", feature {int(where[1])}" if blk.ndim > 1 else "")
+    raise GraphError(f"'{name}' holds a non-finite value {value} at {at}; clean the values")
+
+
+def _check_nodes(
+    readers: dict[str, _Rows],
+    names: list[str],
+    n: int,
+    num_classes: int | None,
+    rows: int,
+    tick: _Ticks,
+) -> None:
+    masks = [k for k in _MASKS if k in names]
+    for lo in range(0, n, rows):
+        hi = min(n, lo + rows)
+        blocks = {k: readers[k].read(lo, hi) for k in names}
+        y = blocks.get("y")
+        if y is not None and y.size:
+            low, high = int(y.min()), int(y.max())
+            top = num_classes if num_classes is not None else max(high + 1, 0)
+            if low < -1 or high >= top:
+                pos = int(np.flatnonzero((y < -1) | (y >= top))[0])
+                raise GraphError(
+                    f"'y' holds label {int(y[pos])} at node {lo + pos}, outside the valid "
+                    f"interval [0, {top}) (-1 marks an unlabelled node); relabel classes to "
+                    f"0..C-1 or raise num_classes"
+                )
+        for k in masks:
+            raw = blocks[k].view(np.uint8)
+            if raw.size and int(raw.max()) > 1:
+                pos = int(np.flatnonzero(raw > 1)[0])
+                raise GraphError(
+                    f"'{k}' holds the byte {int(raw[pos])} at node {lo + pos}, not a bool (0 or "
+                    f"1); the file is corrupt, re-create it"
+                )
+        unlabelled = (y < 0) if y is not None else None
+        for i, a_name in enumerate(masks):
+            a = blocks[a_name]
+            for b_name in masks[i + 1 :]:
+                both = np.flatnonzero(a & blocks[b_name])
+                if both.size:
+                    raise GraphError(
+                        f"split masks '{a_name}' and '{b_name}' overlap (first: node "
+                        f"{lo + int(both[0])}); each node may belong to at most one split"
+                    )
+            if unlabelled is not None:
+                unl = np.flatnonzero(a & unlabelled)
+                if unl.size:
+                    raise GraphError(
+                        f"'{a_name}' contains unlabelled nodes (y == -1, first: node "
+                        f"{lo + int(unl[0])}); drop them from the split or give them labels"
+                    )
+        if "x" in blocks:
+            _check_finite("x", blocks["x"], lo, "node")
+        tick(sum(b.nbytes for b in blocks.values()))
+
+
+def iter_rows(
+    path: str | os.PathLike[str], block_bytes: int = BLOCK_BYTES
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(first_row, rows)`` blocks of a ``.npy`` file read into one reusable buffer.
+
+    Each block is about ``block_bytes`` bytes and valid until the next one is read; memory stays
+    bounded and no page of the file stays mapped in the process.
+    """
+    p = Path(path)
+    rows, row_bytes = _header(p)
+    step = max(1, int(block_bytes) // max(1, row_bytes))
+    with _open({"a": p}, step) as readers:
+        r = readers["a"]
+        for lo in range(0, rows, step):
+            yield lo, r.read(lo, min(rows, lo + step))
