@@ -2,45 +2,55 @@
 
 The generator is a degree-corrected stochastic block model with Chung-Lu degree weights:
 
-* every node ``v`` gets a class ``y[v]`` drawn uniformly from ``[0, C)`` and a degree weight
-  ``w[v] = (1 - u)^(-1 / (gamma - 1))`` with ``u ~ U[0, 1)``, a Pareto law whose tail gives degrees
-  ``P(deg = k) ~ k^-gamma`` (``gamma`` = ``degree_exponent``). Weights are clipped so that no node's
-  expected degree exceeds ``sqrt(num_edges)``, the Chung-Lu admissibility bound
+* every node ``v`` gets a community ``z[v]`` drawn from the class distribution
+  ``p_c ~ (c + 1)^-class_skew`` (uniform for 0, Zipf-like for 1, as real label sets are) and a
+  degree weight ``w[v] = (1 - u)^(-1 / (gamma - 1))`` with ``u ~ U[0, 1)``, a Pareto law whose tail
+  gives degrees ``P(deg = k) ~ k^-gamma`` (``gamma`` = ``degree_exponent``). Weights are clipped
+  so that no node's expected degree exceeds ``sqrt(num_edges)``, the Chung-Lu admissibility bound
   (``w_max^2 <= sum w``); this keeps the hubs' lists mostly free of duplicates and makes the ratio
   of the largest to the mean degree comparable to real graphs' (ogbn-products: ~340);
 * each of the ``num_edges / 2`` undirected draws picks a source ``s`` with probability proportional
-  to ``w``, a destination class equal to ``y[s]`` with probability ``homophily`` and otherwise a
-  uniformly random other class, and a destination ``d`` inside that class with probability
-  proportional to ``w``: an inverse-CDF lookup in the class-sorted cumulative weights, vectorised
-  (a guide table over the cumulative weight gives ``np.searchsorted``'s exact answer in O(1)
-  expected time per draw);
-* features are a noisy class signal ``x[v] = (mu[y[v]] + feature_noise * eps) / s``, with one
-  centroid ``mu[c] ~ N(0, I_F)`` per class, ``eps ~ N(0, I_F)`` and ``s = sqrt(1 +
-  feature_noise**2)`` (unit-variance features), stored as float32. A linear classifier
-  on ``x`` alone is clearly worse than one on ``[x, mean of the neighbours' x]``, so a GNN beats an
-  MLP;
+  to ``w``, then with probability ``homophily`` a destination ``d`` in ``s``'s community and
+  otherwise one in any other community, in both cases with probability proportional to ``w``
+  among the candidates: an inverse-CDF lookup in the community-sorted cumulative weights (for
+  another community, the whole range with ``s``'s community's span cut out), vectorised (a guide
+  table over the cumulative weight gives ``np.searchsorted``'s exact answer in O(1) expected
+  time per draw);
+* features are a noisy community signal ``x[v] = (mu[z[v]] + feature_noise * eps) / s``, with
+  one centroid ``mu[c] ~ N(0, I_F)`` per community, ``eps ~ N(0, I_F)`` and ``s = sqrt(1 +
+  feature_noise**2)`` (unit-variance features), stored as float32. A classifier on ``x`` alone
+  is clearly worse than one that also sees the neighbours' features, so a GNN beats an MLP;
+* labels are the communities, except that with probability ``label_noise`` a node's label is
+  redrawn from the class distribution, independently of its features and edges. No model can
+  predict those, so the best accuracy is about ``1 - label_noise * (1 - sum_c p_c^2)`` however
+  large the graph or long the training (``products-like``: ~0.80, like GraphSAGE's on
+  ogbn-products), and the measured edge homophily of the labels is below ``homophily``;
 * split masks: node ``v`` is in train / val / test when its uniform draw ``u_v`` falls in
   ``[0, t)``, ``[t, t + v)``, ``[t + v, t + v + s)`` (fractions of the spec), so the splits are
   random, disjoint and of the expected sizes.
 
 Stored graph: both directions of every draw, self loops dropped, duplicate edges removed; each
 node's in-neighbours are sorted by ID. The edge count is therefore a little below ``num_edges``
-(a few percent, more on dense or very skewed specs), and the measured edge homophily a little
-below ``homophily`` (duplicates are likelier inside a class, whose pool of endpoints is smaller).
+(a few percent, more on dense or very skewed specs), and the measured community homophily a
+little below ``homophily`` (duplicates are likelier inside a community, whose pool of endpoints
+is smaller).
 
 Determinism: every random number comes from a counter-based Philox stream keyed by
 ``SeedSequence(seed, spawn_key=(stream, block))`` over fixed-size blocks of nodes and of edge
 draws. ``chunk_edges`` only decides how many blocks are processed per step, so the arrays are
 bit-identical for any chunk size, and :func:`generate_graph` (in memory) and
-:func:`prepare_synthetic` (to disk) produce the same arrays for the same spec and seed.
+:func:`prepare_synthetic` (to disk) produce the same arrays for the same spec and seed. Label
+noise has a stream of its own: changing ``label_noise`` changes the labels and nothing else.
 
-Bounded memory: node-sized arrays (classes, cumulative weights, guide table, CSC offsets and
-cursors: about ``50 * N`` bytes) live in RAM; everything edge- or feature-sized is written in
-chunks into ``.npy`` memory maps. The CSC is built by a two-pass counting sort that regenerates
-the draws instead of storing them: pass 1 counts in-degrees, pass 2 places every source at its
-destination's cursor in a scratch memory map, and pass 3 sorts and deduplicates each node's
-segment (vectorised over node ranges of about ``chunk_edges`` edges) while compacting in place.
-Peak RAM is about ``50 * N + 50 * chunk_edges`` bytes, not a multiple of the output size.
+Bounded memory: the node tables (communities, clipped weights, the community order, cumulative
+weights, guide table, then CSC offsets and fill counts: about ``30 * N`` bytes below 128 classes;
+generator version 2 held ``~77 * N``) live in RAM; labels, masks, features and everything
+edge-sized are written in node blocks or chunks into ``.npy`` memory maps. The CSC is built by a
+two-pass counting sort that regenerates the draws instead of storing them: pass 1 counts
+in-degrees, pass 2 places every source at its destination's cursor in a scratch memory map, and
+pass 3 sorts and deduplicates each node's segment (vectorised over node ranges of about
+``chunk_edges`` edges) while compacting in place. Peak RAM is about ``30 * N + 50 *
+chunk_edges`` bytes, not a multiple of the output size.
 """
 
 from __future__ import annotations
@@ -61,12 +71,13 @@ from fleetgnn.graph.dataset import DatasetWriter
 __all__ = [
     "PRESETS",
     "SyntheticSpec",
+    "class_probabilities",
     "generate_graph",
     "prepare_synthetic",
     "spec_for",
 ]
 
-NODE_BLOCK = 1 << 16  # nodes per random block (classes, degree weights, split draws)
+NODE_BLOCK = 1 << 16  # nodes per random block (classes, weights, splits, label noise)
 FEATURE_BLOCK = 1 << 14  # feature rows per random block
 EDGE_BLOCK = 1 << 14  # undirected edge draws per random block
 
@@ -75,8 +86,11 @@ _NODE_STREAM = 0
 _CENTROID_STREAM = 1
 _FEATURE_STREAM = 2
 _EDGE_STREAM = 3
+_LABEL_STREAM = 4
 
 Progress = Callable[[int, int], None]
+
+_MASKS = ("train_mask", "val_mask", "test_mask")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,15 +103,22 @@ class SyntheticSpec:
             ``num_edges // 2`` undirected draws are made, the stored count is slightly lower after
             self loops and duplicates are removed.
         num_features: Feature dimension ``F`` (>= 1).
-        num_classes: Number of classes / communities ``C`` (>= 1).
+        num_classes: Number of classes and communities ``C`` (>= 1).
         train_frac: Expected fraction of nodes in the train split.
         val_frac: Expected fraction of nodes in the validation split.
         test_frac: Expected fraction of nodes in the test split (the three sum to <= 1).
-        homophily: Probability that a draw's destination is in its source's class, in ``[0, 1]``.
+        homophily: Probability that a draw's destination is in its source's community, in
+            ``[0, 1]`` (the labels' measured homophily is lower when ``label_noise > 0``).
         degree_exponent: Power-law exponent ``gamma > 1`` of the degree distribution (real graphs:
             2 to 3; smaller is more skewed).
         feature_noise: Standard deviation of the Gaussian noise added to the unit-variance class
             centroids (>= 0); larger makes features alone less informative.
+        label_noise: Probability in ``[0, 1]`` that a node's label is redrawn from the class
+            distribution, independently of its features and edges (which follow its community).
+            No model can predict a redrawn label, so the best accuracy is about
+            ``1 - label_noise * (1 - sum_c p_c^2)``.
+        class_skew: Exponent of the class sizes, ``p_c ~ (c + 1)^-class_skew`` in ``[0, 10]``:
+            0 gives equal classes, 1 a Zipf law (real label sets are skewed like that).
         name: Dataset name.
     """
 
@@ -111,6 +132,8 @@ class SyntheticSpec:
     homophily: float = 0.8
     degree_exponent: float = 2.5
     feature_noise: float = 2.0
+    label_noise: float = 0.0
+    class_skew: float = 0.0
     name: str = "synthetic"
 
     def __post_init__(self) -> None:
@@ -154,6 +177,16 @@ class SyntheticSpec:
                 f"SyntheticSpec 'feature_noise' must be a finite number >= 0 (got "
                 f"{self.feature_noise!r})"
             )
+        if not _is_real(self.label_noise) or not 0.0 <= self.label_noise <= 1.0:
+            raise DatasetError(
+                f"SyntheticSpec 'label_noise' must be a probability in [0, 1] (got "
+                f"{self.label_noise!r}); 0 keeps every node's label equal to its community"
+            )
+        if not _is_real(self.class_skew) or not 0.0 <= self.class_skew <= 10.0:
+            raise DatasetError(
+                f"SyntheticSpec 'class_skew' must lie in [0, 10] (got {self.class_skew!r}); 0 "
+                f"gives equal classes, 1 Zipf-like class sizes"
+            )
         if not isinstance(self.name, str) or not self.name:
             raise DatasetError(
                 f"SyntheticSpec 'name' must be a non-empty string (got {self.name!r})"
@@ -185,7 +218,7 @@ def _is_real(value: object) -> bool:
 
 
 #: Bumped whenever the generator's output for a given spec and seed changes (cache keys use it).
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 
 PRESETS: dict[str, SyntheticSpec] = {
     # for tests: 1k nodes, 10k edges
@@ -208,14 +241,16 @@ PRESETS: dict[str, SyntheticSpec] = {
         num_edges=400_000,
         num_features=64,
         num_classes=8,
-        # few labels and noisy features: the default `fleetgnn train` run visibly climbs from
-        # ~30% to ~90% test accuracy over its 10 epochs instead of starting saturated
+        # few labels and noisy features: the default `fleetgnn train` run visibly climbs over its
+        # 10 epochs instead of starting saturated
         train_frac=0.1,
         val_frac=0.1,
         test_frac=0.8,
         homophily=0.7,
         degree_exponent=2.5,
         feature_noise=6.0,
+        label_noise=0.1,
+        class_skew=0.5,
         name="small",
     ),
     # the shape of ogbn-products (2,449,029 nodes, 61,859,140 directed edges; its split is
@@ -228,9 +263,14 @@ PRESETS: dict[str, SyntheticSpec] = {
         train_frac=0.0803,
         val_frac=0.0161,
         test_frac=0.9036,
+        # as hard as ogbn-products (GraphSAGE ~0.79 test accuracy, an MLP ~0.61): features alone
+        # name the community of ~75% of the nodes, the graph nearly all of them, and 22% of the
+        # labels are redrawn from the Zipf-like class distribution (best accuracy ~0.80)
         homophily=0.8,
         degree_exponent=2.5,
-        feature_noise=5.0,
+        feature_noise=2.8,
+        label_noise=0.22,
+        class_skew=1.0,
         name="products-like",
     ),
     # the shape of ogbn-papers100M (111,059,956 nodes, 1,615,685,872 edges; 1,207,179 / 125,265 /
@@ -243,9 +283,12 @@ PRESETS: dict[str, SyntheticSpec] = {
         train_frac=0.0109,
         val_frac=0.00113,
         test_frac=0.00193,
+        # as hard as ogbn-papers100M (GraphSAGE ~0.67, an MLP ~0.47): best accuracy ~0.69
         homophily=0.6,
         degree_exponent=2.5,
-        feature_noise=4.0,
+        feature_noise=3.0,
+        label_noise=0.33,
+        class_skew=1.0,
         name="papers-like",
     ),
 }
@@ -324,17 +367,16 @@ def _check_chunk_edges(chunk_edges: object) -> int:
 # ---------------------------------------------------------------------------- node data
 @dataclasses.dataclass(frozen=True)
 class _Nodes:
-    """Node-level state shared by the passes (all arrays ``[N]`` or ``[C]``)."""
+    """Node-level state shared by the edge passes (arrays ``[N]``, ``[B]`` or ``[C]``)."""
 
-    y: np.ndarray  # int64 [N] class of each node
-    order: np.ndarray  # index dtype [N]: nodes sorted by class (stable)
+    z: np.ndarray  # [N] community of each node (smallest signed dtype holding C classes)
+    order: np.ndarray  # index dtype [N]: nodes sorted by community (stable)
     cum: np.ndarray  # float64 [N]: inclusive cumulative weights in `order`
     class_lo: np.ndarray  # int64 [C]: first position of class c in `order`
     class_hi: np.ndarray  # int64 [C]: one past the last position
     class_start: np.ndarray  # float64 [C]: cumulative weight before class c
     class_weight: np.ndarray  # float64 [C]: total weight of class c
     nonempty: np.ndarray  # int64 [K]: classes with at least one node
-    rank: np.ndarray  # int64 [C]: position of class c in `nonempty` (-1 if empty)
     guide: np.ndarray  # [B]: guide[k] = searchsorted(cum, k * width, "right")
     width: float  # cumulative weight per guide bucket
 
@@ -342,9 +384,9 @@ class _Nodes:
         """``np.searchsorted(cum, t, side="right")``, exactly, in O(1) expected per target.
 
         A guide table over equal-width buckets of the cumulative weight gives a start position
-        that is never past the answer; since every weight is >= 1 and buckets are at most a few
-        weight units wide, one or two vectorised steps forward finish almost every target (the
-        rare rest falls back to a binary search).
+        that is never past the answer; since every weight is >= 1 and buckets are about one mean
+        weight wide, one or two vectorised steps forward finish almost every target (the rare
+        rest falls back to a binary search).
         """
         n = self.cum.size
         k = (t / self.width).astype(np.int64)
@@ -365,63 +407,144 @@ class _Nodes:
         return pos
 
 
-def _node_draws(spec: SyntheticSpec, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Classes, raw Pareto weights and split draws of every node, block by block."""
-    n, c = int(spec.num_nodes), int(spec.num_classes)
-    y = np.empty(n, dtype=np.int64)
+def _class_dtype(num_classes: int) -> np.dtype:
+    """The smallest signed integer dtype that holds every class ID (1 byte up to 127 classes)."""
+    for dt in (np.int8, np.int16, np.int32):
+        if num_classes <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    return np.dtype(np.int64)  # pragma: no cover - more than 2^31 classes
+
+
+def class_probabilities(spec: SyntheticSpec) -> np.ndarray:
+    """The class distribution ``p_c ~ (c + 1)^-class_skew`` of ``spec`` (float64 ``[C]``)."""
+    p = np.arange(1, int(spec.num_classes) + 1, dtype=np.float64) ** -float(spec.class_skew)
+    return p / p.sum()
+
+
+def _class_cdf(spec: SyntheticSpec) -> np.ndarray:
+    cdf = np.cumsum(class_probabilities(spec))
+    cdf[-1] = 1.0  # a uniform draw in [0, 1) always finds a class
+    return cdf
+
+
+def _draw_classes(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF class draws for uniforms ``u`` in ``[0, 1)`` (int64)."""
+    return np.minimum(np.searchsorted(cdf, u, side="right"), cdf.size - 1)
+
+
+def _node_draws(
+    spec: SyntheticSpec, seed: int, masks: dict[str, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Communities and raw Pareto weights of every node, block by block.
+
+    The split masks come from the same draws and are written into ``masks`` (``train_mask``,
+    ``val_mask``, ``test_mask``: bool ``[N]`` arrays, memory maps on disk) when given, so no
+    ``[N]`` array of split draws is held.
+
+    Returns:
+        ``(z, w)``: communities (:func:`_class_dtype` ``[N]``) and float64 weights ``[N]``.
+    """
+    n = int(spec.num_nodes)
+    z = np.empty(n, dtype=_class_dtype(int(spec.num_classes)))
     w = np.empty(n, dtype=np.float64)
-    u_split = np.empty(n, dtype=np.float64)
+    cdf = _class_cdf(spec)
     inv_shape = -1.0 / (float(spec.degree_exponent) - 1.0)
+    t = float(spec.train_frac)
+    v = t + float(spec.val_frac)
+    s = v + float(spec.test_frac)
     for b, lo in enumerate(range(0, n, NODE_BLOCK)):
         hi = min(n, lo + NODE_BLOCK)
-        rng = _rng(seed, _NODE_STREAM, b)
-        y[lo:hi] = rng.integers(0, c, size=hi - lo, dtype=np.int64)
-        u = rng.random(hi - lo)
-        np.subtract(1.0, u, out=u)  # (0, 1]
-        np.power(u, inv_shape, out=w[lo:hi])  # Pareto(x_m = 1, shape = gamma - 1) >= 1
-        u_split[lo:hi] = rng.random(hi - lo)
-    return y, w, u_split
+        u = _rng(seed, _NODE_STREAM, b).random((3, hi - lo))
+        z[lo:hi] = _draw_classes(cdf, u[0])
+        np.subtract(1.0, u[1], out=u[1])  # (0, 1]
+        np.power(u[1], inv_shape, out=w[lo:hi])  # Pareto(x_m = 1, shape = gamma - 1) >= 1
+        if masks is not None:
+            u_split = u[2]
+            masks["train_mask"][lo:hi] = u_split < t
+            masks["val_mask"][lo:hi] = (u_split >= t) & (u_split < v)
+            masks["test_mask"][lo:hi] = (u_split >= v) & (u_split < s)
+    return z, w
 
 
-def _nodes(spec: SyntheticSpec, y: np.ndarray, w: np.ndarray) -> _Nodes:
-    """Clip weights to the Chung-Lu bound and build the per-class sampling tables."""
+def _write_labels(spec: SyntheticSpec, seed: int, z: np.ndarray, y: np.ndarray) -> None:
+    """Fill the labels ``y`` (int64 ``[N]``) block by block.
+
+    A label is the node's community or, with probability ``label_noise``, a class redrawn from
+    the class distribution (a stream of its own, so nothing else changes with ``label_noise``).
+    """
+    n, rho = int(spec.num_nodes), float(spec.label_noise)
+    cdf = _class_cdf(spec)
+    for b, lo in enumerate(range(0, n, NODE_BLOCK)):
+        hi = min(n, lo + NODE_BLOCK)
+        block = z[lo:hi].astype(np.int64)
+        if rho > 0.0:
+            u = _rng(seed, _LABEL_STREAM, b).random((2, hi - lo))
+            flip = u[0] < rho
+            block[flip] = _draw_classes(cdf, u[1][flip])
+        y[lo:hi] = block
+
+
+def _class_order(z: np.ndarray, class_lo: np.ndarray) -> np.ndarray:
+    """``np.argsort(z, kind="stable")`` as a counting sort over node blocks.
+
+    Only the index-dtype result is ``[N]``; an argsort would also hold an int64 ``[N]``.
+    """
+    n = z.size
+    order = np.empty(n, dtype=index_dtype(n))
+    cursor = class_lo.copy()
+    for lo in range(0, n, NODE_BLOCK):
+        hi = min(n, lo + NODE_BLOCK)
+        zb = z[lo:hi]
+        ob = np.argsort(zb, kind="stable")
+        zs = zb[ob]
+        counts = np.bincount(zs, minlength=class_lo.size)
+        first = np.cumsum(counts) - counts  # where each class starts in the sorted block
+        order[cursor[zs] + (np.arange(hi - lo) - first[zs])] = ob + lo
+        cursor += counts
+    return order
+
+
+def _nodes(spec: SyntheticSpec, z: np.ndarray, w: np.ndarray) -> _Nodes:
+    """Clip weights to the Chung-Lu bound (in place) and build the per-class sampling tables.
+
+    Holds ``z``, ``w``, ``order``, ``cum`` and ``guide`` (about 25 bytes per node for fewer than
+    128 classes and 2^31 nodes); every other temporary is a node block.
+    """
     n, c = int(spec.num_nodes), int(spec.num_classes)
     if spec.num_edges > 0:
         # expected degree ~ num_edges * w / sum(w); keep it <= sqrt(num_edges)
         cap = float(w.sum()) / math.sqrt(float(spec.num_edges))
         np.minimum(w, max(cap, 1.0), out=w)
-    order = np.argsort(y, kind="stable").astype(index_dtype(n), copy=False)
-    cum = np.cumsum(w[order])
-    sizes = np.bincount(y, minlength=c).astype(np.int64)
+    sizes = np.bincount(z, minlength=c).astype(np.int64)
     class_hi = np.cumsum(sizes)
     class_lo = class_hi - sizes
-    cum0 = np.concatenate([[0.0], cum])
-    class_start = cum0[class_lo]
-    class_weight = cum0[class_hi] - class_start
+    order = _class_order(z, class_lo)
+    cum = np.empty(n, dtype=np.float64)
+    carry = 0.0
+    for lo in range(0, n, NODE_BLOCK):
+        seg = cum[lo : lo + NODE_BLOCK]
+        np.take(w, order[lo : lo + NODE_BLOCK], out=seg)
+        seg[0] += carry  # the same additions, in the same order, as one np.cumsum
+        np.cumsum(seg, out=seg)
+        carry = float(seg[-1])
+
+    def before(pos: np.ndarray) -> np.ndarray:  # cumulative weight before position `pos`
+        return np.where(pos > 0, cum[np.maximum(pos - 1, 0)], 0.0)
+
+    class_start = before(class_lo)
+    class_weight = before(class_hi) - class_start
     nonempty = np.flatnonzero(sizes > 0).astype(np.int64)
-    rank = np.full(c, -1, dtype=np.int64)
-    rank[nonempty] = np.arange(nonempty.size, dtype=np.int64)
-    # guide table: about one bucket per weight unit (weights are >= 1), at most 2 per node
-    total = float(cum[-1]) if n else 0.0
-    buckets = max(1, min(2 * n, math.ceil(total)))
+    # guide table: about one bucket per node (weights are >= 1, so at most one per weight unit)
+    total = float(cum[-1])
+    buckets = max(1, min(n, math.ceil(total)))
     width = total / buckets if total > 0 else 1.0
-    edges = np.arange(buckets, dtype=np.int64) * width
-    guide = np.searchsorted(cum, edges, side="right").astype(index_dtype(n + 1))
-    del edges
+    guide = np.empty(buckets, dtype=index_dtype(n + 1))
+    for lo in range(0, buckets, NODE_BLOCK):
+        hi = min(buckets, lo + NODE_BLOCK)
+        guide[lo:hi] = np.searchsorted(cum, np.arange(lo, hi, dtype=np.int64) * width, "right")
     return _Nodes(
-        y, order, cum, class_lo, class_hi, class_start, class_weight, nonempty, rank, guide, width
+        z, order, cum, class_lo, class_hi, class_start, class_weight, nonempty, guide, width
     )
-
-
-def _split_masks(spec: SyntheticSpec, u_split: np.ndarray) -> dict[str, np.ndarray]:
-    t = float(spec.train_frac)
-    v = t + float(spec.val_frac)
-    s = v + float(spec.test_frac)
-    return {
-        "train_mask": u_split < t,
-        "val_mask": (u_split >= t) & (u_split < v),
-        "test_mask": (u_split >= v) & (u_split < s),
-    }
 
 
 def _centroids(spec: SyntheticSpec, seed: int) -> np.ndarray:
@@ -430,9 +553,9 @@ def _centroids(spec: SyntheticSpec, seed: int) -> np.ndarray:
 
 
 def _write_features(
-    spec: SyntheticSpec, seed: int, y: np.ndarray, x: np.ndarray, tick: Callable[[int], None]
+    spec: SyntheticSpec, seed: int, z: np.ndarray, x: np.ndarray, tick: Callable[[int], None]
 ) -> None:
-    """Fill ``x`` ``[N, F]`` block by block: ``x = (mu[y] + feature_noise * eps) / s`` (float32).
+    """Fill ``x`` ``[N, F]`` block by block: ``x = (mu[z] + feature_noise * eps) / s`` (float32).
 
     ``s = sqrt(1 + feature_noise**2)`` scales every feature to unit variance without changing the
     signal-to-noise ratio, so deep models train at ordinary learning rates without a
@@ -446,7 +569,7 @@ def _write_features(
         hi = min(n, lo + FEATURE_BLOCK)
         block = _rng(seed, _FEATURE_STREAM, b).standard_normal((hi - lo, f), dtype=np.float32)
         block *= noise
-        block += mu[y[lo:hi]]
+        block += mu[z[lo:hi]]
         x[lo:hi] = block
         tick(hi - lo)
 
@@ -470,23 +593,45 @@ def _draw_edges(
     n = nodes.order.size
     # source: proportional to w over all nodes
     total = float(nodes.cum[-1])
-    pos = nodes.lookup(u[0] * total)
+    target = u[0] * total
+    pos = nodes.lookup(target)
     np.minimum(pos, n - 1, out=pos)
     src = nodes.order[pos]
-    # destination class: the source's with probability h, else a uniform other non-empty class
-    cls = nodes.y[src]
+    # destination: with probability h a node of the source's community, else a node of another
+    # community; either way proportional to w among the candidates (the other communities'
+    # cumulative weight is the whole range with the source community's span cut out)
+    cls = nodes.z[src]
+    np.take(nodes.class_weight, cls, out=target)
+    target *= u[2]
+    target += nodes.class_start[cls]
     h = float(spec.homophily)
-    k = nodes.nonempty.size
-    if k > 1 and h < 1.0:
-        other = u[1] >= h
-        v = (u[1][other] - h) / (1.0 - h)  # uniform in [0, 1)
-        j = np.minimum((v * (k - 1)).astype(np.int64), k - 2)
-        j += j >= nodes.rank[cls[other]]  # skip the source's own class
-        cls[other] = nodes.nonempty[j]
-    # destination: proportional to w inside the class
-    target = nodes.class_start[cls] + u[2] * nodes.class_weight[cls]
+    mixed = nodes.nonempty.size > 1 and h < 1.0
+    if mixed:
+        other = np.flatnonzero(u[1] >= h)
+        c = cls[other]
+        weight, start = nodes.class_weight[c], nodes.class_start[c]
+        t = u[2][other] * (total - weight)
+        t += np.where(t >= start, weight, 0.0)
+        target[other] = t
+        del other, c, weight, start, t
     pos = nodes.lookup(target)
-    np.clip(pos, nodes.class_lo[cls], nodes.class_hi[cls] - 1, out=pos)
+    del target
+    np.minimum(pos, n - 1, out=pos)
+    # rounding may put a target across a community boundary (rarely): step back to the right side
+    wrong = nodes.z[nodes.order[pos]] != cls
+    if mixed:
+        wrong ^= u[1] >= h  # a draw for another community is wrong inside its own
+    bad = np.flatnonzero(wrong)
+    if bad.size:
+        c = cls[bad]
+        first, end = nodes.class_lo[c], nodes.class_hi[c]
+        if mixed:
+            out = u[1][bad] >= h
+            pos[bad] = np.where(
+                out, np.where(end < n, end, first - 1), np.clip(pos[bad], first, end - 1)
+            )
+        else:
+            pos[bad] = np.clip(pos[bad], first, end - 1)
     dst = nodes.order[pos]
     keep = src != dst
     return src[keep], dst[keep]
@@ -508,6 +653,16 @@ def _add_counts(counts: np.ndarray, ids: np.ndarray) -> None:
     else:
         uniq, cnt = np.unique(ids, return_counts=True)
         counts[uniq] += cnt
+
+
+def _cumsum_in_place(a: np.ndarray) -> None:
+    """Inclusive prefix sum of the int64 array ``a`` in place, one node block at a time."""
+    carry = 0
+    for lo in range(0, a.size, NODE_BLOCK):
+        seg = a[lo : lo + NODE_BLOCK]
+        seg[0] += carry
+        np.cumsum(seg, out=seg)
+        carry = int(seg[-1])
 
 
 def _sort_pairs(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -532,8 +687,6 @@ def _sort_pairs(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.nd
 
 # ---------------------------------------------------------------------------- sinks
 class _Sink(Protocol):
-    def put(self, name: str, values: np.ndarray) -> None: ...
-
     def create(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray: ...
 
     def scratch(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray: ...
@@ -546,9 +699,6 @@ class _MemorySink:
 
     def __init__(self) -> None:
         self.arrays: dict[str, np.ndarray] = {}
-
-    def put(self, name: str, values: np.ndarray) -> None:
-        self.arrays[name] = values
 
     def create(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         self.arrays[name] = np.empty(shape, dtype=dtype)
@@ -570,9 +720,6 @@ class _DiskSink:
     def __init__(self, writer: DatasetWriter) -> None:
         self.writer = writer
         self._scratch = writer.tmp / _SCRATCH
-
-    def put(self, name: str, values: np.ndarray) -> None:
-        self.writer.put(name, values)
 
     def create(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         return self.writer.create(name, dtype, shape)
@@ -608,34 +755,33 @@ def _generate(
     slots = 2 * spec.num_draws  # directed edges before loop and duplicate removal
     tick = _Ticker(3 * slots + n, progress)
 
-    # node data: classes, weights, splits (RAM, O(N)) and features (row blocks)
-    y, w, u_split = _node_draws(spec, seed)
-    sink.put("y", y)
-    for name, mask in _split_masks(spec, u_split).items():
-        sink.put(name, mask)
-    del u_split
+    # node data: communities and weights (RAM, O(N)); splits, labels and features in blocks
+    bool_ = np.dtype(np.bool_)
+    masks = {name: sink.create(name, bool_, (n,)) for name in _MASKS}
+    z, w = _node_draws(spec, seed, masks)
+    del masks
+    _write_labels(spec, seed, z, sink.create("y", np.dtype(np.int64), (n,)))
     x = sink.create("x", np.dtype(np.float32), (n, int(spec.num_features)))
-    _write_features(spec, seed, y, x, tick)
+    _write_features(spec, seed, z, x, tick)
     del x
-    nodes = _nodes(spec, y, w)
-    del w
+    nodes = _nodes(spec, z, w)
+    del w, z
     chunks = _edge_chunks(spec, chunk_edges) if spec.num_draws else []
 
-    # pass 1: in-degree of every node in the symmetrised multigraph
-    counts = np.zeros(n, dtype=np.int64)
+    # pass 1: in-degree of every node in the symmetrised multigraph, counted into raw_ptr[1:]
+    raw_ptr = np.zeros(n + 1, dtype=np.int64)
     for b0, b1 in chunks:
         src, dst = _draw_edges(spec, seed, nodes, b0, b1)
-        _add_counts(counts, src)
-        _add_counts(counts, dst)
+        _add_counts(raw_ptr[1:], src)
+        _add_counts(raw_ptr[1:], dst)
         tick(2 * (min(b1 * EDGE_BLOCK, spec.num_draws) - b0 * EDGE_BLOCK))
-    raw_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=raw_ptr[1:])
-    del counts
+    _cumsum_in_place(raw_ptr)
     num_raw = int(raw_ptr[-1])
     raw = sink.scratch(idx_dtype, (num_raw,))
 
-    # pass 2: place each source at its destination's cursor (the draws are regenerated)
-    cursor = raw_ptr[:-1].copy()
+    # pass 2: place each source at its destination's cursor (the draws are regenerated);
+    # the cursor is kept as the count placed so far, int32 while the edges fit
+    fill = np.zeros(n, dtype=np.int32 if num_raw < 2**31 else np.int64)
     for b0, b1 in chunks:
         s, d = _draw_edges(spec, seed, nodes, b0, b1)
         src, dst = np.concatenate([s, d]), np.concatenate([d, s])
@@ -645,15 +791,16 @@ def _generate(
         first[1:] = dst[1:] != dst[:-1]
         starts = np.flatnonzero(first)
         group = np.cumsum(first) - 1
-        pos = cursor[dst] + (np.arange(dst.size, dtype=np.int64) - starts[group])
+        pos = raw_ptr[dst] + fill[dst] + (np.arange(dst.size, dtype=np.int64) - starts[group])
         raw[pos] = src
-        cursor[dst[starts]] += np.diff(np.append(starts, dst.size))
+        fill[dst[starts]] += np.diff(np.append(starts, dst.size)).astype(fill.dtype)
         del src, dst, pos, group, first, starts
         tick(2 * (min(b1 * EDGE_BLOCK, spec.num_draws) - b0 * EDGE_BLOCK))
-    del cursor, nodes
+    del fill, nodes
 
     # pass 3: sort and deduplicate each node's segment, compacting in place
-    indptr = np.zeros(n + 1, dtype=np.int64)
+    indptr = sink.create("indptr", np.dtype(np.int64), (n + 1,))
+    indptr[0] = 0
     written = 0
     lo_node = 0
     pass3_base = tick.done
@@ -687,7 +834,6 @@ def _generate(
         indices[lo:hi] = raw[lo:hi]
     del indices, raw
     sink.drop_scratch()
-    sink.put("indptr", indptr)
     tick.to(tick.total)
 
 
@@ -733,10 +879,9 @@ def prepare_synthetic(
     The arrays equal :func:`generate_graph`'s for the same spec and seed. ``meta.json`` records
     ``source="synthetic"``, ``preset``, ``scale``, ``seed`` and the full ``spec``.
 
-    Memory: about ``50 * num_nodes`` bytes of node tables plus ``50 * chunk_edges`` bytes of
-    working arrays;
-    features and edges go through ``.npy`` memory maps. Disk: the dataset plus a scratch edge
-    array of the same size as ``indices`` while it is being built.
+    Memory: about ``30 * num_nodes`` bytes of node tables plus ``50 * chunk_edges`` bytes of
+    working arrays; labels, masks, features and edges go through ``.npy`` memory maps. Disk: the
+    dataset plus a scratch edge array of the same size as ``indices`` while it is being built.
 
     Args:
         out: Target dataset directory (must not exist unless ``overwrite``).

@@ -10,6 +10,9 @@ from fleetgnn.ops import keyed_edge_dropout
 
 _EXP_CLAMP = 30.0  # exp(30) ~ 1e13: beyond it the self weight is below 1e-13 and rounds to 0
 
+#: Glorot gain of the attention vectors' initialisation (see :class:`GATConv`).
+ATT_INIT_GAIN = 0.1
+
 
 class GATConv(nn.Module):
     r"""Multi-head graph attention over :math:`N(i) \cup \{i\}`.
@@ -30,6 +33,12 @@ class GATConv(nn.Module):
     ``edge_softmax`` over the in-edges (stable), :math:`S_i = \sum_{j} \exp(s_{ij} - s_{ii})`
     via ``aggregate`` of ones (clamped exponent, so it never overflows), then
     :math:`\alpha_{ij} = \alpha'_{ij} S_i / (1 + S_i)` and :math:`\alpha_{ii} = 1 / (1 + S_i)`.
+
+    The attention vectors start small (Glorot-uniform with gain :data:`ATT_INIT_GAIN` = 0.1), so
+    every layer starts close to a mean over :math:`N(i) \cup \{i\}` and learns where to attend.
+    With plain Glorot and unit-variance features the scores spread over several units: attention
+    starts peaked on random neighbours, and with dropout on features and coefficients a 2-layer
+    GAT on a products-like graph started at a loss of ~8 for 47 classes (ln 47 = 3.85).
 
     Attention dropout zeroes :math:`\alpha_{ij}` (scaled by :math:`1/(1-p)`, no
     renormalisation) with a mask keyed by ``(seed, step, layer, src ID, dst ID, head)``; the
@@ -72,8 +81,8 @@ class GATConv(nn.Module):
         width = heads * out_channels if concat else out_channels
         self.bias = nn.Parameter(torch.zeros(width)) if bias else None
         nn.init.xavier_uniform_(self.lin.weight)
-        nn.init.xavier_uniform_(self.att_src)
-        nn.init.xavier_uniform_(self.att_dst)
+        nn.init.xavier_uniform_(self.att_src, gain=ATT_INIT_GAIN)
+        nn.init.xavier_uniform_(self.att_dst, gain=ATT_INIT_GAIN)
 
     @property
     def out_width(self) -> int:

@@ -9,11 +9,17 @@ from fleetgnn.nn.aggregator import Aggregator
 
 
 class GINConv(nn.Module):
-    r"""GIN layer with a two-layer MLP.
+    r"""GIN layer with a two-layer MLP whose hidden layer is normalised.
 
     .. math::
         \mathrm{out}_i = \mathrm{MLP}\Big((1 + \epsilon)\, x_i + \sum_{j \in N(i)} x_j\Big),
-        \qquad \mathrm{MLP}(z) = W_2\, \mathrm{ReLU}(W_1 z + b_1) + b_2
+        \qquad \mathrm{MLP}(z) = W_2\, \mathrm{ReLU}\big(\mathrm{LN}(W_1 z + b_1)\big) + b_2
+
+    The sum grows with the degree (hundreds of neighbours on a power-law graph), so without a
+    normalisation the outputs scale with it: a 2-layer GIN on a products-like graph started at a
+    loss of ~30 for 47 classes (ln 47 = 3.85). The GIN paper normalises every hidden MLP layer
+    with batch norm; ``LN`` is a layer norm instead (per-node statistics, so every engine,
+    batch and partition computes the same function). ``norm=False`` gives the plain MLP.
 
     Shapes:
         - x_src: ``[S, in_channels]``; output: ``[M, out_channels]``.
@@ -24,6 +30,8 @@ class GINConv(nn.Module):
         hidden: MLP hidden width (default ``out_channels``).
         eps: Initial :math:`\epsilon`.
         train_eps: Learn :math:`\epsilon` (else a fixed buffer).
+        norm: Layer-normalise the MLP's hidden layer (when it is wider than 1: the layer norm of
+            a single value is always 0).
     """
 
     def __init__(
@@ -33,12 +41,16 @@ class GINConv(nn.Module):
         hidden: int | None = None,
         eps: float = 0.0,
         train_eps: bool = True,
+        norm: bool = True,
     ) -> None:
         super().__init__()
         hidden = out_channels if hidden is None else hidden
         self.in_channels, self.out_channels = in_channels, out_channels
         self.mlp = nn.Sequential(
-            nn.Linear(in_channels, hidden), nn.ReLU(), nn.Linear(hidden, out_channels)
+            nn.Linear(in_channels, hidden),
+            nn.LayerNorm(hidden) if norm and hidden > 1 else nn.Identity(),
+            nn.ReLU(),
+            nn.Linear(hidden, out_channels),
         )
         eps_t = torch.tensor([float(eps)])
         if train_eps:

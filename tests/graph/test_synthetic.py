@@ -1,3 +1,4 @@
+import dataclasses
 import math
 import tracemalloc
 
@@ -109,6 +110,9 @@ def test_spec_for_errors(preset, scale, match):
         ({"homophily": -0.1}, r"'homophily' must be a probability in \[0, 1\] \(got -0.1\)"),
         ({"degree_exponent": 1.0}, r"'degree_exponent' must lie in \(1, 100\] \(got 1.0\)"),
         ({"feature_noise": math.inf}, r"'feature_noise' must be a finite number >= 0"),
+        ({"label_noise": 1.5}, r"'label_noise' must be a probability in \[0, 1\] \(got 1.5\)"),
+        ({"class_skew": -1}, r"'class_skew' must lie in \[0, 10\] \(got -1\)"),
+        ({"class_skew": math.nan}, r"'class_skew' must lie in \[0, 10\] \(got nan\)"),
         ({"name": ""}, r"'name' must be a non-empty string"),
     ],
 )
@@ -141,23 +145,25 @@ def test_same_seed_is_bit_identical_and_seeds_differ(tiny):
 
 
 def test_result_does_not_depend_on_chunk_size():
-    spec = _spec(num_nodes=20_000, num_edges=260_000)  # 8 edge blocks, 2 feature blocks
+    # 8 edge blocks, 2 feature blocks; skewed classes and label noise
+    spec = _spec(num_nodes=20_000, num_edges=260_000, class_skew=1.0, label_noise=0.2)
     assert spec.num_draws > 7 * EDGE_BLOCK and spec.num_nodes > syn.FEATURE_BLOCK
     ref = generate_graph(spec, seed=3, chunk_edges=10**9)
     for chunk in (1, 3 * 2 * EDGE_BLOCK + 5, 100_000):
         _assert_same(ref, generate_graph(spec, seed=3, chunk_edges=chunk))
 
 
-def test_vectorised_draws_match_a_naive_scalar_sampler():
-    spec = _spec(num_nodes=500, num_classes=6, homophily=0.7)
-    y, w, _ = syn._node_draws(spec, seed=5)
-    nodes = syn._nodes(spec, y, w.copy())
+@pytest.mark.parametrize("skew", [0.0, 1.5])
+def test_vectorised_draws_match_a_naive_scalar_sampler(skew):
+    spec = _spec(num_nodes=500, num_classes=6, homophily=0.7, class_skew=skew)
+    z, w = syn._node_draws(spec, seed=5)
+    nodes = syn._nodes(spec, z, w.copy())
     u = syn._rng(5, syn._EDGE_STREAM, 0).random((3, EDGE_BLOCK))
     src, dst = syn._draw_edges(spec, 5, nodes, 0, 1)
     # naive reference: linear scans over the clipped weights, one draw at a time
     h = spec.homophily
     wc = np.minimum(w, max(w.sum() / math.sqrt(spec.num_edges), 1.0))
-    members = [np.flatnonzero(y == c) for c in range(spec.num_classes)]
+    members = [np.flatnonzero(z == c) for c in range(spec.num_classes)]
 
     def pick(cands: np.ndarray, r: float) -> int:
         t = r * sum(float(wc[v]) for v in cands)
@@ -172,11 +178,11 @@ def test_vectorised_draws_match_a_naive_scalar_sampler():
     ref_src, ref_dst = [], []
     for i in range(300):
         s = pick(everyone, u[0, i])
-        c = int(y[s])
-        if u[1, i] >= h:
-            others = [k for k in range(spec.num_classes) if k != c and members[k].size]
-            c = others[min(int((u[1, i] - h) / (1 - h) * len(others)), len(others) - 1)]
-        d = pick(members[c], u[2, i])
+        c = int(z[s])
+        if u[1, i] < h:
+            d = pick(members[c], u[2, i])
+        else:  # any node of another community, proportional to its weight
+            d = pick(np.concatenate([m for k, m in enumerate(members) if k != c]), u[2, i])
         if s != d:
             ref_src.append(s)
             ref_dst.append(d)
@@ -184,11 +190,18 @@ def test_vectorised_draws_match_a_naive_scalar_sampler():
     assert np.array_equal(src[:k], ref_src) and np.array_equal(dst[:k], ref_dst)
 
 
+def test_class_order_is_a_stable_argsort():
+    z = np.random.default_rng(0).integers(0, 7, 3 * syn.NODE_BLOCK + 11).astype(np.int8)
+    sizes = np.bincount(z, minlength=9)
+    lo = np.cumsum(sizes) - sizes
+    assert np.array_equal(syn._class_order(z, lo), np.argsort(z, kind="stable"))
+
+
 @pytest.mark.parametrize("gamma", [1.3, 2.5, 50.0])
 def test_guide_table_lookup_equals_searchsorted_including_ties(gamma):
     spec = _spec(num_nodes=7_000, degree_exponent=gamma)
-    y, w, _ = syn._node_draws(spec, seed=2)
-    nodes = syn._nodes(spec, y, w)
+    z, w = syn._node_draws(spec, seed=2)
+    nodes = syn._nodes(spec, z, w)
     cum = nodes.cum
     t = np.concatenate(
         [
@@ -301,6 +314,29 @@ def test_labels_need_the_graph(tiny):
     assert gnn >= mlp + 0.10, (mlp, gnn)
 
 
+def test_class_skew_and_label_noise():
+    base = _spec(num_nodes=40_000, num_edges=100_000, num_classes=6, class_skew=1.0)
+    p = syn.class_probabilities(base)
+    assert np.allclose(p, (1 / np.arange(1, 7)) / (1 / np.arange(1, 7)).sum())
+    clean = generate_graph(base, seed=4)
+    assert np.abs(np.bincount(clean.y, minlength=6) / 40_000 - p).max() < 0.01
+    rho = 0.3
+    noisy = generate_graph(dataclasses.replace(base, label_noise=rho), seed=4)
+    # the labels alone change: communities, features and edges are the same draws
+    for name in ARRAYS:
+        if name != "y":
+            assert np.array_equal(getattr(clean, name), getattr(noisy, name)), name
+    changed = float(np.mean(noisy.y != clean.y))  # a redraw may land on the same class
+    assert abs(changed - rho * (1 - (p**2).sum())) < 0.01, changed
+    assert np.abs(np.bincount(noisy.y, minlength=6) / 40_000 - p).max() < 0.01
+    # the graph follows the communities: measured homophily drops by about the redrawn share
+    src, dst = noisy.edges()
+    assert (
+        float(np.mean(noisy.y[src] == noisy.y[dst]))
+        < float(np.mean(clean.y[src] == clean.y[dst])) - 0.2
+    )
+
+
 # ------------------------------------------------------------------------- on disk
 def test_prepare_writes_the_same_arrays_as_generate(tmp_path):
     calls = []
@@ -326,7 +362,7 @@ def test_prepare_writes_the_same_arrays_as_generate(tmp_path):
     assert meta["name"] == "tiny@2" and meta["num_classes"] == 4
     assert meta["spec"]["homophily"] == spec.homophily
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [f"{a}.npy" for a in ARRAYS] + ["meta.json"]
+        [f"{a}.npy" for a in ARRAYS] + ["meta.json", "verified.json"]
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
     done = [d for d, _ in calls]
@@ -351,3 +387,17 @@ def test_prepare_memory_is_bounded_by_the_output_size(tmp_path):
     # holding the edge list in memory (two int64 arrays of E) alone would exceed this bound
     assert peak < out_bytes + (4 << 20), (peak, out_bytes)
     assert peak < 3 * out_bytes + (64 << 20)
+
+
+def test_node_tables_take_about_30_bytes_per_node(tmp_path):
+    """Only the communities, weights, sampling tables and CSC offsets are ``[N]`` arrays in RAM
+    (about 29 bytes per node below 128 classes; generator version 2 held ~77)."""
+    n = 200_000
+    spec = _spec(num_nodes=n, num_edges=2 * n, num_features=1, num_classes=47, label_noise=0.2)
+    tracemalloc.start()
+    try:
+        prepare_synthetic(tmp_path / "ds", spec, chunk_edges=1 << 15)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * n + (4 << 20), (peak, peak / n)

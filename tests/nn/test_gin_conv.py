@@ -23,3 +23,14 @@ def test_block_and_gradcheck(graph, full_agg):
     out = conv(LocalAggregator(block, dtype=torch.float64), x[block.src_ids])
     torch.testing.assert_close(out, conv(full_agg, x)[[4, 8]])
     assert gradcheck(lambda t: conv(full_agg, t), (x,))
+
+
+def test_hidden_layer_is_normalised_so_outputs_do_not_grow_with_the_degree(graph, full_agg):
+    conv = GINConv(4, 3, hidden=6).double()
+    assert isinstance(conv.mlp[1], torch.nn.LayerNorm)
+    torch.nn.init.zeros_(conv.mlp[0].bias)  # then the layer is scale-invariant (up to LN's eps)
+    x = torch.randn(graph.num_nodes, 4, dtype=torch.float64)
+    torch.testing.assert_close(conv(full_agg, 100.0 * x), conv(full_agg, x), rtol=1e-4, atol=1e-4)
+    plain = GINConv(4, 3, hidden=6, norm=False)
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in plain.mlp)
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in GINConv(4, 1).mlp)  # width 1
