@@ -61,27 +61,44 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     max_memory(q)
     common(q)
 
-    def split_knobs(q: argparse.ArgumentParser, edgelist: bool = False) -> None:
+    def split_knobs(q: argparse.ArgumentParser, random: bool = True) -> None:
+        if random:
+            g = q.add_argument_group(
+                "random split (Planetoid-style: per-class training nodes, then val, then test)"
+            )
+            g.add_argument(
+                "--num-train-per-class",
+                type=int,
+                default=None,
+                metavar="K",
+                help="training nodes per class (default 20)",
+            )
+            g.add_argument(
+                "--num-val", type=int, default=None, help="validation nodes (default 500)"
+            )
+            g.add_argument("--num-test", type=int, default=None, help="test nodes (default 1000)")
+            g.add_argument(
+                "--split-seed", type=int, default=None, help="seed of the split (default 0)"
+            )
         g = q.add_argument_group(
-            "random split (Planetoid-style: per-class training nodes, then val, then test)"
+            "your own split (instead of the "
+            + ("random one" if random else "dataset's")
+            + "; disjoint, labelled nodes only)"
         )
         g.add_argument(
-            "--num-train-per-class",
-            type=int,
-            default=None,
-            metavar="K",
-            help="training nodes per class (default 20)",
+            "--train-mask", type=Path, default=None, help="training nodes (.npy, N bools or 0/1)"
         )
-        g.add_argument("--num-val", type=int, default=None, help="validation nodes (default 500)")
-        g.add_argument("--num-test", type=int, default=None, help="test nodes (default 1000)")
-        g.add_argument("--split-seed", type=int, default=None, help="seed of the split (default 0)")
-        if edgelist:
-            g = q.add_argument_group(
-                "your own split (instead of the random one; .npy, N bools or 0/1, disjoint)"
-            )
-            g.add_argument("--train-mask", type=Path, default=None, help="training nodes")
-            g.add_argument("--val-mask", type=Path, default=None, help="validation nodes")
-            g.add_argument("--test-mask", type=Path, default=None, help="test nodes")
+        g.add_argument("--val-mask", type=Path, default=None, help="validation nodes (.npy)")
+        g.add_argument("--test-mask", type=Path, default=None, help="test nodes (.npy)")
+        g.add_argument(
+            "--split",
+            type=Path,
+            default=None,
+            metavar="FILE",
+            help="all three sets in one file: .npz with arrays train/val/test, or .json "
+            '{"train": [...], "val": [...], "test": [...]}; each a bool mask of N entries or '
+            "a list of node IDs (instead of the mask files)",
+        )
 
     q = fmt.add_parser("npz", help="gnn-benchmark sparse .npz (adj_*, attr_*, labels)")
     q.add_argument("--file", required=True, type=Path)
@@ -99,7 +116,19 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--features", type=Path, default=None, help="features .npy [N, F]")
     q.add_argument("--labels", type=Path, default=None, help="labels .npy [N]")
     q.add_argument("--undirected", action="store_true", help="add reverse edges")
-    split_knobs(q, edgelist=True)
+    split_knobs(q)
+    common(q)
+    q = fmt.add_parser(
+        "pyg",
+        help="a PyG dataset already on disk (ROOT/NAME/processed/*.pt; needs torch_geometric)",
+        description="Convert a PyTorch Geometric dataset from its processed file (what PyG "
+        "wrote under ROOT/NAME/processed when the dataset was first loaded). Nothing is "
+        "downloaded or processed; the file is read with torch.load(weights_only=True).",
+    )
+    q.add_argument("--root", required=True, type=Path, help="the root given to the PyG dataset")
+    q.add_argument("--name", required=True, help="dataset name, e.g. Cora (any case)")
+    split_knobs(q, random=False)
+    max_memory(q)
     common(q)
     q = fmt.add_parser("synthetic", help="generated graph with learnable labels")
     q.add_argument("--preset", default="small", help="tiny | small | products-like | papers-like")
@@ -159,9 +188,26 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             }
         elif args.format == "npz":
             names = ("num_train_per_class", "num_val", "num_test", "split_seed")
+            names += ("train_mask", "val_mask", "test_mask", "split")
             knobs = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
             graph = load_npz(args.file, max_bytes=max_bytes, **knobs)  # the rest: defaults
             source = {"source": "npz", "file": str(args.file), "feature_norm": npz.FEATURE_NORM}
+        elif args.format == "pyg":
+            from fleetgnn.graph.loaders.pyg_dataset import (
+                find_processed,
+                load_pyg_dataset,
+                pyg_feature_norm,
+            )
+
+            own = ("train_mask", "val_mask", "test_mask", "split")
+            graph = load_pyg_dataset(
+                args.root, args.name, max_bytes=max_bytes, **{k: getattr(args, k) for k in own}
+            )
+            source = {
+                "source": "pyg",
+                "file": str(find_processed(args.root, args.name)),
+                "feature_norm": pyg_feature_norm(args.name),
+            }
         else:
             graph = load_edgelist(
                 args.edges,
@@ -175,6 +221,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 train_mask=args.train_mask,
                 val_mask=args.val_mask,
                 test_mask=args.test_mask,
+                split=args.split,
             )
             source = {"source": "edgelist", "file": str(args.edges)}
         out = write_dataset(graph, args.out, overwrite=args.overwrite, **source)
@@ -377,6 +424,18 @@ def _add_plan(sub: Any) -> None:
     from fleetgnn.cli.plan import add_plan
 
     add_plan(sub)
+
+
+def _add_report(sub: Any) -> None:
+    from fleetgnn.cli.plots import add_report
+
+    add_report(sub)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from fleetgnn.cli.plots import run_report
+
+    return run_report(args)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

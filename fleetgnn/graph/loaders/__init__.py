@@ -11,6 +11,8 @@ function               input                                       result
 ``prepare_ogb``        OGB ``raw/*.csv.gz`` + ``split/``           dataset directory (streamed)
 ``load_edgelist``      text ``src dst [w]`` + ``.npy`` node data   in-memory ``Graph``
 ``from_pyg/to_pyg``    ``torch_geometric.data.Data``               ``Graph`` / ``Data``
+``load_pyg_dataset``   PyG ``processed/*.pt`` (weights_only)       in-memory ``Graph``
+``load_split_file``    ``.npz`` / ``.json`` train/val/test sets    bool masks
 =====================  ==========================================  ===========================
 """
 
@@ -19,7 +21,8 @@ from fleetgnn.graph.loaders.npz import load_npz
 from fleetgnn.graph.loaders.ogb import prepare_ogb
 from fleetgnn.graph.loaders.planetoid import SafeUnpickler, load_planetoid
 from fleetgnn.graph.loaders.pyg import from_pyg, to_pyg
-from fleetgnn.graph.loaders.splits import random_split
+from fleetgnn.graph.loaders.pyg_dataset import load_pyg_dataset
+from fleetgnn.graph.loaders.splits import load_split_file, random_split
 
 __all__ = [
     "SafeUnpickler",
@@ -27,6 +30,8 @@ __all__ = [
     "load_edgelist",
     "load_npz",
     "load_planetoid",
+    "load_pyg_dataset",
+    "load_split_file",
     "prepare_ogb",
     "random_split",
     "to_pyg",

@@ -260,6 +260,20 @@ def load_npy(path: str | os.PathLike[str], what: str) -> np.ndarray:
     return arr
 
 
+def npy_header(zf: zipfile.ZipFile, member: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` from the ``.npy`` header of an archive member.
+
+    Only the header is read, never the data, so a size can be checked before it is allocated.
+    """
+    with zf.open(member) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(f)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(f)
+        return np.lib.format._read_array_header(f, version)  # (3, 0): UTF-8 field names
+
+
 #: What the loaders' size refusals tell the user to change (the ``prepare`` flag).
 MAX_MEMORY_FLAG = "--max-memory"
 _FALLBACK_TOTAL = 16 << 30  # memory assumed where neither /proc/meminfo nor sysconf says

@@ -10,7 +10,7 @@ import numpy as np
 from fleetgnn.errors import DatasetError, FleetgnnError
 from fleetgnn.graph.csc import Graph, from_edges
 from fleetgnn.graph.loaders._io import Table, iter_line_chunks, load_npy, require_file, short
-from fleetgnn.graph.loaders.splits import random_split
+from fleetgnn.graph.loaders.splits import check_split_args, random_split, user_split
 
 _CHUNK_LINES = 1 << 20
 _WEIGHTED = np.dtype([("src", np.int64), ("dst", np.int64), ("weight", np.float64)])
@@ -44,6 +44,7 @@ def load_edgelist(
     train_mask: str | os.PathLike[str] | None = None,
     val_mask: str | os.PathLike[str] | None = None,
     test_mask: str | os.PathLike[str] | None = None,
+    split: str | os.PathLike[str] | None = None,
     name: str | None = None,
 ) -> Graph:
     """Load a text edge list and optional ``.npy`` features and labels.
@@ -57,7 +58,8 @@ def load_edgelist(
     Edge lists carry no split: without ``labels`` no masks are set. With ``labels`` either the
     split comes from your own mask files (``train_mask`` and optionally ``val_mask`` /
     ``test_mask``: ``.npy`` arrays of ``N`` bools or 0/1 integers, pairwise disjoint, selecting
-    labelled nodes only; a mask not given is empty), or a deterministic split is drawn by
+    labelled nodes only; a mask not given is empty) or from one ``split`` file holding all three
+    (:func:`~fleetgnn.graph.loaders.splits.load_split_file`), or a deterministic split is drawn by
     :func:`~fleetgnn.graph.loaders.splits.random_split` (``split_seed`` shuffles the labelled
     nodes; the first ``num_train_per_class`` per class train, then ``num_val`` validate,
     ``num_test`` test; defaults 20 / 500 / 1000, seed 0). The two ways do not mix.
@@ -79,6 +81,8 @@ def load_edgelist(
             ``labels``).
         val_mask: ``.npy`` bool or 0/1 ``[N]``: the validation nodes (with ``train_mask``).
         test_mask: ``.npy`` bool or 0/1 ``[N]``: the test nodes (with ``train_mask``).
+        split: One ``.npz`` / ``.json`` file holding the train, val and test sets (instead of
+            the mask files; needs ``labels``).
         name: Graph name (default: the file name up to its first dot).
 
     Returns:
@@ -90,7 +94,8 @@ def load_edgelist(
             that the inferred node count exceeds ``64 * (2 E + feature and label rows) + 2^24``
             (relabel the IDs, or pass ``num_nodes`` to accept the size); mask files that are
             not ``[N]`` bool/0-1 arrays, overlap, select unlabelled nodes, come without
-            ``labels`` or ``train_mask``, or are combined with the random split's arguments.
+            ``labels`` or ``train_mask``, or are combined with the random split's arguments or
+            a split file; an invalid split file.
     """
     path = require_file(Path(edges), "edge list")
     if comments is not None and (not isinstance(comments, str) or not comments.strip()):
@@ -198,13 +203,14 @@ def load_edgelist(
         "num_test": num_test,
         "split_seed": split_seed,
     }
-    _check_split_args(given, knobs, labels is not None)
+    check_split_args(given, knobs, split_file=split, has_labels=labels is not None)
     num_classes = None
     if "y" in node_data:
         y = node_data["y"]
         num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
-        if given:
-            node_data.update(_load_masks(given, y))
+        own = user_split(y, given, split)
+        if own is not None:
+            node_data.update(own)
         else:
             train, val, test = random_split(
                 y,
@@ -227,85 +233,3 @@ def load_edgelist(
         return g.to_undirected() if undirected else g
     except FleetgnnError as e:
         raise DatasetError(f"'{path}' does not give a valid graph: {e}") from e
-
-
-def _flag(arg: str) -> str:
-    """``train_mask`` -> ``train_mask (--train-mask)``: the argument and its CLI flag."""
-    return f"{arg} (--{arg.replace('_', '-')})"
-
-
-def _check_split_args(
-    masks: dict[str, str | os.PathLike[str]], knobs: dict[str, int | None], has_labels: bool
-) -> None:
-    """Refuse split arguments that cannot apply: masks without labels or train mask, mixtures."""
-    if masks and not has_labels:
-        raise DatasetError(
-            f"{_flag(next(iter(masks)))} needs labels (--labels): a split selects labelled nodes"
-        )
-    if masks and "train_mask" not in masks:
-        raise DatasetError(
-            f"{_flag(next(iter(masks)))} was given without train_mask (--train-mask); give the "
-            "training nodes too (a split without them cannot train)"
-        )
-    mixed = [k for k, v in knobs.items() if v is not None]
-    # without labels there is nothing to split: only knobs asking for nodes are an error
-    if not has_labels and any(knobs[k] for k in mixed):
-        raise DatasetError(
-            f"{_flag(next(k for k in mixed if knobs[k]))} sets the random split, which needs "
-            f"labels (--labels)"
-        )
-    if masks and mixed:
-        raise DatasetError(
-            f"{_flag(mixed[0])} draws a random split but the split is given by mask files; "
-            "pass one or the other"
-        )
-
-
-def _load_masks(masks: dict[str, str | os.PathLike[str]], y: np.ndarray) -> dict[str, np.ndarray]:
-    """The split masks from ``.npy`` files: bool (or 0/1) ``[N]``, disjoint, labelled nodes only.
-
-    Masks not in ``masks`` are empty. Every check fails with one line naming the file.
-    """
-    n = y.shape[0]
-    out = {}
-    for key in ("train_mask", "val_mask", "test_mask"):
-        if key not in masks:
-            out[key] = np.zeros(n, dtype=bool)
-            continue
-        path = masks[key]
-        m = load_npy(path, f"{key} file")
-        if m.ndim == 2 and m.shape[1] == 1:
-            m = m[:, 0]
-        if m.ndim != 1 or m.dtype.kind not in "biu":
-            raise DatasetError(
-                f"{key} '{path}' must be a 1-D bool or 0/1 integer array of length {n} "
-                f"(got {m.dtype} {m.shape}); save one with np.save(path, mask)"
-            )
-        if m.shape[0] != n:
-            raise DatasetError(
-                f"{key} '{path}' has {m.shape[0]} entries but the graph has {n} nodes; give "
-                f"one entry per node"
-            )
-        if m.dtype.kind != "b":
-            bad = np.flatnonzero((m != 0) & (m != 1))
-            if bad.size:
-                i = int(bad[0])
-                raise DatasetError(
-                    f"{key} '{path}' holds {m[i]} at node {i}; a mask holds only 0/1 or True/False"
-                )
-        mask = np.asarray(m != 0, dtype=bool)
-        unlabelled = np.flatnonzero(mask & (y < 0))
-        if unlabelled.size:
-            raise DatasetError(
-                f"{key} '{path}' selects node {int(unlabelled[0])}, which is unlabelled (label "
-                f"-1) ({unlabelled.size} such nodes); a split holds labelled nodes only"
-            )
-        for other, prev in out.items():
-            both = np.flatnonzero(mask & prev)
-            if both.size:
-                raise DatasetError(
-                    f"{key} '{path}' and {other} '{masks[other]}' both select node "
-                    f"{int(both[0])} ({both.size} nodes in common); the splits must be disjoint"
-                )
-        out[key] = mask
-    return out

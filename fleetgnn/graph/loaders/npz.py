@@ -31,10 +31,11 @@ from fleetgnn.graph.loaders._io import (
     READ_ERRORS,
     MemoryBudget,
     nbytes_of,
+    npy_header,
     require_file,
     resolve_max_bytes,
 )
-from fleetgnn.graph.loaders.splits import random_split
+from fleetgnn.graph.loaders.splits import check_split_args, random_split, user_split
 
 ADJ_KEYS: tuple[str, ...] = ("adj_data", "adj_indices", "adj_indptr", "adj_shape")
 ATTR_KEYS: tuple[str, ...] = ("attr_data", "attr_indices", "attr_indptr", "attr_shape")
@@ -42,6 +43,7 @@ _BLOCK_BYTES = 16 << 20  # bytes of features converted per block of rows
 #: The customary feature transform of the gnn-benchmark bag-of-words features (row
 #: normalisation): ``fleetgnn prepare npz`` records it in ``meta.json`` as ``feature_norm``.
 FEATURE_NORM = "row"
+_LABELS_HINT = "labels (a 'labels' array in the .npz file)"
 
 
 Header = tuple[tuple[int, ...], bool, np.dtype]
@@ -49,13 +51,7 @@ Header = tuple[tuple[int, ...], bool, np.dtype]
 
 def _header(zf: zipfile.ZipFile, member: str) -> Header:
     """``(shape, fortran_order, dtype)`` from the ``.npy`` header of ``member``, data unread."""
-    with zf.open(member) as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            return np.lib.format.read_array_header_1_0(f)
-        if version == (2, 0):
-            return np.lib.format.read_array_header_2_0(f)
-        return np.lib.format._read_array_header(f, version)  # (3, 0): UTF-8 field names
+    return npy_header(zf, member)
 
 
 def _member(z: np.lib.npyio.NpzFile, key: str) -> str:
@@ -237,15 +233,19 @@ def load_npz(
     file: str | os.PathLike[str],
     *,
     undirected: bool = True,
-    num_train_per_class: int = 20,
-    num_val: int = 500,
-    num_test: int = 1000,
-    split_seed: int = 0,
+    num_train_per_class: int | None = None,
+    num_val: int | None = None,
+    num_test: int | None = None,
+    split_seed: int | None = None,
+    train_mask: str | os.PathLike[str] | None = None,
+    val_mask: str | os.PathLike[str] | None = None,
+    test_mask: str | os.PathLike[str] | None = None,
+    split: str | os.PathLike[str] | None = None,
     name: str | None = None,
     max_bytes: int | None = None,
     max_dense_bytes: int | None = None,
 ) -> Graph:
-    """Load a gnn-benchmark ``.npz`` graph with a deterministic random split.
+    """Load a gnn-benchmark ``.npz`` graph with a deterministic random split or your own.
 
     The file is read with ``np.load(allow_pickle=False)`` after a CRC check of every member: an
     archive whose needed arrays require pickling (object arrays) is refused (pickled metadata
@@ -258,10 +258,14 @@ def load_npz(
     baselines expect; ``undirected=False`` keeps the stored entries as they are. Values other
     than 1 in ``adj_data`` become ``edge_weight``.
 
-    No split ships with these files, so one is drawn by :func:`random_split`: ``split_seed``
-    shuffles the labelled nodes, the first ``num_train_per_class`` of each class train, the next
-    ``num_val`` validate, the next ``num_test`` test (the Planetoid-style 20 / 500 / 1000).
-    Without ``labels`` there is no ``y`` and no split.
+    No split ships with these files. Either it comes from your own files: ``.npy`` masks
+    (``train_mask`` and optionally ``val_mask`` / ``test_mask``, as
+    :func:`~fleetgnn.graph.loaders.splits.load_mask_files` reads them) or one ``split`` file
+    holding all three (:func:`~fleetgnn.graph.loaders.splits.load_split_file`); or one is drawn
+    by :func:`random_split`: ``split_seed`` shuffles the labelled nodes, the first
+    ``num_train_per_class`` of each class train, the next ``num_val`` validate, the next
+    ``num_test`` test (defaults: the Planetoid-style 20 / 500 / 1000, seed 0). The ways do not
+    mix. Without ``labels`` there is no ``y`` and no split (and a split given is refused).
 
     Features (CSR ``attr_*`` or dense ``attr_matrix``) are dense float32, ``N * F * 4`` bytes.
 
@@ -275,10 +279,14 @@ def load_npz(
     Args:
         file: The ``.npz`` file.
         undirected: Symmetrise, deduplicate and drop self loops.
-        num_train_per_class: Training nodes per class.
-        num_val: Validation nodes.
-        num_test: Test nodes.
-        split_seed: Seed of the split.
+        num_train_per_class: Training nodes per class of the random split (default 20).
+        num_val: Validation nodes of the random split (default 500).
+        num_test: Test nodes of the random split (default 1000).
+        split_seed: Seed of the random split (default 0).
+        train_mask: ``.npy`` bool or 0/1 ``[N]``: the training nodes (your own split).
+        val_mask: ``.npy`` bool or 0/1 ``[N]``: the validation nodes (with ``train_mask``).
+        test_mask: ``.npy`` bool or 0/1 ``[N]``: the test nodes (with ``train_mask``).
+        split: One ``.npz`` / ``.json`` file holding the train, val and test sets.
         name: Graph name (default: the file name without ``.npz``).
         max_bytes: The memory the loader may use (``prepare --max-memory``; default: half of
             this machine's memory). A file declaring more is refused with one line naming
@@ -290,8 +298,21 @@ def load_npz(
         The validated graph.
 
     Raises:
-        DatasetError: A missing, corrupt or inconsistent file, or too few labelled nodes.
+        DatasetError: A missing, corrupt or inconsistent file, too few labelled nodes, or a
+            split given that is invalid or mixed with the random split's arguments.
     """
+    given = {
+        k: v
+        for k, v in (("train_mask", train_mask), ("val_mask", val_mask), ("test_mask", test_mask))
+        if v is not None
+    }
+    knobs = {
+        "num_train_per_class": num_train_per_class,
+        "num_val": num_val,
+        "num_test": num_test,
+        "split_seed": split_seed,
+    }
+    check_split_args(given, knobs, split_file=split)  # before anything is read
     path = require_file(Path(file), "npz file")
     budget = MemoryBudget(resolve_max_bytes(max_bytes, max_dense_bytes))
     arrays, dense_header = _read(path, budget)
@@ -354,8 +375,20 @@ def load_npz(
             raise DatasetError(f"'{path}': labels hold {int(y.min())}; use -1 for unlabelled")
         node_data["y"] = y
         num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
-        train, val, test = random_split(y, num_train_per_class, num_val, num_test, split_seed)
-        node_data.update(train_mask=train, val_mask=val, test_mask=test)
+        own = user_split(y, given, split, labels_hint=_LABELS_HINT)
+        if own is not None:
+            node_data.update(own)
+        else:
+            train, val, test = random_split(
+                y,
+                20 if num_train_per_class is None else num_train_per_class,
+                500 if num_val is None else num_val,
+                1000 if num_test is None else num_test,
+                0 if split_seed is None else split_seed,
+            )
+            node_data.update(train_mask=train, val_mask=val, test_mask=test)
+    else:
+        user_split(None, given, split, labels_hint=_LABELS_HINT)  # refuses a split given
 
     if undirected:
         loops = src == dst

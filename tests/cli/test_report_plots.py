@@ -1,0 +1,148 @@
+"""fleetgnn report: one figure of one or several runs (loss, accuracy, time per phase, bytes per
+link), a table of final metrics, and one-line errors."""
+
+import json
+import sys
+
+import pytest
+
+from fleetgnn.cli.main import main
+from fleetgnn.cli.plots import PHASES, load_runs, plot_runs, report
+from fleetgnn.errors import FleetgnnError
+from fleetgnn.graph import write_dataset
+from fleetgnn.graph.synthetic import generate_graph, spec_for
+
+pytest.importorskip("matplotlib")
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two tiny trained runs (reference engine, sage and gcn) and a hand-written distributed one
+    with a restart event, an unevaluated epoch and a partial last epoch, and no summary."""
+    root = tmp_path_factory.mktemp("runs")
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=2), root / "data")
+    base = ["train", "--dataset", str(data), "--quiet", "--epochs", "2"]
+    small = ["--set", "train.batch_size=32", "--set", "model.hidden=16"]
+    for name, model in (("sage", "sage"), ("gcn", "gcn")):
+        assert main([*base, "--model", model, *small, "--run-dir", str(root / name)]) == 0
+    dist = root / "dist"
+    dist.mkdir()
+    traffic = {"local": 100, "peer": 2000, "h2d": 0, "d2h": 0, "net": 500, "disk": 0}
+    times = dict.fromkeys(PHASES, 0.01) | {"communication": 0.05}
+    recs = [
+        {"epoch": 0, "loss": 1.9, "train_acc": 0.3, "val_acc": 0.4, "test_acc": 0.35,
+         "epoch_time_s": 0.2, "times": times, "traffic": traffic, "engine": "fullgraph",
+         "world_size": 2},
+        {"event": "restart", "attempt": 1, "failed_ranks": [1], "at_epoch": 1, "at_step": 0},
+        {"epoch": 1, "loss": 1.5, "train_acc": 0.5, "val_acc": None, "test_acc": None,
+         "epoch_time_s": 0.2, "times": times, "traffic": traffic, "engine": "fullgraph",
+         "world_size": 2},
+        {"epoch": 2, "loss": 1.2, "train_acc": 0.6, "val_acc": 0.6, "test_acc": 0.55,
+         "epoch_time_s": 0.05, "times": times, "traffic": traffic, "engine": "fullgraph",
+         "world_size": 2, "partial": True},
+    ]  # fmt: skip
+    (dist / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return root
+
+
+def _labels(ax):
+    return [line.get_label() for line in ax.get_lines()]
+
+
+def test_one_run_writes_its_report_png_and_table(runs, capsys):
+    assert main(["report", str(runs / "sage")]) == 0
+    png = runs / "sage" / "report.png"
+    data = png.read_bytes()
+    assert data.startswith(PNG) and len(data) > 10_000
+    import matplotlib.image
+
+    assert matplotlib.image.imread(png).shape[:2] == (950, 1400)
+    out = capsys.readouterr().out
+    assert "sage" in out and "reference" in out and "report.png" in out
+    summary = json.loads((runs / "sage" / "summary.json").read_text())
+    assert f"{summary['test_acc']:.3f}" in out
+
+
+def test_one_run_figure_per_epoch(runs):
+    (run,) = load_runs([runs / "sage"])
+    fig = plot_runs([run])
+    loss, acc, times, traffic = fig.axes[:4]
+    assert _labels(loss) == ["sage (reference) train", "sage (reference) val"]
+    assert _labels(acc) == [f"sage (reference) {k}" for k in ("train", "val", "test")]
+    assert all(len(line.get_xdata()) == 2 for line in loss.get_lines())
+    # stacked bars: one container per phase that took time, one bar per epoch
+    phases = [c.get_label() for c in times.containers]
+    assert phases and set(phases) <= set(PHASES) and "forward" in phases
+    assert all(len(c) == 2 for c in times.containers)
+    assert [t.get_text() for t in times.get_xticklabels()] == ["0", "1"]
+    assert _labels(traffic) == ["sage (reference) local"]
+
+
+def test_several_runs_overlay_with_engines_side_by_side(runs, tmp_path, capsys):
+    out = tmp_path / "all.png"
+    dirs = [runs / "sage", runs / "gcn", runs / "dist"]
+    path, fig = report(dirs, out)
+    assert path == out and out.read_bytes().startswith(PNG)
+    loss, acc, times, traffic = fig.axes[:4]
+    labels = ["sage (reference)", "gcn (reference)", "dist (fullgraph, 2 ranks)"]
+    assert _labels(loss) == [
+        f"{labels[0]} train", f"{labels[0]} val", f"{labels[1]} train", f"{labels[1]} val",
+        f"{labels[2]} train", "restart",
+    ]  # fmt: skip
+    assert [line.get_xdata()[0] for line in loss.get_lines() if line.get_label() == "restart"] == [
+        1.0
+    ]
+    assert len(_labels(acc)) == 3 * 3
+    # one stacked bar per run, in the given order; the partial epoch is left out of the mean
+    assert [t.get_text() for t in times.get_xticklabels()] == labels
+    assert all(len(c) == 3 for c in times.containers)
+    comm = next(c for c in times.containers if c.get_label() == "communication")
+    assert [round(b.get_height(), 6) for b in comm] == [0.0, 0.0, 0.05]
+    kinds = [lab for lab in _labels(traffic) if lab.startswith("dist")]
+    assert kinds == [f"{labels[2]} {k}" for k in ("local", "peer", "net")]
+    table = capsys.readouterr().out
+    assert "fullgraph x2" in table and "3*" in table and "* unfinished" in table
+
+
+def test_several_runs_need_out_and_errors_are_one_line(runs, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "metrics.jsonl").write_text('{"epoch": 0, "loss": 1}\nnot json\n{"epoch": 1}\n')
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "metrics.jsonl").write_text('{"epoch": "zero", "loss": 1}\n')
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metrics.jsonl").write_text('{"event": "restart", "at_epoch": 0}\n')
+    binary = tmp_path / "binary"
+    binary.mkdir()
+    (binary / "metrics.jsonl").write_bytes(b'{"epoch": 0}\n\xff\xfe\n')
+    cases = [
+        ([str(runs / "sage"), str(runs / "gcn")], "--out FILE.png is required with 2 run"),
+        ([str(binary)], "cannot be read (UnicodeDecodeError)"),
+        ([str(tmp_path / "none")], "does not exist"),
+        ([str(tmp_path)], "has no metrics.jsonl"),
+        ([str(empty)], "has no finished epoch yet"),
+        ([str(bad)], "line 2 is not valid JSON"),
+        ([str(wrong)], "'epoch' must be an integer"),
+        ([str(runs / "sage"), "--out", str(tmp_path / "x.txt")], "must end in an image suffix"),
+        ([str(runs / "sage"), "--out", str(tmp_path / "no" / "x.png")], "does not exist"),
+    ]
+    for args, match in cases:
+        capsys.readouterr()
+        assert main(["report", *args]) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("fleetgnn report: error:"), err
+        assert match in err[0], err[0]
+
+
+def test_without_matplotlib_one_line_names_the_extra(runs, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(FleetgnnError, match=r"pip install 'fleetgnn\[plot\]'"):
+        plot_runs(load_runs([runs / "sage"]))
+    assert main(["report", str(runs / "sage"), "--out", str(runs / "x.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'fleetgnn[plot]'" in err[0]
+    assert not (runs / "x.png").exists()
