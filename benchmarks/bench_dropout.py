@@ -27,10 +27,8 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,10 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_epoch import machine_info  # noqa: E402
-
+from fleetgnn.bench.machine import machine_info
 from fleetgnn.ops import keyed_dropout
 from fleetgnn.ops.random import _SALT_NODE, _base_key, _signed, mix64_tensor
 

@@ -33,6 +33,10 @@ Epochs of the implementations are interleaved (fleetgnn, pyg, pyg_csr, fleetgnn,
 warm-up epoch each, so on a shared machine both see similar background load; the median epoch is
 reported. Results (with the machine description and the load average) go to ``--out``.
 
+The PyG models, the dataset cache and the machine description come from :mod:`fleetgnn.bench`;
+``fleetgnn bench --only epoch`` runs the suite's version of these workloads (without the phase
+breakdown this script reports).
+
 Usage::
 
     python benchmarks/bench_epoch.py --threads 1 --out benchmarks/results/bench_epoch.json
@@ -43,12 +47,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +59,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fleetgnn.bench.data import cached_dataset, default_cache_dir
+from fleetgnn.bench.machine import loadavg, machine_info
+from fleetgnn.bench.peers import PygGCN, PygSAGE, copy_weights
+from fleetgnn.bench.peers import block_to_pyg as _block_to_pyg
+from fleetgnn.bench.peers import csc_to_pyg as _csc_to_pyg
 from fleetgnn.engines.reference import ReferenceEngine
-from fleetgnn.graph import Graph, open_dataset
-from fleetgnn.graph.synthetic import prepare_synthetic
+from fleetgnn.graph import Graph
 from fleetgnn.ops import keyed_dropout
 from fleetgnn.sampling import Block
 from fleetgnn.train import Config, engine_from_config, load_config
@@ -68,184 +74,22 @@ PHASES: tuple[str, ...] = ("sample", "gather", "forward", "backward", "optimizer
 WORKLOADS: tuple[str, ...] = ("gcn-full", "sage-minibatch")
 #: PyG peers: graph format passed to the layers.
 PYG_FORMATS: tuple[str, ...] = ("pyg", "pyg_csr")
-
-
-# ------------------------------------------------------------------------------------ machine
-
-
-def _cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-def _mem_total_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except (OSError, AttributeError):
-        return None
-
-
-def pyg_version() -> str | None:
-    """``torch_geometric.__version__``, or None when it does not import."""
-    try:
-        import torch_geometric
-    except ImportError:
-        return None
-    return str(torch_geometric.__version__)
-
-
-def machine_info(device: torch.device) -> dict[str, Any]:
-    """Where the numbers come from."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS
-        usable = os.cpu_count()
-    return {
-        "platform": platform.platform(),
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": usable,
-        "memory_bytes": _mem_total_bytes(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "torch_geometric": pyg_version(),
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device),
-        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "loadavg_start": _loadavg(),
-    }
-
-
-# ------------------------------------------------------------------------------------ data
-
-
-def dataset_dir(cache_dir: Path, preset: str, scale: float, seed: int = 0) -> Path:
-    """Where :func:`cached_dataset` keeps the synthetic dataset (pass it to ``--dataset``)."""
-    return cache_dir / f"{preset}-scale{scale:g}-seed{seed}"
-
-
-def cached_dataset(cache_dir: Path, preset: str, scale: float, seed: int) -> tuple[Graph, float]:
-    """Open the cached synthetic dataset, generating it first if absent; returns (graph, gen s)."""
-    out = dataset_dir(cache_dir, preset, scale, seed)
-    gen_s = 0.0
-    if not (out / "meta.json").is_file():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        prepare_synthetic(out, preset, scale=scale, seed=seed, overwrite=out.exists())
-        gen_s = time.perf_counter() - t0
-    return open_dataset(out), gen_s
-
-
-# ------------------------------------------------------------------------------------ PyG peer
-
-
-class PygGCN(nn.Module):
-    """``dropout -> GCNConv -> ReLU`` stack with PyG layers (the peer of fleetgnn's GCN)."""
-
-    def __init__(self, dims: Sequence[int], dropout: float) -> None:
-        super().__init__()
-        from torch_geometric.nn import GCNConv
-
-        self.dropout = dropout
-        self.convs = nn.ModuleList(
-            GCNConv(a, b, cached=True) for a, b in zip(dims[:-1], dims[1:], strict=True)
-        )
-
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        """Logits of every node: ``x [N, F]`` -> ``[N, C]`` (``edge_index`` or sparse ``adj_t``)."""
-        last = len(self.convs) - 1
-        for i, conv in enumerate(self.convs):
-            x = F.dropout(x, self.dropout, self.training)
-            x = conv(x, edge_index)
-            if i < last:
-                x = x.relu()
-        return x
-
-
-class PygSAGE(nn.Module):
-    """``dropout -> SAGEConv(mean) -> ReLU`` stack over bipartite blocks (PyG layers)."""
-
-    def __init__(self, dims: Sequence[int], dropout: float) -> None:
-        super().__init__()
-        from torch_geometric.nn import SAGEConv
-
-        self.dropout = dropout
-        self.convs = nn.ModuleList(
-            SAGEConv(a, b, aggr="mean") for a, b in zip(dims[:-1], dims[1:], strict=True)
-        )
-
-    def forward(self, x: Tensor, blocks: Sequence[tuple[Tensor, int, int]]) -> Tensor:
-        """Logits of the seeds.
-
-        ``blocks[i] = (graph, num_src, num_dst)``, input layer first; ``graph`` is an
-        ``edge_index [2, E]`` or a sparse ``adj_t [num_dst, num_src]``.
-        """
-        last = len(self.convs) - 1
-        for i, (conv, (graph, n_src, n_dst)) in enumerate(zip(self.convs, blocks, strict=True)):
-            x = F.dropout(x, self.dropout, self.training)
-            size = None if graph.is_sparse_csr else (n_src, n_dst)
-            x = conv((x, x[:n_dst]), graph, size=size)
-            if i < last:
-                x = x.relu()
-        return x
-
-
-def copy_weights(fleet: nn.Module, pyg: nn.Module, kind: str) -> None:
-    """Load fleetgnn's GCN / SAGE parameters into the PyG model (same layout, different names)."""
-    with torch.no_grad():
-        for fc, pc in zip(fleet.convs, pyg.convs, strict=True):  # type: ignore[attr-defined]
-            if kind == "gcn":
-                pc.lin.weight.copy_(fc.lin.weight)
-                pc.bias.copy_(fc.bias)
-            else:
-                pc.lin_l.weight.copy_(fc.lin_l.weight)
-                pc.lin_l.bias.copy_(fc.lin_l.bias)
-                pc.lin_r.weight.copy_(fc.lin_r.weight)
+#: This script's names of PyG's formats -> :func:`fleetgnn.bench.peers.csc_to_pyg`'s.
+_FORMAT = {"pyg": "edge_index", "pyg_csr": "csr"}
 
 
 def csc_to_pyg(
     indptr: Tensor, indices: Tensor, num_src: int, fmt: str, dtype: torch.dtype
 ) -> Tensor:
-    """CSC in-neighbour lists as PyG's ``edge_index [2, E]`` (src, dst) or sparse CSR ``adj_t``.
-
-    ``adj_t`` has shape ``[num_dst, num_src]`` with row ``i`` holding ``i``'s in-neighbours: it is
-    the CSC arrays as they are (no copy of the structure).
-    """
-    num_dst = indptr.numel() - 1
-    if fmt == "pyg_csr":
-        ones = torch.ones(indices.numel(), dtype=dtype, device=indices.device)
-        return torch.sparse_csr_tensor(
-            indptr, indices, ones, size=(num_dst, num_src), check_invariants=False
-        )
-    counts = indptr[1:] - indptr[:-1]
-    dst = torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), counts)
-    return torch.stack([indices.to(torch.int64), dst])
+    """:func:`fleetgnn.bench.peers.csc_to_pyg` with this script's format names."""
+    return _csc_to_pyg(indptr, indices, num_src, _FORMAT[fmt], dtype)
 
 
 def block_to_pyg(
     block: Block, fmt: str, device: torch.device, dtype: torch.dtype
 ) -> tuple[Tensor, int, int]:
-    """A sampled block as ``(edge_index or adj_t, num_src, num_dst)`` on ``device``."""
-    b = block.to(device)
-    return csc_to_pyg(b.indptr, b.indices, b.num_src, fmt, dtype), b.num_src, b.num_dst
+    """:func:`fleetgnn.bench.peers.block_to_pyg` with this script's format names."""
+    return _block_to_pyg(block, _FORMAT[fmt], device, dtype)
 
 
 # ------------------------------------------------------------------------------------ timing
@@ -565,7 +409,7 @@ def print_row(row: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fleetgnn" / "bench"
+    cache = default_cache_dir()
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
@@ -608,7 +452,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         _ratios(row)
         print_row(row)
         rows.append(row)
-    info["loadavg_end"] = _loadavg()
+    info["loadavg_end"] = loadavg()
     report = {
         "benchmark": "epoch",
         "machine": info,

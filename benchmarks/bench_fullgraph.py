@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -38,6 +36,7 @@ from typing import Any
 
 import torch
 
+from fleetgnn.bench.machine import machine_info
 from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines.fullgraph import TunerSpace
 from fleetgnn.graph.dataset import open_dataset
@@ -50,15 +49,7 @@ SPACE = TunerSpace(chunks=(1, 2, 4, 8), depth=(1, 2))
 
 def machine() -> dict[str, Any]:
     """Where the numbers come from."""
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "loadavg": os.getloadavg(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
+    return machine_info("cpu")
 
 
 def _config(model: str, threads: int) -> Any:

@@ -25,33 +25,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import time
 import uuid
 from typing import Any
 
 import torch
 
+from fleetgnn.bench.machine import machine_info
+from fleetgnn.bench.ops import memcpy_gbps
+from fleetgnn.bench.timing import median_time
 from fleetgnn.distributed import ShardedTensor
 from fleetgnn.distributed.testing import run_world
 
 
 def _median_time(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+    return median_time(fn, repeat)
 
 
 def _memcpy_gbps(nbytes: int, repeat: int) -> float:
-    src = torch.empty(nbytes // 4, dtype=torch.float32).uniform_()
-    dst = torch.empty_like(src)
-    t = _median_time(lambda: dst.copy_(src), repeat)
-    return 2 * nbytes / t / 1e9
+    return memcpy_gbps(nbytes, repeat)
 
 
 def _rank_bench(comm, row_bytes_list: list[int], table_mb: float, n_ids: int, repeat: int) -> dict:
@@ -106,22 +97,6 @@ def _rank_bench(comm, row_bytes_list: list[int], table_mb: float, n_ids: int, re
     return out
 
 
-def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "device": "cpu (ranks are processes; shared memory in /dev/shm)",
-    }
-    try:
-        with open("/proc/meminfo") as f:
-            info["mem_total_kb"] = int(f.readline().split()[1])
-    except OSError:
-        pass
-    return info
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
@@ -132,7 +107,11 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write JSON results here")
     args = ap.parse_args()
 
-    results: dict[str, Any] = {"machine": machine_info(), "config": vars(args), "runs": []}
+    results: dict[str, Any] = {
+        "machine": {**machine_info("cpu"), "ranks": "processes; shared memory in /dev/shm"},
+        "config": vars(args),
+        "runs": [],
+    }
     for ws in args.ranks:
         per_rank = run_world(
             _rank_bench, ws, args.row_bytes, args.table_mb, args.ids, args.repeat, timeout_s=600

@@ -58,8 +58,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -68,12 +66,10 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_epoch import _loadavg, cached_dataset, machine_info  # noqa: E402
-
-from fleetgnn.engines.base import StepStats  # noqa: E402
-from fleetgnn.train import Config, load_config  # noqa: E402
+from fleetgnn.bench.data import cached_dataset, dataset_dir, default_cache_dir
+from fleetgnn.bench.machine import loadavg, machine_info
+from fleetgnn.engines.base import StepStats
+from fleetgnn.train import Config, load_config
 
 PHASES: tuple[str, ...] = ("sample", "gather", "forward", "backward", "optimizer")
 LINKS: tuple[str, ...] = ("local", "peer", "h2d", "disk")
@@ -407,7 +403,7 @@ def table(ref: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fleetgnn" / "bench"
+    cache = default_cache_dir()
     names = [s.name for s in default_runs()]
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
@@ -443,7 +439,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     info = machine_info(torch.device("cpu"))
     graph, gen_s = cached_dataset(args.cache_dir, args.preset, args.scale, args.seed)
-    path = str(args.cache_dir / f"{args.preset}-scale{args.scale:g}-seed{args.seed}")
+    path = str(dataset_dir(args.cache_dir, args.preset, args.scale, args.seed))
     feature_bytes = graph.num_nodes * graph.num_features * 4
     print(f"machine: {info}")
     print(f"graph: {graph!r} ({f'generated in {gen_s:.1f} s' if gen_s else 'cached'})")
@@ -476,7 +472,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print()
     print(text)
     print(f"\nPyG DDP peer: {pyg}")
-    info["loadavg_end"] = _loadavg()
+    info["loadavg_end"] = loadavg()
     report = {
         "benchmark": "minibatch",
         "machine": info,

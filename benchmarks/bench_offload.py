@@ -37,9 +37,8 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_epoch import cached_dataset, dataset_dir, machine_info  # noqa: E402
+from fleetgnn.bench.data import cached_dataset, dataset_dir, default_cache_dir
+from fleetgnn.bench.machine import machine_info
 
 #: Runs its argv as a child and prints the child tree's peak RSS (KiB) as the last line.
 _RSS_WRAPPER = (
@@ -135,7 +134,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line arguments."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fleetgnn" / "bench"
+    cache = default_cache_dir()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="products-like")
     p.add_argument("--scale", type=float, default=0.05)

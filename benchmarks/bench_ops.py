@@ -20,34 +20,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from fleetgnn.bench.data import random_adjacency
+from fleetgnn.bench.machine import machine_info
+from fleetgnn.bench.peers import pyg_gspmm, torch_gspmm
+from fleetgnn.bench.timing import median_time
 from fleetgnn.ops import Adjacency, gspmm, keyed_dropout, structure
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def timeit(fn: Callable[[], Any], device: torch.device, repeat: int) -> float:
     """Median seconds of ``repeat`` runs after two warm-up runs."""
-    fn()
-    fn()
-    _sync(device)
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+    return median_time(fn, repeat, device, warmup=2)
 
 
 def memcpy_gbps(device: torch.device, nbytes: int, repeat: int) -> dict[str, float]:
@@ -64,70 +51,19 @@ def memcpy_gbps(device: torch.device, nbytes: int, repeat: int) -> dict[str, flo
     return {"clone_gbps": moved / t_clone / 1e9, "copy_gbps": moved / t_copy / 1e9}
 
 
-def machine_info(device: torch.device) -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device),
-    }
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/meminfo") as f:
-            info["mem_total_kb"] = int(f.readline().split()[1])
-    except OSError:
-        pass
-    return info
-
-
 def random_graph(nodes: int, edges: int, seed: int, device: torch.device) -> Adjacency:
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(0, nodes, (edges,), generator=g)
-    dst = torch.randint(0, nodes, (edges,), generator=g)
-    adj = Adjacency.from_edges(src, dst, nodes, nodes)
+    """A uniform random graph (:func:`fleetgnn.bench.data.random_adjacency`) on ``device``."""
+    adj = random_adjacency(nodes, edges, seed)
     return Adjacency(adj.indptr.to(device), adj.indices.to(device), nodes)
-
-
-def torch_reference(adj: Adjacency, dst: torch.Tensor, chunk: int) -> Callable[..., torch.Tensor]:
-    """Plain torch gspmm: chunked gather + index_add_ (autograd backward)."""
-    deg = (adj.indptr[1:] - adj.indptr[:-1]).clamp(min=1)
-
-    def run(x: torch.Tensor, reduce: str) -> torch.Tensor:
-        out = x.new_zeros((adj.num_dst, x.shape[1]))
-        for s in range(0, adj.num_edges, chunk):
-            out = out.index_add(
-                0, dst[s : s + chunk], x.index_select(0, adj.indices[s : s + chunk])
-            )
-        return out / deg[:, None].to(x.dtype) if reduce == "mean" else out
-
-    return run
-
-
-def pyg_peer(adj: Adjacency, dst: torch.Tensor) -> Callable[..., torch.Tensor] | None:
-    try:
-        from torch_geometric.nn import SimpleConv  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    edge_index = torch.stack([adj.indices, dst])
-    convs = {r: SimpleConv(aggr=r) for r in ("sum", "mean")}
-
-    def run(x: torch.Tensor, reduce: str) -> torch.Tensor:
-        return convs[reduce](x, edge_index)
-
-    return run
 
 
 def bench_gspmm(args: argparse.Namespace, device: torch.device, bw: float) -> list[dict[str, Any]]:
     adj = random_graph(args.nodes, args.edges, args.seed, device)
-    dst = structure(adj).dst_index()
     structure(adj).transposed()  # build the cached transpose outside the timed region
     peers: dict[str, Callable[..., torch.Tensor] | None] = {
         "fleetgnn": lambda x, r: gspmm(adj, x, r),
-        "torch_index_add": torch_reference(adj, dst, args.chunk),
-        "pyg": pyg_peer(adj, dst),
+        "torch_index_add": torch_gspmm(adj, args.chunk),
+        "pyg": pyg_gspmm(adj),
     }
     rows = []
     e, m = adj.num_edges, adj.num_dst

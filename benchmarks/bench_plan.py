@@ -26,13 +26,11 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_epoch import cached_dataset, dataset_dir, machine_info  # noqa: E402
-
-from fleetgnn.cli.plan import hardware_profile  # noqa: E402
-from fleetgnn.config import load_config  # noqa: E402
-from fleetgnn.cost import make_plan, workload_from_config  # noqa: E402
+from fleetgnn.bench.data import cached_dataset, dataset_dir, default_cache_dir
+from fleetgnn.bench.machine import machine_info
+from fleetgnn.cli.plan import hardware_profile
+from fleetgnn.config import load_config
+from fleetgnn.cost import make_plan, workload_from_config
 
 
 def train_run(
@@ -57,7 +55,7 @@ def train_run(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line arguments."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fleetgnn" / "bench"
+    cache = default_cache_dir()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="products-like")
     p.add_argument("--scales", type=float, nargs="+", default=[0.01])

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from fleetgnn.bench.machine import machine_info
+from fleetgnn.bench.peers import pyg_sampler, python_sampler
 from fleetgnn.graph import Graph
 from fleetgnn.sampling import GraphTopology, NeighborSampler, append_unique
 from fleetgnn.sampling.neighbor import _draws, _offsets_numpy, _sample_offsets
@@ -44,76 +44,9 @@ def power_law_graph(num_nodes: int, avg_degree: float, seed: int) -> Graph:
     return Graph(indptr=indptr, indices=indices, name="powerlaw", validate="structure")
 
 
-def python_reference(g: Graph, seeds: np.ndarray, fanouts: list[int], seed: int) -> int:
-    """Per-seed loop: np.random.choice without replacement, then relabel. Returns #edges."""
-    rng = np.random.default_rng(seed)
-    indptr, indices = g.indptr, g.indices
-    frontier = seeds
-    edges = 0
-    for fanout in fanouts:
-        parts = []
-        for v in frontier.tolist():
-            lo, hi = int(indptr[v]), int(indptr[v + 1])
-            deg = hi - lo
-            if deg <= fanout:
-                parts.append(indices[lo:hi])
-            else:
-                parts.append(indices[lo + rng.choice(deg, fanout, replace=False)])
-        nbrs = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
-        edges += nbrs.size
-        uniq = np.unique(nbrs)
-        new = uniq[~np.isin(uniq, frontier)]
-        frontier = np.concatenate([frontier, new])
-    return edges
-
-
-def pyg_sampler(g: Graph, fanouts: list[int]):  # noqa: ANN201 (optional dependency)
-    """A callable ``seeds -> num_edges`` using PyG's sampling core, or None."""
-    try:
-        import pyg_lib  # noqa: F401
-
-        rowptr = torch.from_numpy(g.indptr)
-        col = torch.from_numpy(g.indices.astype(np.int64))
-
-        def run(seeds: torch.Tensor) -> int:
-            out = torch.ops.pyg.neighbor_sample(
-                rowptr, col, seeds, fanouts, None, None, None, None, True, False, True
-            )
-            return int(out[0].numel())
-
-        return "pyg-lib", run
-    except (ImportError, AttributeError, RuntimeError):
-        pass
-    try:
-        from torch_sparse import SparseTensor
-
-        adj = SparseTensor(
-            rowptr=torch.from_numpy(g.indptr), col=torch.from_numpy(g.indices.astype(np.int64))
-        )
-
-        def run_ts(seeds: torch.Tensor) -> int:
-            n_id, edges = seeds, 0
-            for f in fanouts:
-                adj_t, n_id = adj.sample_adj(n_id, f, replace=False)
-                edges += adj_t.nnz()
-            return edges
-
-        return "torch-sparse", run_ts
-    except ImportError:
-        return None
-
-
 def machine() -> dict[str, object]:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "device": "cpu",
-    }
+    """The machine description every benchmark records."""
+    return machine_info("cpu")
 
 
 def main() -> None:
@@ -187,8 +120,9 @@ def main() -> None:
     }
 
     ref_batches = batches[: args.ref_batches]
+    python_reference = python_sampler(g, fanouts, seed=args.seed)
     t0 = time.perf_counter()
-    ref_edges = sum(python_reference(g, s.numpy(), fanouts, args.seed) for s in ref_batches)
+    ref_edges = sum(python_reference(s) for s in ref_batches)
     ref_s = time.perf_counter() - t0
     results["python-ref"] = {
         "seconds_per_batch": ref_s / len(ref_batches),

@@ -40,13 +40,11 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_epoch import cached_dataset, dataset_dir, machine_info  # noqa: E402
-
-from fleetgnn.distributed.testing import run_world  # noqa: E402
-from fleetgnn.graph import open_dataset  # noqa: E402
-from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader  # noqa: E402
+from fleetgnn.bench.data import cached_dataset, dataset_dir, default_cache_dir
+from fleetgnn.bench.machine import machine_info
+from fleetgnn.distributed.testing import run_world
+from fleetgnn.graph import open_dataset
+from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader
 
 
 def train_run(
@@ -156,7 +154,7 @@ def _sampling_rank(comm: Any, dataset: str, batch: int, fanouts: list[int], step
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line arguments."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fleetgnn" / "bench"
+    cache = default_cache_dir()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="products-like")
     p.add_argument("--scale", type=float, default=0.05)

@@ -21,6 +21,7 @@ LAYERS = [
     "cost",
     "engines",
     "train",
+    "bench",  # the benchmark suite (`fleetgnn bench`): may use every layer below the CLI
     "cli",
 ]
 BASE = {"errors", "types"}

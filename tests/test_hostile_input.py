@@ -37,7 +37,9 @@ from fleetgnn.graph import write_dataset
 from fleetgnn.graph.dataset import dataset_feature_norm
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 
-TRAIN = ["--quiet", "--set", "model.hidden=8"]
+# a checkpoint at every epoch end (not only when train.checkpoint_interval has passed), so a
+# finished run holds last.pt and prev.pt
+TRAIN = ["--quiet", "--set", "model.hidden=8", "--set", "train.checkpoint_interval=0"]
 
 
 @pytest.fixture(scope="module")

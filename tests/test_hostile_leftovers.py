@@ -94,7 +94,8 @@ def test_sigterm_during_train_leaves_a_resumable_run(tiny, tmp_path):
             return out
         CheckpointDir.save = save
         sys.exit(main(["train", "--dataset", {str(tiny)!r}, "--epochs", "3", "--run-dir",
-                       {str(run)!r}, "--no-progress", "--set", "model.hidden=8"]))
+                       {str(run)!r}, "--no-progress", "--set", "model.hidden=8",
+                       "--set", "train.checkpoint_interval=0"]))
         """,
         tmp_path,
     )

@@ -144,7 +144,10 @@ class TrainConfig:
         patience: Stop when ``val_acc`` has not improved for this many epochs (``None``: never).
         seed: Seed of everything random in training (batches, sampling, dropout, init).
         checkpoint_every: Save a checkpoint every this many optimisation steps, counted over the
-            whole run (``0``: only at epoch ends; epoch ends are always checkpointed).
+            whole run (``0``: no step cadence, see ``checkpoint_interval``).
+        checkpoint_interval: Also save one at the first epoch end after this many seconds since
+            the last save (``0``: at every epoch end). The run's end and an interrupt (Ctrl-C,
+            SIGTERM) always save one.
         max_steps: Stop after this many optimisation steps over the whole run (a resumed run's
             earlier steps count; every rank stops at the same step), mid-epoch if need be, with
             a checkpoint and one evaluation at the end (``None``: no limit).
@@ -287,8 +290,11 @@ class TrainerConfig:
         epochs: Number of epochs (>= 1).
         eval_every: Evaluate every this many epochs (and always after the last one; >= 1).
         patience: Stop when ``val_acc`` has not improved for this many epochs (``None``: never).
-        checkpoint_every: Checkpoint every this many optimisation steps over the run (``0``:
-            only at epoch ends, which are always checkpointed).
+        checkpoint_every: Checkpoint every this many optimisation steps over the run (``0``: no
+            step cadence).
+        checkpoint_interval: Also checkpoint at the first epoch end after this many seconds since
+            the last checkpoint (``0``: at every epoch end; >= 0). The run's end and an
+            interrupt always checkpoint.
         max_steps: Stop after this many optimisation steps over the run, resumed steps included
             (``None``: no limit; >= 1).
         seed: Seeds Python's, NumPy's and torch's global generators at the start of a fresh run.
@@ -299,6 +305,7 @@ class TrainerConfig:
     eval_every: int = 1
     patience: int | None = None
     checkpoint_every: int = 50
+    checkpoint_interval: float = 60.0
     max_steps: int | None = None
     seed: int = 0
     run_dir: str | None = None
@@ -308,6 +315,12 @@ class TrainerConfig:
         _check(self.eval_every >= 1, "eval_every", self.eval_every, "must be >= 1")
         _check(self.patience is None or self.patience >= 1, "patience", self.patience, ">= 1")
         _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, ">= 0")
+        _check(
+            0 <= self.checkpoint_interval < float("inf"),
+            "checkpoint_interval",
+            self.checkpoint_interval,
+            "must be >= 0 seconds",
+        )
         _check(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, ">= 1")
 
 
@@ -471,6 +484,12 @@ class Config:
         _check(t.patience is None or t.patience >= 1, "train.patience", t.patience, "must be >= 1")
         _check(
             t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every, "must be >= 0"
+        )
+        _check(
+            0 <= t.checkpoint_interval < float("inf"),
+            "train.checkpoint_interval",
+            t.checkpoint_interval,
+            "must be >= 0 seconds (0: at every epoch end)",
         )
         _check(
             t.max_steps is None or t.max_steps >= 1,

@@ -26,6 +26,12 @@ A save with ``best=True`` first makes the same file ``best.pt`` (a hard link to 
 renamed over ``best.pt``, or a second atomic write where links are not supported), so ``best.pt``
 is never older than the ``last.pt`` that records its epoch as the best: a crash in between leaves
 an older ``last.pt``, and the resumed run writes ``best.pt`` again when it reaches that epoch.
+A save with ``best_state`` (an earlier state kept in memory: the best epoch's, when no checkpoint
+was due at its end) writes that state to ``best.pt`` first, with the same guarantee.
+
+When to save is the caller's choice: :class:`~fleetgnn.train.Trainer` saves every
+``train.checkpoint_every`` steps, at the first epoch end ``train.checkpoint_interval`` seconds
+after the last save, at the run's end and on an interrupt.
 """
 
 from __future__ import annotations
@@ -215,18 +221,28 @@ class CheckpointDir:
         """Path of the best-validation epoch's checkpoint."""
         return self.directory / self.BEST
 
-    def save(self, state: Mapping[str, Any], *, best: bool = False) -> Path:
+    def save(
+        self,
+        state: Mapping[str, Any],
+        *,
+        best: bool = False,
+        best_state: Mapping[str, Any] | None = None,
+    ) -> Path:
         """Save ``state`` as ``last.pt``, keeping the former ``last.pt`` as ``prev.pt``.
 
         Args:
             state: The checkpoint (see :func:`save_checkpoint`).
             best: Also make it ``best.pt`` (atomically, before ``last.pt``; see the module
                 docstring).
+            best_state: An earlier checkpoint to make ``best.pt`` (written atomically before
+                ``last.pt``); ignored when ``best`` is set.
 
         Returns:
             The path of ``last.pt``.
         """
         self.directory.mkdir(parents=True, exist_ok=True)
+        if best_state is not None and not best:
+            save_checkpoint(self.best, best_state)
         data = _serialize(state)
         tmp = _write_temp_checkpoint(self.last, data)
         try:

@@ -12,8 +12,10 @@ before its evaluation runs::
 evaluated; non-finite numbers are written as ``null`` (strict JSON). An epoch that is evaluated is
 first written with ``"evaluated": false`` (so an evaluation that dies leaves the epoch's training
 numbers on record), then its line is replaced by the evaluated record
-(:meth:`MetricsWriter.replace_last`: the whole file rewritten atomically), so a finished run still
-has exactly one line per epoch. A run that ``train.max_steps`` stops mid-epoch ends with a record
+(:meth:`MetricsWriter.replace_last`: overwritten in place when it is the file's last line, else the
+whole file rewritten atomically), so a finished run still has exactly one line per epoch. Lines
+are flushed to the OS as they are written, not fsynced (a per-epoch fsync costs more than a small
+graph's epoch). A run that ``train.max_steps`` stops mid-epoch ends with a record
 of that partial epoch: ``"partial": true``, ``num_steps`` the steps it ran, evaluated.
 
 Event lines record what happened to the run between epochs; they have an ``"event"`` key and no
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -146,8 +149,12 @@ class MetricsWriter:
     def replace_last(self, record: Mapping[str, Any]) -> None:
         """Replace the last epoch record written with ``record`` (the same epoch's).
 
-        The file is rewritten atomically (a reader or a crash sees the old line or the new one,
-        never neither); event lines written after the replaced record stay where they are.
+        When the record is the file's last line (the usual case: an epoch's record, then its
+        evaluation), the new line overwrites it in place with one positional write, so a crashed
+        process leaves the old line or the new one, never neither (when the new line is shorter
+        the file is then cut after it: a crash in between leaves a torn last line, which
+        :func:`read_metrics` skips). Otherwise (event lines written after the record) the file is
+        rewritten atomically and the events stay where they are.
 
         Raises:
             RuntimeError: The writer is closed, it has written no epoch record, or ``record`` is
@@ -164,10 +171,13 @@ class MetricsWriter:
                 f"{self!r} can replace only the record of epoch {epoch}, the last one written "
                 f"(got epoch {record.get('epoch')!r})"
             )
+        line = (to_json(record) + "\n").encode()
+        if offset + len(old) == self._size:
+            self._replace_in_place(offset, old, line)
+            return
         data = self.path.read_bytes()
         if data[offset : offset + len(old)] != old:
             raise RuntimeError(f"'{self.path}' was changed by another writer; cannot replace")
-        line = (to_json(record) + "\n").encode()
         data = data[:offset] + line + data[offset + len(old) :]
         atomic_write_text(self.path, data.decode("utf-8"))
         # the old handle still writes to the replaced file: append to the new one from now on
@@ -175,6 +185,22 @@ class MetricsWriter:
         self._f = open(self.path, "a")
         self._last = (offset, line)
         self._size = len(data)
+
+    def _replace_in_place(self, offset: int, old: bytes, line: bytes) -> None:
+        """Overwrite the file's last line ``old`` (at ``offset``) with ``line``: no rewrite."""
+        fd = os.open(self.path, os.O_RDWR)  # not O_APPEND: pwrite must honour the offset
+        try:
+            if os.pread(fd, len(old) + 1, offset) != old:
+                raise RuntimeError(f"'{self.path}' was changed by another writer; cannot replace")
+            done = 0
+            while done < len(line):  # one call for a regular file, short writes aside
+                done += os.pwrite(fd, line[done:], offset + done)
+            if len(line) < len(old):
+                os.ftruncate(fd, offset + len(line))
+        finally:
+            os.close(fd)
+        self._last = (offset, line)
+        self._size = offset + len(line)
 
     def close(self) -> None:
         """Close the file (idempotent)."""

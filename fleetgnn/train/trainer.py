@@ -16,7 +16,15 @@ without a strict ``val_acc`` improvement, and writes::
                                  why the run stopped ("stopped": epochs, patience or max_steps)
 
 Checkpoints are taken every ``train.checkpoint_every`` optimisation steps (counted over the run,
-from the engine's ``on_step`` callback) and at every epoch end. A checkpoint holds
+from the engine's ``on_step`` callback; an epoch end past such a step saves it), at the first epoch
+end ``train.checkpoint_interval`` seconds after the last save (``0``: every epoch end), at the
+run's end, and on an interrupt (``KeyboardInterrupt``: Ctrl-C, or SIGTERM under ``fleetgnn
+train``). An epoch end that is not due costs no disk write: the checkpoint is kept in memory (the
+engine state copied) and written only if an interrupt comes before the next save; the
+best-validation epoch's one is kept the same way and written as ``best.pt`` at the next save. A
+crash other than an interrupt loses the steps since the last save (``checkpoint_every`` steps or
+the epochs of ``checkpoint_interval`` seconds, whichever is less), which a resume runs again to
+the same result. A checkpoint holds
 ``engine.state_dict()``, the epoch and next step, the partial epoch's summed step stats, the
 best-so-far metrics, the early-stopping counter, the epoch times, the RNG states and the config;
 ``fit(resume=True)`` restores it and calls ``engine.run_epoch(epoch, start_step=k)``, which
@@ -35,7 +43,8 @@ exactly there. A limit at an epoch end makes that epoch the last, evaluated one.
 Multi-rank runs: every rank executes the same control flow (the same steps, and the same
 early-stopping decisions because ``engine.evaluate()`` is already aggregated over ranks); every rank
 calls ``engine.state_dict()`` at checkpoints (it may communicate), and only rank 0 writes files and
-prints. RNG states are captured on rank 0 and restored on every rank.
+prints. Whether ``checkpoint_interval`` has passed is rank 0's clock, broadcast at the epoch ends
+no other rule decides. RNG states are captured on rank 0 and restored on every rank.
 
 Optional engine methods (beyond the :class:`~fleetgnn.engines.base.Engine` protocol), called at
 each epoch end when present: ``peak_memory() -> Mapping[str, int]`` (peak bytes per memory tier,
@@ -46,6 +55,7 @@ numbers, the ``extra`` field) and, in multi-rank runs, ``rank_extra() -> Mapping
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import random
@@ -89,6 +99,10 @@ CHECKPOINT_FORMAT = 1
 #: ``train.*`` keys that must match between a checkpoint and the resuming config (the others,
 #: e.g. ``epochs``, ``patience`` or ``checkpoint_every``, may change on resume).
 RESUME_TRAIN_KEYS: tuple[str, ...] = ("engine", "mode", "batch_size", "fanouts", "seed", "dtype")
+
+
+#: The clock of the checkpoint interval (a module attribute, so tests can drive it).
+_clock = time.monotonic
 
 
 class _MaxStepsReached(BaseException):  # noqa: N818 - a signal, not an error
@@ -160,8 +174,16 @@ class StepSums:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A checkpoint-safe dict (primitives only)."""
-        return dataclasses.asdict(self)
+        """A checkpoint-safe dict (primitives only; a copy)."""
+        return {
+            "loss_sum": self.loss_sum,
+            "correct": self.correct,
+            "count": self.count,
+            "num_steps": self.num_steps,
+            "times": dict(self.times),
+            "traffic": dict(self.traffic),
+            "elapsed_s": self.elapsed_s,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> StepSums:
@@ -215,8 +237,19 @@ class TrainState:
     last_train_loss: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A checkpoint-safe dict (primitives only)."""
-        return dataclasses.asdict(self)
+        """A checkpoint-safe dict (primitives only; a copy, taken at every epoch end)."""
+        return {
+            "epoch": self.epoch,
+            "next_step": self.next_step,
+            "global_step": self.global_step,
+            "partial": self.partial.to_dict(),
+            "best_epoch": self.best_epoch,
+            "best": dict(self.best),
+            "stale_epochs": self.stale_epochs,
+            "stopped_early": self.stopped_early,
+            "epoch_times": list(self.epoch_times),
+            "last_train_loss": self.last_train_loss,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrainState:
@@ -293,6 +326,13 @@ class Trainer:
         self.state = TrainState()
         self._pending_events: list[dict[str, Any]] = []
         self._writer: MetricsWriter | None = None
+        # checkpoint cadence: when and at which step the last save was; the latest epoch-end
+        # checkpoint not yet written (written on an interrupt) and the best epoch's (rank 0)
+        self._saved_at = _clock()
+        self._saved_step = 0
+        self._snapshot: dict[str, Any] | None = None
+        self._best_snapshot: dict[str, Any] | None = None
+        self._config_cache: dict[str, Any] | None = None
 
     @classmethod
     def from_config(
@@ -402,6 +442,9 @@ class Trainer:
         if writer is not None:
             self._flush_events(writer)
         self._writer = writer
+        self._saved_at, self._saved_step = _clock(), self.state.global_step
+        self._snapshot = self._best_snapshot = None
+        self._config_cache = self._config_dict()  # fixed for the run; every checkpoint holds it
         progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -421,6 +464,9 @@ class Trainer:
                     and not self._steps_exhausted()
                 ):
                     self._run_one_epoch(spe, progress, writer)
+        except KeyboardInterrupt:
+            self._save_on_interrupt()
+            raise
         finally:
             self._writer = None
             if writer is not None:
@@ -522,7 +568,7 @@ class Trainer:
         else:
             st.epoch_times.append(train_time)
             st.epoch, st.next_step, st.partial = epoch + 1, 0, StepSums()
-        self._save_checkpoint(spe, best=new_best)
+        self._epoch_end_checkpoint(spe, new_best, final=last or st.stopped_early)
 
     def _record(
         self,
@@ -619,9 +665,56 @@ class Trainer:
     # ---------------------------------------------------------------------------------------
     # checkpoints
 
+    def _epoch_end_checkpoint(self, spe: int, best: bool, final: bool) -> None:
+        """Save at an epoch end when due, else keep the checkpoint in memory (see the module doc).
+
+        Due: the run's last epoch (``final``), a ``checkpoint_every`` step passed since the last
+        save, or ``checkpoint_interval`` seconds passed (rank 0's clock, broadcast). Every rank
+        reaches the same decision; the broadcast happens only where the other rules, which every
+        rank evaluates alike, leave it open.
+        """
+        if final or self._steps_due() or self._interval_due():
+            self._save_checkpoint(spe, best=best)
+        else:
+            self._take_snapshot(spe, best=best)
+
+    def _steps_due(self) -> bool:
+        """Whether a multiple of ``checkpoint_every`` steps was passed since the last save."""
+        every = self.config.checkpoint_every
+        return every > 0 and self.state.global_step // every > self._saved_step // every
+
+    def _interval_due(self) -> bool:
+        """Whether ``checkpoint_interval`` seconds passed since the last save (rank 0 decides)."""
+        interval = self.config.checkpoint_interval
+        if interval <= 0:
+            return True
+        due = _clock() - self._saved_at >= interval
+        comm = getattr(self.engine, "comm", None)
+        if comm is not None and int(self.engine.world_size) > 1:
+            due = bool(comm.broadcast_object(due if self.is_main else None))
+        return due
+
+    def _checkpoint(
+        self, spe: int, engine_state: Mapping[str, Any], partials: list[Any]
+    ) -> dict[str, Any]:
+        """The checkpoint dict of the run as it is now (rank 0)."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "trainer": self.state.to_dict(),
+            "partials": partials,
+            "engine": engine_state,
+            "rng": capture_rng(),
+            "config": self._config_cache if self._config_cache is not None else self._config_dict(),
+            "engine_config": _engine_config_dict(self.engine),
+            "engine_name": self.engine.name,
+            "world_size": int(self.engine.world_size),
+            "steps_per_epoch": spe,
+        }
+
     def _save_checkpoint(self, spe: int, best: bool = False) -> None:
         """Save ``last.pt`` (and ``best.pt`` when ``best``: the epoch just evaluated is the best).
 
+        A best epoch kept in memory (:meth:`_take_snapshot`) is written as ``best.pt`` first.
         Collective in multi-rank runs (every rank calls it; rank 0 writes).
         """
         engine_state = self.engine.state_dict()  # on every rank: it may communicate
@@ -629,23 +722,48 @@ class Trainer:
         comm = getattr(self.engine, "comm", None)
         partial = self.state.partial.to_dict()
         partials = comm.all_gather_object(partial) if comm is not None else [partial]
+        self._saved_at, self._saved_step = _clock(), self.state.global_step
+        best_state, self._snapshot, self._best_snapshot = self._best_snapshot, None, None
         if not self.is_main:
             return
         self.checkpoints.save(
-            {
-                "format": CHECKPOINT_FORMAT,
-                "trainer": self.state.to_dict(),
-                "partials": partials,
-                "engine": engine_state,
-                "rng": capture_rng(),
-                "config": self._config_dict(),
-                "engine_config": _engine_config_dict(self.engine),
-                "engine_name": self.engine.name,
-                "world_size": int(self.engine.world_size),
-                "steps_per_epoch": spe,
-            },
-            best=best,
+            self._checkpoint(spe, engine_state, partials), best=best, best_state=best_state
         )
+        self._saved_at = _clock()  # the interval counts from the end of the write
+
+    def _take_snapshot(self, spe: int, best: bool) -> None:
+        """Keep this epoch end's checkpoint in memory (no disk write; engine state copied).
+
+        Only at epoch ends, where every rank's partial-epoch sums are empty (no collective).
+        """
+        engine_state = self.engine.state_dict()  # on every rank: it may communicate
+        if not self.is_main:
+            return
+        partials = [self.state.partial.to_dict()] * int(self.engine.world_size)
+        snap = self._checkpoint(spe, _detached_copy(engine_state), partials)
+        self._snapshot = snap
+        if best:
+            self._best_snapshot = snap
+
+    def _save_on_interrupt(self) -> None:
+        """Write the checkpoint kept in memory, if newer than ``last.pt`` (rank 0).
+
+        A failure to write is a warning: the interrupt goes on.
+        """
+        snap, best = self._snapshot, self._best_snapshot
+        self._snapshot = self._best_snapshot = None
+        if snap is None or not self.is_main:
+            return
+        try:
+            self.checkpoints.save(
+                snap, best=best is snap, best_state=None if best is snap else best
+            )
+        except Exception as e:  # noqa: BLE001 - reported, and the interrupt carries on
+            warnings.warn(
+                f"could not save the checkpoint on interrupt ({type(e).__name__}: {e}); a "
+                f"resume continues from the previous one",
+                stacklevel=2,
+            )
 
     def _restore(self, spe: int) -> bool:
         """Restore the newest checkpoint that fits this run (``last.pt``, else ``prev.pt``).
@@ -990,6 +1108,25 @@ def _check_resumable(saved: Mapping[str, Any], cfg: Config) -> None:
             + "; ".join(diffs)
             + ". Resume with the original config, or start a fresh run directory"
         )
+
+
+def _detached_copy(obj: Any) -> Any:
+    """``obj`` with every tensor cloned (detached) and containers copied (types kept).
+
+    A copied mapping keeps its type and attributes (a module state dict's ``_metadata``).
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        out = copy.copy(obj)
+        for k, v in obj.items():
+            out[k] = _detached_copy(v)
+        return out
+    if isinstance(obj, list):
+        return [_detached_copy(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_detached_copy(v) for v in obj)
+    return obj
 
 
 def _noop() -> None:

@@ -1,0 +1,120 @@
+"""Benchmark datasets: generated once into a cache, or a prepared Cora; nothing is downloaded.
+
+- :func:`cached_dataset`: a synthetic preset (``products-like --scale 0.05`` by default) written
+  with :func:`~fleetgnn.graph.synthetic.prepare_synthetic` under
+  ``$XDG_CACHE_HOME/fleetgnn/bench`` and reused; the directory name carries the generator's
+  :data:`~fleetgnn.graph.synthetic.GENERATOR_VERSION`, so a new generator never reuses a stale one.
+- :func:`cora`: Cora from a directory the user names: a prepared dataset (``fleetgnn prepare``)
+  or the Planetoid ``ind.cora.*`` files (prepared once into the cache).
+- :func:`cora_sized`: a synthetic graph of Cora's shape (2,708 nodes, 10,556 edges, 1,433
+  features, 7 classes) when no Cora is at hand.
+- :func:`random_adjacency`: a uniform random graph for the sparse kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from fleetgnn.errors import DatasetError
+from fleetgnn.graph import Graph, open_dataset
+from fleetgnn.graph.synthetic import (
+    GENERATOR_VERSION,
+    generate_graph,
+    prepare_synthetic,
+    spec_for,
+)
+from fleetgnn.ops import Adjacency
+
+#: Cora's shape (the Planetoid split: 140 / 500 / 1,000 labelled nodes).
+CORA_SHAPE = {"num_nodes": 2708, "num_edges": 10556, "num_features": 1433, "num_classes": 7}
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/fleetgnn/bench`` (``~/.cache/fleetgnn/bench`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "fleetgnn" / "bench"
+
+
+def dataset_dir(cache_dir: Path, preset: str, scale: float, seed: int = 0) -> Path:
+    """Where :func:`cached_dataset` keeps a synthetic dataset (pass it to ``--dataset``)."""
+    return Path(cache_dir) / f"{preset}-scale{scale:g}-seed{seed}-g{GENERATOR_VERSION}"
+
+
+def cached_dataset(
+    cache_dir: Path, preset: str = "products-like", scale: float = 0.05, seed: int = 0
+) -> tuple[Graph, float]:
+    """Open the cached synthetic dataset, generating it first if absent.
+
+    Returns:
+        The graph (memory-mapped) and the seconds spent generating it (0 when cached).
+    """
+    out = dataset_dir(cache_dir, preset, scale, seed)
+    gen_s = 0.0
+    if not (out / "meta.json").is_file():
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        try:
+            prepare_synthetic(out, preset, scale=scale, seed=seed, overwrite=out.exists())
+        except DatasetError:
+            if not (out / "meta.json").is_file():  # another process may have won the race
+                raise
+        gen_s = time.perf_counter() - t0
+    return open_dataset(out), gen_s
+
+
+def cora(path: Path, cache_dir: Path) -> Graph:
+    """Cora from ``path``: a prepared dataset directory, or a directory of ``ind.cora.*`` files.
+
+    Raises:
+        DatasetError: ``path`` is neither (or its files are damaged).
+    """
+    path = Path(path)
+    if (path / "meta.json").is_file():
+        return open_dataset(path)
+    if not (path / "ind.cora.graph").is_file():
+        raise DatasetError(
+            f"'{path}' holds neither a prepared dataset (meta.json) nor Planetoid's ind.cora.* "
+            f"files; point --cora at one of them (fleetgnn prepare planetoid writes the former)"
+        )
+    from fleetgnn.graph.dataset import write_dataset
+    from fleetgnn.graph.loaders import load_planetoid
+    from fleetgnn.graph.loaders.planetoid import FEATURE_NORM
+
+    out = Path(cache_dir) / "cora"
+    if not (out / "meta.json").is_file():
+        graph = load_planetoid(path, "cora")
+        write_dataset(
+            graph,
+            out,
+            overwrite=out.exists(),
+            source="planetoid",
+            root=str(path),
+            feature_norm=FEATURE_NORM,
+        )
+    return open_dataset(out)
+
+
+def cora_sized(seed: int = 0) -> Graph:
+    """A synthetic graph of Cora's shape (in memory; a second or so to generate)."""
+    spec = dataclasses.replace(
+        spec_for("small"),
+        **CORA_SHAPE,
+        train_frac=0.052,
+        val_frac=0.185,
+        test_frac=0.369,
+        name="cora-sized",
+    )
+    return generate_graph(spec, seed=seed)
+
+
+def random_adjacency(nodes: int, edges: int, seed: int = 0) -> Adjacency:
+    """A uniform random graph as an :class:`~fleetgnn.ops.Adjacency` (CSC; duplicates kept)."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, nodes, (edges,), generator=g)
+    dst = torch.randint(0, nodes, (edges,), generator=g)
+    return Adjacency.from_edges(src, dst, nodes, nodes)

@@ -1,0 +1,296 @@
+"""Section ``epoch``: one training epoch of the reference engine against PyG running the same model.
+
+- ``gcn-full``: full-graph GCN (2 layers, dropout 0.5, Adam, one step per epoch) on Cora (or a
+  Cora-sized synthetic graph; hidden 16, the usual Cora setting) and on ``products-like``
+  (hidden 128), against PyG's ``GCNConv(cached=True)`` with a ``torch.sparse_csr`` ``adj_t``
+  (PyG's fused sparse-matrix path, its fastest on CPU) and, on Cora only, with an
+  ``edge_index`` (gather-scatter message passing, PyG's default; 5-10x slower than CSR on the
+  large graph, where it would take most of the section's time).
+- ``sage-minibatch``: GraphSAGE (mean; 3 layers, hidden 128, fanouts 15,10,5 by hop from the
+  seeds, batch 1,024, dropout 0.5, Adam) on ``products-like``, sampling and gathering included,
+  against PyG's ``NeighborLoader`` + ``SAGEConv`` when ``NeighborLoader`` can sample (it needs
+  pyg-lib or torch-sparse; skipped with the reason otherwise), and against PyG's ``SAGEConv``
+  (CSR ``adj_t``) trained on the blocks fleetgnn's sampler drew (the conversion to PyG's format
+  timed as part of its epoch): that ratio isolates model compute.
+
+fleetgnn runs :class:`~fleetgnn.engines.reference.ReferenceEngine` (config from
+:func:`~fleetgnn.train.load_config`). The PyG models start from the same weights, with the same
+optimizer, loss and dropout rate (``F.dropout``, where fleetgnn uses keyed masks); before timing,
+each one runs once in eval mode on fleetgnn's input and the largest logit difference is kept
+(``extra.max_abs_logit_diff``: they compute the same function).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fleetgnn.bench.peers import (
+    NO_PYG,
+    PygGCN,
+    PygSAGE,
+    PygSAGEFull,
+    block_to_pyg,
+    copy_weights,
+    graph_to_pyg,
+    has_pyg,
+    neighbor_loader_missing,
+)
+from fleetgnn.bench.report import measurement, progress_line
+from fleetgnn.bench.timing import interleaved
+from fleetgnn.graph import Graph
+from fleetgnn.train import Config, engine_from_config, load_config
+
+SECTION = "epoch"
+#: PyG's graph formats: table name -> :func:`~fleetgnn.bench.peers.csc_to_pyg` format.
+PYG_FORMATS = {"PyG GCNConv, edge_index": "edge_index", "PyG GCNConv, CSR adj_t": "csr"}
+
+
+def reference_engine(graph: Graph, overrides: Sequence[str]) -> Any:
+    """The reference engine for ``graph`` with the config ``overrides`` (float32, CPU, seed 0)."""
+    cfg = load_config(None, ["train.dtype=float32", "train.seed=0", *overrides])
+    return engine_from_config(cfg, graph), cfg
+
+
+def _optim(cfg: Config, model: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.Adam(
+        model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+    )
+
+
+def _pyg_step(
+    model: nn.Module, opt: torch.optim.Optimizer, forward: Callable[[], Tensor], target: Tensor
+) -> None:
+    loss = F.cross_entropy(forward(), target)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+class _Epochs:
+    """A callable running the next epoch(s) of an engine each call (epochs keep counting up)."""
+
+    def __init__(self, engine: Any, per_call: int) -> None:
+        self.engine, self.per_call, self.epoch = engine, per_call, 0
+
+    def __call__(self) -> None:
+        for _ in range(self.per_call):
+            self.engine.run_epoch(self.epoch)
+            self.epoch += 1
+
+
+def gcn_full(
+    opts: Any,
+    threads: int,
+    graph: Graph,
+    name: str,
+    hidden: int,
+    per_call: int,
+    formats: Sequence[str] = tuple(PYG_FORMATS),
+) -> dict[str, Any]:
+    """Full-graph GCN epochs: fleetgnn's reference engine vs PyG ``GCNConv`` (two formats).
+
+    Args:
+        opts: Suite options (``repeat``).
+        threads: torch threads in use (recorded).
+        graph: The dataset.
+        name: The dataset's name in the table.
+        hidden: Hidden width.
+        per_call: Epochs per timed call (small graphs: several, so a call is not a few ms).
+        formats: The PyG peers to run (names of :data:`PYG_FORMATS`).
+    """
+    engine, cfg = reference_engine(
+        graph,
+        [
+            "model.name=gcn",
+            "train.mode=full",
+            "model.num_layers=2",
+            f"model.hidden={hidden}",
+            "model.dropout=0.5",
+        ],
+    )
+    dims = [engine.x.shape[1], hidden, engine.num_classes]
+    calls: dict[str, Callable[[], None]] = {"fleetgnn": _Epochs(engine, per_call)}
+    diffs: dict[str, float] = {}
+    skipped = {}
+    if has_pyg():
+        engine.model.eval()
+        with torch.no_grad():
+            ref = engine.model([engine.full_aggregator] * 2, engine.x)
+        engine.model.train()
+        train = engine.train_ids.to(engine.device)
+        target = engine.y[train]
+        for label in formats:
+            adj = graph_to_pyg(graph, PYG_FORMATS[label], engine.dtype, engine.device)
+            model = PygGCN(dims, 0.5).to(engine.device)
+            copy_weights(engine.model, model, "gcn")
+            model.eval()
+            with torch.no_grad():
+                diffs[label] = float((model(engine.x, adj) - ref).abs().max())
+            model.train()
+            opt = _optim(cfg, model)
+
+            def pyg_epochs(model: nn.Module = model, opt: Any = opt, adj: Tensor = adj) -> None:
+                for _ in range(per_call):
+                    _pyg_step(model, opt, lambda: model(engine.x, adj)[train], target)
+
+            calls[label] = pyg_epochs
+    else:
+        skipped["PyG GCNConv"] = NO_PYG
+    times = interleaved(calls, opts.repeat)
+    times = {k: [t / per_call for t in v] for k, v in times.items()}  # seconds per epoch
+    return measurement(
+        SECTION,
+        f"GCN full-graph epoch, {name}, 2 layers, hidden {hidden}",
+        threads,
+        times,
+        skipped=skipped,
+        extra={
+            "max_abs_logit_diff": diffs,
+            "epochs_per_call": per_call,
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "config": cfg.to_dict(),
+        },
+    )
+
+
+def sage_minibatch(opts: Any, threads: int, graph: Graph, name: str, hidden: int) -> dict[str, Any]:
+    """Mini-batch GraphSAGE epochs: fleetgnn (sampling and gathering included) vs PyG."""
+    fanouts = [15, 10, 5]
+    engine, cfg = reference_engine(
+        graph,
+        [
+            "model.name=sage",
+            "train.mode=minibatch",
+            f"model.num_layers={len(fanouts)}",
+            f"model.hidden={hidden}",
+            "model.dropout=0.5",
+            f"train.fanouts={fanouts}",
+            "train.batch_size=1024",
+        ],
+    )
+    dims = [engine.x.shape[1], *[hidden] * (len(fanouts) - 1), engine.num_classes]
+    calls: dict[str, Callable[[], None]] = {"fleetgnn": _Epochs(engine, 1)}
+    diffs: dict[str, float] = {}
+    skipped = {}
+    if not has_pyg():
+        skipped["PyG NeighborLoader + SAGEConv"] = NO_PYG
+    else:
+        missing = neighbor_loader_missing()
+        if missing is None:
+            calls["PyG NeighborLoader + SAGEConv"] = _neighbor_loader_epoch(engine, cfg, dims)
+        else:
+            skipped["PyG NeighborLoader + SAGEConv"] = missing
+        # PyG's layers on fleetgnn's blocks: the same samples, model compute compared
+        aggs, x, seeds, _ = engine.batch(0, 0)
+        blocks = engine.sampler.sample(seeds.cpu(), 0, 0)
+        engine.model.eval()
+        with torch.no_grad():
+            ref = engine.model(aggs, x)
+        engine.model.train()
+        model = PygSAGE(dims, 0.5).to(engine.device)
+        copy_weights(engine.model, model, "sage")
+        model.eval()
+        with torch.no_grad():
+            got = model(x, [block_to_pyg(b, "csr", engine.device, engine.dtype) for b in blocks])
+        label = "PyG SAGEConv (CSR adj_t) on fleetgnn's samples"
+        diffs[label] = float((got - ref).abs().max())
+        model.train()
+        calls[label] = _blocks_epoch(engine, model, _optim(cfg, model))
+    times = interleaved(calls, opts.repeat)
+    return measurement(
+        SECTION,
+        f"GraphSAGE mini-batch epoch, {name}, 3 layers, hidden {hidden}, fanouts 15,10,5, "
+        f"batch 1024 ({engine.steps_per_epoch()} steps)",
+        threads,
+        times,
+        skipped=skipped,
+        extra={
+            "max_abs_logit_diff": diffs,
+            "steps_per_epoch": engine.steps_per_epoch(),
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "config": cfg.to_dict(),
+        },
+    )
+
+
+def _blocks_epoch(engine: Any, model: PygSAGE, opt: torch.optim.Optimizer) -> Callable[[], None]:
+    """One epoch of PyG's SAGE on the blocks fleetgnn's sampler draws for that epoch."""
+    state = {"epoch": 0}
+
+    def epoch() -> None:
+        e = state["epoch"]
+        state["epoch"] += 1
+        dev = engine.device
+        for step in range(engine.steps_per_epoch()):
+            seeds = engine.loader.batch(e, step)
+            blocks = engine.sampler.sample(seeds, e, step)
+            graphs = [block_to_pyg(b, "csr", dev, engine.dtype) for b in blocks]
+            x = engine.x[blocks[0].src_ids.to(dev)]
+            target = engine.y[seeds.to(dev)]
+            _pyg_step(model, opt, lambda x=x, graphs=graphs: model(x, graphs), target)
+
+    return epoch
+
+
+def _neighbor_loader_epoch(engine: Any, cfg: Config, dims: list[int]) -> Callable[[], None]:
+    """One epoch of PyG's ``NeighborLoader`` + ``SAGEConv`` over the engine's graph and data."""
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
+
+    edge_index = graph_to_pyg(engine.graph, "edge_index", engine.dtype, torch.device("cpu"))
+    data = Data(x=engine.x.cpu(), y=engine.y.cpu(), edge_index=edge_index)
+    data.num_nodes = engine.graph.num_nodes
+    loader = NeighborLoader(
+        data,
+        num_neighbors=list(cfg.train.fanouts),
+        batch_size=cfg.train.batch_size,
+        input_nodes=engine.train_ids,
+        shuffle=True,
+    )
+    model = PygSAGEFull(dims, 0.5).to(engine.device)
+    copy_weights(engine.model, model, "sage")
+    opt = _optim(cfg, model)
+
+    def epoch() -> None:
+        for batch in loader:
+            batch = batch.to(engine.device)
+            n = int(batch.batch_size)
+            _pyg_step(
+                model,
+                opt,
+                lambda b=batch, n=n: model(b.x, b.edge_index)[:n],
+                batch.y[:n],
+            )
+
+    return epoch
+
+
+def run(
+    opts: Any,
+    threads: int,
+    log: Callable[[str], None],
+    small: tuple[Graph, str],
+    large: tuple[Graph, str],
+) -> list[dict[str, Any]]:
+    """The epoch measurements: GCN on the small and the large graph, SAGE on the large one."""
+    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+    rows = []
+    small_g, small_name = small
+    large_g, large_name = large
+    rows.append(gcn_full(opts, threads, small_g, small_name, 16, 5 if opts.quick else 20))
+    log(progress_line(rows[-1]))
+    # PyG's edge_index path is 5-10x slower than its CSR one on the large graph: CSR only there
+    csr = ("PyG GCNConv, CSR adj_t",)
+    rows.append(gcn_full(opts, threads, large_g, large_name, 128, 1, formats=csr))
+    log(progress_line(rows[-1]))
+    rows.append(sage_minibatch(opts, threads, large_g, large_name, 128))
+    log(progress_line(rows[-1]))
+    return rows

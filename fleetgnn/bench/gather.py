@@ -1,0 +1,81 @@
+"""Section ``gather``: feature rows read through the unified store against plain indexing.
+
+One process, :class:`~fleetgnn.store.UnifiedStore` over ``products-like``'s features, random
+node IDs (the size of a sampled batch's input), two placements:
+
+- every row on the device tier (in memory): against ``torch.index_select`` on a plain tensor
+  holding the features;
+- every row on the disk tier (the dataset's memory map, page-cached after the first call):
+  against NumPy fancy indexing of the same memory map, and ``index_select`` in memory;
+
+and the memcpy limit: the seconds ``copy_`` needs to read and write the gathered bytes at the
+bandwidth measured in the same run. Rates are gathered GB per second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from fleetgnn.bench.ops import memcpy_gbps
+from fleetgnn.bench.report import measurement, progress_line
+from fleetgnn.bench.timing import interleaved
+from fleetgnn.graph import Graph
+from fleetgnn.store import TierBudgets, UnifiedStore
+
+SECTION = "gather"
+
+
+def run(
+    opts: Any, threads: int, log: Callable[[str], None], graph: Graph, name: str
+) -> list[dict[str, Any]]:
+    """Both gather measurements on ``graph`` (named ``name`` in the table)."""
+    x_map = graph.x
+    if x_map is None:
+        raise ValueError(f"{name} has no features to gather")
+    x = torch.from_numpy(np.array(x_map))  # a private in-memory copy
+    n_ids = min(graph.num_nodes, 20_000 if opts.quick else 200_000)
+    ids = torch.from_numpy(np.random.default_rng(2).integers(0, graph.num_nodes, n_ids))
+    np_ids = ids.numpy()
+    nbytes = n_ids * x.shape[1] * x.element_size()
+    bw = memcpy_gbps((32 if opts.quick else 256) << 20, opts.repeat)
+    limit = {"memcpy of the gathered bytes": 2 * nbytes / (bw * 1e9)}
+    rows = []
+    everything = int(np.asarray(graph.indptr).nbytes + np.asarray(graph.indices).nbytes) + int(
+        x.numel() * x.element_size()
+    )
+    placements = {
+        "device tier (in memory)": TierBudgets(device=2 * everything, host=0),
+        "disk tier (page-cached memory map)": TierBudgets(),
+    }
+    for where, budgets in placements.items():
+        store = UnifiedStore.build(graph, budgets=budgets, name=f"bench{threads}")
+        try:
+            if not torch.equal(store.gather(ids[:100]), x[ids[:100]]):
+                raise RuntimeError("the store's rows differ from the features")
+            calls = {
+                "fleetgnn": lambda store=store: store.gather(ids),
+                "torch index_select": lambda: torch.index_select(x, 0, ids),
+            }
+            if "disk" in where:
+                calls["NumPy fancy index of the memory map"] = lambda: x_map[np_ids]
+            times = interleaved(calls, opts.repeat)
+        finally:
+            store.close()
+        work = dict.fromkeys(calls, nbytes / 1e9)
+        row = measurement(
+            SECTION,
+            f"store gather of {n_ids:,} random rows x {x.shape[1]} float32, {where}, {name}",
+            threads,
+            times,
+            work=work,
+            unit="GB/s",
+            limits=limit,
+            extra={"bytes": nbytes, "memcpy_gbps": bw},
+        )
+        rows.append(row)
+        log(progress_line(row))
+    return rows

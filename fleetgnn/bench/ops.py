@@ -1,0 +1,158 @@
+"""Section ``ops``: sparse aggregation (``gspmm``) and keyed dropout against their peers.
+
+- ``gspmm`` sum and mean, forward and forward + backward, on a uniform random graph, against a
+  plain torch ``index_add`` and PyG's ``SimpleConv`` (when it imports), and against the memcpy
+  limit: the seconds a ``copy_`` at the bandwidth measured in the same run needs for the bytes of
+  one pass (indices and edge values 12 B/edge, one source row read per edge and one destination
+  row written: ``4 * D * (E + M)`` bytes).
+- keyed dropout (the mask a pure function of seed, step, layer, node ID and column, so every
+  engine draws the same one) against ``torch.nn.functional.dropout``, forward and forward +
+  backward, on Cora's input shape and on a hidden layer.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fleetgnn.bench.data import CORA_SHAPE, random_adjacency
+from fleetgnn.bench.peers import NO_PYG, pyg_gspmm, torch_gspmm
+from fleetgnn.bench.report import measurement, progress_line
+from fleetgnn.bench.timing import interleaved, median_time
+from fleetgnn.ops import gspmm, keyed_dropout, structure
+
+SECTION = "ops"
+
+
+def memcpy_gbps(nbytes: int, repeat: int) -> float:
+    """Streaming copy bandwidth: bytes read + written per second (GB/s) of ``copy_``."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32).uniform_()
+    dst = torch.empty_like(src)
+    t = median_time(lambda: dst.copy_(src), repeat)
+    return 2 * src.numel() * 4 / t / 1e9
+
+
+def _sizes(quick: bool) -> dict[str, int]:
+    if quick:
+        return {"nodes": 20_000, "edges": 200_000, "dim": 32, "rows": 20_000, "width": 64}
+    return {"nodes": 100_000, "edges": 2_000_000, "dim": 64, "rows": 100_000, "width": 256}
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k"
+
+
+def run(opts: Any, threads: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Every ``ops`` measurement at the current thread count."""
+    size = _sizes(opts.quick)
+    rows: list[dict[str, Any]] = []
+    bw = memcpy_gbps((32 if opts.quick else 256) << 20, opts.repeat)
+    log(f"memcpy (copy_) {bw:.1f} GB/s")
+    rows += _gspmm_rows(size, threads, opts.repeat, bw, log)
+    rows += _dropout_rows(size, threads, opts.repeat, log)
+    return rows
+
+
+def _gspmm_rows(
+    size: dict[str, int], threads: int, repeat: int, bw: float, log: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    adj = random_adjacency(size["nodes"], size["edges"])
+    structure(adj).transposed()  # the cached transpose, built outside the timed region
+    peers: dict[str, Callable[[torch.Tensor, str], torch.Tensor]] = {
+        "torch index_add": torch_gspmm(adj)
+    }
+    skipped = {}
+    pyg = pyg_gspmm(adj)
+    if pyg is None:
+        skipped["PyG SimpleConv"] = NO_PYG
+    else:
+        peers["PyG SimpleConv"] = pyg
+    d, e, m = size["dim"], adj.num_edges, adj.num_dst
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(adj.num_src, d, generator=gen)
+    grad = torch.randn(m, d, generator=gen)
+    nbytes = 12 * e + 4 * d * (e + m)
+    shape = f"{_count(adj.num_src)} nodes / {_count(e)} edges, D={d}"
+    rows = []
+    for reduce in ("sum", "mean"):
+        impls = {"fleetgnn": functools.partial(gspmm, adj), **peers}
+        for direction, make in (("forward", _forward), ("forward+backward", _forward_backward)):
+            times = interleaved({k: make(fn, x, grad, reduce) for k, fn in impls.items()}, repeat)
+            limit = nbytes / (bw * 1e9) * (1 if direction == "forward" else 2)
+            row = measurement(
+                SECTION,
+                f"gspmm {reduce} {direction}, {shape}",
+                threads,
+                times,
+                limits={"memcpy of the same bytes": limit},
+                skipped=skipped,
+                extra={"bytes_per_pass": nbytes, "memcpy_gbps": bw},
+            )
+            rows.append(row)
+            log(progress_line(row))
+    return rows
+
+
+def _dropout_rows(
+    size: dict[str, int], threads: int, repeat: int, log: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    rows = []
+    shapes = {
+        "Cora input": (CORA_SHAPE["num_nodes"], CORA_SHAPE["num_features"]),
+        "hidden layer": (size["rows"], size["width"]),
+    }
+    gen = torch.Generator().manual_seed(0)
+    for name, (n, w) in shapes.items():
+        x = torch.randn(n, w, generator=gen)
+        g = torch.randn(n, w, generator=gen)
+        ids = torch.randperm(10 * n, generator=gen)[:n]
+        impls = {"fleetgnn": functools.partial(_keyed, ids=ids), "F.dropout": _torch_dropout}
+        for direction, make in (("forward", _forward), ("forward+backward", _forward_backward)):
+            times = interleaved({k: make(fn, x, g) for k, fn in impls.items()}, repeat)
+            row = measurement(
+                SECTION,
+                f"keyed dropout {direction}, {name} {n}x{w}, p=0.5",
+                threads,
+                times,
+                extra={"rows": n, "width": w},
+            )
+            rows.append(row)
+            log(progress_line(row))
+    return rows
+
+
+def _keyed(x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    return keyed_dropout(x, 0.5, 0, 1, 2, ids)
+
+
+def _torch_dropout(x: torch.Tensor) -> torch.Tensor:
+    return F.dropout(x, 0.5, training=True)
+
+
+def _forward(
+    fn: Callable[..., torch.Tensor], x: torch.Tensor, grad: torch.Tensor, *args: Any
+) -> Callable[[], None]:
+    """A call of ``fn(x, *args)`` without autograd (``grad`` unused)."""
+
+    def call() -> None:
+        with torch.no_grad():
+            fn(x, *args)
+
+    return call
+
+
+def _forward_backward(
+    fn: Callable[..., torch.Tensor], x: torch.Tensor, grad: torch.Tensor, *args: Any
+) -> Callable[[], None]:
+    """A call of ``fn(x, *args).backward(grad)`` (``x`` requires grad; its grad is reset)."""
+    xg = x.detach().requires_grad_(True)
+
+    def call() -> None:
+        xg.grad = None
+        fn(xg, *args).backward(grad)
+
+    return call

@@ -1,0 +1,223 @@
+"""The suite behind ``fleetgnn bench``: every section, at every thread count, into one result.
+
+Sections (``--only`` picks some): ``ops`` (``gspmm``, keyed dropout), ``sampler``, ``gather``
+(the unified store), ``epoch`` (reference engine vs PyG, full-graph and mini-batch), ``trainer``
+(a whole ``Trainer.fit`` epoch, evaluation included, vs PyG's loop) and ``engines`` (every
+distributed engine with 2 processes vs the reference). The single-process sections run once per
+thread count (``torch.set_num_threads``; by default 1 and all usable cores); ``engines`` runs once,
+with 1 thread per process.
+
+Datasets: ``products-like --scale 0.05`` (``0.005`` with ``--quick``), generated once into the
+cache directory; Cora from ``--cora`` (a prepared dataset or Planetoid's ``ind.cora.*`` files),
+else a synthetic graph of Cora's shape. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fleetgnn.bench import engines, epoch, gather, ops, sampler, trainer
+from fleetgnn.bench.data import cached_dataset, cora, cora_sized, dataset_dir, default_cache_dir
+from fleetgnn.bench.machine import loadavg, machine_info, usable_cpus
+from fleetgnn.bench.report import RESULTS_FORMAT
+from fleetgnn.errors import ConfigError
+from fleetgnn.graph import Graph
+
+#: Every section, in the order they run.
+SECTIONS: tuple[str, ...] = ("ops", "sampler", "gather", "epoch", "trainer", "engines")
+#: Sections that run once (their own processes), not once per thread count.
+ONCE: frozenset[str] = frozenset({"engines"})
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchOptions:
+    """What ``fleetgnn bench`` runs.
+
+    Attributes:
+        quick: Small sizes and graphs (a smoke run of about a minute); leaves out ``engines``
+            unless ``only`` names it.
+        threads: torch intra-op thread counts, each a separate pass over the sections.
+        repeat: Timed repetitions per measurement (the median is reported).
+        only: The sections to run (default: all).
+        cache_dir: Where generated datasets are kept.
+        cora: Cora (a prepared dataset directory or Planetoid's raw files), or None for a
+            Cora-sized synthetic graph.
+        scale: ``products-like`` scale of the large graph (default 0.05; 0.005 quick).
+    """
+
+    quick: bool = False
+    threads: tuple[int, ...] = (1,)
+    repeat: int = 3
+    only: tuple[str, ...] = SECTIONS
+    cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
+    cora: Path | None = None
+    scale: float | None = None
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.only if s not in SECTIONS]
+        if bad or not self.only:
+            raise ConfigError(
+                f"--only {','.join(self.only) or '(empty)'}: unknown section "
+                f"{', '.join(map(repr, bad)) or '(none given)'}; choose from {', '.join(SECTIONS)}"
+            )
+        if not self.threads or any(t < 1 for t in self.threads):
+            raise ConfigError(f"--threads {self.threads}: need thread counts >= 1, e.g. 1,2")
+        if self.repeat < 1:
+            raise ConfigError(f"--repeat {self.repeat}: need at least 1 repetition")
+        if self.scale is not None and not 0 < self.scale <= 1:
+            raise ConfigError(f"--scale {self.scale}: need a products-like scale in (0, 1]")
+
+    @property
+    def large_scale(self) -> float:
+        """The ``products-like`` scale of the large graph."""
+        return self.scale if self.scale is not None else (0.005 if self.quick else 0.05)
+
+    @property
+    def sections(self) -> tuple[str, ...]:
+        """The sections that run, in order (``--quick`` drops ``engines`` unless named)."""
+        named = set(self.only) != set(SECTIONS)
+        return tuple(
+            s for s in SECTIONS if s in self.only and (s != "engines" or not self.quick or named)
+        )
+
+
+def parse_threads(text: str) -> tuple[int, ...]:
+    """``"1,2"`` -> ``(1, 2)``; ``"all"`` stands for the usable cores.
+
+    Raises:
+        ConfigError: A part is not a positive integer or ``all``.
+    """
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if part == "all":
+            out.append(usable_cpus())
+        elif part.isdigit() and int(part) >= 1:
+            out.append(int(part))
+        else:
+            raise ConfigError(
+                f"--threads {text!r}: {part!r} is not a thread count; give integers >= 1 or "
+                f"'all', separated by commas (e.g. 1,all)"
+            )
+    return tuple(dict.fromkeys(out))
+
+
+def default_threads() -> tuple[int, ...]:
+    """One thread and all usable cores (one entry on a one-core machine)."""
+    return tuple(dict.fromkeys((1, usable_cpus())))
+
+
+def run_suite(
+    opts: BenchOptions, log: Callable[[str], None], command: Sequence[str] = ("fleetgnn", "bench")
+) -> dict[str, Any]:
+    """Run the selected sections; returns the JSON-ready results (see :mod:`~fleetgnn.bench`).
+
+    Args:
+        opts: What to run.
+        log: Receives one line per step and per measurement (progress).
+        command: The command line, recorded in the results.
+    """
+    for message in (
+        "Sparse CSR tensor support is in beta",
+        "Sparse invariant checks are implicitly disabled",
+    ):
+        warnings.filterwarnings("ignore", message=message)
+    t_start = time.perf_counter()
+    sections = opts.sections
+    machine = machine_info("cpu")
+    datasets: dict[str, Any] = {}
+    large: tuple[Graph, str] | None = None
+    small: tuple[Graph, str] | None = None
+    if {"sampler", "gather", "epoch", "engines"} & set(sections):
+        graph, gen_s = cached_dataset(opts.cache_dir, "products-like", opts.large_scale)
+        large = (graph, f"products-like x{opts.large_scale:g}")
+        datasets["large"] = _describe(graph, large[1], gen_s)
+        origin = f"generated in {gen_s:.1f} s" if gen_s else "cached"
+        log(f"dataset {large[1]}: {graph!r} ({origin})")
+    if {"epoch", "trainer"} & set(sections):
+        if opts.cora is not None:
+            small = (cora(opts.cora, opts.cache_dir), "Cora")
+        else:
+            small = (cora_sized(), "Cora-sized synthetic")
+        datasets["small"] = _describe(small[0], small[1], 0.0)
+        log(f"dataset {small[1]}: {small[0]!r}")
+    steps = [(s, t) for t in opts.threads for s in sections if s not in ONCE]
+    steps += [(s, 1) for s in sections if s in ONCE]
+    rows: list[dict[str, Any]] = []
+    section_s: dict[str, float] = {}
+    saved_threads = torch.get_num_threads()
+    try:
+        for i, (section, threads) in enumerate(steps, 1):
+            log(f"[{i}/{len(steps)}] {section}, {threads} thread(s) ...")
+            torch.set_num_threads(threads)
+            t0 = time.perf_counter()
+            rows += _run_section(section, opts, threads, log, small, large)
+            dt = time.perf_counter() - t0
+            section_s[f"{section}@{threads}"] = dt
+            log(f"[{i}/{len(steps)}] {section}, {threads} thread(s): {dt:.1f} s")
+    finally:
+        torch.set_num_threads(saved_threads)
+    return {
+        "format": RESULTS_FORMAT,
+        "command": " ".join(command),
+        "date": machine["date"],
+        "machine": machine,
+        "settings": {
+            "quick": opts.quick,
+            "threads": list(opts.threads),
+            "repeat": opts.repeat,
+            "sections": list(sections),
+            "cache_dir": str(opts.cache_dir),
+            "cora": None if opts.cora is None else str(opts.cora),
+            "large_scale": opts.large_scale,
+        },
+        "sections": list(sections),
+        "datasets": datasets,
+        "rows": rows,
+        "section_wall_s": section_s,
+        "wall_s": time.perf_counter() - t_start,
+        "loadavg_end": loadavg(),
+    }
+
+
+def _describe(graph: Graph, name: str, gen_s: float) -> dict[str, Any]:
+    return {
+        "name": name,
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
+        "num_features": graph.num_features,
+        "num_classes": graph.num_classes,
+        "generate_s": gen_s or None,
+    }
+
+
+def _run_section(
+    section: str,
+    opts: BenchOptions,
+    threads: int,
+    log: Callable[[str], None],
+    small: tuple[Graph, str] | None,
+    large: tuple[Graph, str] | None,
+) -> list[dict[str, Any]]:
+    if section == "ops":
+        return ops.run(opts, threads, log)
+    if section == "trainer":
+        assert small is not None
+        return trainer.run(opts, threads, log, *small)
+    assert large is not None
+    if section == "sampler":
+        return sampler.run(opts, threads, log, *large)
+    if section == "gather":
+        return gather.run(opts, threads, log, *large)
+    if section == "epoch":
+        assert small is not None
+        return epoch.run(opts, threads, log, small, large)
+    path = dataset_dir(opts.cache_dir, "products-like", opts.large_scale)
+    return engines.run(opts, log, large[0], path, large[1])
