@@ -49,6 +49,8 @@ _LAZY: dict[str, str] = {
     "Trainer": "fleetgnn.train",
     "engine_from_config": "fleetgnn.train",
     "read_metrics": "fleetgnn.train",
+    "predict": "fleetgnn.train.export",
+    "embed": "fleetgnn.train.export",
 }
 
 

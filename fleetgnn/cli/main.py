@@ -1,4 +1,4 @@
-"""The ``fleetgnn`` command line: ``prepare``, ``partition``, ``info``, ``train``.
+"""The ``fleetgnn`` command line (``prepare``, ``train``, ``predict``, ``embed``, ...).
 
 User errors (:class:`~fleetgnn.errors.FleetgnnError`, a full disk included) print one line and
 exit with status 2; add ``--verbose`` to see the traceback (and, for a failed worker, the
@@ -450,6 +450,31 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return run_train(args)
 
 
+def _add_infer(sub: Any) -> None:
+    from fleetgnn.cli.infer import add_embed, add_predict
+
+    add_predict(sub)
+    add_embed(sub)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from fleetgnn.cli.infer import run_export
+
+    return run_export(args)
+
+
+def _add_bench(sub: Any) -> None:
+    from fleetgnn.cli.bench import add_bench
+
+    add_bench(sub)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from fleetgnn.cli.bench import run_bench
+
+    return run_bench(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``fleetgnn`` command."""
     parser = argparse.ArgumentParser(
@@ -463,7 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_partition(sub)
     _add_info(sub)
     _add_train(sub)
+    _add_infer(sub)
     _add_plan(sub)
+    _add_report(sub)
+    _add_bench(sub)
     return parser
 
 
@@ -472,7 +500,11 @@ _COMMANDS = {
     "partition": _cmd_partition,
     "info": _cmd_info,
     "train": _cmd_train,
+    "predict": _cmd_export,
+    "embed": _cmd_export,
     "plan": _cmd_plan,
+    "report": _cmd_report,
+    "bench": _cmd_bench,
 }
 
 

@@ -34,6 +34,7 @@ ORDERS: tuple[str, ...] = ("graph_first", "features_first")
 GATHERS: tuple[str, ...] = ("auto", "one_sided", "two_sided")
 PARTITIONS: tuple[str, ...] = ("range", "metis")
 SPLIT_PARTITIONS: tuple[str, ...] = ("metis", "random", "range", "hash")
+EVAL_NODES: tuple[str, ...] = ("all", "labelled")
 
 
 def _check_choice(key: str, value: Any, choices: tuple[Any, ...]) -> None:
@@ -105,10 +106,18 @@ class SampledConfig(EngineConfig):
             per-rank slots (>= 1).
         fanouts: Neighbours sampled per hop, the hop next to the seeds first; one per model
             layer, each >= 1 or -1 for all neighbours.
+        eval_nodes: Destinations of evaluation's last layer (streaming layer-wise inference):
+            ``"all"`` every node, ``"labelled"`` only the nodes of the train/val/test masks
+            (the same metrics; the earlier layers still cover every node).
+        scratch_dir: Where evaluation keeps its per-layer ``[N, width]`` scratch files (in a
+            temporary directory of its own, removed afterwards; ``None``: the system's temporary
+            directory; ``fleetgnn train`` passes the run directory).
     """
 
     batch_size: int = 1024
     fanouts: tuple[int, ...] = (10, 10)
+    eval_nodes: str = "all"
+    scratch_dir: str | None = None
 
     RESUME_KEYS: ClassVar[tuple[str, ...]] = (*EngineConfig.RESUME_KEYS, "batch_size", "fanouts")
 
@@ -118,6 +127,7 @@ class SampledConfig(EngineConfig):
         if self.batch_size < 1:
             raise ConfigError(f"batch_size={self.batch_size!r} is invalid: must be >= 1")
         _check_fanouts(self.fanouts)
+        _check_choice("eval_nodes", self.eval_nodes, EVAL_NODES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,8 @@ A :class:`Config` has four sections and a run directory::
     model:  {name, hidden, num_layers, dropout, heads, norm, residual}
     optim:  {lr, weight_decay, optimizer}
     train:  {engine, mode, epochs, batch_size, fanouts, eval_every, patience, seed,
-             checkpoint_every, max_steps, device, dtype, nproc, max_restarts, threads}
+             checkpoint_every, checkpoint_interval, max_steps, device, dtype, nproc,
+             max_restarts, threads, eval_nodes}
     run_dir: str | null
 
 :func:`load_config` reads an optional YAML file (any subset of the keys; missing keys keep their
@@ -33,6 +34,7 @@ import yaml
 from fleetgnn.config.engines import (
     DTYPES,
     ENGINES,
+    EVAL_NODES,
     FEATURE_NORMS,
     GATHERS,
     ORDERS,
@@ -158,6 +160,13 @@ class TrainConfig:
         threads: Intra-op CPU threads of each process (``torch.set_num_threads``). ``None``: the
             ``fleetgnn train`` command resolves it (``$OMP_NUM_THREADS`` when set, else the usable
             cores divided by the processes on this host, at least 1) and records the value used.
+        eval_nodes: Which nodes evaluation's last layer computes in the sampled engines'
+            streaming layer-wise inference (``reference`` in minibatch mode, ``minibatch``,
+            ``split``): ``"all"`` (default) every node, ``"labelled"`` only the nodes in the
+            train/val/test masks. The metrics are the same (only masked nodes count); the earlier
+            layers still cover every node, so ``labelled`` saves the last layer's work on
+            graphs where few nodes are labelled. ``fullgraph`` and ``offload`` evaluate the whole
+            graph in their own forward pass and ignore it.
     """
 
     MODES: ClassVar[tuple[str | None, ...]] = ("full", "minibatch", None)
@@ -172,17 +181,20 @@ class TrainConfig:
     patience: int | None = None
     seed: int = 0
     checkpoint_every: int = 50
+    checkpoint_interval: float = 60.0
     max_steps: int | None = None
     device: str = "cpu"
     dtype: str = "float32"
     nproc: int = 1
     max_restarts: int = 0
     threads: int | None = None
+    eval_nodes: str = "all"
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "engine": tuple(ENGINES),
         "mode": MODES,
         "dtype": DTYPES,
+        "eval_nodes": EVAL_NODES,
     }
 
 
@@ -397,7 +409,8 @@ class Config:
 
         Each field of the engine's config class takes the value of the key of the same name in
         the first section (of the registry entry's ``sections``) that has it; ``feature_norm``
-        comes from ``data``, ``mode`` is :attr:`mode`. Fields no section has keep their defaults,
+        comes from ``data``, ``mode`` is :attr:`mode`, ``scratch_dir`` (evaluation's scratch
+        files) is :attr:`run_dir`. Fields no section has keep their defaults,
         and so does ``feature_norm`` while ``data.feature_norm`` is ``None`` (the dataset's
         transform, which only the dataset knows: resolve it first with
         :func:`fleetgnn.train.resolve_feature_norm`, as ``fleetgnn train`` and
@@ -408,6 +421,9 @@ class Config:
         for f in dataclasses.fields(spec.config_cls):
             if f.name == "mode":
                 values["mode"] = self.mode
+                continue
+            if f.name == "scratch_dir":
+                values["scratch_dir"] = self.run_dir
                 continue
             for section in spec.sections:
                 sec = getattr(self, section)

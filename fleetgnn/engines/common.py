@@ -157,95 +157,6 @@ def all_reduce_gradients(model: torch.nn.Module, comm: Any) -> None:
         off += n
 
 
-@torch.no_grad()
-def layerwise_inference(
-    module: torch.nn.Module,
-    topology: Any,
-    features: Callable[[torch.Tensor], torch.Tensor],
-    num_nodes: int,
-    comm: Any,
-    *,
-    device: torch.device | str,
-    dtype: torch.dtype,
-    chunk_size: int = 65536,
-) -> tuple[torch.Tensor, int, int]:
-    """Full-neighbour inference, one layer at a time over all nodes, spread over ranks.
-
-    Rank ``r`` computes each layer's output for its contiguous range of ``[0, N)`` (chunks of
-    ``chunk_size`` destinations) and the ranges are all-gathered through ``comm`` (metered), so
-    the next layer sees every node's activation. Eval mode, no dropout; the module's training
-    flag is restored. Memory per rank: one ``[N, width]`` activation per layer.
-
-    Args:
-        module: The layer-wise model (unwrapped).
-        topology: A sampler topology source (``GraphTopology`` or a store).
-        features: ``ids -> [len(ids), F]`` input rows, cast and normalised.
-        num_nodes: ``N``.
-        comm: The communicator (world size 1 works).
-        device: Where the computation runs.
-        dtype: The model's dtype.
-        chunk_size: Destinations per block.
-
-    Returns:
-        ``(logits of this rank's range, lo, hi)``.
-    """
-    from fleetgnn.nn import LocalAggregator
-    from fleetgnn.sampling import full_neighbor_block
-
-    w, r = int(comm.world_size), int(comm.rank)
-    bounds = np.linspace(0, num_nodes, w + 1).astype(np.int64)
-    lo, hi = int(bounds[r]), int(bounds[r + 1])
-    was_training = module.training
-    module.eval()
-    try:
-        h: torch.Tensor | None = None
-        num_layers = int(module.num_layers)
-        for layer in range(num_layers):
-            parts = []
-            # an empty range still runs one empty chunk, so the output has the right width
-            for a in range(lo, hi, chunk_size) if hi > lo else [lo]:
-                ids = torch.arange(a, min(hi, a + chunk_size))
-                block = full_neighbor_block(topology, ids)
-                src = features(block.src_ids) if h is None else h[block.src_ids.to(device)]
-                agg = LocalAggregator(block.to(device), dtype=dtype, validate=False)
-                parts.append(module.layer_forward(layer, agg, src))
-            mine = torch.cat(parts)
-            if layer == num_layers - 1:
-                return mine, lo, hi
-            h = _all_gather_rows(mine, bounds, comm)
-        raise AssertionError("unreachable")  # pragma: no cover - num_layers >= 1
-    finally:
-        module.train(was_training)
-
-
-def range_metrics(
-    logits: torch.Tensor,
-    lo: int,
-    hi: int,
-    y: torch.Tensor,
-    masks: Mapping[str, torch.Tensor],
-    comm: Any,
-) -> dict[str, float]:
-    """:func:`split_metrics` of this rank's rows ``[lo, hi)``, summed over ranks (collective).
-
-    Numerators and denominators are all-reduced through ``comm`` before the divisions.
-    """
-    y_mine = y[lo:hi].to(logits.device)
-    mine = {k: m[lo:hi].to(logits.device) for k, m in masks.items()}
-    return split_metrics(logits, y_mine, mine, comm.all_reduce_sum)
-
-
-def _all_gather_rows(mine: torch.Tensor, bounds: np.ndarray, comm: Any) -> torch.Tensor:
-    """Every rank's rows of contiguous ranges ``bounds``, concatenated (padded all-gather)."""
-    if comm.world_size == 1:
-        return mine
-    sizes = np.diff(bounds)
-    padded = mine.new_zeros((int(sizes.max()), *mine.shape[1:]))
-    padded[: mine.shape[0]] = mine
-    out = comm.all_gather(padded)
-    return torch.cat([o[: int(n)] for o, n in zip(out, sizes, strict=True)])
-
-
 def default_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer an engine uses when none is given: Adam, lr 0.01."""
     return torch.optim.Adam(model.parameters(), lr=0.01)
@@ -392,10 +303,21 @@ def split_metrics(
     t = torch.tensor(sums, dtype=torch.float64)
     if reduce is not None:
         t = reduce(t)
+    return metrics_from_sums(keys, t, "val" in masks)
+
+
+def metrics_from_sums(keys: Sequence[str], t: torch.Tensor, has_val: bool) -> dict[str, float]:
+    """The metrics of :func:`split_metrics` from its sums (already summed over ranks).
+
+    Args:
+        keys: The splits, in :data:`SPLITS` order.
+        t: float64 ``[correct_0, count_0, correct_1, count_1, ..., (val loss sum)]``.
+        has_val: Whether the last entry is the validation loss sum.
+    """
     out: dict[str, float] = {}
     for i, s in enumerate(keys):
         out[f"{s}_acc"] = float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else float("nan")
-    if "val" in masks:
-        n_val = float(t[2 * keys.index("val") + 1])
+    if has_val:
+        n_val = float(t[2 * list(keys).index("val") + 1])
         out["val_loss"] = float(t[-1] / n_val) if n_val else float("nan")
     return out

@@ -16,10 +16,11 @@ Overlap: a background thread samples and gathers the next step's batch while the
 trains (WholeGraph/XGNN's pipeline). ``EpochStats.extra['prefetch_hidden_s']`` reports how much of
 the sampling and gathering time was hidden behind training.
 
-Memory: every rank holds the model, its device shard of the store, a mapping of its host's host
-tier (one copy per host, at most ``host_budget`` bytes), and during evaluation one
-``[N, hidden]`` activation tensor per layer (layer-wise inference all-gathers each layer's output;
-``O(N * hidden)`` bytes per rank).
+Memory: every rank holds the model, its device shard of the store and a mapping of its host's
+host tier (one copy per host, at most ``host_budget`` bytes). Evaluation streams
+(:func:`~fleetgnn.engines.inference.streaming_metrics`): each layer's output goes to a scratch file
+(in the run directory, ``scratch_dir``) chunk by chunk, so it adds one chunk's rows
+(:attr:`MinibatchEngine.chunking`), never an ``[N, hidden]`` array.
 
 Hosts: with ``gather="auto"`` (default) peers' device shards are read one-sided from shared
 memory when every rank runs on one host, and with the two-sided gather (all-to-all) when the ranks
@@ -55,14 +56,13 @@ from fleetgnn.engines.common import (
     LossFn,
     check_fanouts,
     labels_and_masks,
-    layerwise_inference,
     loss_sum,
     normalize_rows,
     num_classes_of,
-    range_metrics,
     setup_distributed,
     setup_model,
 )
+from fleetgnn.engines.inference import Chunking, streaming_metrics
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
@@ -180,8 +180,10 @@ class MinibatchEngine(EngineBase):
             topology=sc.topology,
             hosts=self.hosts,
         )
-        self.y, self.masks = labels_and_masks(graph)
+        self.y, _ = labels_and_masks(graph)
         self.num_classes = num_classes_of(graph)
+        #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
+        self.chunking = Chunking()
         module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere
         if ctx.world_size > 1:
             ddp = DistributedDataParallel(module, process_group=ctx.group, init_sync=False)
@@ -344,29 +346,27 @@ class MinibatchEngine(EngineBase):
         return StepStats(float(total.detach()), correct, count, times, traffic)
 
     # ------------------------------------------------------------------ evaluation
-    def infer(self, chunk_size: int = 65536) -> tuple[torch.Tensor, int, int]:
-        """Layer-wise full-neighbour inference spread over ranks, reading through the store.
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy per split and validation loss, summed over ranks (numerators/denominators).
 
-        See :func:`~fleetgnn.engines.common.layerwise_inference`.
-
-        Returns:
-            ``(logits of this rank's range, lo, hi)``.
+        Streaming layer-wise full-neighbour inference over each rank's node range, topology and
+        input rows read through the store (collective; see
+        :func:`~fleetgnn.engines.inference.streaming_metrics`), ``config.eval_nodes`` choosing
+        the last layer's nodes.
         """
-        return layerwise_inference(
+        return streaming_metrics(
             self.module,
+            self.graph,
             self.store,
             self._features,
-            self.graph.num_nodes,
-            self.comm,
+            comm=self.comm,
             device=self.device,
             dtype=self.dtype,
-            chunk_size=chunk_size,
+            eval_nodes=self.config.eval_nodes,
+            chunking=self.chunking,
+            scratch_dir=self.config.scratch_dir,
+            same_host=self.ctx.same_host,
         )
-
-    def evaluate(self) -> dict[str, float]:
-        """Accuracy per split and validation loss, summed over ranks (numerators/denominators)."""
-        logits, lo, hi = self.infer()
-        return range_metrics(logits, lo, hi, self.y, self.masks, self.comm)
 
     # ------------------------------------------------------------------ state
     def epoch_extra(self) -> dict[str, Any]:

@@ -10,8 +10,10 @@ Two modes over the same model objects:
 
 Dropout masks are keyed by ``(seed, global step, layer, node ID, feature)`` where the global step
 is ``epoch * steps_per_epoch + step``, so a resumed run draws exactly the masks of an
-uninterrupted one. Evaluation runs the model layer by layer over all nodes with full
-neighbourhoods (no sampling noise), in chunks of destination nodes so memory stays bounded.
+uninterrupted one. Evaluation in mini-batch mode runs the model layer by layer over all nodes with
+full neighbourhoods (no sampling noise), streaming chunks of destinations through per-layer
+scratch files (:func:`~fleetgnn.engines.inference.streaming_metrics`); in full mode it is one
+full-graph forward pass.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from fleetgnn.engines.common import (
     setup_model,
     split_metrics,
 )
+from fleetgnn.engines.inference import Chunking, streaming_metrics
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
@@ -97,6 +100,8 @@ class ReferenceEngine(EngineBase):
             )
             self.sampler = NeighborSampler(self.topology, list(config.fanouts), seed=self.seed)
         self._full_agg: LocalAggregator | None = None
+        #: How mini-batch-mode evaluation cuts the nodes into chunks (bounds its memory).
+        self.chunking = Chunking()
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -181,7 +186,11 @@ class ReferenceEngine(EngineBase):
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def infer(self, chunk_size: int = 65536) -> torch.Tensor:
-        """Logits of every node by layer-wise full-neighbour inference (eval mode, no dropout)."""
+        """Logits of every node by layer-wise full-neighbour inference (eval mode, no dropout).
+
+        In memory: every layer's ``[N, width]`` output is one tensor (the plain ground truth;
+        :meth:`evaluate` streams instead in mini-batch mode).
+        """
         self.model.eval()
         try:
             if self.mode == "full":
@@ -204,7 +213,24 @@ class ReferenceEngine(EngineBase):
             self.model.train()
 
     def evaluate(self) -> dict[str, float]:
-        """Accuracy per split and validation loss, from full-neighbour inference."""
-        return split_metrics(self.infer(), self.y, self.masks)
+        """Accuracy per split and validation loss, from full-neighbour inference.
+
+        Full mode: one full-graph forward pass. Mini-batch mode: streaming layer-wise inference
+        (:func:`~fleetgnn.engines.inference.streaming_metrics`; ``config.eval_nodes`` chooses the
+        last layer's nodes), input rows taken from the engine's features.
+        """
+        if self.mode == "full":
+            return split_metrics(self.infer(), self.y, self.masks)
+        return streaming_metrics(
+            self.model,
+            self.graph,
+            self.topology,
+            lambda ids: self.x[ids.to(self.device)],
+            device=self.device,
+            dtype=self.dtype,
+            eval_nodes=self.config.eval_nodes,
+            chunking=self.chunking,
+            scratch_dir=self.config.scratch_dir,
+        )
 
     # ------------------------------------------------------------------ state

@@ -61,14 +61,13 @@ from fleetgnn.engines.common import (
     all_reduce_gradients,
     check_fanouts,
     labels_and_masks,
-    layerwise_inference,
     loss_sum,
     normalize_rows,
     num_classes_of,
-    range_metrics,
     setup_distributed,
     setup_model,
 )
+from fleetgnn.engines.inference import Chunking, streaming_metrics
 from fleetgnn.errors import ConfigError
 from fleetgnn.exchange import HaloSpmm, block_layout, build_plan, requests_from_edges, send_lists
 from fleetgnn.graph import Graph
@@ -414,7 +413,9 @@ class SplitEngine(EngineBase):
         self.book = self._book(graph, sc, book)
         self.owner = np.asarray(self.book.part_of, dtype=np.int64)
         self.preprocess_s = time.perf_counter() - t0
-        self.y, self.masks = labels_and_masks(graph)
+        self.y, _ = labels_and_masks(graph)
+        #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
+        self.chunking = Chunking()
         self.num_classes = num_classes_of(graph)
         self.module = setup_model(self, model, optimizer, loss)
         self.model = self.module
@@ -659,17 +660,24 @@ class SplitEngine(EngineBase):
         return self._load(ids.numpy())[0]
 
     def evaluate(self) -> dict[str, float]:
-        """Accuracy per split and validation loss (layer-wise full-neighbour inference)."""
-        logits, lo, hi = layerwise_inference(
+        """Accuracy per split and validation loss (streaming layer-wise full-neighbour inference).
+
+        Each rank computes its node range chunk by chunk, input rows from its cache or host
+        memory; see :func:`~fleetgnn.engines.inference.streaming_metrics` (collective).
+        """
+        return streaming_metrics(
             self.module,
+            self.graph,
             self.topology,
             self._features,
-            self.graph.num_nodes,
-            self.comm,
+            comm=self.comm,
             device=self.device,
             dtype=self.dtype,
+            eval_nodes=self.config.eval_nodes,
+            chunking=self.chunking,
+            scratch_dir=self.config.scratch_dir,
+            same_host=self.ctx.same_host,
         )
-        return range_metrics(logits, lo, hi, self.y, self.masks, self.comm)
 
     # ------------------------------------------------------------------ state
     def epoch_extra(self) -> dict[str, Any]:

@@ -1,0 +1,535 @@
+"""Inference and export from a finished run: ``predict`` (classes, probabilities) and ``embed``.
+
+Both rebuild the run's model from ``RUN_DIR/config.yaml``, load its weights from a checkpoint
+(``best``: ``checkpoints/best.pt``, the best-validation epoch; ``last``: ``checkpoints/last.pt``,
+else ``prev.pt``) written by any engine, and run streaming layer-wise full-neighbour inference
+(:func:`~fleetgnn.engines.inference.stream_inference`) over the dataset, so memory stays bounded
+by one chunk's rows whatever the graph's size. The output directory holds ``.npy`` files (open
+them with ``np.load(path, mmap_mode="r")``) and a ``meta.json``; row ``i`` is node ``i`` of the
+dataset, in its original numbering (whatever partition the run trained with):
+
+=================  ====================  =====================================================
+file               shape, dtype          what
+=================  ====================  =====================================================
+predictions.npy    ``[N]`` int64         the predicted class (argmax of the logits)
+probabilities.npy  ``[N, C]`` float32    softmax of the logits
+embeddings.npy     ``[N, W_K]``          layer ``K``'s output (``embed``; the model's dtype)
+=================  ====================  =====================================================
+
+With ``nproc > 1`` the work is spread over that many processes on this host (torch's elastic
+launcher, as ``fleetgnn train --nproc``); under ``torchrun`` every rank runs the call and the
+ranks share it. Either way rank ``r`` computes a contiguous range of nodes and writes its rows of
+the same files (on several hosts, ``out`` must be on a file system every host sees). The files
+are written in a temporary directory next to ``out`` (named after its owner process, space
+reserved before writing, so a full disk is one line) and renamed into place once complete; the
+hidden layers' scratch files go to a temporary directory in the run directory, removed at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fleetgnn.config import Config, load_config
+from fleetgnn.engines.common import DTYPES, normalize_rows, resolve_device
+from fleetgnn.engines.inference import Chunking, RowFile, RowReader, RowWriter, stream_inference
+from fleetgnn.errors import ConfigError, DatasetError
+from fleetgnn.graph import Graph, open_dataset
+from fleetgnn.graph.dataset import fsync_dir, replace_dir, write_json_atomic
+from fleetgnn.graph.files import apply_umask, sweep_stale, temp_prefix
+from fleetgnn.nn import GNN, build_model
+from fleetgnn.sampling import GraphTopology
+from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, load_checkpoint
+from fleetgnn.train.resolve import resolve_feature_norm, resolve_threads
+from fleetgnn.train.setup import model_kwargs
+from fleetgnn.types import PathLikeStr
+
+#: Checkpoints ``predict``/``embed`` can load.
+CHECKPOINTS: tuple[str, ...] = ("best", "last")
+#: Version of the output's ``meta.json`` layout.
+EXPORT_FORMAT = 1
+_MAX_CONFIG_BYTES = 4 << 20
+_DISK_FIX = "free some space there, or write the output to another file system (--out)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportJob:
+    """One checked ``predict``/``embed`` request (picklable: it travels to every worker).
+
+    Attributes:
+        kind: ``"predict"`` or ``"embed"``.
+        run_dir: The run directory (absolute).
+        out: The output directory (absolute).
+        checkpoint: ``"best"`` or ``"last"``.
+        checkpoint_path: The file the weights come from.
+        dataset: The dataset directory (absolute).
+        layer: ``embed``: the layer ``K`` (1-based) whose output is written; ``predict``: the
+            model's last layer.
+        config: The run's config as a dict.
+        device: Where the computation runs (``None``: ``train.device`` of the run).
+        overwrite: Replace an existing ``out``.
+        chunking: How each rank cuts its nodes into chunks.
+    """
+
+    kind: str
+    run_dir: str
+    out: str
+    checkpoint: str
+    checkpoint_path: str
+    dataset: str
+    layer: int
+    config: dict[str, Any]
+    device: str | None = None
+    overwrite: bool = False
+    chunking: Chunking = dataclasses.field(default_factory=Chunking)
+
+
+# ---------------------------------------------------------------------------------- public API
+def predict(
+    run_dir: PathLikeStr,
+    out: PathLikeStr,
+    *,
+    checkpoint: str = "best",
+    dataset: PathLikeStr | None = None,
+    nproc: int = 1,
+    overwrite: bool = False,
+    device: str | None = None,
+    chunking: Chunking | None = None,
+) -> Path:
+    """Write every node's predicted class and class probabilities (see the module docstring).
+
+    Args:
+        run_dir: A run directory written by ``fleetgnn train`` (its ``config.yaml`` and
+            ``checkpoints/``).
+        out: Output directory (``predictions.npy``, ``probabilities.npy``, ``meta.json``); must
+            not exist unless ``overwrite``.
+        checkpoint: ``"best"`` or ``"last"``.
+        dataset: Dataset directory (``None``: the run's ``data.dataset``).
+        nproc: Processes on this host (ignored under ``torchrun``, which sets the ranks).
+        overwrite: Replace an existing ``out`` once the new output is complete.
+        device: ``"cpu"``, ``"cuda"`` (each rank its local GPU) or ``None`` (the run's
+            ``train.device``).
+        chunking: How each rank cuts its nodes into chunks (``None``: the defaults).
+
+    Returns:
+        ``out``.
+
+    Raises:
+        FleetgnnError: One line: no run or checkpoint there, a dataset that does not fit the
+            model, an existing ``out``, a full disk.
+    """
+    job = prepare_job("predict", run_dir, out, None, checkpoint, dataset, overwrite, device)
+    return run_job(dataclasses.replace(job, chunking=chunking or Chunking()), nproc)
+
+
+def embed(
+    run_dir: PathLikeStr,
+    out: PathLikeStr,
+    layer: int,
+    *,
+    checkpoint: str = "best",
+    dataset: PathLikeStr | None = None,
+    nproc: int = 1,
+    overwrite: bool = False,
+    device: str | None = None,
+    chunking: Chunking | None = None,
+) -> Path:
+    """Write every node's layer-``layer`` output, ``embeddings.npy`` (see the module docstring).
+
+    Args:
+        run_dir: A run directory written by ``fleetgnn train``.
+        out: Output directory (``embeddings.npy``, ``meta.json``).
+        layer: ``K`` in ``[1, L]`` (``L`` = the model's layers; ``K = L`` gives the logits).
+        checkpoint: ``"best"`` or ``"last"``.
+        dataset: Dataset directory (``None``: the run's ``data.dataset``).
+        nproc: Processes on this host (ignored under ``torchrun``).
+        overwrite: Replace an existing ``out`` once the new output is complete.
+        device: ``"cpu"``, ``"cuda"`` or ``None`` (the run's ``train.device``).
+        chunking: How each rank cuts its nodes into chunks (``None``: the defaults).
+
+    Returns:
+        ``out``.
+
+    Raises:
+        FleetgnnError: One line, as :func:`predict`; also a layer outside ``[1, L]``.
+    """
+    job = prepare_job("embed", run_dir, out, layer, checkpoint, dataset, overwrite, device)
+    return run_job(dataclasses.replace(job, chunking=chunking or Chunking()), nproc)
+
+
+# ---------------------------------------------------------------------------------- checks
+def _read_run_config(run_dir: Path) -> Config:
+    path = run_dir / "config.yaml"
+    if not run_dir.is_dir():
+        raise ConfigError(f"run directory '{run_dir}' does not exist; pass a run directory")
+    if not path.is_file():
+        raise ConfigError(
+            f"'{run_dir}' has no config.yaml, so it is not a run directory written by "
+            f"'fleetgnn train'; pass a run directory"
+        )
+    with open(path, "rb") as f:
+        data = f.read(_MAX_CONFIG_BYTES + 1)
+    if len(data) > _MAX_CONFIG_BYTES:
+        raise ConfigError(f"'{path}' is larger than 4 MiB; it is not a fleetgnn run config")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"'{path}' is not UTF-8 text (offset {e.start}); it is corrupt") from None
+    return load_config(path)
+
+
+def _checkpoint_file(run_dir: Path, which: str) -> Path:
+    if which not in CHECKPOINTS:
+        raise ConfigError(
+            f"--checkpoint {which!r} is not one of {', '.join(CHECKPOINTS)}; use best (the "
+            f"best-validation epoch) or last (the latest checkpoint)"
+        )
+    ckdir = CheckpointDir(run_dir / "checkpoints")
+    if which == "best":
+        if not ckdir.best.is_file():
+            raise CheckpointError(
+                f"run '{run_dir}' has no best checkpoint ('{ckdir.best}'; it is written when an "
+                f"evaluation improves the validation accuracy); use --checkpoint last"
+            )
+        return ckdir.best
+    found = ckdir.candidates()
+    if not found:
+        raise CheckpointError(
+            f"run '{run_dir}' has no checkpoint ('{ckdir.last}' or '{ckdir.prev}'); train it "
+            f"first with 'fleetgnn train'"
+        )
+    return found[0]
+
+
+def _model_state(ckpt: Mapping[str, Any], path: Path) -> dict[str, torch.Tensor]:
+    """The model's weights in a checkpoint (any engine; DDP's ``module.`` prefix removed)."""
+    engine = ckpt.get("engine")
+    state = engine.get("model") if isinstance(engine, Mapping) else None
+    if not isinstance(state, Mapping) or not state:
+        raise CheckpointError(
+            f"checkpoint '{path}' holds no model weights (engine.model); it was not written by "
+            f"'fleetgnn train'"
+        )
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise CheckpointError(
+                f"checkpoint '{path}': model entry {key!r} is not a named tensor; it is damaged"
+            )
+        out[key.removeprefix("module.")] = value
+    return out
+
+
+def _checkpoint_info(ckpt: Mapping[str, Any], which: str) -> dict[str, Any]:
+    """Epoch and step the weights are from (best: the best epoch; last: where training was)."""
+    t = ckpt.get("trainer")
+    if not isinstance(t, Mapping):
+        return {}
+    info: dict[str, Any] = {}
+    for key in ("epoch", "next_step", "global_step", "best_epoch"):
+        v = t.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            info[key] = v
+    if which == "best" and "best_epoch" in info:
+        info["epoch"] = info["best_epoch"]
+    elif info.get("next_step") == 0 and "epoch" in info:
+        info["epoch"] = info["epoch"] - 1  # a checkpoint at an epoch end: that epoch is done
+    return info
+
+
+def prepare_job(
+    kind: str,
+    run_dir: PathLikeStr,
+    out: PathLikeStr,
+    layer: int | None,
+    checkpoint: str,
+    dataset: PathLikeStr | None,
+    overwrite: bool,
+    device: str | None,
+) -> ExportJob:
+    """Check a request before any worker starts; every refusal is one line.
+
+    Reads the run's config, loads the checkpoint (weights only) and checks that the model built
+    from the config accepts its weights, opens the dataset, checks ``layer`` and that ``out`` is
+    free (or ``overwrite``). Also sweeps what killed exports left next to ``out``.
+
+    Raises:
+        FleetgnnError: What is wrong, naming the argument.
+    """
+    run = Path(run_dir).absolute()
+    cfg = _read_run_config(run)
+    path = _checkpoint_file(run, checkpoint)
+    ckpt = load_checkpoint(path)
+    state = _model_state(ckpt, path)
+    data = dataset if dataset is not None else cfg.data.dataset
+    if not data:
+        raise ConfigError(
+            f"run '{run}' trained on the generated default dataset (data.dataset is null); pass "
+            f"the dataset directory (--dataset)"
+        )
+    data_path = Path(data).absolute()
+    graph = open_dataset(data_path)
+    model = _build_model(cfg, graph)
+    _load_weights(model, state, path)
+    num_layers = int(model.num_layers)
+    if kind == "embed":
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= num_layers:
+            raise ConfigError(
+                f"--layer {layer!r} is outside [1, {num_layers}]: the model has {num_layers} "
+                f"layers (--layer {num_layers} is the logits)"
+            )
+    else:
+        layer = num_layers
+    dest = Path(out).absolute()
+    if dest.exists() and not overwrite:
+        raise ConfigError(
+            f"output directory '{dest}' already exists; choose another --out or pass --overwrite"
+        )
+    if device is not None:
+        resolve_device(device, key="--device")
+    else:
+        try:
+            resolve_device(cfg.train.device, key="train.device")
+        except ConfigError as e:
+            raise ConfigError(f"the run's {e}; or pass --device cpu") from None
+    sweep_stale(dest.parent, files=False, legacy_names={dest.name})
+    sweep_stale(run, files=False)  # scratch directories of killed inferences
+    info = _checkpoint_info(ckpt, checkpoint)
+    cfg_dict = cfg.to_dict()
+    cfg_dict["data"]["dataset"] = str(data_path)
+    return ExportJob(
+        kind=kind,
+        run_dir=str(run),
+        out=str(dest),
+        checkpoint=checkpoint,
+        checkpoint_path=str(path),
+        dataset=str(data_path),
+        layer=int(layer),
+        config={**cfg_dict, "_checkpoint_info": info},
+        device=device,
+        overwrite=overwrite,
+    )
+
+
+def _build_model(cfg: Config, graph: Graph) -> GNN:
+    if graph.x is None:
+        raise DatasetError(f"dataset '{graph.name}' has no node features (x); the model needs them")
+    classes = graph.num_classes
+    if not classes:
+        if graph.y is None:
+            raise DatasetError(
+                f"dataset '{graph.name}' records no num_classes and has no labels; the model's "
+                f"output size cannot be checked"
+            )
+        classes = int(np.max(np.asarray(graph.y))) + 1
+    return build_model(
+        cfg.model.name, graph.num_features, int(classes), seed=0, **model_kwargs(cfg.model)
+    )
+
+
+def _load_weights(model: torch.nn.Module, state: Mapping[str, torch.Tensor], path: Path) -> None:
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        detail = " ".join(str(e).split())[:300]
+        raise CheckpointError(
+            f"checkpoint '{path}' does not fit the model the run's config builds for this dataset "
+            f"({detail}); pass the dataset the run trained on"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------- running
+def run_job(job: ExportJob, nproc: int = 1) -> Path:
+    """Run a checked job: in this process, on ``nproc`` local workers, or as a torchrun rank.
+
+    Raises:
+        FleetgnnError: A worker's one-line error.
+    """
+    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
+        _worker(job, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        return Path(job.out)
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise ConfigError(f"--nproc {nproc!r} is invalid: give a number of processes >= 1")
+    if nproc == 1:
+        _set_threads(1)
+        _run_rank(job, None)
+        return Path(job.out)
+    from fleetgnn.distributed import launch
+
+    try:
+        launch(_worker, args=(job, nproc), nproc=nproc)
+    finally:
+        # a killed worker leaves its temporary output behind: its owner is gone now
+        out = Path(job.out)
+        sweep_stale(out.parent, files=False, legacy_names={out.name})
+    return Path(job.out)
+
+
+def _device(job: ExportJob) -> torch.device:
+    """The job's device (``--device``, else the run's ``train.device``), checked here."""
+    name = job.device or str(job.config["train"]["device"])
+    return resolve_device(name, key="--device" if job.device else "train.device")
+
+
+def _set_threads(local: int) -> None:
+    torch.set_num_threads(resolve_threads(None, local, os.environ.get("OMP_NUM_THREADS")))
+
+
+def _worker(job: ExportJob, nproc: int) -> None:
+    """One rank under ``launch`` or ``torchrun`` (module-level, so it pickles)."""
+    from fleetgnn.distributed import destroy, init
+
+    _set_threads(nproc)
+    cuda = _device(job).type == "cuda"
+    ctx = init(backend="nccl" if cuda else "gloo")
+    try:
+        _run_rank(job, ctx)
+    finally:
+        destroy(ctx)
+
+
+def _output_files(job: ExportJob, graph: Graph, widths: list[int], dtype: Any) -> dict[str, Any]:
+    n = graph.num_nodes
+    if job.kind == "predict":
+        return {
+            "predictions.npy": ("class", np.int64, (n,)),
+            "probabilities.npy": ("prob", np.float32, (n, widths[-1])),
+        }
+    return {"embeddings.npy": ("rows", dtype, (n, widths[-1]))}
+
+
+def _create_outputs(job: ExportJob, files: dict[str, Any]) -> str:
+    """Rank 0: the temporary output directory with every file's space reserved."""
+    out = Path(job.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), dir=out.parent))
+    try:
+        for name, (_, dtype, shape) in files.items():
+            RowFile.create(tmp / name, dtype, shape, _DISK_FIX)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return str(tmp)
+
+
+def _run_rank(job: ExportJob, ctx: Any) -> None:
+    """The whole export on one rank (``ctx``: its distributed context, ``None`` alone)."""
+    from fleetgnn.engines.inference import agreed, layer_widths
+
+    cfg_dict = {k: v for k, v in job.config.items() if k != "_checkpoint_info"}
+    cfg = resolve_feature_norm(Config.from_dict(cfg_dict).validate())
+    comm = ctx.communicator() if ctx is not None else None
+    rank = 0 if ctx is None else int(ctx.rank)
+    world = 1 if ctx is None else int(ctx.world_size)
+    device = _device(job)
+    if ctx is not None and device.type == "cuda":
+        device = ctx.device  # this rank's GPU
+    dtype = DTYPES[cfg.train.dtype]
+    graph = open_dataset(job.dataset)
+    ckpt_path = Path(job.checkpoint_path)
+    model = _build_model(cfg, graph)
+    _load_weights(model, _model_state(load_checkpoint(ckpt_path), ckpt_path), ckpt_path)
+    model = model.to(device=device, dtype=dtype).eval()
+    widths = layer_widths(model, graph.num_features, job.layer, device=device, dtype=dtype)
+    files = _output_files(job, graph, widths, torch.empty(0, dtype=dtype).numpy().dtype)
+    tmp = Path(agreed(comm, lambda: _create_outputs(job, files), everywhere=False))
+    done = False
+    writer: RowWriter | None = None
+    try:
+        writer = RowWriter({kind: RowFile(tmp / name) for name, (kind, _, _) in files.items()})
+        reader = RowReader(graph.x)
+        norm = cfg.data.feature_norm or "none"
+
+        def features(ids: torch.Tensor) -> torch.Tensor:
+            rows = torch.from_numpy(reader.take(ids.numpy()))
+            return normalize_rows(rows.to(device=device, dtype=dtype), norm)
+
+        stream_inference(
+            model,
+            GraphTopology(graph),
+            features,
+            graph.indptr,
+            writer,
+            in_width=graph.num_features,
+            comm=comm,
+            device=device,
+            dtype=dtype,
+            num_layers=job.layer,
+            chunking=job.chunking,
+            scratch_dir=job.run_dir,
+            same_host=True if ctx is None else bool(ctx.same_host),
+        )
+        writer.close()
+        if comm is not None and world > 1:
+            comm.barrier()  # every rank's rows are written
+        if rank == 0:
+            _publish(job, tmp, files, widths, world, cfg)
+        done = True
+    finally:
+        if writer is not None:
+            writer.close()
+        if rank == 0 and not done:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _publish(
+    job: ExportJob, tmp: Path, files: dict[str, Any], widths: list[int], world: int, cfg: Config
+) -> None:
+    """Rank 0: fsync the files, write ``meta.json`` and move the directory to ``out``."""
+    for name in files:
+        fd = os.open(tmp / name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        apply_umask(tmp / name)
+    meta = {
+        "format": EXPORT_FORMAT,
+        "kind": job.kind,
+        "run_dir": job.run_dir,
+        "checkpoint": job.checkpoint,
+        "checkpoint_path": job.checkpoint_path,
+        **job.config.get("_checkpoint_info", {}),
+        "dataset": job.dataset,
+        "num_nodes": int(files[next(iter(files))][2][0]),
+        "model": cfg.model.name,
+        "num_layers": int(cfg.model.num_layers),
+        "layer": int(job.layer),
+        "feature_norm": cfg.data.feature_norm,
+        "world_size": world,
+        "ids": "row i is node i of the dataset (its original numbering)",
+        "files": {
+            name: {"shape": list(shape), "dtype": np.dtype(dtype).name}
+            for name, (_, dtype, shape) in files.items()
+        },
+    }
+    write_json_atomic(tmp / "meta.json", meta)
+    out = Path(job.out)
+    if out.exists() and not job.overwrite:  # someone created it meanwhile
+        raise ConfigError(
+            f"output directory '{out}' appeared while writing; choose another --out or pass "
+            f"--overwrite"
+        )
+    replace_dir(tmp, out)
+    fsync_dir(out)
+
+
+def describe(out: PathLikeStr) -> str:
+    """One line about a finished export (for the CLI)."""
+    meta = json.loads((Path(out) / "meta.json").read_text())
+    parts = [f"{n} {tuple(f['shape'])} {f['dtype']}" for n, f in meta["files"].items()]
+    epoch = meta.get("epoch")
+    at = f", epoch {epoch}" if epoch is not None else ""
+    return f"wrote {', '.join(parts)} to '{out}' (checkpoint {meta['checkpoint']}{at})"
+
+
+__all__ = ["CHECKPOINTS", "ExportJob", "embed", "predict", "prepare_job", "run_job"]

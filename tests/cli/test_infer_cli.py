@@ -1,0 +1,148 @@
+"""fleetgnn predict / embed on Cora: the trained model's classes and layer outputs for every node
+(equal to the in-memory forward pass), one process and --nproc 2, the Python API, checkpoints of
+any engine (DDP-prefixed weights), and one-line refusals of bad input."""
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fleetgnn
+from fleetgnn.cli.main import build_parser, main
+from fleetgnn.engines.common import node_features
+from fleetgnn.engines.inference import Chunking
+from fleetgnn.graph import open_dataset, write_dataset
+from fleetgnn.graph.loaders.planetoid import load_planetoid
+from fleetgnn.nn import LocalAggregator
+from fleetgnn.train import load_checkpoint, load_config, model_from_config, save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANETOID = ROOT.parent / "shared" / "datasets" / "planetoid"
+needs_cora = pytest.mark.skipif(not (PLANETOID / "ind.cora.x").is_file(), reason="no shared Cora")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A short reference run (mini-batch mode, GCN, 2 layers) on Cora."""
+    if not (PLANETOID / "ind.cora.x").is_file():
+        pytest.skip("no shared Cora")
+    root = tmp_path_factory.mktemp("infer")
+    data = write_dataset(load_planetoid(PLANETOID, "cora"), root / "cora")
+    run_dir = root / "run"
+    argv = ["train", "--dataset", str(data), "--model", "gcn", "--epochs", "2", "--quiet"]
+    argv += ["--mode", "minibatch", "--run-dir", str(run_dir), "--set", "train.batch_size=64"]
+    assert main(argv) == 0
+    return run_dir
+
+
+def _layers(run_dir, checkpoint="best.pt"):
+    """Every layer's output over the whole graph at once (in memory): the ground truth."""
+    cfg = load_config(run_dir / "config.yaml")
+    graph = open_dataset(cfg.data.dataset)
+    model = model_from_config(cfg, graph)
+    state = load_checkpoint(run_dir / "checkpoints" / checkpoint)["engine"]["model"]
+    model.load_state_dict(state)
+    model.eval()
+    agg = LocalAggregator.from_graph(graph)
+    h = node_features(graph, torch.float32, cfg.data.feature_norm)
+    out = []
+    with torch.no_grad():
+        for i in range(model.num_layers):
+            h = model.layer_forward(i, agg, h)
+            out.append(h.numpy())
+    return out
+
+
+def _check_predictions(out, logits):
+    pred = np.load(out / "predictions.npy", mmap_mode="r")
+    prob = np.load(out / "probabilities.npy", mmap_mode="r")
+    assert pred.dtype == np.int64 and prob.dtype == np.float32 and prob.shape == logits.shape
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-4  # ties within float32 noise may go either way
+    np.testing.assert_array_equal(pred[clear], logits.argmax(1)[clear])
+    np.testing.assert_allclose(prob, torch.softmax(torch.from_numpy(logits), 1), atol=1e-5)
+
+
+def test_predict_and_embed_equal_the_in_memory_model(run, tmp_path, capsys):
+    layers = _layers(run)
+    assert main(["predict", str(run), "--out", str(tmp_path / "p")]) == 0
+    assert "predictions.npy (2708,) int64" in capsys.readouterr().out
+    _check_predictions(tmp_path / "p", layers[-1])
+    meta = json.loads((tmp_path / "p" / "meta.json").read_text())
+    assert meta["checkpoint"] == "best" and meta["run_dir"] == str(run)
+    assert meta["files"]["probabilities.npy"] == {"shape": [2708, 7], "dtype": "float32"}
+    # the Python API, a hidden layer, tiny chunks
+    chunks = Chunking(max_nodes=50, max_edges=300)
+    out = fleetgnn.embed(run, tmp_path / "e", layer=1, checkpoint="last", chunking=chunks)
+    emb = np.load(out / "embeddings.npy", mmap_mode="r")
+    np.testing.assert_allclose(emb, _layers(run, "last.pt")[0], rtol=1e-5, atol=1e-5)
+    assert json.loads((out / "meta.json").read_text())["layer"] == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert [p.name for p in run.iterdir() if p.name.startswith(".")] == []  # scratch removed
+
+
+def test_weights_of_a_data_parallel_checkpoint(run, tmp_path):
+    """A checkpoint whose weights carry DDP's ``module.`` prefix (engines wrapping the model)."""
+    ck = load_checkpoint(run / "checkpoints" / "best.pt")
+    ck["engine"]["model"] = {f"module.{k}": v for k, v in ck["engine"]["model"].items()}
+    other = tmp_path / "run"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "config.yaml").write_text((run / "config.yaml").read_text())
+    save_checkpoint(other / "checkpoints" / "best.pt", ck)
+    out = fleetgnn.predict(other, tmp_path / "p")
+    _check_predictions(out, _layers(run)[-1])
+
+
+@pytest.mark.slow
+def test_predict_with_two_processes_writes_the_same_files(run, tmp_path, capsys):
+    assert main(["predict", str(run), "--out", str(tmp_path / "one")]) == 0
+    assert main(["predict", str(run), "--out", str(tmp_path / "two"), "--nproc", "2"]) == 0
+    for name in ("predictions.npy", "probabilities.npy"):
+        a, b = np.load(tmp_path / "one" / name), np.load(tmp_path / "two" / name)
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert json.loads((tmp_path / "two" / "meta.json").read_text())["world_size"] == 2
+
+
+def _error(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_bad_input_is_one_line(run, tmp_path, capsys):
+    out = str(tmp_path / "o")
+    assert "does not exist" in _error(capsys, ["predict", str(tmp_path / "nope"), "--out", out])
+    (tmp_path / "empty").mkdir()
+    assert "no config.yaml" in _error(
+        capsys, ["embed", str(tmp_path / "empty"), "--layer", "1", "--out", out]
+    )
+    assert "outside [1, 2]" in _error(capsys, ["embed", str(run), "--layer", "3", "--out", out])
+    assert "outside [1, 2]" in _error(capsys, ["embed", str(run), "--layer", "0", "--out", out])
+    (tmp_path / "o").mkdir()
+    assert "--overwrite" in _error(capsys, ["predict", str(run), "--out", out])
+    bare = tmp_path / "bare"
+    (bare / "checkpoints").mkdir(parents=True)
+    (bare / "config.yaml").write_text((run / "config.yaml").read_text())
+    assert "--checkpoint last" in _error(capsys, ["predict", str(bare), "--out", out + "2"])
+    assert "no checkpoint" in _error(
+        capsys, ["predict", str(bare), "--out", out + "2", "--checkpoint", "last"]
+    )
+    assert "--nproc" in _error(capsys, ["predict", str(run), "--out", out + "3", "--nproc", "0"])
+    # --overwrite replaces the output once the new one is complete
+    assert main(["predict", str(run), "--out", out, "--overwrite"]) == 0
+    assert (tmp_path / "o" / "predictions.npy").is_file()
+
+
+def test_readme_commands_parse():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Inference and export") :]
+    lines = re.findall(r"^fleetgnn (?:predict|embed) .*$", section, re.M)
+    assert len(lines) >= 2
+    for line in lines:
+        args = build_parser().parse_args(shlex.split(line.split("#")[0])[1:])
+        assert args.command in ("predict", "embed")

@@ -1,0 +1,279 @@
+"""Streaming layer-wise inference: chunk bounds, equality with the in-memory evaluation (float64,
+one and several ranks, tiny chunks, eval_nodes=all/labelled, one shared scratch file or one per
+rank), scratch files removed, a full disk in one line, and evaluation's peak memory."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from fleetgnn.distributed.testing import context_of, run_world
+from fleetgnn.engines import inference
+from fleetgnn.engines.common import normalize_rows, split_metrics
+from fleetgnn.engines.inference import (
+    DEFAULT_CHUNK_BYTES,
+    Chunking,
+    RowReader,
+    iter_chunks,
+    labelled_selector,
+    stream_inference,
+    streaming_metrics,
+)
+from fleetgnn.errors import ConfigError, DiskFullError
+from fleetgnn.graph import from_edges
+from fleetgnn.sampling import GraphTopology
+from fleetgnn.train import engine_from_config, load_config
+
+# dozens of chunks per rank and layer, hidden layers in scratch files even in one process
+TINY = Chunking(max_nodes=7, max_edges=40, in_memory_bytes=0)
+
+
+def random_graph(n=240, e=1200, f=5, c=4, seed=0):
+    """A random graph with a hub (node 5: n/2 extra in-edges), isolated nodes and unlabelled
+    nodes (half of them in no split)."""
+    rng = np.random.default_rng(seed)
+    src = np.concatenate([rng.integers(0, n, e), rng.integers(0, n, n // 2)])
+    dst = np.concatenate([rng.integers(0, n - 10, e), np.full(n // 2, 5)])
+    u = rng.random(n)
+    data = {
+        "x": rng.standard_normal((n, f)).astype(np.float32),
+        "y": rng.integers(0, c, n),
+        "train_mask": u < 0.2,
+        "val_mask": (u >= 0.2) & (u < 0.35),
+        "test_mask": (u >= 0.35) & (u < 0.5),
+    }
+    return from_edges(src, dst, n, node_data=data, num_classes=c, name="rand")
+
+
+def _config(engine, model="sage", extra=()):
+    items = [
+        f"train.engine={engine}",
+        "train.mode=minibatch",
+        "train.dtype=float64",
+        f"model.name={model}",
+        "model.num_layers=3",
+        "model.hidden=6",
+        "train.fanouts=[3,3,3]",
+        "train.seed=3",
+        *extra,
+    ]
+    return load_config(None, items)
+
+
+def _in_memory_metrics(model, state):
+    """The old evaluation: every layer's [N, width] in memory, split_metrics over all logits."""
+    eng = engine_from_config(_config("reference", model), random_graph())
+    eng.module.load_state_dict(state)
+    return split_metrics(eng.infer(chunk_size=50), eng.y, eng.masks)
+
+
+def _close(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert abs(a[k] - b[k]) <= 1e-12, (k, a[k], b[k])
+
+
+def test_chunks_cover_the_range_within_both_bounds():
+    g = random_graph()
+    deg = np.diff(g.indptr)
+    assert deg.max() > 40  # the hub exceeds the edge bound alone
+    for lo, hi, sel in [(0, g.num_nodes, None), (13, 200, None), (0, 240, labelled_selector(g))]:
+        chunks = list(iter_chunks(g.indptr, lo, hi, 7, 40, sel))
+        ids = np.concatenate(chunks)
+        want = np.arange(lo, hi)
+        if sel is not None:
+            want = want[sel(lo, hi)]
+        np.testing.assert_array_equal(ids, want)
+        for c in chunks:
+            assert 1 <= c.size <= 7
+            assert deg[c].sum() <= 40 or c.size == 1
+    hub = [c for c in iter_chunks(g.indptr, 0, 240, 7, 40) if 5 in c]
+    assert hub[0].tolist() == [5]
+    with pytest.raises(ConfigError, match="max_edges"):
+        Chunking(max_edges=0)
+
+
+def test_eval_nodes_key_reaches_the_sampled_engines():
+    cfg = load_config(None, ["train.engine=split", "train.eval_nodes=labelled", "run_dir=r"])
+    assert cfg.engine_config().eval_nodes == "labelled"
+    assert cfg.engine_config().scratch_dir == "r"  # evaluation's scratch goes to the run dir
+    with pytest.raises(ConfigError, match="train.eval_nodes='some'.*all, labelled"):
+        load_config(None, ["train.eval_nodes=some"])
+
+
+def test_row_reader_reads_scattered_rows_with_bounded_reads(tmp_path, monkeypatch):
+    a = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", dtype=np.float64, shape=(900, 3))
+    a[:] = np.random.default_rng(0).standard_normal(a.shape)
+    a.flush()
+    m = np.load(tmp_path / "a.npy", mmap_mode="r")
+    reader = RowReader(m)
+    assert reader._fd is not None  # a file: read with preadv, not through the map
+    rng = np.random.default_rng(1)
+    for run, gap in [(4 << 20, 64 << 10), (240, 48), (24, 24), (1 << 20, 1)]:
+        monkeypatch.setattr(inference, "READ_RUN_BYTES", run)
+        monkeypatch.setattr(inference, "READ_GAP_BYTES", gap)
+        for n in (0, 1, 17, 900, 3000):
+            ids = rng.integers(0, 900, n)
+            np.testing.assert_array_equal(reader.take(ids), m[ids])
+        np.testing.assert_array_equal(reader.slice(5, 700), m[5:700])
+    with pytest.raises(IndexError):
+        reader.take(np.array([900]))
+    reader.close()
+    np.testing.assert_array_equal(RowReader(np.asarray(m)).take(np.array([3, 1])), m[[3, 1]])
+
+
+@pytest.mark.parametrize("model", ["sage", "gat"])
+def test_reference_streaming_equals_in_memory(model, tmp_path):
+    eng = engine_from_config(_config("reference", model, [f"run_dir={tmp_path}"]), random_graph())
+    old = split_metrics(eng.infer(), eng.y, eng.masks)
+    assert eng.config.scratch_dir == str(tmp_path)  # train's run directory holds the scratch
+    for chunking in (Chunking(), TINY):
+        eng.chunking = chunking
+        _close(eng.evaluate(), old)
+    eng.config = dataclasses.replace(eng.config, eval_nodes="labelled")
+    _close(eng.evaluate(), old)
+    assert not list(tmp_path.iterdir())  # scratch directory removed
+
+
+def _ranks(comm):
+    """Rank body: the minibatch and split engines' streaming evaluations, and the cross-host layout
+    (one scratch file per rank), on the same parameters."""
+    g = random_graph()
+    ctx = context_of(comm)
+    out = {}
+    budgets = ["store.device_budget=1KB", "store.host_budget=2KB"]
+    if comm.world_size == 3:
+        budgets.append("store.gather=two_sided")  # store reads are collective: equal chunk counts
+    with engine_from_config(_config("minibatch", extra=budgets), g, ctx) as eng:
+        out["state"] = {k: v.clone() for k, v in eng.module.state_dict().items()}
+        eng.chunking = TINY
+        out["minibatch"] = eng.evaluate()
+        eng.config = dataclasses.replace(eng.config, eval_nodes="labelled")
+        out["minibatch_labelled"] = eng.evaluate()
+        module = eng.module
+    if comm.world_size == 2:
+        with engine_from_config(_config("split", extra=["split.partition=range"]), g, ctx) as eng:
+            eng.module.load_state_dict(out["state"])
+            eng.chunking = TINY
+            out["split"] = eng.evaluate()
+        before = comm.meter.snapshot()
+        out["cross_host"] = streaming_metrics(
+            module,
+            g,
+            GraphTopology(g),
+            lambda ids: torch.from_numpy(g.x[ids.numpy()]).double(),
+            comm=comm,
+            dtype=torch.float64,
+            chunking=Chunking(max_nodes=9, max_edges=50, target_bytes=512),
+            same_host=False,
+        )
+        out["cross_host_bytes"] = sum(v["bytes"] for v in comm.meter.delta(before).values())
+    return out
+
+
+@pytest.mark.parametrize("world_size", [2, pytest.param(3, marks=pytest.mark.slow)])
+def test_distributed_streaming_equals_in_memory(world_size):
+    results = run_world(_ranks, world_size, timeout_s=300)
+    old = _in_memory_metrics("sage", results[0]["state"])
+    keys = ["minibatch", "minibatch_labelled"]
+    keys += ["split", "cross_host"] if world_size == 2 else []
+    for res in results:
+        for k in keys:
+            _close(res[k], old)
+    if world_size == 2:
+        # two hidden layers all-gathered: every rank receives the other's rows of each
+        width_bytes = 6 * 8
+        assert results[0]["cross_host_bytes"] >= 2 * 120 * width_bytes
+
+
+def test_scratch_removed_on_error_and_full_disk_is_one_line(tmp_path, monkeypatch):
+    g = random_graph()
+    eng = engine_from_config(_config("reference"), g)
+
+    def sink(ids, rows):
+        raise RuntimeError("sink failed")
+
+    feats = lambda ids: normalize_rows(torch.from_numpy(g.x[ids.numpy()]).double(), "none")  # noqa: E731
+    kw = dict(in_width=5, dtype=torch.float64, chunking=TINY, scratch_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="sink failed"):
+        stream_inference(eng.module, GraphTopology(g), feats, g.indptr, sink, **kw)
+    assert not list(tmp_path.iterdir())
+    assert eng.module.training  # the training flag is restored
+    monkeypatch.setattr("fleetgnn.engines.inference.free_bytes", lambda path: 100)
+    with pytest.raises(DiskFullError) as err:
+        stream_inference(eng.module, GraphTopology(g), feats, g.indptr, sink, **kw)
+    msg = str(err.value)
+    assert "\n" not in msg and "no space left" in msg and "scratch_dir" in msg
+    assert not list(tmp_path.iterdir())
+    # one process, layers within Chunking.in_memory_bytes: hidden layers stay in memory, so a
+    # full disk does not matter
+    got = []
+    kw["chunking"] = Chunking(max_nodes=7, max_edges=40)
+    stream_inference(
+        eng.module, GraphTopology(g), feats, g.indptr, lambda i, r: got.append(i), **kw
+    )
+    assert np.concatenate(got).tolist() == list(range(g.num_nodes))
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ConfigError, match="num_layers"):
+        stream_inference(eng.module, GraphTopology(g), feats, g.indptr, sink, num_layers=4, **kw)
+
+
+_PEAK = textwrap.dedent(
+    """
+    import json, re, sys
+    import numpy as np, torch
+    from fleetgnn.graph import from_edges, write_dataset, open_dataset
+    from fleetgnn.train import engine_from_config, load_config
+
+    n, e, hidden = 250_000, 1_250_000, 320
+    rng = np.random.default_rng(0)
+    u = rng.random(n)
+    data = {"x": rng.standard_normal((n, 4)).astype(np.float32), "y": rng.integers(0, 8, n),
+            "train_mask": u < 0.01, "val_mask": (u >= 0.01) & (u < 0.02)}
+    g = from_edges(rng.integers(0, n, e), rng.integers(0, n, e), n, node_data=data, num_classes=8)
+    write_dataset(g, sys.argv[1] + "/data")
+    del g, data
+    g = open_dataset(sys.argv[1] + "/data")
+    cfg = load_config(None, ["train.engine=minibatch", "model.name=sage", f"model.hidden={hidden}",
+        "train.fanouts=[5,5]", "store.device_budget=1MB", "store.host_budget=1MB",
+        f"run_dir={sys.argv[1]}"])
+    def status(key):
+        return int(re.search(key + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1)) << 10
+    with engine_from_config(cfg, g) as eng:
+        eng.evaluate()  # warm up (allocator pools, lazy imports)
+        open("/proc/self/clear_refs", "w").write("5")  # reset the peak to the current RSS
+        before = status("VmRSS")
+        eng.evaluate()
+        peak = status("VmHWM")
+    params = sum(p.numel() * p.element_size() for p in eng.module.parameters())
+    print(json.dumps({"delta": peak - before, "layer": n * hidden * 4, "params": params}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_budgeted_evaluation_never_holds_a_layer(tmp_path):
+    """Peak RSS during a budgeted minibatch evaluation (250k nodes, hidden 320: one [N, hidden]
+    float32 layer is 320 MB) stays within the budgets + the model + 6x the 32 MiB chunk target
+    (a chunk's source rows, its aggregation and output), whatever N."""
+    try:
+        open("/proc/self/clear_refs", "w").write("5")
+    except OSError:
+        pytest.skip("cannot reset the peak RSS here (/proc/self/clear_refs)")
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    bound = 2 * (1 << 20) + 2 * r["params"] + 6 * DEFAULT_CHUNK_BYTES
+    assert r["delta"] < bound < r["layer"], r
