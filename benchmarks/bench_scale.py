@@ -173,6 +173,8 @@ def rung(args: argparse.Namespace, scale: float, env: dict[str, str]) -> dict[st
     stages = res["stages"]
 
     def stage(name: str, cmd: list[str], amount: float | None = None, unit: str = "") -> bool:
+        if args.stages and name != "prepare" and name.split("_")[0] not in args.stages:
+            return True
         print(f"[scale {scale:g}] {name}: {' '.join(cmd[2:])}", flush=True)
         r = run_stage(cmd, args.poll, env)
         if amount is not None and r["wall_s"] > 0:
@@ -282,6 +284,12 @@ def main() -> None:
     p.add_argument("--device-budget", default="64MB", help="store.device_budget per rank")
     p.add_argument("--host-budget", default="256MB", help="store.host_budget per host")
     p.add_argument("--skip-metis", action="store_true")
+    p.add_argument(
+        "--stages",
+        nargs="+",
+        choices=["prepare", "info", "partition", "train", "embed"],
+        help="run only these stages (default: all; prepare runs anyway when the data is absent)",
+    )
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS per process")
     p.add_argument("--poll", type=float, default=0.2, help="RSS sampling period, seconds")
     p.add_argument("--out", default=None, help="JSON output")

@@ -122,9 +122,11 @@ class HotnessRanking:
     """Nodes ranked hottest first.
 
     Attributes:
-        order: int64 ``[N]``; ``order[k]`` is the node of hot rank ``k``.
-        rank_of: int64 ``[N]``; inverse of ``order`` (``rank_of[order[k]] == k``).
-        score: float64 ``[N]`` hotness per node (degree or access count).
+        order: ``[N]`` ``order[k]`` is the node of hot rank ``k`` (int32 when ``N < 2**31``,
+            else int64: these arrays are per node, so they are kept as small as IDs allow).
+        rank_of: ``[N]`` inverse of ``order`` (``rank_of[order[k]] == k``), ``order``'s dtype.
+        score: float32 ``[N]`` hotness per node (degree or access count; the order was
+            computed from the exact counts).
         policy: How the score was computed.
     """
 
@@ -138,16 +140,24 @@ class HotnessRanking:
         return f"HotnessRanking(policy={self.policy!r}, num_nodes={self.order.size}, top={head})"
 
 
+def _id_dtype(n: int) -> np.dtype:
+    """int32 for ``n < 2**31`` rows, else int64 (per-node arrays of IDs or ranks)."""
+    return np.dtype(np.int32 if n < 2**31 else np.int64)
+
+
 def _inverse(order: np.ndarray) -> np.ndarray:
-    """``rank_of`` with ``rank_of[order[k]] == k`` (int64)."""
+    """``rank_of`` with ``rank_of[order[k]] == k`` (``order``'s dtype)."""
     rank_of = np.empty_like(order)
-    rank_of[order] = np.arange(order.size, dtype=np.int64)
+    rank_of[order] = np.arange(order.size, dtype=order.dtype)
     return rank_of
 
 
 def _ranking(score: np.ndarray, policy: str) -> HotnessRanking:
-    order = np.argsort(-score, kind="stable").astype(np.int64)  # stable: ties by node ID
-    return HotnessRanking(order=order, rank_of=_inverse(order), score=score, policy=policy)
+    """Rank by descending ``score`` (an exact count), ties by node ID."""
+    order = np.argsort(-score, kind="stable").astype(_id_dtype(score.size))  # stable: ties by ID
+    return HotnessRanking(
+        order=order, rank_of=_inverse(order), score=score.astype(np.float32), policy=policy
+    )
 
 
 def hotness_order(
@@ -181,7 +191,8 @@ def hotness_order(
     """
     n = graph.num_nodes
     if policy == "degree":
-        score = (graph.in_degrees() + graph.out_degrees()).astype(np.float64)
+        score = graph.in_degrees()  # int64, a new array
+        score += graph.out_degrees()  # counted in blocks (no int64 copy of indices)
         return _ranking(score, policy)
     if policy != "presample":
         raise ConfigError(
@@ -208,7 +219,7 @@ def hotness_order(
                 f"sampler_fn({i}) returned node ID {bad}, outside the valid interval [0, {n})"
             )
         counts += np.bincount(ids.astype(np.int64), minlength=n)
-    return _ranking(counts.astype(np.float64), policy)
+    return _ranking(counts, policy)
 
 
 # ---------------------------------------------------------------------------------- tiers
@@ -254,8 +265,8 @@ class TierPlan:
 
     Attributes:
         kind: ``"features"`` or ``"topology"``.
-        order: int64 ``[V]`` node of each hot rank.
-        rank_of: int64 ``[V]`` hot rank of each node.
+        order: ``[V]`` node of each hot rank (int32 or int64, see :class:`HotnessRanking`).
+        rank_of: ``[V]`` hot rank of each node (``order``'s dtype).
         world_size: Number of device ranks ``N``.
         num_device: Rows on the device tier (distinct rows, all ranks together; replicas of a
             partition are not counted twice).
@@ -350,7 +361,7 @@ class TierPlan:
         Raises:
             ConfigError: If the plan has a placement and ``reader`` is not a rank.
         """
-        k = self.rank_of[ids]
+        k = self.rank_of[ids].astype(np.int64, copy=False)
         tier = np.where(
             k < self.num_device, DEVICE, np.where(k < self.num_device + self.num_host, HOST, DISK)
         ).astype(np.int8)
@@ -520,7 +531,7 @@ def plan_tiers(
         row_bytes: Bytes per row (an int, or int64 ``[V]`` per node ID).
         budgets: Device bytes per rank, host bytes per host.
         world_size: Number of device ranks ``N``.
-        order: int64 ``[V]`` hot order (default: identity).
+        order: int32 or int64 ``[V]`` hot order (default: identity).
         device_used: int64 ``[N]`` device bytes already taken per rank.
         host_used: Host bytes already taken on each host.
         ranks_per_host: Ranks sharing one host copy (default ``world_size``; checked, it does
@@ -541,8 +552,10 @@ def plan_tiers(
     world_size, _ = _check_world(world_size, ranks_per_host)
     _check_placement(placement, world_size)
     if order is None:
-        order = np.arange(num_rows, dtype=np.int64)
-    order = np.asarray(order, dtype=np.int64)
+        order = np.arange(num_rows, dtype=_id_dtype(num_rows))
+    order = np.asarray(order)
+    if order.dtype not in (np.int32, np.int64):
+        order = order.astype(np.int64)
     if order.shape != (num_rows,):
         raise ConfigError(f"'order' must have shape ({num_rows},) (got {order.shape})")
     rb = np.broadcast_to(np.asarray(row_bytes, dtype=np.int64), (num_rows,))

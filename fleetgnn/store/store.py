@@ -170,18 +170,41 @@ class _Segments:
     weight: Any | None
 
 
+#: Edges copied per step by :func:`_segments_of` (its int64 positions: 32 MiB).
+_SEGMENT_BLOCK = 1 << 22
+
+
 def _segments_of(graph: Graph, rows: np.ndarray) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Local CSC (``indptr [m + 1]``, ``indices``, ``weight``) of the nodes ``rows``."""
+    """Local CSC (``indptr [m + 1]``, ``indices``, ``weight``) of the nodes ``rows``.
+
+    The edges are copied in blocks of rows holding about :data:`_SEGMENT_BLOCK` edges, so the
+    int64 edge positions never exist for the whole tier at once (they would be 8 bytes per
+    edge, twice the int32 indices themselves, plus temporaries).
+    """
     start = np.asarray(graph.indptr[rows], dtype=np.int64)
     deg = np.asarray(graph.indptr[rows + 1], dtype=np.int64) - start
     indptr = np.zeros(rows.size + 1, dtype=np.int64)
     np.cumsum(deg, out=indptr[1:])
-    pos = np.repeat(start - indptr[:-1], deg) + np.arange(indptr[-1], dtype=np.int64)
-    indices = torch.from_numpy(np.ascontiguousarray(graph.indices[pos]))
-    weight = None
-    if graph.edge_weight is not None:
-        weight = torch.from_numpy(np.ascontiguousarray(graph.edge_weight[pos]))
-    return torch.from_numpy(indptr), indices, weight
+    total = int(indptr[-1])
+    indices = np.empty(total, dtype=graph.indices.dtype)
+    weight = None if graph.edge_weight is None else np.empty(total, graph.edge_weight.dtype)
+    # row blocks: cut where the running edge count crosses a multiple of the block size
+    cuts = np.searchsorted(indptr, np.arange(_SEGMENT_BLOCK, total, _SEGMENT_BLOCK), "right")
+    bounds = np.unique(np.concatenate([[0], cuts, [rows.size]]))
+    for r0, r1 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        e0, e1 = int(indptr[r0]), int(indptr[r1])
+        if e1 == e0:
+            continue
+        d = deg[r0:r1]
+        pos = np.repeat(start[r0:r1] - indptr[r0:r1], d) + np.arange(e0, e1, dtype=np.int64)
+        indices[e0:e1] = graph.indices[pos]
+        if weight is not None:
+            weight[e0:e1] = graph.edge_weight[pos]
+    return (
+        torch.from_numpy(indptr),
+        torch.from_numpy(indices),
+        None if weight is None else torch.from_numpy(weight),
+    )
 
 
 def _segment_arange(counts: np.ndarray) -> np.ndarray:

@@ -208,3 +208,15 @@ def test_empty_graph():
     assert g.num_edges == 0 and g.num_nodes == 3
     assert g.to_undirected().num_edges == 0
     assert g.add_self_loops().num_edges == 3
+
+
+def test_out_degrees_counted_in_blocks(monkeypatch):
+    """``out_degrees`` counts ``indices`` block by block (no int64 copy of the whole array)."""
+    import fleetgnn.graph.csc as csc
+
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 50, 999), rng.integers(0, 50, 999)
+    g = from_edges(src, dst, 50)
+    monkeypatch.setattr(csc, "_DEGREE_BLOCK", 13)
+    assert np.array_equal(g.out_degrees(), np.bincount(src, minlength=50))
+    assert g.out_degrees().dtype == np.int64

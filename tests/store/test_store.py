@@ -279,3 +279,21 @@ def test_disk_tier_reads_features_with_random_access_advice(tmp_path, monkeypatc
     monkeypatch.undo()
     with UnifiedStore.build(g, None, _budgets(g, 0.1, 0.1)) as mem:
         assert mem._x_disk is g.x
+
+
+def test_segments_copied_in_blocks_equal_one_copy(monkeypatch):
+    """``_segments_of`` copies a tier's edges in row blocks (bounded int64 positions); with blocks
+    of a few edges it gives exactly the segments of the nodes asked for, weights included."""
+    g = _graph(n=80, e=600)
+    rows = np.random.default_rng(1).permutation(80)[:50]
+    monkeypatch.setattr(store_mod, "_SEGMENT_BLOCK", 7)
+    indptr, indices, weight = store_mod._segments_of(g, rows)
+    assert indptr.tolist()[-1] == int(sum(g.indptr[r + 1] - g.indptr[r] for r in rows))
+    for i, r in enumerate(rows.tolist()):
+        a, b = int(indptr[i]), int(indptr[i + 1])
+        np.testing.assert_array_equal(
+            indices[a:b].numpy(), g.indices[g.indptr[r] : g.indptr[r + 1]]
+        )
+        np.testing.assert_array_equal(
+            weight[a:b].numpy(), g.edge_weight[g.indptr[r] : g.indptr[r + 1]]
+        )
