@@ -10,7 +10,7 @@ import numpy as np
 from fleetgnn.errors import DatasetError, FleetgnnError
 from fleetgnn.graph.csc import Graph, from_edges
 from fleetgnn.graph.loaders._io import Table, iter_line_chunks, load_npy, require_file, short
-from fleetgnn.graph.loaders.splits import check_split_args, random_split, user_split
+from fleetgnn.graph.loaders.splits import check_split_args, split_masks
 
 _CHUNK_LINES = 1 << 20
 _WEIGHTED = np.dtype([("src", np.int64), ("dst", np.int64), ("weight", np.float64)])
@@ -208,18 +208,9 @@ def load_edgelist(
     if "y" in node_data:
         y = node_data["y"]
         num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
-        own = user_split(y, given, split)
-        if own is not None:
-            node_data.update(own)
-        else:
-            train, val, test = random_split(
-                y,
-                20 if num_train_per_class is None else num_train_per_class,
-                500 if num_val is None else num_val,
-                1000 if num_test is None else num_test,
-                0 if split_seed is None else split_seed,
-            )
-            node_data.update(train_mask=train, val_mask=val, test_mask=test)
+        node_data.update(
+            split_masks(y, given, split, num_train_per_class, num_val, num_test, split_seed)
+        )
     try:
         g = from_edges(
             src,

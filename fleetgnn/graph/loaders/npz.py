@@ -35,7 +35,7 @@ from fleetgnn.graph.loaders._io import (
     require_file,
     resolve_max_bytes,
 )
-from fleetgnn.graph.loaders.splits import check_split_args, random_split, user_split
+from fleetgnn.graph.loaders.splits import check_split_args, split_masks, user_split
 
 ADJ_KEYS: tuple[str, ...] = ("adj_data", "adj_indices", "adj_indptr", "adj_shape")
 ATTR_KEYS: tuple[str, ...] = ("attr_data", "attr_indices", "attr_indptr", "attr_shape")
@@ -375,18 +375,18 @@ def load_npz(
             raise DatasetError(f"'{path}': labels hold {int(y.min())}; use -1 for unlabelled")
         node_data["y"] = y
         num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
-        own = user_split(y, given, split, labels_hint=_LABELS_HINT)
-        if own is not None:
-            node_data.update(own)
-        else:
-            train, val, test = random_split(
+        node_data.update(
+            split_masks(
                 y,
-                20 if num_train_per_class is None else num_train_per_class,
-                500 if num_val is None else num_val,
-                1000 if num_test is None else num_test,
-                0 if split_seed is None else split_seed,
+                given,
+                split,
+                num_train_per_class,
+                num_val,
+                num_test,
+                split_seed,
+                labels_hint=_LABELS_HINT,
             )
-            node_data.update(train_mask=train, val_mask=val, test_mask=test)
+        )
     else:
         user_split(None, given, split, labels_hint=_LABELS_HINT)  # refuses a split given
 

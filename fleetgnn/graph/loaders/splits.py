@@ -446,3 +446,32 @@ def _read_split_json(p: Path, n: int) -> dict[str, np.ndarray]:
                 f"{where} {kind}; a set is a list of node IDs (integers) or of {n} booleans"
             )
     return out
+
+
+def split_masks(
+    y: np.ndarray,
+    masks: Mapping[str, str | os.PathLike[str]],
+    split_file: str | os.PathLike[str] | None,
+    num_train_per_class: int | None = None,
+    num_val: int | None = None,
+    num_test: int | None = None,
+    split_seed: int | None = None,
+    *,
+    labels_hint: str = "labels (--labels)",
+) -> dict[str, np.ndarray]:
+    """``train_mask``/``val_mask``/``test_mask``: the user's own split, else a random one.
+
+    The user's split comes from :func:`user_split`; without one, :func:`random_split` with its
+    defaults (20 per class, 500, 1000, seed 0) for the arguments left ``None``.
+    """
+    own = user_split(y, masks, split_file, labels_hint=labels_hint)
+    if own is not None:
+        return own
+    train, val, test = random_split(
+        y,
+        20 if num_train_per_class is None else num_train_per_class,
+        500 if num_val is None else num_val,
+        1000 if num_test is None else num_test,
+        0 if split_seed is None else split_seed,
+    )
+    return {"train_mask": train, "val_mask": val, "test_mask": test}
