@@ -55,6 +55,17 @@ def neighbor_loader_missing() -> str | None:
 # ------------------------------------------------------------------------------------ models
 
 
+def _conv_stack(model: nn.Module, x: Tensor, graph: Tensor) -> Tensor:
+    """``dropout -> conv -> ReLU`` over ``model.convs`` on one graph (no ReLU after the last)."""
+    last = len(model.convs) - 1  # type: ignore[arg-type]
+    for i, conv in enumerate(model.convs):  # type: ignore[arg-type]
+        x = F.dropout(x, model.dropout, model.training)  # type: ignore[arg-type]
+        x = conv(x, graph)
+        if i < last:
+            x = x.relu()
+    return x
+
+
 class PygGCN(nn.Module):
     """``dropout -> GCNConv -> ReLU`` stack with PyG layers (the peer of fleetgnn's GCN)."""
 
@@ -69,13 +80,7 @@ class PygGCN(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         """Logits of every node: ``x [N, F]`` -> ``[N, C]`` (``edge_index`` or sparse ``adj_t``)."""
-        last = len(self.convs) - 1
-        for i, conv in enumerate(self.convs):
-            x = F.dropout(x, self.dropout, self.training)
-            x = conv(x, edge_index)
-            if i < last:
-                x = x.relu()
-        return x
+        return _conv_stack(self, x, edge_index)
 
 
 class PygSAGE(nn.Module):
@@ -115,13 +120,7 @@ class PygSAGEFull(PygSAGE):
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:  # type: ignore[override]
         """Logits of every sampled node."""
-        last = len(self.convs) - 1
-        for i, conv in enumerate(self.convs):
-            x = F.dropout(x, self.dropout, self.training)
-            x = conv(x, edge_index)
-            if i < last:
-                x = x.relu()
-        return x
+        return _conv_stack(self, x, edge_index)
 
 
 def copy_weights(fleet: nn.Module, pyg: nn.Module, kind: str) -> None:

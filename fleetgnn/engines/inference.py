@@ -375,7 +375,6 @@ class MemoryRows:
 
     def __init__(self, dtype: Any, shape: tuple[int, ...]) -> None:
         self.array = np.empty(shape, dtype=dtype)
-        self.path: Path | None = None
 
     def write(self, start: int, rows: np.ndarray) -> None:
         """Write ``rows`` at rows ``start..``."""
