@@ -229,8 +229,8 @@ def rung(args: argparse.Namespace, scale: float, env: dict[str, str]) -> dict[st
         "train.eval_nodes=labelled",
     ):
         cmd += ["--set", s]
-    if not stage("train", cmd):
-        return res
+    if not stage("train", cmd) or not (run_dir / "metrics.jsonl").is_file():
+        return res  # failed, or not among --stages (then embed has no run to read either)
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     recs = [r for r in recs if "epoch" in r]
     if recs:

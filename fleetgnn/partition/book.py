@@ -182,6 +182,7 @@ class PartitionBook:
         n = int(offsets[-1])
         part_of = np.repeat(np.arange(num_parts, dtype=np.int32), np.diff(offsets))
         ident = np.arange(n, dtype=np.int64)
+        ident.flags.writeable = False  # one identity serves both directions (8 bytes per node)
         _check_method(method)
         return cls(
             num_parts=num_parts,
@@ -189,7 +190,7 @@ class PartitionBook:
             method=method,
             offsets=offsets,
             perm=ident,
-            inv_perm=ident.copy(),
+            inv_perm=ident,
             params=dict(params or {}),
             validate=False,
         )

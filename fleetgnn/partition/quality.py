@@ -29,7 +29,8 @@ from fleetgnn.errors import PartitionError
 from fleetgnn.graph.csc import Graph
 from fleetgnn.partition.book import PartitionBook
 
-_EDGE_CHUNK = 1 << 24  # edges scanned per step when counting replicas
+_EDGE_CHUNK = 1 << 22  # edges scanned per step when counting replicas
+_NODE_CHUNK = 1 << 22  # and at most this many destination nodes
 _BITMAP_BYTES = 1 << 30  # memory for the (part, node) replica bitmap; more parts take more passes
 
 
@@ -113,11 +114,15 @@ def evaluate(graph: Graph, book: PartitionBook) -> PartitionQuality:
             f"evaluate the book on the graph it was computed for"
         )
     part_of = np.asarray(book.part_of)
-    indptr = np.asarray(graph.indptr)
-    deg = np.diff(indptr)
-    # edges are grouped by destination, so destination ranges give contiguous edge chunks
+    indptr = graph.indptr
+    # edges are grouped by destination, so destination ranges give contiguous edge chunks; every
+    # per-node quantity is read chunk by chunk (no whole-graph degree or weight array)
     bounds = np.searchsorted(indptr, np.arange(0, e + _EDGE_CHUNK, _EDGE_CHUNK), side="left")
     bounds = np.unique(np.concatenate([[0], np.clip(bounds, 0, n), [n]]))
+    bounds = np.unique(np.concatenate([bounds, np.arange(0, n, _NODE_CHUNK)]))
+    part_nodes = np.zeros(p, dtype=np.int64)
+    part_edges = np.zeros(p, dtype=np.int64)
+    train = None if graph.train_mask is None else np.zeros(p, dtype=np.int64)
     # needed[q - q0, u]: foreign part q needs a copy of u; parts in blocks of bounded memory
     block = max(1, min(p, _BITMAP_BYTES // max(n, 1)))
     cut = replicas = 0
@@ -125,19 +130,23 @@ def evaluate(graph: Graph, book: PartitionBook) -> PartitionQuality:
         q1 = min(p, q0 + block)
         needed = np.zeros((q1 - q0, n), dtype=bool)
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            src = np.asarray(graph.indices[indptr[lo] : indptr[hi]])
-            dst_part = np.repeat(part_of[lo:hi], deg[lo:hi])
+            ptr = np.asarray(indptr[lo : hi + 1], dtype=np.int64)
+            deg = np.diff(ptr)
+            dst_parts = part_of[lo:hi]
+            if q0 == 0:
+                part_nodes += np.bincount(dst_parts, minlength=p)
+                part_edges += np.bincount(dst_parts, weights=deg, minlength=p).astype(np.int64)
+                if train is not None:
+                    mask = np.asarray(graph.train_mask[lo:hi], dtype=bool)
+                    train += np.bincount(dst_parts[mask], minlength=p)
+            src = np.asarray(graph.indices[ptr[0] : ptr[-1]])
+            dst_part = np.repeat(dst_parts, deg)
             foreign = part_of[src] != dst_part
             if q0 == 0:
                 cut += int(np.count_nonzero(foreign))
             foreign &= (dst_part >= q0) & (dst_part < q1)
             needed[dst_part[foreign] - q0, src[foreign]] = True
         replicas += int(np.count_nonzero(needed))
-    part_nodes = np.bincount(part_of, minlength=p).astype(np.int64)
-    part_edges = np.bincount(part_of, weights=deg, minlength=p).astype(np.int64)
-    train = None
-    if graph.train_mask is not None:
-        train = np.bincount(part_of[np.asarray(graph.train_mask)], minlength=p).astype(np.int64)
     mean_edges = float(part_edges.mean())
     skew = (float(part_edges.max() - part_edges.min()) / mean_edges) if mean_edges > 0 else 0.0
     return PartitionQuality(

@@ -142,3 +142,20 @@ def test_prepare_edgelist_split_flags(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "bad.npy" in err and "5 entries" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "d").exists()
+
+
+def test_info_degree_statistics_from_blocks_equal_numpy_on_the_degrees():
+    """`info` summarises in-degrees from a histogram built in blocks (no per-node array): the
+    figures equal NumPy's on the degree array itself, for odd and even counts and any block."""
+    from fleetgnn.cli.report import _summary, degree_histogram
+
+    rng = np.random.default_rng(0)
+    for n, block in [(1, 1), (2, 1), (3, 2), (1000, 7), (4097, 4096)]:
+        deg = rng.zipf(1.8, size=n) % 257
+        indptr = np.concatenate([[0], np.cumsum(deg)])
+        got = _summary(degree_histogram(indptr, block=block))
+        assert got["min"] == deg.min() and got["max"] == deg.max()
+        assert got["mean"] == pytest.approx(deg.mean(), abs=1e-12)
+        assert got["median"] == pytest.approx(float(np.median(deg)), abs=1e-12)
+        assert got["p99"] == pytest.approx(float(np.percentile(deg, 99)), abs=1e-12)
+    assert _summary(degree_histogram(np.zeros(1, np.int64)))["max"] == 0  # no nodes
