@@ -391,6 +391,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         default="local",
         help="hardware profile --engine auto plans for (default: measured on this machine)",
     )
+    from fleetgnn.cli.target import add_target_options
+
+    add_target_options(p, "--engine auto: rank the engines")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--nproc", type=int, default=None, help="worker processes (one per device)")
     p.add_argument(

@@ -2,7 +2,9 @@
 
 Also the planning step of ``fleetgnn train --engine auto``. The cost models and the planner live
 in :mod:`fleetgnn.cost`; this module parses the command line, measures the ``local`` profile's
-process-to-process bandwidth over gloo, and prints the table or the JSON object.
+process-to-process bandwidth over gloo, and prints the table or the JSON object. With
+``--target-acc`` it ranks by time to that validation accuracy, from the epochs-to-target that
+:mod:`fleetgnn.cli.target` gathers (given, earlier runs, or a short probe run).
 """
 
 from __future__ import annotations
@@ -14,6 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from fleetgnn.cli.options import add_config_options
+from fleetgnn.cli.target import (
+    TargetRequest,
+    add_target_options,
+    check_request,
+    estimates_for,
+    modes_to_probe,
+    probe_epochs_to_target,
+    target_request,
+    with_probes,
+)
 from fleetgnn.errors import ConfigError
 
 #: ``--shape`` keys.
@@ -112,6 +124,7 @@ def add_plan(sub: Any) -> None:
         help="consider only this engine (repeatable)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_target_options(p)
 
 
 def plan_for(
@@ -122,13 +135,53 @@ def plan_for(
     nproc: int,
     mode: str,
     engines: list[str] | None,
+    target: TargetRequest | None = None,
+    dataset: Path | None = None,
 ) -> Any:
-    """The :class:`~fleetgnn.cost.Plan` of a run config."""
+    """The :class:`~fleetgnn.cost.Plan` of a run config.
+
+    With a ``target`` the plan ranks by time to its accuracy, from the epochs to target given,
+    read from earlier runs, and (``--probe-epochs``) measured by a short reference run on
+    ``graph`` per mode of the engines that fit still without an exact number.
+    """
     from fleetgnn.cost import make_plan, workload_from_config
 
+    check_request(target, dataset if graph is not None else None)
     wl = workload_from_config(cfg, graph=graph, shape=shape)
     hw = hardware_profile(hardware, nproc)
-    return make_plan(wl, hw, nproc, mode=mode, engines=engines, epochs=int(cfg.train.epochs))
+    epochs = int(cfg.train.epochs)
+    if target is None:
+        return make_plan(wl, hw, nproc, mode=mode, engines=engines, epochs=epochs)
+    estimates = estimates_for(target, cfg)
+    plan = make_plan(
+        wl,
+        hw,
+        nproc,
+        mode=mode,
+        engines=engines,
+        epochs=epochs,
+        target_acc=target.target_acc,
+        epochs_to_target=estimates,
+    )
+    probes = [
+        probe_epochs_to_target(
+            cfg, graph, dataset, m, int(target.probe_epochs or 0), target.target_acc
+        )
+        for m in modes_to_probe(plan, target)
+    ]
+    if not probes:
+        return plan
+    return make_plan(
+        wl,
+        hw,
+        nproc,
+        mode=mode,
+        engines=engines,
+        epochs=epochs,
+        target_acc=target.target_acc,
+        epochs_to_target=with_probes(estimates, probes),
+        predictions=plan.predictions,
+    )
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -139,12 +192,16 @@ def run_plan(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.model:
         overrides.append(f"model.name={args.model}")
+    target = target_request(args)  # bad values refused before any work
     cfg = load_config(args.config, overrides)
-    graph = open_dataset(args.dataset) if args.dataset is not None else None
-    shape = parse_shape(args.shape) if args.shape is not None else None
     if args.nproc < 1:
         raise ConfigError(f"--nproc {args.nproc} must be >= 1")
-    plan = plan_for(cfg, graph, shape, args.hardware, args.nproc, args.mode, args.engine)
+    check_request(target, args.dataset)
+    graph = open_dataset(args.dataset) if args.dataset is not None else None
+    shape = parse_shape(args.shape) if args.shape is not None else None
+    plan = plan_for(
+        cfg, graph, shape, args.hardware, args.nproc, args.mode, args.engine, target, args.dataset
+    )
     if args.json:
         print(json.dumps(plan.to_dict()))
     else:

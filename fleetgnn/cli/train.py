@@ -340,15 +340,21 @@ def _preflight(cfg: Any, graph: Graph, world_size: int) -> None:
         topology_matrix(cfg.store.topology, world_size, key="store.topology")
 
 
-def _plan_engine(cfg: Any, run_dir: Path, hardware: str, progress: bool, quiet: bool) -> Any:
-    """``--engine auto``: the planner's engine, mode and knobs, the plan in RUN_DIR/plan.json."""
+def _plan_engine(
+    cfg: Any, run_dir: Path, hardware: str, progress: bool, quiet: bool, target: Any = None
+) -> Any:
+    """``--engine auto``: the planner's engine, mode and knobs, the plan in RUN_DIR/plan.json.
+
+    With a ``target`` (``--target-acc`` and its estimates) the plan ranks by time to it.
+    """
     import dataclasses
 
     from fleetgnn.cli.plan import plan_for
 
-    graph, _ = resolve_dataset(cfg.data, show_progress=progress)
+    graph, path = resolve_dataset(cfg.data, show_progress=progress)
     nproc = int(cfg.train.nproc)
-    plan = plan_for(cfg, graph, None, hardware, nproc, cfg.train.mode or "auto", None)
+    mode = cfg.train.mode or "auto"
+    plan = plan_for(cfg, graph, None, hardware, nproc, mode, None, target, path)
     if plan.choice is None:
         raise ConfigError(f"--engine auto: {plan.reason}")
     train = dataclasses.replace(cfg.train, engine=plan.choice, mode=plan.mode)
@@ -373,6 +379,7 @@ def run_train(args: argparse.Namespace) -> int:
     """
     import torch
 
+    from fleetgnn.cli.target import target_request
     from fleetgnn.config import engine_spec
     from fleetgnn.train import (
         CheckpointDir,
@@ -396,6 +403,12 @@ def run_train(args: argparse.Namespace) -> int:
             "--resume continues a run and --overwrite replaces one; pass only one of them"
         )
     auto = getattr(args, "engine", None) == "auto"
+    target = target_request(args)
+    if target is not None and not auto:
+        raise ConfigError(
+            "--target-acc ranks the engines of --engine auto by time to the target (it does "
+            "not stop training): add --engine auto, or drop it"
+        )
     if auto:
         if resume:
             raise ConfigError(
@@ -439,7 +452,8 @@ def run_train(args: argparse.Namespace) -> int:
             check_run_dir_free(run_dir)
     cfg.run_dir = str(run_dir)
     if auto:
-        cfg = _plan_engine(cfg, run_dir, getattr(args, "hardware", "local"), progress, quiet)
+        hardware = getattr(args, "hardware", "local")
+        cfg = _plan_engine(cfg, run_dir, hardware, progress, quiet, target)
     local_rank0 = torchrun is None or os.environ.get("LOCAL_RANK", "0") == "0"
     _sweep_leftovers(run_dir, cfg, quiet, files=is_rank0, segments=local_rank0)
     spec = engine_spec(cfg.train.engine)

@@ -13,19 +13,31 @@ from fleetgnn.cost.hardware import (
 )
 from fleetgnn.cost.models import MODELS, ModelShape, Prediction, Workload
 from fleetgnn.cost.planner import Plan, make_plan, predict_engine, workload_from_config
+from fleetgnn.cost.target import (
+    TARGET_MODES,
+    EpochsToTarget,
+    check_target_acc,
+    epochs_from_records,
+    merge_estimates,
+)
 
 __all__ = [
     "LINK_KINDS",
     "MODELS",
     "PROFILES",
+    "TARGET_MODES",
+    "EpochsToTarget",
     "HardwareProfile",
     "ModelShape",
     "Plan",
     "Prediction",
     "Workload",
+    "check_target_acc",
+    "epochs_from_records",
     "load_profile",
     "local_profile",
     "make_plan",
+    "merge_estimates",
     "predict_engine",
     "workload_from_config",
 ]

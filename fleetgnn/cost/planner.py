@@ -9,18 +9,22 @@ hidden size, more device memory).
 
 Full-graph and mini-batch epochs are different units (one optimisation step against many): in
 ``auto`` mode the planner compares the time of the same number of epochs and says so; restrict
-the mode (``full`` / ``minibatch``) to compare like with like.
+the mode (``full`` / ``minibatch``) to compare like with like, or give a target validation
+accuracy and the epochs each mode needs to reach it (:mod:`fleetgnn.cost.target`): the planner
+then ranks by time to the target, ``epochs_to_target(mode) x epoch_s``, and ranks the engines
+whose mode has no estimate after the others.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fleetgnn.config import ENGINES
 from fleetgnn.cost.hardware import HardwareProfile
 from fleetgnn.cost.models import MODELS, ModelShape, Prediction, Workload
+from fleetgnn.cost.target import EpochsToTarget, as_estimates, check_target_acc
 from fleetgnn.errors import ConfigError
 
 #: Chunk counts the offload model tries, smallest first.
@@ -41,6 +45,12 @@ class Plan:
         nproc: Ranks planned for.
         epochs: Epochs the times are compared over.
         workload: The counts the plan used and where they come from.
+        target_acc: The validation accuracy the plan ranks by time to (``None``: none asked).
+        epochs_to_target: Epochs each mode needs to reach ``target_acc``, by mode.
+        ranked_by: ``"time_to_target"`` when the choice was ranked by time to the target,
+            else ``"epoch_s"``.
+        modes: The mode each engine would train in, by engine.
+        ranking: The engines that fit, best first.
     """
 
     choice: str | None
@@ -51,9 +61,41 @@ class Plan:
     nproc: int
     epochs: int
     workload: dict[str, Any]
+    target_acc: float | None = None
+    epochs_to_target: dict[str, EpochsToTarget] = dataclasses.field(default_factory=dict)
+    ranked_by: str = "epoch_s"
+    modes: dict[str, str] = dataclasses.field(default_factory=dict)
+    ranking: list[str] = dataclasses.field(default_factory=list)
+
+    def estimate(self, name: str) -> EpochsToTarget | None:
+        """The epochs-to-target estimate of ``name``'s mode (``None``: none, or no target)."""
+        if self.target_acc is None:
+            return None
+        return self.epochs_to_target.get(self.modes.get(name, ""))
+
+    def time_to_target(self, name: str) -> float | None:
+        """Predicted seconds for ``name`` to reach the target (``None``: no exact estimate)."""
+        est = self.estimate(name)
+        if est is None or not est.reached:
+            return None
+        return est.epochs * self.predictions[name].epoch_s
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` object (choice, mode, reason, hardware, workload, engines, ...)."""
+        """The ``--json`` object (choice, mode, reason, hardware, workload, engines, ...).
+
+        Each engine also has ``mode``, ``epochs_to_target`` (an int when its mode reached the
+        target, else ``null``) and ``time_to_target_s``; the top level has ``target_acc``,
+        ``ranked_by`` (``"epoch_s"`` or ``"time_to_target"``), ``ranking`` and the estimates
+        per mode under ``epochs_to_target``.
+        """
+        engines = {}
+        for n, p in self.predictions.items():
+            est = self.estimate(n)
+            engines[n] = p.to_dict() | {
+                "mode": self.modes.get(n),
+                "epochs_to_target": est.epochs if est is not None and est.reached else None,
+                "time_to_target_s": self.time_to_target(n),
+            }
         return {
             "choice": self.choice,
             "mode": self.mode,
@@ -62,28 +104,55 @@ class Plan:
             "nproc": self.nproc,
             "epochs": self.epochs,
             "workload": dict(self.workload),
-            "engines": {n: p.to_dict() for n, p in self.predictions.items()},
+            "target_acc": self.target_acc,
+            "ranked_by": self.ranked_by,
+            "ranking": list(self.ranking),
+            "epochs_to_target": {m: e.to_dict() for m, e in self.epochs_to_target.items()},
+            "engines": engines,
         }
 
     def table(self) -> str:
-        """A plain-text table of every engine, then the choice and its reason."""
+        """A plain-text table of every engine, then the choice and its reason.
+
+        With a target accuracy the table gains the columns ``to target`` (epochs: ``12``,
+        ``> 5`` for a lower bound, ``?`` for no estimate) and ``target s`` (their time).
+        """
 
         def gib(b: float) -> str:
             return f"{b / 2**30:.2f}"
 
+        target = self.target_acc is not None
+        extra_head = f" {'to target':>9} {'target s':>9}" if target else ""
         head = (
-            f"{'engine':<10} {'fits':<5} {'epoch s':>9} {'device GiB':>11} {'host GiB':>9} "
-            f"{'peer GB':>8} {'h2d GB':>8} {'net GB':>7}  knobs"
+            f"{'engine':<10} {'fits':<5} {'epoch s':>9}{extra_head} {'device GiB':>11} "
+            f"{'host GiB':>9} {'peer GB':>8} {'h2d GB':>8} {'net GB':>7}  knobs"
         )
         lines = [head, "-" * len(head)]
         for name, p in self.predictions.items():
             t = p.traffic
             knobs = ", ".join(f"{k}={v}" for k, v in p.knobs.items())
+            extra = ""
+            if target:
+                est, tt = self.estimate(name), self.time_to_target(name)
+                epochs = est.text if est is not None else "?"
+                if tt is not None:
+                    secs = f"{tt:.3g}"
+                elif est is not None:
+                    secs = f"> {est.epochs * p.epoch_s:.3g}"
+                else:
+                    secs = "?"
+                extra = f" {epochs:>9} {secs:>9}"
             lines.append(
-                f"{name:<10} {'yes' if p.fits else 'no':<5} {p.epoch_s:>9.3g} "
+                f"{name:<10} {'yes' if p.fits else 'no':<5} {p.epoch_s:>9.3g}{extra} "
                 f"{gib(p.memory.get('device', 0)):>11} {gib(p.memory.get('host', 0)):>9} "
                 f"{t.get('peer', 0) / 1e9:>8.3g} {t.get('h2d', 0) / 1e9:>8.3g} "
                 f"{t.get('net', 0) / 1e9:>7.3g}  {knobs}"
+            )
+        if target:
+            lines.append(
+                f"to target: epochs to validation accuracy {self.target_acc:g} of the engine's "
+                f"mode; '> K': not reached in K epochs (a lower bound); '?': no estimate "
+                f"(ranked after the others)"
             )
         lines += ["", f"choice: {self.choice or 'none fits'}", self.reason]
         return "\n".join(lines)
@@ -126,9 +195,17 @@ def predict_engine(
     return MODELS[name](wl, hw, nproc, **knobs)
 
 
-def _mode_of(name: str, mode: str) -> str:
+def _mode_of(name: str, mode: str, pred: Prediction | None = None) -> str:
+    """The mode ``name`` trains in.
+
+    The one asked for, else the one its prediction is for (the ``reference`` model is a
+    full-graph one), else the engine's default.
+    """
     modes = ENGINES[name].modes
-    return mode if mode in modes else modes[0]
+    if mode in modes:
+        return mode
+    planned = pred.knobs.get("mode") if pred is not None else None
+    return planned if planned in modes else modes[0]
 
 
 def _smallest_change(wl: Workload, hw: HardwareProfile, nproc: int, names: list[str]) -> str:
@@ -163,8 +240,16 @@ def make_plan(
     engines: Sequence[str] | None = None,
     epochs: int = 1,
     knobs: dict[str, dict[str, Any]] | None = None,
+    target_acc: float | None = None,
+    epochs_to_target: Mapping[str, EpochsToTarget | int] | None = None,
+    predictions: Mapping[str, Prediction] | None = None,
 ) -> Plan:
     """Rank the engines for ``wl`` on ``hw`` with ``nproc`` ranks and pick one.
+
+    Without a target the engines that fit are ranked by predicted epoch time. With
+    ``target_acc`` and an estimate of the epochs a mode needs to reach it, they are ranked by
+    time to the target, ``epochs_to_target[mode] x epoch_s``; engines whose mode has no estimate
+    (or only a lower bound: not reached in K epochs) are ranked after them, by epoch time.
 
     Args:
         wl: The workload.
@@ -175,9 +260,17 @@ def make_plan(
         epochs: Epochs the times are compared over (``auto`` mode mixes full-graph and
             mini-batch epochs).
         knobs: Per-engine fixed knobs (e.g. ``{"offload": {"chunks": 8}}``).
+        target_acc: Validation accuracy in ``(0, 1]`` to rank by time to (``None``: rank by
+            epoch time).
+        epochs_to_target: Epochs to ``target_acc`` per mode (``full``, ``minibatch``): plain
+            counts or :class:`~fleetgnn.cost.target.EpochsToTarget` (which can be lower bounds
+            and name their source).
+        predictions: The engines' predictions of an earlier plan for the same workload,
+            hardware and ranks (skips the cost models, e.g. to re-rank once estimates are in).
 
     Raises:
-        ConfigError: A bad mode or engine name, or ``nproc`` beyond the machine.
+        ConfigError: A bad mode or engine name, ``nproc`` beyond the machine, a target outside
+            ``(0, 1]``, or estimates for an unknown mode or without a target.
     """
     if mode not in MODES:
         raise ConfigError(f"mode={mode!r} is not one of {', '.join(MODES)}")
@@ -189,12 +282,21 @@ def make_plan(
             f"--nproc {nproc} does not fit hardware profile {hw.name!r} "
             f"({hw.num_hosts} host(s) x {hw.num_devices} devices)"
         )
+    if target_acc is not None:
+        target_acc = check_target_acc(target_acc)
+    estimates = as_estimates(epochs_to_target)
+    if estimates and target_acc is None:
+        raise ConfigError("epochs to target need a target accuracy (--target-acc)")
     names = _candidates(mode, nproc, engines)
     if not names:
         raise ConfigError(f"no available engine runs mode={mode!r} with {nproc} rank(s)")
     hw_used = hw.with_devices(min(nproc, hw.num_devices)) if hw.num_hosts == 1 else hw
     knobs = knobs or {}
-    preds = {n: predict_engine(n, wl, hw_used, nproc, knobs.get(n)) for n in names}
+    given = predictions or {}
+    preds = {
+        n: given[n] if n in given else predict_engine(n, wl, hw_used, nproc, knobs.get(n))
+        for n in names
+    }
     fitting = [n for n in names if preds[n].fits]
     info = {
         "nodes": wl.num_nodes,
@@ -206,23 +308,79 @@ def make_plan(
         "widths": list(wl.model.widths),
         "source": wl.source,
     }
+    plan = Plan(
+        None,
+        None,
+        preds,
+        "",
+        hw.name,
+        nproc,
+        epochs,
+        info,
+        target_acc=target_acc,
+        epochs_to_target=estimates,
+        modes={n: _mode_of(n, mode, preds[n]) for n in names},
+    )
     if not fitting:
         change = _smallest_change(wl, hw, nproc, names)
         why = "; ".join(f"{n}: {' / '.join(preds[n].reasons)}" for n in names)
-        reason = (
+        plan.reason = (
             f"Nothing fits on {hw.name} with {nproc} rank(s) ({why}). Smallest change: {change}."
         )
-        return Plan(None, None, preds, reason, hw.name, nproc, epochs, info)
-    best = min(fitting, key=lambda n: preds[n].epoch_s)
+        return plan
+    by_epoch = sorted(fitting, key=lambda n: preds[n].epoch_s)
+    timed = sorted(
+        (n for n in fitting if plan.time_to_target(n) is not None),
+        key=lambda n: plan.time_to_target(n) or 0.0,
+    )
+    if timed:
+        plan.ranked_by = "time_to_target"
+        plan.ranking = timed + [n for n in by_epoch if n not in timed]
+        parts = _target_reason(plan, timed)
+    else:
+        plan.ranking = by_epoch
+        parts = _epoch_reason(plan)
+    best = plan.ranking[0]
     p = preds[best]
-    others = [n for n in fitting if n != best]
+    slow = max(p.breakdown, key=p.breakdown.get) if p.breakdown else None
+    if slow:
+        parts.append(f"Its time goes mostly to {slow} ({p.breakdown[slow]:.3g} s per epoch).")
+    for n in names:
+        if not preds[n].fits:
+            parts.append(f"{n} does not fit: {' / '.join(preds[n].reasons)}.")
+    if best == "offload":
+        parts.append(f"Offload streams {p.knobs['chunks']} chunk(s) per rank through the device.")
+    if (
+        plan.ranked_by == "epoch_s"
+        and mode == "auto"
+        and {plan.modes[n] for n in fitting} == {"full", "minibatch"}
+    ):
+        parts.append(
+            "Full-graph and mini-batch epochs differ (one step against many): times are "
+            "compared per epoch; restrict --mode to compare like with like"
+            + (
+                ", or rank by time to a target accuracy (--target-acc)."
+                if plan.target_acc is None
+                else "."
+            )
+        )
+    counts = "exact counts from the dataset" if wl.graph is not None else "modelled counts"
+    parts.append(f"Hardware {hw.name}, {nproc} rank(s), {counts}.")
+    plan.choice, plan.mode, plan.reason = best, plan.modes[best], " ".join(parts)
+    return plan
+
+
+def _epoch_reason(plan: Plan) -> list[str]:
+    """The reason's first sentences when the engines are ranked by epoch time."""
+    preds, best = plan.predictions, plan.ranking[0]
+    p = preds[best]
+    others = plan.ranking[1:]
     parts = [
         f"{best} is predicted fastest of the engines that fit: {p.epoch_s:.3g} s per epoch"
         + (
             " ("
             + ", ".join(
-                f"{n} {preds[n].epoch_s:.3g} s, {preds[n].epoch_s / p.epoch_s:.2f}x"
-                for n in sorted(others, key=lambda n: preds[n].epoch_s)
+                f"{n} {preds[n].epoch_s:.3g} s, {preds[n].epoch_s / p.epoch_s:.2f}x" for n in others
             )
             + ")"
             if others
@@ -230,22 +388,79 @@ def make_plan(
         )
         + "."
     ]
-    slow = max(p.breakdown, key=p.breakdown.get) if p.breakdown else None
-    if slow:
-        parts.append(f"Its time goes mostly to {slow} ({p.breakdown[slow]:.3g} s).")
-    for n in names:
-        if not preds[n].fits:
-            parts.append(f"{n} does not fit: {' / '.join(preds[n].reasons)}.")
-    if best == "offload":
-        parts.append(f"Offload streams {p.knobs['chunks']} chunk(s) per rank through the device.")
-    if mode == "auto" and {ENGINES[n].modes[0] for n in fitting} == {"full", "minibatch"}:
+    if plan.target_acc is not None:
+        have = _estimates_text(plan)
         parts.append(
-            "Full-graph and mini-batch epochs differ (one step against many): times are "
-            "compared per epoch; restrict --mode to compare like with like."
+            f"Ranked by epoch time: no engine that fits has an estimate of the epochs to "
+            f"validation accuracy {plan.target_acc:g} for its mode"
+            + (f" ({have})" if have else "")
+            + "; give --epochs-to-target, --history RUN_DIR or --probe-epochs K."
         )
-    counts = "exact counts from the dataset" if wl.graph is not None else "modelled counts"
-    parts.append(f"Hardware {hw.name}, {nproc} rank(s), {counts}.")
-    return Plan(best, _mode_of(best, mode), preds, " ".join(parts), hw.name, nproc, epochs, info)
+    return parts
+
+
+def _target_reason(plan: Plan, timed: list[str]) -> list[str]:
+    """The reason's first sentences when the engines are ranked by time to the target."""
+    preds, best = plan.predictions, timed[0]
+    t_best = plan.time_to_target(best) or 0.0
+
+    def cell(n: str) -> str:
+        est = plan.estimate(n)
+        k = est.epochs if est is not None else 0
+        unit = "epoch" if k == 1 else "epochs"
+        return f"{k} {unit} x {preds[n].epoch_s:.3g} s = {k * preds[n].epoch_s:.3g} s"
+
+    others = ", ".join(
+        f"{n} {cell(n)}, {(plan.time_to_target(n) or 0.0) / t_best:.2f}x" if t_best else cell(n)
+        for n in timed[1:]
+    )
+    parts = [
+        f"Ranked by time to validation accuracy {plan.target_acc:g} (epochs to target x "
+        f"predicted epoch time; full-graph and mini-batch epochs are different units): {best} "
+        f"gets there first, {cell(best)}" + (f" ({others})" if others else "") + "."
+    ]
+    fastest_epoch = min(plan.ranking, key=lambda n: preds[n].epoch_s)
+    if fastest_epoch != best:
+        parts.append(
+            f"By epoch time alone {fastest_epoch} would win ({preds[fastest_epoch].epoch_s:.3g} s "
+            f"against {preds[best].epoch_s:.3g} s per epoch), but its mode needs more epochs."
+            if fastest_epoch in timed
+            else f"By epoch time alone {fastest_epoch} would be faster "
+            f"({preds[fastest_epoch].epoch_s:.3g} s against {preds[best].epoch_s:.3g} s per "
+            f"epoch)."
+        )
+    rest = [n for n in plan.ranking if n not in timed]
+    bounded = [n for n in rest if plan.estimate(n) is not None]
+    unknown = [n for n in rest if plan.estimate(n) is None]
+    if bounded:
+        cells = []
+        for n in bounded:
+            est = plan.estimate(n)
+            k = est.epochs if est is not None else 0
+            low = k * preds[n].epoch_s
+            cells.append(
+                f"{n} (> {k} epochs, > {low:.3g} s"
+                + ("" if low >= t_best else "; could still be faster, run it longer")
+                + ")"
+            )
+        parts.append(
+            "Ranked after, their mode did not reach the target in the epochs run: "
+            + ", ".join(cells)
+            + "."
+        )
+    if unknown:
+        parts.append(
+            "Ranked after, no estimate of epochs to target for their mode: "
+            + ", ".join(f"{n} ({plan.modes[n]})" for n in unknown)
+            + "."
+        )
+    parts.append(f"Epochs to target: {_estimates_text(plan)}.")
+    return parts
+
+
+def _estimates_text(plan: Plan) -> str:
+    """``full 12 (given); minibatch > 5 (probe ...)``."""
+    return "; ".join(f"{m} {e.text} ({e.source})" for m, e in sorted(plan.epochs_to_target.items()))
 
 
 def workload_from_config(
