@@ -402,7 +402,7 @@ class Communicator:
                 self.group,
                 rank=self.rank,
                 world_size=1,
-                meter=self.meter,
+                meter=meter or self.meter,
                 debug=self.debug,
                 same_host=self.same_host,
             )

@@ -245,3 +245,21 @@ def test_check_views_unit():
     assert check_views(bad) == ["rank 0 sends 2 rows to rank 1 but rank 1 expects 1"]
     assert check_views([dict(ok[0]), dict(ok[1], call=2)])[0].startswith("ranks are at different")
     assert "invalid arguments" in check_views([dict(ok[0], error="boom"), ok[1]])[0]
+
+
+def test_new_group_of_one_rank_records_on_the_meter_it_is_given(tmp_path):
+    """With one rank, new_group() returns a communicator over the same group; it must still
+    record on the meter passed (a prefetch thread's traffic kept apart from the step's)."""
+    import torch.distributed as dist
+
+    from fleetgnn.distributed.traffic import TrafficMeter
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        own, other = TrafficMeter(), TrafficMeter()
+        comm = Communicator(None, rank=0, world_size=1, meter=own)
+        assert comm.new_group(meter=other).meter is other
+        assert comm.new_group().meter is own
+    finally:
+        dist.destroy_process_group()
