@@ -145,13 +145,15 @@ def plan_for(
     ``graph`` per mode of the engines that fit still without an exact number.
     """
     from fleetgnn.cost import make_plan, workload_from_config
+    from fleetgnn.cost.planner import knobs_from_config
 
     check_request(target, dataset if graph is not None else None)
     wl = workload_from_config(cfg, graph=graph, shape=shape)
     hw = hardware_profile(hardware, nproc)
     epochs = int(cfg.train.epochs)
+    knobs = knobs_from_config(cfg)
     if target is None:
-        return make_plan(wl, hw, nproc, mode=mode, engines=engines, epochs=epochs)
+        return make_plan(wl, hw, nproc, mode=mode, engines=engines, epochs=epochs, knobs=knobs)
     estimates = estimates_for(target, cfg)
     plan = make_plan(
         wl,
@@ -160,6 +162,7 @@ def plan_for(
         mode=mode,
         engines=engines,
         epochs=epochs,
+        knobs=knobs,
         target_acc=target.target_acc,
         epochs_to_target=estimates,
     )
@@ -178,6 +181,7 @@ def plan_for(
         mode=mode,
         engines=engines,
         epochs=epochs,
+        knobs=knobs,
         target_acc=target.target_acc,
         epochs_to_target=with_probes(estimates, probes),
         predictions=plan.predictions,

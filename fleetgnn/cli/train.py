@@ -362,6 +362,10 @@ def _plan_engine(
     knobs = plan.predictions[plan.choice].knobs
     if plan.choice == "offload":
         cfg.offload.chunks = int(knobs["chunks"])
+    if plan.choice == "minibatch":  # the store the plan priced (unset budgets are unlimited)
+        store = cfg.store
+        store.device_budget = store.device_budget or str(int(knobs["device_budget"]))
+        store.host_budget = store.host_budget or str(int(knobs["host_budget"]))
     cfg = cfg.validate()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1) + "\n")

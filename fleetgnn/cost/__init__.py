@@ -13,6 +13,7 @@ from fleetgnn.cost.hardware import (
 )
 from fleetgnn.cost.models import MODELS, ModelShape, Prediction, Workload
 from fleetgnn.cost.planner import Plan, make_plan, predict_engine, workload_from_config
+from fleetgnn.cost.store_model import DegreeModel, StoreCachePlan, plan_feature_cache
 from fleetgnn.cost.target import (
     TARGET_MODES,
     EpochsToTarget,
@@ -26,9 +27,11 @@ __all__ = [
     "MODELS",
     "PROFILES",
     "TARGET_MODES",
+    "DegreeModel",
     "EpochsToTarget",
     "HardwareProfile",
     "ModelShape",
+    "StoreCachePlan",
     "Plan",
     "Prediction",
     "Workload",
@@ -38,6 +41,7 @@ __all__ = [
     "local_profile",
     "make_plan",
     "merge_estimates",
+    "plan_feature_cache",
     "predict_engine",
     "workload_from_config",
 ]

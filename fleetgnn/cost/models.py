@@ -11,9 +11,18 @@ fullgraph   halo rows per rank of the edge-balanced ranges, exchanged per layer 
             backward where the aggregated tensor needs a gradient); one gradient all-reduce
 offload     HongTu's transition plan (:class:`~fleetgnn.exchange.TransitionPlan`) of the
             chunked partition: rows per channel (h2d, peer, reuse, d2h), buffers, host data
-minibatch   a short pre-sampling with the engine's sampler: input rows and edges per step
-split       the same sample, one copy of every row across ranks
+minibatch   the epoch replayed (:mod:`fleetgnn.cost.replay`): every rank's seeds and samples,
+            every topology read and input row priced at the store tier the engine's plan puts
+            it on (own shard, peer, host, disk), the gradient all-reduce; memory: the store
+split       the epoch replayed: the global samples split by the engine's partition, input rows
+            from each rank's cache or host memory, the shuffle rows per layer, the all-reduce;
+            memory: the cache
 ==========  =====================================================================================
+
+The mini-batch replays count every step when the epoch samples at most
+:data:`~fleetgnn.cost.replay.EXACT_EDGES` edges, else a prefix of steps scaled to the epoch
+(``knobs["counts"]`` says which). Their ``memory`` is what the engines report (store, cache); a
+step's rows, activations and the model's state are the prediction's ``workspace``.
 
 Time is compute (sparse aggregation at ``spmm_rate`` edge-features/s, dense transforms at
 ``gemm_rate`` flop/s; the backward pass costs twice the forward) plus communication (bytes per
@@ -26,11 +35,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from fleetgnn.config.units import parse_bytes
+from fleetgnn.cost.replay import minibatch_counts, split_counts
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import build_model
@@ -46,6 +57,8 @@ SAMPLE_RATE = {"cpu": 5e6, "gpu": 5e8}
 #: Fraction of a sampled layer's edges that cross METIS splits: GSplit Table 5 reports a local-edge
 #: ratio of 0.93-0.94 at 4 splits, fleetgnn's split engine measured 0.84-0.89 (bench_split).
 SPLIT_CUT = 0.13
+#: Graph edges above which the split model does not run METIS (it models the cut instead).
+METIS_EDGES = 10_000_000
 #: Fixed cost of one collective (s): gloo on loopback about 1 ms, NCCL tens of microseconds.
 COLLECTIVE_LATENCY = {"cpu": 1e-3, "gpu": 3e-5}
 
@@ -148,7 +161,8 @@ class Workload:
         num_classes: ``C``.
         num_train: Training nodes.
         model: The model's shape.
-        batch_size: Seeds per step (mini-batch engines; the global batch).
+        batch_size: Seeds per step (mini-batch engines): per rank for ``minibatch`` (its
+            ``SeedLoader`` slots), the global batch for ``split``.
         fanouts: Sampled neighbours per layer (mini-batch engines).
         graph: The dataset itself, for exact counts (``None``: modelled from the counts).
         source: Where the numbers come from (stated in reports).
@@ -180,11 +194,15 @@ class Prediction:
         fits: Whether every tier fits its capacity.
         epoch_s: Predicted seconds per epoch.
         traffic: Bytes per link kind per epoch, summed over ranks.
-        memory: Peak bytes per rank and tier (``device``, ``host``).
+        memory: Peak bytes per rank and tier (``device``, ``host``), as the engine reports
+            them (its ``peak_memory()``, the ``memory`` of ``metrics.jsonl``).
         knobs: The engine settings the prediction is for.
         steps: Optimisation steps per epoch.
         breakdown: Seconds per component (``compute``, each link kind).
         reasons: Why it does not fit, or notes on the model.
+        workspace: Bytes per rank and tier the engine needs beyond what it reports in
+            ``memory`` (the mini-batch engines report their store or cache; a step's input
+            rows, activations and the model's state come on top). Fitting counts both.
     """
 
     engine: str
@@ -196,6 +214,7 @@ class Prediction:
     steps: int = 1
     breakdown: dict[str, float] = dataclasses.field(default_factory=dict)
     reasons: list[str] = dataclasses.field(default_factory=list)
+    workspace: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` form of one engine."""
@@ -208,6 +227,7 @@ class Prediction:
             "steps": self.steps,
             "breakdown": dict(self.breakdown),
             "reasons": list(self.reasons),
+            "workspace": dict(self.workspace),
         }
 
 
@@ -231,20 +251,29 @@ def _allreduce_bytes(model: ModelShape, world: int) -> int:
     return world * (2 * (world - 1) * model.params * model.elem // world)
 
 
-def _check_memory(pred: Prediction, hw: Any, world: int) -> None:
+def _check_memory(pred: Prediction, hw: Any, world: int, *, host_shared: bool = False) -> None:
+    """Mark ``pred`` as not fitting where ``memory`` plus ``workspace`` exceeds a tier.
+
+    ``host_shared``: ``memory["host"]`` is one copy per host (the store's host tier), not per
+    rank; the workspace is always per rank.
+    """
     device_cap = int(hw.device_memory)
     host_cap = int(hw.host_memory)
     per_host = min(world, int(hw.num_devices))
-    if pred.memory.get("device", 0) > device_cap:
+    ws = pred.workspace
+    device = pred.memory.get("device", 0) + ws.get("device", 0)
+    host = pred.memory.get("host", 0) * (1 if host_shared else per_host)
+    host += ws.get("host", 0) * per_host
+    if device > device_cap:
         pred.fits = False
         pred.reasons.append(
-            f"device memory: needs {pred.memory['device'] / 2**30:.2f} GiB per rank, the "
+            f"device memory: needs {device / 2**30:.2f} GiB per rank, the "
             f"device has {device_cap / 2**30:.2f} GiB"
         )
-    if pred.memory.get("host", 0) * per_host > host_cap:
+    if host > host_cap:
         pred.fits = False
         pred.reasons.append(
-            f"host memory: needs {pred.memory['host'] * per_host / 2**30:.2f} GiB per host, "
+            f"host memory: needs {host / 2**30:.2f} GiB per host, "
             f"the host has {host_cap / 2**30:.2f} GiB"
         )
 
@@ -471,141 +500,383 @@ def predict_offload(
 
 
 # ---------------------------------------------------------------------------------- mini-batch
-def _presample(wl: Workload, steps: int = 4, seed: int = 0) -> dict[str, float]:
-    """Mean input rows and edges per step of the engine's sampler (or a model of it)."""
-    if wl.graph is not None:
-        import torch
+#: Bytes of one feature element of a dataset known only by its shape (float32 datasets).
+_FEAT_ELEM = 4
+#: Bytes the store records per node it looks up (two ``indptr`` entries).
+_LOOKUP = 16
+PLACEMENTS: tuple[str, ...] = ("degree", "presample")
 
-        from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader
 
-        g = wl.graph
-        train = torch.from_numpy(np.flatnonzero(np.asarray(g.train_mask)))
-        loader = SeedLoader(train, wl.batch_size, seed=seed, shuffle=True)
-        sampler = NeighborSampler(GraphTopology(g), list(wl.fanouts), seed=seed)
-        rows = edges = nodes = 0.0
-        k = min(steps, loader.num_batches)
-        for s in range(k):
-            blocks = sampler.sample(loader.batch(0, s), 0, s)
-            rows += blocks[0].num_src
-            edges += sum(int(b.indices.numel()) for b in blocks)
-            nodes += sum(b.num_src for b in blocks)
-        return {
-            "input_rows": rows / k,
-            "edges": edges / k,
-            "nodes": nodes / k,
-            "steps": loader.num_batches,
-        }
-    frontier = float(wl.batch_size)
+def _presample(wl: Workload, batch_size: int | None = None) -> dict[str, Any]:
+    """One step's sample modelled from the counts (no dataset): rows and edges per hop.
+
+    Every hop draws ``min(fanout, E / N)`` neighbours per frontier node (all for ``-1``); the
+    new nodes of a hop are the distinct ones among its draws (uniform neighbours). With the
+    dataset, the engines' own samples are replayed instead (:mod:`fleetgnn.cost.replay`).
+
+    Returns:
+        ``input_rows`` (rows of the first block), ``edges`` (sampled edges, all hops),
+        ``nodes`` (block source rows summed over layers) and ``hop_edges`` (per block, input
+        layer first, like the engines' ``blocks``).
+    """
+    frontier = float(batch_size if batch_size is not None else wl.batch_size)
     edges = nodes = 0.0
-    for f in reversed(wl.fanouts):
+    hop_edges = []
+    for f in wl.fanouts:  # hop 0 expands the seeds
         fan = wl.mean_degree if f < 0 else min(f, wl.mean_degree)
         e = frontier * fan
-        nodes += frontier
+        hop_edges.append(e)
         edges += e
         frontier = min(frontier + _expected_unique(e, wl.num_nodes), wl.num_nodes)
+        nodes += frontier
     return {
         "input_rows": frontier,
         "edges": edges,
-        "nodes": nodes + frontier,
-        "steps": math.ceil(wl.num_train / wl.batch_size),
+        "nodes": nodes,
+        "hop_edges": hop_edges[::-1],
     }
+
+
+def _budget(value: Any, default: int, name: str) -> int:
+    """A byte budget knob (``"64MB"``, an int), ``default`` when ``None``."""
+    return int(default) if value is None else parse_bytes(value, name)
+
+
+def _modelled_store(
+    wl: Workload, world: int, device_budget: int, host_budget: int, order: str
+) -> tuple[dict[str, tuple[float, float]], int, int, int]:
+    """The store's tiers for a graph known by its counts (no dataset).
+
+    Topology (``8 * N + index * E`` bytes) and features (``N * F * 4``) take the device
+    budgets (``W * device_budget``) and then the host budget in ``order``; a kind's reads are
+    served from each tier in proportion to the bytes it holds there (uniform access assumed).
+
+    Returns:
+        ``({kind: (device fraction, host fraction)}, device bytes per rank, host bytes, index
+        bytes)``.
+    """
+    if order not in ("graph_first", "features_first"):
+        raise ConfigError(f"order={order!r} is not one of graph_first, features_first")
+    idx = 4 if wl.num_nodes < 2**31 else 8
+    kinds = [
+        ("topology", 8 * wl.num_nodes + idx * wl.num_edges),
+        ("features", wl.num_nodes * wl.num_features * _FEAT_ELEM),
+    ]
+    if order == "features_first":
+        kinds.reverse()
+    dev_left, host_left = device_budget * world, host_budget
+    fractions = {}
+    for kind, size in kinds:
+        on_dev = min(size, dev_left)
+        on_host = min(size - on_dev, host_left)
+        dev_left -= on_dev
+        host_left -= on_host
+        fractions[kind] = (on_dev / size, on_host / size) if size else (0.0, 0.0)
+    return fractions, (device_budget * world - dev_left) // world, host_budget - host_left, idx
+
+
+def _xgnn_cache(
+    wl: Workload, hw: Any, world: int, device_budget: Any, host_budget: int, order: Any
+) -> Any:
+    """:func:`~fleetgnn.cost.store_model.plan_feature_cache` for a graph known by its counts.
+
+    The engine's ``batch_size`` is per rank; the store model's is global. ``None`` where the
+    model refuses the workload (it says why in a :class:`ConfigError`; the caller then falls
+    back to uniform access).
+    """
+    from fleetgnn.cost.store_model import plan_feature_cache  # it imports this module
+
+    try:
+        return plan_feature_cache(
+            dataclasses.replace(wl, batch_size=wl.batch_size * world),
+            hw,
+            world,
+            device_budget=None
+            if device_budget is None
+            else _budget(device_budget, 0, "device_budget"),
+            host_budget=host_budget,
+            order=order or None,
+        )
+    except ConfigError:
+        return None
+
+
+def _cached_store(wl: Workload, cache: Any) -> tuple[dict[str, tuple[float, float]], int, int, int]:
+    """:func:`_modelled_store`'s tuple from XGNN's plan: device hits at its degree-skewed rates.
+
+    A read the device misses goes to the host tier or disk in proportion to the bytes each
+    holds of that kind (the host holds the next-hottest rows, so this overstates disk reads).
+    """
+    fractions = {}
+    for kind, hit in (("features", cache.feature_hit), ("topology", cache.topology_hit)):
+        host, disk = cache.host_bytes.get(kind, 0), cache.disk_bytes.get(kind, 0)
+        on_host = (1.0 - hit) * (host / (host + disk) if host + disk else 1.0)
+        fractions[kind] = (hit, on_host)
+    idx = 4 if wl.num_nodes < 2**31 else 8
+    return (
+        fractions,
+        int(sum(cache.device_bytes.values())),
+        int(sum(cache.host_bytes.values())),
+        idx,
+    )
+
+
+def _store_loads(
+    wl: Workload, world: int, per_host: int, steps: int, s: dict[str, Any], store: tuple
+) -> dict[str, float]:
+    """Store bytes per link kind of an epoch (all ranks), modelled (see :func:`_modelled_store`)."""
+    fractions, _, _, idx = store
+    rows, edges = s["input_rows"], s["edges"]
+    per_step = {
+        "features": rows * wl.num_features * _FEAT_ELEM,
+        # the sampler looks up every seed, every sampled edge's destination and every new
+        # node (edges + input rows lookups) and reads one index per sampled edge
+        "topology": _LOOKUP * (edges + rows) + idx * edges,
+    }
+    loads = dict.fromkeys(("local", "peer", "net", "h2d", "disk"), 0.0)
+    for kind, b in per_step.items():
+        total = b * steps * world
+        on_dev, on_host = fractions[kind]
+        dev = total * on_dev
+        loads["local"] += dev / world
+        loads["peer"] += dev * (per_host - 1) / world
+        loads["net"] += dev * (world - per_host) / world
+        loads["h2d"] += total * on_host
+        loads["disk"] += total * max(0.0, 1.0 - on_dev - on_host)
+    return loads
+
+
+def _link_seconds(hw: Any, traffic: Mapping[str, int], world: int) -> float:
+    """Seconds per rank to move its share of ``traffic`` over each link kind."""
+    rates = {"local": float(hw.gather_rate)}
+    if world > 1:
+        rates["peer"] = float(hw.min_peer_bandwidth())
+    for kind in ("h2d", "net", "disk"):
+        if traffic.get(kind, 0):
+            rates[kind] = _bw(hw, kind)
+    return sum(v / world / rates[k] for k, v in traffic.items() if v and k in rates)
 
 
 def predict_minibatch(
-    wl: Workload, hw: Any, world: int, *, device_budget: int | None = None, **knobs: Any
+    wl: Workload, hw: Any, world: int, *, device_budget: int | str | None = None, **knobs: Any
 ) -> Prediction:
-    """Data parallelism: each rank samples its share of the batch and gathers its input rows."""
+    """Data parallelism over the unified store: each rank samples its own batch of seeds.
+
+    ``wl.batch_size`` seeds per rank and step (the engine's ``SeedLoader`` slots). With the
+    dataset the epoch is replayed (:func:`~fleetgnn.cost.replay.minibatch_counts`): the bytes
+    per link kind are the store's (topology and features, per source) plus the gradient
+    all-reduce, exactly as the engine meters them; ``memory`` is the store's shard and host
+    tier (the engine's ``peak_memory()``); a step's rows, activations and the model's state are
+    the ``workspace``. Without the dataset the sample and the tiers are modelled.
+
+    Knobs: ``device_budget`` (bytes per rank, default half the device), ``host_budget``
+    (bytes per host, default half the host), ``placement`` (``degree``/``presample``),
+    ``order`` (``graph_first``/``features_first``), ``topology`` (``store.topology``),
+    ``seed`` (the run's seed, default 0).
+    """
     m = wl.model
-    per_rank = dataclasses.replace(wl, batch_size=max(1, wl.batch_size // world))
-    s = _presample(per_rank)
-    steps = math.ceil(wl.num_train / (per_rank.batch_size * world))  # each rank: its share
-    row = wl.num_features * m.elem
-    feat_bytes = wl.num_nodes * row
-    budget = device_budget if device_budget is not None else int(hw.device_memory) // 2
-    cached = min(1.0, budget * world / max(feat_bytes, 1))
-    gathered = s["input_rows"] * row * steps * world
-    traffic = {
-        "local": int(gathered * cached / world),
-        "peer": int(gathered * cached * (1 - 1 / world)) + _allreduce_bytes(m, world) * steps,
-        "h2d": int(gathered * (1 - cached)),
-    }
-    spmm, gemm = m.forward_flops(s["nodes"] / m.num_layers, s["edges"] / m.num_layers)
+    per_host = min(world, int(hw.num_devices))
+    dev_b = _budget(device_budget, int(hw.device_memory) // 2, "device_budget")
+    host_b = _budget(knobs.get("host_budget"), int(hw.host_memory) // 2, "host_budget")
+    placement = str(knobs.get("placement", "degree"))
+    order = str(knobs.get("order") or "graph_first")
+    if placement not in PLACEMENTS:
+        raise ConfigError(f"placement={placement!r} is not one of {', '.join(PLACEMENTS)}")
+    cache = None
+    if wl.graph is not None:
+        c = minibatch_counts(
+            wl.graph,
+            world,
+            batch_size=wl.batch_size,
+            fanouts=wl.fanouts,
+            seed=int(knobs.get("seed", 0)),
+            device_budget=dev_b,
+            host_budget=host_b,
+            placement=placement,
+            order=order,
+            topology=knobs.get("topology"),
+            ranks_per_host=per_host,
+        )
+        steps, loads = c.steps, dict(c.loads)
+        mean = {"input_rows": c.input_rows, "edges": c.edges, "nodes": c.nodes}
+        peak = {"input_rows": c.max_input_rows, "edges": c.max_edges, "nodes": c.max_nodes}
+        device, host = max(c.device_bytes), c.host_bytes
+        counts = "exact" if c.exact else f"presampled {c.replayed} of {c.steps} steps per rank"
+    else:
+        mean = peak = _presample(wl)
+        steps = math.ceil(wl.num_train / (wl.batch_size * world))
+        cache = _xgnn_cache(wl, hw, world, device_budget, host_b, knobs.get("order"))
+        if cache is not None:  # XGNN's placement: degree-skewed hits, the faster order
+            dev_b, order = cache.budget, cache.order
+            store = _cached_store(wl, cache)
+            cache_knobs = {
+                "cache_ratio": round(cache.cache_ratio, 4),
+                "feature_hit": round(cache.feature_hit, 4),
+                "topology_hit": round(cache.topology_hit, 4),
+                "order_reason": cache.reason,
+            }
+            if cache.placement is not None:
+                cache_knobs["stores"] = [list(s) for s in cache.placement.stores]
+            counts = "model (degree-skewed access, XGNN placement)"
+        else:  # the degree model does not apply (e.g. no training nodes): uniform access
+            store = _modelled_store(wl, world, dev_b, host_b, order)
+            cache_knobs = {}
+            counts = "model (uniform access)"
+        loads = _store_loads(wl, world, per_host, steps, mean, store)
+        device, host = store[1], store[2]
+    link = "peer" if world <= int(hw.num_devices) else "net"
+    traffic = {k: int(v) for k, v in loads.items()}
+    traffic[link] += _allreduce_bytes(m, world) * steps
+    layers = m.num_layers
+    spmm, gemm = m.forward_flops(mean["nodes"] / layers, mean["edges"] / layers)
     compute = steps * _compute_s(hw, spmm, gemm)
-    sample = steps * s["edges"] / SAMPLE_RATE[hw.kind]
-    comm = steps * COLLECTIVE_LATENCY[hw.kind] * (1 if world > 1 else 0) + (
-        traffic["h2d"] / world / _bw(hw, "h2d")
-        + traffic["peer"] / world / float(hw.min_peer_bandwidth() if world > 1 else 1e30)
-        + traffic["local"] / world / float(hw.gather_rate)
+    sample = steps * mean["edges"] / SAMPLE_RATE[hw.kind]
+    latency = steps * COLLECTIVE_LATENCY[hw.kind] * (1 if world > 1 else 0)
+    comm = latency + _link_seconds(hw, traffic, world)
+    workspace = (
+        peak["input_rows"] * wl.num_features * m.elem
+        + m.activation_bytes(peak["nodes"] / layers, peak["edges"] / layers)
+        + 4 * m.params * m.elem  # parameters, gradients, Adam's two moments
     )
-    device = (
-        min(budget, feat_bytes / world)
-        + s["input_rows"] * row
-        + m.activation_bytes(s["nodes"] / m.num_layers, s["edges"] / m.num_layers)
-    )
-    host = feat_bytes * (1 - cached) / world + wl.num_edges * _IDX / world
+    if wl.graph is None and cache is not None:
+        # the budget XGNN's plan gave the store is the device less this very workspace (its
+        # own, finer estimate, with a runtime reserve): count that one, not a second estimate
+        workspace = sum(cache.workspace.values())
     pred = Prediction(
         "minibatch",
         True,
         compute + comm + sample,
         traffic,
         {"device": int(device), "host": int(host)},
-        {"batch_size": per_rank.batch_size, "fanouts": list(wl.fanouts), "cache": cached},
+        {
+            "batch_size": wl.batch_size,
+            "fanouts": list(wl.fanouts),
+            "device_budget": dev_b,
+            "host_budget": host_b,
+            "placement": placement,
+            "order": order,
+            "counts": counts,
+            **(cache_knobs if wl.graph is None else {}),
+        },
         steps,
         {"compute": compute, "sample": sample, "gather": comm},
+        workspace={"device": int(workspace)},
     )
-    _check_memory(pred, hw, world)
+    _check_memory(pred, hw, world, host_shared=True)
     return pred
 
 
+def _split_shuffle(m: ModelShape, rows: Sequence[tuple[float, float]]) -> float:
+    """Bytes of an epoch's split shuffles (forward and backward) from the rows per layer.
+
+    Sum/mean aggregation sends one partial sum per (destination, sending rank) pair
+    (``rows[l][0]``), forward and, where the aggregated tensor needs a gradient, backward.
+    GAT's edge-weighted aggregations send source rows per (source, destination rank)
+    (``rows[l][1]``): its scores (``heads``), the softmax denominators (``heads``) and the
+    transformed rows (an approximation of its halo exchanges).
+    """
+    total = 0.0
+    for i, (pre, halo) in enumerate(rows):
+        back = 2 if m.grad_through_agg[i] else 1
+        if m.heads[i] > 1 or m.name == "gat":
+            total += halo * (m.agg_widths[i] + 2 * m.heads[i]) * m.elem * back
+        else:
+            total += pre * m.agg_widths[i] * m.elem * back
+    return total
+
+
 def predict_split(
-    wl: Workload, hw: Any, world: int, *, device_budget: int | None = None, **knobs: Any
+    wl: Workload, hw: Any, world: int, *, device_budget: int | str | None = None, **knobs: Any
 ) -> Prediction:
-    """Split parallelism: one global batch, every row loaded and computed by one rank."""
+    """Split parallelism (GSplit): one global batch, every row loaded and computed by one rank.
+
+    ``wl.batch_size`` seeds per step for all ranks. With the dataset the epoch is replayed
+    (:func:`~fleetgnn.cost.replay.split_counts`): input rows from each rank's cache (``local``)
+    or host memory (``h2d``), the shuffles per layer and the gradient all-reduce, as the engine
+    meters them; ``memory["device"]`` is the cache (the engine's ``peak_memory()``), ``host``
+    the dataset the ranks of a host read (one mapping). Without the dataset the sample is
+    modelled and :data:`SPLIT_CUT` of a layer's edges cross splits.
+
+    Knobs: ``device_budget`` (cache bytes per rank, default half the device), ``partition``
+    (``metis``, ``range``, ``hash``, ``random``; default ``metis``), ``seed`` (default 0).
+    """
     m = wl.model
-    s = _presample(wl)
-    steps = int(s["steps"])
-    row = wl.num_features * m.elem
-    feat_bytes = wl.num_nodes * row
-    budget = device_budget if device_budget is not None else int(hw.device_memory) // 2
-    cached = min(1.0, budget * world / max(feat_bytes, 1))
-    gathered = s["input_rows"] * row * steps
-    cut = min(SPLIT_CUT, 1 - 1 / world)  # edges between splits
-    shuffle = sum(
-        s["edges"] / m.num_layers * cut * m.agg_widths[i] * m.elem * 2 for i in range(m.num_layers)
-    )
-    traffic = {
-        "local": int(gathered * cached),
-        "h2d": int(gathered * (1 - cached)),
-        "peer": int(shuffle * steps) + _allreduce_bytes(m, world) * steps,
-    }
-    spmm, gemm = m.forward_flops(s["nodes"] / m.num_layers / world, s["edges"] / m.num_layers)
+    dev_b = _budget(device_budget, int(hw.device_memory) // 2, "device_budget")
+    method = str(knobs.get("partition", "metis"))
+    if wl.graph is not None:
+        g = wl.graph
+        # METIS on a large graph takes minutes: there the owners are a stand-in (hash, for
+        # the caches) and the shuffles are modelled
+        modelled_cut = method == "metis" and world > 1 and g.num_edges > METIS_EDGES
+        c = split_counts(
+            g,
+            world,
+            batch_size=wl.batch_size,
+            fanouts=wl.fanouts,
+            seed=int(knobs.get("seed", 0)),
+            partition_method=method,
+            device_budget=dev_b,
+            owner=np.arange(g.num_nodes, dtype=np.int64) % world if modelled_cut else None,
+        )
+        steps, loads, rows = c.steps, dict(c.loads), c.shuffle_rows
+        if modelled_cut:
+            rows = tuple((e * SPLIT_CUT * steps,) * 2 for e in c.layer_edges)
+        mean = {"input_rows": c.input_rows, "edges": c.edges, "nodes": c.nodes}
+        peak = {"input_rows": c.max_input_rows, "edges": c.max_edges, "nodes": c.max_nodes}
+        row = wl.num_features * (g.x.dtype.itemsize if g.x is not None else _FEAT_ELEM)
+        device = max(c.device_bytes)
+        uncached = (wl.num_nodes - sum(c.device_bytes) // max(row, 1)) * row
+        counts = "exact" if c.exact else f"presampled {c.replayed} of {c.steps} steps"
+        if modelled_cut:
+            counts += f"; metis modelled ({SPLIT_CUT:.0%} of sampled edges cross splits)"
+    else:
+        mean = peak = _presample(wl)
+        steps = math.ceil(wl.num_train / wl.batch_size)
+        row = wl.num_features * _FEAT_ELEM
+        feat_bytes = wl.num_nodes * row
+        cached = min(1.0, dev_b * world / max(feat_bytes, 1))
+        gathered = mean["input_rows"] * row * steps
+        loads = {"local": gathered * cached, "h2d": gathered * (1 - cached)}
+        cut = min(SPLIT_CUT, 1 - 1 / world)  # edges between splits
+        rows = tuple((e * cut * steps, e * cut * steps) for e in mean["hop_edges"])
+        device = min(dev_b, feat_bytes // world)
+        uncached = feat_bytes * (1 - cached)
+        counts = f"model ({SPLIT_CUT:.0%} of sampled edges cross splits)"
+    link = "peer" if world <= int(hw.num_devices) else "net"
+    traffic = {k: int(v) for k, v in loads.items()}
+    if world > 1:
+        traffic[link] = int(_split_shuffle(m, rows)) + _allreduce_bytes(m, world) * steps
+    layers = m.num_layers
+    spmm, gemm = m.forward_flops(mean["nodes"] / layers / world, mean["edges"] / layers)
     compute = steps * _compute_s(hw, spmm / world, gemm)
-    sample = steps * s["edges"] / SAMPLE_RATE[hw.kind]  # every rank samples the global batch
-    bw = float(hw.min_peer_bandwidth()) if world > 1 else 1e30
-    # per layer: counts + rows forward, rows backward; plus the gradient all-reduce
-    collectives = (3 * m.num_layers + 1) if world > 1 else 0
-    comm = steps * COLLECTIVE_LATENCY[hw.kind] * collectives + (
-        traffic["h2d"] / world / _bw(hw, "h2d")
-        + traffic["peer"] / world / bw
-        + traffic["local"] / world / float(hw.gather_rate)
+    sample = steps * mean["edges"] / SAMPLE_RATE[hw.kind]  # every rank samples the global batch
+    # per layer: rows forward and backward; plus the gradient all-reduce
+    collectives = (2 * layers + 1) if world > 1 else 0
+    comm = steps * COLLECTIVE_LATENCY[hw.kind] * collectives + _link_seconds(hw, traffic, world)
+    workspace = (
+        peak["input_rows"] / world * wl.num_features * m.elem
+        + m.activation_bytes(peak["nodes"] / layers / world, peak["edges"] / layers / world)
+        + 4 * m.params * m.elem  # parameters, gradients, Adam's two moments
     )
-    device = (
-        min(budget, feat_bytes / world)
-        + s["input_rows"] * row / world
-        + m.activation_bytes(s["nodes"] / m.num_layers / world, s["edges"] / m.num_layers / world)
-    )
-    host = feat_bytes * (1 - cached) / world + wl.num_edges * _IDX / world
+    idx = 4 if wl.num_nodes < 2**31 else 8
     pred = Prediction(
         "split",
         True,
         compute + comm + sample,
         traffic,
-        {"device": int(device), "host": int(host)},
-        {"batch_size": wl.batch_size, "fanouts": list(wl.fanouts), "cache": cached},
+        {"device": int(device), "host": int(uncached + 8 * wl.num_nodes + idx * wl.num_edges)},
+        {
+            "batch_size": wl.batch_size,
+            "fanouts": list(wl.fanouts),
+            "device_budget": dev_b,
+            "partition": method,
+            "counts": counts,
+        },
         steps,
         {"compute": compute, "sample": sample, "communication": comm},
+        workspace={"device": int(workspace)},
     )
-    _check_memory(pred, hw, world)
+    _check_memory(pred, hw, world, host_shared=True)
     return pred
 
 

@@ -130,7 +130,9 @@ class Plan:
         lines = [head, "-" * len(head)]
         for name, p in self.predictions.items():
             t = p.traffic
-            knobs = ", ".join(f"{k}={v}" for k, v in p.knobs.items())
+            knobs = ", ".join(
+                f"{k}={v}" for k, v in p.knobs.items() if k not in _LONG_KNOBS
+            )  # the long ones are in --json and, for the choice, in the reason
             extra = ""
             if target:
                 est, tt = self.estimate(name), self.time_to_target(name)
@@ -171,6 +173,10 @@ def _candidates(mode: str, nproc: int, engines: Sequence[str] | None) -> list[st
             continue
         names.append(name)
     return names
+
+
+#: Knobs too long for the table's column (shown by ``--json``; the choice's in its reason).
+_LONG_KNOBS = frozenset({"order_reason", "stores"})
 
 
 def _offload(wl: Workload, hw: HardwareProfile, nproc: int, knobs: dict[str, Any]) -> Prediction:
@@ -350,6 +356,8 @@ def make_plan(
             parts.append(f"{n} does not fit: {' / '.join(preds[n].reasons)}.")
     if best == "offload":
         parts.append(f"Offload streams {p.knobs['chunks']} chunk(s) per rank through the device.")
+    if "order_reason" in p.knobs:
+        parts.append(f"Its store: {p.knobs['order_reason']}.")
     if (
         plan.ranked_by == "epoch_s"
         and mode == "auto"
@@ -461,6 +469,23 @@ def _target_reason(plan: Plan, timed: list[str]) -> list[str]:
 def _estimates_text(plan: Plan) -> str:
     """``full 12 (given); minibatch > 5 (probe ...)``."""
     return "; ".join(f"{m} {e.text} ({e.source})" for m, e in sorted(plan.epochs_to_target.items()))
+
+
+def knobs_from_config(cfg: Any) -> dict[str, dict[str, Any]]:
+    """The engine knobs a run config fixes, for :func:`make_plan`'s ``knobs``.
+
+    The run's seed (the replayed samples are the run's), the store's budgets where set (unset
+    ones stay the planner's choice), its placement and topology; split's partition.
+    """
+    st, seed = cfg.store, int(cfg.train.seed)
+    store: dict[str, Any] = {"seed": seed, "placement": st.placement, "topology": st.topology}
+    for key in ("device_budget", "host_budget"):
+        if getattr(st, key) is not None:
+            store[key] = getattr(st, key)
+    split: dict[str, Any] = {"seed": seed, "partition": cfg.split.partition}
+    if st.device_budget is not None:
+        split["device_budget"] = st.device_budget
+    return {"minibatch": store, "split": split}
 
 
 def workload_from_config(

@@ -1,0 +1,478 @@
+"""Counts of the mini-batch engines' epochs, by replaying their seed loaders and samplers.
+
+The ``minibatch`` and ``split`` engines move what their samples touch, so their traffic is
+counted by drawing the same samples: the same :class:`~fleetgnn.sampling.SeedLoader` slots, the
+same :class:`~fleetgnn.sampling.NeighborSampler` keys ``(seed, epoch, step, stream)``, and every
+row priced where the engine finds it. Nothing is trained and no data is moved: the replay reads
+the topology (the sampler needs it) and counts bytes.
+
+==========  =====================================================================================
+engine      what one step of the replay counts (rank ``r``), as the engine meters it
+==========  =====================================================================================
+minibatch   the store's plan (:func:`~fleetgnn.store.placement.plan_store`, the engine's budgets,
+            hotness, order and topology); every topology read the sampler makes through the store
+            (16 bytes of ``indptr`` per node looked up, one index per sampled edge, one weight
+            per edge on weighted graphs) and every input feature row, at the link of its source
+            (:data:`~fleetgnn.store.SOURCE_LINKS`: own shard ``local``, another rank's shard on
+            this host ``peer``, on another host ``net``, host tier ``h2d``, disk ``disk``)
+split       the global batch (one sample per step), the offline partition
+            (:func:`~fleetgnn.partition.partition`, the engine's method and seed), each rank's
+            cache (the highest-degree rows of its own part within ``device_budget``): input rows
+            from a cache are ``local``, the others ``h2d``; per layer the rows the forward
+            shuffle sends: the partial sums per (destination, sending rank) of the edges that
+            cross splits (pre-aggregation) and the source rows per (source, destination rank)
+            (the halo path of edge-weighted aggregation)
+==========  =====================================================================================
+
+The gradient all-reduce and the shuffles' widths depend on the model; the cost models
+(:mod:`fleetgnn.cost.models`) add them. A replay of a large epoch (more sampled edges than
+``max_edges``) draws only the first ``presample_steps`` steps of every rank and scales them to the
+epoch (``exact`` is then ``False``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fleetgnn.graph import Graph
+from fleetgnn.partition import partition
+from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
+from fleetgnn.store import SOURCE_LINKS
+from fleetgnn.store.placement import (
+    DEVICE,
+    HOST,
+    HotnessRanking,
+    TierBudgets,
+    TierPlan,
+    hotness_order,
+    plan_store,
+    resolve_placement,
+)
+
+#: Link kinds the store serves from, in the order of :data:`~fleetgnn.store.SOURCE_LINKS`.
+STORE_LINKS: tuple[str, ...] = tuple(SOURCE_LINKS.values())
+_LOCAL, _PEER, _NET, _H2D, _DISK = range(5)
+#: Sampled edges per epoch (all ranks) above which the replay presamples instead of counting.
+EXACT_EDGES = 10_000_000
+#: Steps per rank the presampled replay draws.
+PRESAMPLE_STEPS = 4
+#: Bytes the store records per node looked up: its two ``indptr`` entries.
+_INDPTR_BYTES = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class SampledCounts:
+    """One epoch of a mini-batch engine, counted by replaying its samples.
+
+    Attributes:
+        steps: Steps per epoch (every rank runs them all).
+        replayed: Steps replayed per rank (``steps`` when exact).
+        exact: Whether every step of every rank was replayed.
+        loads: Bytes the engine reads per link kind over the epoch, summed over ranks (store
+            reads for ``minibatch``, input rows for ``split``).
+        input_rows: Input rows per step and rank (mean).
+        edges: Sampled edges per step and rank (mean; ``split``: of the global sample).
+        nodes: Block source rows per step and rank, summed over layers (mean).
+        max_input_rows: The largest step's input rows on one rank.
+        max_edges: The largest step's sampled edges on one rank.
+        max_nodes: The largest step's block source rows on one rank, summed over layers.
+        layer_edges: Sampled edges per step and rank of each block (mean; input layer first).
+        shuffle_rows: ``split`` only: rows the forward shuffle of each layer sends over the
+            epoch, summed over ranks: ``(pre-aggregation, halo)`` per layer.
+        device_bytes: Bytes each rank's store shard (``minibatch``) or cache (``split``) holds.
+        host_bytes: ``minibatch``: bytes of the store's host tier (one per host).
+        disk_bytes: ``minibatch``: bytes left on disk.
+    """
+
+    steps: int
+    replayed: int
+    exact: bool
+    loads: dict[str, int]
+    input_rows: float
+    edges: float
+    nodes: float
+    max_input_rows: int
+    max_edges: int
+    max_nodes: int
+    layer_edges: tuple[float, ...] = ()
+    shuffle_rows: tuple[tuple[int, int], ...] = ()
+    device_bytes: tuple[int, ...] = ()
+    host_bytes: int = 0
+    disk_bytes: int = 0
+
+
+class _Tally:
+    """Per-step sample sizes, and the scale from the replayed steps to the epoch."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.rows = self.edges = self.nodes = 0
+        self.max_rows = self.max_edges = self.max_nodes = 0
+        self.layer_edges: np.ndarray | None = None
+
+    def add(self, blocks: list[Block]) -> None:
+        rows = int(blocks[0].num_src)
+        edges = sum(int(b.indices.numel()) for b in blocks)
+        nodes = sum(int(b.num_src) for b in blocks)
+        self.n += 1
+        self.rows += rows
+        self.edges += edges
+        self.nodes += nodes
+        self.max_rows = max(self.max_rows, rows)
+        self.max_edges = max(self.max_edges, edges)
+        self.max_nodes = max(self.max_nodes, nodes)
+        per = np.array([int(b.indices.numel()) for b in blocks], dtype=np.int64)
+        self.layer_edges = per if self.layer_edges is None else self.layer_edges + per
+
+    def means(self) -> dict[str, Any]:
+        k = max(self.n, 1)
+        per = () if self.layer_edges is None else tuple(float(e) / k for e in self.layer_edges)
+        return {
+            "input_rows": self.rows / k,
+            "edges": self.edges / k,
+            "nodes": self.nodes / k,
+            "layer_edges": per,
+        }
+
+
+def _link_codes(tp: TierPlan, ids: np.ndarray, rank: int, hosts: np.ndarray) -> np.ndarray:
+    """The link (index into :data:`STORE_LINKS`) rank ``rank`` reads each row of ``ids`` over."""
+    tier, owner, _ = tp.locate(ids, rank)
+    code = np.full(ids.size, _DISK, dtype=np.int64)
+    code[tier == HOST] = _H2D
+    dev = np.flatnonzero(tier == DEVICE)
+    own = owner[dev]
+    here = hosts[own] == hosts[rank]
+    code[dev] = np.where(own == rank, _LOCAL, np.where(here, _PEER, _NET))
+    return code
+
+
+class _MeteredTopology:
+    """The topology reads rank ``rank`` makes through the store, counted per link kind.
+
+    A :class:`~fleetgnn.sampling.TopologySource` answering from the graph's arrays and adding the
+    bytes :class:`~fleetgnn.store.UnifiedStore` would record for the same call to ``counts``:
+    16 bytes per node looked up (its ``indptr`` entries), plus the index (and weight) of every
+    entry read, each at the link of the node's segment.
+    """
+
+    def __init__(
+        self, graph: Graph, tp: TierPlan, rank: int, hosts: np.ndarray, counts: np.ndarray
+    ) -> None:
+        self._inner = GraphTopology(graph)
+        self._tp, self._rank, self._hosts = tp, rank, hosts
+        self._counts = counts
+        self._index = int(graph.indices.dtype.itemsize)
+        ew = graph.edge_weight
+        self._weight = 0 if ew is None else int(ew.dtype.itemsize)
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes ``N``."""
+        return self._inner.num_nodes
+
+    @property
+    def has_edge_weight(self) -> bool:
+        """Whether the graph carries edge weights."""
+        return self._inner.has_edge_weight
+
+    def _charge(self, ids: Tensor, nbytes: int, per: np.ndarray | None = None) -> None:
+        idn = ids.cpu().numpy().astype(np.int64, copy=False)
+        if idn.size == 0:
+            return
+        code = _link_codes(self._tp, idn, self._rank, self._hosts)
+        w = None if per is None else per.astype(np.float64)
+        self._counts += (np.bincount(code, weights=w, minlength=5) * nbytes).astype(np.int64)
+
+    def in_degree(self, ids: Tensor) -> Tensor:
+        """In-degree of each node in ``ids`` (16 bytes per node)."""
+        self._charge(ids, _INDPTR_BYTES)
+        return self._inner.in_degree(ids)
+
+    def neighbors_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """The ``offsets``-th in-neighbour of each ID (16 bytes + one index per ID)."""
+        self._charge(ids, _INDPTR_BYTES + self._index)
+        return self._inner.neighbors_at(ids, offsets)
+
+    def edge_weight_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """The weight of the ``offsets``-th in-edge of each ID (16 bytes + one weight per ID)."""
+        self._charge(ids, _INDPTR_BYTES + self._weight)
+        return self._inner.edge_weight_at(ids, offsets)
+
+    def all_neighbors(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """Every in-neighbour of each ID (16 bytes per ID + one index per neighbour)."""
+        counts, nbrs = self._inner.all_neighbors(ids)
+        self._charge(ids, _INDPTR_BYTES)
+        self._charge(ids, self._index, per=counts.numpy())
+        return counts, nbrs
+
+
+def presample_hotness(
+    graph: Graph, batch_size: int, fanouts: tuple[int, ...], seed: int, batches: int = 8
+) -> HotnessRanking:
+    """The ``minibatch`` engine's ``placement="presample"`` ranking (the same draws)."""
+    train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+    loader = SeedLoader(train_ids, batch_size, seed=seed + 1)
+    sampler = NeighborSampler(GraphTopology(graph), list(fanouts), seed=seed + 1)
+
+    def sampled(i: int) -> np.ndarray:
+        seeds = loader.batch(0, i % loader.num_batches)
+        return sampler.sample(seeds, 0, i)[0].src_ids.numpy()
+
+    return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
+
+
+def _replayed_steps(
+    steps: int, world: int, first_edges: int, max_edges: int, presample_steps: int
+) -> int:
+    """Steps per rank to replay: all of them, or a prefix when the epoch is too large."""
+    if first_edges * steps * world <= max_edges:
+        return steps
+    return max(1, min(steps, presample_steps))
+
+
+def minibatch_counts(
+    graph: Graph,
+    world: int,
+    *,
+    batch_size: int,
+    fanouts: tuple[int, ...],
+    seed: int = 0,
+    epoch: int = 0,
+    device_budget: int,
+    host_budget: int,
+    placement: str = "degree",
+    order: str = "graph_first",
+    topology: Any = None,
+    ranks_per_host: int | None = None,
+    max_edges: int = EXACT_EDGES,
+    presample_steps: int = PRESAMPLE_STEPS,
+) -> SampledCounts:
+    """Replay one epoch of the ``minibatch`` engine: store reads per link kind, store memory.
+
+    Every rank ``r`` (``W = world``) takes its slots of the shuffled training nodes
+    (``SeedLoader(batch_size, rank=r, world_size=W, seed=seed)``), samples with
+    ``stream=r`` through the store of plan ``plan_store(graph, budgets, W, ...)`` and gathers
+    ``blocks[0].src_ids``; ranks ``[h * ranks_per_host, (h + 1) * ranks_per_host)`` share host
+    ``h``.
+
+    Args:
+        graph: The dataset.
+        world: Ranks ``W``.
+        batch_size: Seeds per rank per step.
+        fanouts: Neighbours per hop.
+        seed: The run's seed.
+        epoch: Which epoch to replay (the shuffle and the samples are keyed by it).
+        device_budget: Device bytes per rank.
+        host_budget: Host bytes per host.
+        placement: ``"degree"`` or ``"presample"``.
+        order: ``"graph_first"`` or ``"features_first"``.
+        topology: The store's device topology (``store.topology``).
+        ranks_per_host: Ranks per host (default: all on one host).
+        max_edges: Sampled edges per epoch above which only a prefix of steps is replayed.
+        presample_steps: The prefix's length per rank.
+    """
+    rph = world if ranks_per_host is None else max(1, min(int(ranks_per_host), world))
+    hosts = np.arange(world, dtype=np.int64) // rph
+    hot = (
+        presample_hotness(graph, batch_size, fanouts, seed)
+        if placement == "presample"
+        else hotness_order(graph, "degree")
+    )
+    placed = None if topology is None else resolve_placement(topology, world)
+    plan = plan_store(
+        graph,
+        TierBudgets(int(device_budget), int(host_budget)),
+        world,
+        hotness=hot,
+        order=order,  # type: ignore[arg-type]
+        ranks_per_host=rph,
+        placement=placed,
+    )
+    fp = plan.features
+    row = 0 if graph.x is None else int(graph.x.shape[1]) * graph.x.dtype.itemsize
+    train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+    counts = np.zeros(5, dtype=np.int64)
+    tally = _Tally()
+    steps = replayed = 0
+    for r in range(world):
+        loader = SeedLoader(train_ids, batch_size, rank=r, world_size=world, seed=seed)
+        topo = _MeteredTopology(graph, plan.topology, r, hosts, counts)
+        sampler = NeighborSampler(topo, list(fanouts), seed=seed)
+        steps = loader.num_batches
+        s = 0
+        while s < (replayed or steps):
+            blocks = sampler.sample(loader.batch(epoch, s), epoch, s, stream=r)
+            if not replayed:  # the first step decides how many to replay
+                first = sum(int(b.indices.numel()) for b in blocks)
+                replayed = _replayed_steps(steps, world, first, max_edges, presample_steps)
+            tally.add(blocks)
+            ids = blocks[0].src_ids.numpy()
+            if fp is not None and ids.size:
+                code = _link_codes(fp, ids, r, hosts)
+                counts += np.bincount(code, minlength=5) * row
+            s += 1
+    scale = steps / replayed
+    loads = {link: int(round(int(counts[i]) * scale)) for i, link in enumerate(STORE_LINKS)}
+    m = tally.means()
+    disk = plan.topology.disk_bytes + (fp.disk_bytes if fp is not None else 0)
+    return SampledCounts(
+        steps=steps,
+        replayed=replayed,
+        exact=replayed == steps,
+        loads=loads,
+        input_rows=m["input_rows"],
+        edges=m["edges"],
+        nodes=m["nodes"],
+        max_input_rows=tally.max_rows,
+        max_edges=tally.max_edges,
+        max_nodes=tally.max_nodes,
+        layer_edges=m["layer_edges"],
+        device_bytes=tuple(int(b) for b in plan.device_bytes()),
+        host_bytes=int(plan.host_bytes()),
+        disk_bytes=int(disk),
+    )
+
+
+def split_owner(graph: Graph, method: str, world: int, seed: int = 0) -> np.ndarray:
+    """The ``split`` engine's owner of every node: its offline partition's part."""
+    if world == 1:
+        return np.zeros(graph.num_nodes, dtype=np.int64)
+    return np.asarray(partition(graph, method, world, seed=seed).part_of, dtype=np.int64)
+
+
+def _split_cache(
+    graph: Graph, owner: np.ndarray, world: int, budget: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows cached per rank and the union of the caches as a mask (caches are disjoint)."""
+    row = int(graph.num_features) * graph.x.dtype.itemsize if graph.x is not None else 0
+    deg = np.diff(np.asarray(graph.indptr, dtype=np.int64))
+    cached = np.zeros(graph.num_nodes, dtype=bool)
+    sizes = np.zeros(world, dtype=np.int64)
+    for r in range(world):  # loop over ranks, as each rank builds its own cache
+        mine = np.flatnonzero(owner == r)
+        cap = mine.size if budget is None else min(mine.size, int(budget) // max(row, 1))
+        hot = mine[np.argsort(-deg[mine], kind="stable")[:cap]]
+        cached[hot] = True
+        sizes[r] = hot.size
+    return sizes, cached
+
+
+def _unique_pairs(major: np.ndarray, minor: np.ndarray, span: int) -> int:
+    """Number of distinct ``(major, minor)`` pairs, ``0 <= minor < span``."""
+    if major.size == 0:
+        return 0
+    return int(np.unique(major * span + minor).size)
+
+
+def split_counts(
+    graph: Graph,
+    world: int,
+    *,
+    batch_size: int,
+    fanouts: tuple[int, ...],
+    seed: int = 0,
+    epoch: int = 0,
+    partition_method: str = "metis",
+    device_budget: int | None = None,
+    owner: np.ndarray | None = None,
+    max_edges: int = EXACT_EDGES,
+    presample_steps: int = PRESAMPLE_STEPS,
+) -> SampledCounts:
+    """Replay one epoch of the ``split`` engine: input rows per tier, shuffle rows per layer.
+
+    One global sample per step (``SeedLoader(batch_size, seed=seed)``, ``stream=0``); the rows
+    of ``blocks[0]`` are loaded once each, by their owner, from its cache (``local``) or from
+    host memory (``h2d``). Layer ``l`` shuffles, for every edge whose source and destination
+    have different owners, one partial sum per distinct (destination, source owner) pair (sum and
+    mean aggregation) or one source row per distinct (source, destination owner) pair (the halo
+    path). ``input_rows``/``edges``/``nodes`` are the global sample's (every rank draws it).
+
+    Args:
+        graph: The dataset.
+        world: Ranks ``W``.
+        batch_size: Seeds per step (the global batch).
+        fanouts: Neighbours per hop.
+        seed: The run's seed (batches, samples and the partition).
+        epoch: Which epoch to replay.
+        partition_method: The engine's ``partition``.
+        device_budget: Cache bytes per rank (``None``: its whole part).
+        owner: The owner of every node (default: :func:`split_owner`).
+        max_edges: Sampled edges per epoch above which only a prefix of steps is replayed.
+        presample_steps: The prefix's length.
+    """
+    own = split_owner(graph, partition_method, world, seed) if owner is None else owner
+    sizes, cached = _split_cache(graph, own, world, device_budget)
+    row = int(graph.num_features) * graph.x.dtype.itemsize if graph.x is not None else 0
+    train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+    loader = SeedLoader(train_ids, batch_size, seed=seed, shuffle=True)
+    sampler = NeighborSampler(GraphTopology(graph), list(fanouts), seed=seed)
+    steps = loader.num_batches
+    layers = len(fanouts)
+    pre = np.zeros(layers, dtype=np.int64)
+    halo = np.zeros(layers, dtype=np.int64)
+    hits = misses = 0
+    tally = _Tally()
+    replayed = 0
+    s = 0
+    while s < (replayed or steps):
+        blocks = sampler.sample(loader.batch(epoch, s), epoch, s)
+        if not replayed:
+            first = sum(int(b.indices.numel()) for b in blocks)
+            replayed = _replayed_steps(steps, 1, first, max_edges, presample_steps)
+        tally.add(blocks)
+        ids = blocks[0].src_ids.numpy()
+        hit = int(np.count_nonzero(cached[ids]))
+        hits += hit
+        misses += ids.size - hit
+        if world > 1:
+            for i, b in enumerate(blocks):
+                indptr = b.indptr.numpy().astype(np.int64, copy=False)
+                spos = b.indices.numpy().astype(np.int64, copy=False)
+                dpos = np.repeat(np.arange(b.num_dst, dtype=np.int64), np.diff(indptr))
+                o = own[b.src_ids.numpy()]
+                eo_dst, eo_src = o[dpos], o[spos]
+                cross = eo_dst != eo_src
+                pre[i] += _unique_pairs(dpos[cross], eo_src[cross], world)
+                halo[i] += _unique_pairs(spos[cross], eo_dst[cross], world)
+        s += 1
+    scale = steps / replayed
+    m = tally.means()
+    return SampledCounts(
+        steps=steps,
+        replayed=replayed,
+        exact=replayed == steps,
+        loads={
+            "local": int(round(hits * row * scale)),
+            "h2d": int(round(misses * row * scale)),
+        },
+        input_rows=m["input_rows"],
+        edges=m["edges"],
+        nodes=m["nodes"],
+        max_input_rows=tally.max_rows,
+        max_edges=tally.max_edges,
+        max_nodes=tally.max_nodes,
+        layer_edges=m["layer_edges"],
+        shuffle_rows=tuple(
+            (int(round(int(p) * scale)), int(round(int(h) * scale)))
+            for p, h in zip(pre, halo, strict=True)
+        ),
+        device_bytes=tuple(int(c) * row for c in sizes),
+    )
+
+
+__all__ = [
+    "EXACT_EDGES",
+    "PRESAMPLE_STEPS",
+    "STORE_LINKS",
+    "SampledCounts",
+    "minibatch_counts",
+    "presample_hotness",
+    "split_counts",
+    "split_owner",
+]
