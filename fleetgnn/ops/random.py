@@ -40,7 +40,9 @@ reproduced across engines. A ``torch.compile``d fused mask was slower here (and 
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -148,6 +150,34 @@ class _Keys:
         return out.mul_(_signed32(_MULT32))
 
 
+#: Row-key mixes over fewer elements than this run on one thread (see :func:`_serial`).
+_SERIAL_ROWS = 1 << 20
+
+
+@contextlib.contextmanager
+def _serial(device: torch.device, rows: int = 0) -> Iterator[None]:
+    """Run the block on one intra-op thread (CPU), for loops of small element-wise ops.
+
+    Each chunk is cache-sized (:data:`_CHUNK_CPU` elements), so every element-wise op of the
+    loop is a parallel region of ~0.1 ms: with two threads the wake-up and barrier of each
+    region cost more than they save, and when another process holds the second core each
+    region waits for it to be scheduled (measured on 2 cores with a compiler running: Cora's
+    input 548 ms at 2 threads vs 12 ms at 1; a 100k x 256 layer 7.4 s vs 69 ms). ``rows``: the
+    size of a one-off op; at :data:`_SERIAL_ROWS` and above it keeps every thread.
+    ``torch.set_num_threads`` sets the calling thread's OpenMP team size, so other threads'
+    ops are unaffected.
+    """
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    if threads == 1 or rows >= _SERIAL_ROWS:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _rows_per_chunk(n: int, width: int, device: torch.device) -> int:
     chunk = _CHUNK_CPU if device.type == "cpu" else _CHUNK_DEVICE
     return max(1, min(n, chunk // max(width, 1)))
@@ -166,10 +196,11 @@ def _draws(keys: _Keys) -> Tensor:
         return out
     step = _rows_per_chunk(n, width, out.device)
     h_buf, t_buf = _scratch(step, width, out.device)
-    for r0 in range(0, n, step):
-        r1 = min(n, r0 + step)
-        h = keys.hash_(r0, r1, h_buf[: r1 - r0], t_buf[: r1 - r0])
-        torch.bitwise_right_shift(h, 8, out=out[r0:r1]).add_(1 << 23)
+    with _serial(out.device):
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            h = keys.hash_(r0, r1, h_buf[: r1 - r0], t_buf[: r1 - r0])
+            torch.bitwise_right_shift(h, 8, out=out[r0:r1]).add_(1 << 23)
     return out
 
 
@@ -217,7 +248,9 @@ def hash_uniform(
 
 def _node_rows(seed: int, step: int, layer: int, ids: Tensor) -> Tensor:
     base = _signed(_base_key(_SALT_NODE, seed, step, layer))
-    return mix64_tensor(_ids("ids", ids) ^ base)
+    ids = _ids("ids", ids)
+    with _serial(ids.device, ids.numel()):
+        return mix64_tensor(ids ^ base)
 
 
 def hash_uniform_edges(
@@ -245,7 +278,8 @@ def _edge_rows(seed: int, step: int, layer: int, src_ids: Tensor, dst_ids: Tenso
             f"'src_ids' and 'dst_ids' must have equal length (got {src.numel()} and {dst.numel()})"
         )
     base = _signed(_base_key(_SALT_EDGE, seed, step, layer))
-    return mix64_tensor(mix64_tensor(src ^ base) ^ dst)
+    with _serial(src.device, src.numel()):
+        return mix64_tensor(mix64_tensor(src ^ base) ^ dst)
 
 
 def _check_p(p: float) -> float:
@@ -263,9 +297,10 @@ def _mask_scale(x: Tensor, keep: Tensor, scale: float) -> Tensor:
     if out.numel() == 0:
         return out.view(x.shape)
     step = _rows_per_chunk(n, width, x.device)
-    for r0 in range(0, n, step):
-        o = out[r0 : r0 + step]
-        torch.mul(x2[r0 : r0 + step], scale, out=o).mul_(keep2[r0 : r0 + step])
+    with _serial(x.device):
+        for r0 in range(0, n, step):
+            o = out[r0 : r0 + step]
+            torch.mul(x2[r0 : r0 + step], scale, out=o).mul_(keep2[r0 : r0 + step])
     return out.view(x.shape)
 
 
@@ -286,12 +321,13 @@ def _drop(x: Tensor, keys: _Keys, p: float, save: bool) -> tuple[Tensor, Tensor 
     step = _rows_per_chunk(n, width, x.device)
     h_buf, t_buf = _scratch(step, width, x.device)
     k_buf = None if save else torch.empty(h_buf.shape, dtype=torch.uint8, device=x.device)
-    for r0 in range(0, n, step):
-        r1 = min(n, r0 + step)
-        h = keys.hash_(r0, r1, h_buf[: r1 - r0], t_buf[: r1 - r0])
-        k = keep[r0:r1] if keep is not None else k_buf[: r1 - r0]  # type: ignore[index]
-        torch.ge(h, thresh, out=k)
-        torch.mul(x2[r0:r1], scale, out=out[r0:r1]).mul_(k)
+    with _serial(x.device):
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            h = keys.hash_(r0, r1, h_buf[: r1 - r0], t_buf[: r1 - r0])
+            k = keep[r0:r1] if keep is not None else k_buf[: r1 - r0]  # type: ignore[index]
+            torch.ge(h, thresh, out=k)
+            torch.mul(x2[r0:r1], scale, out=out[r0:r1]).mul_(k)
     return out.view(x.shape), None if keep is None else keep.view(x.shape)
 
 
