@@ -394,6 +394,7 @@ def run_train(args: argparse.Namespace) -> int:
         resolve_feature_norm,
         resolve_model_defaults,
         resolve_threads,
+        small_graph,
     )
 
     quiet = bool(getattr(args, "quiet", False))
@@ -475,7 +476,9 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         local = world = cfg.train.nproc if spec.distributed else 1
     # resolved once, recorded in config.yaml, applied before any torch work
-    cfg.train.threads = resolve_threads(cfg.train.threads, local, os.environ.get("OMP_NUM_THREADS"))
+    omp = os.environ.get("OMP_NUM_THREADS")
+    threads_defaulted = cfg.train.threads is None and not (omp or "").strip().isdigit()
+    cfg.train.threads = resolve_threads(cfg.train.threads, local, omp)
     cfg = resolve_model_defaults(cfg)
     cfg = resolve_feature_norm(cfg)  # the dataset's transform, unless data.feature_norm is set
     if resume:  # what the workers would refuse after loading everything, refused now
@@ -491,6 +494,9 @@ def run_train(args: argparse.Namespace) -> int:
     show_log(quiet)
     try:
         graph, path = resolve_dataset(cfg.data, show_progress=progress)
+        if threads_defaulted and small_graph(graph.num_nodes, graph.num_features, cfg.model.hidden):
+            cfg.train.threads = 1  # recorded in config.yaml; workers get it in their config
+            torch.set_num_threads(1)
         _preflight(cfg, graph, world)
         if is_rank0 and not quiet:
             print(f"run directory: {run_dir}", flush=True)

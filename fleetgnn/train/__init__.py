@@ -25,6 +25,7 @@ from fleetgnn.train.resolve import (
     resolve_feature_norm,
     resolve_model_defaults,
     resolve_threads,
+    small_graph,
     usable_cores,
 )
 from fleetgnn.train.setup import (
@@ -69,6 +70,7 @@ __all__ = [
     "resolve_feature_norm",
     "resolve_model_defaults",
     "resolve_threads",
+    "small_graph",
     "restore_rng",
     "resume_point",
     "save_checkpoint",

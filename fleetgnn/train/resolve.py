@@ -70,7 +70,8 @@ def resolve_threads(
 
     Returns:
         ``threads``, else a positive integer ``omp_num_threads``, else
-        ``usable_cores() // local_processes``, at least 1.
+        ``usable_cores() // local_processes``, at least 1. (``fleetgnn train`` then lowers a
+        defaulted count to 1 for a :func:`small_graph`.)
     """
     if threads is not None:
         return int(threads)
@@ -78,6 +79,19 @@ def resolve_threads(
         if int(omp_num_threads) >= 1:
             return int(omp_num_threads)
     return max(1, usable_cores() // max(1, int(local_processes)))
+
+
+#: A graph whose widest node matrix (``N x max(F, hidden)``) is smaller than this trains on one
+#: intra-op thread unless told otherwise: its ops are too small for a second thread to pay for
+#: its wake-ups, and on a shared machine each parallel region waits for a busy core (Cora GCN,
+#: 2 threads with another process on the second core: 153 ms per epoch, 1 thread: 17 ms).
+SMALL_GRAPH_ELEMENTS = 1 << 22
+
+
+def small_graph(num_nodes: int, num_features: int | None, hidden: int | None) -> bool:
+    """Whether ``N x max(F, hidden)`` is below :data:`SMALL_GRAPH_ELEMENTS`."""
+    width = max(int(num_features or 0), int(hidden or 0), 1)
+    return int(num_nodes) * width < SMALL_GRAPH_ELEMENTS
 
 
 def check_device(cfg: Config) -> None:

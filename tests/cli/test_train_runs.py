@@ -19,6 +19,7 @@ from fleetgnn.train import (
     load_config,
     read_metrics,
     resolve_threads,
+    small_graph,
 )
 
 
@@ -130,20 +131,43 @@ def test_threads_resolved_applied_and_recorded(data, tmp_path, monkeypatch):
     try:
         run = tmp_path / "auto"
         assert main([*_train(data, "--epochs", "1", "--run-dir", str(run))]) == 0
-        expected = resolve_threads(None, 1)  # usable cores / 1 process
-        assert yaml.safe_load((run / "config.yaml").read_text())["train"]["threads"] == expected
-        assert torch.get_num_threads() == expected
+        # a small graph: one thread by default (a second one costs more than it gives)
+        assert small_graph(*_graph_size(run))
+        assert yaml.safe_load((run / "config.yaml").read_text())["train"]["threads"] == 1
+        assert torch.get_num_threads() == 1
         run = tmp_path / "set"
         assert (
             main(
-                [*_train(data, "--epochs", "1", "--run-dir", str(run), "--set", "train.threads=1")]
+                [*_train(data, "--epochs", "1", "--run-dir", str(run), "--set", "train.threads=2")]
             )
             == 0
         )
-        assert yaml.safe_load((run / "config.yaml").read_text())["train"]["threads"] == 1
-        assert torch.get_num_threads() == 1
+        assert yaml.safe_load((run / "config.yaml").read_text())["train"]["threads"] == 2
+        assert torch.get_num_threads() == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # an explicit choice wins too
+        run = tmp_path / "omp"
+        assert main([*_train(data, "--epochs", "1", "--run-dir", str(run))]) == 0
+        assert yaml.safe_load((run / "config.yaml").read_text())["train"]["threads"] == 2
     finally:
         torch.set_num_threads(saved)
+
+
+def _graph_size(run):
+    from fleetgnn.graph import open_dataset
+
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    g = open_dataset(cfg["data"]["dataset"])
+    return g.num_nodes, g.num_features, cfg["model"]["hidden"]
+
+
+def test_small_graph_threshold():
+    from fleetgnn.train import small_graph
+    from fleetgnn.train.resolve import SMALL_GRAPH_ELEMENTS
+
+    assert small_graph(2708, 1433, 16)  # Cora: 3.9M elements
+    assert not small_graph(122_451, 100, 128)  # products-like 0.05: 15.7M
+    assert small_graph(SMALL_GRAPH_ELEMENTS - 1, None, None)
+    assert not small_graph(SMALL_GRAPH_ELEMENTS // 256, 64, 256)
 
 
 def test_resolve_threads():
