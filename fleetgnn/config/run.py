@@ -159,7 +159,8 @@ class TrainConfig:
         max_restarts: Times the launcher restarts failed workers (they resume from checkpoints).
         threads: Intra-op CPU threads of each process (``torch.set_num_threads``). ``None``: the
             ``fleetgnn train`` command resolves it (``$OMP_NUM_THREADS`` when set, else the usable
-            cores divided by the processes on this host, at least 1) and records the value used.
+            cores divided by the processes on this host, at least 1; 1 for a small graph, see
+            :func:`~fleetgnn.train.resolve.small_graph`) and records the value used.
         eval_nodes: Which nodes evaluation's last layer computes in the sampled engines'
             streaming layer-wise inference (``reference`` in minibatch mode, ``minibatch``,
             ``split``): ``"all"`` (default) every node, ``"labelled"`` only the nodes in the
