@@ -14,8 +14,9 @@ named after its owner process (:func:`~fleetgnn.graph.files.temp_prefix`, so a l
 sweeps what a killed process left) inside ``scratch_dir`` (``fleetgnn train``: the run directory;
 ``None``: the system's temporary directory), removed at the end, also on errors. Rows are
 written with ``pwrite`` and the next layer reads the rows ``h_prev[src_ids]`` of each chunk's
-sources with coalesced ``preadv`` calls (:class:`RowReader`), never through a memory map: the
-files' pages stay in the page cache and never become part of the process's resident memory.
+sources with coalesced ``preadv`` calls (:class:`~fleetgnn.graph.rows.RowReader`), never through
+a memory map: the files' pages stay in the page cache and never become part of the process's
+resident memory.
 One process whose hidden layers are each at most :data:`IN_MEMORY_LAYER_BYTES`
 (``Chunking.in_memory_bytes``) keeps them in memory instead: a small graph never touches the
 disk (Cora's evaluation would otherwise write and read two scratch files every epoch).
@@ -65,6 +66,9 @@ from fleetgnn.engines.common import SPLITS, metrics_from_sums
 from fleetgnn.errors import ConfigError, FleetgnnError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.files import create_npy, disk_full_error, free_bytes, temp_prefix
+from fleetgnn.graph.rows import READ_GAP_BYTES as READ_GAP_BYTES
+from fleetgnn.graph.rows import READ_RUN_BYTES as READ_RUN_BYTES
+from fleetgnn.graph.rows import RowReader as RowReader
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import Block, full_neighbor_block
 
@@ -74,10 +78,6 @@ DEFAULT_CHUNK_BYTES = 32 << 20
 IN_MEMORY_LAYER_BYTES = 64 << 20
 #: Most destinations in one chunk by default.
 MAX_CHUNK_NODES = 65536
-#: IDs closer than this (in bytes of rows) are read together by :class:`RowReader`.
-READ_GAP_BYTES = 64 << 10
-#: The most bytes :class:`RowReader` reads with one call.
-READ_RUN_BYTES = 4 << 20
 
 #: A final-layer consumer: ``sink(ids, rows)`` with ``ids`` int64 ``[D]`` ascending global IDs
 #: and ``rows`` ``[D, width]`` the layer's output for them (called once per non-empty chunk).
@@ -213,113 +213,6 @@ def _np_dtype(dtype: torch.dtype) -> np.dtype:
 
 
 # ---------------------------------------------------------------------------------- row files
-class RowReader:
-    """Rows of a 2-D array; from a ``.npy`` file with ``pread``, never through a mapping.
-
-    Scattered rows read through a memory map make the touched pages resident in this process,
-    and the kernel maps more than the rows asked for (fault-around, large page-cache folios: a
-    few hundred scattered rows of a 200 MB file mapped ~110 MB here). So rows of a file (an
-    ``np.memmap`` of a whole ``.npy``, as :func:`~fleetgnn.graph.open_dataset` and the scratch
-    files give) are read with ``os.preadv`` into this process's own buffers: the requested IDs
-    are sorted and coalesced into runs (IDs less than :data:`READ_GAP_BYTES` apart share one
-    read, at most :data:`READ_RUN_BYTES` per read), so the only memory is the output and one
-    run's buffer; the file's pages stay in the page cache, not in the process. Other arrays are
-    indexed as they are.
-
-    Args:
-        array: The rows (``[N, ...]``), or the path of a ``.npy`` file.
-    """
-
-    def __init__(self, array: Any) -> None:
-        if isinstance(array, (str, os.PathLike)):
-            array = np.load(array, mmap_mode="r")
-        self.array = array
-        self.shape: tuple[int, ...] = tuple(int(n) for n in array.shape)
-        self.dtype = np.dtype(array.dtype)
-        self.row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
-        self._fd: int | None = None
-        self.offset = 0
-        filename = getattr(array, "filename", None)
-        if (
-            isinstance(array, np.memmap)
-            and filename
-            and array.flags.c_contiguous
-            and array.dtype.isnative
-            and self.row_bytes > 0
-        ):
-            try:
-                self._fd = os.open(filename, os.O_RDONLY)
-            except OSError:
-                return
-            self.offset = int(array.offset)
-
-    def take(self, ids: np.ndarray) -> np.ndarray:
-        """``array[ids]`` (any order, repeats allowed) as a new array."""
-        ids = np.asarray(ids, dtype=np.int64)
-        out = np.empty((ids.size, *self.shape[1:]), dtype=self.dtype)
-        if ids.size == 0:
-            return out
-        if self._fd is None:
-            out[...] = self.array[ids]
-            return out
-        order = np.argsort(ids, kind="stable")
-        sid = ids[order]
-        if sid[0] < 0 or sid[-1] >= self.shape[0]:
-            raise IndexError(f"row IDs must lie in [0, {self.shape[0]})")
-        gap = max(1, READ_GAP_BYTES // self.row_bytes)
-        cap = max(1, READ_RUN_BYTES // self.row_bytes)
-        # pieces: runs of IDs less than `gap` rows apart, cut to at most `cap` rows each
-        first = np.ones(sid.size, dtype=bool)
-        first[1:] = np.diff(sid) > gap
-        run = np.cumsum(first) - 1
-        part = (sid - sid[first][run]) // cap
-        first[1:] |= part[1:] != part[:-1]
-        starts = np.flatnonzero(first)
-        ends = np.append(starts[1:], sid.size)
-        lo = sid[starts]
-        span = sid[ends - 1] + 1 - lo
-        piece = np.cumsum(first) - 1  # the piece of each sorted ID
-        # batches of pieces read into one buffer of at most ~2 * cap rows
-        batch = (np.cumsum(span) - span) // cap
-        cut = np.flatnonzero(np.diff(batch)) + 1
-        for p0, p1 in zip(
-            np.concatenate([[0], cut]).tolist(), np.append(cut, span.size).tolist(), strict=True
-        ):
-            at = np.zeros(p1 - p0 + 1, dtype=np.int64)
-            np.cumsum(span[p0:p1], out=at[1:])
-            buf = np.empty((int(at[-1]), *self.shape[1:]), dtype=self.dtype)
-            view = memoryview(buf).cast("B")
-            rows = zip(at[:-1].tolist(), lo[p0:p1].tolist(), span[p0:p1].tolist(), strict=True)
-            for k, row, n in rows:
-                self._read(view, k * self.row_bytes, row, n)
-            e0, e1 = int(starts[p0]), int(ends[p1 - 1])
-            pc = piece[e0:e1]
-            out[order[e0:e1]] = buf[sid[e0:e1] - lo[pc] + at[pc - p0]]
-        return out
-
-    def _read(self, view: memoryview, at: int, row: int, rows: int) -> None:
-        """Read ``rows`` rows from row ``row`` on into ``view[at:]``."""
-        assert self._fd is not None
-        want = rows * self.row_bytes
-        pos, off = 0, self.offset + row * self.row_bytes
-        while pos < want:
-            n = os.preadv(self._fd, [view[at + pos : at + want]], off + pos)
-            if n <= 0:
-                raise OSError(f"short read of rows [{row}, {row + rows}) at {off}")
-            pos += n
-
-    def slice(self, a: int, b: int) -> np.ndarray:
-        """A copy of rows ``[a, b)``."""
-        return self.take(np.arange(a, b, dtype=np.int64))
-
-    def close(self) -> None:
-        """Close the file (the reader is unusable afterwards)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        self.array = None
-
-
 class RowFile:
     """A ``.npy`` file of ``[N, ...]`` rows written range by range with ``pwrite``.
 

@@ -18,11 +18,25 @@ disk        the rest                                     the dataset's arrays   
 ==========  ===========================================  ==========================  ===========
 
 Features and topology (each node's CSC segment: its in-neighbours and edge weights) are tiered
-the same way with their own plans. When the features are a read-only memory map (a dataset opened
-with ``open_dataset``), the store reads its disk rows through a mapping of its own of the same file,
-advised ``MADV_RANDOM``: a gather touches scattered rows, and the kernel's default readahead would
-read far more than the rows asked for (the dataset's own mapping, which sequential readers use,
-keeps its readahead). Where the advice is not available the dataset's mapping is used as is.
+the same way with their own plans. The disk tier's feature rows are read one of two ways:
+
+- **pread** (:class:`~fleetgnn.graph.rows.RowReader`: sorted, coalesced ``os.preadv`` calls into
+  the process's own buffers) when the features are a memory map of a whole ``.npy`` file (a dataset
+  opened with ``open_dataset``) larger than :data:`DISK_MAP_FRACTION` of this machine's memory:
+  a graph whose features do not stay in the page cache. Nothing of the file becomes resident in
+  the process (its file-backed RSS stays flat whatever the graph's size), and a cold gather is
+  several times faster than faulting the rows in through a mapping.
+- **a mapping of its own** of the same file, advised ``MADV_RANDOM`` (no readahead; other readers
+  of the dataset's mapping keep theirs), for smaller files, whose pages stay cached: a gather
+  from a mapping whose pages are already mapped is a plain memory copy, about 5x faster than
+  copying the rows out of the page cache again with ``pread`` on every call (a training batch
+  or an evaluation chunk reads tens of thousands of scattered rows), at the cost of up to the
+  file's size (at most that fraction of memory) of file-backed, reclaimable RSS per process.
+  Also the fallback where ``pread`` cannot serve (a view of a map, a non-native dtype, a file
+  that can no longer be opened or no longer holds the mapped rows); without ``madvise`` the
+  dataset's mapping is used as it is.
+
+Topology reads on the disk tier index the dataset's arrays (a few entries per node).
 Reads bucket the requested IDs by tier and owner and read each tier once per call. On a CPU-only
 machine the "device" shards live in shared memory and the host tier is the same kind of memory;
 the accounting is the same as on GPUs (the link kind says which tier served the bytes), so counts
@@ -74,6 +88,8 @@ from fleetgnn.distributed.shm import ShardedTensor, SharedTensor
 from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph
+from fleetgnn.graph.loaders._io import memory_total
+from fleetgnn.graph.rows import RowReader
 from fleetgnn.store.placement import (
     DEVICE,
     DISK,
@@ -101,8 +117,38 @@ SOURCE_LINKS: dict[str, str] = {
     "disk": "disk",
 }
 KINDS: tuple[str, ...] = ("features", "topology")
+#: Feature files larger than this fraction of the machine's memory are read with ``pread``
+#: (see the module docstring); smaller ones through a mapping advised ``MADV_RANDOM``.
+DISK_MAP_FRACTION = 0.5
 #: ``madvise`` advice for the disk tier's feature mapping (``None`` where the platform has none).
 _MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
+
+
+def _map_limit() -> int:
+    """Largest feature file (bytes) the disk tier reads through a mapping."""
+    return int(DISK_MAP_FRACTION * memory_total())
+
+
+def _file_reader(x: np.ndarray) -> RowReader | None:
+    """A :class:`RowReader` reading ``x``'s rows from its file with ``pread``, or ``None``.
+
+    ``None`` when ``x`` is not a whole-file memory map (see :func:`~fleetgnn.graph.rows.file_rows`)
+    or the file can no longer be opened, or no longer holds ``x``'s first and last rows (replaced
+    since it was mapped: the caller keeps reading what ``x`` maps).
+    """
+    reader = RowReader(x)
+    if not reader.reads_file:
+        reader.close()
+        return None
+    ends = np.array([0, x.shape[0] - 1], dtype=np.int64)
+    try:
+        same = reader.take(ends).tobytes() == np.asarray(x[ends]).tobytes()
+    except OSError:
+        same = False
+    if not same:
+        reader.close()
+        return None
+    return reader
 
 
 def _advise_random(x: np.ndarray) -> np.ndarray:
@@ -266,10 +312,16 @@ class UnifiedStore:
         self._reads = {k: np.zeros((2, world_size), np.int64) for k in KINDS}
         self._closed = False
         self._topo_disk = _Segments(graph.indptr, graph.indices, graph.edge_weight)
-        # the disk tier's feature rows, read at random: through a mapping without readahead
+        # the disk tier's feature rows, read at random: with pread from the file where x maps a
+        # whole .npy too large to stay cached, else through a mapping without readahead (see the
+        # module docstring)
         fp = plan.features
         disk_rows = graph.x is not None and fp is not None and fp.num_disk > 0
-        self._x_disk = _advise_random(graph.x) if disk_rows else graph.x
+        big = disk_rows and int(graph.x.nbytes) > _map_limit()
+        self._x_reader = _file_reader(graph.x) if big else None
+        self._x_disk = graph.x
+        if disk_rows and self._x_reader is None:
+            self._x_disk = _advise_random(graph.x)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -534,8 +586,9 @@ class UnifiedStore:
 
         Buckets the IDs by tier (and owner on the device tier) and reads each tier once:
         device shards through one :meth:`ShardedTensor.gather`, the host tier with one
-        ``index_select``, disk with one numpy fancy index (through a mapping advised random
-        access, see the module docstring). Duplicates and empty input are fine. Records
+        ``index_select``, disk with sorted, coalesced ``pread`` calls from the file or one
+        numpy fancy index of a mapping advised random access (see the module docstring).
+        Duplicates and empty input are fine. Records
         ``F * itemsize`` bytes per row on ``local``/``peer``/``h2d``/``disk``.
         Two-sided mode: a collective.
 
@@ -573,12 +626,17 @@ class UnifiedStore:
                 return rows
             out[torch.from_numpy(sel)] = rows
         sel = np.flatnonzero(tier == DISK)
-        disk = self._x_disk
         if sel.size == idn.size and sel.size:  # all from disk: no scatter
-            return torch.from_numpy(np.asarray(disk[idn]))
+            return torch.from_numpy(self._disk_rows(idn))
         if sel.size:
-            out[torch.from_numpy(sel)] = torch.from_numpy(np.asarray(disk[idn[sel]]))
+            out[torch.from_numpy(sel)] = torch.from_numpy(self._disk_rows(idn[sel]))
         return out
+
+    def _disk_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Feature rows ``ids`` (any order, repeats) of the disk tier, as a new array."""
+        if self._x_reader is not None:
+            return self._x_reader.take(ids)
+        return np.asarray(self._x_disk[ids])
 
     # ------------------------------------------------------------------ topology
     @property
@@ -815,6 +873,9 @@ class UnifiedStore:
         self._feat_device = self._feat_host = None
         self._topo_device = self._topo_host = None
         self._x_disk = None  # the disk tier's own mapping goes with its last reference
+        if self._x_reader is not None:
+            self._x_reader.close()
+            self._x_reader = None
         self._closed = True
 
     def __enter__(self) -> UnifiedStore:

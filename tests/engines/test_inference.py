@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from fleetgnn.distributed.testing import context_of, run_world
-from fleetgnn.engines import inference
 from fleetgnn.engines.common import normalize_rows, split_metrics
 from fleetgnn.engines.inference import (
     DEFAULT_CHUNK_BYTES,
@@ -27,6 +26,7 @@ from fleetgnn.engines.inference import (
 )
 from fleetgnn.errors import ConfigError, DiskFullError
 from fleetgnn.graph import from_edges
+from fleetgnn.graph import rows as rows_mod
 from fleetgnn.sampling import GraphTopology
 from fleetgnn.train import engine_from_config, load_config
 
@@ -116,8 +116,8 @@ def test_row_reader_reads_scattered_rows_with_bounded_reads(tmp_path, monkeypatc
     assert reader._fd is not None  # a file: read with preadv, not through the map
     rng = np.random.default_rng(1)
     for run, gap in [(4 << 20, 64 << 10), (240, 48), (24, 24), (1 << 20, 1)]:
-        monkeypatch.setattr(inference, "READ_RUN_BYTES", run)
-        monkeypatch.setattr(inference, "READ_GAP_BYTES", gap)
+        monkeypatch.setattr(rows_mod, "READ_RUN_BYTES", run)
+        monkeypatch.setattr(rows_mod, "READ_GAP_BYTES", gap)
         for n in (0, 1, 17, 900, 3000):
             ids = rng.integers(0, 900, n)
             np.testing.assert_array_equal(reader.take(ids), m[ids])

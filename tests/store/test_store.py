@@ -1,4 +1,5 @@
 import mmap
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import from_edges
 from fleetgnn.graph.dataset import open_dataset, write_dataset
+from fleetgnn.graph.loaders._io import memory_total
 from fleetgnn.sampling.neighbor import GraphTopology, NeighborSampler, TopologySource
 from fleetgnn.store import (
     TierBudgets,
@@ -244,41 +246,72 @@ def _vm_flags(path) -> list[list[str]]:
     return out
 
 
-@pytest.mark.skipif(not hasattr(mmap, "MADV_RANDOM"), reason="no madvise(MADV_RANDOM) here")
-def test_disk_tier_reads_features_with_random_access_advice(tmp_path, monkeypatch):
+def test_disk_tier_reads_features_with_pread_not_a_mapping(tmp_path, monkeypatch):
+    """A whole-file feature map larger than DISK_MAP_FRACTION of memory: disk rows come from the
+    file with pread (no mapping of the store's own), bit-exact in input order with repeats;
+    close() closes the file."""
     g = _graph(seed=7, n=300, f=8, dtype=np.float32)
     write_dataset(g, tmp_path / "ds")
     mg = open_dataset(tmp_path / "ds")
     path = (tmp_path / "ds" / "x.npy").resolve()
     advised = []
-    real = store_mod._advise_random
-
-    def spy(arr):
-        advised.append(real(arr))
-        return advised[-1]
-
-    monkeypatch.setattr(store_mod, "_advise_random", spy)
+    monkeypatch.setattr(store_mod, "_advise_random", lambda arr: advised.append(arr) or arr)
+    monkeypatch.setattr(store_mod, "DISK_MAP_FRACTION", mg.x.nbytes / 2 / memory_total())
     store = UnifiedStore.build(mg, None, _budgets(mg, 0.1, 0.1))
     assert store.plan.features.num_disk > 0
-    assert len(advised) == 1 and advised[0] is not mg.x  # a mapping of its own
+    assert store._x_reader is not None and store._x_reader.reads_file and not advised
     ids = torch.from_numpy(np.random.default_rng(2).integers(0, mg.num_nodes, 500))
-    assert torch.equal(store.gather(ids), torch.from_numpy(g.x[ids.numpy()]))
     disk = ids[torch.from_numpy(store.plan.features.locate(ids.numpy(), 0)[0] == DISK)]
+    reads = []
+    real = store._x_reader.take
+    monkeypatch.setattr(store._x_reader, "take", lambda i: reads.append(i.size) or real(i))
+    assert torch.equal(store.gather(ids), torch.from_numpy(g.x[ids.numpy()]))
     assert torch.equal(store.gather(disk), torch.from_numpy(g.x[disk.numpy()]))
-    if Path("/proc/self/smaps").exists():  # the kernel's view: "rr" = random-read advice
-        flags = _vm_flags(path)
-        assert len(flags) == 2  # the dataset's mapping and the store's
-        assert sorted("rr" in f for f in flags) == [False, True]  # only the store's is advised
+    assert reads == [disk.numel(), disk.numel()]  # every disk row, and only those, by pread
+    if Path("/proc/self/smaps").exists():  # the kernel's view: only the dataset's own mapping
+        assert len(_vm_flags(path)) == 1
+    fd = store._x_reader._fd
     store.close()
-    # an advice the kernel refuses: the store falls back to the dataset's own mapping
-    monkeypatch.setattr(store_mod, "_MADV_RANDOM", -1)
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_RANDOM"), reason="no madvise(MADV_RANDOM) here")
+def test_disk_tier_falls_back_to_a_mapping_advised_random(tmp_path, monkeypatch):
+    """A feature file that stays cached (here: small), or one pread cannot serve (a reader
+    that cannot open it), is read through a mapping of the store's own advised MADV_RANDOM; if
+    the kernel refuses the advice, through x itself; a file replaced since it was mapped is
+    never read."""
+    g = _graph(seed=7, n=300, f=8, dtype=np.float32)
+    write_dataset(g, tmp_path / "ds")
+    mg = open_dataset(tmp_path / "ds")
+    path = (tmp_path / "ds" / "x.npy").resolve()
+    ids = torch.from_numpy(np.random.default_rng(2).integers(0, g.num_nodes, 500))
+    want = torch.from_numpy(g.x[ids.numpy()])
+    for small in (True, False):
+        if not small:  # too large to map, but pread cannot open it
+            monkeypatch.setattr(store_mod, "DISK_MAP_FRACTION", 0.0)
+            monkeypatch.setattr(store_mod, "_file_reader", lambda x: None)
+        with UnifiedStore.build(mg, None, _budgets(mg, 0.1, 0.1)) as store:
+            assert store.plan.features.num_disk > 0 and store._x_reader is None
+            assert store._x_disk is not mg.x  # a mapping of its own
+            assert torch.equal(store.gather(ids), want)
+            if Path("/proc/self/smaps").exists():  # "rr" = random-read advice, on the store's
+                assert sorted("rr" in f for f in _vm_flags(path)) == [False, True]
+    monkeypatch.setattr(store_mod, "_MADV_RANDOM", -1)  # an advice the kernel refuses
     with UnifiedStore.build(mg, None, _budgets(mg, 0.1, 0.1)) as again:
-        assert torch.equal(again.gather(ids), torch.from_numpy(g.x[ids.numpy()]))
-        assert again._x_disk is mg.x
-    # features in memory (not a memory map): nothing to advise
+        assert again._x_disk is mg.x and torch.equal(again.gather(ids), want)
     monkeypatch.undo()
+    monkeypatch.setattr(store_mod, "DISK_MAP_FRACTION", 0.0)  # pread, were the file unchanged
+    # the dataset's file replaced after it was mapped: keep reading what x maps
+    np.save(tmp_path / "other.npy", g.x + 1)
+    os.replace(tmp_path / "other.npy", tmp_path / "ds" / "x.npy")
+    with UnifiedStore.build(mg, None, _budgets(mg, 0.1, 0.1)) as stale:
+        assert stale._x_reader is None and stale._x_disk is mg.x
+        assert torch.equal(stale.gather(ids), want)
+    # features in memory (not a memory map): nothing to read from a file
     with UnifiedStore.build(g, None, _budgets(g, 0.1, 0.1)) as mem:
-        assert mem._x_disk is g.x
+        assert mem._x_reader is None and mem._x_disk is g.x
 
 
 def test_segments_copied_in_blocks_equal_one_copy(monkeypatch):
