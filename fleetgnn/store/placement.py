@@ -4,7 +4,10 @@ Three decisions place a graph's rows (feature rows and CSC adjacency segments) o
 multi-device machine:
 
 1. **Hotness** (:func:`hotness_order`): nodes are ranked hottest first, by degree or by how often
-   pre-sampled mini-batches touched them, ties broken by node ID.
+   pre-sampled mini-batches touched them, ties broken by node ID. The ranking's two per-node
+   arrays (``order`` and ``rank_of``, int32: 8 bytes per node) are the store's only ``N``-sized
+   state; from :data:`RANKING_FILE_BYTES` on they live in a shared mapping of an unlinked
+   temporary file (page cache the kernel can write back and reclaim), not in anonymous memory.
 2. **Tiers** (:func:`plan_tiers`): the hottest rows fill the device tier, split across the ``N``
    ranks by hot rank modulo ``N`` (XGNN / WholeGraph), the next rows fill the host tier, the rest
    stay on disk (the dataset's memory-mapped arrays). Topology and features compete for the device
@@ -38,7 +41,9 @@ import dataclasses
 import itertools
 import json
 import math
+import mmap
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -47,8 +52,9 @@ import numpy as np
 import torch
 
 from fleetgnn.config.units import parse_bytes
-from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.errors import ConfigError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import Graph
+from fleetgnn.graph.files import free_bytes, reserve, temp_prefix
 
 __all__ = [
     "HotnessRanking",
@@ -123,8 +129,11 @@ class HotnessRanking:
 
     Attributes:
         order: ``[N]`` ``order[k]`` is the node of hot rank ``k`` (int32 when ``N < 2**31``,
-            else int64: these arrays are per node, so they are kept as small as IDs allow).
-        rank_of: ``[N]`` inverse of ``order`` (``rank_of[order[k]] == k``), ``order``'s dtype.
+            else int64: these arrays are per node, so they are kept as small as IDs allow; from
+            :data:`RANKING_FILE_BYTES` on, a mapping of an unlinked temporary file, see
+            :func:`ranking_array`).
+        rank_of: ``[N]`` inverse of ``order`` (``rank_of[order[k]] == k``), ``order``'s dtype,
+            kept like ``order``.
         score: float32 ``[N]`` hotness per node (degree or access count; the order was
             computed from the exact counts).
         policy: How the score was computed.
@@ -145,19 +154,63 @@ def _id_dtype(n: int) -> np.dtype:
     return np.dtype(np.int32 if n < 2**31 else np.int64)
 
 
+#: A ranking array of at least this many bytes (``N`` int32 IDs: 4M nodes) is a file mapping.
+RANKING_FILE_BYTES = 16 << 20
+#: Entries of ``rank_of`` filled per step (its int32/int64 ``arange``).
+_INVERSE_BLOCK = 1 << 22
+
+
+def ranking_array(n: int, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised ``[n]`` array of ``dtype`` for a per-node ranking array.
+
+    Below :data:`RANKING_FILE_BYTES` an ordinary array. From there on a shared, writable mapping
+    of a temporary file in the system's temporary directory (``TMPDIR``), unlinked as soon as it
+    is mapped (nothing is left behind, even by a killed process) with its space reserved first
+    (no ``SIGBUS`` on a full disk): its pages are file-backed page cache, which the kernel writes
+    back and reclaims under memory pressure, instead of anonymous memory that counts against
+    the process until it exits (on a ``tmpfs`` ``TMPDIR`` they are shared memory: no gain, no
+    loss). Where the directory has less than twice the bytes free or the file cannot be made,
+    an ordinary array (the ranking is the same either way).
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(n) * dtype.itemsize
+    if nbytes < RANKING_FILE_BYTES:
+        return np.empty(n, dtype=dtype)
+    where = tempfile.gettempdir()
+    if free_bytes(where) < 2 * nbytes:
+        return np.empty(n, dtype=dtype)
+    try:
+        fd, path = tempfile.mkstemp(prefix=temp_prefix("ranking"), dir=where)
+        try:
+            os.unlink(path)
+            reserve(fd, nbytes, path, "")
+            mm = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+    except (OSError, FleetgnnError):
+        return np.empty(n, dtype=dtype)
+    return np.frombuffer(mm, dtype=dtype, count=n)  # the array keeps the mapping alive
+
+
 def _inverse(order: np.ndarray) -> np.ndarray:
-    """``rank_of`` with ``rank_of[order[k]] == k`` (``order``'s dtype)."""
-    rank_of = np.empty_like(order)
-    rank_of[order] = np.arange(order.size, dtype=order.dtype)
+    """``rank_of`` with ``rank_of[order[k]] == k`` (``order``'s dtype), filled in blocks."""
+    rank_of = ranking_array(order.size, order.dtype)
+    for a in range(0, order.size, _INVERSE_BLOCK):
+        b = min(order.size, a + _INVERSE_BLOCK)
+        rank_of[order[a:b]] = np.arange(a, b, dtype=order.dtype)
     return rank_of
 
 
 def _ranking(score: np.ndarray, policy: str) -> HotnessRanking:
-    """Rank by descending ``score`` (an exact count), ties by node ID."""
-    order = np.argsort(-score, kind="stable").astype(_id_dtype(score.size))  # stable: ties by ID
-    return HotnessRanking(
-        order=order, rank_of=_inverse(order), score=score.astype(np.float32), policy=policy
-    )
+    """Rank by descending ``score`` (an exact count), ties by node ID.
+
+    ``score`` (int64) is consumed: negated in place, so the sort needs no negated copy.
+    """
+    kept = score.astype(np.float32)
+    np.negative(score, out=score)
+    order = ranking_array(score.size, _id_dtype(score.size))
+    order[:] = np.argsort(score, kind="stable")  # stable: ties by ID
+    return HotnessRanking(order=order, rank_of=_inverse(order), score=kept, policy=policy)
 
 
 def hotness_order(
