@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
+from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn import check_model
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
@@ -90,6 +91,33 @@ def labels_and_masks(
         if getattr(graph, f"{s}_mask") is not None
     }
     return y, masks
+
+
+class LabelRows:
+    """A graph's labels read per batch: ``labels[ids]`` is an owned int64 tensor ``[len(ids)]``.
+
+    The sampled engines (``minibatch``, ``split``) need the labels of each batch's seeds only, so
+    they keep the dataset's own array (a memory map for an opened dataset) instead of an int64
+    copy of all ``N`` labels (8 bytes per node per process). Rows of a memory-mapped ``.npy``
+    are read with ``pread`` (:class:`~fleetgnn.graph.rows.RowReader`), so the label file's pages
+    never become resident in the process either; the values are those of
+    ``labels_and_masks(graph)[0][ids]``.
+
+    Args:
+        y: The labels ``[N]`` (any integer array; a memory map is fine).
+    """
+
+    def __init__(self, y: Any) -> None:
+        self._rows = RowReader(y)
+        self.num_nodes = int(y.shape[0])
+
+    def __len__(self) -> int:
+        return self.num_nodes
+
+    def __getitem__(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """The int64 labels of ``ids`` (any order, repeats allowed), on the CPU."""
+        idn = ids.cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+        return torch.from_numpy(self._rows.take(idn.astype(np.int64, copy=False)).astype(np.int64))
 
 
 #: A loss: ``loss(logits [B, C], target [B]) -> per-node losses [B]`` (``reduction="none"``).
@@ -250,10 +278,41 @@ def check_fanouts(fanouts: Sequence[int], model: torch.nn.Module) -> None:
         )
 
 
+#: Bytes of feature rows :func:`node_features` reads, converts and normalises per step.
+FEATURE_BLOCK_BYTES = 8 << 20
+
+
 def node_features(graph: Graph, dtype: torch.dtype, feature_norm: str = "none") -> torch.Tensor:
-    """The feature matrix as an owned tensor, normalised per ``data.feature_norm``."""
-    x = torch.from_numpy(np.array(graph.x, copy=True)).to(dtype)  # owned, writable copy
-    return normalize_rows(x, feature_norm)
+    """The feature matrix as an owned tensor, normalised per ``data.feature_norm``.
+
+    One copy: the ``[N, F]`` result of ``dtype`` is filled in row blocks of about
+    :data:`FEATURE_BLOCK_BYTES`, each converted and normalised in place (the values of
+    ``normalize_rows(x.to(dtype), feature_norm)``, bit for bit), so the peak is the result plus
+    one block's temporaries, not three full copies. Rows of a memory-mapped dataset are read
+    with ``pread`` (:class:`~fleetgnn.graph.rows.RowReader`): its pages stay in the page cache
+    instead of becoming resident in the process as well.
+
+    Raises:
+        ConfigError: An unknown ``feature_norm``.
+    """
+    _check_feature_norm(feature_norm)
+    x = graph.x
+    n, f = (int(s) for s in x.shape)
+    out = torch.empty((n, f), dtype=dtype)
+    wide = max(x.dtype.itemsize, out.element_size())
+    step = max(1, FEATURE_BLOCK_BYTES // max(1, f * wide))
+    reader = RowReader(x)
+    try:
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            rows = reader.slice(a, b) if reader.reads_file else np.asarray(x[a:b])
+            block = out[a:b]
+            np.copyto(block.numpy(), rows, casting="unsafe")  # the cast .to(dtype) makes
+            if feature_norm == "row":  # normalize_rows, in place
+                block.div_(block.abs().sum(dim=1, keepdim=True).clamp_min(1e-12))
+    finally:
+        reader.close()
+    return out
 
 
 def normalize_rows(x: torch.Tensor, feature_norm: str) -> torch.Tensor:
@@ -262,11 +321,15 @@ def normalize_rows(x: torch.Tensor, feature_norm: str) -> torch.Tensor:
     ``"row"`` scales each row to unit L1 norm: GCN's row normalisation for non-negative
     bag-of-words features, and still well defined when features can be negative.
     """
+    _check_feature_norm(feature_norm)
     if feature_norm == "row":
         return x / x.abs().sum(dim=1, keepdim=True).clamp_min(1e-12)
-    if feature_norm != "none":
-        raise ConfigError(f"'data.feature_norm' must be 'none' or 'row' (got {feature_norm!r})")
     return x
+
+
+def _check_feature_norm(feature_norm: str) -> None:
+    if feature_norm not in ("none", "row"):
+        raise ConfigError(f"'data.feature_norm' must be 'none' or 'row' (got {feature_norm!r})")
 
 
 def split_metrics(

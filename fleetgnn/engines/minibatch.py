@@ -53,9 +53,9 @@ from fleetgnn.config import MinibatchEngineConfig
 from fleetgnn.distributed import DistContext, TrafficMeter
 from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
+    LabelRows,
     LossFn,
     check_fanouts,
-    labels_and_masks,
     loss_sum,
     normalize_rows,
     num_classes_of,
@@ -180,7 +180,7 @@ class MinibatchEngine(EngineBase):
             topology=sc.topology,
             hosts=self.hosts,
         )
-        self.y, _ = labels_and_masks(graph)
+        self.y = LabelRows(graph.y)  # each batch reads its own labels (no [N] copy)
         self.num_classes = num_classes_of(graph)
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()

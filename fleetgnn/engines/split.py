@@ -57,10 +57,10 @@ from fleetgnn.config import SplitEngineConfig
 from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
+    LabelRows,
     LossFn,
     all_reduce_gradients,
     check_fanouts,
-    labels_and_masks,
     loss_sum,
     normalize_rows,
     num_classes_of,
@@ -413,7 +413,7 @@ class SplitEngine(EngineBase):
         self.book = self._book(graph, sc, book)
         self.owner = np.asarray(self.book.part_of, dtype=np.int64)
         self.preprocess_s = time.perf_counter() - t0
-        self.y, _ = labels_and_masks(graph)
+        self.y = LabelRows(graph.y)  # each batch reads its own labels (no [N] copy)
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
         self.num_classes = num_classes_of(graph)
