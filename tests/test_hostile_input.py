@@ -8,8 +8,8 @@ traceback, and the messages say what happened.
   ``metrics.jsonl`` on ``--resume``;
 - a ``last.pt`` that loads but holds the wrong things falls back to ``prev.pt`` with a warning; a
   hostile checkpoint's error never suggests ``weights_only=False``;
-- a SIGKILLed worker is "rank 1 was killed by SIGKILL (exit -9)"; ``--resume`` without a
-  checkpoint says so; ``config.yaml`` records the dataset's absolute path.
+- a SIGKILLed worker is "rank 1 was killed by SIGKILL (exit -9): out of memory?"; ``--resume``
+  without a checkpoint says so; ``config.yaml`` records the dataset's absolute path.
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ def test_a_killed_worker_is_one_plain_line():
 
     dead = ProcessFailure(local_rank=1, pid=4242, exitcode=-9, error_file="/nonexistent")
     err = _worker_failed({1: _failure_text(dead)}, {1: _failure_message(dead)})
-    assert str(err) == "rank 1 was killed by SIGKILL (exit -9)"
+    assert str(err) == "rank 1 was killed by SIGKILL (exit -9): out of memory?"
     assert "SIGKILL" in err.failures[1]
 
 

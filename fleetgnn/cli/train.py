@@ -527,12 +527,18 @@ def _run_distributed(
     latest checkpoint.
     """
     from fleetgnn.distributed import launch
+    from fleetgnn.distributed.errors import WorkerFailed
 
     payload = (cfg.to_dict(), str(run_dir), str(dataset), resume, progress, quiet)
     if _torchrun_env() is not None:  # already a torchrun worker
         run_worker(*payload)
         return
-    launch(run_worker, args=payload, nproc=cfg.train.nproc, max_restarts=cfg.train.max_restarts)
+    try:
+        launch(run_worker, args=payload, nproc=cfg.train.nproc, max_restarts=cfg.train.max_restarts)
+    except WorkerFailed as err:  # a SIGKILLed worker: add the memory the planner predicted
+        from fleetgnn.cli.oom import explain_sigkill
+
+        raise explain_sigkill(err, cfg, dataset, run_dir) from None
 
 
 def run_worker(

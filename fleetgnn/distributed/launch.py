@@ -20,7 +20,10 @@ Reporting: a worker's :class:`~fleetgnn.errors.FleetgnnError` comes back as its 
 (:class:`WorkerFailed`); Ctrl-C (SIGINT to the launcher, or to the whole process group from a
 terminal) stops every worker quietly and raises :class:`KeyboardInterrupt` in the caller instead
 of torch elastic's ``SignalException``; a restarted group learns which ranks failed and why from
-:func:`restart_info`.
+:func:`restart_info`. A worker killed by SIGKILL (no error record) is most often the kernel's
+out-of-memory killer at work: its line says ``killed by SIGKILL (exit -9): out of memory?`` with
+what the kernel counted (:func:`oom_kills`: this cgroup's ``oom_kill`` counter before and after
+the launch, else the machine's in ``/proc/vmstat``; never the kernel log).
 """
 
 from __future__ import annotations
@@ -57,6 +60,78 @@ def _on_sigint(signum: int, frame: Any) -> None:
     global _interrupted
     _interrupted = True
     raise KeyboardInterrupt
+
+
+#: Where :func:`oom_kills` looks, relative to the file system root: cgroup v2 ``memory.events``
+#: (``{path}`` is this process's cgroup), cgroup v1 ``memory.oom_control``, then ``/proc/vmstat``.
+_OOM_SOURCES = (
+    ("sys/fs/cgroup{path}/memory.events", "this cgroup"),
+    ("sys/fs/cgroup/unified{path}/memory.events", "this cgroup"),
+    ("sys/fs/cgroup/memory{path}/memory.oom_control", "this cgroup"),
+    ("sys/fs/cgroup/memory/memory.oom_control", "this cgroup"),
+    ("proc/vmstat", "this machine"),
+)
+#: What a SIGKILLed worker's line adds to ``killed by SIGKILL (exit -9)``.
+OOM_HINT = "out of memory?"
+
+
+def _cgroup_paths(root: str) -> dict[str, str]:
+    """This process's cgroup path per hierarchy: ``{"v2": path, "memory": path}`` (as found)."""
+    paths: dict[str, str] = {}
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with open(os.path.join(root, "proc/self/cgroup")) as f:
+            for line in f:
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) != 3:
+                    continue
+                if parts[0] == "0" and parts[1] == "":
+                    paths["v2"] = parts[2]
+                elif "memory" in parts[1].split(","):
+                    paths["memory"] = parts[2]
+    return paths
+
+
+def oom_kills(root: str = "/") -> tuple[str, int] | None:
+    """``(scope, count)``: how many processes the kernel's OOM killer has killed, or ``None``.
+
+    ``scope`` is ``"this cgroup"`` (the ``oom_kill`` line of the process's cgroup v2
+    ``memory.events`` or v1 ``memory.oom_control``) or ``"this machine"`` (``/proc/vmstat``),
+    whichever is readable first. Compare two readings to tell whether an OOM kill happened
+    between them.
+
+    Args:
+        root: The file system root to read under (tests point it at a fake tree).
+    """
+    paths = _cgroup_paths(root)
+    for pattern, scope in _OOM_SOURCES:
+        if "{path}" in pattern:
+            key = "memory" if "/memory{path}" in pattern else "v2"
+            if key not in paths:
+                continue
+            rel = pattern.format(path=paths[key].rstrip("/"))
+        else:
+            rel = pattern
+        with contextlib.suppress(OSError, UnicodeDecodeError, ValueError):
+            with open(os.path.join(root, rel)) as f:
+                for line in f:
+                    name, _, value = line.partition(" ")
+                    if name == "oom_kill":
+                        return scope, int(value)
+    return None
+
+
+def _oom_evidence(before: tuple[str, int] | None) -> str:
+    """`` (the kernel's OOM killer killed N processes in SCOPE during the run)``, or ``""``."""
+    after = oom_kills()
+    if before is None or after is None or before[0] != after[0]:
+        return ""
+    n = after[1] - before[1]
+    if n <= 0:
+        return f" (the kernel counted no OOM kill in {after[0]} during the run)"
+    return (
+        f" (the kernel's OOM killer killed {n} process{'es' if n > 1 else ''} in {after[0]} "
+        f"during the run)"
+    )
 
 
 def _run_worker(fn: Callable[..., Any], *args: Any) -> Any:
@@ -291,17 +366,20 @@ def _signal_name(failure: Any) -> str:
     return name or f"signal {-code}"
 
 
-def _failure_message(failure: Any) -> str:
+def _failure_message(failure: Any, oom: str = "") -> str:
     """One line for one failed worker: a user error's message, else its exception or signal.
 
-    A worker killed by a signal (no error record) is ``killed by SIGKILL (exit -9)``.
+    A worker killed by a signal (no error record) is ``killed by SIGTERM (exit -15)``; by
+    SIGKILL, what the OOM killer sends, ``killed by SIGKILL (exit -9): out of memory?`` followed
+    by ``oom`` (what the kernel counted, see :func:`_oom_evidence`).
     """
     user = _user_message(failure)
     if user is not None:
         return " ".join(user.split())
     name = _signal_name(failure)
     if name and not _has_error_record(failure):
-        return f"killed by {name} (exit {failure.exitcode})"
+        line = f"killed by {name} (exit {failure.exitcode})"
+        return f"{line}: {OOM_HINT}{oom}" if name == "SIGKILL" else line
     return error_summary(_failure_text(failure))
 
 
@@ -315,7 +393,7 @@ def _has_error_record(failure: Any) -> bool:
 def _worker_failed(failures: dict[int, str], messages: dict[int, str]) -> WorkerFailed:
     """A :class:`WorkerFailed` with a one-line message naming each rank's failure.
 
-    ``rank 1 was killed by SIGKILL (exit -9)`` for ranks killed by a signal, ``worker failed on
+    ``rank 1 was killed by SIGTERM (exit -15)`` for ranks killed by a signal, ``worker failed on
     rank R: MESSAGE`` for the others, joined with ``; ``.
     """
     err = WorkerFailed(failures, messages=messages)
@@ -427,6 +505,7 @@ def launch(
         monitor_interval=monitor_interval,
         start_method="spawn",
     )
+    oom_before = oom_kills()  # a SIGKILLed worker's line says whether the OOM killer struck
     with (
         _quiet(verbose),
         _loopback_only(),
@@ -445,5 +524,6 @@ def launch(
             if all(getattr(f, "exitcode", None) == EXIT_INTERRUPTED for f in e.failures.values()):
                 raise KeyboardInterrupt("workers were interrupted") from None
             failures = {int(rank): _failure_text(f) for rank, f in e.failures.items()}
-            messages = {int(rank): _failure_message(f) for rank, f in e.failures.items()}
+            oom = _oom_evidence(oom_before)
+            messages = {int(rank): _failure_message(f, oom) for rank, f in e.failures.items()}
             raise _worker_failed(failures, messages) from None
