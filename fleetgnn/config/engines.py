@@ -108,7 +108,7 @@ class SampledConfig(EngineConfig):
             layer, each >= 1 or -1 for all neighbours.
         eval_nodes: Destinations of evaluation's last layer (streaming layer-wise inference):
             ``"all"`` every node, ``"labelled"`` only the nodes of the train/val/test masks
-            (the same metrics; the earlier layers still cover every node).
+            (the same metrics; each earlier layer covers only the nodes the next one reads).
         scratch_dir: Where evaluation keeps its per-layer ``[N, width]`` scratch files (in a
             temporary directory of its own, removed afterwards; ``None``: the system's temporary
             directory; ``fleetgnn train`` passes the run directory).

@@ -164,9 +164,10 @@ class TrainConfig:
         eval_nodes: Which nodes evaluation's last layer computes in the sampled engines'
             streaming layer-wise inference (``reference`` in minibatch mode, ``minibatch``,
             ``split``): ``"all"`` (default) every node, ``"labelled"`` only the nodes in the
-            train/val/test masks. The metrics are the same (only masked nodes count); the earlier
-            layers still cover every node, so ``labelled`` saves the last layer's work on
-            graphs where few nodes are labelled. ``fullgraph`` and ``offload`` evaluate the whole
+            train/val/test masks. The metrics are the same (only masked nodes count); each
+            earlier layer computes (and keeps in scratch) only the nodes the next one reads, so
+            ``labelled`` saves work and disk on graphs where few nodes are labelled (see
+            :mod:`fleetgnn.engines.inference`). ``fullgraph`` and ``offload`` evaluate the whole
             graph in their own forward pass and ignore it.
     """
 

@@ -1,6 +1,7 @@
 """Streaming layer-wise inference: chunk bounds, equality with the in-memory evaluation (float64,
 one and several ranks, tiny chunks, eval_nodes=all/labelled, one shared scratch file or one per
-rank), scratch files removed, a full disk in one line, and evaluation's peak memory."""
+rank), scratch files removed, a full disk in one line, evaluation's peak memory, and the labelled
+restriction (only the rows each layer's successor reads are computed and stored)."""
 
 import dataclasses
 import json
@@ -277,3 +278,159 @@ def test_budgeted_evaluation_never_holds_a_layer(tmp_path):
     r = json.loads(done.stdout.strip().splitlines()[-1])
     bound = 2 * (1 << 20) + 2 * r["params"] + 6 * DEFAULT_CHUNK_BYTES
     assert r["delta"] < bound < r["layer"], r
+
+
+def sparsely_labelled_graph():
+    """:func:`random_graph` with 600 edges and 10% of the nodes labelled (4/3/3% per split)."""
+    g = random_graph(e=600)
+    u = np.random.default_rng(1).random(g.num_nodes)
+    data = {"x": g.x, "y": g.y, "train_mask": u < 0.04, "val_mask": (u >= 0.04) & (u < 0.07)}
+    data["test_mask"] = (u >= 0.07) & (u < 0.1)
+    dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
+    return from_edges(g.indices, dst, g.num_nodes, node_data=data, num_classes=4, name="sparse")
+
+
+def _needed_masks(g, keep, layers):
+    """Brute force ``[S_0, ..., S_{L-2}]``: S_{L-1} = keep, S_l = S_{l+1} and its in-neighbours."""
+    dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
+    sets, cur = [], keep
+    for _ in range(layers - 1):
+        cur = cur.copy() | np.isin(np.arange(g.num_nodes), g.indices[cur[dst]])
+        sets.append(cur)
+    return sets[::-1]
+
+
+def _restricted(comm, scratch_dir):
+    """Rank body (``comm=None``: one process): stream_inference with and without the labelled
+    selection for 2 and 3 layers, rows written to each scratch file counted per file."""
+    from fleetgnn.engines import inference
+    from fleetgnn.engines.inference import MetricSums
+
+    g = sparsely_labelled_graph()
+    written = {}
+    plain_write = inference.RowFile.write
+
+    def counting_write(self, start, rows):
+        written[self.path.name] = written.get(self.path.name, 0) + len(rows)
+        plain_write(self, start, rows)
+
+    inference.RowFile.write = counting_write
+    feats = lambda ids: torch.from_numpy(g.x[ids.numpy()]).double()  # noqa: E731
+    out = {}
+    try:
+        for layers in (2, 3):
+            extra = [f"model.num_layers={layers}", f"train.fanouts={[3] * layers}"]
+            module = engine_from_config(_config("reference", extra=extra), g).module
+            for name, select, same_host in [
+                ("all", None, True),
+                ("labelled", labelled_selector(g), True),
+                ("labelled_hosts", labelled_selector(g), False),
+            ]:
+                sums = MetricSums(g)
+                written.clear()
+                kw = dict(comm=comm, dtype=torch.float64, select=select, chunking=TINY)
+                stats = stream_inference(
+                    module,
+                    GraphTopology(g),
+                    feats,
+                    g.indptr,
+                    sums,
+                    in_width=5,
+                    scratch_dir=scratch_dir,
+                    same_host=same_host,
+                    **kw,
+                )
+                out[layers, name] = (sums.result(comm), stats, dict(written))
+    finally:
+        inference.RowFile.write = plain_write
+    return out
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_labelled_layers_compute_and_store_only_the_needed_nodes(world_size, tmp_path):
+    """With select, layer l computes and writes exactly |S_l| rows (summed over ranks, counted
+    at the file writes), and the metrics equal evaluating every node, for 2 and 3 layers."""
+    g = sparsely_labelled_graph()
+    keep = labelled_selector(g)(0, g.num_nodes)
+    if world_size == 1:
+        results = [_restricted(None, str(tmp_path))]
+    else:
+        results = run_world(_restricted, world_size, str(tmp_path), timeout_s=300)
+    for layers in (2, 3):
+        sizes = [int(s.sum()) for s in _needed_masks(g, keep, layers)] + [int(keep.sum())]
+        assert sizes[0] < g.num_nodes * 0.6  # the restriction restricts
+        for res in results:
+            for name in ("labelled", "labelled_hosts"):
+                _close(res[layers, name][0], res[layers, "all"][0])
+            _close(res[layers, "all"][0], results[0][layers, "all"][0])
+        for name in ("labelled", "labelled_hosts"):
+            computed = np.sum([res[layers, name][1].rows for res in results], axis=0)
+            assert computed.tolist() == sizes
+            assert results[0][layers, name][1].layer_rows == sizes[:-1]
+        for i in range(layers - 1):  # rows written into each hidden layer's file, all ranks
+            rows = sum(res[layers, "labelled"][2].get(f"h{i + 1}.npy", 0) for res in results)
+            assert rows == sizes[i]
+        everything = np.sum([res[layers, "all"][1].rows for res in results], axis=0)
+        assert everything.tolist() == [g.num_nodes] * layers
+    assert not list(tmp_path.iterdir())
+
+
+def test_labelled_scratch_space_is_proportional_to_the_needed_rows(tmp_path, monkeypatch):
+    """The scratch file of a labelled evaluation has |S_0| rows on disk (st_size and st_blocks),
+    and the free-space check asks for |S_0| rows: a disk too small for N rows suffices."""
+    n, width = 20_000, 64
+    rng = np.random.default_rng(0)
+    keep = np.zeros(n, dtype=bool)
+    keep[rng.choice(n, 100, replace=False)] = True
+    data = {"x": rng.standard_normal((n, 5)), "y": rng.integers(0, 4, n), "val_mask": keep}
+    edges = rng.integers(0, n, (2, 2 * n))
+    g = from_edges(edges[0], edges[1], n, node_data=data, num_classes=4)
+    extra = ["model.num_layers=2", "train.fanouts=[3,3]", f"model.hidden={width}"]
+    module = engine_from_config(_config("reference", extra=extra), random_graph()).module
+    s0 = int(_needed_masks(g, keep, 2)[0].sum())
+    row_bytes = width * 8
+    assert s0 * row_bytes * 20 < n * row_bytes
+    seen = []
+
+    def sink(ids, rows):  # the final layer: the hidden layer's file is still there
+        if not seen:
+            (path,) = tmp_path.glob("*/h1.npy")
+            seen.append(os.stat(path))
+
+    feats = lambda ids: torch.from_numpy(g.x[ids.numpy()]).double()  # noqa: E731
+    kw = dict(in_width=5, dtype=torch.float64, scratch_dir=tmp_path)
+    kw["chunking"] = Chunking(in_memory_bytes=0)
+    stats = stream_inference(
+        module, GraphTopology(g), feats, g.indptr, sink, select=labelled_selector(g), **kw
+    )
+    assert stats.scratch_bytes == s0 * row_bytes
+    st = seen[0]
+    assert s0 * row_bytes <= st.st_size <= s0 * row_bytes + 4096
+    assert st.st_blocks * 512 <= s0 * row_bytes + 64 * 1024  # allocated: the rows, not N of them
+    # room for the needed rows but not for N of them: labelled runs, all is refused
+    monkeypatch.setattr("fleetgnn.engines.inference.free_bytes", lambda path: 4 * s0 * row_bytes)
+    stream_inference(
+        module, GraphTopology(g), feats, g.indptr, sink, select=labelled_selector(g), **kw
+    )
+    with pytest.raises(DiskFullError, match="no space left"):
+        stream_inference(module, GraphTopology(g), feats, g.indptr, sink, **kw)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("bitwise_count", [True, False])
+def test_node_set_positions_and_selection(bitwise_count, monkeypatch):
+    """NodeSet: members, ranks below every ID of [0, N] and windows, with and without numpy's
+    bitwise_count (numpy < 2 uses a byte table)."""
+    from fleetgnn.engines.inference import NodeSet
+
+    if not bitwise_count:
+        monkeypatch.delattr(np, "bitwise_count", raising=False)
+    rng = np.random.default_rng(0)
+    for n in (1, 63, 64, 65, 1000):
+        mask = rng.random(n) < 0.3
+        s = NodeSet(mask)
+        assert s.size == mask.sum()
+        want = np.concatenate([[0], np.cumsum(mask)])
+        np.testing.assert_array_equal(s.position(np.arange(n + 1)), want)
+        for a, b in [(0, n), (n // 3, n), (1, max(1, n - 1))]:
+            np.testing.assert_array_equal(s.select(a, b), mask[a:b])
