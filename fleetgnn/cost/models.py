@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.config.units import parse_bytes
+from fleetgnn.cost.offload_memory import chunk_live_bytes, layer_memory
 from fleetgnn.cost.replay import minibatch_counts, split_counts
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
@@ -394,18 +395,22 @@ def _offload_counts(wl: Workload, world: int, chunks: int, partition: str) -> di
         indptr = np.asarray(g.indptr, dtype=np.int64)
         plan, rows = build_transition_plan(indptr, g.indices, cb, reorganise=True)
         vol = plan.volumes()
-        staging = plan.staging_caps().sum(axis=1)
-        biggest = max((r.size for part in rows for r in part), default=0)
+        bounds = np.asarray(cb.bounds, dtype=np.int64)
+        train = np.zeros(g.num_nodes + 1, dtype=np.int64)
+        if g.train_mask is not None:
+            np.cumsum(np.asarray(g.train_mask, dtype=bool), out=train[1:])
         return {
             "intra": vol.intra,
             "reuse": vol.reuse,
             "peer": vol.peer,
             "local": vol.local,
-            "capacity": int(plan.capacity.max()),
-            "staging": int(staging.max()),
-            "chunk_rows": int(biggest),
-            "chunk_edges": int(cb.chunk_edges.max()),
-            "chunk_dst": int(cb.chunk_sizes().max()),
+            # per rank [P] and per chunk [P, M]
+            "capacity": np.asarray(plan.capacity, dtype=np.int64),
+            "staging": plan.staging_caps().sum(axis=1),
+            "chunk_rows": np.array([[r.size for r in part] for part in rows], dtype=np.int64),
+            "chunk_edges": np.asarray(cb.chunk_edges, dtype=np.int64),
+            "chunk_dst": cb.chunk_sizes(),
+            "chunk_train": np.diff(train[bounds], axis=1),
             "exact": True,
         }
     # modelled: each chunk's rows are its destinations plus the distinct sources of its edges
@@ -419,13 +424,40 @@ def _offload_counts(wl: Workload, world: int, chunks: int, partition: str) -> di
         "reuse": 0.0,
         "peer": total * (1 - 1 / world),
         "local": total / world,
-        "capacity": min(batch, n) / world,
-        "staging": rows * (1 - 1 / world),
-        "chunk_rows": rows,
-        "chunk_edges": edges,
-        "chunk_dst": dst,
+        "capacity": np.array([min(batch, n) / world]),
+        "staging": np.array([rows * (1 - 1 / world)]),
+        "chunk_rows": np.array([[rows]]),
+        "chunk_edges": np.array([[edges]]),
+        "chunk_dst": np.array([[dst]]),
+        "chunk_train": np.array([[dst * wl.num_train / max(n, 1)]]),
         "exact": False,
     }
+
+
+def _offload_device_peak(m: ModelShape, c: dict[str, Any], hybrid: Sequence[bool]) -> float:
+    """The engine's ``peak_memory()["device"]``: the fullest rank's buffers and largest chunk.
+
+    Per rank: the transition buffer (``capacity`` rows of the widest layer input), the gradient
+    buffer and the staging rows (the widest hidden width), plus the largest live bytes of one
+    chunk of one layer (:func:`~fleetgnn.cost.offload_memory.chunk_live_bytes`: rows, outputs,
+    their gradients, topology, cached aggregates and autograd's saved tensors, the last
+    measured on probe blocks). Chunks without destinations hold nothing (the engine skips them).
+    """
+    hmax = max(m.widths[:-1])
+    gmax = max(m.widths[1:-1], default=0)
+    capacity = np.asarray(c["capacity"], dtype=np.float64)
+    staging = np.asarray(c["staging"], dtype=np.float64)
+    buffers = (capacity * hmax + (capacity + staging) * gmax) * m.elem  # [P]
+    memory = layer_memory(m, tuple(bool(h) for h in hybrid))
+    rows, edges, dst, train = (
+        np.asarray(c[k], dtype=np.float64)  # [P, M]
+        for k in ("chunk_rows", "chunk_edges", "chunk_dst", "chunk_train")
+    )
+    live = np.zeros(buffers.shape)
+    for i in range(m.num_layers):
+        chunk = chunk_live_bytes(m, i, memory[i], rows, edges, dst, train, cached=hybrid[i])
+        live = np.maximum(live, np.where(dst > 0, chunk, 0.0).max(axis=1))
+    return float((buffers + live).max())
 
 
 def predict_offload(
@@ -437,11 +469,18 @@ def predict_offload(
     partition: str = "metis",
     **knobs: Any,
 ) -> Prediction:
-    """HongTu: vertex data in host memory, one chunk of one layer on the device at a time."""
+    """HongTu: vertex data in host memory, one chunk of one layer on the device at a time.
+
+    ``memory["device"]`` is what the engine's ``peak_memory()`` measures on its fullest rank
+    (see :func:`_offload_device_peak`); ``host`` its vertex data per rank.
+
+    Knobs: ``chunks`` (per part), ``partition`` (``metis``/``range``), ``cache_aggregates``
+    (``None``: cache where the model allows, ``False``: always recompute).
+    """
     m, n = wl.model, wl.num_nodes
     c = _offload_counts(wl, world, chunks, partition)
     e = m.elem
-    hybrid = m.cacheable
+    hybrid = m.cacheable if knobs.get("cache_aggregates") is not False else (False,) * m.num_layers
     loads = m.num_layers + sum(1 for h in hybrid if not h)
     h2d = sum(c["intra"] * m.widths[i] * e for i in range(m.num_layers))  # forward
     h2d += sum(
@@ -465,15 +504,7 @@ def predict_offload(
         "h2d": int(h2d),
         "d2h": int(d2h),
     }
-    hmax = max(m.widths[:-1])
-    gmax = max(m.widths[1:-1], default=0)
-    buffers = (c["capacity"] * hmax + (c["capacity"] + c["staging"]) * gmax) * e
-    worst = max(
-        2 * c["chunk_rows"] * m.widths[i] * e
-        + 2 * c["chunk_dst"] * m.widths[i + 1] * e
-        + m.activation_bytes(c["chunk_rows"], c["chunk_edges"]) / m.num_layers
-        for i in range(m.num_layers)
-    )
+    device = _offload_device_peak(m, c, hybrid)
     host = n / world * (sum(m.widths) + sum(m.widths[1:-1])) * e
     host += sum(n / world * m.widths[i] * e for i in range(m.num_layers) if hybrid[i])
     spmm, gemm = m.forward_flops(n / world, wl.num_edges / world)
@@ -490,7 +521,7 @@ def predict_offload(
         True,
         compute + sum(comm.values()),
         traffic,
-        {"device": int(buffers + worst), "host": int(host)},
+        {"device": int(device), "host": int(host)},
         {"chunks": chunks, "partition": partition, "counts": "exact" if c["exact"] else "model"},
         1,
         {"compute": compute, **comm},

@@ -40,10 +40,8 @@ reported every epoch and a run that exceeds the budget stops with an error.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -70,7 +68,9 @@ from fleetgnn.exchange import HONGTU_BANDWIDTHS, ChunkHop, TransitionPlan, build
 from fleetgnn.exchange.transition import chunk_hop
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator, check_model
-from fleetgnn.ops import gspmm_vjp
+from fleetgnn.nn.recompute import RecordingAggregator as _Recording
+from fleetgnn.nn.recompute import ReplayAggregator as _Replay
+from fleetgnn.nn.recompute import SavedBytesMeter as _SavedMeter
 from fleetgnn.partition import chunk_partition, two_level_partition
 
 #: Chunk counts tried when none is given: powers of two.
@@ -81,100 +81,6 @@ DEFAULT_CHUNKS = 4
 
 class OffloadBudgetError(FleetgnnError):
     """The device budget cannot hold the live buffers of one chunk."""
-
-
-# ---------------------------------------------------------------------------------- aggregators
-class _Recording:
-    """A chunk aggregator that keeps every ``aggregate()`` output (the forward of cached layers)."""
-
-    aggregate_raw = True
-
-    def __init__(self, base: LocalAggregator) -> None:
-        self.base = base
-        self.num_src, self.num_dst, self.src_ids = base.num_src, base.num_dst, base.src_ids
-        self.outputs: list[torch.Tensor] = []
-
-    def aggregate(self, x_src, reduce="sum", edge_weight=None):  # noqa: ANN001, ANN201
-        out = self.base.aggregate(x_src, reduce, edge_weight)
-        self.outputs.append(out)
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.base, name)
-
-
-class _ReplayAggregate(torch.autograd.Function):
-    """Forward: the cached aggregate. Backward: ``A^T grad`` (the aggregation is linear)."""
-
-    @staticmethod
-    def forward(ctx, x_src, cached, base, reduce, edge_weight):  # noqa: ANN001, ANN205
-        ctx.base, ctx.reduce, ctx.edge_weight = base, reduce, edge_weight
-        return cached.clone()
-
-    @staticmethod
-    def backward(ctx, grad):  # noqa: ANN001, ANN205
-        return gspmm_vjp(ctx.base, grad, ctx.reduce, ctx.edge_weight), None, None, None, None
-
-
-class _Replay:
-    """A chunk aggregator that returns the cached aggregates (the backward of cached layers).
-
-    Only linear aggregations are replayable: ``sum``/``mean`` with weights that need no gradient.
-    Anything else (``max``, learned edge weights, edge-wise ops) raises, naming the layer.
-    """
-
-    aggregate_raw = True
-
-    def __init__(self, base: LocalAggregator, cached: list[torch.Tensor], layer: int) -> None:
-        self.base, self.cached, self.layer = base, cached, layer
-        self.num_src, self.num_dst, self.src_ids = base.num_src, base.num_dst, base.src_ids
-        self._next = 0
-
-    def _refuse(self, what: str) -> None:
-        raise ConfigError(
-            f"layer {self.layer} declared its aggregation cacheable but uses {what}; return False "
-            f"from cacheable_aggregation({self.layer}) or set offload.cache_aggregates=false"
-        )
-
-    def aggregate(self, x_src, reduce="sum", edge_weight=None):  # noqa: ANN001, ANN201
-        if reduce not in ("sum", "mean"):
-            self._refuse(f"aggregate(reduce={reduce!r})")
-        if edge_weight is not None and edge_weight.requires_grad:
-            self._refuse("edge weights that need a gradient")
-        if self._next >= len(self.cached):
-            self._refuse("more aggregate() calls in the backward pass than in the forward pass")
-        cached = self.cached[self._next].to(x_src.device)
-        self._next += 1
-        return _ReplayAggregate.apply(x_src, cached, self.base, reduce, edge_weight)
-
-    def src_to_edge(self, x_src):  # noqa: ANN001, ANN201
-        self._refuse("src_to_edge()")
-
-    def edge_softmax(self, scores):  # noqa: ANN001, ANN201
-        self._refuse("edge_softmax()")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.base, name)
-
-
-class _SavedMeter:
-    """Bytes of the distinct storages autograd saves inside the context (parameters excluded)."""
-
-    def __init__(self, exclude: list[torch.Tensor]) -> None:
-        self._seen = {t.untyped_storage().data_ptr() for t in exclude}
-        self.bytes = 0
-
-    def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        s = t.untyped_storage()
-        if s.data_ptr() not in self._seen:
-            self._seen.add(s.data_ptr())
-            self.bytes += s.nbytes()
-        return t
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[_SavedMeter]:
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
-            yield self
 
 
 def _ratio(hop: ChunkHop, probe: ChunkHop) -> float:

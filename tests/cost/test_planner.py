@@ -64,9 +64,9 @@ def test_predicted_traffic_equals_measured(engine, model, world, changes, knobs)
     for kind in ("local", "peer", "h2d", "d2h"):
         want, got = measured.get(kind, 0), pred.traffic.get(kind, 0)
         assert got == pytest.approx(want, rel=0.05, abs=64), (kind, measured, pred.traffic)
-    if engine == "offload":  # the engine measures live device bytes: the model bounds them
+    if engine == "offload":  # the fullest rank's live device bytes, within 10%
         peak = max(m["device"] for _, m in res)
-        assert peak <= pred.memory["device"] <= 2 * peak, (peak, pred.memory)
+        assert abs(pred.memory["device"] - peak) <= 0.10 * peak, (peak, pred.memory)
 
 
 # ---------------------------------------------------------------------------------- published
