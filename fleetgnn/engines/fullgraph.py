@@ -26,12 +26,23 @@ the forward exchanges (``volume_mgg_bytes``: one row per remote edge, as MGG fet
 ``volume_dedup_bytes``: one row per unique remote source, what is sent; ``dedup_saving`` =
 ``1 - dedup / mgg``), the chunking and the tuner state.
 
-Memory per rank: the owned features ``[M, F]``, the topology of the owned in-edges, the halo
-buffers of one layer (``H`` rows) and the activations of the owned rows for every layer.
+Memory per rank: the owned features ``[M, F]``, the topology of the owned in-edges (int32 IDs
+and positions while ``N < 2**31``), at most two aggregators (the current ``(K, depth)`` and the
+tuner's best; trials that lost are released), the halo buffers of one layer (``H`` rows) and the
+activations of the owned rows for every layer. ``peak_memory()`` (the ``memory`` of
+``metrics.jsonl``) reports what the process holds: ``device``, the bytes of every tensor and
+array of the rank's state (features, labels and masks, layout, plans, aggregators, parameters,
+gradients, optimizer state; each buffer once, memory maps left out; the largest seen at a step
+end), on its device (``host``: the CPU-resident part when the device is a GPU); ``rss_anon``, the
+largest anonymous RSS seen at a step end, and ``rss_peak``, the process's peak RSS (``VmHWM``,
+file-backed pages of the mapped dataset included), both read from ``/proc/self/status`` where it
+exists. ``epoch_extra()["held_bytes"]`` splits ``device`` by part.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
@@ -41,7 +52,7 @@ import numpy as np
 import torch
 
 from fleetgnn.config import FullGraphEngineConfig
-from fleetgnn.distributed import DistContext
+from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.engines.base import FullGraphEngineBase, StepStats
 from fleetgnn.engines.common import (
     LossFn,
@@ -169,6 +180,96 @@ class GreedyTuner:
         return f"GreedyTuner(trials={len(self.table)}, best={self.best}, done={self.done})"
 
 
+# ---------------------------------------------------------------------------------- memory
+def process_memory() -> dict[str, int]:
+    """This process's ``RssAnon`` (now) and ``VmHWM`` (peak RSS) in bytes, from ``/proc``.
+
+    Returns:
+        ``{"rss_anon": ..., "rss_peak": ...}`` with the keys ``/proc/self/status`` has; empty
+        where there is no ``/proc``.
+    """
+    keys = {"RssAnon:": "rss_anon", "VmHWM:": "rss_peak"}
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/status") as f:
+            for line in f:
+                name = line.split(maxsplit=1)[0] if line.strip() else ""
+                if name in keys:
+                    out[keys[name]] = int(line.split()[1]) * 1024  # kB
+    return out
+
+
+def release_freed_memory() -> None:
+    """Return the C heap's free memory to the system (glibc ``malloc_trim``; elsewhere nothing).
+
+    The index arrays of an evicted aggregator are freed into the heap, where glibc keeps them
+    (its mmap threshold grows after the first large free), so RSS would not fall without this.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class HeldBytes:
+    """Bytes of the in-memory tensors and arrays reachable from some objects, each buffer once.
+
+    :meth:`add` walks containers (lists, tuples, sets, dicts) and fleetgnn objects (their
+    ``__dict__`` and ``__slots__``); torch tensors count their whole storage, numpy arrays their
+    owning buffer; a buffer seen before (e.g. a tensor made with ``torch.from_numpy``) counts
+    once. Memory maps (file-backed, not anonymous memory) are left out, and so are
+    communicators and contexts (no state of the rank's own). Sparse tensors are not walked
+    (the engines build them per call).
+
+    Attributes:
+        by_device: Bytes per device type (``"cpu"``, ``"cuda"``) over every :meth:`add`.
+    """
+
+    def __init__(self) -> None:
+        self._objs: set[int] = set()
+        self._bufs: set[tuple[str, int]] = set()
+        self.by_device: dict[str, int] = {}
+
+    def add(self, *roots: object) -> int:
+        """Walk ``roots``; returns the bytes of the buffers not counted before."""
+        total = 0
+        stack = list(roots)
+        while stack:
+            obj = stack.pop()
+            if obj is None or isinstance(obj, str | int | float | bool) or id(obj) in self._objs:
+                continue
+            self._objs.add(id(obj))
+            if isinstance(obj, torch.Tensor):
+                if obj.layout == torch.strided and not obj.is_meta:
+                    st = obj.untyped_storage()
+                    total += self._count(obj.device.type, st.data_ptr(), st.nbytes())
+            elif isinstance(obj, np.ndarray):
+                base = obj
+                while isinstance(base.base, np.ndarray):
+                    base = base.base
+                if not isinstance(base, np.memmap):
+                    total += self._count("cpu", base.__array_interface__["data"][0], base.nbytes)
+            elif isinstance(obj, list | tuple | set | frozenset):
+                stack.extend(obj)
+            elif isinstance(obj, dict):
+                stack.extend(obj.values())
+            elif isinstance(obj, Communicator | DistContext):
+                continue
+            elif type(obj).__module__.startswith("fleetgnn."):
+                stack.extend(getattr(obj, "__dict__", {}).values())
+                for cls in type(obj).__mro__:
+                    slots = getattr(cls, "__slots__", ())
+                    for name in (slots,) if isinstance(slots, str) else slots:
+                        stack.append(getattr(obj, name, None))
+        return total
+
+    def _count(self, device: str, ptr: int, nbytes: int) -> int:
+        key = (device, ptr)
+        if ptr == 0 or key in self._bufs:
+            return 0
+        self._bufs.add(key)
+        self.by_device[device] = self.by_device.get(device, 0) + int(nbytes)
+        return int(nbytes)
+
+
 # ---------------------------------------------------------------------------------- engine
 class FullGraphEngine(FullGraphEngineBase):
     """Distributed full-graph training with MGG's chunked, overlapped halo exchange.
@@ -241,6 +342,8 @@ class FullGraphEngine(FullGraphEngineBase):
         self._plans: dict[int, HaloPlan] = {}
         self._aggs: dict[tuple[int, int], HaloAggregator] = {}
         self._extra: dict[str, Any] = {}
+        self._memory: dict[str, int] = {}
+        self._held: dict[str, int] = {}
 
     # ------------------------------------------------------------------ layout
     def plan(self, num_chunks: int) -> HaloPlan:
@@ -252,11 +355,21 @@ class FullGraphEngine(FullGraphEngineBase):
         return self._plans[num_chunks]
 
     def aggregator(self, num_chunks: int | None = None, depth: int | None = None) -> HaloAggregator:
-        """The rank's aggregator for ``(K, depth)`` (defaults: the current knobs; cached)."""
+        """The rank's aggregator for ``(K, depth)`` (defaults: the current knobs; cached).
+
+        At most two aggregators are held: the one asked for and the tuner's best so far. Every
+        other cached aggregator (a tuner trial that lost) and every plan neither of the two uses
+        are released first, so a tuned run holds at most two aggregators and two plans, not one
+        per trial, and one of each once the search has settled. Rebuilding an evicted
+        configuration gives identical structures (the build is deterministic); every rank
+        evicts alike (the tuner sees the same latencies on every rank), so the collective plan
+        builds stay matched.
+        """
         key = (
             self.num_chunks if num_chunks is None else int(num_chunks),
             self.depth if depth is None else int(depth),
         )
+        self._evict(keep=key)
         if key not in self._aggs:
             self._aggs[key] = HaloAggregator(
                 self.layout,
@@ -270,6 +383,18 @@ class FullGraphEngine(FullGraphEngineBase):
                 overlap_backward=self.overlap_backward,
             )
         return self._aggs[key]
+
+    def _evict(self, keep: tuple[int, int]) -> None:
+        """Drop cached aggregators other than ``keep`` and the tuner's best, and unused plans."""
+        best = self.tuner.best if self.tuner is not None and self.tuner.table else keep
+        drop = [k for k in self._aggs if k not in (keep, best)]
+        for key in drop:
+            del self._aggs[key]
+        chunks = {keep[0]} | {k[0] for k in self._aggs}
+        for k in [c for c in self._plans if c not in chunks]:
+            del self._plans[k]
+        if drop:
+            release_freed_memory()
 
     # ------------------------------------------------------------------ training
 
@@ -302,6 +427,7 @@ class FullGraphEngine(FullGraphEngineBase):
             slowest = max(self.comm.all_gather_object(latency)) if self.world_size > 1 else latency
             self.tuner.report((self.num_chunks, self.depth), slowest)
             tuned = {"tuner_trial_s": slowest}
+            self._evict(keep=(self.num_chunks, self.depth))  # the best so far may have lost
         correct = int((logits_t.argmax(dim=1) == target).sum()) if target.numel() else 0
         step_times = {
             "sample": 0.0,
@@ -340,7 +466,10 @@ class FullGraphEngine(FullGraphEngineBase):
                 "trials": len(self.tuner.table),
             }
         count = int(target.numel())
-        return StepStats(float(total.detach()), correct, count, step_times, traffic)
+        stats = StepStats(float(total.detach()), correct, count, step_times, traffic)
+        del logits, logits_t, loss, total
+        self._measure_memory()
+        return stats
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -371,14 +500,64 @@ class FullGraphEngine(FullGraphEngineBase):
         self.num_chunks, self.depth = int(knobs[0]), int(knobs[1])
 
     def epoch_extra(self) -> dict[str, Any]:
-        """Exchange timing, hidden fraction, volumes and knobs of the last epoch."""
-        return dict(self._extra)
+        """Exchange timing, hidden fraction, volumes, knobs and held bytes of the last epoch."""
+        return {**self._extra, "held_bytes": dict(self._held)}
+
+    def held_bytes(self) -> dict[str, int]:
+        """Bytes of the state this rank holds now, by part (each buffer counted once).
+
+        Parts: ``features`` (owned ``x``, labels, masks, training rows), ``layout`` (the
+        :class:`~fleetgnn.engines.halo.RankLayout` and the send lists), ``plans`` (the cached
+        halo plans), ``aggregators`` (the cached aggregators' index structures, degrees and
+        cached transposes, beyond the layout and plans), ``model`` (parameters, gradients,
+        optimizer state), and ``aggregators_held`` (how many). Memory maps are left out.
+        Activations and autograd buffers live only during a step and are not included
+        (``rss_anon``/``rss_peak`` of :meth:`peak_memory` see them).
+        """
+        return self._held_parts()[0]
+
+    def _held_parts(self) -> tuple[dict[str, int], int]:
+        """:meth:`held_bytes` (plus ``aggregators_held``) and the CPU-resident bytes of it."""
+        held = HeldBytes()
+        opt_state = list(self.optimizer.state.values())
+        params = list(self.module.parameters())
+        parts = {
+            "features": held.add(self.x, self.y, self.masks, self.train_idx, self.orig_ids),
+            "layout": held.add(self.layout, self._send_rows, self._send_counts),
+            "plans": held.add(self._plans),
+            "aggregators": held.add(self._aggs),
+            "model": held.add(params, [p.grad for p in params], opt_state),
+        }
+        parts["aggregators_held"] = len(self._aggs)
+        return parts, held.by_device.get("cpu", 0)
+
+    def _measure_memory(self) -> None:
+        """Fold the held bytes and the process's RSS now into the run's maxima."""
+        parts, cpu = self._held_parts()
+        live = sum(v for k, v in parts.items() if k != "aggregators_held")
+        now = {"device": live} if self.device.type == "cpu" else {"device": live - cpu, "host": cpu}
+        now.update(process_memory())
+        for key, value in now.items():
+            self._memory[key] = max(self._memory.get(key, 0), int(value))
+        if live >= sum(v for k, v in self._held.items() if k != "aggregators_held"):
+            self._held = parts
 
     def peak_memory(self) -> dict[str, int]:
-        """Bytes of the owned features and topology on this rank."""
-        lay = self.layout
-        topo = lay.indptr.nbytes + lay.src.nbytes + lay.halo.nbytes
-        return {"device": int(self.x.numel() * self.x.element_size() + topo)}
+        """What this rank holds: its state's bytes and the process's RSS (see the module doc).
+
+        ``device``: the largest (over step ends) bytes of the rank's state on its device
+        (:meth:`held_bytes`, every part; before this change it counted only ``x`` and three
+        layout arrays); ``host``: the CPU-resident part when the device is a GPU; ``rss_anon``:
+        the largest anonymous RSS at a step end; ``rss_peak``: the peak RSS of the process
+        (``VmHWM``, including file-backed pages of the mapped dataset). The RSS keys are left
+        out where ``/proc/self/status`` does not exist.
+        """
+        self._measure_memory()
+        return dict(self._memory)
+
+    def rank_extra(self) -> dict[str, Any]:
+        """This rank's :meth:`peak_memory` (gathered into ``extra["per_rank"]["memory"]``)."""
+        return {"memory": self.peak_memory()}
 
     def close(self) -> None:
         """Release cached aggregators (nothing else is held)."""

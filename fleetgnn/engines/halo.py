@@ -77,9 +77,16 @@ class RankLayout(ExchangeLayout):
     the graph's CSC order (by destination, then as stored); that order is the aggregator's edge
     order (``E = num_local_edges + num_remote_edges`` edges).
 
+    Narrow IDs (:func:`build_layout`): while the graph has fewer than ``2**31`` nodes, the node IDs
+    and positions (``dst_ids``, ``row_ids``, ``src``, ``src_row``, ``halo_pos``, ``halo``,
+    ``halo_owner``) are int32, 4 bytes per owned edge for each per-edge array instead of 8; so is
+    ``in_degree`` while the rank has fewer than ``2**31`` in-edges. ``indptr``, ``need_counts``
+    and ``bounds`` stay int64. Consumers widen at the point of use where an op needs int64 (the
+    aggregator's index structures, the need lists on the wire).
+
     Attributes:
         bounds: int64 ``[W + 1]`` range boundaries (``bounds[r]`` = first node of rank ``r``).
-        in_degree: int64 ``[M]`` global in-degree of each owned node.
+        in_degree: int32 (or int64, see above) ``[M]`` global in-degree of each owned node.
     """
 
     bounds: np.ndarray
@@ -129,6 +136,11 @@ def check_bounds(bounds: np.ndarray, num_nodes: int) -> np.ndarray:
     return b
 
 
+_INT32_MAX = 2**31 - 1
+# the layout's node IDs and positions (all < N): int32 while N < 2**31 (see RankLayout)
+_NARROW_FIELDS = ("dst_ids", "row_ids", "src", "src_row", "halo", "halo_owner", "halo_pos")
+
+
 def build_layout(graph: Graph, bounds: np.ndarray, rank: int) -> RankLayout:
     """Slice rank ``rank``'s in-edges from ``graph`` and split them into local and remote.
 
@@ -152,7 +164,14 @@ def build_layout(graph: Graph, bounds: np.ndarray, rank: int) -> RankLayout:
         np.arange(lo, hi, dtype=np.int64), gptr - e0, src, range_owner(b), rank=rank, world_size=w
     )
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
-    return RankLayout(**fields, bounds=b, in_degree=np.diff(gptr))
+    del base, src  # each int64 array is freed as its int32 copy replaces it
+    if graph.num_nodes <= _INT32_MAX:  # every ID, position and owner fits: int32
+        for name in _NARROW_FIELDS:
+            fields[name] = fields[name].astype(np.int32)
+    in_degree = np.diff(gptr)
+    if e1 - e0 <= _INT32_MAX:
+        in_degree = in_degree.astype(np.int32)
+    return RankLayout(**fields, bounds=b, in_degree=in_degree)
 
 
 # ---------------------------------------------------------------------------------- aggregator
@@ -241,9 +260,8 @@ class HaloAggregator:
         gids = layout.dst_ids if orig_ids is None else np.asarray(orig_ids[lo : layout.hi])
         self.src_ids = torch.from_numpy(np.asarray(gids, dtype=np.int64)).to(to)
         self._in_degree = torch.from_numpy(layout.in_degree).to(device=to, dtype=dtype)
-        self._src_gid = torch.from_numpy(
-            layout.src if orig_ids is None else np.asarray(orig_ids)[layout.src]
-        ).to(to)
+        self._orig_ids = orig_ids
+        self._src_gid: Tensor | None = None  # int64 [E], built on the first edge_ids() call
         self._dst_gid: Tensor | None = None
 
     # ------------------------------------------------------------------ exchange
@@ -313,8 +331,11 @@ class HaloAggregator:
         return self._in_degree
 
     def edge_ids(self) -> tuple[Tensor, Tensor]:
-        """Original global ``(src_gid, dst_gid)`` of every in-edge, ``[E]`` each."""
-        if self._dst_gid is None:
+        """Original global ``(src_gid, dst_gid)`` of every in-edge, int64 ``[E]`` each (cached)."""
+        if self._src_gid is None or self._dst_gid is None:
+            src = self.layout.src
+            gid = src if self._orig_ids is None else np.asarray(self._orig_ids)[src]
+            self._src_gid = torch.from_numpy(np.asarray(gid, dtype=np.int64)).to(self.device)
             self._dst_gid = self.src_ids.index_select(0, self._st.dst_index())
         return self._src_gid, self._dst_gid
 

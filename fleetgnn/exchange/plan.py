@@ -395,7 +395,7 @@ def exchange_need_lists(
         )
     if w == 1:
         return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    ids = torch.from_numpy(layout.halo.copy())
+    ids = torch.from_numpy(layout.halo.astype(np.int64))  # int64 on the wire (int32 layouts too)
     out, recv = comm.all_to_all(ids, layout.need_counts.tolist())  # type: ignore[misc]
     rows = _rows_of(layout.row_ids, out.numpy().astype(np.int64), "peers asked for nodes")
     return rows, np.asarray(recv, dtype=np.int64)

@@ -93,7 +93,7 @@ class HaloSpmm:
         rank_of[plan.halo_order] = np.arange(h, dtype=np.int64)
         loc = layout.is_local
         remote = ~loc
-        ext = np.where(loc, layout.src_row, 0)
+        ext = np.where(loc, layout.src_row, 0).astype(np.int64)  # int64: the ops' index dtype
         ext[remote] = r + rank_of[layout.halo_pos[remote]]
         self.structure = Structure(
             torch.from_numpy(layout.indptr.copy()).to(to), torch.from_numpy(ext).to(to), m, r + h
