@@ -152,19 +152,12 @@ def plan_for(
     hw = hardware_profile(hardware, nproc)
     epochs = int(cfg.train.epochs)
     knobs = knobs_from_config(cfg)
+    common = {"mode": mode, "engines": engines, "epochs": epochs, "knobs": knobs}
     if target is None:
-        return make_plan(wl, hw, nproc, mode=mode, engines=engines, epochs=epochs, knobs=knobs)
+        return make_plan(wl, hw, nproc, **common)
     estimates = estimates_for(target, cfg)
     plan = make_plan(
-        wl,
-        hw,
-        nproc,
-        mode=mode,
-        engines=engines,
-        epochs=epochs,
-        knobs=knobs,
-        target_acc=target.target_acc,
-        epochs_to_target=estimates,
+        wl, hw, nproc, **common, target_acc=target.target_acc, epochs_to_target=estimates
     )
     probes = [
         probe_epochs_to_target(
@@ -174,14 +167,11 @@ def plan_for(
     ]
     if not probes:
         return plan
-    return make_plan(
+    return make_plan(  # re-ranked with the probes' numbers; the predictions are reused
         wl,
         hw,
         nproc,
-        mode=mode,
-        engines=engines,
-        epochs=epochs,
-        knobs=knobs,
+        **common,
         target_acc=target.target_acc,
         epochs_to_target=with_probes(estimates, probes),
         predictions=plan.predictions,

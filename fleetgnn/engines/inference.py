@@ -200,6 +200,20 @@ def iter_chunks(
             start = end
 
 
+def _in_step(chunks: Iterator[np.ndarray], rounds: int) -> Iterator[np.ndarray]:
+    """``chunks``, then empty ones up to ``rounds`` chunks in all.
+
+    Every rank runs the same number of chunks, so collective reads (a two-sided store) stay in
+    step.
+    """
+    n = 0
+    for ids in chunks:
+        n += 1
+        yield ids
+    for _ in range(n, rounds):
+        yield np.zeros(0, dtype=np.int64)
+
+
 def _count_chunks(*args: Any) -> int:
     return sum(1 for _ in iter_chunks(*args))
 
@@ -312,15 +326,7 @@ def needed_sets(
         mask = np.zeros(num_nodes, dtype=bool)
         mine = _count_chunks(indptr, lo, hi, max_nodes, max_edges, upper) if world > 1 else 0
         rounds = _max_over_ranks(comm, mine, device)
-        chunks = iter_chunks(indptr, lo, hi, max_nodes, max_edges, upper)
-        n = 0
-        while True:
-            ids = next(chunks, None)
-            if ids is None:
-                if n >= rounds:
-                    break
-                ids = np.zeros(0, dtype=np.int64)  # keep collective reads in step
-            n += 1
+        for ids in _in_step(iter_chunks(indptr, lo, hi, max_nodes, max_edges, upper), rounds):
             _, nbrs = topology.all_neighbors(torch.from_numpy(ids))
             mask[ids] = True
             mask[nbrs.cpu().numpy()] = True
@@ -742,15 +748,7 @@ def stream_inference(
             reader = RowReader(prev) if prev is not None else None
             if reader is not None:
                 readers.append(reader)
-            chunks = iter_chunks(indptr, lo, hi, max_nodes, max_edges, sel)
-            n = 0
-            while True:
-                ids = next(chunks, None)
-                if ids is None:
-                    if n >= rounds:
-                        break
-                    ids = np.zeros(0, dtype=np.int64)  # keep collective reads in step
-                n += 1
+            for ids in _in_step(iter_chunks(indptr, lo, hi, max_nodes, max_edges, sel), rounds):
                 block = full_neighbor_block(topology, torch.from_numpy(ids))
                 if reader is None:
                     src = features(block.src_ids)
