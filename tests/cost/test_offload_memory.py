@@ -6,6 +6,7 @@ from fleetgnn.config import load_config
 from fleetgnn.cost import PROFILES, predict_engine, workload_from_config
 from fleetgnn.cost.models import ModelShape
 from fleetgnn.cost.offload_memory import layer_memory
+from fleetgnn.distributed import destroy, init
 from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.train import engine_from_config
 
@@ -27,15 +28,20 @@ def _sets(model, dtype):
 def _peaks(comm, cases):
     """This rank's ``peak_memory()["device"]`` of one epoch, per case (``comm=None``: here)."""
     out = []
-    for model, _, knobs, dtype in cases:
-        cfg = load_config(None, ["train.engine=offload", *_sets(model, dtype)])
-        ctx = context_of(comm) if comm is not None else None
-        e = engine_from_config(cfg, _community_graph(), ctx, **knobs)
-        try:
-            e.run_epoch(0)
-            out.append(e.peak_memory()["device"])
-        finally:
-            e.close()
+    own = init() if comm is None else None  # a one-process group, torn down below
+    try:
+        for model, _, knobs, dtype in cases:
+            cfg = load_config(None, ["train.engine=offload", *_sets(model, dtype)])
+            ctx = context_of(comm) if comm is not None else own
+            e = engine_from_config(cfg, _community_graph(), ctx, **knobs)
+            try:
+                e.run_epoch(0)
+                out.append(e.peak_memory()["device"])
+            finally:
+                e.close()
+    finally:
+        if own is not None:
+            destroy(own)
     return out
 
 
