@@ -198,13 +198,12 @@ def test_degree_model_zero_in_degree_nodes_are_only_seeds():
     assert plan.feature_hit == pytest.approx(1 - 0.38 * seeds, abs=1e-3)
 
 
-def test_degree_model_matches_a_synthetic_graph():
-    """The shape path's expected batch and hit rate equal the exact ones on fleetgnn's own
-    generator (Chung-Lu, the same exponent) within a few percent."""
+def _synthetic_workload(nodes, edges, *, seed, batch_size, fanouts):
+    """A Chung-Lu graph (exponent 2.1, as the degree model) and its SAGE workload."""
     g = generate_graph(
         SyntheticSpec(
-            num_nodes=8000,
-            num_edges=100_000,
+            num_nodes=nodes,
+            num_edges=edges,
             num_features=16,
             num_classes=4,
             train_frac=0.3,
@@ -212,7 +211,7 @@ def test_degree_model_matches_a_synthetic_graph():
             test_frac=0.1,
             degree_exponent=2.1,
         ),
-        seed=1,
+        seed=seed,
     )
     m = ModelShape.build("sage", 16, 4, num_layers=2, hidden_dim=16)
     wl = Workload(
@@ -222,10 +221,17 @@ def test_degree_model_matches_a_synthetic_graph():
         4,
         int(g.train_mask.sum()),
         m,
-        batch_size=256,
-        fanouts=(10, 10),
+        batch_size=batch_size,
+        fanouts=fanouts,
         graph=g,
     )
+    return g, wl
+
+
+def test_degree_model_matches_a_synthetic_graph():
+    """The shape path's expected batch and hit rate equal the exact ones on fleetgnn's own
+    generator (Chung-Lu, the same exponent) within a few percent."""
+    g, wl = _synthetic_workload(8000, 100_000, seed=1, batch_size=256, fanouts=(10, 10))
     shape = dataclasses.replace(wl, graph=None)
     for budget in (32_000, 160_000):
         exact = plan_feature_cache(
@@ -241,32 +247,7 @@ def test_degree_model_matches_a_synthetic_graph():
 # ---------------------------------------------------------------------------------- exact path
 @pytest.fixture(scope="module")
 def small():
-    g = generate_graph(
-        SyntheticSpec(
-            num_nodes=3000,
-            num_edges=40_000,
-            num_features=16,
-            num_classes=4,
-            train_frac=0.3,
-            val_frac=0.1,
-            test_frac=0.1,
-            degree_exponent=2.1,
-        ),
-        seed=0,
-    )
-    m = ModelShape.build("sage", 16, 4, num_layers=2, hidden_dim=16)
-    wl = Workload(
-        g.num_nodes,
-        g.num_edges,
-        16,
-        4,
-        int(g.train_mask.sum()),
-        m,
-        batch_size=128,
-        fanouts=(5, 5),
-        graph=g,
-    )
-    return g, wl
+    return _synthetic_workload(3000, 40_000, seed=0, batch_size=128, fanouts=(5, 5))
 
 
 @pytest.mark.parametrize("budget", [6_000, 30_000, 300_000])
