@@ -8,10 +8,14 @@ multi-device machine:
    arrays (``order`` and ``rank_of``, int32: 8 bytes per node) are the store's only ``N``-sized
    state; from :data:`RANKING_FILE_BYTES` on they live in a shared mapping of an unlinked
    temporary file (page cache the kernel can write back and reclaim), not in anonymous memory.
+   Building them takes one more such array, the uint32 score, and otherwise block-sized work
+   arrays: degrees counted block by block, a counting sort instead of an argsort.
 2. **Tiers** (:func:`plan_tiers`): the hottest rows fill the device tier, split across the ``N``
    ranks by hot rank modulo ``N`` (XGNN / WholeGraph), the next rows fill the host tier, the rest
    stay on disk (the dataset's memory-mapped arrays). Topology and features compete for the device
-   budget; ``order`` says which is served first. Hot rank ``k < num_device`` lives on
+   budget; ``order`` says which is served first. The cuts are found by walking the hot order in
+   blocks with running byte sums, up to the end of the host tier; nothing per node is
+   materialised. Hot rank ``k < num_device`` lives on
 
    ==================  =====================  ======================
    hot rank ``k``      owner rank             local row on the owner
@@ -134,8 +138,8 @@ class HotnessRanking:
             :func:`ranking_array`).
         rank_of: ``[N]`` inverse of ``order`` (``rank_of[order[k]] == k``), ``order``'s dtype,
             kept like ``order``.
-        score: float32 ``[N]`` hotness per node (degree or access count; the order was
-            computed from the exact counts).
+        score: ``[N]`` hotness per node, the exact count the order was computed from (degree
+            or access count): uint32 while every count fits, else int64; kept like ``order``.
         policy: How the score was computed.
     """
 
@@ -156,8 +160,15 @@ def _id_dtype(n: int) -> np.dtype:
 
 #: A ranking array of at least this many bytes (``N`` int32 IDs: 4M nodes) is a file mapping.
 RANKING_FILE_BYTES = 16 << 20
-#: Entries of ``rank_of`` filled per step (its int32/int64 ``arange``).
-_INVERSE_BLOCK = 1 << 22
+#: Rows (nodes, or hot ranks) handled per step by the ranking and the tier walks: their
+#: temporaries are a few block-sized int64 arrays (1 MiB each), whatever the graph's size.
+_PLAN_BLOCK = 1 << 17
+#: Edges counted per step for the out-degrees (a slice of ``indices``, no copy).
+_EDGE_BLOCK = 1 << 23
+#: Largest score for which the histogram is a dense table (no longer than a block, so a block's
+#: counts cost ``O(block)``); above it the distinct scores are collected block by block (at most
+#: about ``2 sqrt(E)`` degrees differ).
+_DENSE_SCORES = 1 << 17
 
 
 def ranking_array(n: int, dtype: np.dtype) -> np.ndarray:
@@ -195,22 +206,101 @@ def ranking_array(n: int, dtype: np.dtype) -> np.ndarray:
 def _inverse(order: np.ndarray) -> np.ndarray:
     """``rank_of`` with ``rank_of[order[k]] == k`` (``order``'s dtype), filled in blocks."""
     rank_of = ranking_array(order.size, order.dtype)
-    for a in range(0, order.size, _INVERSE_BLOCK):
-        b = min(order.size, a + _INVERSE_BLOCK)
+    for a in range(0, order.size, _PLAN_BLOCK):
+        b = min(order.size, a + _PLAN_BLOCK)
         rank_of[order[a:b]] = np.arange(a, b, dtype=order.dtype)
     return rank_of
 
 
-def _ranking(score: np.ndarray, policy: str) -> HotnessRanking:
-    """Rank by descending ``score`` (an exact count), ties by node ID.
+def _count_dtype(bound: int) -> np.dtype:
+    """uint32 for counts that stay below ``2**32`` (``bound`` is their largest possible value)."""
+    return np.dtype(np.uint32 if bound < 2**32 else np.int64)
 
-    ``score`` (int64) is consumed: negated in place, so the sort needs no negated copy.
+
+def _blocks(start: int, stop: int, step: int | None = None) -> range:
+    return range(start, stop, _PLAN_BLOCK if step is None else step)
+
+
+def _histogram(score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, counts)``: the distinct scores ascending (int64) and how many nodes have each.
+
+    Block-wise: a dense table of ``max + 1`` counts where the largest score is at most
+    :data:`_DENSE_SCORES`, else the union of each block's distinct scores.
     """
-    kept = score.astype(np.float32)
-    np.negative(score, out=score)
-    order = ranking_array(score.size, _id_dtype(score.size))
-    order[:] = np.argsort(score, kind="stable")  # stable: ties by ID
-    return HotnessRanking(order=order, rank_of=_inverse(order), score=kept, policy=policy)
+    n = score.size
+    top = max((int(score[a : a + _PLAN_BLOCK].max()) for a in _blocks(0, n)), default=-1)
+    if top < 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if top <= _DENSE_SCORES:
+        table = np.zeros(top + 1, np.int64)
+        for a in _blocks(0, n):
+            table += np.bincount(score[a : a + _PLAN_BLOCK], minlength=top + 1)
+        values = np.flatnonzero(table)
+        return values, table[values]
+    values, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    for a in _blocks(0, n):
+        v, c = np.unique(score[a : a + _PLAN_BLOCK], return_counts=True)
+        merged = np.union1d(values, v.astype(np.int64))
+        acc = np.zeros(merged.size, np.int64)
+        acc[np.searchsorted(merged, values)] += counts
+        acc[np.searchsorted(merged, v)] += c
+        values, counts = merged, acc
+    return values, counts
+
+
+def _ranking(score: np.ndarray, policy: str) -> HotnessRanking:
+    """Rank by descending ``score`` (exact non-negative counts), ties by node ID.
+
+    A counting sort: the histogram of the scores gives each score's first hot rank (the number
+    of nodes with a larger score); the nodes are then dealt out in ID order, block by block,
+    each block sorted by (descending score, ID) and written at its scores' next free ranks. Only
+    ``order`` and ``rank_of`` are ``[N]``; the rest is a block or a histogram (distinct scores).
+    ``score`` is kept as the ranking's ``score``.
+    """
+    n = score.size
+    order = ranking_array(n, _id_dtype(n))
+    rank_of = ranking_array(n, order.dtype)
+    values, counts = _histogram(score)
+    if values.size:
+        top = int(values[-1])
+        above = np.cumsum(counts[::-1])[::-1] - counts  # nodes with a larger score
+        nxt = above.copy()  # next free hot rank of each distinct score
+        for a in _blocks(0, n):
+            s = score[a : a + _PLAN_BLOCK].astype(np.int64)
+            m = s.size
+            key = (top - s) * _PLAN_BLOCK  # unique keys: descending score, then ID
+            key += np.arange(m, dtype=np.int64)
+            key.sort()
+            gap, local = np.divmod(key, _PLAN_BLOCK)  # gap = top - score
+            first = np.flatnonzero(np.r_[True, gap[1:] != gap[:-1]])
+            runs = np.diff(np.r_[first, m])
+            vi = np.searchsorted(values, top - gap[first])
+            pos = np.repeat(nxt[vi] - first, runs)
+            pos += np.arange(m, dtype=np.int64)
+            order[pos] = local + a
+            rank_of[local + a] = pos
+            nxt[vi] += runs
+    return HotnessRanking(order=order, rank_of=rank_of, score=score, policy=policy)
+
+
+def _degree_scores(graph: Graph) -> np.ndarray:
+    """In-degree + out-degree of every node, uint32 (int64 from ``2 E >= 2**32``) ``[N]``.
+
+    The in-degrees are ``indptr``'s differences, block by block; the out-degrees are added in
+    blocks of ``indices`` (``np.add.at`` with a same-dtype increment, NumPy's fast path, which
+    neither copies the block nor makes another ``[N]`` array). The result is a
+    :func:`ranking_array` (a file mapping from :data:`RANKING_FILE_BYTES` on).
+    """
+    n, e = graph.num_nodes, graph.num_edges
+    dtype = _count_dtype(2 * e)  # a node's in- plus out-degree is at most 2 E
+    score = ranking_array(n, dtype)
+    for a in _blocks(0, n):
+        b = min(n, a + _PLAN_BLOCK)
+        score[a:b] = np.diff(graph.indptr[a : b + 1])
+    one = dtype.type(1)
+    for a in _blocks(0, e, _EDGE_BLOCK):
+        np.add.at(score, graph.indices[a : a + _EDGE_BLOCK], one)
+    return score
 
 
 def hotness_order(
@@ -229,6 +319,10 @@ def hotness_order(
       (GNNLab / XGNN pre-sampling); ``sampler_fn(i)`` returns the node IDs batch ``i`` touches
       (a tensor or array of any shape; repeats count).
 
+    Memory: the ``[N]`` score (4 bytes per node while counts fit uint32), ``order`` and
+    ``rank_of``, each a :func:`ranking_array`, plus a block-sized constant (a counting sort, see
+    :func:`_ranking`); no ``[N]`` int64 or float temporaries.
+
     Args:
         graph: The graph.
         policy: ``"degree"`` or ``"presample"``.
@@ -244,9 +338,7 @@ def hotness_order(
     """
     n = graph.num_nodes
     if policy == "degree":
-        score = graph.in_degrees()  # int64, a new array
-        score += graph.out_degrees()  # counted in blocks (no int64 copy of indices)
-        return _ranking(score, policy)
+        return _ranking(_degree_scores(graph), policy)
     if policy != "presample":
         raise ConfigError(
             f"'policy' must be 'degree' or 'presample' (got {policy!r}); 'presample' also needs "
@@ -259,7 +351,9 @@ def hotness_order(
         )
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ConfigError(f"'k' (pre-sampled batches) must be an int >= 1 (got {k!r})")
-    counts = np.zeros(n, dtype=np.int64)
+    counts = ranking_array(n, np.uint32)
+    counts[:] = 0
+    sampled = 0  # IDs counted so far: a bound on every count
     for i in range(int(k)):  # loop over batches, not nodes
         got = sampler_fn(i)
         ids = got.detach().cpu().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
@@ -271,7 +365,13 @@ def hotness_order(
             raise GraphError(
                 f"sampler_fn({i}) returned node ID {bad}, outside the valid interval [0, {n})"
             )
-        counts += np.bincount(ids.astype(np.int64), minlength=n)
+        sampled += ids.size
+        if counts.dtype != _count_dtype(sampled):  # a count could pass 2**32 - 1
+            wide = ranking_array(n, np.int64)
+            for a in _blocks(0, n):
+                wide[a : a + _PLAN_BLOCK] = counts[a : a + _PLAN_BLOCK]
+            counts = wide
+        np.add.at(counts, ids, counts.dtype.type(1))
     return _ranking(counts, policy)
 
 
@@ -440,20 +540,34 @@ class TierPlan:
         )
 
 
-def _modulo_prefix(row_bytes: np.ndarray, budget: np.ndarray, world_size: int) -> int:
-    """Longest hot prefix ``H`` whose rows, split ``k mod N``, fit every rank's budget."""
-    n = row_bytes.size
-    limit = n
-    for r in range(world_size):  # loop over ranks; rows are vectorised
-        cum = np.cumsum(row_bytes[r::world_size])
-        fit = int(np.searchsorted(cum, budget[r], side="right"))  # rows of rank r that fit
-        if fit < cum.size:
-            limit = min(limit, fit * world_size + r)  # rank r's (fit+1)-th row is hot rank ...
-    return limit
+#: Bytes of hot ranks ``[a, b)`` (int64 ``[b - a]``): how the tier walks read a kind's row sizes.
+RowBytes = Callable[[int, int], np.ndarray]
 
 
-def _prefix(row_bytes: np.ndarray, budget: int) -> int:
-    return int(np.searchsorted(np.cumsum(row_bytes), budget, side="right"))
+def _fixed_rows(row_bytes: int) -> RowBytes:
+    return lambda a, b: np.full(b - a, row_bytes, dtype=np.int64)
+
+
+def _ordered_rows(row_bytes: np.ndarray, order: np.ndarray) -> RowBytes:
+    return lambda a, b: row_bytes[order[a:b]].astype(np.int64, copy=False)
+
+
+def _segment_rows(graph: Graph, order: np.ndarray) -> RowBytes:
+    """Bytes of the CSC segments by hot rank (:func:`topology_row_bytes`, gathered per block)."""
+    per_edge = graph.indices.dtype.itemsize
+    if graph.edge_weight is not None:
+        per_edge += graph.edge_weight.dtype.itemsize
+    indptr = graph.indptr
+
+    def rows(a: int, b: int) -> np.ndarray:
+        nodes = order[a:b].astype(np.int64)
+        deg = indptr[nodes + 1].astype(np.int64, copy=False)
+        deg -= indptr[nodes]
+        deg *= per_edge
+        deg += 8
+        return deg
+
+    return rows
 
 
 def _check_world(world_size: object, ranks_per_host: object | None) -> tuple[int, int]:
@@ -475,62 +589,62 @@ def _check_world(world_size: object, ranks_per_host: object | None) -> tuple[int
     return int(world_size), int(rph)
 
 
-def _placed_prefix(
-    row_bytes: np.ndarray, budget: np.ndarray, world_size: int, stores: Sequence[Sequence[int]]
-) -> int:
-    """Longest hot prefix ``H`` whose partitions fit every device storing them.
-
-    Device ``d`` pays for the rows ``k < H`` of every partition in ``stores[d]``
-    (``k mod N in stores[d]``); the prefix is the smallest, over devices, of the first hot rank
-    whose row no longer fits ``budget[d]``. With ``stores[d] == (d,)`` this is
-    :func:`_modulo_prefix`.
-    """
-    n = row_bytes.size
-    part = np.arange(n, dtype=np.int64) % world_size
-    limit = n
-    for d, held in enumerate(stores):  # loop over devices; rows are vectorised
-        paid = np.where(np.isin(part, np.asarray(held, dtype=np.int64)), row_bytes, 0)
-        limit = min(limit, int(np.searchsorted(np.cumsum(paid), budget[d], side="right")))
-    return limit
-
-
-def _device_pass(
-    hot_bytes: np.ndarray,
+def _device_prefix(
+    row_bytes: RowBytes,
+    num_rows: int,
     budget: np.ndarray,
     world_size: int,
-    fixed: int,
-    placement: PlacementPlan | None = None,
+    stores: Sequence[Sequence[int]],
 ) -> tuple[int, np.ndarray]:
-    """Device rows and bytes per rank; ``fixed`` bytes per rank are paid when the tier is used."""
-    if fixed and (budget < fixed).any():
-        return 0, np.zeros(world_size, np.int64)
-    if placement is None:
-        n_dev = _modulo_prefix(hot_bytes, budget - fixed, world_size)
-        stores: Sequence[Sequence[int]] = [(r,) for r in range(world_size)]
-    else:
-        stores = placement.stores
-        n_dev = _placed_prefix(hot_bytes, budget - fixed, world_size, stores)
-    if n_dev == 0:
-        return 0, np.zeros(world_size, np.int64)
-    part_bytes = [int(hot_bytes[p:n_dev:world_size].sum()) for p in range(world_size)]
-    per_rank = np.array(
-        [sum(part_bytes[p] for p in stores[r]) + fixed for r in range(world_size)],
-        dtype=np.int64,
-    )
-    return n_dev, per_rank
+    """Longest hot prefix ``H`` whose partitions fit every device storing them, and its bytes.
+
+    Device ``d`` pays for the rows ``k < H`` of every partition in ``stores[d]``
+    (``k mod N in stores[d]``); ``H`` is the first hot rank at which some device's running sum
+    passes ``budget[d]`` (``stores[d] == (d,)``: the modulo split). Walks the hot ranks in
+    blocks and stops at that rank.
+
+    Returns:
+        ``(H, part_bytes)``: int64 ``[N]`` bytes of each logical partition's rows ``k < H``.
+    """
+    held = np.zeros((world_size, world_size), dtype=bool)  # held[d, p]: device d stores p
+    for d, parts in enumerate(stores):
+        held[d, list(parts)] = True
+    paid = np.zeros(world_size, np.int64)  # each device's bytes of the rows before the block
+    part_bytes = np.zeros(world_size, np.int64)
+    for a in _blocks(0, num_rows):
+        hb = row_bytes(a, min(num_rows, a + _PLAN_BLOCK))
+        part = np.arange(a, a + hb.size, dtype=np.int64) % world_size
+        fit = hb.size
+        for d in range(world_size):  # loop over devices; rows are vectorised
+            cum = np.cumsum(np.where(held[d][part], hb, 0))
+            cum += paid[d]
+            fit = min(fit, int(np.searchsorted(cum, budget[d], side="right")))
+        for p in range(world_size):  # loop over partitions: p's rows among the fitting ones
+            part_bytes[p] += int(hb[(p - a) % world_size : fit : world_size].sum())
+        if fit < hb.size:
+            return a + fit, part_bytes
+        paid = held.astype(np.int64) @ part_bytes
+    return num_rows, part_bytes
 
 
-def _host_pass(hot_bytes: np.ndarray, cap: int, fixed: int) -> tuple[int, int]:
-    """Host rows and bytes for the hot run ``hot_bytes`` (after the device rows)."""
-    if cap < fixed:
-        return 0, 0
-    n_host = _prefix(hot_bytes, cap - fixed)
-    return (n_host, int(hot_bytes[:n_host].sum()) + fixed) if n_host else (0, 0)
+def _run_prefix(row_bytes: RowBytes, start: int, num_rows: int, cap: int) -> tuple[int, int]:
+    """Longest run of hot ranks from ``start`` whose bytes fit ``cap``: ``(rows, bytes)``."""
+    total = 0
+    for a in _blocks(start, num_rows):
+        hb = row_bytes(a, min(num_rows, a + _PLAN_BLOCK))
+        cum = np.cumsum(hb)
+        cum += total
+        fit = int(np.searchsorted(cum, cap, side="right"))
+        if fit < hb.size:
+            return a + fit - start, int(cum[fit - 1]) if fit else total
+        total = int(cum[-1])
+    return num_rows - start, total
 
 
 def _tier_plan(
     kind: str,
-    hot_bytes: np.ndarray,
+    row_bytes: RowBytes,
+    total_bytes: int,
     order: np.ndarray,
     rank_of: np.ndarray,
     world_size: int,
@@ -539,9 +653,29 @@ def _tier_plan(
     fixed: int,
     placement: PlacementPlan | None = None,
 ) -> TierPlan:
-    """Device pass, then host pass over ``hot_bytes`` (bytes by hot rank); the rest is disk."""
-    n_dev, per_rank = _device_pass(hot_bytes, device_budget, world_size, fixed, placement)
-    n_host, host_bytes = _host_pass(hot_bytes[n_dev:], host_cap, fixed)
+    """Device pass, then host pass over the hot ranks' ``row_bytes``; the rest is disk.
+
+    ``fixed`` bytes per rank (host) are paid when the tier holds any rows. Walks the hot ranks
+    only up to the end of the host run (plus a block); the disk bytes are ``total_bytes`` (all
+    rows) minus the device and host rows.
+    """
+    n = int(order.size)
+    stores: Sequence[Sequence[int]] = (
+        [(r,) for r in range(world_size)] if placement is None else placement.stores
+    )
+    n_dev, per_rank = 0, np.zeros(world_size, np.int64)
+    dev_rows_bytes = 0
+    if not (fixed and (device_budget < fixed).any()):
+        n_dev, part_bytes = _device_prefix(row_bytes, n, device_budget - fixed, world_size, stores)
+        if n_dev:
+            dev_rows_bytes = int(part_bytes.sum())
+            per_rank = np.array(
+                [int(part_bytes[list(stores[r])].sum()) + fixed for r in range(world_size)],
+                dtype=np.int64,
+            )
+    n_host, host_rows_bytes = 0, 0
+    if host_cap >= fixed:
+        n_host, host_rows_bytes = _run_prefix(row_bytes, n_dev, n, host_cap - fixed)
     return TierPlan(
         kind=kind,
         order=order,
@@ -550,8 +684,8 @@ def _tier_plan(
         num_device=n_dev,
         num_host=n_host,
         device_bytes=per_rank,
-        host_bytes=host_bytes,
-        disk_bytes=int(hot_bytes[n_dev + n_host :].sum()),
+        host_bytes=host_rows_bytes + fixed if n_host else 0,
+        disk_bytes=total_bytes - dev_rows_bytes - (host_rows_bytes if n_host else 0),
         placement=placement,
     )
 
@@ -611,16 +745,25 @@ def plan_tiers(
         order = order.astype(np.int64)
     if order.shape != (num_rows,):
         raise ConfigError(f"'order' must have shape ({num_rows},) (got {order.shape})")
-    rb = np.broadcast_to(np.asarray(row_bytes, dtype=np.int64), (num_rows,))
-    if rb.size and rb.min() < 0:
-        raise ConfigError("'row_bytes' must be >= 0")
-    hot_bytes = rb[order]  # bytes by hot rank
+    if np.size(row_bytes) == 1:  # one size for every row
+        fixed_row = int(np.asarray(row_bytes).reshape(()))
+        if fixed_row < 0:
+            raise ConfigError("'row_bytes' must be >= 0")
+        rows, total = _fixed_rows(fixed_row), fixed_row * num_rows
+    else:
+        rb = np.asarray(row_bytes, dtype=np.int64)
+        if rb.shape != (num_rows,):
+            raise ConfigError(f"'row_bytes' must be an int or shape ({num_rows},) (got {rb.shape})")
+        if rb.size and rb.min() < 0:
+            raise ConfigError("'row_bytes' must be >= 0")
+        rows, total = _ordered_rows(rb, order), int(rb.sum())
     used = np.zeros(world_size, np.int64) if device_used is None else np.asarray(device_used)
     dev_budget = np.maximum(budgets.device - used.astype(np.int64), 0)
     host_cap = max(budgets.host - int(host_used), 0)  # per host, however many ranks share it
     return _tier_plan(
         kind,
-        hot_bytes,
+        rows,
+        total,
         order,
         _inverse(order),
         world_size,
@@ -722,22 +865,29 @@ def plan_store(
     _check_placement(placement, world_size)
     rank = hotness_order(graph) if hotness is None else hotness
     n = graph.num_nodes
-    kinds: list[tuple[str, int | np.ndarray, int]] = [
-        ("topology", topology_row_bytes(graph), 8)  # + the segment store's indptr terminator
+    per_edge = graph.indices.dtype.itemsize
+    if graph.edge_weight is not None:
+        per_edge += graph.edge_weight.dtype.itemsize
+    edges = int(graph.indptr[n]) - int(graph.indptr[0])
+    # (kind, bytes by hot rank, bytes of all rows, fixed bytes per tier): nothing [N]-sized
+    kinds: list[tuple[str, RowBytes, int, int]] = [
+        # + the segment store's indptr terminator
+        ("topology", _segment_rows(graph, rank.order), 8 * n + per_edge * edges, 8)
     ]
     if graph.x is not None:
-        kinds.append(("features", feature_row_bytes(graph), 0))
+        rb = feature_row_bytes(graph)
+        kinds.append(("features", _fixed_rows(rb), rb * n, 0))
     if order == "features_first":
         kinds.reverse()
     # each kind takes what the kinds before it left, on the device and then on the host tier
     plans: dict[str, TierPlan] = {}
     used = np.zeros(world_size, np.int64)
     host_used = 0
-    for kind, rb, fixed in kinds:
-        hot = np.broadcast_to(np.asarray(rb, np.int64), (n,))[rank.order]
+    for kind, rows, total, fixed in kinds:
         plan = _tier_plan(
             kind,
-            hot,
+            rows,
+            total,
             rank.order,
             rank.rank_of,
             world_size,

@@ -28,19 +28,20 @@ def _ranking_maps() -> list[str]:
 
 
 def test_large_ranking_lives_in_an_unlinked_file_mapping(monkeypatch, tmp_path):
-    """From RANKING_FILE_BYTES on, order and rank_of are shared mappings of an unlinked file in
-    TMPDIR (no file left in it), equal to the in-memory ranking; the store reads through it."""
+    """From RANKING_FILE_BYTES on, order, rank_of and the score are shared mappings of unlinked
+    files in TMPDIR (no file left in it), equal to the in-memory ranking; the store reads
+    through it."""
     g = _graph()
     small = P.hotness_order(g)
     assert not _mapped(small.order)  # below the threshold: memory
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(P.tempfile, "tempdir", None)  # re-read TMPDIR
     monkeypatch.setattr(P, "RANKING_FILE_BYTES", 1024)
-    monkeypatch.setattr(P, "_INVERSE_BLOCK", 700)  # rank_of filled over several blocks
+    monkeypatch.setattr(P, "_PLAN_BLOCK", 700)  # ranked over several blocks
     before = len(_ranking_maps())
     big = P.hotness_order(g)
-    assert _mapped(big.order) and _mapped(big.rank_of)
-    assert len(_ranking_maps()) == before + 2 and not list(tmp_path.iterdir())
+    assert _mapped(big.order) and _mapped(big.rank_of) and _mapped(big.score)
+    assert len(_ranking_maps()) == before + 3 and not list(tmp_path.iterdir())
     assert big.order.dtype == np.int32 and big.rank_of.dtype == np.int32
     np.testing.assert_array_equal(big.order, small.order)
     np.testing.assert_array_equal(big.rank_of, small.rank_of)
