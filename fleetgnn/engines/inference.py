@@ -14,9 +14,9 @@ temporary directory named after its owner process (:func:`~fleetgnn.graph.files.
 later ``train`` sweeps what a killed process left) inside ``scratch_dir`` (``fleetgnn train``: the
 run directory; ``None``: the system's temporary directory), removed at the end, also on errors.
 Rows are written with ``pwrite`` and the next layer reads the rows ``h_prev[src_ids]`` of each
-chunk's sources with coalesced ``preadv`` calls (:class:`~fleetgnn.graph.rows.RowReader`), never
-through a memory map: the files' pages stay in the page cache and never become part of the
-process's resident memory.
+chunk's sources with a :class:`~fleetgnn.graph.rows.RowReader`: rows in the page cache are copied
+through its mapping and unmapped block by block, others read with coalesced ``preadv`` calls; the
+files' pages stay in the page cache and never stay part of the process's resident memory.
 One process whose hidden layers are each at most :data:`IN_MEMORY_LAYER_BYTES`
 (``Chunking.in_memory_bytes``) keeps them in memory instead: a small graph never touches the
 disk (Cora's evaluation would otherwise write and read two scratch files every epoch).

@@ -1,14 +1,25 @@
-"""Scattered rows of a ``.npy`` file read with ``pread``, never through a memory map.
+"""Scattered rows of a ``.npy`` file, read by copying out of the page cache, never kept mapped.
 
 Scattered rows read through a memory map make the touched pages resident in the reading process
 (file-backed RSS), and the kernel maps more than the rows asked for (fault-around, large
 page-cache folios, readahead: a few hundred scattered rows of a 200 MB file mapped ~110 MB). So
-:class:`RowReader` reads rows of a file (an ``np.memmap`` of a whole ``.npy``, as
-:func:`~fleetgnn.graph.open_dataset` and the streaming-inference scratch files give) with
-``os.preadv`` into the caller's own buffers: the requested IDs are sorted and coalesced into runs
-(IDs less than :data:`READ_GAP_BYTES` apart share one read, at most :data:`READ_RUN_BYTES` per
-read), so the only memory is the output and one batch of runs; the file's pages stay in the page
-cache, never in the process. Other arrays (in memory, or a view of a map) are indexed as they are.
+:class:`RowReader` reads the rows of a file (an ``np.memmap`` of a whole ``.npy``, as
+:func:`~fleetgnn.graph.open_dataset` and the streaming-inference scratch files give) into the
+caller's own buffers, one of two ways per call, decided by where the rows are:
+
+- **Cached** (most of a sample of the requested rows is in the page cache, probed with
+  ``preadv(..., RWF_NOWAIT)``, which reads nothing from disk): the rows are copied, in sorted
+  blocks, through the reader's own mapping advised ``MADV_RANDOM``, and each block's pages are
+  unmapped again (``MADV_DONTNEED``: they stay in the page cache, they leave the process). A
+  cached row then costs a memory copy instead of a system call: ~10x faster than ``pread`` for
+  scattered 512-byte rows (1M random rows of a cached 5.7 GB file: 0.17 s vs 1.7 s here).
+- **Not cached**: sorted, coalesced ``os.preadv`` calls (IDs less than :data:`READ_GAP_BYTES`
+  apart share one read, at most :data:`READ_RUN_BYTES` per read), with the file advised
+  ``POSIX_FADV_RANDOM`` (no readahead beyond the runs asked for).
+
+Either way the only memory is the output and one block of rows or runs: the file's pages stay
+in the page cache, never in the process. Other arrays (in memory, or a view of a map) are indexed
+as they are.
 
 Used by the store's disk tier (:meth:`~fleetgnn.store.UnifiedStore.gather`) and by streaming
 inference (:mod:`fleetgnn.engines.inference`) to read its scratch layers and the features.
@@ -18,16 +29,30 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from typing import Any
 
 import numpy as np
 
-__all__ = ["READ_GAP_BYTES", "READ_RUN_BYTES", "RowReader", "file_rows"]
+__all__ = ["CACHED_FRACTION", "READ_GAP_BYTES", "READ_RUN_BYTES", "RowReader", "file_rows"]
 
 #: IDs closer than this (in bytes of rows) are read together by :class:`RowReader`.
 READ_GAP_BYTES = 64 << 10
 #: The most bytes :class:`RowReader` reads with one call.
 READ_RUN_BYTES = 4 << 20
+#: A call whose sampled rows are at least this fraction in the page cache copies them through a
+#: mapping (see the module docstring); others ``pread``.
+CACHED_FRACTION = 0.5
+#: Requested rows probed for residency per call (spread over the sorted IDs).
+_PROBES = 64
+#: Rows copied through the mapping per block, and the most file bytes a block spans (its pages
+#: are unmapped after each block, so the process maps at most one span at a time).
+_MAP_BLOCK_ROWS = 1 << 16
+_MAP_SPAN_BYTES = 16 << 20
+_EXTENT = 2 << 20
+_RWF_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
+_MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
+_MADV_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 
 
 def file_rows(array: Any) -> bool:
@@ -51,13 +76,15 @@ def file_rows(array: Any) -> bool:
 
 
 class RowReader:
-    """Rows of an ``[N, ...]`` array; from its ``.npy`` file with ``pread`` where it has one.
+    """Rows of an ``[N, ...]`` array; from its ``.npy`` file where it has one.
 
-    See the module docstring. Thread-safe (``pread`` takes its own position); the file stays
-    open until :meth:`close` (or until the reader is collected).
+    See the module docstring. Thread-safe (``pread`` takes its own position; the mapping is
+    only read); the file stays open until :meth:`close` (or until the reader is collected).
 
     Args:
         array: The rows (``[N, ...]``), or the path of a ``.npy`` file.
+        cached: How a call reads a file's rows: ``"auto"`` (by the page-cache probe),
+            ``"map"`` (always through the mapping) or ``"pread"`` (always ``pread``).
 
     Attributes:
         shape: The array's shape.
@@ -66,8 +93,17 @@ class RowReader:
         offset: Byte offset of row 0 in the file (0 when not reading from a file).
     """
 
-    def __init__(self, array: Any) -> None:
+    def __init__(self, array: Any, cached: str = "auto") -> None:
+        if cached not in ("auto", "map", "pread"):
+            raise ValueError(f"cached={cached!r}: expected 'auto', 'map' or 'pread'")
         self._fd: int | None = None
+        self._cached = cached
+        self._map: mmap.mmap | None = None
+        self._rows: np.ndarray | None = None
+        self._lock = threading.Lock()
+        #: Calls served through the mapping / with ``pread`` (what the probe decided).
+        self.mapped_calls = 0
+        self.pread_calls = 0
         if isinstance(array, (str, os.PathLike)):
             array = np.load(array, mmap_mode="r")
         self.array = array
@@ -90,7 +126,7 @@ class RowReader:
 
     @property
     def reads_file(self) -> bool:
-        """Whether rows come from the file with ``pread`` (else by indexing the array)."""
+        """Whether rows come from the file (else by indexing the array)."""
         return self._fd is not None
 
     def take(self, ids: np.ndarray) -> np.ndarray:
@@ -110,6 +146,11 @@ class RowReader:
         sid = ids[order]
         if sid[0] < 0 or sid[-1] >= self.shape[0]:
             raise IndexError(f"row IDs must lie in [0, {self.shape[0]})")
+        if self._use_map(sid):
+            self.mapped_calls += 1
+            self._take_mapped(sid, order, out)
+            return out
+        self.pread_calls += 1
         gap = max(1, READ_GAP_BYTES // self.row_bytes)
         cap = max(1, READ_RUN_BYTES // self.row_bytes)
         # pieces: runs of IDs less than `gap` rows apart, cut to at most `cap` rows each
@@ -141,6 +182,65 @@ class RowReader:
             out[order[e0:e1]] = buf[sid[e0:e1] - lo[pc] + at[pc - p0]]
         return out
 
+    def cached_fraction(self, sid: np.ndarray) -> float:
+        """Fraction of a sample of the sorted rows ``sid`` found in the page cache (reads none).
+
+        Probes up to :data:`_PROBES` rows spread over ``sid`` with ``preadv(..., RWF_NOWAIT)``,
+        which fails instead of reading from disk; 0.0 where the platform has no ``RWF_NOWAIT``.
+        """
+        if self._fd is None or _RWF_NOWAIT is None or sid.size == 0:
+            return 0.0
+        probe = sid[np.linspace(0, sid.size - 1, min(_PROBES, sid.size)).astype(np.int64)]
+        buf = bytearray(self.row_bytes)
+        hits = 0
+        for row in probe.tolist():
+            try:
+                n = os.preadv(self._fd, [buf], self.offset + row * self.row_bytes, _RWF_NOWAIT)
+            except OSError:  # EAGAIN: not cached (or the flag unsupported here)
+                continue
+            hits += n == self.row_bytes
+        return hits / probe.size
+
+    def _use_map(self, sid: np.ndarray) -> bool:
+        if self._cached == "pread" or _MADV_DONTNEED is None:
+            return False
+        if self._cached == "auto" and self.cached_fraction(sid) < CACHED_FRACTION:
+            return False
+        return self._mapping() is not None
+
+    def _mapping(self) -> np.ndarray | None:
+        """The file's rows through this reader's own mapping (made on first use)."""
+        with self._lock:
+            if self._rows is None and self._fd is not None:
+                try:
+                    mm = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ)
+                except (OSError, ValueError):
+                    return None
+                if _MADV_RANDOM is not None:
+                    mm.madvise(_MADV_RANDOM)  # no readahead around the rows asked for
+                if len(mm) < self.offset + self.shape[0] * self.row_bytes:
+                    mm.close()  # the file no longer holds the rows: pread reports it
+                    return None
+                self._map = mm
+                self._rows = np.ndarray(self.shape, self.dtype, buffer=mm, offset=self.offset)
+            return self._rows
+
+    def _take_mapped(self, sid: np.ndarray, order: np.ndarray, out: np.ndarray) -> None:
+        """``out[order] = rows[sid]`` in sorted blocks, unmapping each block's pages after it."""
+        rows, mm = self._rows, self._map
+        assert rows is not None and mm is not None and _MADV_DONTNEED is not None
+        span = (self.offset + sid * self.row_bytes) // _MAP_SPAN_BYTES
+        cut = np.flatnonzero(np.diff(span)) + 1
+        starts = np.concatenate([[0], cut]).tolist()
+        for a0, b0 in zip(starts, [*starts[1:], sid.size], strict=True):
+            for a in range(a0, b0, _MAP_BLOCK_ROWS):
+                b = min(b0, a + _MAP_BLOCK_ROWS)
+                out[order[a:b]] = rows[sid[a:b]]
+                # whole 2 MiB extents: a fault may map a large page-cache folio around the row
+                first = (self.offset + int(sid[a]) * self.row_bytes) // _EXTENT * _EXTENT
+                last = -(-(self.offset + (int(sid[b - 1]) + 1) * self.row_bytes) // _EXTENT)
+                mm.madvise(_MADV_DONTNEED, first, min(len(mm), last * _EXTENT) - first)
+
     def _read(self, view: memoryview, at: int, row: int, rows: int) -> None:
         """Read ``rows`` rows from row ``row`` on into ``view[at:]``."""
         assert self._fd is not None
@@ -158,6 +258,10 @@ class RowReader:
 
     def close(self) -> None:
         """Close the file (the reader is unusable afterwards; idempotent)."""
+        with self._lock:
+            mm, self._map, self._rows = self._map, None, None
+        if mm is not None:
+            mm.close()
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)

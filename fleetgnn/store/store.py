@@ -20,12 +20,13 @@ disk        the rest                                     the dataset's arrays   
 Features and topology (each node's CSC segment: its in-neighbours and edge weights) are tiered
 the same way with their own plans. The disk tier's feature rows are read one of two ways:
 
-- **pread** (:class:`~fleetgnn.graph.rows.RowReader`: sorted, coalesced ``os.preadv`` calls into
-  the process's own buffers) when the features are a memory map of a whole ``.npy`` file (a dataset
-  opened with ``open_dataset``) larger than :data:`DISK_MAP_FRACTION` of this machine's memory:
-  a graph whose features do not stay in the page cache. Nothing of the file becomes resident in
-  the process (its file-backed RSS stays flat whatever the graph's size), and a cold gather is
-  several times faster than faulting the rows in through a mapping.
+- **a** :class:`~fleetgnn.graph.rows.RowReader` when the features are a memory map of a whole
+  ``.npy`` file (a dataset opened with ``open_dataset``) larger than :data:`DISK_MAP_FRACTION` of
+  this machine's memory: a graph whose features may not stay in the page cache. Per call, rows
+  found in the page cache are copied through the reader's mapping and unmapped again, others read
+  with sorted, coalesced ``os.preadv`` calls into the process's own buffers. Nothing of the file
+  stays resident in the process (its file-backed RSS stays flat whatever the graph's size), and a
+  cold gather is several times faster than faulting the rows in through a mapping.
 - **a mapping of its own** of the same file, advised ``MADV_RANDOM`` (no readahead; other readers
   of the dataset's mapping keep theirs), for smaller files, whose pages stay cached: a gather
   from a mapping whose pages are already mapped is a plain memory copy, about 5x faster than
@@ -130,7 +131,7 @@ def _map_limit() -> int:
 
 
 def _file_reader(x: np.ndarray) -> RowReader | None:
-    """A :class:`RowReader` reading ``x``'s rows from its file with ``pread``, or ``None``.
+    """A :class:`RowReader` reading ``x``'s rows from its file, or ``None``.
 
     ``None`` when ``x`` is not a whole-file memory map (see :func:`~fleetgnn.graph.rows.file_rows`)
     or the file can no longer be opened, or no longer holds ``x``'s first and last rows (replaced

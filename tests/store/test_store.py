@@ -246,10 +246,29 @@ def _vm_flags(path) -> list[list[str]]:
     return out
 
 
-def test_disk_tier_reads_features_with_pread_not_a_mapping(tmp_path, monkeypatch):
+def _rss_kib(path) -> list[int]:
+    """``Rss`` (KiB) of this process's mappings of ``path`` (from ``/proc/self/smaps``)."""
+    out, current = [], None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                current = line.rstrip("\n").endswith(str(path))
+            elif line.startswith("Rss:") and current:
+                out.append(int(line.split()[1]))
+    return out
+
+
+@pytest.mark.parametrize("cached", ["pread", "map"])
+def test_disk_tier_reads_features_with_a_row_reader(tmp_path, monkeypatch, cached):
     """A whole-file feature map larger than DISK_MAP_FRACTION of memory: disk rows come from the
-    file with pread (no mapping of the store's own), bit-exact in input order with repeats;
-    close() closes the file."""
+    file through a RowReader (pread, or its own mapping for cached rows, unmapped after each
+    read: no rows stay resident in a mapping of the store's own), bit-exact in input order with
+    repeats; close() closes the file."""
+    import fleetgnn.graph.rows as rows_mod
+
+    probe = 1.0 if cached == "map" else 0.0
+    monkeypatch.setattr(rows_mod.RowReader, "cached_fraction", lambda self, sid: probe)
     g = _graph(seed=7, n=300, f=8, dtype=np.float32)
     write_dataset(g, tmp_path / "ds")
     mg = open_dataset(tmp_path / "ds")
@@ -267,9 +286,13 @@ def test_disk_tier_reads_features_with_pread_not_a_mapping(tmp_path, monkeypatch
     monkeypatch.setattr(store._x_reader, "take", lambda i: reads.append(i.size) or real(i))
     assert torch.equal(store.gather(ids), torch.from_numpy(g.x[ids.numpy()]))
     assert torch.equal(store.gather(disk), torch.from_numpy(g.x[disk.numpy()]))
-    assert reads == [disk.numel(), disk.numel()]  # every disk row, and only those, by pread
-    if Path("/proc/self/smaps").exists():  # the kernel's view: only the dataset's own mapping
-        assert len(_vm_flags(path)) == 1
+    assert reads == [disk.numel(), disk.numel()]  # every disk row, and only those, by the reader
+    calls = (store._x_reader.mapped_calls, store._x_reader.pread_calls)
+    assert calls == ((3, 0) if cached == "map" else (0, 3))  # with the opening check
+    if Path("/proc/self/smaps").exists():  # the kernel's view: the dataset's mapping, and the
+        rss = _rss_kib(path)  # reader's (holding nothing) after a read through it
+        assert len(rss) == (2 if cached == "map" else 1), rss
+        assert cached == "pread" or 0 in rss, rss
     fd = store._x_reader._fd
     store.close()
     with pytest.raises(OSError):
