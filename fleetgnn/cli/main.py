@@ -332,7 +332,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         except OSError as e:  # the book's temporary directory is removed by then
             if not is_disk_full(e):
                 raise
-            need = 4 * book.part_of.size + 8 * (book.offsets.size + book.perm.size) + 4096
+            need = book.part_of.nbytes + book.offsets.nbytes + book.perm.nbytes + 4096
             err = disk_full_error(
                 args.dataset / "partitions", need, "free some space there, or pass --no-save"
             )

@@ -76,7 +76,7 @@ from fleetgnn.engines.halo import (
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import check_model
-from fleetgnn.partition import contiguous_partition
+from fleetgnn.partition.chunks import contiguous_book
 
 
 # ---------------------------------------------------------------------------------- tuner
@@ -309,18 +309,22 @@ class FullGraphEngine(FullGraphEngineBase):
         fc = setup_distributed(self, graph, config, FullGraphEngineConfig, ctx)
         # ---- partition + layout (timed: MGG's preprocessing)
         t0 = time.perf_counter()
-        self.book, g = contiguous_partition(graph, fc.partition, self.world_size, self.seed)
-        self.orig_ids: np.ndarray | None = (
-            None if fc.partition == "range" else np.asarray(self.book.perm)
-        )
+        # METIS (if asked) runs on rank 0 only; each rank then reads its own part of the graph
+        self.book = contiguous_book(graph, fc.partition, self.world_size, self.seed, comm=self.comm)
+        identity = fc.partition == "range"
+        self.orig_ids: np.ndarray | None = None if identity else np.asarray(self.book.perm)
+        g = graph if identity else self.book.part_graph(graph, self.rank)
         self.layout: RankLayout = build_layout(g, np.asarray(self.book.offsets), self.rank)
+        del g
         self._send_rows, self._send_counts = exchange_need_lists(self.layout, self.comm)
         self.preprocess_s = time.perf_counter() - t0
         lo, hi = self.layout.lo, self.layout.hi
-        # ---- node data of the owned range
-        x = torch.from_numpy(np.array(g.x[lo:hi], copy=True)).to(self.dtype)
+        # ---- node data of the owned range (rows perm[lo:hi] of the dataset's arrays)
+        own = self.book.part_rows(graph, self.rank)
+        x = torch.from_numpy(own.x).to(self.dtype)  # type: ignore[arg-type]
         self.x = normalize_rows(x, fc.feature_norm).to(self.device)
-        self.y, self.masks = labels_and_masks(g, lo, hi, self.device)
+        self.y, self.masks = labels_and_masks(own, 0, hi - lo, self.device)
+        del own
         self.train_idx = torch.nonzero(self.masks["train"]).view(-1)
         self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
         self.num_classes = num_classes_of(graph)

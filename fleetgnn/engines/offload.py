@@ -71,7 +71,8 @@ from fleetgnn.nn import LocalAggregator, check_model
 from fleetgnn.nn.recompute import RecordingAggregator as _Recording
 from fleetgnn.nn.recompute import ReplayAggregator as _Replay
 from fleetgnn.nn.recompute import SavedBytesMeter as _SavedMeter
-from fleetgnn.partition import chunk_partition, two_level_partition
+from fleetgnn.partition import chunk_partition
+from fleetgnn.partition.chunks import two_level_book
 
 #: Chunk counts tried when none is given: powers of two.
 _MAX_DOUBLINGS = 40
@@ -134,15 +135,21 @@ class OffloadEngine(FullGraphEngineBase):
                 "shared memory); use --nproc on one machine, or the fullgraph engine across hosts"
             )
         t0 = time.perf_counter()
-        self.book, g = two_level_partition(graph, oc.partition, self.world_size, self.seed)
-        self.orig_ids = None if oc.partition == "range" else np.asarray(self.book.perm)
+        # METIS (if asked) runs on rank 0 only; every rank plans over the whole topology in
+        # new IDs but reads only its own rows of the node data
+        self.book = two_level_book(graph, oc.partition, self.world_size, self.seed, comm=self.comm)
+        identity = oc.partition == "range"
+        self.orig_ids = None if identity else np.asarray(self.book.perm)
+        g = graph if identity else self.book.relabel(graph, node_data=False)
         self.indptr = np.asarray(g.indptr, dtype=np.int64)
         self.indices = g.indices
         self.degree = np.diff(self.indptr)  # global in-degree, new IDs
         offsets = np.asarray(self.book.offsets, dtype=np.int64)
         self.lo, self.hi = int(offsets[self.rank]), int(offsets[self.rank + 1])
-        x = torch.from_numpy(np.array(g.x[self.lo : self.hi], copy=True)).to(self.dtype)
-        self.y, self.masks = labels_and_masks(g, self.lo, self.hi, "cpu")
+        own = self.book.part_rows(graph, self.rank)
+        x = torch.from_numpy(own.x).to(self.dtype)  # type: ignore[arg-type]
+        self.y, self.masks = labels_and_masks(own, 0, self.hi - self.lo, "cpu")
+        del own
         self.train_local = torch.nonzero(self.masks["train"]).view(-1)
         self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
         self.num_classes = num_classes_of(graph)

@@ -31,6 +31,9 @@ from fleetgnn.errors import GraphError
 SPLITS: tuple[str, ...] = ("train_mask", "val_mask", "test_mask")
 _DEGREE_BLOCK = 1 << 23  # indices counted per step by Graph.out_degrees (64 MiB as int64)
 _CHUNK_ROWS = 1 << 20  # rows scanned per step when validating large (possibly memory-mapped) arrays
+#: In-edges gathered per step by :meth:`Graph.permute` (a few int64 work arrays of this size).
+_PERMUTE_BLOCK_EDGES = 1 << 22
+_PERMUTE_BLOCK_NODES = 1 << 20  # nodes per step of Graph.permute's degree and inverse passes
 
 Validation = Literal["full", "structure", "none"]
 
@@ -112,6 +115,43 @@ def check_ids(
         raise GraphError(
             f"'{name}' holds node ID {bad}, outside the valid interval [0, {num_nodes}); {hint}"
         )
+
+
+def _blocks(lo: int, hi: int, step: int) -> list[tuple[int, int]]:
+    return [(a, min(hi, a + step)) for a in range(lo, hi, step)]
+
+
+def _inverse_permutation(perm: np.ndarray, n: int) -> np.ndarray:
+    """``inv`` with ``inv[perm[i]] == i`` (int32 when ``N < 2^31``); raises unless a permutation."""
+    dt = index_dtype(n)
+    inv = np.full(n, -1, dtype=dt)
+    for a, b in _blocks(0, n, _PERMUTE_BLOCK_NODES):
+        inv[perm[a:b]] = np.arange(a, b, dtype=dt)
+    if n and (inv < 0).any():
+        missing = int(np.flatnonzero(inv < 0)[0])
+        raise GraphError(
+            f"'perm' is not a permutation of 0..{n - 1}: node {missing} is missing "
+            f"(some other node appears twice)"
+        )
+    return inv
+
+
+def _checked_inverse(perm: np.ndarray, inv: np.ndarray, n: int) -> np.ndarray:
+    """``inv`` itself, once checked to be the inverse of the permutation ``perm``."""
+    inv = np.asarray(inv)
+    if inv.shape != (n,) or not np.issubdtype(inv.dtype, np.integer):
+        raise GraphError(
+            f"'inv' must be an integer array of shape ({n},) (got {inv.dtype}, {inv.shape})"
+        )
+    check_ids("inv", inv, n)
+    for a, b in _blocks(0, n, _PERMUTE_BLOCK_NODES):
+        wrong = inv[perm[a:b]] != np.arange(a, b)
+        if wrong.any():
+            i = a + int(np.flatnonzero(wrong)[0])
+            raise GraphError(
+                f"'inv' is not the inverse of 'perm': inv[perm[{i}]] = {int(inv[perm[i]])} != {i}"
+            )
+    return inv
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -347,20 +387,38 @@ class Graph:
         """A copy with some fields replaced, validated again."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
-    def permute(self, perm: np.ndarray) -> Graph:
+    def permute(
+        self,
+        perm: np.ndarray,
+        *,
+        inv: np.ndarray | None = None,
+        node_data: bool = True,
+        dst_range: tuple[int, int] | None = None,
+    ) -> Graph:
         """Relabel nodes: new node ``i`` is old node ``perm[i]``.
 
         Topology, features, labels, masks and edge weights are permuted consistently, so the result
-        is isomorphic to this graph. Each node's neighbour order is kept.
+        is isomorphic to this graph. Each node's neighbour order is kept. The edges are gathered
+        in blocks of about :data:`_PERMUTE_BLOCK_EDGES` edges, so besides the result and the
+        inverse permutation the work arrays are bounded (the old arrays may be memory maps).
 
         Args:
             perm: int ``[N]``, a permutation of ``0..N-1``.
+            inv: Its inverse (``inv[perm[i]] == i``), when the caller already holds it (a
+                partition book does); checked, not rebuilt. ``None``: built here (int32 when
+                ``N < 2^31``).
+            node_data: Permute ``x``, ``y`` and the masks too; ``False`` leaves them out (a
+                topology-only graph, for callers that read their own rows of the node data).
+            dst_range: ``(lo, hi)``: keep only the in-edges of the NEW destinations
+                ``[lo, hi)`` (every other node gets no in-edges), e.g. the nodes one rank owns;
+                ``None``: every node's.
 
         Returns:
             The relabelled graph.
 
         Raises:
-            GraphError: If ``perm`` is not a permutation of ``0..N-1``.
+            GraphError: If ``perm`` is not a permutation of ``0..N-1``, ``inv`` is not its
+                inverse, or ``dst_range`` is not a range of ``[0, N]``.
         """
         n = self.num_nodes
         perm = np.asarray(perm)
@@ -368,26 +426,43 @@ class Graph:
             raise GraphError(
                 f"'perm' must be an integer array of shape ({n},) (got {perm.dtype}, {perm.shape})"
             )
-        inv = np.full(n, -1, dtype=np.int64)
         check_ids("perm", perm, n)
-        inv[perm] = np.arange(n, dtype=np.int64)
-        if n and (inv < 0).any():
-            missing = int(np.flatnonzero(inv < 0)[0])
-            raise GraphError(
-                f"'perm' is not a permutation of 0..{n - 1}: node {missing} is missing "
-                f"(some other node appears twice)"
-            )
-        deg = self.in_degrees()[perm]
+        inv = _inverse_permutation(perm, n) if inv is None else _checked_inverse(perm, inv, n)
+        lo, hi = (0, n) if dst_range is None else (int(dst_range[0]), int(dst_range[1]))
+        if not 0 <= lo <= hi <= n:
+            raise GraphError(f"'dst_range' must satisfy 0 <= lo <= hi <= {n} (got {dst_range})")
+        old_ptr = self.indptr
         indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(deg, out=indptr[1:])
-        # position of every new edge in the old arrays: segment start of the old node + offset
-        starts = np.repeat(self.indptr[:-1][perm], deg)
-        offsets = np.arange(indptr[-1], dtype=np.int64) - np.repeat(indptr[:-1], deg)
-        old_pos = starts + offsets
-        indices = inv[np.asarray(self.indices)[old_pos]].astype(self.indices.dtype)
-        data: dict[str, object] = {k: np.asarray(v)[perm] for k, v in self.node_data().items()}
-        if self.edge_weight is not None:
-            data["edge_weight"] = np.asarray(self.edge_weight)[old_pos]
+        for a, b in _blocks(lo, hi, _PERMUTE_BLOCK_NODES):
+            old = perm[a:b]
+            indptr[a + 1 : b + 1] = np.asarray(old_ptr[old + 1]) - np.asarray(old_ptr[old])
+        np.cumsum(indptr[lo + 1 : hi + 1], out=indptr[lo + 1 : hi + 1])
+        indptr[hi + 1 :] = indptr[hi]
+        num_edges = int(indptr[hi])
+        indices = np.empty(num_edges, dtype=self.indices.dtype)
+        weight = self.edge_weight
+        new_weight = None if weight is None else np.empty(num_edges, dtype=weight.dtype)
+        # destination blocks of about _PERMUTE_BLOCK_EDGES in-edges (at least one node each)
+        cuts = np.searchsorted(
+            indptr[lo : hi + 1], np.arange(0, num_edges, _PERMUTE_BLOCK_EDGES), side="right"
+        )
+        cuts = np.unique(np.concatenate([[lo], lo + np.maximum(cuts - 1, 0), [hi]]))
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+            e0, e1 = int(indptr[a]), int(indptr[b])
+            if e0 == e1:
+                continue
+            deg = np.diff(indptr[a : b + 1])
+            # position of every new edge in the old arrays: old segment start + offset in it
+            old_pos = np.repeat(np.asarray(old_ptr[perm[a:b]]) - (indptr[a:b] - e0), deg)
+            old_pos += np.arange(e1 - e0, dtype=np.int64)
+            indices[e0:e1] = inv[np.asarray(self.indices[old_pos])]
+            if new_weight is not None and weight is not None:
+                new_weight[e0:e1] = np.asarray(weight[old_pos])
+        data: dict[str, object] = {}
+        if node_data:
+            data = {k: np.asarray(v)[perm] for k, v in self.node_data().items()}
+        if new_weight is not None:
+            data["edge_weight"] = new_weight
         return Graph(
             indptr=indptr,
             indices=indices,

@@ -12,7 +12,8 @@ On disk a book is a directory (by convention ``<dataset>/partitions/<method>-<P>
                       "arrays": {name: {"dtype", "shape"}}}
     part_of.npy      int32 [N]      part of each original node
     offsets.npy      int64 [P + 1]  part p owns new IDs [offsets[p], offsets[p + 1])
-    perm.npy         int64 [N]      new -> old
+    perm.npy         int32 [N]      new -> old (int64 when N >= 2^31; books saved with an
+                                    int64 permutation load too)
 
 written into a temporary sibling directory and renamed into place, so an interrupted save never
 leaves a directory that looks complete.
@@ -33,17 +34,22 @@ import numpy as np
 import torch
 
 from fleetgnn.errors import PartitionError
-from fleetgnn.graph.csc import Graph
+from fleetgnn.graph.csc import Graph, index_dtype
 from fleetgnn.graph.dataset import fsync_dir, read_json_meta, replace_dir, write_json_atomic
+from fleetgnn.graph.rows import RowReader
 from fleetgnn.types import PathLikeStr
 
 BOOK_FORMAT_VERSION = 1
 BOOK_JSON = "book.json"
-_SAVED_ARRAYS: dict[str, np.dtype] = {
+#: The saved arrays and their dtypes (``None``: the permutation's, int32 or int64).
+_SAVED_ARRAYS: dict[str, np.dtype | None] = {
     "part_of": np.dtype(np.int32),
     "offsets": np.dtype(np.int64),
-    "perm": np.dtype(np.int64),
+    "perm": None,
 }
+_PERM_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+#: Nodes per step of the counting sort in :meth:`PartitionBook.from_part_of`.
+_SORT_BLOCK = 1 << 20
 _METHOD_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
@@ -89,8 +95,10 @@ class PartitionBook:
         part_of: int32 ``[N]``, the part of each ORIGINAL node ID, in ``[0, P)``.
         method: Name of the partitioner (``range``, ``hash``, ``random``, ``metis``, ...).
         offsets: int64 ``[P + 1]`` boundaries of the new-ID ranges.
-        perm: int64 ``[N]``, new -> old (matches :meth:`Graph.permute`).
-        inv_perm: int64 ``[N]``, old -> new.
+        perm: int ``[N]``, new -> old (matches :meth:`Graph.permute`); int32 when
+            ``N < 2^31`` in the books :meth:`from_part_of`, :meth:`from_offsets` and
+            :meth:`load` build, else int64.
+        inv_perm: int ``[N]``, old -> new, of ``perm``'s dtype.
         params: JSON-serialisable settings that produced the book (seed, balance, ...).
         validate: Check every array (default); ``False`` is for internal constructors whose
             arrays are consistent by construction.
@@ -121,7 +129,10 @@ class PartitionBook:
         """Build a book from a part assignment, relabelling each part to a contiguous range.
 
         The relabelling is stable: inside a part, nodes keep their original relative order, so a
-        contiguous assignment gets the identity permutation.
+        contiguous assignment gets the identity permutation. ``perm`` and ``inv_perm`` are int32
+        when ``N < 2^31`` (else int64), built by a counting sort by part in one pass over
+        ``part_of`` (blocks of :data:`_SORT_BLOCK` nodes): besides the two permutations, the
+        work arrays are one block's.
 
         Args:
             part_of: int ``[N]``, the part of each original node, in ``[0, num_parts)``.
@@ -139,13 +150,10 @@ class PartitionBook:
         part_of = _as_index_array("part_of", part_of)
         _check_part_ids(part_of, num_parts)
         part_of = part_of.astype(np.int32, copy=False)
-        n = part_of.size
         counts = np.bincount(part_of, minlength=num_parts).astype(np.int64)
         offsets = np.zeros(num_parts + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        perm = np.argsort(part_of, kind="stable").astype(np.int64)
-        inv_perm = np.empty(n, dtype=np.int64)
-        inv_perm[perm] = np.arange(n, dtype=np.int64)
+        perm, inv_perm = _counting_sort(part_of, num_parts, offsets)
         _check_method(method)
         return cls(
             num_parts=num_parts,
@@ -181,8 +189,8 @@ class PartitionBook:
         num_parts = offsets.size - 1
         n = int(offsets[-1])
         part_of = np.repeat(np.arange(num_parts, dtype=np.int32), np.diff(offsets))
-        ident = np.arange(n, dtype=np.int64)
-        ident.flags.writeable = False  # one identity serves both directions (8 bytes per node)
+        ident = np.arange(n, dtype=index_dtype(n))
+        ident.flags.writeable = False  # one identity serves both directions (4 bytes per node)
         _check_method(method)
         return cls(
             num_parts=num_parts,
@@ -346,21 +354,74 @@ class PartitionBook:
                 f"partition book; check that the IDs belong to the partitioned graph"
             )
 
-    def relabel(self, graph: Graph) -> Graph:
+    def relabel(self, graph: Graph, *, node_data: bool = True) -> Graph:
         """The graph with nodes relabelled so that part ``p`` owns ``[offsets[p], offsets[p+1])``.
 
         Equivalent to ``graph.permute(self.perm)``: topology and node data are permuted
-        consistently, so the result is isomorphic to ``graph``.
+        consistently, so the result is isomorphic to ``graph``. ``node_data=False`` permutes the
+        topology (and edge weights) only; read a part's node data with :meth:`part_rows`.
 
         Raises:
             PartitionError: If ``graph`` has a different number of nodes than the book.
         """
+        self._check_graph(graph)
+        return graph.permute(self.perm, inv=self.inv_perm, node_data=node_data)
+
+    def part_graph(self, graph: Graph, part: int) -> Graph:
+        """The in-edges of ``part``'s nodes, relabelled: ``relabel(graph)`` restricted to them.
+
+        All ``N`` nodes in new IDs; the nodes ``[offsets[part], offsets[part + 1])`` keep their
+        in-edges (sources renumbered with ``inv_perm``, neighbour order kept, edge weights too),
+        every other node has none, and there is no node data (read it with :meth:`part_rows`).
+        Only the part's rows of ``indptr`` and its in-edges are read from ``graph``; the result
+        holds an int64 ``indptr [N + 1]`` and the part's edges.
+
+        Raises:
+            PartitionError: If ``graph`` has a different number of nodes than the book, or
+                ``part`` is not in ``[0, P)``.
+        """
+        self._check_graph(graph)
+        return graph.permute(
+            self.perm, inv=self.inv_perm, node_data=False, dst_range=self.local_range(part)
+        )
+
+    def part_rows(self, graph: Graph, part: int) -> Graph:
+        """``part``'s nodes in new-ID order as an edgeless graph carrying their node data.
+
+        Row ``i`` of its ``x``, ``y`` and masks is row ``perm[offsets[part] + i]`` of
+        ``graph``'s, read with :class:`~fleetgnn.graph.rows.RowReader` (from the ``.npy`` file
+        for a memory-mapped dataset: the pages never become resident in the process), so the
+        rows are owned copies and nothing but them is read.
+
+        Raises:
+            PartitionError: If ``graph`` has a different number of nodes than the book, or
+                ``part`` is not in ``[0, P)``.
+        """
+        self._check_graph(graph)
+        lo, hi = self.local_range(part)
+        ids = self.perm[lo:hi]
+        data: dict[str, np.ndarray] = {}
+        for name, arr in graph.node_data().items():
+            reader = RowReader(arr)
+            try:
+                data[name] = reader.take(ids)
+            finally:
+                reader.close()
+        return Graph(
+            indptr=np.zeros(hi - lo + 1, dtype=np.int64),
+            indices=np.empty(0, dtype=index_dtype(hi - lo)),
+            num_classes=graph.num_classes,
+            name=graph.name,
+            validate="structure",
+            **data,  # type: ignore[arg-type]
+        )
+
+    def _check_graph(self, graph: Graph) -> None:
         if graph.num_nodes != self.num_nodes:
             raise PartitionError(
                 f"the partition book covers {self.num_nodes} nodes but graph '{graph.name}' has "
                 f"{graph.num_nodes}; partition this graph again"
             )
-        return graph.permute(self.perm)
 
     def __repr__(self) -> str:
         sizes = self.part_sizes()
@@ -409,6 +470,8 @@ class PartitionBook:
             arrays = {}
             for name, dtype in _SAVED_ARRAYS.items():
                 arr = np.ascontiguousarray(getattr(self, name), dtype=dtype)
+                if dtype is None and arr.dtype not in _PERM_DTYPES:  # a hand-built book
+                    arr = arr.astype(np.int64)
                 with open(tmp / f"{name}.npy", "wb") as f:
                     np.save(f, arr, allow_pickle=False)
                     f.flush()
@@ -482,10 +545,14 @@ class PartitionBook:
                     f"partition again"
                 ) from e
             want_shape = tuple(specs[name].get("shape", ()))
-            if arr.dtype != dtype or arr.shape != want_shape:
+            want = dtype
+            if want is None:  # the permutation: int32 or int64, as book.json says
+                said = specs[name].get("dtype")
+                want = np.dtype(said) if said in ("<i4", "<i8") else np.dtype(np.int64)
+            if arr.dtype != want or arr.shape != want_shape:
                 raise PartitionError(
                     f"'{file}' holds {arr.dtype} {arr.shape} but {BOOK_JSON} says "
-                    f"{dtype} {want_shape}; the book is inconsistent, partition again"
+                    f"{want} {want_shape}; the book is inconsistent, partition again"
                 )
             arrays[name] = arr
         n, p = int(meta["num_nodes"]), int(meta["num_parts"])
@@ -500,8 +567,10 @@ class PartitionBook:
                 f"'{root / 'perm.npy'}' holds IDs outside [0, {n}); the book is corrupt, "
                 f"partition again"
             )
-        inv = np.full(n, -1, dtype=np.int64)
-        inv[perm] = np.arange(n, dtype=np.int64)
+        dt = index_dtype(n)
+        perm = perm.astype(dt, copy=False)  # an int64 file of a book with N < 2^31: narrowed
+        inv = np.full(n, -1, dtype=dt)
+        inv[perm] = np.arange(n, dtype=dt)
         try:
             return cls(
                 num_parts=p,
@@ -514,6 +583,38 @@ class PartitionBook:
             )
         except PartitionError as err:
             raise PartitionError(f"partition book '{root}' is invalid: {err}") from err
+
+
+def _counting_sort(
+    part_of: np.ndarray, num_parts: int, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(perm, inv_perm)`` of the stable sort of ``part_of`` (int32 when ``N < 2^31``).
+
+    A counting sort: part ``p``'s nodes go to ``[offsets[p], offsets[p + 1])`` in their original
+    order. One pass over blocks of ``part_of``: each block is sorted stably by part (a radix
+    sort on 16-bit keys when ``P <= 2^16``) and its nodes are placed after the nodes earlier
+    blocks gave the same part (a cursor per part). Equal to
+    ``np.argsort(part_of, kind="stable")``.
+    """
+    n = part_of.size
+    dt = index_dtype(n)
+    perm = np.empty(n, dtype=dt)
+    inv = np.empty(n, dtype=dt)
+    key_dtype = np.uint16 if num_parts <= 1 << 16 else np.int32
+    cursor = offsets[:-1].copy()  # int64 [P]: next free new ID of each part
+    for a in range(0, n, _SORT_BLOCK):
+        b = min(n, a + _SORT_BLOCK)
+        block = part_of[a:b]
+        order = np.argsort(block.astype(key_dtype, copy=False), kind="stable")
+        parts = block[order]
+        counts = np.bincount(block, minlength=num_parts)
+        first = np.cumsum(counts) - counts  # where each part's run starts in the sorted block
+        new = cursor[parts] + (np.arange(b - a) - first[parts])
+        old = order + a
+        perm[new] = old
+        inv[old] = new
+        cursor += counts
+    return perm, inv
 
 
 def _check_num_parts(num_parts: Any) -> int:

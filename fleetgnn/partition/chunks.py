@@ -9,10 +9,13 @@ full-neighbour aggregation runs chunk by chunk. Chunks of one part are edge-bala
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
+import torch
 
-from fleetgnn.errors import PartitionError
+from fleetgnn.errors import FleetgnnError, PartitionError
 from fleetgnn.graph.csc import Graph
 from fleetgnn.partition.book import PartitionBook
 from fleetgnn.partition.methods import (
@@ -190,46 +193,119 @@ def chunk_partition(
     )
 
 
+class Broadcaster(Protocol):
+    """What :func:`contiguous_book` and :func:`two_level_book` need of a communicator.
+
+    :class:`~fleetgnn.distributed.Communicator` has it (the partition layer only calls it).
+    """
+
+    rank: int
+    world_size: int
+    device: torch.device
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any: ...  # noqa: D102
+
+    def broadcast(self, t: torch.Tensor, src: int = 0) -> torch.Tensor: ...  # noqa: D102
+
+
+def computed_once(compute: Callable[[], PartitionBook], comm: Broadcaster | None) -> PartitionBook:
+    """``compute()`` on rank 0 of ``comm`` only; every rank gets the same book.
+
+    Rank 0 broadcasts the book's method, part count and params (a small object), then its
+    ``part_of`` (int32 ``[N]``, one tensor broadcast); the other ranks rebuild the book with
+    :meth:`PartitionBook.from_part_of`, which is deterministic, so every rank holds the same
+    permutation without running the partitioner (METIS: one run and one adjacency in memory
+    per machine, not one per rank). An error on rank 0 is raised on every rank. Collective over
+    ``comm`` (``None`` or one rank: just ``compute()``).
+
+    Raises:
+        PartitionError: ``compute()`` failed on rank 0 (its error, on the other ranks too).
+    """
+    if comm is None or comm.world_size == 1:
+        return compute()
+    book: PartitionBook | None = None
+    head: Any = None
+    if comm.rank == 0:
+        try:
+            book = compute()
+        except Exception as err:  # the other ranks raise it too instead of waiting for ever
+            if not isinstance(err, FleetgnnError):
+                err = PartitionError(f"rank 0 could not partition the graph: {err!r}")
+            comm.broadcast_object(err, src=0)
+            raise
+        head = (book.method, book.num_parts, book.num_nodes, dict(book.params))
+    head = comm.broadcast_object(head, src=0)
+    if isinstance(head, BaseException):
+        raise head
+    method, parts, n, params = head
+    if comm.rank == 0:
+        assert book is not None
+        part_of = torch.from_numpy(np.ascontiguousarray(book.part_of, dtype=np.int32))
+    else:
+        part_of = torch.empty(n, dtype=torch.int32)
+    if comm.device.type == "cpu":
+        comm.broadcast(part_of, src=0)
+    else:  # e.g. NCCL: through the communicator's device
+        part_of = comm.broadcast(part_of.to(comm.device), src=0).cpu()
+    if book is not None:
+        return book
+    return PartitionBook.from_part_of(part_of.numpy(), parts, method, params)
+
+
+def contiguous_book(
+    graph: Graph, method: str, parts: int, seed: int = 0, *, comm: Broadcaster | None = None
+) -> PartitionBook:
+    """A partition book of ``parts`` contiguous ranges (the book of :func:`contiguous_partition`).
+
+    ``"range"``: edge-balanced ranges of the original IDs (identity numbering), computed on
+    every rank (a streamed pass); ``"metis"``: METIS parts relabelled contiguous, computed once
+    on rank 0 of ``comm`` and shared (:func:`computed_once`; collective when ``comm`` is given).
+    """
+    if method == "range":
+        return range_partition(graph, parts)
+    return computed_once(lambda: partition(graph, "metis", parts, seed=seed), comm)
+
+
 def contiguous_partition(
     graph: Graph, method: str, parts: int, seed: int = 0
 ) -> tuple[PartitionBook, Graph]:
     """A partition book of ``parts`` contiguous ranges and the graph in its numbering.
 
     ``"range"``: edge-balanced ranges of the original IDs (identity numbering, the graph as
-    given); ``"metis"``: METIS parts relabelled contiguous (``book.relabel(graph)``).
+    given); ``"metis"``: METIS parts relabelled contiguous (``book.relabel(graph)``, a copy of
+    the whole graph: engines read only their part, see :meth:`PartitionBook.part_graph`).
     """
-    if method == "range":
-        return range_partition(graph, parts), graph
-    book = partition(graph, "metis", parts, seed=seed)
-    return book, book.relabel(graph)
+    book = contiguous_book(graph, method, parts, seed)
+    return book, (graph if method == "range" else book.relabel(graph))
 
 
 #: Sub-parts per part of the ``metis`` two-level partition (locality inside each range).
 SUBPARTS = 16
 
 
-def two_level_partition(
-    graph: Graph, method: str, parts: int, seed: int = 0
-) -> tuple[PartitionBook, Graph]:
+def two_level_book(
+    graph: Graph, method: str, parts: int, seed: int = 0, *, comm: Broadcaster | None = None
+) -> PartitionBook:
     """One contiguous range per part whose node order keeps locality for range chunks.
 
     ``"metis"``: one recursive-bisection METIS run into ``parts * K`` sub-parts balanced by
     in-edges (computation), ``K = min(16, N / (32 parts))``; part ``p`` gets sub-parts
     ``[p K, (p + 1) K)`` (siblings in the bisection tree) and nodes are numbered sub-part by
     sub-part, so the chunks of :func:`chunk_partition` (ranges) are unions of neighbouring
-    sub-parts, whatever the dataset's own ID order. ``"range"``: edge-balanced ranges of the
-    original IDs (the dataset's order decides the locality).
-
-    Returns:
-        ``(book, graph in the book's numbering)``.
+    sub-parts, whatever the dataset's own ID order. METIS runs once, on rank 0 of ``comm``
+    (:func:`computed_once`; collective when ``comm`` is given). ``"range"``: edge-balanced
+    ranges of the original IDs (the dataset's order decides the locality).
     """
     if method != "metis":
-        return contiguous_partition(graph, method, parts, seed)
+        return contiguous_book(graph, method, parts, seed, comm=comm)
     k = max(1, min(SUBPARTS, graph.num_nodes // max(32 * parts, 1)))
     if parts * k == 1:
-        return contiguous_partition(graph, method, parts, seed)
-    sub = metis_partition(graph, parts * k, seed=seed, balance=("edges",), recursive=True)
-    book = PartitionBook(
+        return contiguous_book(graph, method, parts, seed, comm=comm)
+    sub = computed_once(
+        lambda: metis_partition(graph, parts * k, seed=seed, balance=("edges",), recursive=True),
+        comm,
+    )
+    return PartitionBook(
         num_parts=parts,
         part_of=(sub.part_of // k).astype(np.int32),
         method="metis",
@@ -239,4 +315,15 @@ def two_level_partition(
         params={**sub.params, "subparts": k},
         validate=False,
     )
-    return book, book.relabel(graph)
+
+
+def two_level_partition(
+    graph: Graph, method: str, parts: int, seed: int = 0
+) -> tuple[PartitionBook, Graph]:
+    """The book of :func:`two_level_book` and the graph in its numbering (a whole copy).
+
+    Returns:
+        ``(book, graph in the book's numbering)``.
+    """
+    book = two_level_book(graph, method, parts, seed)
+    return book, (graph if method == "range" else book.relabel(graph))

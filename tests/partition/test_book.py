@@ -8,7 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleetgnn.errors import FleetgnnError, PartitionError
+from fleetgnn.graph import csc as csc_module
+from fleetgnn.graph.dataset import open_dataset, write_dataset
 from fleetgnn.partition import PartitionBook, book_dir
+from fleetgnn.partition import book as book_module
 
 
 def _naive_book(part_of: np.ndarray, p: int):
@@ -245,3 +248,79 @@ def test_load_rejects_corrupted_books(tmp_path, name):
 def test_load_arguments():
     with pytest.raises(PartitionError, match="both 'method' and 'num_parts'"):
         PartitionBook.load("somewhere", method="metis")
+
+
+# ---------------------------------------------------------------------------------- int32 books
+@pytest.mark.parametrize(
+    ("n", "p", "block"), [(0, 3, 4), (1, 1, 4), (1000, 7, 64), (5000, 70000, 999)]
+)
+def test_counting_sort_equals_stable_argsort(monkeypatch, n, p, block):
+    """The blocked counting sort gives np.argsort(kind="stable"), in int32 (both key widths)."""
+    monkeypatch.setattr(book_module, "_SORT_BLOCK", block)
+    rng = np.random.default_rng(n + p)
+    part_of = rng.integers(0, p, n)
+    part_of[: n // 3] = p - 1  # a run of the last part across blocks, and empty parts
+    book = PartitionBook.from_part_of(part_of, p, "test")
+    want = np.argsort(part_of, kind="stable")
+    assert book.perm.dtype == np.int32 and book.inv_perm.dtype == np.int32
+    assert np.array_equal(book.perm, want)
+    assert np.array_equal(book.inv_perm[want], np.arange(n))
+    ident = PartitionBook.from_offsets(np.array([0, n // 2, n]), "range")
+    assert ident.perm.dtype == np.int32 and np.array_equal(ident.perm, np.arange(n))
+
+
+def test_int32_book_on_disk_and_old_int64_books_load(tmp_path):
+    book = _book(n=300)
+    path = book.save(tmp_path / "ds")
+    assert np.load(path / "perm.npy").dtype == np.int32
+    assert json.loads((path / "book.json").read_text())["arrays"]["perm"]["dtype"] == "<i4"
+    # a book saved before int32 permutations: int64 perm.npy, book.json saying so
+    np.save(path / "perm.npy", np.asarray(book.perm, dtype=np.int64))
+    meta = json.loads((path / "book.json").read_text())
+    meta["arrays"]["perm"]["dtype"] = "<i8"
+    (path / "book.json").write_text(json.dumps(meta))
+    old = PartitionBook.load(path)
+    assert old.perm.dtype == old.inv_perm.dtype == np.int32
+    assert np.array_equal(old.perm, book.perm) and np.array_equal(old.inv_perm, book.inv_perm)
+    meta["arrays"]["perm"]["dtype"] = "<i4"  # the file and book.json disagree
+    (path / "book.json").write_text(json.dumps(meta))
+    with pytest.raises(PartitionError, match="inconsistent"):
+        PartitionBook.load(path)
+
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 22])
+def test_part_graph_and_part_rows_are_the_relabelled_part(graphs, tmp_path, monkeypatch, block):
+    """One part of relabel(g), read from the original graph (memory-mapped too), bit for bit."""
+    monkeypatch.setattr(csc_module, "_PERMUTE_BLOCK_EDGES", block)
+    monkeypatch.setattr(csc_module, "_PERMUTE_BLOCK_NODES", max(1, block // 2))
+    g = graphs.random(3, 40, 300, hub=True)
+    mapped = open_dataset(write_dataset(g, tmp_path / "ds"))
+    book = PartitionBook.from_part_of(np.random.default_rng(2).integers(0, 3, 40), 3, "test")
+    whole = book.relabel(g)
+    topo = book.relabel(mapped, node_data=False)
+    assert topo.x is None and topo.y is None and topo.train_mask is None
+    for name in ("indptr", "indices", "edge_weight"):
+        assert np.array_equal(getattr(topo, name), getattr(whole, name))
+    for q in range(3):
+        lo, hi = book.local_range(q)
+        for source in (g, mapped):
+            part = book.part_graph(source, q)
+            assert part.num_nodes == 40 and part.x is None
+            assert np.array_equal(
+                part.indptr[lo : hi + 1] - part.indptr[lo],
+                whole.indptr[lo : hi + 1] - whole.indptr[lo],
+            )
+            assert part.indptr[lo] == 0 and part.indptr[-1] == part.indptr[hi]
+            e0, e1 = whole.indptr[lo], whole.indptr[hi]
+            assert np.array_equal(part.indices, whole.indices[e0:e1])
+            assert np.array_equal(part.edge_weight, whole.edge_weight[e0:e1])
+            rows = book.part_rows(source, q)
+            assert rows.num_nodes == hi - lo and rows.num_edges == 0
+            for name in ("x", "y", "train_mask"):
+                got, want = getattr(rows, name), getattr(whole, name)[lo:hi]
+                assert got.dtype == want.dtype and np.array_equal(got, want)
+                assert not isinstance(got, np.memmap)
+    with pytest.raises(PartitionError, match=r"'part' must lie in \[0, 3\)"):
+        book.part_graph(g, 3)
+    with pytest.raises(PartitionError, match="covers 40 nodes"):
+        book.part_rows(graphs.random(0, 6, 10), 0)

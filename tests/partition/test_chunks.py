@@ -85,3 +85,62 @@ def test_errors(graphs):
         chunks.locate(np.array([10]))
     with pytest.raises(PartitionError, match="non-decreasing"):
         ChunkBook(1, 2, np.array([[0, 3, 2]]), np.zeros((1, 2), np.int64))
+
+
+def _metis_graph():
+    rng = np.random.default_rng(4)
+    return from_edges(rng.integers(0, 300, 1500), rng.integers(0, 300, 1500), 300)
+
+
+def _computed_once_world(comm):
+    """Rank 0 partitions (METIS, two-level METIS); rank 1 gets the books without partitioning."""
+    from fleetgnn.partition import chunks as chunks_module
+
+    g = _metis_graph()
+    calls = []
+
+    def metis_once():
+        calls.append(comm.rank)
+        return partition(g, "metis", 2, seed=3)
+
+    book = chunks_module.computed_once(metis_once, comm)
+    two = chunks_module.two_level_book(g, "metis", 2, 3, comm=comm)
+
+    def fails():
+        raise RuntimeError("out of memory in METIS")
+
+    try:
+        chunks_module.computed_once(fails, comm)
+    except Exception as err:  # noqa: BLE001 - returned to the test
+        error = f"{type(err).__name__}: {err}"
+    return {
+        "calls": calls,
+        "book": (book.method, book.params, book.part_of, book.perm, book.inv_perm, book.offsets),
+        "two": (two.params, two.part_of, two.perm, two.offsets),
+        "error": error,
+    }
+
+
+def test_computed_once_partitions_on_rank_0_and_shares_the_book():
+    from fleetgnn.distributed.testing import run_world
+    from fleetgnn.partition.chunks import two_level_book
+
+    r0, r1 = run_world(_computed_once_world, 2, timeout_s=120)
+    assert r0["calls"] == [0] and r1["calls"] == []  # METIS ran on rank 0 only
+    g = _metis_graph()
+    want = partition(g, "metis", 2, seed=3)
+    two = two_level_book(g, "metis", 2, 3)
+    for res in (r0, r1):
+        method, params, part_of, perm, inv, offsets = res["book"]
+        assert method == "metis" and params == dict(want.params)
+        for got, ref in ((part_of, want.part_of), (perm, want.perm), (inv, want.inv_perm)):
+            assert got.dtype == ref.dtype and np.array_equal(got, ref)
+        assert np.array_equal(offsets, want.offsets)
+        t_params, t_part, t_perm, t_off = res["two"]
+        assert t_params == two.params and t_params["subparts"] > 1
+        assert np.array_equal(t_part, two.part_of) and np.array_equal(t_perm, two.perm)
+        assert np.array_equal(t_off, two.offsets)
+    # rank 0 raises its own error; rank 1 the same failure instead of waiting for ever
+    assert r0["error"] == "RuntimeError: out of memory in METIS"
+    assert r1["error"].startswith("PartitionError: rank 0 could not partition the graph")
+    assert "out of memory in METIS" in r1["error"]
