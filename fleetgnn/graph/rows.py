@@ -17,6 +17,12 @@ caller's own buffers, one of two ways per call, decided by where the rows are:
   apart share one read, at most :data:`READ_RUN_BYTES` per read), with the file advised
   ``POSIX_FADV_RANDOM`` (no readahead beyond the runs asked for).
 
+The first call that finds its rows mostly uncached asks the kernel to read the whole file ahead
+(``POSIX_FADV_WILLNEED``) when the file fits in the memory available then (less a reserve,
+:func:`fits_in_cache`): one sequential read at disk speed (1.6 GB/s here) instead of one random
+read per row (a few thousand per second), after which the calls find their rows cached. Full-
+neighbour inference reads every source of every chunk, so a layer touches most of its input file.
+
 Either way the only memory is the output and one block of rows or runs: the file's pages stay
 in the page cache, never in the process. Other arrays (in memory, or a view of a map) are indexed
 as they are.
@@ -34,7 +40,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CACHED_FRACTION", "READ_GAP_BYTES", "READ_RUN_BYTES", "RowReader", "file_rows"]
+from fleetgnn.graph.loaders._io import memory_available, memory_total
+
+__all__ = [
+    "CACHED_FRACTION",
+    "READ_GAP_BYTES",
+    "READ_RUN_BYTES",
+    "RowReader",
+    "file_rows",
+    "fits_in_cache",
+]
 
 #: IDs closer than this (in bytes of rows) are read together by :class:`RowReader`.
 READ_GAP_BYTES = 64 << 10
@@ -50,6 +65,8 @@ _PROBES = 64
 _MAP_BLOCK_ROWS = 1 << 16
 _MAP_SPAN_BYTES = 16 << 20
 _EXTENT = 2 << 20
+#: Memory kept free of a read-ahead file (besides 10% of the machine's memory).
+CACHE_RESERVE_BYTES = 1 << 30
 _RWF_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
 _MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
 _MADV_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
@@ -73,6 +90,18 @@ def file_rows(array: Any) -> bool:
         and array.dtype.isnative
         and array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64)) > 0
     )
+
+
+def fits_in_cache(nbytes: int) -> bool:
+    """Whether a file of ``nbytes`` fits in the memory available now, less a reserve.
+
+    The reserve is :data:`CACHE_RESERVE_BYTES` plus 10% of the machine's memory; ``False`` where
+    the available memory is unknown.
+    """
+    avail = memory_available()
+    if avail is None:
+        return False
+    return nbytes <= avail - CACHE_RESERVE_BYTES - memory_total() // 10
 
 
 class RowReader:
@@ -104,6 +133,8 @@ class RowReader:
         #: Calls served through the mapping / with ``pread`` (what the probe decided).
         self.mapped_calls = 0
         self.pread_calls = 0
+        #: Whether this reader asked the kernel to read its file ahead (see the module docstring).
+        self.read_ahead = False
         if isinstance(array, (str, os.PathLike)):
             array = np.load(array, mmap_mode="r")
         self.array = array
@@ -186,7 +217,9 @@ class RowReader:
         """Fraction of a sample of the sorted rows ``sid`` found in the page cache (reads none).
 
         Probes up to :data:`_PROBES` rows spread over ``sid`` with ``preadv(..., RWF_NOWAIT)``,
-        which fails instead of reading from disk; 0.0 where the platform has no ``RWF_NOWAIT``.
+        which fails instead of waiting for the disk (the kernel still starts reading a missed
+        page: the probe reads ahead the rows it sampled); 0.0 where the platform has no
+        ``RWF_NOWAIT``.
         """
         if self._fd is None or _RWF_NOWAIT is None or sid.size == 0:
             return 0.0
@@ -205,8 +238,25 @@ class RowReader:
         if self._cached == "pread" or _MADV_DONTNEED is None:
             return False
         if self._cached == "auto" and self.cached_fraction(sid) < CACHED_FRACTION:
-            return False
+            if not self._read_ahead() or self.cached_fraction(sid) < CACHED_FRACTION:
+                return False
         return self._mapping() is not None
+
+    def _read_ahead(self) -> bool:
+        """Ask the kernel once to read the whole file ahead, if it fits in memory; whether asked."""
+        advise = getattr(os, "posix_fadvise", None)
+        with self._lock:
+            if self.read_ahead or self._fd is None or advise is None:
+                return False
+            size = self.offset + self.shape[0] * self.row_bytes
+            if not fits_in_cache(size):
+                return False
+            self.read_ahead = True
+            try:
+                advise(self._fd, 0, size, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                return False
+            return True
 
     def _mapping(self) -> np.ndarray | None:
         """The file's rows through this reader's own mapping (made on first use)."""

@@ -36,6 +36,7 @@ import numpy as np
 
 from fleetgnn.errors import PartitionError
 from fleetgnn.graph.csc import Graph
+from fleetgnn.graph.loaders._io import memory_available
 from fleetgnn.partition.book import PartitionBook, _check_num_parts
 from fleetgnn.partition.stream import ldg_partition
 
@@ -365,18 +366,6 @@ def metis_memory(num_nodes: int, num_entries: int) -> int:
     return (
         METIS_ENTRY_BYTES * int(num_entries) + METIS_NODE_BYTES * int(num_nodes) + METIS_FIXED_BYTES
     )
-
-
-def memory_available() -> int | None:
-    """Memory available for new allocations now (``MemAvailable``), or ``None`` if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _check_metis_memory(n: int, entries: int, max_memory: int | None, *, exact: bool) -> None:

@@ -19,6 +19,7 @@ from fleetgnn.engines.common import normalize_rows, split_metrics
 from fleetgnn.engines.inference import (
     DEFAULT_CHUNK_BYTES,
     Chunking,
+    RowFile,
     RowReader,
     iter_chunks,
     labelled_selector,
@@ -108,12 +109,70 @@ def test_eval_nodes_key_reaches_the_sampled_engines():
         load_config(None, ["train.eval_nodes=some"])
 
 
+def _cached(path) -> float:
+    """Fraction of ``path`` found in the page cache: one row per 1 MiB probed, once (a probe
+    reads what it misses, with the kernel's read-around)."""
+    r = RowReader(path)
+    step = max(1, (1 << 20) // r.row_bytes)  # from the second MiB: opening reads the header
+    frac = r.cached_fraction(np.arange(step, r.shape[0], step))
+    r.close()
+    return frac
+
+
+def test_row_file_drops_written_rows_from_the_page_cache(tmp_path, monkeypatch):
+    """Rows written through a RowFile are flushed and dropped from the page cache every
+    DROP_WRITTEN_BYTES of consecutive rows and at close, so a layer's output does not push its
+    input out; they read back exactly."""
+    import fleetgnn.engines.inference as inf
+
+    if rows_mod._RWF_NOWAIT is None or not hasattr(os, "posix_fadvise"):
+        pytest.skip("no RWF_NOWAIT / posix_fadvise here")
+    control = tmp_path / "control.npy"  # can this filesystem drop pages at all (not tmpfs)?
+    np.save(control, np.ones((1 << 15, 64), dtype=np.float32))  # 8 MiB
+    fd = os.open(control, os.O_RDONLY)
+    os.fdatasync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    if _cached(control) > 0:
+        pytest.skip("this filesystem keeps dropped pages (tmpfs?)")
+    monkeypatch.setattr(inf, "DROP_WRITTEN_BYTES", 1 << 20)
+    n = 1 << 15  # 8 MiB of rows, written in 40 consecutive chunks
+    path = RowFile.create(tmp_path / "h.npy", np.float32, (n, 64))
+    want = np.random.default_rng(0).standard_normal((n, 64)).astype(np.float32)
+    f = RowFile(path)
+    for a in range(0, n, 820):
+        f.write(a, want[a : a + 820])
+    f.close()
+    assert _cached(path) == 0
+    np.testing.assert_array_equal(np.load(path), want)
+
+
+def test_row_reader_reads_a_cold_file_ahead_once_when_it_fits(tmp_path, monkeypatch):
+    """A call that finds its rows uncached asks the kernel once to read the whole file ahead,
+    only when the file fits in the available memory; rows are exact either way."""
+    a = np.random.default_rng(0).standard_normal((500, 8))
+    np.save(tmp_path / "a.npy", a)
+    ids = np.array([499, 3, 3, 250])
+    for fits in (False, True):
+        monkeypatch.setattr(rows_mod, "fits_in_cache", lambda n, fits=fits: fits)
+        reader = RowReader(tmp_path / "a.npy")
+        monkeypatch.setattr(RowReader, "cached_fraction", lambda self, sid: 0.0)
+        np.testing.assert_array_equal(reader.take(ids), a[ids])
+        np.testing.assert_array_equal(reader.take(ids), a[ids])
+        assert reader.read_ahead is fits  # asked at most once
+        assert (reader.mapped_calls, reader.pread_calls) == (0, 2)
+        monkeypatch.undo()
+        reader.close()
+    assert rows_mod.fits_in_cache(0) or rows_mod.memory_available() is None
+    assert not rows_mod.fits_in_cache(1 << 60)
+
+
 def test_row_reader_reads_scattered_rows_with_bounded_reads(tmp_path, monkeypatch):
     a = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", dtype=np.float64, shape=(900, 3))
     a[:] = np.random.default_rng(0).standard_normal(a.shape)
     a.flush()
     m = np.load(tmp_path / "a.npy", mmap_mode="r")
-    reader = RowReader(m)
+    reader = RowReader(m, cached="pread")  # the pread way (a file just written is cached)
     assert reader._fd is not None  # a file: read with preadv, not through the map
     rng = np.random.default_rng(1)
     for run, gap in [(4 << 20, 64 << 10), (240, 48), (24, 24), (1 << 20, 1)]:
