@@ -6,9 +6,12 @@ reports, so a prediction can be checked against ``metrics.jsonl``:
 ==========  =====================================================================================
 engine      counts (exact when the dataset is given; modelled from its shape otherwise)
 ==========  =====================================================================================
-reference   the whole graph in one device: features, every layer's activations, the topology
-fullgraph   halo rows per rank of the edge-balanced ranges, exchanged per layer (forward, and
-            backward where the aggregated tensor needs a gradient); one gradient all-reduce
+reference   the whole graph in one device: features, every layer's activations, the topology;
+            memory: what the engine holds, the step's profiled peak as workspace
+fullgraph   halo rows per rank of the ranges (edge-balanced or METIS), exchanged per layer
+            (forward, and backward where the aggregated tensor needs a gradient); one gradient
+            all-reduce; memory: what each rank holds (:mod:`fleetgnn.cost.fullgraph_memory`),
+            the step's profiled peak as workspace
 offload     HongTu's transition plan (:class:`~fleetgnn.exchange.TransitionPlan`) of the
             chunked partition: rows per channel (h2d, peer, reuse, d2h), buffers, host data
 minibatch   the epoch replayed (:mod:`fleetgnn.cost.replay`): every rank's seeds and samples,
@@ -40,7 +43,17 @@ from typing import Any
 
 import numpy as np
 
+from fleetgnn.config import FullGraphEngineConfig
 from fleetgnn.config.units import parse_bytes
+from fleetgnn.cost.fullgraph_memory import (
+    RankCounts,
+    fullgraph_parts,
+    model_step_bytes,
+    modelled_counts,
+    rank_counts,
+    reference_parts,
+    step_peak_bytes,
+)
 from fleetgnn.cost.offload_memory import chunk_live_bytes, layer_memory
 from fleetgnn.cost.replay import minibatch_counts, split_counts
 from fleetgnn.errors import ConfigError
@@ -287,63 +300,108 @@ def _expected_unique(draws: float, population: float) -> float:
 
 
 # ---------------------------------------------------------------------------------- full graph
+def _dataset_masks(graph: Graph | None) -> int:
+    """Split masks the dataset has (three for a graph known by its counts)."""
+    if graph is None:
+        return 3
+    return sum(getattr(graph, f"{s}_mask", None) is not None for s in ("train", "val", "test"))
+
+
+def _device_and_host(hw: Any, parts: Mapping[str, float], host_part: float) -> dict[str, int]:
+    """``memory`` as an engine on ``hw`` reports it: CPU ranks count everything as ``device``.
+
+    On GPUs ``host_part`` (the state kept in host arrays: layout, plans, Adam's step counters)
+    is ``host`` and the rest ``device``, as the engines' ``peak_memory()`` splits them.
+    """
+    total = float(sum(parts.values()))
+    if hw.kind == "cpu":
+        return {"device": int(total), "host": 0}
+    return {"device": int(total - host_part), "host": int(host_part)}
+
+
 def predict_reference(wl: Workload, hw: Any, world: int = 1, **knobs: Any) -> Prediction:
-    """The whole graph on one device: features, activations and topology live there."""
+    """The whole graph on one device: features, the full-graph aggregator, the model.
+
+    ``memory``: what the engine holds in full mode
+    (:func:`~fleetgnn.cost.fullgraph_memory.reference_parts`: features, labels, masks, training
+    IDs, the aggregator's structures, parameters, gradients and Adam's state); ``workspace``:
+    the step's transient peak on top (activations and gradients in flight, profiled on probe
+    graphs of the model, :func:`~fleetgnn.cost.fullgraph_memory.step_peak_bytes`).
+    """
     m = wl.model
     n, e = wl.num_nodes, wl.num_edges
     spmm, gemm = m.forward_flops(n, e)
     compute = _compute_s(hw, spmm, gemm)
-    device = n * wl.num_features * m.elem + m.activation_bytes(n, e) + (n + 1) * _IDX
+    parts = reference_parts(m, n, e, wl.num_features, wl.num_train, _dataset_masks(wl.graph))
+    counts = RankCounts(n, e, e, 0, 0, wl.num_train)
     pred = Prediction(
         "reference",
         True,
         compute,
         {"local": int(n * wl.num_features * m.elem)},
-        {"device": int(device), "host": 0},
+        _device_and_host(hw, parts, _IDX * wl.num_train + model_step_bytes(m)),
         {"mode": "full"},
         1,
         {"compute": compute},
+        workspace={"device": int(step_peak_bytes(m, counts, _shape(wl), halo=False))},
     )
     _check_memory(pred, hw, 1)
     return pred
 
 
-def _range_halo(wl: Workload, world: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per rank of the edge-balanced ranges: owned nodes and unique remote sources (halo)."""
-    if wl.graph is not None:  # the fullgraph engine's own layout, rank by rank
-        from fleetgnn.exchange import build_exchange_layout, range_owner
-        from fleetgnn.partition import range_partition
+def _shape(wl: Workload) -> tuple[float, float]:
+    """In-edges and training nodes per node (the shape the step's peak is probed at)."""
+    n = max(wl.num_nodes, 1)
+    return wl.num_edges / n, wl.num_train / n
 
-        g = wl.graph
-        offsets = np.asarray(range_partition(g, world).offsets, dtype=np.int64)
-        indptr = np.asarray(g.indptr, dtype=np.int64)
-        owner = range_owner(offsets)
-        halo = np.zeros(world, dtype=np.int64)
-        for r in range(world):
-            lo, hi = int(offsets[r]), int(offsets[r + 1])
-            layout = build_exchange_layout(
-                np.arange(lo, hi, dtype=np.int64),
-                indptr[lo : hi + 1] - indptr[lo],
-                np.asarray(g.indices[indptr[lo] : indptr[hi]], dtype=np.int64),
-                owner,
-                rank=r,
-                world_size=world,
-            )
-            halo[r] = layout.num_halo
-        return np.diff(offsets), halo
-    n, e = wl.num_nodes, wl.num_edges
-    owned = np.full(world, n / world)
-    remote_edges = e / world * (1 - 1 / world)
-    halo = np.full(world, _expected_unique(remote_edges, n * (1 - 1 / world)))
-    return owned, halo
+
+def _fullgraph_counts(
+    wl: Workload, world: int, partition: str, seed: int
+) -> tuple[list[RankCounts], str]:
+    """Every rank's layout counts and how they were found.
+
+    Exact from the dataset (above :data:`METIS_EDGES` edges the range layout stands in for
+    METIS's, which would take minutes); modelled from the counts (uniform sources) otherwise.
+    """
+    if wl.graph is None:
+        counts = modelled_counts(wl.num_nodes, wl.num_edges, wl.num_train, world)
+        return [counts] * world, "model (uniform sources)"
+    if partition != "range" and world > 1 and wl.graph.num_edges > METIS_EDGES:
+        return rank_counts(wl.graph, world, "range", seed), "exact; range layout for metis"
+    return rank_counts(wl.graph, world, partition, seed), "exact"
+
+
+def _held_chunks(world: int, num_chunks: int | None, tune: bool) -> tuple[int, ...]:
+    """``K`` of each aggregator the engine holds at most (two while its tuner searches)."""
+    if num_chunks is not None:
+        return (int(num_chunks),)
+    if world == 1 or not tune:
+        return (1,)
+    return tuple(sorted(FullGraphEngineConfig().tuner_chunks)[-2:])
 
 
 def predict_fullgraph(
     wl: Workload, hw: Any, world: int, *, pipelined: bool = True, **knobs: Any
 ) -> Prediction:
-    """MGG: edge-balanced ranges, halo rows exchanged per layer, overlapped with aggregation."""
+    """MGG: edge-balanced ranges, halo rows exchanged per layer, overlapped with aggregation.
+
+    ``memory`` is the engine's ``peak_memory()`` on its fullest rank
+    (:func:`~fleetgnn.cost.fullgraph_memory.fullgraph_parts`: the owned node data, the layout
+    and send lists, the halo plans and aggregators it holds, the model and Adam's state);
+    ``workspace`` the step's transient peak on top, on the rank where it is largest
+    (:func:`~fleetgnn.cost.fullgraph_memory.step_peak_bytes`).
+
+    Knobs: ``partition`` (``range``/``metis``, default ``range``), ``num_chunks`` (``K``;
+    ``None``: tuned, and then the two largest candidates are counted as the two aggregators the
+    tuner may hold), ``tune`` (default ``True``), ``seed`` (METIS's, default 0).
+    """
     m = wl.model
-    owned, halo = _range_halo(wl, world)
+    partition = str(knobs.get("partition") or "range")
+    num_chunks = knobs.get("num_chunks")
+    chunks = _held_chunks(world, num_chunks, bool(knobs.get("tune", True)))
+    counts, how = _fullgraph_counts(wl, world, partition, int(knobs.get("seed", 0)))
+    owned = np.array([c.owned for c in counts], dtype=np.float64)
+    halo = np.array([c.halo for c in counts], dtype=np.float64)
     rows = int(halo.sum())
     per_rank_exchange = 0
     exchange = 0
@@ -363,21 +421,45 @@ def predict_fullgraph(
     comm = (per_rank_exchange + allreduce / max(world, 1)) / bw if world > 1 else 0.0
     agg_compute = 3.0 * spmm / float(hw.spmm_rate)
     hidden = min(comm, agg_compute) if pipelined and world > 1 else 0.0
-    device = (
-        n_r * wl.num_features * m.elem
-        + m.activation_bytes(n_r, e_r)
-        + float(halo.max()) * max(m.agg_widths) * m.elem * 2
-        + e_r * _IDX * 4
-    )
+    masks = _dataset_masks(wl.graph)
+    memory: dict[str, int] = {"device": 0, "host": 0}
+    for c in counts:
+        parts = fullgraph_parts(
+            m,
+            c,
+            num_nodes=wl.num_nodes,
+            num_features=wl.num_features,
+            world=world,
+            partition=partition,
+            chunks=chunks,
+            masks=masks,
+        )
+        narrow = 4 if wl.num_nodes < 2**31 else _IDX
+        # host arrays on GPUs: layout, send lists and plans, METIS's original IDs, Adam's steps;
+        # the exchange pipelines' send rows are device copies of the plans' (one per aggregator)
+        host = parts["layout"] + parts["plans"] + model_step_bytes(m)
+        host += narrow * wl.num_nodes if partition != "range" else 0
+        if hw.kind != "cpu":
+            parts = {**parts, "pipeline": _IDX * c.send * len(chunks)}
+        rank = _device_and_host(hw, parts, host)
+        memory = {k: max(memory[k], rank[k]) for k in memory}
+    peak = max(step_peak_bytes(m, c, _shape(wl)) for c in counts)
     pred = Prediction(
         "fullgraph",
         True,
         compute + comm - hidden,
         traffic,
-        {"device": int(device), "host": 0},
-        {"partition": "range", "pipelined": pipelined},
+        memory,
+        {
+            "partition": partition,
+            "pipelined": pipelined,
+            "num_chunks": num_chunks,
+            "held_chunks": list(chunks),
+            "counts": how,
+        },
         1,
         {"compute": compute, kind: comm, "hidden": hidden},
+        workspace={"device": int(peak)},
     )
     _check_memory(pred, hw, world)
     return pred

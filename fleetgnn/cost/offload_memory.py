@@ -70,7 +70,7 @@ class LayerMemory:
         )
 
 
-def _probe_model(model: Any, dtype: torch.dtype) -> torch.nn.Module:
+def probe_model(model: Any, dtype: torch.dtype) -> torch.nn.Module:
     """The :func:`~fleetgnn.nn.build_model` model of ``model``'s shape (a ``ModelShape``)."""
     w, layers = model.widths, model.num_layers
     kwargs: dict[str, Any] = {"num_layers": layers}
@@ -154,7 +154,7 @@ def layer_memory(model: Any, cached_layers: tuple[bool, ...]) -> tuple[LayerMemo
         ConfigError: If the model cannot be rebuilt from its shape.
     """
     dtype = torch.float64 if model.elem == 8 else torch.float32
-    net = _probe_model(model, dtype)
+    net = probe_model(model, dtype)
     probes = [_BASE]  # the base block, then each count raised by its step in turn
     for j, step in enumerate(_STEP):
         raised = list(_BASE)

@@ -114,6 +114,8 @@ class Plan:
     def table(self) -> str:
         """A plain-text table of every engine, then the choice and its reason.
 
+        ``device GiB`` is a rank's peak: ``memory`` plus ``workspace`` (``--json`` has both).
+
         With a target accuracy the table gains the columns ``to target`` (epochs: ``12``,
         ``> 5`` for a lower bound, ``?`` for no estimate) and ``target s`` (their time).
         """
@@ -146,7 +148,8 @@ class Plan:
                 extra = f" {epochs:>9} {secs:>9}"
             lines.append(
                 f"{name:<10} {'yes' if p.fits else 'no':<5} {p.epoch_s:>9.3g}{extra} "
-                f"{gib(p.memory.get('device', 0)):>11} {gib(p.memory.get('host', 0)):>9} "
+                f"{gib(p.memory.get('device', 0) + p.workspace.get('device', 0)):>11} "
+                f"{gib(p.memory.get('host', 0)):>9} "
                 f"{t.get('peer', 0) / 1e9:>8.3g} {t.get('h2d', 0) / 1e9:>8.3g} "
                 f"{t.get('net', 0) / 1e9:>7.3g}  {knobs}"
             )
@@ -156,6 +159,7 @@ class Plan:
                 f"mode; '> K': not reached in K epochs (a lower bound); '?': no estimate "
                 f"(ranked after the others)"
             )
+        lines.append("device GiB: per rank, what the engine holds plus its step's peak")
         lines += ["", f"choice: {self.choice or 'none fits'}", self.reason]
         return "\n".join(lines)
 
@@ -233,7 +237,8 @@ def _smallest_change(wl: Workload, hw: HardwareProfile, nproc: int, names: list[
         )
         if any(predict_engine(n, half, hw, nproc).fits for n in names):
             return f"a smaller hidden size (model.hidden={max(1, hidden // 2)})"
-    need = min(p.memory.get("device", 0) for p in (predict_engine(n, wl, hw, nproc) for n in names))
+    preds = [predict_engine(n, wl, hw, nproc) for n in names]
+    need = min(p.memory.get("device", 0) + p.workspace.get("device", 0) for p in preds)
     return f"devices with at least {need / 2**30:.1f} GiB"
 
 
@@ -475,7 +480,8 @@ def knobs_from_config(cfg: Any) -> dict[str, dict[str, Any]]:
     """The engine knobs a run config fixes, for :func:`make_plan`'s ``knobs``.
 
     The run's seed (the replayed samples are the run's), the store's budgets where set (unset
-    ones stay the planner's choice), its placement and topology; split's partition.
+    ones stay the planner's choice), its placement and topology; split's partition; fullgraph's
+    partition, chunks and tuning (the aggregators it holds).
     """
     st, seed = cfg.store, int(cfg.train.seed)
     store: dict[str, Any] = {"seed": seed, "placement": st.placement, "topology": st.topology}
@@ -485,7 +491,10 @@ def knobs_from_config(cfg: Any) -> dict[str, dict[str, Any]]:
     split: dict[str, Any] = {"seed": seed, "partition": cfg.split.partition}
     if st.device_budget is not None:
         split["device_budget"] = st.device_budget
-    return {"minibatch": store, "split": split}
+    fg = cfg.fullgraph
+    fullgraph = {"seed": seed, "partition": fg.partition, "num_chunks": fg.num_chunks}
+    fullgraph["tune"] = fg.tune
+    return {"minibatch": store, "split": split, "fullgraph": fullgraph}
 
 
 def workload_from_config(
