@@ -7,6 +7,7 @@ the single-process reference.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.rows import RowReader
@@ -384,3 +386,83 @@ def metrics_from_sums(keys: Sequence[str], t: torch.Tensor, has_val: bool) -> di
         n_val = float(t[2 * list(keys).index("val") + 1])
         out["val_loss"] = float(t[-1] / n_val) if n_val else float("nan")
     return out
+
+
+# ---------------------------------------------------------------------------------- memory
+def process_memory() -> dict[str, int]:
+    """This process's ``RssAnon`` (now) and ``VmHWM`` (peak RSS) in bytes, from ``/proc``.
+
+    Returns:
+        ``{"rss_anon": ..., "rss_peak": ...}`` with the keys ``/proc/self/status`` has; empty
+        where there is no ``/proc``.
+    """
+    keys = {"RssAnon:": "rss_anon", "VmHWM:": "rss_peak"}
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/status") as f:
+            for line in f:
+                name = line.split(maxsplit=1)[0] if line.strip() else ""
+                if name in keys:
+                    out[keys[name]] = int(line.split()[1]) * 1024  # kB
+    return out
+
+
+class HeldBytes:
+    """Bytes of the in-memory tensors and arrays reachable from some objects, each buffer once.
+
+    :meth:`add` walks containers (lists, tuples, sets, dicts) and fleetgnn objects (their
+    ``__dict__`` and ``__slots__``); torch tensors count their whole storage, numpy arrays their
+    owning buffer; a buffer seen before (e.g. a tensor made with ``torch.from_numpy``) counts
+    once. Memory maps (file-backed, not anonymous memory) are left out, and so are
+    communicators and contexts (no state of the rank's own). Sparse tensors are not walked
+    (the engines build them per call).
+
+    Attributes:
+        by_device: Bytes per device type (``"cpu"``, ``"cuda"``) over every :meth:`add`.
+    """
+
+    def __init__(self) -> None:
+        self._objs: set[int] = set()
+        self._bufs: set[tuple[str, int]] = set()
+        self.by_device: dict[str, int] = {}
+
+    def add(self, *roots: object) -> int:
+        """Walk ``roots``; returns the bytes of the buffers not counted before."""
+        total = 0
+        stack = list(roots)
+        while stack:
+            obj = stack.pop()
+            if obj is None or isinstance(obj, str | int | float | bool) or id(obj) in self._objs:
+                continue
+            self._objs.add(id(obj))
+            if isinstance(obj, torch.Tensor):
+                if obj.layout == torch.strided and not obj.is_meta:
+                    st = obj.untyped_storage()
+                    total += self._count(obj.device.type, st.data_ptr(), st.nbytes())
+            elif isinstance(obj, np.ndarray):
+                base = obj
+                while isinstance(base.base, np.ndarray):
+                    base = base.base
+                if not isinstance(base, np.memmap):
+                    total += self._count("cpu", base.__array_interface__["data"][0], base.nbytes)
+            elif isinstance(obj, list | tuple | set | frozenset):
+                stack.extend(obj)
+            elif isinstance(obj, dict):
+                stack.extend(obj.values())
+            elif isinstance(obj, Communicator | DistContext):
+                continue
+            elif type(obj).__module__.startswith("fleetgnn."):
+                stack.extend(getattr(obj, "__dict__", {}).values())
+                for cls in type(obj).__mro__:
+                    slots = getattr(cls, "__slots__", ())
+                    for name in (slots,) if isinstance(slots, str) else slots:
+                        stack.append(getattr(obj, name, None))
+        return total
+
+    def _count(self, device: str, ptr: int, nbytes: int) -> int:
+        key = (device, ptr)
+        if ptr == 0 or key in self._bufs:
+            return 0
+        self._bufs.add(key)
+        self.by_device[device] = self.by_device.get(device, 0) + int(nbytes)
+        return int(nbytes)

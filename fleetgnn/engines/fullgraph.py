@@ -52,15 +52,17 @@ import numpy as np
 import torch
 
 from fleetgnn.config import FullGraphEngineConfig
-from fleetgnn.distributed import Communicator, DistContext
+from fleetgnn.distributed import DistContext
 from fleetgnn.engines.base import FullGraphEngineBase, StepStats
 from fleetgnn.engines.common import (
+    HeldBytes,
     LossFn,
     all_reduce_gradients,
     labels_and_masks,
     loss_sum,
     normalize_rows,
     num_classes_of,
+    process_memory,
     setup_distributed,
     setup_model,
     split_metrics,
@@ -181,24 +183,6 @@ class GreedyTuner:
 
 
 # ---------------------------------------------------------------------------------- memory
-def process_memory() -> dict[str, int]:
-    """This process's ``RssAnon`` (now) and ``VmHWM`` (peak RSS) in bytes, from ``/proc``.
-
-    Returns:
-        ``{"rss_anon": ..., "rss_peak": ...}`` with the keys ``/proc/self/status`` has; empty
-        where there is no ``/proc``.
-    """
-    keys = {"RssAnon:": "rss_anon", "VmHWM:": "rss_peak"}
-    out: dict[str, int] = {}
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        with open("/proc/self/status") as f:
-            for line in f:
-                name = line.split(maxsplit=1)[0] if line.strip() else ""
-                if name in keys:
-                    out[keys[name]] = int(line.split()[1]) * 1024  # kB
-    return out
-
-
 def release_freed_memory() -> None:
     """Return the C heap's free memory to the system (glibc ``malloc_trim``; elsewhere nothing).
 
@@ -207,67 +191,6 @@ def release_freed_memory() -> None:
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-class HeldBytes:
-    """Bytes of the in-memory tensors and arrays reachable from some objects, each buffer once.
-
-    :meth:`add` walks containers (lists, tuples, sets, dicts) and fleetgnn objects (their
-    ``__dict__`` and ``__slots__``); torch tensors count their whole storage, numpy arrays their
-    owning buffer; a buffer seen before (e.g. a tensor made with ``torch.from_numpy``) counts
-    once. Memory maps (file-backed, not anonymous memory) are left out, and so are
-    communicators and contexts (no state of the rank's own). Sparse tensors are not walked
-    (the engines build them per call).
-
-    Attributes:
-        by_device: Bytes per device type (``"cpu"``, ``"cuda"``) over every :meth:`add`.
-    """
-
-    def __init__(self) -> None:
-        self._objs: set[int] = set()
-        self._bufs: set[tuple[str, int]] = set()
-        self.by_device: dict[str, int] = {}
-
-    def add(self, *roots: object) -> int:
-        """Walk ``roots``; returns the bytes of the buffers not counted before."""
-        total = 0
-        stack = list(roots)
-        while stack:
-            obj = stack.pop()
-            if obj is None or isinstance(obj, str | int | float | bool) or id(obj) in self._objs:
-                continue
-            self._objs.add(id(obj))
-            if isinstance(obj, torch.Tensor):
-                if obj.layout == torch.strided and not obj.is_meta:
-                    st = obj.untyped_storage()
-                    total += self._count(obj.device.type, st.data_ptr(), st.nbytes())
-            elif isinstance(obj, np.ndarray):
-                base = obj
-                while isinstance(base.base, np.ndarray):
-                    base = base.base
-                if not isinstance(base, np.memmap):
-                    total += self._count("cpu", base.__array_interface__["data"][0], base.nbytes)
-            elif isinstance(obj, list | tuple | set | frozenset):
-                stack.extend(obj)
-            elif isinstance(obj, dict):
-                stack.extend(obj.values())
-            elif isinstance(obj, Communicator | DistContext):
-                continue
-            elif type(obj).__module__.startswith("fleetgnn."):
-                stack.extend(getattr(obj, "__dict__", {}).values())
-                for cls in type(obj).__mro__:
-                    slots = getattr(cls, "__slots__", ())
-                    for name in (slots,) if isinstance(slots, str) else slots:
-                        stack.append(getattr(obj, name, None))
-        return total
-
-    def _count(self, device: str, ptr: int, nbytes: int) -> int:
-        key = (device, ptr)
-        if ptr == 0 or key in self._bufs:
-            return 0
-        self._bufs.add(key)
-        self.by_device[device] = self.by_device.get(device, 0) + int(nbytes)
-        return int(nbytes)
 
 
 # ---------------------------------------------------------------------------------- engine

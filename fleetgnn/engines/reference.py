@@ -28,12 +28,14 @@ from fleetgnn.config import ReferenceEngineConfig
 from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
 from fleetgnn.engines.common import (
     DTYPES,
+    HeldBytes,
     LossFn,
     check_fanouts,
     labels_and_masks,
     loss_sum,
     node_features,
     num_classes_of,
+    process_memory,
     require_trainable,
     resolve_device,
     setup_model,
@@ -100,6 +102,7 @@ class ReferenceEngine(EngineBase):
             )
             self.sampler = NeighborSampler(self.topology, list(config.fanouts), seed=self.seed)
         self._full_agg: LocalAggregator | None = None
+        self._memory: dict[str, int] = {}
         #: How mini-batch-mode evaluation cuts the nodes into chunks (bounds its memory).
         self.chunking = Chunking()
 
@@ -211,6 +214,36 @@ class ReferenceEngine(EngineBase):
             return h
         finally:
             self.model.train()
+
+    def peak_memory(self) -> dict[str, int]:
+        """What this process holds, the largest seen at any call (the trainer's epoch ends).
+
+        ``device``: the bytes of the engine's state on its device (features, labels, masks,
+        training IDs, the full-graph aggregator once built, parameters, gradients and optimizer
+        state; each buffer once, memory maps left out: what the cost model's
+        ``predict_reference`` predicts); ``host``: the CPU-resident part when the device is a
+        GPU; ``rss_anon`` and ``rss_peak``: the process's anonymous and peak RSS (where
+        ``/proc`` exists). Activations live only during a step and are not in ``device``.
+        """
+        held = HeldBytes()
+        params = list(self.module.parameters())
+        held.add(
+            self.x,
+            self.y,
+            self.masks,
+            self.train_ids,
+            self._full_agg,
+            params,
+            [p.grad for p in params],
+            list(self.optimizer.state.values()),
+        )
+        live = sum(held.by_device.values())
+        cpu = held.by_device.get("cpu", 0)
+        now = {"device": live} if self.device.type == "cpu" else {"device": live - cpu, "host": cpu}
+        now.update(process_memory())
+        for key, value in now.items():
+            self._memory[key] = max(self._memory.get(key, 0), int(value))
+        return dict(self._memory)
 
     def evaluate(self) -> dict[str, float]:
         """Accuracy per split and validation loss, from full-neighbour inference.

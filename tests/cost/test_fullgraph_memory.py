@@ -88,6 +88,7 @@ def _reference(model):
         [p.grad for p in params],
         list(e.optimizer.state.values()),
     )
+    assert e.peak_memory()["device"] == held  # what metrics.jsonl records for the engine
     return held, saved, peak
 
 
