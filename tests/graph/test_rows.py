@@ -54,8 +54,9 @@ def test_row_reader_ways_read_the_same_rows(tmp_path, cached):
 
 
 def test_row_reader_maps_cached_rows_and_preads_the_rest(tmp_path, monkeypatch):
-    """The probe decides per call: a file just written is in the page cache (mapping); a call
-    whose probe finds the rows uncached reads them with pread."""
+    """The probe decides per call: a file just written is in the page cache (mapping), unless
+    the file is large for the machine's memory; a call whose probe finds the rows uncached
+    reads them with pread."""
     import fleetgnn.graph.rows as rows_mod
 
     a = np.arange(4096 * 16, dtype=np.int64).reshape(4096, 16)
@@ -67,9 +68,13 @@ def test_row_reader_maps_cached_rows_and_preads_the_rest(tmp_path, monkeypatch):
     assert reader.cached_fraction(np.sort(ids)) == 1.0
     np.testing.assert_array_equal(reader.take(ids), a[ids])
     assert (reader.mapped_calls, reader.pread_calls) == (1, 0)
+    monkeypatch.setattr(rows_mod, "MAP_FRACTION", 1e-12)  # a file "near the memory": pread
+    np.testing.assert_array_equal(reader.take(ids), a[ids])
+    assert (reader.mapped_calls, reader.pread_calls) == (1, 1)
+    monkeypatch.undo()
     monkeypatch.setattr(RowReader, "cached_fraction", lambda self, sid: 0.0)
     np.testing.assert_array_equal(reader.take(ids[::-1]), a[ids[::-1]])
-    assert (reader.mapped_calls, reader.pread_calls) == (1, 1)
+    assert (reader.mapped_calls, reader.pread_calls) == (1, 2)
     reader.close()
 
 
