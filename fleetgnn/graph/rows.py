@@ -7,16 +7,17 @@ page-cache folios, readahead: a few hundred scattered rows of a 200 MB file mapp
 :func:`~fleetgnn.graph.open_dataset` and the streaming-inference scratch files give) into the
 caller's own buffers, one of two ways per call, decided by where the rows are:
 
-- **Cached, in a file of at most** :data:`MAP_FRACTION` **of the machine's memory** (most of a
-  sample of the requested rows is in the page cache, probed with ``preadv(..., RWF_NOWAIT)``,
-  which does not wait for the disk): the rows are copied, in sorted blocks, through the reader's
-  own mapping advised ``MADV_RANDOM``, and each block's pages are unmapped again
-  (``MADV_DONTNEED``: they stay in the page cache, they leave the process). 1M random 512-byte
-  rows of a cached 5.7 GB file: 0.42 s, against 0.72 s with ``pread`` (this 2-core VM, 24 GiB).
-  In a file near the machine's memory the kernel's work per fault (it maps the cached pages
-  around each one, and unmapping undoes it) outweighs the system calls saved: inference-shaped
-  reads of a 17 GB file (62k rows per chunk) took 8 us per row through the mapping and 5 us with
-  ``pread``, so larger files always use ``pread``.
+- **Dense and cached, in a file of at most** :data:`MAP_FRACTION` **of the machine's memory**
+  (at least one requested row per :data:`MAP_PAGES_PER_ROW` pages of the span they cover, and
+  most of a sample of them in the page cache, probed with ``preadv(..., RWF_NOWAIT)``, which
+  does not wait for the disk): the rows are copied, in sorted blocks, through the reader's own
+  mapping advised ``MADV_RANDOM``, and each block's pages are unmapped again (``MADV_DONTNEED``:
+  they stay in the page cache, they leave the process). 1M random 512-byte rows of a cached
+  5.7 GB file: 0.42 s, against 0.72 s with ``pread`` (this 2-core VM, 24 GiB).
+  For sparse calls the kernel's work per fault (it maps the cached pages around each one, and
+  unmapping undoes it) outweighs the system calls saved: inference-shaped reads (62k source rows
+  per chunk, 40 chunks) took 12.1 s through the mapping and 10.4 s with ``pread`` in the 5.7 GB
+  file, and 8 us against 5 us per row in a 17 GB one.
 - **Otherwise**: sorted, coalesced ``os.preadv`` calls (IDs less than :data:`READ_GAP_BYTES`
   apart share one read, at most :data:`READ_RUN_BYTES` per read), with the file advised
   ``POSIX_FADV_RANDOM`` (no readahead beyond the runs asked for).
@@ -49,6 +50,7 @@ from fleetgnn.graph.loaders._io import memory_available, memory_total
 __all__ = [
     "CACHED_FRACTION",
     "MAP_FRACTION",
+    "MAP_PAGES_PER_ROW",
     "READ_GAP_BYTES",
     "READ_RUN_BYTES",
     "RowReader",
@@ -65,6 +67,8 @@ READ_RUN_BYTES = 4 << 20
 CACHED_FRACTION = 0.5
 #: Files larger than this fraction of the machine's memory are always read with ``pread``.
 MAP_FRACTION = 0.5
+#: A call maps its rows only with at least one row per this many pages of the span they cover.
+MAP_PAGES_PER_ROW = 2
 #: Requested rows probed for residency per call (spread over the sorted IDs).
 _PROBES = 64
 #: Rows copied through the mapping per block, and the most file bytes a block spans (its pages
@@ -245,6 +249,10 @@ class RowReader:
         if self._cached == "pread" or _MADV_DONTNEED is None:
             return False
         if self._cached == "auto":
+            pages = (int(sid[-1]) - int(sid[0]) + 1) * self.row_bytes / mmap.PAGESIZE
+            if sid.size * MAP_PAGES_PER_ROW < pages:
+                self._read_ahead_if_cold(sid)
+                return False  # sparse: pread (see the module docstring)
             cached = self.cached_fraction(sid) >= CACHED_FRACTION
             if not cached and self._read_ahead():
                 cached = self.cached_fraction(sid) >= CACHED_FRACTION
@@ -252,6 +260,11 @@ class RowReader:
             if not cached or size > MAP_FRACTION * memory_total():
                 return False
         return self._mapping() is not None
+
+    def _read_ahead_if_cold(self, sid: np.ndarray) -> None:
+        """:meth:`_read_ahead` when the rows ``sid`` are mostly uncached (until it has been)."""
+        if not self.read_ahead and self.cached_fraction(sid) < CACHED_FRACTION:
+            self._read_ahead()
 
     def _read_ahead(self) -> bool:
         """Ask the kernel once to read the whole file ahead, if it fits in memory; whether asked."""

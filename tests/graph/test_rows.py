@@ -54,9 +54,9 @@ def test_row_reader_ways_read_the_same_rows(tmp_path, cached):
 
 
 def test_row_reader_maps_cached_rows_and_preads_the_rest(tmp_path, monkeypatch):
-    """The probe decides per call: a file just written is in the page cache (mapping), unless
-    the file is large for the machine's memory; a call whose probe finds the rows uncached
-    reads them with pread."""
+    """Per call: dense rows of a file just written (in the page cache) go through the mapping;
+    sparse rows, a file large for the machine's memory, or rows the probe finds uncached are
+    read with pread."""
     import fleetgnn.graph.rows as rows_mod
 
     a = np.arange(4096 * 16, dtype=np.int64).reshape(4096, 16)
@@ -68,13 +68,16 @@ def test_row_reader_maps_cached_rows_and_preads_the_rest(tmp_path, monkeypatch):
     assert reader.cached_fraction(np.sort(ids)) == 1.0
     np.testing.assert_array_equal(reader.take(ids), a[ids])
     assert (reader.mapped_calls, reader.pread_calls) == (1, 0)
+    sparse = np.array([4095, 0, 2048])  # 3 rows over 128 pages: pread, cached or not
+    np.testing.assert_array_equal(reader.take(sparse), a[sparse])
+    assert (reader.mapped_calls, reader.pread_calls) == (1, 1)
     monkeypatch.setattr(rows_mod, "MAP_FRACTION", 1e-12)  # a file "near the memory": pread
     np.testing.assert_array_equal(reader.take(ids), a[ids])
-    assert (reader.mapped_calls, reader.pread_calls) == (1, 1)
+    assert (reader.mapped_calls, reader.pread_calls) == (1, 2)
     monkeypatch.undo()
     monkeypatch.setattr(RowReader, "cached_fraction", lambda self, sid: 0.0)
     np.testing.assert_array_equal(reader.take(ids[::-1]), a[ids[::-1]])
-    assert (reader.mapped_calls, reader.pread_calls) == (1, 2)
+    assert (reader.mapped_calls, reader.pread_calls) == (1, 3)
     reader.close()
 
 
