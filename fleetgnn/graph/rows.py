@@ -14,10 +14,12 @@ caller's own buffers, one of two ways per call, decided by where the rows are:
   mapping advised ``MADV_RANDOM``, and each block's pages are unmapped again (``MADV_DONTNEED``:
   they stay in the page cache, they leave the process). 1M random 512-byte rows of a cached
   5.7 GB file: 0.42 s, against 0.72 s with ``pread`` (this 2-core VM, 24 GiB).
-  For sparse calls the kernel's work per fault (it maps the cached pages around each one, and
-  unmapping undoes it) outweighs the system calls saved: inference-shaped reads (62k source rows
-  per chunk, 40 chunks) took 12.1 s through the mapping and 10.4 s with ``pread`` in the 5.7 GB
-  file, and 8 us against 5 us per row in a 17 GB one.
+  Inference chunks (62k source rows each) of papers-like 0.02's 1.1 GB features are that dense
+  (one row per ~4 pages): ``embed`` took 18 s with the mapping and 50 s with ``pread``. For sparser
+  calls the kernel's work per fault (it maps the cached pages around each one, and unmapping
+  undoes it) outweighs the system calls saved: the same chunks in 0.1's 5.7 GB file (one row
+  per ~22 pages) took 12.1 s through the mapping and 10.4 s with ``pread`` (40 chunks), and
+  8 us against 5 us per row in 0.3's 17 GB one.
 - **Otherwise**: sorted, coalesced ``os.preadv`` calls (IDs less than :data:`READ_GAP_BYTES`
   apart share one read, at most :data:`READ_RUN_BYTES` per read), with the file advised
   ``POSIX_FADV_RANDOM`` (no readahead beyond the runs asked for).
@@ -67,8 +69,9 @@ READ_RUN_BYTES = 4 << 20
 CACHED_FRACTION = 0.5
 #: Files larger than this fraction of the machine's memory are always read with ``pread``.
 MAP_FRACTION = 0.5
-#: A call maps its rows only with at least one row per this many pages of the span they cover.
-MAP_PAGES_PER_ROW = 2
+#: A call maps its rows only with at least one row per this many pages of the span they cover
+#: (the kernel maps up to 16 cached pages around each fault).
+MAP_PAGES_PER_ROW = 16
 #: Requested rows probed for residency per call (spread over the sorted IDs).
 _PROBES = 64
 #: Rows copied through the mapping per block, and the most file bytes a block spans (its pages
