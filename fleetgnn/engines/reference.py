@@ -215,16 +215,8 @@ class ReferenceEngine(EngineBase):
         finally:
             self.model.train()
 
-    def peak_memory(self) -> dict[str, int]:
-        """What this process holds, the largest seen at any call (the trainer's epoch ends).
-
-        ``device``: the bytes of the engine's state on its device (features, labels, masks,
-        training IDs, the full-graph aggregator once built, parameters, gradients and optimizer
-        state; each buffer once, memory maps left out: what the cost model's
-        ``predict_reference`` predicts); ``host``: the CPU-resident part when the device is a
-        GPU; ``rss_anon`` and ``rss_peak``: the process's anonymous and peak RSS (where
-        ``/proc`` exists). Activations live only during a step and are not in ``device``.
-        """
+    def held_bytes(self) -> HeldBytes:
+        """The engine's state now, walked once (see :meth:`peak_memory` for the parts)."""
         held = HeldBytes()
         params = list(self.module.parameters())
         held.add(
@@ -237,6 +229,19 @@ class ReferenceEngine(EngineBase):
             [p.grad for p in params],
             list(self.optimizer.state.values()),
         )
+        return held
+
+    def peak_memory(self) -> dict[str, int]:
+        """What this process holds, the largest seen at any call (the trainer's epoch ends).
+
+        ``device``: the bytes of the engine's state on its device (features, labels, masks,
+        training IDs, the full-graph aggregator once built, parameters, gradients and optimizer
+        state; each buffer once, memory maps left out: what the cost model's
+        ``predict_reference`` predicts); ``host``: the CPU-resident part when the device is a
+        GPU; ``rss_anon`` and ``rss_peak``: the process's anonymous and peak RSS (where
+        ``/proc`` exists). Activations live only during a step and are not in ``device``.
+        """
+        held = self.held_bytes()
         live = sum(held.by_device.values())
         cpu = held.by_device.get("cpu", 0)
         now = {"device": live} if self.device.type == "cpu" else {"device": live - cpu, "host": cpu}

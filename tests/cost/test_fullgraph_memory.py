@@ -23,7 +23,6 @@ from fleetgnn.cost.fullgraph_memory import (
 )
 from fleetgnn.distributed import destroy, init
 from fleetgnn.distributed.testing import context_of, run_world
-from fleetgnn.engines.fullgraph import HeldBytes
 from fleetgnn.nn.recompute import SavedBytesMeter
 from fleetgnn.train import engine_from_config
 
@@ -77,17 +76,7 @@ def _reference(model):
     """The reference engine's held state after full-mode epochs, saved bytes and step peak."""
     e = engine_from_config(_cfg("reference", model), _community_graph(), None)
     saved, peak = _epochs(e, e.x)
-    params = list(e.module.parameters())
-    held = HeldBytes().add(
-        e.x,
-        e.y,
-        e.masks,
-        e.train_ids,
-        e.full_aggregator,
-        params,
-        [p.grad for p in params],
-        list(e.optimizer.state.values()),
-    )
+    held = sum(e.held_bytes().by_device.values())  # the walk fullgraph's held_bytes makes
     assert e.peak_memory()["device"] == held  # what metrics.jsonl records for the engine
     return held, saved, peak
 

@@ -233,30 +233,27 @@ def test_topology_errors_name_the_key():
         UnifiedStore.build(g, None, TierBudgets(), topology=[[700, 50], [50, 700]])
 
 
-def _vm_flags(path) -> list[list[str]]:
-    """``VmFlags`` of this process's mappings of ``path`` (from ``/proc/self/smaps``)."""
+def _smaps(path, field: str) -> list[list[str]]:
+    """``field`` (e.g. ``"VmFlags"``) of this process's mappings of ``path``, split in words."""
     out, current = [], None
     with open("/proc/self/smaps") as f:
         for line in f:
             head = line.split()
             if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
                 current = line.rstrip("\n").endswith(str(path))
-            elif line.startswith("VmFlags:") and current:
+            elif line.startswith(field + ":") and current:
                 out.append(line.split()[1:])
     return out
 
 
+def _vm_flags(path) -> list[list[str]]:
+    """``VmFlags`` of this process's mappings of ``path`` (from ``/proc/self/smaps``)."""
+    return _smaps(path, "VmFlags")
+
+
 def _rss_kib(path) -> list[int]:
     """``Rss`` (KiB) of this process's mappings of ``path`` (from ``/proc/self/smaps``)."""
-    out, current = [], None
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
-                current = line.rstrip("\n").endswith(str(path))
-            elif line.startswith("Rss:") and current:
-                out.append(int(line.split()[1]))
-    return out
+    return [int(words[0]) for words in _smaps(path, "Rss")]
 
 
 @pytest.mark.parametrize("cached", ["pread", "map"])

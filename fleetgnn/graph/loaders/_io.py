@@ -285,27 +285,28 @@ EDGE_BYTES = 112  # measured: about 100 bytes per edge (5.3M edges, 530 MB peak)
 NODE_BYTES = 40
 
 
-def memory_available() -> int | None:
-    """Memory available for new allocations now (``MemAvailable``), or ``None`` if unknown."""
+def _meminfo(key: str) -> int | None:
+    """``/proc/meminfo``'s ``key`` (e.g. ``"MemTotal"``) in bytes, or ``None`` if unknown."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
 
 
+def memory_available() -> int | None:
+    """Memory available for new allocations now (``MemAvailable``), or ``None`` if unknown."""
+    return _meminfo("MemAvailable")
+
+
 def memory_total() -> int:
     """This machine's physical memory in bytes (``MemTotal``; a guess of 16 GiB if unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    total = _meminfo("MemTotal")
+    if total is not None:
+        return total
     try:
         return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (OSError, ValueError, AttributeError):
