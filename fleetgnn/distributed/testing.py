@@ -13,13 +13,14 @@ Processes are expensive: put several checks into one world and return what the t
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import pickle
 import shutil
 import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -27,7 +28,7 @@ import torch
 import torch.multiprocessing as mp
 
 from fleetgnn.distributed.comm import Communicator
-from fleetgnn.distributed.context import DistContext
+from fleetgnn.distributed.context import DistContext, destroy, init
 from fleetgnn.distributed.errors import DistError, WorkerFailed
 
 
@@ -157,3 +158,20 @@ def context_of(comm: Communicator) -> DistContext:
         group=comm.group,
         owns_group=False,
     )
+
+
+@contextlib.contextmanager
+def context_or_own(comm: Communicator | None) -> Iterator[DistContext]:
+    """The context of ``comm`` (a ``run_world`` rank), or of a one-process group of its own.
+
+    For ``comm=None`` the group is made here and destroyed on exit, so an in-process test
+    leaves no default process group behind.
+    """
+    if comm is not None:
+        yield context_of(comm)
+        return
+    own = init()
+    try:
+        yield own
+    finally:
+        destroy(own)

@@ -21,8 +21,7 @@ from fleetgnn.cost.fullgraph_memory import (
     rank_counts,
     step_saved_bytes,
 )
-from fleetgnn.distributed import destroy, init
-from fleetgnn.distributed.testing import context_of, run_world
+from fleetgnn.distributed.testing import context_or_own, run_world
 from fleetgnn.nn.recompute import SavedBytesMeter
 from fleetgnn.train import engine_from_config
 
@@ -55,10 +54,8 @@ def _epochs(e, x):
 def _fullgraph(comm, cases):
     """This rank's ``(peak_memory()["device"], saved, step peak)`` per case (``None``: here)."""
     out = []
-    own = init() if comm is None else None  # a one-process group, torn down below
-    try:
+    with context_or_own(comm) as ctx:
         for model, partition, chunks in cases:
-            ctx = context_of(comm) if comm is not None else own
             knobs = {"partition": partition, "num_chunks": chunks, "depth": 1, "tune": False}
             e = engine_from_config(_cfg("fullgraph", model), _community_graph(), ctx, **knobs)
             try:
@@ -66,9 +63,6 @@ def _fullgraph(comm, cases):
                 out.append((e.peak_memory()["device"], saved, peak))
             finally:
                 e.close()
-    finally:
-        if own is not None:
-            destroy(own)
     return out
 
 

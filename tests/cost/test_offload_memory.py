@@ -6,8 +6,7 @@ from fleetgnn.config import load_config
 from fleetgnn.cost import PROFILES, predict_engine, workload_from_config
 from fleetgnn.cost.models import ModelShape
 from fleetgnn.cost.offload_memory import layer_memory
-from fleetgnn.distributed import destroy, init
-from fleetgnn.distributed.testing import context_of, run_world
+from fleetgnn.distributed.testing import context_or_own, run_world
 from fleetgnn.train import engine_from_config
 
 from ..engines.test_offload import _community_graph
@@ -28,20 +27,15 @@ def _sets(model, dtype):
 def _peaks(comm, cases):
     """This rank's ``peak_memory()["device"]`` of one epoch, per case (``comm=None``: here)."""
     out = []
-    own = init() if comm is None else None  # a one-process group, torn down below
-    try:
+    with context_or_own(comm) as ctx:
         for model, _, knobs, dtype in cases:
             cfg = load_config(None, ["train.engine=offload", *_sets(model, dtype)])
-            ctx = context_of(comm) if comm is not None else own
             e = engine_from_config(cfg, _community_graph(), ctx, **knobs)
             try:
                 e.run_epoch(0)
                 out.append(e.peak_memory()["device"])
             finally:
                 e.close()
-    finally:
-        if own is not None:
-            destroy(own)
     return out
 
 
