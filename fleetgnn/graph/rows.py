@@ -156,12 +156,14 @@ class RowReader:
         self.dtype = np.dtype(array.dtype)
         self.row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
         self.offset = 0
+        self._file_bytes = 0  # the header and every row: the bytes a file of the rows holds
         if file_rows(array):
             try:
                 self._fd = os.open(array.filename, os.O_RDONLY)
             except OSError:
                 return
             self.offset = int(array.offset)
+            self._file_bytes = self.offset + self.shape[0] * self.row_bytes
             advise = getattr(os, "posix_fadvise", None)
             if advise is not None:  # this open file only: no readahead beyond the runs asked for
                 try:
@@ -253,21 +255,15 @@ class RowReader:
             return False
         if self._cached == "auto":
             pages = (int(sid[-1]) - int(sid[0]) + 1) * self.row_bytes / mmap.PAGESIZE
-            if sid.size * MAP_PAGES_PER_ROW < pages:
-                self._read_ahead_if_cold(sid)
-                return False  # sparse: pread (see the module docstring)
+            sparse = sid.size * MAP_PAGES_PER_ROW < pages  # pread (see the module docstring)
+            if sparse and self.read_ahead:
+                return False
             cached = self.cached_fraction(sid) >= CACHED_FRACTION
-            if not cached and self._read_ahead():
+            if not cached and self._read_ahead() and not sparse:
                 cached = self.cached_fraction(sid) >= CACHED_FRACTION
-            size = self.offset + self.shape[0] * self.row_bytes
-            if not cached or size > MAP_FRACTION * memory_total():
+            if sparse or not cached or self._file_bytes > MAP_FRACTION * memory_total():
                 return False
         return self._mapping() is not None
-
-    def _read_ahead_if_cold(self, sid: np.ndarray) -> None:
-        """:meth:`_read_ahead` when the rows ``sid`` are mostly uncached (until it has been)."""
-        if not self.read_ahead and self.cached_fraction(sid) < CACHED_FRACTION:
-            self._read_ahead()
 
     def _read_ahead(self) -> bool:
         """Ask the kernel once to read the whole file ahead, if it fits in memory; whether asked."""
@@ -275,12 +271,11 @@ class RowReader:
         with self._lock:
             if self.read_ahead or self._fd is None or advise is None:
                 return False
-            size = self.offset + self.shape[0] * self.row_bytes
-            if not fits_in_cache(size):
+            if not fits_in_cache(self._file_bytes):
                 return False
             self.read_ahead = True
             try:
-                advise(self._fd, 0, size, os.POSIX_FADV_WILLNEED)
+                advise(self._fd, 0, self._file_bytes, os.POSIX_FADV_WILLNEED)
             except OSError:
                 return False
             return True
@@ -295,7 +290,7 @@ class RowReader:
                     return None
                 if _MADV_RANDOM is not None:
                     mm.madvise(_MADV_RANDOM)  # no readahead around the rows asked for
-                if len(mm) < self.offset + self.shape[0] * self.row_bytes:
+                if len(mm) < self._file_bytes:
                     mm.close()  # the file no longer holds the rows: pread reports it
                     return None
                 self._map = mm
