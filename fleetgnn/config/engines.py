@@ -271,6 +271,10 @@ class OffloadEngineConfig(EngineConfig):
             has no parameters (``None``: where the model declares it, ``True``: require it for
             every layer, ``False``: always recompute).
         debug_collectives: Verify every collective's shapes across ranks before it runs.
+        scratch_dir: Where ``partition=metis`` writes the relabelled topology of a large graph
+            (one file per machine, in a temporary directory of its own removed at the end;
+            ``None``: the system's temporary directory; ``fleetgnn train`` passes the run
+            directory).
     """
 
     partition: str = "metis"
@@ -279,6 +283,7 @@ class OffloadEngineConfig(EngineConfig):
     reorganize: bool = True
     cache_aggregates: bool | None = None
     debug_collectives: bool = False
+    scratch_dir: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -412,9 +412,9 @@ class Config:
         Each field of the engine's config class takes the value of the key of the same name in
         the first section (of the registry entry's ``sections``) that has it; ``feature_norm``
         comes from ``data``, ``mode`` is :attr:`mode`, ``scratch_dir`` (evaluation's scratch
-        files) is :attr:`run_dir`. Fields no section has keep their defaults,
-        and so does ``feature_norm`` while ``data.feature_norm`` is ``None`` (the dataset's
-        transform, which only the dataset knows: resolve it first with
+        files, offload's relabelled topology) is :attr:`run_dir`. Fields no section has keep
+        their defaults, and so does ``feature_norm`` while ``data.feature_norm`` is ``None``
+        (the dataset's transform, which only the dataset knows: resolve it first with
         :func:`fleetgnn.train.resolve_feature_norm`, as ``fleetgnn train`` and
         :func:`fleetgnn.train.engine_from_config` do).
         """

@@ -30,6 +30,13 @@ the backward pass then loads only the chunk's own rows (neighbour rows are zeros
 cached aggregates and gets the neighbour gradients as ``A^T dL/da``. Both give the same
 gradients. One optimizer step per epoch after one all-reduce of the parameter gradients.
 
+**Large graphs.** From :data:`FILE_TOPOLOGY_EDGES` edges on, each machine gets one scratch
+directory (``scratch_dir``; ``fleetgnn train``: the run directory) holding the ``metis``
+topology in new IDs, written once by rank 0 in a streamed pass and mapped read-only by every
+rank, and the transition plan, built once by rank 0 (it needs every part's chunk rows) and
+handed to each rank as its :class:`~fleetgnn.exchange.transition.RankPlan`. Smaller graphs keep
+a private copy of both per rank.
+
 **Device budget.** ``device_budget`` bounds one rank's live device bytes: the transition,
 gradient and staging buffers, the current chunk's topology, neighbour rows, outputs, gradients
 and the autograd saved tensors (counted with ``torch.autograd.graph.saved_tensors_hooks``). The
@@ -40,8 +47,14 @@ reported every epoch and a run that exceeds the budget stops with an error.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pickle
+import shutil
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -63,10 +76,20 @@ from fleetgnn.engines.common import (
     setup_model,
     split_metrics,
 )
+from fleetgnn.engines.inference import agreed
 from fleetgnn.errors import ConfigError, FleetgnnError
-from fleetgnn.exchange import HONGTU_BANDWIDTHS, ChunkHop, TransitionPlan, build_transition_plan
-from fleetgnn.exchange.transition import chunk_hop
+from fleetgnn.exchange import HONGTU_BANDWIDTHS, ChunkHop, build_transition_plan
+from fleetgnn.exchange.transition import RankPlan, chunk_hop
 from fleetgnn.graph import Graph
+from fleetgnn.graph.csc import open_topology, topology_nbytes
+from fleetgnn.graph.files import (
+    disk_full_as_error,
+    disk_full_error,
+    free_bytes,
+    owner_tag,
+    process_alive,
+    temp_prefix,
+)
 from fleetgnn.nn import LocalAggregator, check_model
 from fleetgnn.nn.recompute import RecordingAggregator as _Recording
 from fleetgnn.nn.recompute import ReplayAggregator as _Replay
@@ -78,10 +101,40 @@ from fleetgnn.partition.chunks import two_level_book
 _MAX_DOUBLINGS = 40
 #: Chunks per part without a budget on CPU.
 DEFAULT_CHUNKS = 4
+#: From this many edges on, the relabelled (``metis``) topology is one file per machine that
+#: every rank maps, written in a streamed pass; smaller graphs keep a copy per rank in memory.
+FILE_TOPOLOGY_EDGES = 4_000_000
+_TOPOLOGY_NAME = "offload-topology"
+_DISK_FIX = (
+    "free some space there, or put the offload engine's scratch on another disk (it goes to the "
+    "run directory: fleetgnn train --run-dir; Python: OffloadEngineConfig(scratch_dir=))"
+)
 
 
 class OffloadBudgetError(FleetgnnError):
     """The device budget cannot hold the live buffers of one chunk."""
+
+
+def _in_degree(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """In-degrees of ``rows`` (new IDs) read from ``indptr`` (a memory map is fine)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return np.asarray(indptr[rows + 1]) - np.asarray(indptr[rows])
+
+
+def _sweep_topologies(root: Path) -> None:
+    """Remove the topology directories in ``root`` whose owner process (on this host) is gone.
+
+    ``fleetgnn train`` sweeps its run directory (the scratch place it passes) anyway; this also
+    covers the system's temporary directory, touching only this engine's own directories.
+    """
+    prefix = f".{_TOPOLOGY_NAME}.tmp-"
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
+                continue
+            pid, tag, *_ = entry.name[len(prefix) :].split("-") + ["", ""]
+            if tag == owner_tag() and pid.isdigit() and not process_alive(int(pid)):
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _ratio(hop: ChunkHop, probe: ChunkHop) -> float:
@@ -134,16 +187,43 @@ class OffloadEngine(FullGraphEngineBase):
                 "the offload engine runs its ranks on one host (their transition buffers are "
                 "shared memory); use --nproc on one machine, or the fullgraph engine across hosts"
             )
+        self._topology_dir: Path | None = None  # rank 0's, to remove
+        try:
+            self._setup(graph, oc, model, optimizer, loss)
+        except BaseException:
+            self._remove_topology()
+            raise
+
+    def _setup(
+        self,
+        graph: Graph,
+        oc: OffloadEngineConfig,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        loss: LossFn | None,
+    ) -> None:
+        """Partition, plan and allocate (``__init__``'s work; the caller cleans up on errors)."""
         t0 = time.perf_counter()
         # METIS (if asked) runs on rank 0 only; every rank plans over the whole topology in
         # new IDs but reads only its own rows of the node data
         self.book = two_level_book(graph, oc.partition, self.world_size, self.seed, comm=self.comm)
         identity = oc.partition == "range"
         self.orig_ids = None if identity else np.asarray(self.book.perm)
-        g = graph if identity else self.book.relabel(graph, node_data=False)
-        self.indptr = np.asarray(g.indptr, dtype=np.int64)
-        self.indices = g.indices
-        self.degree = np.diff(self.indptr)  # global in-degree, new IDs
+        # a large graph gets one scratch directory per machine: the relabelled topology (metis)
+        # and the plan's per-rank views (rank 0 builds the plan once)
+        large = graph.num_edges >= FILE_TOPOLOGY_EDGES
+        need = 0 if identity else topology_nbytes(graph)
+        self._shared_dir = (
+            self._make_shared_dir(oc.scratch_dir, need)
+            if large and (not identity or self.world_size > 1)
+            else None
+        )
+        self._plans_made = 0
+        g = graph if identity else self._relabelled_topology(graph)
+        # the topology in new IDs: the dataset's (range), a private copy (small graphs) or
+        # read-only maps of one file per machine; in-degrees come from indptr where needed
+        self.indptr: np.ndarray = g.indptr
+        self.indices: np.ndarray = g.indices
         offsets = np.asarray(self.book.offsets, dtype=np.int64)
         self.lo, self.hi = int(offsets[self.rank]), int(offsets[self.rank + 1])
         own = self.book.part_rows(graph, self.rank)
@@ -161,18 +241,14 @@ class OffloadEngine(FullGraphEngineBase):
         # ---- chunks, plan, this rank's hops
         self.num_chunks = self._choose_chunks(g, oc.chunks)
         self.chunk_book = chunk_partition(g, self.book, self.num_chunks, relabelled=True)
-        self.plan, _ = build_transition_plan(
-            self.indptr, self.indices, self.chunk_book, reorganise=oc.reorganize
-        )
+        self.plan = self._rank_plan(self.chunk_book, oc.reorganize)
         if self.budget is not None and oc.reorganize:
             peak = self._static_bytes(self.plan) + self._dynamic_bound(
                 [self._hop_of(self.chunk_book, c) for c in range(self.num_chunks)]
             )
             # the reorganised order may need larger buffers: keep the identity order then
             if self._max_over_ranks(peak) > self.budget:
-                self.plan, _ = build_transition_plan(
-                    self.indptr, self.indices, self.chunk_book, reorganise=False
-                )
+                self.plan = self._rank_plan(self.chunk_book, False)
         self.reorganized = not np.array_equal(
             self.plan.order, np.tile(np.arange(self.num_chunks), (self.world_size, 1))
         )
@@ -192,6 +268,90 @@ class OffloadEngine(FullGraphEngineBase):
         self._extra: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ setup helpers
+    def _make_shared_dir(self, scratch_dir: str | None, need: int) -> Path:
+        """Rank 0 creates this machine's scratch directory (``need`` bytes checked); collective.
+
+        In ``scratch_dir`` (``None``: the system's temporary directory), named after rank 0's
+        process so a later run sweeps it if that process is killed (:func:`_sweep_topologies`;
+        ``fleetgnn train`` sweeps its run directory too); removed by :meth:`close`.
+        """
+
+        def make() -> str:
+            root = Path(scratch_dir) if scratch_dir is not None else Path(tempfile.gettempdir())
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                _sweep_topologies(root)
+                if need > free_bytes(root):
+                    raise disk_full_error(root, need, _DISK_FIX)
+                path = Path(tempfile.mkdtemp(prefix=temp_prefix(_TOPOLOGY_NAME), dir=root))
+            except OSError as e:  # a read-only or missing place (a full disk: DiskFullError)
+                raise ConfigError(
+                    f"cannot create the offload engine's scratch directory in '{root}' "
+                    f"({e.strerror or e}); it needs {need} bytes of writable space there"
+                ) from e
+            self._topology_dir = path
+            return str(path)
+
+        return Path(agreed(self._comm_or_none(), make, everywhere=False))
+
+    def _comm_or_none(self) -> Any:
+        return self.comm if self.world_size > 1 else None
+
+    def _relabelled_topology(self, graph: Graph) -> Graph:
+        """The topology in the book's new IDs: in memory, or one shared file per machine.
+
+        Without a shared directory (graphs below :data:`FILE_TOPOLOGY_EDGES` edges) every rank
+        permutes its own copy. With one, rank 0 writes it once
+        (:meth:`~fleetgnn.partition.PartitionBook.relabel_to`, streamed: bounded memory) and
+        every rank maps the files read-only (the ranks share one host), so no rank holds an
+        ``N + E`` sized copy. Collective.
+        """
+        if self._shared_dir is None:
+            return self.book.relabel(graph, node_data=False)
+        shared = self._shared_dir
+
+        def write() -> str:
+            self.book.relabel_to(graph, shared)
+            return str(shared)
+
+        path = agreed(self._comm_or_none(), write, everywhere=False)
+        return open_topology(path, num_classes=graph.num_classes, name=graph.name)
+
+    def _rank_plan(self, chunks: Any, reorganise: bool) -> RankPlan:
+        """This rank's view of the transition plan of ``chunks`` (collective with a directory).
+
+        Every part's chunk rows are needed to build the plan (``8 (N + E)`` bytes at most);
+        with a shared directory rank 0 builds it alone and writes one pickled
+        :class:`~fleetgnn.exchange.transition.RankPlan` per rank there, which each rank reads
+        and removes; else every rank builds it and keeps its view.
+        """
+        if self._shared_dir is None or self.world_size == 1:
+            plan, _ = build_transition_plan(self.indptr, self.indices, chunks, reorganise)
+            return plan.rank_view(self.rank)
+        self._plans_made += 1
+        files = [
+            self._shared_dir / f"plan-{self._plans_made}-{k}.pkl" for k in range(self.world_size)
+        ]
+
+        def build() -> None:
+            plan, _ = build_transition_plan(self.indptr, self.indices, chunks, reorganise)
+            for k, file in enumerate(files):
+                with disk_full_as_error(file, 0, _DISK_FIX), open(file, "wb") as f:
+                    pickle.dump(plan.rank_view(k), f, protocol=pickle.HIGHEST_PROTOCOL)
+
+        agreed(self.comm, build, everywhere=False)
+        mine = files[self.rank]
+        with open(mine, "rb") as f:
+            view = pickle.load(f)
+        mine.unlink()
+        return view
+
+    def _remove_topology(self) -> None:
+        """Rank 0 removes the shared topology directory (other ranks' maps stay valid)."""
+        path, self._topology_dir = self._topology_dir, None
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
     def _hybrid_layers(self, setting: bool | None) -> list[bool]:
         probe = getattr(self.module, "cacheable_aggregation", None)
         able = [bool(probe(i)) if callable(probe) else False for i in range(self.num_layers)]
@@ -278,7 +438,7 @@ class OffloadEngine(FullGraphEngineBase):
             )
         raise OffloadBudgetError(msg)
 
-    def _static_bytes(self, plan: TransitionPlan) -> int:
+    def _static_bytes(self, plan: RankPlan) -> int:
         """Buffers that live all epoch: transition, gradient and staging buffers."""
         cap = int(plan.capacity[self.rank])
         staging = int(plan.staging_caps()[self.rank].sum())
@@ -300,7 +460,7 @@ class OffloadEngine(FullGraphEngineBase):
         The largest over ranks (collective), so every rank takes the same decision.
         """
         chunks = chunk_partition(g, self.book, m, relabelled=True)
-        plan, _ = build_transition_plan(self.indptr, self.indices, chunks, reorganise=False)
+        plan = self._rank_plan(chunks, False)
         hops = [self._hop_of(chunks, c) for c in range(m)]
         static = self._static_bytes(plan)
         exact = max(
@@ -380,7 +540,9 @@ class OffloadEngine(FullGraphEngineBase):
             indices=torch.from_numpy(hop.indices).to(self.device),
             src_ids=torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(self.device),
             num_dst=hop.num_dst,
-            src_degree=torch.from_numpy(self.degree[hop.rows]).to(self.device, self.dtype),
+            src_degree=torch.from_numpy(_in_degree(self.indptr, hop.rows)).to(
+                self.device, self.dtype
+            ),
         )
         return LocalAggregator(adj, dtype=self.dtype, validate=False)
 
@@ -399,16 +561,7 @@ class OffloadEngine(FullGraphEngineBase):
         self.stage_offsets = np.zeros((p, p + 1), dtype=np.int64)
         np.cumsum(self.stage_caps, axis=1, out=self.stage_offsets[:, 1:])
         # gradients pushed to this rank in batch j: (source s, slots)
-        self.incoming: list[list[tuple[int, torch.Tensor]]] = []
-        for j in range(m):
-            inc = []
-            for s in range(p):
-                if s == r:
-                    continue
-                for k, _, sl in self.plan.pulls(s, j):
-                    if k == r:
-                        inc.append((s, t(sl)))
-            self.incoming.append(inc)
+        self.incoming = [[(s, t(sl)) for s, sl in self.plan.incoming[j]] for j in range(m)]
         self.trans_rows = [
             (
                 t(self.plan.trans[j][r] - self.lo),
@@ -705,11 +858,16 @@ class OffloadEngine(FullGraphEngineBase):
         return {"device": int(self._peak), "host": int(host * self.elem)}
 
     def close(self) -> None:
-        """Release the shared buffers."""
+        """Release the shared buffers and (rank 0) remove the shared topology files.
+
+        Local, like the buffers' release: removing the files does not disturb another rank
+        still mapping them (their pages stay until the last map goes).
+        """
         for s in self._shared:
             s.close()
         self._shared = []
         self.cache.clear()
+        self._remove_topology()
 
     def __repr__(self) -> str:
         return (

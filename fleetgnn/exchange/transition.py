@@ -140,7 +140,48 @@ class Volumes:
         return dataclasses.asdict(self)
 
 
-class TransitionPlan:
+class _PlanCosts:
+    """Staging capacities and Eq. 4 from :meth:`pull_counts` and :meth:`volumes`."""
+
+    num_parts: int
+    num_batches: int
+
+    def pull_counts(self) -> np.ndarray:
+        """int64 ``[M, P, P]``: rows rank ``i`` reads from rank ``k``'s buffer in batch ``j``."""
+        raise NotImplementedError
+
+    def volumes(self) -> Volumes:
+        """Row counts of one pass (see :class:`Volumes`)."""
+        raise NotImplementedError
+
+    def staging_caps(self) -> np.ndarray:
+        """Staging rows per (source, owner), int64 ``[P, P]``.
+
+        Row ``i``, column ``k``: the most rows rank ``i`` pushes to owner ``k`` in one batch
+        (``max_j`` of :meth:`pull_counts`); 0 on the diagonal, a rank adds its own in place.
+        """
+        caps = (
+            self.pull_counts().max(axis=0)
+            if self.num_batches
+            else np.zeros((self.num_parts, self.num_parts), np.int64)
+        )
+        np.fill_diagonal(caps, 0)
+        return caps
+
+    def modelled_seconds(
+        self, width: int, elem_bytes: int, bandwidths: Mapping[str, float] = HONGTU_BANDWIDTHS
+    ) -> float:
+        """HongTu's Eq. 4 for one pass of rows of ``width`` elements of ``elem_bytes`` bytes."""
+        v = self.volumes()
+        row = float(width * elem_bytes)
+        return row * (
+            v.intra / bandwidths["h2d"]
+            + v.peer / bandwidths["peer"]
+            + v.reuse / bandwidths["reuse"]
+        )
+
+
+class TransitionPlan(_PlanCosts):
     r"""Transition sets, slots, pulls and volumes of one chunk order (identical on every rank).
 
     Args:
@@ -253,20 +294,6 @@ class TransitionPlan:
                 out[j, i] = np.bincount(owners, minlength=p)
         return out
 
-    def staging_caps(self) -> np.ndarray:
-        """Staging rows per (source, owner), int64 ``[P, P]``.
-
-        Row ``i``, column ``k``: the most rows rank ``i`` pushes to owner ``k`` in one batch
-        (``max_j`` of :meth:`pull_counts`); 0 on the diagonal, a rank adds its own in place.
-        """
-        caps = (
-            self.pull_counts().max(axis=0)
-            if self.num_batches
-            else np.zeros((self.num_parts, self.num_parts), np.int64)
-        )
-        np.fill_diagonal(caps, 0)
-        return caps
-
     # ------------------------------------------------------------------ volumes and cost
     def volumes(self) -> Volumes:
         """Row counts of one pass (see :class:`Volumes`)."""
@@ -277,17 +304,97 @@ class TransitionPlan:
         local = int(sum(np.trace(c) for c in counts))
         return Volumes(baseline, inter, intra, inter - intra, baseline - local, local)
 
-    def modelled_seconds(
-        self, width: int, elem_bytes: int, bandwidths: Mapping[str, float] = HONGTU_BANDWIDTHS
-    ) -> float:
-        """HongTu's Eq. 4 for one pass of rows of ``width`` elements of ``elem_bytes`` bytes."""
-        v = self.volumes()
-        row = float(width * elem_bytes)
-        return row * (
-            v.intra / bandwidths["h2d"]
-            + v.peer / bandwidths["peer"]
-            + v.reuse / bandwidths["reuse"]
+    def rank_view(self, rank: int) -> RankPlan:
+        """What rank ``rank`` runs the plan with (:class:`RankPlan`), without the other ranks'."""
+        p, m = self.num_parts, self.num_batches
+        empty = np.empty(0, np.int64)
+        incoming: list[list[tuple[int, np.ndarray]]] = []
+        for j in range(m):
+            inc = []
+            for s in range(p):
+                if s != rank:
+                    inc += [(s, sl) for k, _, sl in self.pulls(s, j) if k == rank]
+            incoming.append(inc)
+
+        def own(arrays: list[list], blank: object) -> list[list]:
+            return [[a[rank] if k == rank else blank for k in range(p)] for a in arrays]
+
+        return RankPlan(
+            rank=rank,
+            num_parts=p,
+            num_batches=m,
+            order=self.order,
+            capacity=self.capacity,
+            trans=own(self.trans, empty),
+            slots=own(self.slots, empty),
+            load=own(self.load, np.empty(0, bool)),
+            leave=own(self.leave, (empty, empty)),
+            own_pulls=[self.pulls(rank, j) for j in range(m)],
+            incoming=incoming,
+            counts=self.pull_counts(),
+            totals=self.volumes(),
         )
+
+
+@dataclasses.dataclass(eq=False)
+class RankPlan(_PlanCosts):
+    """One rank's part of a :class:`TransitionPlan` (:meth:`TransitionPlan.rank_view`).
+
+    The plan's per-rank lists keep their ``[batch][rank]`` indexing, filled for ``rank`` only
+    (other ranks' entries are empty); the whole plan's pull counts and volumes come along (small:
+    ``[M, P, P]`` and six numbers), so it gives the same :meth:`staging_caps`, :meth:`volumes`
+    and :meth:`modelled_seconds`. Its size is this rank's rows, not every part's.
+
+    Attributes:
+        rank: The rank it is for.
+        num_parts: ``P``.
+        num_batches: ``M``.
+        order: int64 ``[P, M]``, as the plan's.
+        capacity: int64 ``[P]``, as the plan's.
+        trans: ``trans[j][rank]`` as the plan's.
+        slots: ``slots[j][rank]`` as the plan's.
+        load: ``load[j][rank]`` as the plan's.
+        leave: ``leave[j][rank]`` as the plan's (``M + 1`` batches).
+        own_pulls: ``own_pulls[j]`` = the plan's ``pulls(rank, j)``.
+        incoming: ``incoming[j]``: ``(source s, slots)`` of the rows rank ``s != rank`` pulls
+            from this rank in batch ``j`` (the slots in this rank's buffer, in ``s``'s order).
+        counts: The plan's :meth:`~TransitionPlan.pull_counts`.
+        totals: The plan's :meth:`~TransitionPlan.volumes`.
+    """
+
+    rank: int
+    num_parts: int
+    num_batches: int
+    order: np.ndarray
+    capacity: np.ndarray
+    trans: list[list[np.ndarray]]
+    slots: list[list[np.ndarray]]
+    load: list[list[np.ndarray]]
+    leave: list[list[tuple[np.ndarray, np.ndarray]]]
+    own_pulls: list[list[tuple[int, np.ndarray, np.ndarray]]]
+    incoming: list[list[tuple[int, np.ndarray]]]
+    counts: np.ndarray
+    totals: Volumes
+
+    def pulls(self, rank: int, batch: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """:meth:`TransitionPlan.pulls` of this view's rank.
+
+        Raises:
+            PartitionError: For another rank (the view does not hold its rows).
+        """
+        if rank != self.rank:
+            raise PartitionError(
+                f"this plan view holds rank {self.rank}'s pulls, not rank {rank}'s"
+            )
+        return self.own_pulls[batch]
+
+    def pull_counts(self) -> np.ndarray:
+        """The whole plan's :meth:`TransitionPlan.pull_counts`."""
+        return self.counts
+
+    def volumes(self) -> Volumes:
+        """The whole plan's :meth:`TransitionPlan.volumes`."""
+        return self.totals
 
 
 def _overlap(a: np.ndarray, b: np.ndarray) -> int:

@@ -21,12 +21,15 @@ build new graphs read them in bounded chunks where that matters and never modify
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from fleetgnn.errors import GraphError
+from fleetgnn.graph.files import create_npy
 
 SPLITS: tuple[str, ...] = ("train_mask", "val_mask", "test_mask")
 _DEGREE_BLOCK = 1 << 23  # indices counted per step by Graph.out_degrees (64 MiB as int64)
@@ -34,6 +37,13 @@ _CHUNK_ROWS = 1 << 20  # rows scanned per step when validating large (possibly m
 #: In-edges gathered per step by :meth:`Graph.permute` (a few int64 work arrays of this size).
 _PERMUTE_BLOCK_EDGES = 1 << 22
 _PERMUTE_BLOCK_NODES = 1 << 20  # nodes per step of Graph.permute's degree and inverse passes
+#: The files of a topology written by :meth:`Graph.permute` (``out_dir``), by array.
+TOPOLOGY_FILES: dict[str, str] = {
+    "indptr": "indptr.npy",
+    "indices": "indices.npy",
+    "edge_weight": "edge_weight.npy",
+}
+_TOPOLOGY_FIX = "free some space there, or write the relabelled topology to another directory"
 
 Validation = Literal["full", "structure", "none"]
 
@@ -115,6 +125,51 @@ def check_ids(
         raise GraphError(
             f"'{name}' holds node ID {bad}, outside the valid interval [0, {num_nodes}); {hint}"
         )
+
+
+def topology_nbytes(graph: Graph) -> int:
+    """Bytes of ``graph``'s topology files (:meth:`Graph.permute` with ``out_dir``), headers too."""
+    n, e = graph.num_nodes, graph.num_edges
+    total = 8 * (n + 1) + e * graph.indices.dtype.itemsize
+    if graph.edge_weight is not None:
+        total += e * graph.edge_weight.dtype.itemsize
+    return total + 3 * 4096  # a .npy header is at most a few hundred bytes; one block each
+
+
+def open_topology(
+    directory: str | os.PathLike[str], *, num_classes: int | None = None, name: str = "graph"
+) -> Graph:
+    """A topology-only :class:`Graph` over read-only memory maps of :meth:`Graph.permute`'s files.
+
+    Args:
+        directory: Where ``indptr.npy`` and ``indices.npy`` (and ``edge_weight.npy``) are.
+        num_classes: The class count to carry (the graph has no labels).
+        name: The graph's name.
+
+    Raises:
+        GraphError: A file is missing or the arrays disagree (structure checks).
+    """
+    root = Path(directory)
+    arrays: dict[str, np.ndarray] = {}
+    for key, file in TOPOLOGY_FILES.items():
+        path = root / file
+        if key == "edge_weight" and not path.exists():
+            continue
+        try:
+            arrays[key] = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise GraphError(f"cannot open the topology file '{path}' ({e})") from e
+    return Graph(num_classes=num_classes, name=name, validate="structure", **arrays)  # type: ignore[arg-type]
+
+
+def _sync(arr: np.memmap) -> None:
+    """Write a memory map's dirty pages to its file and fsync the file."""
+    arr.flush()
+    fd = os.open(arr.filename, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _blocks(lo: int, hi: int, step: int) -> list[tuple[int, int]]:
@@ -394,13 +449,20 @@ class Graph:
         inv: np.ndarray | None = None,
         node_data: bool = True,
         dst_range: tuple[int, int] | None = None,
+        out_dir: str | os.PathLike[str] | None = None,
     ) -> Graph:
         """Relabel nodes: new node ``i`` is old node ``perm[i]``.
 
         Topology, features, labels, masks and edge weights are permuted consistently, so the result
         is isomorphic to this graph. Each node's neighbour order is kept. The edges are gathered
-        in blocks of about :data:`_PERMUTE_BLOCK_EDGES` edges, so besides the result and the
-        inverse permutation the work arrays are bounded (the old arrays may be memory maps).
+        in blocks of about :data:`_PERMUTE_BLOCK_EDGES` edges (and at most
+        :data:`_PERMUTE_BLOCK_NODES` destinations), so besides the result and the inverse
+        permutation the work arrays are bounded (the old arrays may be memory maps).
+
+        With ``out_dir`` the topology is written there instead of into memory, block by block:
+        ``indptr.npy``, ``indices.npy`` (and ``edge_weight.npy``), their space reserved first and
+        fsynced at the end; the result is a topology-only graph over read-only memory maps of
+        them (:func:`open_topology`), so the process holds no ``N``- or ``E``-sized array of it.
 
         Args:
             perm: int ``[N]``, a permutation of ``0..N-1``.
@@ -412,13 +474,17 @@ class Graph:
             dst_range: ``(lo, hi)``: keep only the in-edges of the NEW destinations
                 ``[lo, hi)`` (every other node gets no in-edges), e.g. the nodes one rank owns;
                 ``None``: every node's.
+            out_dir: An existing directory to write the relabelled topology into (needs
+                ``node_data=False``); ``None``: in memory.
 
         Returns:
             The relabelled graph.
 
         Raises:
             GraphError: If ``perm`` is not a permutation of ``0..N-1``, ``inv`` is not its
-                inverse, or ``dst_range`` is not a range of ``[0, N]``.
+                inverse, ``dst_range`` is not a range of ``[0, N]``, or ``out_dir`` is given
+                with ``node_data=True``.
+            DiskFullError: ``out_dir`` has too little space for the files.
         """
         n = self.num_nodes
         perm = np.asarray(perm)
@@ -426,51 +492,106 @@ class Graph:
             raise GraphError(
                 f"'perm' must be an integer array of shape ({n},) (got {perm.dtype}, {perm.shape})"
             )
+        if out_dir is not None and node_data:
+            raise GraphError(
+                "permute(out_dir=...) writes the topology only; pass node_data=False and read "
+                "the node data's rows where they are needed"
+            )
         check_ids("perm", perm, n)
         inv = _inverse_permutation(perm, n) if inv is None else _checked_inverse(perm, inv, n)
         lo, hi = (0, n) if dst_range is None else (int(dst_range[0]), int(dst_range[1]))
         if not 0 <= lo <= hi <= n:
             raise GraphError(f"'dst_range' must satisfy 0 <= lo <= hi <= {n} (got {dst_range})")
+        weight = self.edge_weight
+        if out_dir is None:
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            num_edges = self._permuted_indptr(perm, lo, hi, indptr)
+            indices = np.empty(num_edges, dtype=self.indices.dtype)
+            new_weight = None if weight is None else np.empty(num_edges, dtype=weight.dtype)
+            self._permuted_edges(perm, inv, lo, hi, indptr, indices, new_weight)
+            data: dict[str, object] = {}
+            if node_data:
+                data = {k: np.asarray(v)[perm] for k, v in self.node_data().items()}
+            if new_weight is not None:
+                data["edge_weight"] = new_weight
+            return Graph(
+                indptr=indptr,
+                indices=indices,
+                num_classes=self.num_classes,
+                name=self.name,
+                validate="structure",
+                **data,  # type: ignore[arg-type]
+            )
+        root = Path(out_dir)
+        ptr_file = create_npy(root / "indptr.npy", np.int64, (n + 1,), _TOPOLOGY_FIX)
+        num_edges = self._permuted_indptr(perm, lo, hi, ptr_file)
+        idx_file = create_npy(root / "indices.npy", self.indices.dtype, (num_edges,), _TOPOLOGY_FIX)
+        w_file = None
+        if weight is not None:
+            w_file = create_npy(root / "edge_weight.npy", weight.dtype, (num_edges,), _TOPOLOGY_FIX)
+        self._permuted_edges(perm, inv, lo, hi, ptr_file, idx_file, w_file)
+        for arr in (ptr_file, idx_file, w_file):
+            if arr is not None:
+                _sync(arr)
+        del ptr_file, idx_file, w_file  # unmapped: the result maps the files read-only
+        return open_topology(root, num_classes=self.num_classes, name=self.name)
+
+    def _permuted_indptr(self, perm: np.ndarray, lo: int, hi: int, indptr: np.ndarray) -> int:
+        """Fill the zeroed ``indptr`` of :meth:`permute` in node blocks; returns its edges.
+
+        The cumulative sum runs block by block with a carry (no ``[N]`` temporary).
+        """
         old_ptr = self.indptr
-        indptr = np.zeros(n + 1, dtype=np.int64)
+        indptr[: lo + 1] = 0
+        total = 0
         for a, b in _blocks(lo, hi, _PERMUTE_BLOCK_NODES):
             old = perm[a:b]
-            indptr[a + 1 : b + 1] = np.asarray(old_ptr[old + 1]) - np.asarray(old_ptr[old])
-        np.cumsum(indptr[lo + 1 : hi + 1], out=indptr[lo + 1 : hi + 1])
-        indptr[hi + 1 :] = indptr[hi]
-        num_edges = int(indptr[hi])
-        indices = np.empty(num_edges, dtype=self.indices.dtype)
+            deg = np.asarray(old_ptr[old + 1]) - np.asarray(old_ptr[old])
+            np.cumsum(deg, out=deg)
+            indptr[a + 1 : b + 1] = deg + total
+            total += int(deg[-1])
+        indptr[hi + 1 :] = total
+        return total
+
+    def _permuted_edges(
+        self,
+        perm: np.ndarray,
+        inv: np.ndarray,
+        lo: int,
+        hi: int,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        new_weight: np.ndarray | None,
+    ) -> None:
+        """Fill ``indices`` (and ``new_weight``) of :meth:`permute` from the new ``indptr``.
+
+        Destination blocks of about :data:`_PERMUTE_BLOCK_EDGES` in-edges and at most
+        :data:`_PERMUTE_BLOCK_NODES` nodes (at least one node each); every output array may be
+        a memory map being written.
+        """
+        old_ptr = self.indptr
         weight = self.edge_weight
-        new_weight = None if weight is None else np.empty(num_edges, dtype=weight.dtype)
-        # destination blocks of about _PERMUTE_BLOCK_EDGES in-edges (at least one node each)
+        num_edges = int(indptr[hi])
         cuts = np.searchsorted(
             indptr[lo : hi + 1], np.arange(0, num_edges, _PERMUTE_BLOCK_EDGES), side="right"
         )
-        cuts = np.unique(np.concatenate([[lo], lo + np.maximum(cuts - 1, 0), [hi]]))
+        cuts = np.unique(
+            np.concatenate(
+                [[lo], lo + np.maximum(cuts - 1, 0), np.arange(lo, hi, _PERMUTE_BLOCK_NODES), [hi]]
+            )
+        )
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-            e0, e1 = int(indptr[a]), int(indptr[b])
+            ptr = np.asarray(indptr[a : b + 1])
+            e0, e1 = int(ptr[0]), int(ptr[-1])
             if e0 == e1:
                 continue
-            deg = np.diff(indptr[a : b + 1])
+            deg = np.diff(ptr)
             # position of every new edge in the old arrays: old segment start + offset in it
-            old_pos = np.repeat(np.asarray(old_ptr[perm[a:b]]) - (indptr[a:b] - e0), deg)
+            old_pos = np.repeat(np.asarray(old_ptr[perm[a:b]]) - (ptr[:-1] - e0), deg)
             old_pos += np.arange(e1 - e0, dtype=np.int64)
             indices[e0:e1] = inv[np.asarray(self.indices[old_pos])]
             if new_weight is not None and weight is not None:
                 new_weight[e0:e1] = np.asarray(weight[old_pos])
-        data: dict[str, object] = {}
-        if node_data:
-            data = {k: np.asarray(v)[perm] for k, v in self.node_data().items()}
-        if new_weight is not None:
-            data["edge_weight"] = new_weight
-        return Graph(
-            indptr=indptr,
-            indices=indices,
-            num_classes=self.num_classes,
-            name=self.name,
-            validate="structure",
-            **data,  # type: ignore[arg-type]
-        )
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """The edge list ``(src, dst)`` in CSC order."""

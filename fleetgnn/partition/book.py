@@ -367,6 +367,22 @@ class PartitionBook:
         self._check_graph(graph)
         return graph.permute(self.perm, inv=self.inv_perm, node_data=node_data)
 
+    def relabel_to(self, graph: Graph, directory: PathLikeStr) -> Graph:
+        """:meth:`relabel`'s topology written into ``directory``, as memory maps of the files.
+
+        ``indptr.npy`` (int64 ``[N + 1]``), ``indices.npy`` (``graph``'s index dtype) and, for a
+        weighted graph, ``edge_weight.npy``, written block by block (:meth:`Graph.permute` with
+        ``out_dir``: bounded work memory whatever ``N`` and ``E``) and fsynced. The result is a
+        topology-only graph over read-only maps of them; other processes open the same files
+        with :func:`~fleetgnn.graph.csc.open_topology`.
+
+        Raises:
+            PartitionError: If ``graph`` has a different number of nodes than the book.
+            DiskFullError: ``directory`` has too little space for the files.
+        """
+        self._check_graph(graph)
+        return graph.permute(self.perm, inv=self.inv_perm, node_data=False, out_dir=directory)
+
     def part_graph(self, graph: Graph, part: int) -> Graph:
         """The in-edges of ``part``'s nodes, relabelled: ``relabel(graph)`` restricted to them.
 
