@@ -40,6 +40,7 @@ import torch
 from fleetgnn.cost.offload_memory import layer_memory, probe_model
 from fleetgnn.graph import Graph
 from fleetgnn.nn.gat_conv import GATConv
+from fleetgnn.ops.adjacency import block_rows
 
 #: Bytes of an int64 index (the aggregators' structures, labels, training IDs, send lists).
 _I64 = 8
@@ -221,16 +222,39 @@ def fullgraph_parts(
     }
 
 
+def column_block_bytes(num_nodes: int, num_edges: int, elem: int, directions: int = 2) -> float:
+    """What a whole-graph structure's cached column blocks hold on CPU (0 when not cut).
+
+    Per direction (the product and, after a backward pass, its transpose): int32 offsets per
+    block, int32 columns and edge IDs (int64 from 2^31 edges); see
+    :meth:`~fleetgnn.ops.adjacency.Structure.column_blocks`.
+    """
+    per = block_rows(elem)
+    if num_nodes <= per * 3 // 2 or num_edges == 0:
+        return 0.0
+    blocks = -(-num_nodes // per)
+    sel = 4 if num_edges < 2**31 else _I64
+    return float(directions * (4 * blocks * (num_nodes + 1) + (4 + sel) * num_edges))
+
+
 def reference_parts(
-    model: Any, num_nodes: int, num_edges: int, num_features: int, num_train: int, masks: int
+    model: Any,
+    num_nodes: int,
+    num_edges: int,
+    num_features: int,
+    num_train: int,
+    masks: int,
+    *,
+    cpu: bool = True,
 ) -> dict[str, float]:
     """The ``reference`` engine's state in full mode (the same parts as ``fullgraph``'s).
 
     Features ``[N, F]``, int64 labels, the masks, the int64 training IDs; the full-graph
     ``LocalAggregator``: int64 ``indptr``, sources and source IDs, the source degrees, GCN's
-    destination degrees, after the backward pass the structure's transpose with its cached
-    destination index and in-degrees (as in :func:`_aggregator_bytes`), and GAT's cached
-    edge IDs where it drops attention; the model and Adam's state.
+    destination degrees and its normalised matrix's values both ways, after the backward pass
+    the structure's transpose with its cached destination index and in-degrees (as in
+    :func:`_aggregator_bytes`), on CPU the column blocks (:func:`column_block_bytes`), and GAT's
+    cached edge IDs where it drops attention; the model and Adam's state.
     """
     n, e = num_nodes, num_edges
     _, _, attn_dropout = _model_facts(model)
@@ -238,6 +262,9 @@ def reference_parts(
     agg = _I64 * ((n + 1) + e + n) + model.elem * n
     if model.name == "gcn":
         agg += model.elem * n  # dst_degree, cached in the model's dtype
+        agg += model.elem * (2 * e + n)  # ScaledSpMM: values both ways, the self loops'
+    if cpu:
+        agg += column_block_bytes(n, e, model.elem)
     if any(model.grad_through_agg):  # GAT's attention always: its softmax's index is in here
         agg += _I64 * ((n + 1) + 3 * e + n)
     if attn_dropout:
@@ -274,7 +301,7 @@ def step_saved_bytes(model: Any, c: RankCounts, *, halo: bool = True) -> float:
     ``halo``: the ``fullgraph`` engine's aggregator (:func:`_halo_saved_bytes` on top);
     ``False``: the reference engine's ``LocalAggregator``, the probes' own.
     """
-    mem = layer_memory(model, (False,) * model.num_layers)
+    mem = layer_memory(model, (False,) * model.num_layers, not halo)
     last = model.num_layers - 1
     _, gat, _ = _model_facts(model)
     saved = sum(
@@ -322,8 +349,13 @@ def profiled_peak(fn: Any) -> int:
     return peak
 
 
-def _probe_step_peak(model: Any, nodes: int, edges: int, train: int) -> int:
-    """Transient peak bytes of a whole-graph training step (the second) on a probe graph."""
+def _probe_step_peak(model: Any, nodes: int, edges: int, train: int, reused: bool) -> int:
+    """Transient peak bytes of a whole-graph training step (the second) on a probe graph.
+
+    ``reused``: the probe's aggregator caches what a whole-graph one does (the reference
+    engine's; GCN's normalised matrix), else it is a plain local aggregator (``fullgraph``'s
+    pieces).
+    """
     from fleetgnn.nn import LocalAggregator
 
     dtype = torch.float64 if model.elem == 8 else torch.float32
@@ -337,6 +369,7 @@ def _probe_step_peak(model: Any, nodes: int, edges: int, train: int) -> int:
         nodes,
     )
     adj.src_degree = (indptr[1:] - indptr[:-1]).to(dtype)
+    adj.reused = reused
     agg = LocalAggregator(adj, dtype=dtype, validate=False)
     x = torch.randn(nodes, model.widths[0], generator=gen, dtype=dtype)
     idx = torch.arange(train, dtype=torch.int64) * max(nodes // max(train, 1), 1)
@@ -385,19 +418,25 @@ def _two_digits(x: float) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def _step_peak(model: Any, edges_per_node: float, train_per_node: float) -> StepPeak:
+def _step_peak(model: Any, edges_per_node: float, train_per_node: float, reused: bool) -> StepPeak:
     m = _PEAK_PROBE_NODES
     e = max(1, round(m * edges_per_node))
     t = min(m, max(1, round(m * train_per_node)))
-    p0 = _probe_step_peak(model, m, e, t)
-    twice = _probe_step_peak(model, 2 * m, 2 * e, min(2 * m, 2 * t)) - p0
-    per_edge = (_probe_step_peak(model, m, 2 * e, t) - p0) / e
-    per_train = (_probe_step_peak(model, m, e, min(m, 2 * t)) - p0) / max(min(m, 2 * t) - t, 1)
+
+    def probe(nodes: int, edges: int, train: int) -> int:
+        return _probe_step_peak(model, nodes, edges, train, reused)
+
+    p0 = probe(m, e, t)
+    twice = probe(2 * m, 2 * e, min(2 * m, 2 * t)) - p0
+    per_edge = (probe(m, 2 * e, t) - p0) / e
+    per_train = (probe(m, e, min(m, 2 * t)) - p0) / max(min(m, 2 * t) - t, 1)
     per_node = (twice - per_edge * e - per_train * t) / m
     return StepPeak(p0 - twice, per_node, per_edge, per_train)
 
 
-def step_peak(model: Any, edges_per_node: float, train_per_node: float) -> StepPeak:
+def step_peak(
+    model: Any, edges_per_node: float, train_per_node: float, *, reused: bool = False
+) -> StepPeak:
     """The :class:`StepPeak` of ``model`` on graphs of this shape (profiled probes, cached).
 
     Profiles the second training step (forward, loss over the training nodes, backward, Adam)
@@ -407,11 +446,12 @@ def step_peak(model: Any, edges_per_node: float, train_per_node: float) -> StepP
     activations, gradients in flight, per-edge and per-training-node buffers) are linear in the
     three counts near that shape. Counted from the step's start, where the previous step's
     gradients are held (the engines free them before the backward pass makes new ones).
+    ``reused``: probe with a whole-graph aggregator's caches (the reference engine's).
 
     Raises:
         RuntimeError: If the profiler cannot start (e.g. another one is running).
     """
-    return _step_peak(model, _two_digits(edges_per_node), _two_digits(train_per_node))
+    return _step_peak(model, _two_digits(edges_per_node), _two_digits(train_per_node), reused)
 
 
 def step_peak_bytes(
@@ -426,7 +466,7 @@ def step_peak_bytes(
     saved bytes (:func:`step_saved_bytes`).
     """
     try:
-        peak = step_peak(model, *shape).at(c)
+        peak = step_peak(model, *shape, reused=not halo).at(c)
     except RuntimeError:
         return step_saved_bytes(model, c, halo=halo)
     return peak + (_halo_saved_bytes(model, c) if halo else 0.0)

@@ -332,7 +332,9 @@ def predict_reference(wl: Workload, hw: Any, world: int = 1, **knobs: Any) -> Pr
     n, e = wl.num_nodes, wl.num_edges
     spmm, gemm = m.forward_flops(n, e)
     compute = _compute_s(hw, spmm, gemm)
-    parts = reference_parts(m, n, e, wl.num_features, wl.num_train, _dataset_masks(wl.graph))
+    parts = reference_parts(
+        m, n, e, wl.num_features, wl.num_train, _dataset_masks(wl.graph), cpu=hw.kind == "cpu"
+    )
     counts = RankCounts(n, e, e, 0, 0, wl.num_train)
     pred = Prediction(
         "reference",

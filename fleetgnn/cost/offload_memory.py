@@ -89,8 +89,13 @@ def probe_model(model: Any, dtype: torch.dtype) -> torch.nn.Module:
     return net.to(dtype).train()
 
 
-def _block(rows: int, edges: int, dst: int, dtype: torch.dtype) -> LocalAggregator:
-    """A probe chunk: ``dst`` destinations with ``edges`` in-edges over ``rows`` source rows."""
+def _block(
+    rows: int, edges: int, dst: int, dtype: torch.dtype, reused: bool = False
+) -> LocalAggregator:
+    """A probe chunk: ``dst`` destinations with ``edges`` in-edges over ``rows`` source rows.
+
+    ``reused``: with a whole-graph aggregator's caches (GCN's normalised matrix).
+    """
     indptr = np.linspace(0, edges, dst + 1).round().astype(np.int64)
     adj = SimpleNamespace(
         indptr=torch.from_numpy(indptr),
@@ -98,6 +103,7 @@ def _block(rows: int, edges: int, dst: int, dtype: torch.dtype) -> LocalAggregat
         src_ids=torch.arange(rows, dtype=torch.int64),
         num_dst=dst,
         src_degree=torch.ones(rows, dtype=dtype),
+        reused=reused,
     )
     return LocalAggregator(adj, dtype=dtype, validate=False)
 
@@ -110,6 +116,7 @@ def _measure(
     *,
     replay: bool,
     dtype: torch.dtype,
+    reused: bool = False,
 ) -> tuple[int, int]:
     """``(saved bytes, cached elements)`` of ``layer`` recomputed on one probe block.
 
@@ -118,7 +125,7 @@ def _measure(
     per-node cross-entropy of its training destinations.
     """
     rows, edges, dst, train = counts
-    agg: Any = _block(rows, edges, dst, dtype)
+    agg: Any = _block(rows, edges, dst, dtype, reused)
     h = torch.zeros(rows, width, dtype=dtype)
     cached = 0
     if replay:
@@ -142,13 +149,16 @@ def _measure(
 
 
 @functools.lru_cache(maxsize=64)
-def layer_memory(model: Any, cached_layers: tuple[bool, ...]) -> tuple[LayerMemory, ...]:
+def layer_memory(
+    model: Any, cached_layers: tuple[bool, ...], reused: bool = False
+) -> tuple[LayerMemory, ...]:
     """Per layer, the saved-activation and cached-aggregate coefficients (measured, cached).
 
     Args:
         model: A :class:`~fleetgnn.cost.models.ModelShape` (its ``elem`` picks float32/64).
         cached_layers: Per layer, whether the engine caches its aggregates (then the backward
             pass replays them).
+        reused: Probe with a whole-graph aggregator (the reference engine's).
 
     Raises:
         ConfigError: If the model cannot be rebuilt from its shape.
@@ -163,7 +173,9 @@ def layer_memory(model: Any, cached_layers: tuple[bool, ...]) -> tuple[LayerMemo
     out = []
     for i in range(model.num_layers):
         measured = [
-            _measure(net, i, p, model.widths[i], replay=cached_layers[i], dtype=dtype)
+            _measure(
+                net, i, p, model.widths[i], replay=cached_layers[i], dtype=dtype, reused=reused
+            )
             for p in probes
         ]
         base = measured[0][0]

@@ -414,8 +414,8 @@ class HeldBytes:
     ``__dict__`` and ``__slots__``); torch tensors count their whole storage, numpy arrays their
     owning buffer; a buffer seen before (e.g. a tensor made with ``torch.from_numpy``) counts
     once. Memory maps (file-backed, not anonymous memory) are left out, and so are
-    communicators and contexts (no state of the rank's own). Sparse tensors are not walked
-    (the engines build them per call).
+    communicators and contexts (no state of the rank's own). A sparse CSR tensor counts its
+    offsets, indices and values (cached matrices share them with their structure).
 
     Attributes:
         by_device: Bytes per device type (``"cpu"``, ``"cuda"``) over every :meth:`add`.
@@ -423,6 +423,7 @@ class HeldBytes:
 
     def __init__(self) -> None:
         self._objs: set[int] = set()
+        self._alive: list[torch.Tensor] = []
         self._bufs: set[tuple[str, int]] = set()
         self.by_device: dict[str, int] = {}
 
@@ -439,6 +440,10 @@ class HeldBytes:
                 if obj.layout == torch.strided and not obj.is_meta:
                     st = obj.untyped_storage()
                     total += self._count(obj.device.type, st.data_ptr(), st.nbytes())
+                elif obj.layout == torch.sparse_csr:  # a cached matrix: its three arrays
+                    parts = (obj.crow_indices(), obj.col_indices(), obj.values())
+                    self._alive.extend(parts)  # fresh objects: their ids must stay unique
+                    stack.extend(parts)
             elif isinstance(obj, np.ndarray):
                 base = obj
                 while isinstance(base.base, np.ndarray):

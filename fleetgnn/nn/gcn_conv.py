@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from fleetgnn.nn.aggregator import Aggregator, aggregates_raw
+from fleetgnn.nn.aggregator import Aggregator, aggregates_raw, gcn_propagate
 
 
 class GCNConv(nn.Module):
@@ -45,15 +45,14 @@ class GCNConv(nn.Module):
 
     def forward(self, agg: Aggregator, x_src: Tensor, *, step: int = 0, layer: int = 0) -> Tensor:
         """Apply the layer; ``step``/``layer`` are unused (no randomness)."""
-        m = agg.num_dst
-        inv_src = (agg.src_degree().to(x_src.dtype) + 1.0).rsqrt()
-        inv_dst = (agg.dst_degree().to(x_src.dtype) + 1.0).rsqrt()
         transform_first = self.out_channels < self.in_channels and not aggregates_raw(agg)
         h = self.lin(x_src) if transform_first else x_src
-        out = agg.aggregate(h * inv_src[:, None], "sum") * inv_dst[:, None]
-        out = out + h[:m] * (inv_dst * inv_dst)[:, None]
-        if not transform_first:
-            out = self.lin(out)
+        # an aggregator's own product (e.g. the normalised matrix, built once), unless it asks
+        # for aggregate() calls on raw inputs (it caches them)
+        fused = None if aggregates_raw(agg) else getattr(agg, "gcn_aggregate", None)
+        out = fused(h) if callable(fused) else gcn_propagate(agg, h)
+        if not transform_first:  # one fused matrix multiply-add with the bias
+            return nn.functional.linear(out, self.lin.weight, self.bias)
         if self.bias is not None:
             out = out + self.bias
         return out

@@ -41,6 +41,8 @@ class RecordingAggregator:
         return out
 
     def __getattr__(self, name: str) -> Any:
+        if name == "gcn_aggregate":  # would bypass aggregate() above: layers must call it
+            raise AttributeError(name)
         return getattr(self.base, name)
 
 
@@ -103,6 +105,8 @@ class ReplayAggregator:
         self._refuse("edge_softmax()")
 
     def __getattr__(self, name: str) -> Any:
+        if name == "gcn_aggregate":  # would bypass aggregate() above: layers must call it
+            raise AttributeError(name)
         return getattr(self.base, name)
 
 

@@ -12,12 +12,13 @@ from fleetgnn.ops.random import (
 )
 from fleetgnn.ops.sddmm import dst_to_edge, gsddmm, src_to_edge
 from fleetgnn.ops.softmax import edge_softmax
-from fleetgnn.ops.spmm import REDUCES, gspmm, gspmm_vjp
+from fleetgnn.ops.spmm import REDUCES, ScaledSpMM, gspmm, gspmm_vjp
 
 __all__ = [
     "REDUCES",
     "Adjacency",
     "AdjacencyLike",
+    "ScaledSpMM",
     "check_adjacency",
     "dst_to_edge",
     "edge_softmax",

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import GraphError
-from fleetgnn.ops.adjacency import Structure, check_rows, structure
+from fleetgnn.ops.adjacency import Structure, blocked_mm, check_rows, structure
 
 Reduce = Literal["sum", "mean", "max"]
 REDUCES: tuple[str, ...] = ("sum", "mean", "max")
@@ -44,25 +44,32 @@ def _head(t: Tensor, k: int) -> Tensor:
     return t[:, k].contiguous()
 
 
+def _csr_mm(st: Structure, vals: Tensor | None, x2: Tensor, transpose: bool) -> Tensor:
+    """``A @ x2`` (``A^T`` if ``transpose``) with edge values ``vals [E]`` (CSC order) or ones.
+
+    Over the structure's cached column blocks where it has them (a reused whole-graph
+    adjacency whose source rows exceed the cache), else one CSR product.
+    """
+    blocks = st.column_blocks(transpose, x2.element_size())
+    if blocks is not None:
+        return blocked_mm(blocks.matrices(vals, x2.dtype), blocks.bounds, x2)
+    if vals is None:
+        vals = x2.new_ones(st.num_edges)
+    mat = st.csr_t(vals) if transpose else st.csr(vals)
+    return blocked_mm([mat], [(0, x2.shape[0])], x2)
+
+
 def _spmm_sum(st: Structure, x3: Tensor, w2: Tensor | None, transpose: bool = False) -> Tensor:
     """``A_k @ x3[:, k]`` per head ``k`` (``A^T`` if ``transpose``); x3 is ``[rows, K, R]``."""
     k_heads = x3.shape[1]
     rows = st.num_src if transpose else st.num_dst
     if k_heads == 1:  # one product, no copy into a preallocated output
-        vals = x3.new_ones(st.num_edges) if w2 is None else w2[:, 0].contiguous()
-        mat = st.csr_t(vals) if transpose else st.csr(vals)
-        return (mat @ x3[:, 0]).unsqueeze(1)
+        vals = None if w2 is None else w2[:, 0].contiguous()
+        return _csr_mm(st, vals, x3[:, 0], transpose).unsqueeze(1)
     out = x3.new_empty((rows, k_heads, x3.shape[2]))
-    ones = None
     for k in range(k_heads):
-        if w2 is None:
-            if ones is None:
-                ones = x3.new_ones(st.num_edges)
-            vals = ones
-        else:
-            vals = _head(w2, k)
-        mat = st.csr_t(vals) if transpose else st.csr(vals)
-        out[:, k] = mat @ (x3[:, 0] if k_heads == 1 else _head(x3, k))
+        vals = None if w2 is None else _head(w2, k)
+        out[:, k] = _csr_mm(st, vals, _head(x3, k), transpose)
     return out
 
 
@@ -189,6 +196,111 @@ class _GSpMM(torch.autograd.Function):
         if need_w and w is not None:
             grad_w = _sddmm_heads(st, g, x.reshape(s, k, r)).reshape(w.shape)
         return None, None, grad_x, grad_w, None, None
+
+
+class ScaledSpMM:
+    r"""A fixed, diagonally scaled aggregation, its edge values computed once.
+
+    .. math::
+        \mathrm{out} = \operatorname{diag}(a)\, A\, \operatorname{diag}(b)\, x
+            + c \odot x_{[:M]}
+
+    with ``A`` the adjacency (``M x S``), ``a`` ``[M]`` and ``b`` ``[S]`` per-row scales, and ``c``
+    ``[M]`` an optional self-loop term (destination ``i`` is source row ``i``). GCN's symmetric
+    normalisation is this product with ``a_i = (d_i + 1)^{-1/2}``, ``b_j = (d_j + 1)^{-1/2}``
+    and ``c = a^2``. The values ``a_dst * b_src`` of the matrix and of its transpose (for the
+    backward pass) are built once, so a call is one CSR product and one fused multiply-add,
+    forward and backward, where scaling the rows around :func:`gspmm` costs three more passes
+    over the rows and a rebuild of the values every call. The scales carry no gradient.
+
+    Shapes:
+        - dst_scale: ``[M]``; src_scale: ``[S]``; self_scale: ``[M]``; x: ``[S, *feat]``;
+          output: ``[M, *feat]``.
+
+    Raises:
+        GraphError: If a scale has the wrong shape or requires grad.
+    """
+
+    def __init__(
+        self,
+        adj: object,
+        dst_scale: Tensor,
+        src_scale: Tensor,
+        self_scale: Tensor | None = None,
+    ) -> None:
+        st = structure(adj)
+        for name, t, n in (
+            ("dst_scale", dst_scale, st.num_dst),
+            ("src_scale", src_scale, st.num_src),
+            ("self_scale", self_scale, st.num_dst),
+        ):
+            if t is None:
+                continue
+            if t.shape != (n,) or t.requires_grad:
+                raise GraphError(
+                    f"'{name}' must be a constant tensor of shape ({n},) (got shape "
+                    f"{tuple(t.shape)}, requires_grad={t.requires_grad})"
+                )
+        self.values: Tensor | None = dst_scale.index_select(
+            0, st.dst_index()
+        ) * src_scale.index_select(0, st.indices)
+        self.st = st
+        self.dtype = self.values.dtype
+        self.self_scale = None if self_scale is None else self_scale[:, None]
+        self._mats: dict[bool, tuple[list[Tensor], list[tuple[int, int]]]] = {}
+
+    def product(self, x: Tensor, transpose: bool) -> Tensor:
+        """``diag(a) A diag(b) x`` (its transpose if ``transpose``) for 2-D ``x``, no self loop.
+
+        The matrices (column blocks where the structure has them) are built on first use.
+        """
+        mats = self._mats.get(transpose)
+        if mats is None:
+            st = self.st
+            values = self.values
+            assert values is not None  # dropped only once both directions are built
+            blocks = st.column_blocks(transpose, x.element_size())
+            if blocks is None:
+                whole = st.csr_t(values) if transpose else st.csr(values)
+                cols = st.num_dst if transpose else st.num_src
+                mats = self._mats[transpose] = ([whole], [(0, cols)])
+            else:
+                mats = self._mats[transpose] = (blocks.matrices(values, self.dtype), blocks.bounds)
+            if len(self._mats) == 2:
+                self.values = None  # the matrices hold what they need
+        return blocked_mm(*mats, x)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """``[S, *feat] -> [M, *feat]``, differentiable in ``x``."""
+        st = self.st
+        if x.dim() < 1 or x.shape[0] != st.num_src:
+            raise GraphError(
+                f"'x' must have one row per source node, {st.num_src} rows (got shape "
+                f"{tuple(x.shape)})"
+            )
+        if x.dtype != self.dtype:
+            raise GraphError(f"'x' must be {self.dtype}, the scales' dtype (got {x.dtype})")
+        out = _Scaled.apply(self, x.reshape(st.num_src, math.prod(x.shape[1:])))
+        return out.reshape(st.num_dst, *x.shape[1:])
+
+
+class _Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, op: ScaledSpMM, x: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.op = op
+        out = op.product(x, False)
+        if op.self_scale is not None:
+            out.addcmul_(x[: op.st.num_dst], op.self_scale)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor]:  # type: ignore[override]
+        op: ScaledSpMM = ctx.op
+        grad = grad.contiguous()
+        grad_x = op.product(grad, True)
+        if op.self_scale is not None:
+            grad_x[: op.st.num_dst].addcmul_(grad, op.self_scale)
+        return None, grad_x
 
 
 def gspmm_vjp(
