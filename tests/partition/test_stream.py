@@ -157,3 +157,28 @@ def test_metis_refuses_a_graph_over_the_memory_limit(graphs, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "more than the 1.0 MB --max-memory" in err[0], err
     assert "--method ldg" in err[0] and not (ds / "partitions").exists()
+
+
+# ------------------------------------------------------------------------------- range weights
+def test_range_with_weight_criteria_streams_and_equals_the_whole_cumsum(monkeypatch):
+    """``range`` under train/edge weights: no [N] float arrays, the same cut as one cumsum."""
+    import fleetgnn.partition.methods as methods
+
+    rng = np.random.default_rng(2)
+    n, e = 200_000, 600_000
+    g = from_edges(rng.integers(0, n, e), (rng.random(e) ** 2 * n).astype(np.int64), n)
+    g = g.replace(train_mask=rng.random(n) < 0.05)
+    monkeypatch.setattr(methods, "_WEIGHT_BLOCK", 4096)
+    for crit in (("train",), ("edges", "train"), ("nodes", "edges", "train")):
+        cum = np.zeros(n + 1)
+        np.cumsum(methods._node_weights(g, crit), out=cum[1:])
+        want = methods.balanced_boundaries(cum, np.array([0]), np.array([n]), 7)[0]
+        tracemalloc.start()
+        try:
+            book = partition(g, "range", 7, balance=crit)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert book.offsets.tolist() == want.tolist(), crit
+        # the book's int32 part_of and identity (8 B/node); the old path held 24-32 B/node more
+        assert peak < 8 * n + (1 << 20), (crit, peak)
