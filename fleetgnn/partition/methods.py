@@ -472,8 +472,9 @@ def _check_metis_memory(n: int, entries: int, max_memory: int | None, *, exact: 
     raise PartitionError(
         f"metis would need about {human_bytes(need)} for this graph ({size}; METIS holds the "
         f"whole graph: ~{METIS_ENTRY_BYTES} bytes per edge, {METIS_NODE_BYTES} per node), more "
-        f"than the {human_bytes(limit)} {what}; use the ldg method (--method ldg), which streams "
-        f"the graph from disk and holds one int32 per node"
+        f"than the {human_bytes(limit)} {what}; use the ldg method (fleetgnn partition --method "
+        f"ldg), which streams the graph from disk and holds one int32 per node, or range (in an "
+        f"engine's settings: partition=range)"
     )
 
 
