@@ -378,3 +378,22 @@ def test_gradcheck_of_the_shuffles():
         assert pairs
         for numeric, analytic in pairs:
             assert analytic == pytest.approx(numeric, rel=1e-6, abs=1e-8)
+
+
+@pytest.mark.parametrize("cap", [None, 0, 1, 7, 40, 10_000])
+def test_hot_rows_stream_and_equal_a_whole_degree_ranking(cap, monkeypatch):
+    """The cached rows: this part's ``cap`` highest in-degrees (lower ID on ties), in blocks."""
+    import types
+
+    import fleetgnn.engines.split as split_mod
+
+    monkeypatch.setattr(split_mod, "_HOT_BLOCK", 13)
+    graph = _graph()
+    owner = (np.arange(graph.num_nodes) * 7 % 3 == 1).astype(np.int32)  # two interleaved parts
+    for rank in (0, 1):
+        me = types.SimpleNamespace(owner=owner, rank=rank)
+        got = SplitEngine._hottest_own(me, graph, cap)
+        mine = np.flatnonzero(owner == rank)
+        deg = np.diff(np.asarray(graph.indptr, dtype=np.int64))[mine]
+        want = np.sort(mine[np.argsort(-deg, kind="stable")[: mine.size if cap is None else cap]])
+        assert got.tolist() == want.tolist()
