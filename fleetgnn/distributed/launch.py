@@ -62,6 +62,17 @@ def _on_sigint(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _exit_quietly(signum: int, frame: Any) -> None:
+    """After the work: a stop signal (the agent tearing the group down) just ends the process.
+
+    Raising there would print "Exception ignored in atexit callback" and a traceback when the
+    signal lands in the interpreter's exit handlers.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
+
+
 #: Where :func:`oom_kills` looks, relative to the file system root: cgroup v2 ``memory.events``
 #: (``{path}`` is this process's cgroup), cgroup v1 ``memory.oom_control``, then ``/proc/vmstat``.
 _OOM_SOURCES = (
@@ -153,6 +164,8 @@ def _run_worker(fn: Callable[..., Any], *args: Any) -> Any:
         finally:
             if dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()
+            signal.signal(signal.SIGINT, _exit_quietly)
+            signal.signal(signal.SIGTERM, _exit_quietly)
     except BaseException as e:
         if _interrupted or isinstance(e, KeyboardInterrupt):
             sys.stdout.flush()
