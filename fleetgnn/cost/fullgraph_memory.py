@@ -291,6 +291,15 @@ def _halo_saved_bytes(model: Any, c: RankCounts) -> float:
     return extra
 
 
+def _fused(model: Any, reused: bool) -> bool:
+    """Whether a reused (whole-graph) aggregator changes what ``model``'s steps allocate.
+
+    Only GCN's layers take another path there (the normalised matrix built once); the others'
+    probes are the same either way and share one cached measurement.
+    """
+    return reused and model.name == "gcn"
+
+
 def step_saved_bytes(model: Any, c: RankCounts, *, halo: bool = True) -> float:
     """Autograd's saved bytes of one whole-graph training step on a rank of counts ``c``.
 
@@ -301,7 +310,7 @@ def step_saved_bytes(model: Any, c: RankCounts, *, halo: bool = True) -> float:
     ``halo``: the ``fullgraph`` engine's aggregator (:func:`_halo_saved_bytes` on top);
     ``False``: the reference engine's ``LocalAggregator``, the probes' own.
     """
-    mem = layer_memory(model, (False,) * model.num_layers, not halo)
+    mem = layer_memory(model, (False,) * model.num_layers, _fused(model, not halo))
     last = model.num_layers - 1
     _, gat, _ = _model_facts(model)
     saved = sum(
@@ -451,7 +460,9 @@ def step_peak(
     Raises:
         RuntimeError: If the profiler cannot start (e.g. another one is running).
     """
-    return _step_peak(model, _two_digits(edges_per_node), _two_digits(train_per_node), reused)
+    return _step_peak(
+        model, _two_digits(edges_per_node), _two_digits(train_per_node), _fused(model, reused)
+    )
 
 
 def step_peak_bytes(
