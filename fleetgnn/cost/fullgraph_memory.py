@@ -222,11 +222,11 @@ def fullgraph_parts(
     }
 
 
-def column_block_bytes(num_nodes: int, num_edges: int, elem: int, directions: int = 2) -> float:
+def column_block_bytes(num_nodes: int, num_edges: int, elem: int) -> float:
     """What a whole-graph structure's cached column blocks hold on CPU (0 when not cut).
 
-    Per direction (the product and, after a backward pass, its transpose): int32 offsets per
-    block, int32 columns and edge IDs (int64 from 2^31 edges); see
+    Both directions (the product and, after a backward pass, its transpose), each: int32
+    offsets per block, int32 columns and edge IDs (int64 from 2^31 edges); see
     :meth:`~fleetgnn.ops.adjacency.Structure.column_blocks`.
     """
     per = block_rows(elem)
@@ -234,7 +234,7 @@ def column_block_bytes(num_nodes: int, num_edges: int, elem: int, directions: in
         return 0.0
     blocks = -(-num_nodes // per)
     sel = 4 if num_edges < 2**31 else _I64
-    return float(directions * (4 * blocks * (num_nodes + 1) + (4 + sel) * num_edges))
+    return float(2 * (4 * blocks * (num_nodes + 1) + (4 + sel) * num_edges))
 
 
 def reference_parts(

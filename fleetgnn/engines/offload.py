@@ -47,8 +47,6 @@ reported every epoch and a run that exceeds the budget stops with an error.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import pickle
 import shutil
 import tempfile
@@ -86,8 +84,7 @@ from fleetgnn.graph.files import (
     disk_full_as_error,
     disk_full_error,
     free_bytes,
-    owner_tag,
-    process_alive,
+    sweep_stale,
     temp_prefix,
 )
 from fleetgnn.nn import LocalAggregator, check_model
@@ -119,22 +116,6 @@ def _in_degree(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """In-degrees of ``rows`` (new IDs) read from ``indptr`` (a memory map is fine)."""
     rows = np.asarray(rows, dtype=np.int64)
     return np.asarray(indptr[rows + 1]) - np.asarray(indptr[rows])
-
-
-def _sweep_topologies(root: Path) -> None:
-    """Remove the topology directories in ``root`` whose owner process (on this host) is gone.
-
-    ``fleetgnn train`` sweeps its run directory (the scratch place it passes) anyway; this also
-    covers the system's temporary directory, touching only this engine's own directories.
-    """
-    prefix = f".{_TOPOLOGY_NAME}.tmp-"
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(root):
-            if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
-                continue
-            pid, tag, *_ = entry.name[len(prefix) :].split("-") + ["", ""]
-            if tag == owner_tag() and pid.isdigit() and not process_alive(int(pid)):
-                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _ratio(hop: ChunkHop, probe: ChunkHop) -> float:
@@ -272,15 +253,18 @@ class OffloadEngine(FullGraphEngineBase):
         """Rank 0 creates this machine's scratch directory (``need`` bytes checked); collective.
 
         In ``scratch_dir`` (``None``: the system's temporary directory), named after rank 0's
-        process so a later run sweeps it if that process is killed (:func:`_sweep_topologies`;
-        ``fleetgnn train`` sweeps its run directory too); removed by :meth:`close`.
+        process so a later run sweeps it if that process is killed
+        (:func:`~fleetgnn.graph.files.sweep_stale`; ``fleetgnn train`` sweeps its run directory
+        too); removed by :meth:`close`.
         """
 
         def make() -> str:
             root = Path(scratch_dir) if scratch_dir is not None else Path(tempfile.gettempdir())
             try:
                 root.mkdir(parents=True, exist_ok=True)
-                _sweep_topologies(root)
+                # dead owners' directories of this engine only (the system's temporary
+                # directory is shared; fleetgnn train sweeps its run directory anyway)
+                sweep_stale(root, files=False, legacy_names=(), names={_TOPOLOGY_NAME})
                 if need > free_bytes(root):
                     raise disk_full_error(root, need, _DISK_FIX)
                 path = Path(tempfile.mkdtemp(prefix=temp_prefix(_TOPOLOGY_NAME), dir=root))

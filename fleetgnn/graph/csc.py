@@ -523,12 +523,14 @@ class Graph:
                 **data,  # type: ignore[arg-type]
             )
         root = Path(out_dir)
-        ptr_file = create_npy(root / "indptr.npy", np.int64, (n + 1,), _TOPOLOGY_FIX)
+
+        def create(key: str, dtype: np.dtype, size: int) -> np.ndarray:
+            return create_npy(root / TOPOLOGY_FILES[key], dtype, (size,), _TOPOLOGY_FIX)
+
+        ptr_file = create("indptr", np.dtype(np.int64), n + 1)
         num_edges = self._permuted_indptr(perm, lo, hi, ptr_file)
-        idx_file = create_npy(root / "indices.npy", self.indices.dtype, (num_edges,), _TOPOLOGY_FIX)
-        w_file = None
-        if weight is not None:
-            w_file = create_npy(root / "edge_weight.npy", weight.dtype, (num_edges,), _TOPOLOGY_FIX)
+        idx_file = create("indices", self.indices.dtype, num_edges)
+        w_file = None if weight is None else create("edge_weight", weight.dtype, num_edges)
         self._permuted_edges(perm, inv, lo, hi, ptr_file, idx_file, w_file)
         for arr in (ptr_file, idx_file, w_file):
             if arr is not None:

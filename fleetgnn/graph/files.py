@@ -152,7 +152,10 @@ def _size(path: Path) -> int:
 
 
 def _stale_reason(
-    entry: os.DirEntry[str], now: float, legacy_names: Collection[str] | None
+    entry: os.DirEntry[str],
+    now: float,
+    legacy_names: Collection[str] | None,
+    names: Collection[str] | None = None,
 ) -> str | None:
     """Why ``entry`` is a stale fleetgnn temporary item, or ``None`` if it is not one."""
     try:
@@ -162,6 +165,8 @@ def _stale_reason(
         return None
     owned = (_OWNED_DIR if is_dir else _OWNED_FILE).match(entry.name) if is_dir or is_file else None
     if owned is not None:
+        if names is not None and owned.group("name") not in names:
+            return None
         if owned.group("tag") != owner_tag():
             return None  # another host or PID namespace: its PIDs mean nothing here
         pid = int(owned.group("pid"))
@@ -183,6 +188,7 @@ def sweep_stale(
     *,
     files: bool = True,
     legacy_names: Collection[str] | None = None,
+    names: Collection[str] | None = None,
 ) -> list[Removed]:
     """Remove the temporary items of dead owners in ``directory`` (not recursive).
 
@@ -193,6 +199,8 @@ def sweep_stale(
         legacy_names: Remove items named without an owner (older than :data:`LEGACY_AGE_S`)
             only for these names (``NAME``); ``None``: for any name (a directory only fleetgnn
             writes to, such as a run directory).
+        names: Consider owned items of these names only (``None``: any), e.g. one engine's own
+            directories in a shared temporary directory.
 
     Returns:
         What was removed (see :class:`Removed`), in name order.
@@ -212,7 +220,7 @@ def sweep_stale(
         with contextlib.suppress(OSError):
             if not files and not entry.is_dir(follow_symlinks=False):
                 continue
-        why = _stale_reason(entry, now, legacy_names)
+        why = _stale_reason(entry, now, legacy_names, names)
         if why is None:
             continue
         path = root / entry.name

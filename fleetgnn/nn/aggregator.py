@@ -118,7 +118,9 @@ class LocalAggregator:
     Args:
         adj: Block-like object with ``indptr`` (int64 ``[M + 1]``), ``indices`` (int64 ``[E]``,
             local source rows), ``src_ids`` (int64 ``[S]``), ``num_dst`` and optionally
-            ``src_degree`` (``[S]`` global in-degrees).
+            ``src_degree`` (``[S]`` global in-degrees) and ``reused`` (``True``: a whole graph
+            serving every epoch, whose products cache more; see
+            :meth:`~fleetgnn.ops.adjacency.Structure.column_blocks` and :meth:`gcn_aggregate`).
         dtype: Float dtype of the degree tensors.
         validate: Check every index once (one pass over the edges).
 

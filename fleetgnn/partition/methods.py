@@ -165,19 +165,7 @@ def balanced_boundaries(
 
 def _node_weights(graph: Graph, crit: Sequence[str]) -> np.ndarray:
     """Sum over criteria of the weight normalised to mean 1 (float64 ``[N]``)."""
-    n = graph.num_nodes
-    w = np.zeros(n, dtype=np.float64)
-    for c in crit:
-        if c == "nodes":
-            part = np.ones(n, dtype=np.float64)
-        elif c == "train":
-            part = np.asarray(graph.train_mask, dtype=np.float64)
-        else:
-            part = graph.in_degrees().astype(np.float64)
-        total = part.sum()
-        if total > 0:
-            w += part * (n / total)
-    return w
+    return _weight_block(graph, crit, _weight_totals(graph, crit), 0, graph.num_nodes)
 
 
 #: Nodes per block of the streamed weight passes of :func:`range_partition`.
@@ -205,16 +193,12 @@ def _weight_totals(graph: Graph, crit: Sequence[str]) -> list[float]:
     return totals
 
 
-def _weight_cum(
-    graph: Graph, crit: Sequence[str], totals: Sequence[float], lo: int, hi: int, start: float
+def _weight_block(
+    graph: Graph, crit: Sequence[str], totals: Sequence[float], lo: int, hi: int
 ) -> np.ndarray:
-    """``cum[lo..hi]`` of :func:`_node_weights`' cumulative sum, from ``cum[lo] = start``.
-
-    The same values, summed in the same order, as one ``np.cumsum`` over all nodes.
-    """
+    """Nodes ``[lo, hi)``'s weights: each criterion's normalised to mean 1, summed (float64)."""
     n = graph.num_nodes
-    w = np.zeros(hi - lo + 1, dtype=np.float64)
-    w[0] = start
+    w = np.zeros(hi - lo, dtype=np.float64)
     for c, total in zip(crit, totals, strict=True):
         if total <= 0:
             continue
@@ -224,8 +208,18 @@ def _weight_cum(
             part = np.asarray(graph.train_mask[lo:hi], dtype=np.float64)
         else:
             part = np.diff(np.asarray(graph.indptr[lo : hi + 1], dtype=np.int64)).astype(np.float64)
-        w[1:] += part * (n / total)
-    return np.cumsum(w)
+        w += part * (n / total)
+    return w
+
+
+def _weight_cum(
+    graph: Graph, crit: Sequence[str], totals: Sequence[float], lo: int, hi: int, start: float
+) -> np.ndarray:
+    """``cum[lo..hi]`` of :func:`_node_weights`' cumulative sum, from ``cum[lo] = start``.
+
+    The same values, summed in the same order, as one ``np.cumsum`` over all nodes.
+    """
+    return np.cumsum(np.concatenate(([start], _weight_block(graph, crit, totals, lo, hi))))
 
 
 def _streamed_boundaries(graph: Graph, crit: Sequence[str], pieces: int) -> np.ndarray:
