@@ -30,6 +30,10 @@ class ConfigError(FleetgnnError):
     """A configuration key or value is invalid."""
 
 
+class DeviceMemoryError(FleetgnnError):
+    """A CUDA device ran out of memory: one line naming the rank, device, phase and a fix."""
+
+
 class DiskFullError(FleetgnnError):
     """A write failed because the file system (or the user's quota) is full.
 

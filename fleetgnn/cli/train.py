@@ -391,6 +391,7 @@ def run_train(args: argparse.Namespace) -> int:
         check_resumable,
         engine_from_config,
         load_config,
+        resolve_device_name,
         resolve_feature_norm,
         resolve_model_defaults,
         resolve_threads,
@@ -481,6 +482,7 @@ def run_train(args: argparse.Namespace) -> int:
     cfg.train.threads = resolve_threads(cfg.train.threads, local, omp)
     cfg = resolve_model_defaults(cfg)
     cfg = resolve_feature_norm(cfg)  # the dataset's transform, unless data.feature_norm is set
+    cfg = resolve_device_name(cfg)  # train.device=auto -> the device that runs, recorded
     if resume:  # what the workers would refuse after loading everything, refused now
         check_resumable(run_dir, cfg)
         if not CheckpointDir(run_dir / "checkpoints").candidates() and is_rank0 and not quiet:
@@ -503,11 +505,15 @@ def run_train(args: argparse.Namespace) -> int:
         if spec.distributed:
             _run_distributed(cfg, run_dir, path, resume, progress, quiet)
         else:
-            with engine_from_config(cfg, graph) as engine:
-                trainer = Trainer.from_config(
-                    engine, cfg, run_dir, show_progress=progress, quiet=quiet
-                )
-                trainer.fit(resume=resume)
+            from fleetgnn.train.oom import Phase, device_memory_guard
+
+            with device_memory_guard(spec.name, 0, cfg.train.device, Phase()) as phase:
+                with engine_from_config(cfg, graph) as engine:
+                    trainer = Trainer.from_config(
+                        engine, cfg, run_dir, show_progress=progress, quiet=quiet
+                    )
+                    phase.trainer = trainer
+                    trainer.fit(resume=resume)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", None) or signal.SIGINT
         raise TrainInterrupted(_interrupted_note(run_dir) if is_rank0 else "", signum) from None
@@ -561,6 +567,7 @@ def run_worker(
     from fleetgnn.cli.main import one_line_warning_format
     from fleetgnn.distributed import destroy, init, restart_info
     from fleetgnn.train import Config, Trainer, engine_from_config, resolve_threads
+    from fleetgnn.train.oom import Phase, device_memory_guard
 
     warnings.formatwarning = one_line_warning_format("train")  # as the launcher prints them
     if int(os.environ.get("RANK", "0")) != 0:  # every rank resumes; rank 0 says it
@@ -570,9 +577,10 @@ def run_worker(
     cfg.train.threads = resolve_threads(cfg.train.threads, local, os.environ.get("OMP_NUM_THREADS"))
     torch.set_num_threads(cfg.train.threads)  # before any torch work in this process
     show_log(quiet)
-    ctx = init()
+    ctx = init(device=str(cfg.train.device).split(":", 1)[0])
+    guard = device_memory_guard(cfg.train.engine, ctx.rank, ctx.device, Phase())
     try:
-        with engine_from_config(cfg, open_dataset(dataset), ctx) as engine:
+        with guard as phase, engine_from_config(cfg, open_dataset(dataset), ctx) as engine:
             restart = restart_info()
             trainer = Trainer.from_config(
                 engine,
@@ -581,6 +589,7 @@ def run_worker(
                 show_progress=progress and ctx.rank == 0,
                 quiet=quiet,
             )
+            phase.trainer = trainer
             if restart is not None:
                 failures = restart["failures"]
                 trainer.log_event(

@@ -58,8 +58,9 @@ class EngineConfig:
     Attributes:
         seed: Seed of every random draw in training (batches, sampling, dropout), each keyed by
             ``(seed, epoch, step)``.
-        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (distributed engines use their rank's
-            device).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA where available). The
+            distributed engines run on their rank's device (``ctx.device``: the rank's GPU for
+            ``"cuda"``) and refuse a context on another device type; ``"auto"`` follows it.
         dtype: Floating-point type of features and parameters, ``"float32"`` or ``"float64"``.
         feature_norm: ``"row"`` scales each feature row to unit L1 norm, ``"none"`` keeps them.
     """

@@ -48,7 +48,7 @@ from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
 
-_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+_DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
@@ -153,7 +153,10 @@ class TrainConfig:
         max_steps: Stop after this many optimisation steps over the whole run (a resumed run's
             earlier steps count; every rank stops at the same step), mid-epoch if need be, with
             a checkpoint and one evaluation at the end (``None``: no limit).
-        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        device: ``"cpu"`` (also where CUDA exists; gloo collectives), ``"cuda"`` (requires CUDA;
+            each rank its local GPU, or ranks sharing GPUs when there are fewer GPUs than ranks),
+            ``"cuda:N"`` (one process) or ``"auto"`` (CUDA where available, else CPU). The same
+            for every engine; ``config.yaml`` records the device that ran.
         dtype: Floating-point type of features and parameters, one of :attr:`DTYPES`.
         nproc: Processes to launch on this host (one per device; distributed engines only).
         max_restarts: Times the launcher restarts failed workers (they resume from checkpoints).
@@ -538,7 +541,7 @@ class Config:
             bool(_DEVICE_RE.match(t.device)),
             "train.device",
             t.device,
-            "must be 'cpu', 'cuda' or 'cuda:N'",
+            "must be 'cpu', 'cuda', 'cuda:N' or 'auto'",
         )
         _check(
             all(f >= 1 or f == -1 for f in t.fanouts),

@@ -27,12 +27,22 @@ call                   recorded
 
 Nothing is recorded for ``W == 1`` except ``"local"`` self blocks. The debug-mode shape check
 (one ``all_gather_object`` per call) is not metered.
+
+Devices: a communicator serves its rank's device (``comm.device``: where the model and its rows
+live) and the CPU (host-side numbers: counters, metric sums, ids of a plan). Every tensor handed
+to a collective is checked against those two (always; a comparison per tensor): a tensor on any
+other device (another GPU, ``meta``, a CUDA tensor on a CPU rank) raises :class:`DistError` in one
+line naming the collective, the calling line, the tensor's device and the expected ones, instead
+of a backend's deep error or a hang. A host tensor given to a group without a CPU backend (a
+group the caller initialised with NCCL alone) is staged through the device and copied back.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import pickle
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +53,62 @@ from fleetgnn.distributed.errors import CollectiveMismatch, DistError
 from fleetgnn.distributed.traffic import TrafficMeter
 
 Counts = Sequence[int] | torch.Tensor
+
+
+def served_devices(backend: str, device: torch.device) -> frozenset[str]:
+    """Device types whose tensors a process group of ``backend`` moves for a rank on ``device``.
+
+    ==========================  ==================================================
+    backend                     served
+    ==========================  ==================================================
+    ``"gloo"``                  ``cpu``; and ``cuda`` on a CUDA rank (the shared-GPU
+                                mode: gloo stages CUDA tensors through host copies)
+    ``"nccl"``                  ``cuda``
+    ``"cpu:gloo,cuda:nccl"``    ``cpu`` and ``cuda``
+    ==========================  ==================================================
+    """
+    backend = str(backend)
+    if ":" in backend:
+        return frozenset(part.split(":", 1)[0].strip() for part in backend.split(","))
+    if backend == "nccl":
+        return frozenset({"cuda"})
+    if backend == "gloo":
+        return frozenset({"cpu", device.type})
+    return frozenset({"cpu", device.type})
+
+
+def _caller() -> str:
+    """``file:line (function)`` of the first frame outside this module and torch."""
+    f = sys._getframe(1)
+    here = os.path.abspath(__file__)
+    while f is not None and (
+        os.path.abspath(f.f_code.co_filename) == here
+        or f"{os.sep}torch{os.sep}" in f.f_code.co_filename
+    ):
+        f = f.f_back
+    if f is None:
+        return "<unknown>"
+    path = f.f_code.co_filename
+    cut = path.rfind(f"{os.sep}fleetgnn{os.sep}")
+    return f"{path[cut + 1 :] if cut >= 0 else path}:{f.f_lineno} ({f.f_code.co_name})"
+
+
+class _Done:
+    """The work handle of a collective that already finished (a staged one)."""
+
+    def __init__(self, result: torch.Tensor) -> None:
+        self._result = result
+
+    def wait(self) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result([self._result])
+        return fut
 
 
 class AllToAllHandle:
@@ -89,6 +155,8 @@ class _AllToAll(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.comm, ctx.send, ctx.recv = comm, send, recv
         out, work = comm._exchange(x.detach(), send, recv, "all_to_all", async_op=box is not None)
+        if work is None and box is not None:
+            work = _Done(out)
         if box is not None:
             box.append(work)
         return out
@@ -115,6 +183,8 @@ class Communicator:
             collective (one extra ``all_gather_object`` per call) and raise
             :class:`CollectiveMismatch` on every rank on disagreement.
         same_host: All ranks on one host: traffic to other ranks is ``"peer"``, else ``"net"``.
+        device: This rank's device (``None``: the current CUDA device for a group with NCCL,
+            else the CPU). Collectives take tensors on it or on the CPU (module doc).
 
     Raises:
         DistError: ``torch.distributed`` is not initialised, or ``rank``/``world_size`` do not
@@ -130,6 +200,7 @@ class Communicator:
         meter: TrafficMeter | None = None,
         debug: bool = False,
         same_host: bool = True,
+        device: torch.device | str | None = None,
     ) -> None:
         if not dist.is_available() or not dist.is_initialized():
             raise DistError(
@@ -153,10 +224,15 @@ class Communicator:
         self.debug = bool(debug)
         self.same_host = bool(same_host)
         self.backend = str(dist.get_backend(group))
-        if self.backend == "nccl":
+        if device is not None:
+            self.device = torch.device(device)
+            if self.device.type == "cuda" and self.device.index is None:
+                self.device = torch.device("cuda", torch.cuda.current_device())
+        elif "nccl" in self.backend:
             self.device = torch.device("cuda", torch.cuda.current_device())
         else:
             self.device = torch.device("cpu")
+        self.serves = served_devices(self.backend, self.device)
         self._seq = 0
         self._owns_group = False
 
@@ -168,8 +244,38 @@ class Communicator:
     def __repr__(self) -> str:
         return (
             f"Communicator(rank={self.rank}, world_size={self.world_size}, "
-            f"backend={self.backend!r}, link={self.link!r}, debug={self.debug})"
+            f"backend={self.backend!r}, device={str(self.device)!r}, link={self.link!r}, "
+            f"debug={self.debug})"
         )
+
+    # ------------------------------------------------------------------ devices
+    def check_device(self, op: str, t: torch.Tensor) -> None:
+        """Raise unless ``t`` is on this rank's device or the CPU (see the module doc).
+
+        Raises:
+            DistError: One line naming the collective ``op``, the calling line, ``t``'s device
+                and the devices this communicator takes.
+        """
+        dev = t.device
+        if dev.type == "cpu" or dev == self.device:
+            return
+        takes = "the CPU" if self.device.type == "cpu" else f"{self.device} or the CPU"
+        raise DistError(
+            f"{op}: a tensor on {dev} reached rank {self.rank}'s communicator, which takes "
+            f"tensors on {takes} (backend {self.backend!r}); called from "
+            f"{_caller()}. Build host-side numbers on the CPU and device rows on comm.device."
+        )
+
+    def _wire(self, op: str, t: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """``(tensor to hand to torch.distributed, staged)`` for ``t``, after the device check.
+
+        A host tensor on a group without a CPU backend is copied to the rank's device (staged);
+        everything else goes as it is.
+        """
+        self.check_device(op, t)
+        if t.device.type in self.serves:
+            return t, False
+        return t.to(self.device), True
 
     # ------------------------------------------------------------------ all-to-all
     def all_to_all(
@@ -209,6 +315,8 @@ class Communicator:
             DistError: Bad counts or input.
             CollectiveMismatch: (debug mode) ranks disagree on the call.
         """
+        if isinstance(x, torch.Tensor):
+            self.check_device("all_to_all", x)  # before any rank communicates
         try:
             send, recv = self._check_a2a(x, send_counts, recv_counts)
             error = None
@@ -258,10 +366,11 @@ class Communicator:
     def exchange_counts(self, send_counts: Counts) -> list[int]:
         """All-to-all of one integer per rank: returns what every rank sends to this rank.
 
-        Collective (one ``all_to_all_single`` of ``world_size`` int64).
+        Collective (one ``all_to_all_single`` of ``world_size`` int64, host-side: on the CPU
+        where the group has a CPU backend, else through the device).
         """
         send = self._counts("send_counts", send_counts)
-        t = torch.tensor(send, dtype=torch.int64, device=self.device)
+        t, _ = self._wire("exchange_counts", torch.tensor(send, dtype=torch.int64))
         out = torch.empty_like(t)
         self._record_a2a([1] * self.world_size, 8)
         dist.all_to_all_single(out, t, group=self.group)
@@ -286,17 +395,20 @@ class Communicator:
                 recv_counts=recv,
                 requires_grad=False,
             )
-        out = torch.empty((sum(recv), *x.shape[1:]), dtype=x.dtype, device=x.device)
+        wire, staged = self._wire(op, x)
+        out = torch.empty((sum(recv), *x.shape[1:]), dtype=x.dtype, device=wire.device)
         row_bytes = x.element_size() * math.prod(x.shape[1:])
         self._record_a2a(send, row_bytes)
         work = dist.all_to_all_single(
             out,
-            x,
+            wire,
             output_split_sizes=recv,
             input_split_sizes=send,
             group=self.group,
-            async_op=async_op,
+            async_op=async_op and not staged,
         )
+        if staged:  # finished above; back to the host like the input
+            return out.to(x.device), None
         return out, work
 
     def _record_a2a(self, send: Sequence[int], row_bytes: int) -> None:
@@ -319,6 +431,7 @@ class Communicator:
                 f"all_reduce_sum: expected a tensor, got {type(t).__name__}; wrap numbers in "
                 "torch.tensor([...], dtype=torch.float64)."
             )
+        wire, staged = self._wire("all_reduce_sum", t)
         if self.debug:
             self.verify("all_reduce_sum", dtype=str(t.dtype), shape=list(t.shape))
         w = self.world_size
@@ -326,7 +439,9 @@ class Communicator:
             self.meter.record(
                 self.link, 2 * (w - 1) * t.numel() * t.element_size() // w, 2 * (w - 1)
             )
-        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
+        dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=self.group)
+        if staged:
+            t.copy_(wire)
         return t
 
     def all_reduce(self, t: torch.Tensor, op: str = "sum", *, async_op: bool = False) -> Any:
@@ -343,6 +458,7 @@ class Communicator:
             raise DistError(f"all_reduce: 'op' must be one of {', '.join(ops)} (got {op!r})")
         if not isinstance(t, torch.Tensor):
             raise DistError(f"all_reduce: expected a tensor, got {type(t).__name__}")
+        wire, staged = self._wire("all_reduce", t)
         if self.debug:
             self.verify("all_reduce", reduce=op, dtype=str(t.dtype), shape=list(t.shape))
         w = self.world_size
@@ -350,7 +466,10 @@ class Communicator:
             self.meter.record(
                 self.link, 2 * (w - 1) * t.numel() * t.element_size() // w, 2 * (w - 1)
             )
-        work = dist.all_reduce(t, op=ops[op], group=self.group, async_op=async_op)
+        work = dist.all_reduce(wire, op=ops[op], group=self.group, async_op=async_op and not staged)
+        if staged:
+            t.copy_(wire)
+            return _Done(t) if async_op else t
         return work if async_op else t
 
     def all_gather(self, t: torch.Tensor) -> list[torch.Tensor]:
@@ -358,6 +477,7 @@ class Communicator:
 
         Metered: ``nbytes * (W-1)`` bytes in ``W-1`` messages (the rows this rank receives).
         """
+        wire, staged = self._wire("all_gather", t)
         if self.debug:
             self.verify("all_gather", dtype=str(t.dtype), shape=list(t.shape))
         if self.world_size == 1:
@@ -365,15 +485,16 @@ class Communicator:
         self.meter.record(
             self.link, t.numel() * t.element_size() * (self.world_size - 1), self.world_size - 1
         )
-        out = [torch.empty_like(t) for _ in range(self.world_size)]
-        dist.all_gather(out, t.contiguous(), group=self.group)
-        return out
+        out = [torch.empty_like(wire) for _ in range(self.world_size)]
+        dist.all_gather(out, wire.contiguous(), group=self.group)
+        return [o.to(t.device) for o in out] if staged else out
 
     def broadcast(self, t: torch.Tensor, src: int = 0) -> torch.Tensor:
         """Rank ``src``'s ``t`` into ``t`` on every rank (in place); returns ``t``. Collective.
 
         Metered on the source rank: ``nbytes * (W-1)`` bytes in ``W-1`` messages.
         """
+        wire, staged = self._wire("broadcast", t)
         if self.debug:
             self.verify("broadcast", src=int(src), dtype=str(t.dtype), shape=list(t.shape))
         if self.world_size > 1:
@@ -384,7 +505,9 @@ class Communicator:
                     self.world_size - 1,
                 )
             global_src = src if self.group is None else dist.get_global_rank(self.group, src)
-            dist.broadcast(t, src=global_src, group=self.group)
+            dist.broadcast(wire, src=global_src, group=self.group)
+            if staged:
+                t.copy_(wire)
         return t
 
     def new_group(
@@ -405,6 +528,7 @@ class Communicator:
                 meter=meter or self.meter,
                 debug=self.debug,
                 same_host=self.same_host,
+                device=self.device,
             )
         group = dist.new_group(backend=backend or self.backend)
         child = Communicator(
@@ -414,6 +538,7 @@ class Communicator:
             meter=meter or self.meter,
             debug=self.debug,
             same_host=self.same_host,
+            device=self.device,
         )
         child._owns_group = True
         return child
@@ -458,6 +583,7 @@ class Communicator:
             meter=meter or self.meter,
             debug=self.debug,
             same_host=True,
+            device=self.device,
         )
         child._owns_group = True
         return child

@@ -11,7 +11,23 @@ left to torch: the store listens on ``MASTER_PORT`` of every interface of that h
 Without those variables it creates a real one-rank group through a
 :class:`torch.distributed.FileStore` in a private temporary directory (no port, no network), so
 single-process code runs the same
-collectives as a multi-process job. The backend is ``nccl`` when CUDA is available, else ``gloo``.
+collectives as a multi-process job.
+
+Devices and backends (the device contract; ``device`` picks, ``backend`` may force):
+
+- ``device="cpu"``: every rank on the CPU, a ``gloo`` group (also where CUDA exists).
+- ``device="cuda"`` with a GPU per local rank: rank on ``cuda:LOCAL_RANK``, a
+  ``"cpu:gloo,cuda:nccl"`` group: device tensors go through NCCL, host tensors (counters,
+  objects, plans) through gloo.
+- ``device="cuda"`` with fewer GPUs than local ranks (the shared-GPU mode, for tests and small
+  machines): rank on ``cuda:LOCAL_RANK % GPUs``, a ``gloo`` group (NCCL refuses two ranks on one
+  device; gloo takes CUDA tensors, staging them through pinned host copies).
+- ``device="auto"`` (or ``None``): ``"cuda"`` where CUDA is available, else ``"cpu"``.
+
+``backend="gloo"`` with ``device=None`` means ``device="cpu"``; ``backend="nccl"`` means
+``device="cuda"`` and refuses the shared-GPU mode. Every collective call site builds its tensors
+on purpose: host-side numbers on the CPU, device rows on ``ctx.device``; the
+:class:`~fleetgnn.distributed.comm.Communicator` checks each tensor's device against those two.
 
 The returned :class:`DistContext` is the only handle to the group: pass ``ctx.group`` (or
 ``ctx.communicator()``) explicitly to everything that communicates.
@@ -39,6 +55,10 @@ from fleetgnn.distributed.traffic import TrafficMeter
 #: Environment variables a launcher sets for every worker.
 LAUNCH_ENV: tuple[str, ...] = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 BACKENDS: tuple[str, ...] = ("gloo", "nccl")
+#: What ``device`` may say: a device type, or ``"auto"`` (CUDA where available, else CPU).
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+#: The process group of a rank that has a GPU of its own: device tensors on NCCL, host on gloo.
+HYBRID_BACKEND = "cpu:gloo,cuda:nccl"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +81,10 @@ class DistContext:
         world_size: Number of ranks.
         local_rank: Rank on this host (selects the GPU).
         local_world_size: Ranks on this host.
-        backend: ``"gloo"`` or ``"nccl"``.
-        device: Where this rank's tensors live (``cuda:<local_rank>`` with nccl, else cpu).
+        backend: ``"gloo"`` or ``"nccl"`` (a group with NCCL for device tensors and gloo for
+            host tensors).
+        device: Where this rank's model, data and collective buffers live (``cuda:<local_rank>``
+            with a GPU per rank, ``cuda:<local_rank % GPUs>`` when ranks share GPUs, else cpu).
         group: The process group (the default group that :func:`init` created or found).
         owns_group: Whether :func:`destroy` tears the group down (False when it already existed).
     """
@@ -76,6 +98,11 @@ class DistContext:
     group: dist.ProcessGroup | None = dataclasses.field(repr=False)
     owns_group: bool = True
     store_dir: str | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def shares_device(self) -> bool:
+        """Whether several ranks of this host share one CUDA device (gloo collectives)."""
+        return self.device.type == "cuda" and self.backend == "gloo"
 
     @property
     def same_host(self) -> bool:
@@ -112,6 +139,7 @@ class DistContext:
             meter=meter,
             debug=debug,
             same_host=self.same_host,
+            device=self.device,
         )
 
 
@@ -217,23 +245,72 @@ def _env_int(name: str) -> int:
         ) from e
 
 
-def _pick_backend(backend: str | None) -> str:
-    if backend is None:
-        return "nccl" if torch.cuda.is_available() else "gloo"
-    if backend not in BACKENDS:
+def resolve_device_type(device: str | None, backend: str | None = None) -> str:
+    """``"cpu"`` or ``"cuda"``: what ``init(device=..., backend=...)`` runs on, checked here.
+
+    Raises:
+        DistError: An unknown device or backend, a combination that contradicts itself
+            (``device="cpu"`` with ``backend="nccl"``), or CUDA asked for where it is not
+            available.
+    """
+    if backend is not None and backend not in BACKENDS:
         raise DistError(
             f"init(backend={backend!r}): valid backends are {', '.join(BACKENDS)} or None "
-            "(nccl on CUDA, gloo on CPU)."
+            "(chosen from the device)."
         )
-    if backend == "nccl" and not torch.cuda.is_available():
+    if device is None:
+        device = {"gloo": "cpu", "nccl": "cuda"}.get(backend or "", "auto")
+    kind = str(device).split(":", 1)[0]
+    if kind not in DEVICES:
         raise DistError(
-            "init(backend='nccl') needs CUDA, which is not available here; use backend='gloo' "
-            "or None to run on CPU."
+            f"init(device={device!r}): valid devices are {', '.join(DEVICES)} (a rank's GPU is "
+            "its local rank's; 'auto' takes CUDA where it is available)."
         )
-    return backend
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "cpu" and backend == "nccl":
+        raise DistError(
+            "init(device='cpu', backend='nccl'): NCCL moves CUDA tensors only; use "
+            "backend='gloo' (or None) on the CPU."
+        )
+    if kind == "cuda" and not torch.cuda.is_available():
+        what = (
+            "backend='nccl'"
+            if backend == "nccl" and device in (None, "cuda")
+            else (f"device={device!r}")
+        )
+        raise DistError(
+            f"init({what}) needs CUDA, which is not available here; use device='cpu' "
+            "(backend='gloo') to run on the CPU."
+        )
+    return kind
 
 
-def init(backend: str | None = None, timeout_s: float = 120) -> DistContext:
+def _pg_backend(kind: str, backend: str | None, local_world_size: int) -> str:
+    """The ``torch.distributed`` backend string for ranks on ``kind`` (see the module table)."""
+    if kind == "cpu" or backend == "gloo":
+        return "gloo"
+    count = torch.cuda.device_count()
+    if local_world_size > count:
+        if backend == "nccl":
+            raise DistError(
+                f"init(backend='nccl'): {local_world_size} ranks on this host but only {count} "
+                "CUDA device(s) are visible, and NCCL refuses two ranks on one device; launch at "
+                "most one process per GPU (--nproc-per-node), or pass backend=None to share the "
+                "GPUs with gloo collectives."
+            )
+        return "gloo"  # the shared-GPU mode
+    return HYBRID_BACKEND
+
+
+def _short_backend(pg_backend: str) -> str:
+    """``"nccl"`` for any group whose CUDA tensors go through NCCL, else ``"gloo"``."""
+    return "nccl" if "nccl" in str(pg_backend) else "gloo"
+
+
+def init(
+    backend: str | None = None, timeout_s: float = 120, *, device: str | None = None
+) -> DistContext:
     """Join (or create) the job's process group and describe this process's place in it.
 
     Under a launcher (``RANK`` and ``WORLD_SIZE`` set): ``env://`` initialisation with the
@@ -241,22 +318,24 @@ def init(backend: str | None = None, timeout_s: float = 120) -> DistContext:
     private temporary directory (removed by :func:`destroy`). If ``torch.distributed`` is already
     initialised, its default group is reused and :func:`destroy` leaves it alone.
 
-    With ``nccl`` the current CUDA device is set to ``cuda:<LOCAL_RANK>`` first. Under
+    On CUDA the current device is set to the rank's first (see the module table). Under
     ``torchrun --max-restarts N`` set ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (as
     :func:`fleetgnn.distributed.launch` does) so restarted workers do not read stale keys from the
     previous attempt (pytorch/pytorch#135712).
 
     Args:
-        backend: ``"gloo"``, ``"nccl"`` or None (nccl when CUDA is available, else gloo).
+        backend: ``"gloo"``, ``"nccl"`` or None (chosen from the device, module table).
         timeout_s: Collective timeout in seconds (> 0): a rank waiting longer for its peers fails
             instead of hanging.
+        device: ``"cpu"``, ``"cuda"``, ``"auto"`` or None (``"auto"``, or what ``backend``
+            implies).
 
     Returns:
         The :class:`DistContext`.
 
     Raises:
-        DistError: Invalid backend or timeout, nccl without CUDA, or inconsistent launcher
-            variables.
+        DistError: Invalid device, backend or timeout, CUDA asked for without CUDA, NCCL with
+            more local ranks than GPUs, or inconsistent launcher variables.
     """
     if not timeout_s > 0:
         raise DistError(f"init(timeout_s={timeout_s!r}): the timeout must be > 0 seconds.")
@@ -268,20 +347,30 @@ def init(backend: str | None = None, timeout_s: float = 120) -> DistContext:
             "WORLD_SIZE. Launch with torchrun / fleetgnn.distributed.launch, or unset it."
         )
     if dist.is_initialized():
-        be = str(dist.get_backend())
+        pg = str(dist.get_backend())
+        be = _short_backend(pg)
         if backend is not None and backend != be:
             raise DistError(
                 f"init(backend={backend!r}): torch.distributed is already initialised with "
-                f"{be!r}; pass backend=None or {be!r}."
+                f"{pg!r}; pass backend=None or {be!r}."
             )
         rank, ws = dist.get_rank(), dist.get_world_size()
         local_rank = _env_int("LOCAL_RANK") if "LOCAL_RANK" in os.environ else rank
         local_ws = _env_int("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in os.environ else ws
+        if device is None:
+            kind = "cuda" if be == "nccl" else "cpu"
+        else:
+            kind = resolve_device_type(device, backend)
+        if be == "nccl" and kind == "cpu":
+            raise DistError(
+                f"init(device={device!r}): torch.distributed is already initialised with {pg!r} "
+                "for CUDA tensors; pass device='cuda' (or None)."
+            )
         return DistContext(
-            rank, ws, local_rank, local_ws, be, _device(be, local_rank), dist.group.WORLD, False
+            rank, ws, local_rank, local_ws, be, _device(kind, local_rank), dist.group.WORLD, False
         )
 
-    be = _pick_backend(backend)
+    kind = resolve_device_type(device, backend)
     if present:
         rank, ws = _env_int("RANK"), _env_int("WORLD_SIZE")
         local_rank = _env_int("LOCAL_RANK") if "LOCAL_RANK" in os.environ else rank
@@ -292,7 +381,8 @@ def init(backend: str | None = None, timeout_s: float = 120) -> DistContext:
                 f"LOCAL_RANK={local_rank}, LOCAL_WORLD_SIZE={local_ws}: need "
                 "0 <= RANK < WORLD_SIZE and 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE."
             )
-        device = _device(be, local_rank)
+        pg = _pg_backend(kind, backend, local_ws)
+        dev = _device(kind, local_rank)
         addr = os.environ.get("MASTER_ADDR", "")
         agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
         if ws > 1 and is_loopback(addr) and not agent_store and "MASTER_PORT" in os.environ:
@@ -305,31 +395,32 @@ def init(backend: str | None = None, timeout_s: float = 120) -> DistContext:
                 timeout=timeout,
                 multi_tenant=True,
             )
-            dist.init_process_group(be, store=store, rank=rank, world_size=ws, timeout=timeout)
+            dist.init_process_group(pg, store=store, rank=rank, world_size=ws, timeout=timeout)
         else:
-            dist.init_process_group(be, init_method="env://", timeout=timeout)
+            dist.init_process_group(pg, init_method="env://", timeout=timeout)
         store_dir = None
     else:
         rank, ws, local_rank, local_ws = 0, 1, 0, 1
-        device = _device(be, 0)
+        pg = _pg_backend(kind, backend, 1)
+        dev = _device(kind, 0)
         store_dir = tempfile.mkdtemp(prefix="fleetgnn-pg-")
         store = dist.FileStore(os.path.join(store_dir, "store"), 1)
-        dist.init_process_group(be, store=store, rank=0, world_size=1, timeout=timeout)
+        dist.init_process_group(pg, store=store, rank=0, world_size=1, timeout=timeout)
     return DistContext(
-        rank, ws, local_rank, local_ws, be, device, dist.group.WORLD, True, store_dir
+        rank, ws, local_rank, local_ws, _short_backend(pg), dev, dist.group.WORLD, True, store_dir
     )
 
 
-def _device(backend: str, local_rank: int) -> torch.device:
-    if backend == "nccl":
-        if local_rank >= torch.cuda.device_count():
-            raise DistError(
-                f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} CUDA device(s) "
-                "are visible; launch at most one process per GPU (--nproc-per-node)."
-            )
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
+def _device(kind: str, local_rank: int) -> torch.device:
+    """The rank's device: its own GPU, or ``local_rank % GPUs`` when ranks share them."""
+    if kind != "cuda":
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if count < 1:
+        raise DistError("CUDA is available but no CUDA device is visible (CUDA_VISIBLE_DEVICES?)")
+    index = local_rank % count
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 def destroy(ctx: DistContext) -> None:

@@ -1,11 +1,13 @@
 """Multi-process test helper: run a function on every rank of a real gloo group.
 
-``run_world(fn, world_size, *args)`` spawns ``world_size`` fresh processes (start method
-``spawn``), joins them into a gloo group through a ``file://`` store in a private temporary
+``run_world(fn, world_size, *args, device="cpu")`` spawns ``world_size`` fresh processes (start
+method ``spawn``), joins them into a gloo group through a ``file://`` store in a private temporary
 directory (no ports), calls ``fn(comm, *args)`` with a
 :class:`~fleetgnn.distributed.comm.Communicator` on each rank and returns every rank's result. A
 failing rank aborts the others at once and raises :class:`~fleetgnn.distributed.errors.WorkerFailed`
-with its traceback; nothing sleeps.
+with its traceback; nothing sleeps. With ``device="cuda"`` every rank's communicator serves
+``cuda:rank % GPUs``: on a one-GPU machine the ranks share it (the shared-GPU mode of
+:func:`~fleetgnn.distributed.init`: gloo moves the CUDA tensors).
 
 Processes are expensive: put several checks into one world and return what the test asserts.
 ``fn`` and its arguments must be picklable (``fn`` a module-level function).
@@ -40,12 +42,17 @@ def _child(
     args: tuple,
     debug: bool,
     timeout_s: float,
+    device: str = "cpu",
 ) -> None:
     result_path = os.path.join(tmp, f"result-{rank}.pkl")
     try:
         import torch.distributed as dist
 
         torch.set_num_threads(1)
+        dev = torch.device("cpu")
+        if device != "cpu":
+            dev = torch.device("cuda", rank % torch.cuda.device_count())
+            torch.cuda.set_device(dev)
         store = dist.FileStore(os.path.join(tmp, "store"), world_size)
         dist.init_process_group(
             "gloo",
@@ -54,7 +61,7 @@ def _child(
             world_size=world_size,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
-        comm = Communicator(None, rank=rank, world_size=world_size, debug=debug)
+        comm = Communicator(None, rank=rank, world_size=world_size, debug=debug, device=dev)
         payload: tuple[str, Any] = ("ok", fn(comm, *args))
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - report everything, including SystemExit
@@ -72,6 +79,7 @@ def run_world(
     *args: Any,
     timeout_s: float = 120,
     debug: bool = False,
+    device: str = "cpu",
 ) -> list[Any]:
     """Run ``fn(comm, *args)`` on ``world_size`` spawned ranks of a gloo group; results by rank.
 
@@ -81,6 +89,7 @@ def run_world(
         *args: Passed to ``fn`` on every rank (picklable).
         timeout_s: Wall-clock limit for the whole world; also the collective timeout.
         debug: Create the communicators in debug mode.
+        device: ``"cpu"`` or ``"cuda"`` (each rank on ``cuda:rank % GPUs``, gloo collectives).
 
     Returns:
         ``[result of rank 0, result of rank 1, ...]``.
@@ -91,6 +100,10 @@ def run_world(
     """
     if int(world_size) < 1:
         raise DistError(f"run_world(world_size={world_size}): need at least 1 rank.")
+    if device not in ("cpu", "cuda"):
+        raise DistError(f"run_world(device={device!r}): use 'cpu' or 'cuda'.")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DistError("run_world(device='cuda') needs CUDA, which is not available here.")
     ctx = mp.get_context("spawn")
     tmp = tempfile.mkdtemp(prefix="fleetgnn-world-")
     procs = []
@@ -98,7 +111,7 @@ def run_world(
         for rank in range(world_size):
             p = ctx.Process(
                 target=_child,
-                args=(fn, rank, world_size, tmp, args, debug, timeout_s),
+                args=(fn, rank, world_size, tmp, args, debug, timeout_s, device),
                 name=f"fleetgnn-rank{rank}",
             )
             p.start()
@@ -144,7 +157,7 @@ def _read_result(tmp: str, rank: int, exitcode: int | None) -> tuple[str, Any]:
 
 
 def context_of(comm: Communicator) -> DistContext:
-    """The :class:`DistContext` of a ``run_world`` rank (one host, gloo, CPU), for engines.
+    """The :class:`DistContext` of a ``run_world`` rank (one host, gloo, the rank's device).
 
     The group belongs to ``run_world``, so the context does not own it.
     """
@@ -154,14 +167,14 @@ def context_of(comm: Communicator) -> DistContext:
         local_rank=comm.rank,
         local_world_size=comm.world_size,
         backend="gloo",
-        device=torch.device("cpu"),
+        device=comm.device,
         group=comm.group,
         owns_group=False,
     )
 
 
 @contextlib.contextmanager
-def context_or_own(comm: Communicator | None) -> Iterator[DistContext]:
+def context_or_own(comm: Communicator | None, device: str = "cpu") -> Iterator[DistContext]:
     """The context of ``comm`` (a ``run_world`` rank), or of a one-process group of its own.
 
     For ``comm=None`` the group is made here and destroyed on exit, so an in-process test
@@ -170,7 +183,7 @@ def context_or_own(comm: Communicator | None) -> Iterator[DistContext]:
     if comm is not None:
         yield context_of(comm)
         return
-    own = init()
+    own = init(device=device)
     try:
         yield own
     finally:

@@ -8,6 +8,7 @@ the single-process reference.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -29,7 +30,8 @@ def resolve_device(device: str | torch.device, key: str = "device") -> torch.dev
     """The :class:`torch.device` of ``device``, checked against this machine.
 
     Args:
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a :class:`torch.device`.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` (CUDA where it is available,
+            else the CPU) or a :class:`torch.device`.
         key: The config key named in error messages (e.g. ``"train.device"``).
 
     Raises:
@@ -37,10 +39,14 @@ def resolve_device(device: str | torch.device, key: str = "device") -> torch.dev
             available (a CPU-only torch build, or no visible GPU), or a GPU index that does not
             exist.
     """
+    if isinstance(device, str) and device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise ConfigError(f"{key}={device!r} is not a device; use 'cpu', 'cuda' or 'cuda:N'") from e
+        raise ConfigError(
+            f"{key}={device!r} is not a device; use 'cpu', 'cuda', 'cuda:N' or 'auto'"
+        ) from e
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             why = (
@@ -59,8 +65,50 @@ def resolve_device(device: str | torch.device, key: str = "device") -> torch.dev
                 f"cuda:0..cuda:{count - 1}; pick one of those"
             )
     elif dev.type != "cpu":
-        raise ConfigError(f"{key}={str(device)!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'")
+        raise ConfigError(
+            f"{key}={str(device)!r} is not supported; use 'cpu', 'cuda', 'cuda:N' or 'auto'"
+        )
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
     return dev
+
+
+def device_clock(device: torch.device | str) -> Callable[[], float]:
+    """A clock for phase timers on ``device``: ``time.perf_counter`` after the device's queue.
+
+    CUDA runs kernels asynchronously: a timer read straight after a launch measures the launch,
+    not the work. On CUDA the clock first waits for the device (``torch.cuda.synchronize``), so
+    every phase is charged with its own kernels (at the price of the overlap between phases that
+    an unsynchronised step would have); on the CPU it is ``time.perf_counter`` itself.
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return time.perf_counter
+
+    def clock() -> float:
+        torch.cuda.synchronize(dev)
+        return time.perf_counter()
+
+    return clock
+
+
+def peak_device_memory(device: torch.device | str, *, reset: bool = False) -> dict[str, int]:
+    """The CUDA allocator's peak since the last reset on ``device`` (``{}`` on the CPU).
+
+    ``{"allocator_peak": torch.cuda.max_memory_allocated, "allocator_reserved_peak":
+    torch.cuda.max_memory_reserved}``, in bytes; ``reset`` starts a new window afterwards (the
+    Trainer resets at every epoch start, so ``metrics.jsonl`` holds each epoch's own peak).
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return {}
+    out = {
+        "allocator_peak": int(torch.cuda.max_memory_allocated(dev)),
+        "allocator_reserved_peak": int(torch.cuda.max_memory_reserved(dev)),
+    }
+    if reset:
+        torch.cuda.reset_peak_memory_stats(dev)
+    return out
 
 
 def require_trainable(graph: Graph) -> None:
@@ -217,12 +265,15 @@ def setup_distributed(engine: Any, graph: Graph, config: Any, config_cls: type, 
     """The prologue every distributed engine shares; returns the (checked) typed config.
 
     Checks ``config`` is a ``config_cls`` (``None``: its defaults) and that ``graph`` can be
-    trained on, initialises the process group when ``ctx`` is ``None``, and sets on ``engine``:
-    ``graph``, ``config``, ``ctx``, ``rank``, ``world_size``, ``device``, ``dtype``, ``seed``, a
-    fresh ``meter`` and the metered ``comm`` (debug mode from ``config.debug_collectives``).
+    trained on, initialises the process group on ``config.device`` when ``ctx`` is ``None``, and
+    sets on ``engine``: ``graph``, ``config``, ``ctx``, ``rank``, ``world_size``, ``device`` (the
+    context's: the rank's GPU, or the CPU), ``clock`` (:func:`device_clock`), ``dtype``,
+    ``seed``, a fresh ``meter`` and the metered ``comm`` (debug mode from
+    ``config.debug_collectives``).
 
     Raises:
-        ConfigError: If ``config`` is another engine's config.
+        ConfigError: If ``config`` is another engine's config, or its ``device`` contradicts the
+            context's (``"cpu"`` for a rank on a GPU, or ``"cuda"`` for a CPU rank).
         DatasetError: If the graph has no features, labels or training split.
     """
     from fleetgnn.distributed import TrafficMeter, init
@@ -233,9 +284,18 @@ def setup_distributed(engine: Any, graph: Graph, config: Any, config_cls: type, 
             f"the {engine.name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
         )
     require_trainable(graph)
-    ctx = init() if ctx is None else ctx
+    wanted = str(cfg.device).split(":", 1)[0]
+    if ctx is None:
+        ctx = init(device=wanted)
+    elif wanted != "auto" and wanted != ctx.device.type:
+        raise ConfigError(
+            f"the {engine.name} engine's config says device={cfg.device!r} but its process group "
+            f"runs on {ctx.device} (init(device=...)); give both the same device, or "
+            "device='auto' to follow the group"
+        )
     engine.graph, engine.config, engine.ctx = graph, cfg, ctx
     engine.rank, engine.world_size, engine.device = ctx.rank, ctx.world_size, ctx.device
+    engine.clock = device_clock(ctx.device)
     engine.dtype = DTYPES[cfg.dtype]
     engine.seed = int(cfg.seed)
     engine.meter = TrafficMeter()

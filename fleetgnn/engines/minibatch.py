@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -232,12 +231,12 @@ class MinibatchEngine(EngineBase):
     def prepare(self, epoch: int, step: int) -> _Batch:
         """Sample and gather one step's batch (runs in the prefetch thread)."""
         before = self.store_meter.snapshot()  # only this thread reads the store meanwhile
-        t0 = time.perf_counter()
+        t0 = self.clock()
         seeds = self.loader.batch(epoch, step)
         blocks = self.sampler.sample(seeds, epoch, step, stream=self.rank)
-        t1 = time.perf_counter()
+        t1 = self.clock()
         x = self._features(blocks[0].src_ids)
-        t2 = time.perf_counter()
+        t2 = self.clock()
         traffic = {k: v["bytes"] for k, v in self.store_meter.delta(before).items()}
         return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, self._global_count(step), traffic)
 
@@ -258,9 +257,9 @@ class MinibatchEngine(EngineBase):
         pending: Future[_Batch] | None = None
         prepared_s = waited_s = 0.0
         for step in range(start_step, n):
-            t_wait = time.perf_counter()
+            t_wait = self.clock()
             batch = pending.result() if pending is not None else self.prepare(epoch, step)
-            waited = time.perf_counter() - t_wait
+            waited = self.clock() - t_wait
             pending = (
                 self._pool.submit(self.prepare, epoch, step + 1)
                 if self.prefetch and step + 1 < n
@@ -310,7 +309,7 @@ class MinibatchEngine(EngineBase):
 
     def train_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
         """One DDP step on a prepared batch."""
-        t_start = time.perf_counter()
+        t_start = self.clock()
         aggs = [
             LocalAggregator(b.to(self.device), dtype=self.dtype, validate=False)
             for b in batch.blocks
@@ -320,13 +319,13 @@ class MinibatchEngine(EngineBase):
         target = self.y[batch.seeds].to(self.device)
         total = loss_sum(self.loss, logits, target)
         loss = total * (self.world_size / max(batch.global_count, 1))
-        t1 = time.perf_counter()
+        t1 = self.clock()
         self.optimizer.zero_grad(set_to_none=True)
         comm_before = self.meter.snapshot()
         loss.backward()  # DDP all-reduces (averages) gradients here, through the communicator
-        t2 = time.perf_counter()
+        t2 = self.clock()
         self.optimizer.step()
-        t3 = time.perf_counter()
+        t3 = self.clock()
         correct = int((logits.argmax(dim=1) == target).sum()) if target.numel() else 0
         times = {
             # the work spent preparing this batch; how much of it was hidden behind the previous

@@ -18,7 +18,6 @@ full-graph forward pass.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from fleetgnn.engines.common import (
     HeldBytes,
     LossFn,
     check_fanouts,
+    device_clock,
     labels_and_masks,
     loss_sum,
     node_features,
@@ -87,6 +87,7 @@ class ReferenceEngine(EngineBase):
         self.config = config
         self.mode = config.mode
         self.device = resolve_device(config.device)
+        self.clock = device_clock(self.device)
         self.dtype = DTYPES[config.dtype]
         self.seed = int(config.seed)
         self.x = node_features(graph, self.dtype, config.feature_norm).to(self.device)
@@ -143,23 +144,23 @@ class ReferenceEngine(EngineBase):
 
     def batch(self, epoch: int, step: int) -> tuple[list[Any], torch.Tensor, torch.Tensor, float]:
         """Aggregators, input features and seeds of one step, plus the sampling time."""
-        t0 = time.perf_counter()
+        t0 = self.clock()
         if self.mode == "full":
             aggs = [self.full_aggregator] * self.num_layers
             return aggs, self.x, self.train_ids.to(self.device), 0.0
         seeds = self.loader.batch(epoch, step)
         blocks = self.sampler.sample(seeds, epoch, step)
         aggs = [self._local(b) for b in blocks]
-        t_sample = time.perf_counter() - t0
+        t_sample = self.clock() - t0
         x = self.x[blocks[0].src_ids.to(self.device)]
         return aggs, x, seeds.to(self.device), t_sample
 
     def train_step(self, epoch: int, step: int) -> StepStats:
         """One optimisation step."""
-        t_start = time.perf_counter()
+        t_start = self.clock()
         aggs, x, seeds, t_sample = self.batch(epoch, step)
-        t_gather = time.perf_counter() - t_start - t_sample
-        t0 = time.perf_counter()
+        t_gather = self.clock() - t_start - t_sample
+        t0 = self.clock()
         logits = self.model(aggs, x, step=self._global_step(epoch, step))
         if self.mode == "full":
             logits = logits[seeds]
@@ -167,12 +168,12 @@ class ReferenceEngine(EngineBase):
         total = loss_sum(self.loss, logits, target)
         count = int(seeds.numel())
         loss = total / max(count, 1)
-        t1 = time.perf_counter()
+        t1 = self.clock()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = self.clock()
         self.optimizer.step()
-        t3 = time.perf_counter()
+        t3 = self.clock()
         correct = int((logits.argmax(dim=1) == target).sum())
         times = {
             "sample": t_sample,

@@ -43,7 +43,6 @@ Steps 1-2 of the next step run in a background thread while the current step tra
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -413,10 +412,10 @@ class SplitEngine(EngineBase):
     ) -> None:
         sc = setup_distributed(self, graph, config, SplitEngineConfig, ctx)
         check_fanouts(sc.fanouts, model)
-        t0 = time.perf_counter()
+        t0 = self.clock()
         self.book = self._book(graph, sc, book)
         self.owner = np.asarray(self.book.part_of)  # the book's int32 array, not a copy
-        self.preprocess_s = time.perf_counter() - t0
+        self.preprocess_s = self.clock() - t0
         self.y = LabelRows(graph.y)  # each batch reads its own labels (no [N] copy)
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
@@ -518,18 +517,18 @@ class SplitEngine(EngineBase):
 
     def prepare(self, epoch: int, step: int) -> _Batch:
         """Sample, split and load one step (no communication; runs in the prefetch thread)."""
-        t0 = time.perf_counter()
+        t0 = self.clock()
         seeds = self.loader.batch(epoch, step)
         blocks = self.sampler.sample(seeds, epoch, step)
         splits = [
             split_block(b, self.owner[b.src_ids.numpy()], self.rank, self.world_size)
             for b in blocks
         ]
-        t1 = time.perf_counter()
+        t1 = self.clock()
         first = splits[0]
         ids = first.block.src_ids.numpy()[first.rows]
         x, hits, misses = self._load(ids)
-        t2 = time.perf_counter()
+        t2 = self.clock()
         last = splits[-1]
         targets = last.block.src_ids[torch.from_numpy(last.rows[: last.num_dst])]
         counters = self._counters(blocks, splits, hits, misses)
@@ -581,9 +580,9 @@ class SplitEngine(EngineBase):
         totals: dict[str, Any] = {}
         shuffle = np.zeros(self.num_layers, dtype=np.int64)
         for step in range(start_step, n):
-            t_wait = time.perf_counter()
+            t_wait = self.clock()
             batch = pending.result() if pending is not None else self.prepare(epoch, step)
-            waited = time.perf_counter() - t_wait
+            waited = self.clock() - t_wait
             pending = (
                 self._pool.submit(self.prepare, epoch, step + 1)
                 if self.prefetch and step + 1 < n
@@ -615,7 +614,7 @@ class SplitEngine(EngineBase):
         Returns:
             The step's stats and the forward shuffle bytes sent by this rank per layer.
         """
-        t_start = time.perf_counter()
+        t_start = self.clock()
         before = self.meter.snapshot()
         sent: list[list[int]] = [[] for _ in batch.splits]
         aggs = [
@@ -629,14 +628,14 @@ class SplitEngine(EngineBase):
         target = self.y[batch.targets].to(self.device)
         total = loss_sum(self.loss, logits, target)
         loss = total / max(batch.global_count, 1)
-        t1 = time.perf_counter()
+        t1 = self.clock()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # reverse shuffles
-        t2 = time.perf_counter()
+        t2 = self.clock()
         all_reduce_gradients(self.module, self.comm)
-        t3 = time.perf_counter()
+        t3 = self.clock()
         self.optimizer.step()
-        t4 = time.perf_counter()
+        t4 = self.clock()
         correct = int((logits.argmax(dim=1) == target).sum()) if target.numel() else 0
         traffic = {k: v["bytes"] for k, v in self.meter.delta(before).items()}
         traffic["local"] = traffic.get("local", 0) + batch.counters["rows_cached"] * self.row_bytes

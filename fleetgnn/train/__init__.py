@@ -22,6 +22,7 @@ from fleetgnn.train.checkpoint import (
 from fleetgnn.train.metrics import MetricsWriter, is_event, read_metrics
 from fleetgnn.train.resolve import (
     check_device,
+    resolve_device_name,
     resolve_feature_norm,
     resolve_model_defaults,
     resolve_threads,
@@ -67,6 +68,7 @@ __all__ = [
     "model_from_config",
     "optimizer_from_config",
     "read_metrics",
+    "resolve_device_name",
     "resolve_feature_norm",
     "resolve_model_defaults",
     "resolve_threads",

@@ -340,7 +340,8 @@ def capture_rng() -> dict[str, Any]:
         A dict of tensors and primitives that survives ``torch.load(weights_only=True)``:
         ``{"python": {"version", "state" (int64 [625]), "gauss_next"}, "numpy": {"kind",
         "keys" (int64 [624]), "pos", "has_gauss", "cached_gaussian"}, "torch": uint8 tensor,
-        "cuda": [uint8 tensor per device] (only when CUDA is available)}``.
+        "cuda": [uint8 tensor per device] (only when this process has initialised CUDA: a
+        run on the CPU never creates a CUDA context, also where CUDA is available)}``.
     """
     version, py_state, gauss_next = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # noqa: NPY002 (global state)
@@ -359,7 +360,7 @@ def capture_rng() -> dict[str, Any]:
         },
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["cuda"] = torch.cuda.get_rng_state_all()
     return out
 
@@ -367,7 +368,8 @@ def capture_rng() -> dict[str, Any]:
 def restore_rng(state: Mapping[str, Any]) -> None:
     """Restore what :func:`capture_rng` returned.
 
-    CUDA states are restored for the devices present in both the state and this machine.
+    CUDA states are restored for the devices present in both the state and this machine, in a
+    process that uses CUDA (one that has initialised it).
 
     Raises:
         CheckpointError: ``state`` lacks a generator or has malformed entries.
@@ -395,7 +397,7 @@ def restore_rng(state: Mapping[str, Any]) -> None:
             f"the keys 'python', 'numpy', 'torch' as written by capture_rng()"
         ) from e
     cuda = state.get("cuda")
-    if cuda and torch.cuda.is_available():
+    if cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
         n = min(len(cuda), torch.cuda.device_count())
         for i in range(n):
             torch.cuda.set_rng_state(cuda[i], device=i)

@@ -13,6 +13,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from fleetgnn.config import Config, ModelConfig
 from fleetgnn.engines.common import resolve_device
 from fleetgnn.graph import dataset_feature_norm
@@ -101,6 +103,19 @@ def check_device(cfg: Config) -> None:
         ConfigError: One line naming ``train.device`` and what is wrong.
     """
     resolve_device(cfg.train.device, key="train.device")
+
+
+def resolve_device_name(cfg: Config) -> Config:
+    """``cfg`` with ``train.device="auto"`` replaced by what runs here (``"cuda"`` or ``"cpu"``).
+
+    ``config.yaml`` then records the device that ran, and ``--resume`` on another machine
+    refuses or follows it explicitly. Other values are checked (:func:`check_device`) and kept.
+    """
+    if cfg.train.device == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, device=name))
+    check_device(cfg)
+    return cfg
 
 
 def resolve_feature_norm(cfg: Config) -> Config:

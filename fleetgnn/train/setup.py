@@ -19,7 +19,7 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import GNN, build_model
 from fleetgnn.partition import book_dir
-from fleetgnn.train.resolve import check_device, resolve_feature_norm
+from fleetgnn.train.resolve import resolve_device_name, resolve_feature_norm
 
 
 def model_kwargs(cfg: ModelConfig) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def engine_from_config(
         nproc = cfg.train.nproc if engine_spec(engine).distributed else 1
         train = dataclasses.replace(cfg.train, engine=engine, mode=cfg.mode, nproc=nproc)
         cfg = dataclasses.replace(cfg, train=train).validate()
-    check_device(cfg)
+    cfg = resolve_device_name(cfg)  # "auto" -> the device that runs
     cfg = resolve_feature_norm(cfg)
     model = model_from_config(cfg, graph)
     engine_cfg = cfg.engine_config()

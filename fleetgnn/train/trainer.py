@@ -82,6 +82,7 @@ from rich.table import Table
 
 from fleetgnn.config import Config, TrainerConfig, save_config
 from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, StepStats
+from fleetgnn.engines.common import device_clock, peak_device_memory
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.dataset import atomic_write_text
 from fleetgnn.train.checkpoint import (
@@ -324,6 +325,9 @@ class Trainer:
         self.show_progress = show_progress and not self.quiet
         self.checkpoints = CheckpointDir(self.run_dir / "checkpoints")
         self.state = TrainState()
+        #: Where the run is (``"training (epoch 3, step 41)"``, ``"evaluation after epoch 3"``):
+        #: what a device out-of-memory error names (:mod:`fleetgnn.train.oom`).
+        self.phase = "setup"
         self._pending_events: list[dict[str, Any]] = []
         self._writer: MetricsWriter | None = None
         # checkpoint cadence: when and at which step the last save was; the latest epoch-end
@@ -491,7 +495,10 @@ class Trainer:
         epoch, start = st.epoch, st.next_step
         task = progress.add_task(f"epoch {epoch}", total=spe, completed=start, loss=_fmt(None))
         base_elapsed = st.partial.elapsed_s
-        t0 = time.perf_counter()
+        clock = self._clock()
+        peak_device_memory(self._device(), reset=True)  # this epoch's own allocator peak
+        t0 = clock()
+        self.phase = f"training (epoch {epoch}, step {start})"
 
         def on_step(step: int, stats: StepStats) -> None:
             if step != st.next_step:
@@ -501,13 +508,14 @@ class Trainer:
                 )
             st.partial.add(stats)
             st.next_step = step + 1
+            self.phase = f"training (epoch {epoch}, step {st.next_step})"
             st.global_step += 1
             running = st.partial.loss_sum / st.partial.count if st.partial.count else None
             progress.update(task, completed=st.next_step, loss=_fmt(running))
             stop = self._steps_exhausted() and st.next_step < spe  # checkpointed after evaluation
             every = tc.checkpoint_every
             if every > 0 and st.global_step % every == 0 and st.next_step < spe and not stop:
-                st.partial.elapsed_s = base_elapsed + (time.perf_counter() - t0)
+                st.partial.elapsed_s = base_elapsed + (clock() - t0)
                 self._save_checkpoint(spe)
             if stop:
                 raise _MaxStepsReached
@@ -526,7 +534,7 @@ class Trainer:
                 f"{epoch} and returned {len(returned)} step stats; expected steps {start}.."
                 f"{spe - 1} (steps_per_epoch={spe})"
             )
-        train_time = base_elapsed + (time.perf_counter() - t0)
+        train_time = base_elapsed + (clock() - t0)
         progress.remove_task(task)
         own_time = train_time
         stats, train_time = self._aggregate(st.partial, epoch, train_time, epoch_end=not partial)
@@ -539,9 +547,10 @@ class Trainer:
             writer.write(record)
         new_best = False
         if evaluated:
-            t1 = time.perf_counter()
+            t1 = clock()
+            self.phase = f"evaluation after epoch {epoch}"
             ev = {k: float(v) for k, v in self.engine.evaluate().items()}
-            eval_time = time.perf_counter() - t1
+            eval_time = clock() - t1
             if "val_acc" not in ev:
                 raise RuntimeError(
                     f"engine {self.engine.name!r}.evaluate() returned keys {sorted(ev)}; it must "
@@ -652,10 +661,26 @@ class Trainer:
                 extra["per_rank"][key] = [d.get(key) for d in gathered]
         return total.to_epoch_stats(epoch, memory, extra), float(ranks[:, -1].max())
 
+    def _device(self) -> torch.device:
+        """The engine's device (``engine.device``; the CPU for an engine without one)."""
+        return torch.device(getattr(self.engine, "device", "cpu"))
+
+    def _clock(self) -> Any:
+        """The engine's phase clock (synchronising on CUDA), else ``time.perf_counter``."""
+        clock = getattr(self.engine, "clock", None)
+        return clock if callable(clock) else device_clock(self._device())
+
     def _engine_memory(self) -> dict[str, int]:
-        """Peak memory per tier from the engine's optional ``peak_memory()`` method."""
+        """Peak memory per tier from the engine's optional ``peak_memory()`` method.
+
+        On CUDA the allocator's own peak of this epoch is added beside the engine's count
+        (``allocator_peak``, ``allocator_reserved_peak``: ``torch.cuda.max_memory_allocated``
+        and ``max_memory_reserved`` since the epoch started).
+        """
         fn = getattr(self.engine, "peak_memory", None)
-        return {str(k): int(v) for k, v in fn().items()} if callable(fn) else {}
+        out = {str(k): int(v) for k, v in fn().items()} if callable(fn) else {}
+        out.update(peak_device_memory(self._device()))
+        return out
 
     def _engine_extra(self) -> dict[str, Any]:
         """Engine-specific numbers from the engine's optional ``epoch_extra()`` method."""

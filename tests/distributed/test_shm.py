@@ -250,7 +250,7 @@ def test_invalid_names_are_rejected_on_every_rank():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_ipc_gather_matches_indexing():
-    results = run_world(_cuda_world, 2)
+    results = run_world(_cuda_world, 2, device="cuda")
     assert all(results)
 
 
