@@ -6,7 +6,7 @@ The Python API for scripts (run them plainly, or under ``torchrun`` for several 
     from fleetgnn.nn import LayerwiseModule, SAGEConv, KeyedDropout
 
     graph = fleetgnn.open_dataset("data/cora")
-    ctx = fleetgnn.distributed.init()                # gloo on CPU, nccl on GPU; 1 rank alone
+    ctx = fleetgnn.distributed.init()                # CUDA where available, else CPU; 1 rank alone
     model = MyModel(graph.num_features, 64, graph.num_classes)   # any layer-wise nn.Module
     engine = fleetgnn.build_engine(
         model, graph, fleetgnn.MinibatchEngineConfig(fanouts=(10, 10)), ctx,

@@ -58,15 +58,16 @@ class EngineConfig:
     Attributes:
         seed: Seed of every random draw in training (batches, sampling, dropout), each keyed by
             ``(seed, epoch, step)``.
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA where available). The
-            distributed engines run on their rank's device (``ctx.device``: the rank's GPU for
-            ``"cuda"``) and refuse a context on another device type; ``"auto"`` follows it.
+        device: ``"auto"`` (the default: CUDA where available), ``"cpu"``, ``"cuda"`` or
+            ``"cuda:N"``. The distributed engines run on their rank's device (``ctx.device``:
+            the rank's GPU for ``"cuda"``) and refuse a context on another device type;
+            ``"auto"`` follows it.
         dtype: Floating-point type of features and parameters, ``"float32"`` or ``"float64"``.
         feature_norm: ``"row"`` scales each feature row to unit L1 norm, ``"none"`` keeps them.
     """
 
     seed: int = 0
-    device: str = "cpu"
+    device: str = "auto"
     dtype: str = "float32"
     feature_norm: str = "none"
 

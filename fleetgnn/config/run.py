@@ -153,10 +153,10 @@ class TrainConfig:
         max_steps: Stop after this many optimisation steps over the whole run (a resumed run's
             earlier steps count; every rank stops at the same step), mid-epoch if need be, with
             a checkpoint and one evaluation at the end (``None``: no limit).
-        device: ``"cpu"`` (also where CUDA exists; gloo collectives), ``"cuda"`` (requires CUDA;
-            each rank its local GPU, or ranks sharing GPUs when there are fewer GPUs than ranks),
-            ``"cuda:N"`` (one process) or ``"auto"`` (CUDA where available, else CPU). The same
-            for every engine; ``config.yaml`` records the device that ran.
+        device: ``"auto"`` (the default: CUDA where available, else the CPU), ``"cpu"`` (also
+            where CUDA exists; gloo collectives), ``"cuda"`` (requires CUDA; each rank its local
+            GPU, or ranks sharing GPUs when there are fewer GPUs than ranks) or ``"cuda:N"`` (one
+            process). The same for every engine; ``config.yaml`` records the device that ran.
         dtype: Floating-point type of features and parameters, one of :attr:`DTYPES`.
         nproc: Processes to launch on this host (one per device; distributed engines only).
         max_restarts: Times the launcher restarts failed workers (they resume from checkpoints).
@@ -188,7 +188,7 @@ class TrainConfig:
     checkpoint_every: int = 50
     checkpoint_interval: float = 60.0
     max_steps: int | None = None
-    device: str = "cpu"
+    device: str = "auto"
     dtype: str = "float32"
     nproc: int = 1
     max_restarts: int = 0

@@ -339,12 +339,23 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def profiled_peak(fn: Any) -> int:
-    """The largest net bytes ``fn()`` has allocated at any moment (CPU allocator, profiled).
+def profiled_peak(fn: Any, device: Any = "cpu") -> int:
+    """The largest net bytes ``fn()`` has allocated at any moment on ``device``.
+
+    CPU: the CPU allocator's events, profiled. CUDA: the CUDA allocator's own peak over the call
+    (``torch.cuda.max_memory_allocated`` after a reset) less what was allocated before it.
 
     Raises:
         RuntimeError: If the profiler cannot start (e.g. another one is running).
     """
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        base = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        fn()
+        torch.cuda.synchronize(dev)
+        return int(torch.cuda.max_memory_allocated(dev) - base)
     from torch.profiler import ProfilerActivity, profile
 
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -229,14 +230,18 @@ class MinibatchEngine(EngineBase):
         return int(sum(hi - lo for lo, hi in lo_hi))
 
     def prepare(self, epoch: int, step: int) -> _Batch:
-        """Sample and gather one step's batch (runs in the prefetch thread)."""
+        """Sample and gather one step's batch (runs in the prefetch thread).
+
+        Timed with the host clock: the thread's work is host-side, and a device synchronise here
+        would wait for the training step it overlaps.
+        """
         before = self.store_meter.snapshot()  # only this thread reads the store meanwhile
-        t0 = self.clock()
+        t0 = time.perf_counter()
         seeds = self.loader.batch(epoch, step)
         blocks = self.sampler.sample(seeds, epoch, step, stream=self.rank)
-        t1 = self.clock()
+        t1 = time.perf_counter()
         x = self._features(blocks[0].src_ids)
-        t2 = self.clock()
+        t2 = time.perf_counter()
         traffic = {k: v["bytes"] for k, v in self.store_meter.delta(before).items()}
         return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, self._global_count(step), traffic)
 
@@ -257,9 +262,9 @@ class MinibatchEngine(EngineBase):
         pending: Future[_Batch] | None = None
         prepared_s = waited_s = 0.0
         for step in range(start_step, n):
-            t_wait = self.clock()
+            t_wait = time.perf_counter()
             batch = pending.result() if pending is not None else self.prepare(epoch, step)
-            waited = self.clock() - t_wait
+            waited = time.perf_counter() - t_wait
             pending = (
                 self._pool.submit(self.prepare, epoch, step + 1)
                 if self.prefetch and step + 1 < n

@@ -390,7 +390,7 @@ def _worker(job: ExportJob, nproc: int) -> None:
 
     _set_threads(nproc)
     cuda = _device(job).type == "cuda"
-    ctx = init(backend="nccl" if cuda else "gloo")
+    ctx = init(device="cuda" if cuda else "cpu")
     try:
         _run_rank(job, ctx)
     finally:

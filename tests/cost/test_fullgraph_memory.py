@@ -12,6 +12,7 @@ saved bytes (:class:`~fleetgnn.nn.recompute.SavedBytesMeter`) against
 import dataclasses
 
 import pytest
+import torch
 
 from fleetgnn.config import load_config
 from fleetgnn.cost import PROFILES, predict_engine, workload_from_config
@@ -135,3 +136,35 @@ def test_gpu_ranks_keep_the_layout_in_host_memory():
     tuned = predict_engine("fullgraph", wl, HW, 2, {"partition": "metis"})
     assert tuned.knobs["held_chunks"] == [8, 16]
     assert tuned.memory["device"] > cpu.memory["device"]  # two aggregators while tuning
+
+
+def _fullgraph_cuda(comm):
+    """On the rank's GPU: ``(peak_memory()["device"], step peak on the CUDA allocator)``."""
+    with context_or_own(comm, device="cuda") as ctx:
+        knobs = {"partition": "range", "num_chunks": 1, "depth": 1, "tune": False}
+        cfg = _cfg("fullgraph", "gcn")
+        e = engine_from_config(cfg, _community_graph(), ctx, **knobs)
+        try:
+            e.run_epoch(0)
+            mem = e.peak_memory()  # on a GPU: "device" is the CUDA part, "host" the rest
+            peak = min(profiled_peak(lambda ep=ep: e.run_epoch(ep), ctx.device) for ep in (1, 2))
+            return mem["device"], mem.get("host", 0), peak
+        finally:
+            e.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("world", [1, 2])
+def test_fullgraph_memory_on_cuda_within_10_percent(world):
+    """On CUDA (W = 2: two ranks sharing the GPU): the held state the engine counts lives on the
+    device, and the model's step workspace is what the CUDA allocator saw, within 10%."""
+    graph = _community_graph()
+    wl = workload_from_config(_cfg("fullgraph", "gcn"), graph=graph)
+    knobs = {"partition": "range", "num_chunks": 1, "tune": False}
+    pred = predict_engine("fullgraph", wl, PROFILES["h100"], world, knobs)
+    ranks = run_world(_fullgraph_cuda, world, timeout_s=300, device="cuda")
+    assert all(r[0] > 0 and r[1] > 0 for r in ranks), ranks  # layout on the host, rows on the GPU
+    held = max(r[0] for r in ranks)
+    assert _within(pred.memory["device"], held), (pred.memory, ranks)
+    assert _within(pred.workspace["device"], max(r[2] for r in ranks)), (pred.workspace, ranks)

@@ -38,13 +38,14 @@ def _config(extra):
 def _train_ranks(comm, extra):
     """Rank body: STEPS steps of epoch 0 (and 1) with the engine; returns params and traffic."""
     engine = engine_from_config(_config(extra), _graph(), context_of(comm))
+    on_device = str(engine.device)
     try:
         stats = engine.run_epoch(0)[:STEPS] if engine.steps_per_epoch() <= STEPS else None
         if stats is None:
             stats = []
             for step in range(STEPS):
                 stats.append(engine.train_step(0, step, engine.prepare(0, step), 0.0))
-        params = {k: v.detach().clone() for k, v in engine.module.state_dict().items()}
+        params = {k: v.detach().cpu() for k, v in engine.module.state_dict().items()}
         ev = engine.evaluate()
         return {
             "params": params,
@@ -53,6 +54,7 @@ def _train_ranks(comm, extra):
             "memory": engine.peak_memory(),
             "traffic": [s.traffic for s in stats],
             "count": [s.count for s in stats],
+            "device": on_device,
         }
     finally:
         engine.close()
@@ -108,8 +110,13 @@ CASES = [
 
 
 @pytest.mark.parametrize("world_size, extra", CASES, ids=lambda v: str(v))
-def test_parameters_equal_reference_on_union_of_batches(world_size, extra):
-    results = run_world(_train_ranks, world_size, extra, timeout_s=300)
+def test_parameters_equal_reference_on_union_of_batches(world_size, extra, device):
+    """On ``cuda`` the ranks share the GPU; the reference stays on the CPU."""
+    if device == "cuda" and world_size > 2:
+        pytest.skip("one GPU: the shared-GPU mode is tested at W = 1 and 2")
+    extra = [*extra, f"train.device={device}"]
+    results = run_world(_train_ranks, world_size, extra, timeout_s=300, device=device)
+    assert {r["device"].split(":")[0] for r in results} == {device}
     ref = _reference(world_size, extra, STEPS)
     for res in results:
         for name, value in ref.items():

@@ -22,10 +22,18 @@ def _config(**over):
 
 
 @pytest.mark.parametrize("model", ["gcn", "sage", "gat", "gin"])
-def test_minibatch_full_fanout_equals_full_graph(graph, model):
-    """Sampled blocks with fanout -1 give the full-graph logits for the batch's seeds."""
+def test_minibatch_full_fanout_equals_full_graph(graph, model, device):
+    """Sampled blocks with fanout -1 give the full-graph logits for the batch's seeds; on the
+    device, the CPU engine's logits too."""
     cfg_full = _config(**{"model.name": model, "train.mode": "full"})
-    cfg_mb = _config(**{"model.name": model, "train.fanouts": "[-1,-1]", "train.batch_size": 37})
+    cfg_mb = _config(
+        **{
+            "model.name": model,
+            "train.fanouts": "[-1,-1]",
+            "train.batch_size": 37,
+            "train.device": device,
+        }
+    )
     full = engine_from_config(cfg_full, graph)
     mb = engine_from_config(cfg_mb, graph)
     mb.model.load_state_dict(full.model.state_dict())
@@ -34,13 +42,14 @@ def test_minibatch_full_fanout_equals_full_graph(graph, model):
     logits_full = full.model([full.full_aggregator] * 2, full.x, step=5)
     aggs, x, seeds, _ = mb.batch(epoch=0, step=1)
     logits_mb = mb.model(aggs, x, step=5)
-    assert seeds.numel() > 0
-    torch.testing.assert_close(logits_mb, logits_full[seeds], rtol=1e-9, atol=1e-9)
+    assert seeds.numel() > 0 and logits_mb.device.type == device
+    torch.testing.assert_close(logits_mb.cpu(), logits_full[seeds.cpu()], rtol=1e-9, atol=1e-9)
 
 
-def test_full_gradients_equal_union_of_minibatch_fanout_all(graph):
+def test_full_gradients_equal_union_of_minibatch_fanout_all(graph, device):
     """A full-graph gradient equals the sum of full-neighbour batch gradients."""
-    cfg = _config(**{"model.name": "gcn", "train.mode": "full", "model.dropout": 0.0})
+    over = {"model.name": "gcn", "train.mode": "full", "model.dropout": 0.0}
+    cfg = _config(**over, **{"train.device": device})
     full = engine_from_config(cfg, graph)
     aggs = [full.full_aggregator] * 2
     logits = full.model(aggs, full.x)
@@ -52,8 +61,9 @@ def test_full_gradients_equal_union_of_minibatch_fanout_all(graph):
         blocks = [full_neighbor_block(full.topology, chunk)]
         b1 = blocks[0]
         b0 = full_neighbor_block(full.topology, b1.src_ids)
-        out = full.model([LocalAggregator(b0), LocalAggregator(b1)], full.x[b0.src_ids])
-        part = torch.nn.functional.cross_entropy(out, full.y[chunk], reduction="sum")
+        aggs = [LocalAggregator(b.to(device), dtype=torch.float64) for b in (b0, b1)]
+        out = full.model(aggs, full.x[b0.src_ids.to(device)])
+        part = torch.nn.functional.cross_entropy(out, full.y[chunk.to(device)], reduction="sum")
         for t, g in zip(total, torch.autograd.grad(part, list(full.model.parameters()))):
             t += g
     for a, b in zip(total, ref):

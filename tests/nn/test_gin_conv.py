@@ -1,3 +1,4 @@
+import pytest
 import torch
 from conftest import dense_adjacency, full_block
 from torch.autograd import gradcheck
@@ -5,11 +6,15 @@ from torch.autograd import gradcheck
 from fleetgnn.nn import GINConv, LocalAggregator
 
 
-def test_equals_dense_formula_and_eps_is_trained(graph, full_agg):
+def test_equals_dense_formula_and_eps_is_trained(graph, device):
     conv = GINConv(4, 3, hidden=5, eps=0.3).double()
     x = torch.randn(graph.num_nodes, 4, dtype=torch.float64)
-    z = 1.3 * x + dense_adjacency(graph) @ x
-    torch.testing.assert_close(conv(full_agg, x), conv.mlp(z))
+    assert float(conv.eps) == pytest.approx(0.3)
+    z = (1 + conv.eps.detach()) * x + dense_adjacency(graph) @ x
+    ref = conv.mlp(z).detach()
+    full_agg = LocalAggregator.from_graph(graph, dtype=torch.float64, device=device)
+    conv, x = conv.to(device), x.to(device)
+    torch.testing.assert_close(conv(full_agg, x).cpu(), ref, rtol=1e-12, atol=1e-12)
     conv(full_agg, x).sum().backward()
     assert conv.eps.grad is not None and conv.eps.grad.abs() > 0
     fixed = GINConv(4, 3, train_eps=False)

@@ -6,16 +6,16 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.nn import GNN, MODEL_DEFAULTS, GATConv, LocalAggregator, build_model
 
 
-def two_hop_blocks(graph, dsts, seed=0):
+def two_hop_blocks(graph, dsts, seed=0, device="cpu"):
     b1 = full_block(graph, dsts, seed=seed)
     b0 = full_block(graph, b1.src_ids.tolist(), seed=seed + 1)
-    return [LocalAggregator(b, dtype=torch.float64) for b in (b0, b1)]
+    return [LocalAggregator(b.to(device), dtype=torch.float64) for b in (b0, b1)]
 
 
 @pytest.mark.parametrize("conv", ["gcn", "sage", "gat", "gin"])
-def test_blocks_equal_full_graph_in_training_mode(conv):
+def test_blocks_equal_full_graph_in_training_mode(conv, device):
     graph = random_graph(n=16, p=0.2, seed=3)
-    full = LocalAggregator.from_graph(graph, dtype=torch.float64)
+    full = LocalAggregator.from_graph(graph, dtype=torch.float64, device=device)
     torch.manual_seed(0)
     model = (
         build_model(
@@ -23,13 +23,15 @@ def test_blocks_equal_full_graph_in_training_mode(conv):
         )
         .double()
         .train()
+        .to(device)
     )
-    x = torch.randn(16, 6, dtype=torch.float64)
+    x = torch.randn(16, 6, dtype=torch.float64, device=device)
     dsts = [5, 0, 11]
     ref = model([full, full], x, step=7)[dsts]
     for seed in (0, 5):  # different row orders inside the blocks
-        aggs = two_hop_blocks(graph, dsts, seed=seed)
-        torch.testing.assert_close(model(aggs, x[aggs[0].src_ids], step=7), ref)
+        aggs = two_hop_blocks(graph, dsts, seed=seed, device=device)
+        src = aggs[0].src_ids.to(device)
+        torch.testing.assert_close(model(aggs, x[src], step=7), ref, rtol=1e-12, atol=1e-12)
     assert not torch.allclose(model([full, full], x, step=8)[dsts], ref)  # dropout is active
     model.eval()
     torch.testing.assert_close(model([full, full], x, step=1), model([full, full], x, step=2))

@@ -302,13 +302,16 @@ def check_blocks(g: Graph, blocks: list, seeds: torch.Tensor, fanouts: list[int]
                 ]
 
 
-def test_sampler_blocks_are_valid() -> None:
+def test_sampler_blocks_are_valid(device: str) -> None:
     g = random_graph(weighted=True)
     seeds = torch.tensor([3, 0, 41, 55, 7])
     fanouts = [3, 2, 5]
-    blocks = NeighborSampler(g, fanouts, seed=4).sample(seeds, epoch=2, step=5)
+    # seeds on the device: the same keyed draws, the same blocks as from host seeds
+    blocks = NeighborSampler(g, fanouts, seed=4).sample(seeds.to(device), epoch=2, step=5)
     assert len(blocks) == 3
     check_blocks(g, blocks, seeds, fanouts)
+    for a, b in zip(blocks, NeighborSampler(g, fanouts, seed=4).sample(seeds, 2, 5), strict=True):
+        assert torch.equal(a.src_ids.cpu(), b.src_ids) and torch.equal(a.indices.cpu(), b.indices)
 
 
 def test_sampler_reproducible_and_independent_of_other_batches() -> None:
@@ -339,10 +342,10 @@ def test_sampler_does_not_touch_global_rng() -> None:
     assert (np.random.get_state()[1] == np_state).all()  # noqa: NPY002
 
 
-def test_two_layer_full_sample_is_exact_two_hop_neighborhood() -> None:
+def test_two_layer_full_sample_is_exact_two_hop_neighborhood(device: str) -> None:
     g = random_graph(seed=5)
     seeds = torch.tensor([2, 9, 0])
-    blocks = NeighborSampler(g, [-1, -1]).sample(seeds)
+    blocks = [b.to("cpu") for b in NeighborSampler(g, [-1, -1]).sample(seeds.to(device))]
     check_blocks(g, blocks, seeds, [-1, -1])
     n = g.num_nodes
     src, dst = g.edges()

@@ -45,7 +45,7 @@ RATIOS = [(0.0, 0.0), (0.0, 1.0), (0.2, 0.3), (0.5, 0.0), (1.0, 0.0), (0.05, 0.9
 
 @pytest.mark.parametrize("dev,host", RATIOS)
 @pytest.mark.parametrize("order", ["graph_first", "features_first"])
-def test_features_bit_exact_and_accounted(dev, host, order):
+def test_features_bit_exact_and_accounted(dev, host, order, device):
     g = _graph()
     meter = TrafficMeter()
     b = _budgets(g, dev, host)
@@ -53,9 +53,9 @@ def test_features_bit_exact_and_accounted(dev, host, order):
     rng = np.random.default_rng(1)
     ids = torch.from_numpy(rng.integers(0, g.num_nodes, 300))
     ids[:10] = ids[0]  # duplicates
-    out = store.gather(ids)
+    out = store.gather(ids.to(device))  # ids on the device: the same rows, the same counts
     assert out.dtype == torch.float64
-    assert torch.equal(out, torch.from_numpy(g.x[ids.numpy()]))
+    assert torch.equal(out.cpu(), torch.from_numpy(g.x[ids.numpy()]))
     # hit rates == fraction of requests whose node lives in each tier (hot rank vs plan counts)
     fp = store.plan.features
     k = hotness_order(g).rank_of[ids.numpy()]
@@ -124,17 +124,21 @@ def test_topology_bytes_closed_form():
     assert total == 16 * g.num_nodes + 4 * int(counts.sum())
 
 
-def test_sampling_through_the_store_equals_the_graph():
+def test_sampling_through_the_store_equals_the_graph(device):
     g = _graph(n=120, e=1500, seed=4)
     store = UnifiedStore.build(g, None, _budgets(g, 0.2, 0.3))
     seeds = torch.tensor([3, 7, 50, 99, 0])
-    a = NeighborSampler(store, [4, 3], seed=5).sample(seeds, epoch=1, step=2)
+    # seeds on the device, topology read through the store: the graph's own sample
+    a = [
+        x.to("cpu")
+        for x in NeighborSampler(store, [4, 3], seed=5).sample(seeds.to(device), epoch=1, step=2)
+    ]
     b = NeighborSampler(g, [4, 3], seed=5).sample(seeds, epoch=1, step=2)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert torch.equal(x.src_ids, y.src_ids)
         assert torch.equal(x.indptr, y.indptr) and torch.equal(x.indices, y.indices)
         assert torch.equal(x.edge_weight, y.edge_weight)
-    feats = store.gather(a[0].src_ids)
+    feats = store.gather(a[0].src_ids.to(device)).cpu()
     assert torch.equal(feats, torch.from_numpy(g.x[a[0].src_ids.numpy()]))
 
 
