@@ -5,16 +5,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from fleetgnn.graph import write_dataset
+from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.loaders.planetoid import load_planetoid
 
 ROOT = Path(__file__).resolve().parents[1]
-PLANETOID = ROOT.parent / "shared" / "datasets" / "planetoid"
+PLANETOID = DATA_DIR / "planetoid"  # the Cora that ships with fleetgnn
 
 
-@pytest.mark.skipif(not (PLANETOID / "ind.cora.x").is_file(), reason="no shared Cora")
 def test_python_api_section_runs(tmp_path):
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Python API") :]
@@ -31,3 +29,41 @@ def test_python_api_section_runs(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert 0.0 <= float(done.stdout.strip().splitlines()[-1]) <= 1.0
     assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_every_link_resolves_in_the_repository():
+    """Relative links name files of the repository and anchors name headings; nothing points
+    outside it (the README once ended with a DESIGN.md that a clone did not have)."""
+    text = (ROOT / "README.md").read_text()
+    slugs = {
+        re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.*)$", text, re.M)
+    }
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    for target in links:
+        if target.startswith(("http://", "https://")):
+            continue
+        if target.startswith("#"):
+            assert target[1:] in slugs, target
+        else:
+            assert (ROOT / target.split("#")[0]).exists(), target
+    assert "../shared" not in text and "DESIGN.md" not in text
+
+
+def test_bundled_cora_is_package_data():
+    """Every bundled file is declared in pyproject.toml, so a wheel (not only a clone) has it."""
+    import fnmatch
+
+    from fleetgnn.graph.loaders.bundled import DATA_DIR, npz_file, planetoid_root
+
+    section = (ROOT / "pyproject.toml").read_text().split("[tool.setuptools.package-data]")[1]
+    globs = re.findall(r'"([^"]+)"', re.search(r"^fleetgnn = \[(.*?)\]", section, re.M | re.S)[1])
+    files = [p.relative_to(DATA_DIR.parent).as_posix() for p in DATA_DIR.rglob("*") if p.is_file()]
+    assert len(files) == 10, files  # 8 Planetoid parts, cora.npz, README.md
+    for f in files:
+        assert any(fnmatch.fnmatch(f, g) for g in globs), f
+    assert (planetoid_root("cora") / "ind.cora.graph").is_file() and npz_file("cora").is_file()
+    readme = (DATA_DIR / "README.md").read_text()
+    assert "kimiyoung/planetoid" in readme and "shchur/gnn-benchmark" in readme
+    assert readme.count("MIT") >= 2

@@ -55,8 +55,17 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
             f"of this machine's memory, here {human_bytes(default_max_bytes())})",
         )
 
-    q = fmt.add_parser("planetoid", help="Planetoid ind.<name>.* pickles (Cora, CiteSeer, PubMed)")
-    q.add_argument("--root", required=True, type=Path, help="directory holding ind.<name>.* files")
+    q = fmt.add_parser(
+        "planetoid",
+        help="Planetoid ind.<name>.* pickles (Cora, CiteSeer, PubMed); Cora ships with fleetgnn",
+    )
+    q.add_argument(
+        "--root",
+        default=None,
+        type=Path,
+        help="directory holding ind.<name>.* files (default: the copy of Cora that ships with "
+        "fleetgnn, for --name cora)",
+    )
     q.add_argument("--name", required=True, help="dataset name, e.g. cora")
     max_memory(q)
     common(q)
@@ -100,8 +109,16 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
             "a list of node IDs (instead of the mask files)",
         )
 
-    q = fmt.add_parser("npz", help="gnn-benchmark sparse .npz (adj_*, attr_*, labels)")
-    q.add_argument("--file", required=True, type=Path)
+    q = fmt.add_parser(
+        "npz", help="gnn-benchmark sparse .npz (adj_*, attr_*, labels); cora.npz ships with it"
+    )
+    src = q.add_mutually_exclusive_group(required=True)
+    src.add_argument("--file", type=Path, help="the .npz file")
+    src.add_argument(
+        "--name",
+        default=None,
+        help="a file that ships with fleetgnn instead of --file: cora (gnn-benchmark's cora.npz)",
+    )
     split_knobs(q)
     max_memory(q)
     common(q)
@@ -179,6 +196,10 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         from fleetgnn.graph.loaders import npz, planetoid
 
         if args.format == "planetoid":
+            if args.root is None:  # the bundled copy (refused in one line for another name)
+                from fleetgnn.graph.loaders.bundled import planetoid_root
+
+                args.root, args.name = planetoid_root(args.name), args.name.lower()
             graph = load_planetoid(args.root, args.name, max_bytes=max_bytes)
             # the customary transform of these features, applied by `train` unless told otherwise
             source = {
@@ -190,6 +211,10 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             names = ("num_train_per_class", "num_val", "num_test", "split_seed")
             names += ("train_mask", "val_mask", "test_mask", "split")
             knobs = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+            if args.file is None:
+                from fleetgnn.graph.loaders.bundled import npz_file
+
+                args.file = npz_file(args.name)
             graph = load_npz(args.file, max_bytes=max_bytes, **knobs)  # the rest: defaults
             source = {"source": "npz", "file": str(args.file), "feature_norm": npz.FEATURE_NORM}
         elif args.format == "pyg":

@@ -16,20 +16,18 @@ from fleetgnn.cli.main import build_parser, main
 from fleetgnn.engines.common import node_features
 from fleetgnn.engines.inference import Chunking
 from fleetgnn.graph import open_dataset, write_dataset
+from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.loaders.planetoid import load_planetoid
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.train import load_checkpoint, load_config, model_from_config, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
-PLANETOID = ROOT.parent / "shared" / "datasets" / "planetoid"
-needs_cora = pytest.mark.skipif(not (PLANETOID / "ind.cora.x").is_file(), reason="no shared Cora")
+PLANETOID = DATA_DIR / "planetoid"  # the Cora that ships with fleetgnn
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A short reference run (mini-batch mode, GCN, 2 layers) on Cora."""
-    if not (PLANETOID / "ind.cora.x").is_file():
-        pytest.skip("no shared Cora")
     root = tmp_path_factory.mktemp("infer")
     data = write_dataset(load_planetoid(PLANETOID, "cora"), root / "cora")
     run_dir = root / "run"

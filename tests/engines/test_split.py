@@ -12,6 +12,7 @@ import torch
 
 from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines.split import SplitEngine, split_block
+from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.partition import PartitionBook, partition
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader
@@ -291,8 +292,7 @@ def test_collectives_per_step(model_name, forward, backward):
         assert calls["all_reduce_sum"] == 1
 
 
-SHARED = __import__("pathlib").Path(__file__).resolve().parents[2].parent / "shared"
-PLANETOID = SHARED / "datasets" / "planetoid"
+PLANETOID = DATA_DIR / "planetoid"  # the Cora that ships with fleetgnn
 
 
 def _cora_config():
@@ -318,7 +318,6 @@ def _cora_rank(comm, path):
         return [[(s.loss_sum, s.count) for s in eng.run_epoch(e)] for e in range(3)]
 
 
-@pytest.mark.skipif(not (PLANETOID / "ind.cora.x").is_file(), reason="no shared Cora")
 def test_cora_loss_trajectory_matches_the_reference(tmp_path):
     """Real Cora, 2 ranks, METIS: the epoch losses are the reference engine's (float32)."""
     from fleetgnn.graph import open_dataset, write_dataset

@@ -11,15 +11,12 @@ import pytest
 
 from fleetgnn.config import ENGINES, available_engines
 from fleetgnn.graph import write_dataset
+from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.loaders.planetoid import load_planetoid
 
 ROOT = Path(__file__).resolve().parents[2]
-PLANETOID = ROOT.parent / "shared" / "datasets" / "planetoid"
+PLANETOID = DATA_DIR / "planetoid"  # the Cora that ships with fleetgnn
 EXAMPLE = ROOT / "examples" / "custom_model.py"
-
-pytestmark = pytest.mark.skipif(
-    not (PLANETOID / "ind.cora.x").is_file(), reason="../shared/datasets/planetoid is absent"
-)
 
 
 @pytest.fixture(scope="module")
