@@ -67,3 +67,26 @@ def test_bundled_cora_is_package_data():
     readme = (DATA_DIR / "README.md").read_text()
     assert "kimiyoung/planetoid" in readme and "shchur/gnn-benchmark" in readme
     assert readme.count("MIT") >= 2
+
+
+def _bash_blocks(text):
+    return re.findall(r"```bash\n(.*?)```", text, re.S)
+
+
+def test_install_is_told_for_gpu_and_cpu_machines():
+    """The first two commands (install + train, install + test) are what works here and what CI
+    runs; both torch wheels are shown: the default (CUDA) one for a GPU machine and PyTorch's
+    CPU-only index for a machine without one."""
+    text = (ROOT / "README.md").read_text()
+    quick = text[text.index("## Quick start") : text.index("## Data")]
+    blocks = _bash_blocks(quick)
+    ci = (ROOT / ".ci" / "run").read_text()
+    pin = re.search(r"pip install -q (torch==\S+)", ci)[1]
+    assert blocks[0].strip() == f"pip install {pin} && pip install -e . && fleetgnn train"
+    assert blocks[1].strip() == "pip install -e '.[dev]' && python -m pytest -q"
+    assert "python -m pytest -q" in ci
+    lines = blocks[2].splitlines()
+    assert lines[0].startswith(f"pip install {pin} ") and "GPU" in lines[0]
+    cpu = f"pip install {pin} --index-url https://download.pytorch.org/whl/cpu"
+    assert lines[1].startswith(cpu) and "CPU" in lines[1]
+    assert "may pull several GB" not in quick  # the old advice, wrong on a GPU machine
