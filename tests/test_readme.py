@@ -85,7 +85,8 @@ def test_install_is_told_for_gpu_and_cpu_machines():
     assert blocks[0].strip() == f"pip install {pin} && pip install -e . && fleetgnn train"
     assert blocks[1].strip() == "pip install -e '.[dev]' && python -m pytest -q"
     assert "python -m pytest -q" in ci
-    lines = blocks[2].splitlines()
+    assert "python -m pytest -q -m 'not slow'\n" in blocks  # the quick tier
+    lines = next(b for b in blocks if "--index-url" in b).splitlines()
     assert lines[0].startswith(f"pip install {pin} ") and "GPU" in lines[0]
     cpu = f"pip install {pin} --index-url https://download.pytorch.org/whl/cpu"
     assert lines[1].startswith(cpu) and "CPU" in lines[1]

@@ -95,6 +95,7 @@ def test_prepare_planetoid_cora_counts(tmp_path, capsys):
     assert (info["num_train"], info["num_val"], info["num_test"]) == (140, 500, 1000)
 
 
+@pytest.mark.slow
 def test_console_script_entry_point(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "fleetgnn.cli.main", "info", str(tmp_path / "none")],

@@ -38,6 +38,7 @@ def _wait_for(path, proc, out):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["process_group", "launcher"])
 def test_ctrl_c_on_a_distributed_run_then_resume(tmp_path, target):
     data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=2), tmp_path / "data")

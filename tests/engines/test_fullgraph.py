@@ -124,6 +124,7 @@ def _reference(model, kind, epochs):
     return losses, grads, params, ref.evaluate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_matches_reference(world_size):
     results = run_world(_rank, world_size, timeout_s=300)

@@ -111,6 +111,7 @@ def _reference(model_name):
     return {"loss": losses, "count": counts, "grads": grads, "params": params}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_steps_equal_the_reference(world_size):
     results = run_world(_split_rank, world_size, timeout_s=300)
@@ -206,6 +207,7 @@ def _cache_rank(comm):
         }
 
 
+@pytest.mark.slow
 def test_each_input_row_is_loaded_once_and_caches_are_disjoint():
     out = run_world(_cache_rank, 3, timeout_s=300)
     loaded = np.concatenate([o["loaded"] for o in out])
@@ -218,6 +220,7 @@ def test_each_input_row_is_loaded_once_and_caches_are_disjoint():
     assert out[0]["total_rows"] <= out[0]["dp_rows"]
 
 
+@pytest.mark.slow
 def test_split_engine_through_the_cli(tmp_path):
     """`fleetgnn train --engine split --nproc 2`: aggregated metrics and GSplit's reports."""
     import json
@@ -277,6 +280,7 @@ def _count_rank(comm, model_name):
         }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model_name", "forward", "backward"), [("sage", 1, 1), ("gcn", 1, 1), ("gat", 3, 2)]
 )
@@ -318,6 +322,7 @@ def _cora_rank(comm, path):
         return [[(s.loss_sum, s.count) for s in eng.run_epoch(e)] for e in range(3)]
 
 
+@pytest.mark.slow
 def test_cora_loss_trajectory_matches_the_reference(tmp_path):
     """Real Cora, 2 ranks, METIS: the epoch losses are the reference engine's (float32)."""
     from fleetgnn.graph import open_dataset, write_dataset
@@ -370,6 +375,7 @@ def _gradcheck_rank(comm):
     return out
 
 
+@pytest.mark.slow
 def test_gradcheck_of_the_shuffles():
     """Both exchanges (pre-aggregated partial sums; weighted source rows): the backward is the
     adjoint of the forward, checked against central differences across ranks."""

@@ -61,6 +61,7 @@ def test_custom_model_trains_on_cora(cora, tmp_path, engine, nproc):
     assert summary["test_acc"] == result["test_acc"]
 
 
+@pytest.mark.slow
 def test_reference_refuses_torchrun(cora, tmp_path):
     env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0"}
     cmd = [sys.executable, str(EXAMPLE), "--dataset", str(cora), "--engine", "reference"]
