@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgnn import __version__
-from fleetgnn.cli.options import add_config_options
+from fleetgnn.cli.options import CONFIG_EXAMPLE, Parser, add_config_options
 from fleetgnn.errors import FleetgnnError
 
 
@@ -150,7 +150,7 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     q = fmt.add_parser("synthetic", help="generated graph with learnable labels")
     q.add_argument("--preset", default="small", help="tiny | small | products-like | papers-like")
     q.add_argument("--scale", type=float, default=1.0, help="multiply nodes and edges by this")
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=int, default=0, help="seed of the generator")
     common(q)
 
 
@@ -301,7 +301,7 @@ def _add_partition(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--parts", type=int, required=True, help="number of parts P, 1 <= P <= number of nodes"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the partitioner")
     p.add_argument(
         "--balance",
         default=None,
@@ -380,52 +380,97 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    from fleetgnn.config import ENGINES, ModelConfig
+    from fleetgnn.config import ENGINES, Config, ModelConfig
+    from fleetgnn.nn import MODEL_DEFAULTS
 
     rows = "\n".join(
         f"  {n:<10} {'/'.join(s.modes):<15} {s.summary}" + ("" if s.available else " [not built]")
         for n, s in ENGINES.items()
     )
+    d = Config()
+    hidden = "/".join(
+        f"{m}:{v['hidden_dim']}" for m, v in MODEL_DEFAULTS.items() if "hidden_dim" in v
+    )
     p = sub.add_parser(
         "train",
         help="train a GNN (no arguments: the embedded synthetic default)",
         description="Train a GNN. With no arguments trains GraphSAGE on the embedded synthetic\n"
-        "default dataset. Writes RUN_DIR/summary.json and RUN_DIR/metrics.jsonl.",
-        epilog=f"engines (--engine; modes, the first is the default):\n{rows}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "default dataset. Writes RUN_DIR/summary.json and RUN_DIR/metrics.jsonl.\n"
+        "Each flag sets one config key (named in its help); every other key is set with\n"
+        "--set KEY=VALUE or a --config YAML file; --list-keys lists them with their defaults.",
+        epilog=f"engines (--engine; modes, the first is the default):\n{rows}\n\n"
+        "often-set keys and their defaults (--set KEY=VALUE):\n"
+        f"  model.hidden={hidden}  model.num_layers={d.model.num_layers}  "
+        f"optim.lr={d.optim.lr}  optim.weight_decay={d.optim.weight_decay}\n"
+        f"  train.batch_size={d.train.batch_size}  "
+        f"train.fanouts=[{','.join(map(str, d.train.fanouts))}]  "
+        f"train.checkpoint_every={d.train.checkpoint_every}  "
+        f"data.feature_norm=(the dataset's)\n\n{CONFIG_EXAMPLE}",
     )
     p.add_argument(
-        "--dataset", type=Path, default=None, help="dataset directory (fleetgnn prepare)"
+        "--dataset",
+        type=Path,
+        default=None,
+        help="dataset directory (fleetgnn prepare); data.dataset (default: the embedded "
+        f"synthetic '{d.data.preset}' graph, generated once into the cache)",
     )
-    p.add_argument("--model", default=None, choices=list(ModelConfig.NAMES))
+    p.add_argument(
+        "--model",
+        default=None,
+        choices=list(ModelConfig.NAMES),
+        help=f"model.name (default: {d.model.name})",
+    )
     p.add_argument(
         "--mode",
         default=None,
         choices=["full", "minibatch"],
-        help="full-graph or sampled training (default: the engine's first mode, see below)",
+        help="full-graph or sampled training; train.mode (default: the engine's first mode, see "
+        "below)",
     )
     p.add_argument(
         "--engine",
         default=None,
         choices=[*ENGINES, "auto"],
-        help="training strategy (default: reference; see below; auto: the planner's choice, "
-        "recorded in RUN_DIR/plan.json)",
+        help=f"training strategy; train.engine (default: {d.train.engine}; see below; auto: the "
+        "planner's choice, recorded in RUN_DIR/plan.json)",
     )
     p.add_argument(
         "--hardware",
         default="local",
-        help="hardware profile --engine auto plans for (default: measured on this machine)",
+        help="hardware profile --engine auto plans for (default: local, measured on this machine)",
     )
     from fleetgnn.cli.target import add_target_options
 
     add_target_options(p, "--engine auto: rank the engines")
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--nproc", type=int, default=None, help="worker processes (one per device)")
     p.add_argument(
-        "--max-restarts", type=int, default=None, help="restart failed workers this many times"
+        "--epochs", type=int, default=None, help=f"train.epochs (default: {d.train.epochs})"
     )
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--run-dir", type=Path, default=None)
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        help=f"worker processes (one per device); train.nproc (default: {d.train.nproc})",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        help="restart failed workers this many times; train.max_restarts (default: "
+        f"{d.train.max_restarts})",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help=f"seed of the model's initial weights and every random draw; train.seed (default: "
+        f"{d.train.seed})",
+    )
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="where the run writes (default: runs/<date>-<time>-<model>-<engine>)",
+    )
     add_config_options(p, "optim.lr=0.005")
     p.add_argument(
         "--resume",
@@ -505,7 +550,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``fleetgnn`` command."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="fleetgnn",
         description="Train graph neural networks on graphs too large for one GPU.",
     )

@@ -481,6 +481,8 @@ def run_train(args: argparse.Namespace) -> int:
     cfg.train.threads = resolve_threads(cfg.train.threads, local, omp)
     cfg = resolve_model_defaults(cfg)
     cfg = resolve_feature_norm(cfg)  # the dataset's transform, unless data.feature_norm is set
+    if not resume:  # config.yaml says which mode ran (a resumed run keeps what it recorded)
+        cfg.train.mode = cfg.mode
     if resume:  # what the workers would refuse after loading everything, refused now
         check_resumable(run_dir, cfg)
         if not CheckpointDir(run_dir / "checkpoints").candidates() and is_rank0 and not quiet:
