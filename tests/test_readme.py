@@ -20,15 +20,28 @@ def test_python_api_section_runs(tmp_path):
     data = write_dataset(load_planetoid(PLANETOID, "cora"), tmp_path / "cora")
     assert '"data/cora"' in code and '"runs/mine"' in code and "epochs=30" in code
     code = code.replace('"data/cora"', repr(str(data))).replace("epochs=30", "epochs=2")
-    code = code.replace('"runs/mine"', repr(str(tmp_path / "run")))
-    script = tmp_path / "api.py"
-    script.write_text(code)
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert 0.0 <= float(done.stdout.strip().splitlines()[-1]) <= 1.0
-    assert (tmp_path / "run" / "summary.json").is_file()
+    assert '"preds/mine"' in code and "model=model" in code
+    code += 'print(repr(summary["final_train_loss"]))\n'
+    outputs = []
+    for n in (1, 2):  # twice: the same numbers (the initial weights are seeded)
+        run = tmp_path / f"run{n}"
+        text = code.replace('"runs/mine"', repr(str(run)))
+        text = text.replace('"preds/mine"', repr(str(tmp_path / f"preds{n}")))
+        script = tmp_path / "api.py"
+        script.write_text(text)
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines = done.stdout.strip().splitlines()
+        assert 0.0 <= float(lines[-2]) <= 1.0
+        assert (run / "summary.json").is_file()
+        outputs.append(lines[-2:])
+    assert outputs[0] == outputs[1]
+    import numpy as np
+
+    first, second = (np.load(tmp_path / f"preds{n}" / "predictions.npy") for n in (1, 2))
+    assert first.shape == (2708,) and (first == second).all()
 
 
 def test_every_link_resolves_in_the_repository():
