@@ -317,6 +317,12 @@ def _add_partition(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-save", dest="save", action="store_false", help="report only")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a saved book of the same method and parts (without it, one is never "
+        "overwritten)",
+    )
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
@@ -334,6 +340,15 @@ def _cmd_partition(args: argparse.Namespace) -> int:
             f"--parts {args.parts} is more than the {graph.num_nodes} nodes of '{args.dataset}'; "
             f"choose --parts between 1 and {graph.num_nodes}"
         )
+    if args.save and not args.overwrite:  # refused before any work, like prepare's --out
+        from fleetgnn.partition import book_dir
+
+        existing = book_dir(args.dataset, args.method, args.parts)
+        if existing.exists():
+            raise PartitionError(
+                f"a {args.method} book with {args.parts} parts is already saved in '{existing}'; "
+                "pass --overwrite to replace it, or --no-save to report only"
+            )
     balance = (
         tuple(b.strip() for b in args.balance.split(",") if b.strip()) if args.balance else None
     )
@@ -353,7 +368,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         from fleetgnn.graph.files import disk_full_error, is_disk_full, refresh_free
 
         try:
-            saved = book.save(args.dataset, overwrite=True)
+            saved = book.save(args.dataset, overwrite=args.overwrite)
         except OSError as e:  # the book's temporary directory is removed by then
             if not is_disk_full(e):
                 raise

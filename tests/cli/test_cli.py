@@ -168,3 +168,22 @@ def test_prepare_names_what_ships_when_a_dataset_does_not(tmp_path, capsys):
     assert main(["prepare", "npz", "--name", "pubmed", "--out", str(tmp_path / "p")]) == 2
     assert "--file" in capsys.readouterr().err
     assert not (tmp_path / "c").exists() and not (tmp_path / "p").exists()
+
+
+def test_partition_refuses_to_overwrite_a_saved_book(tmp_path, capsys):
+    """Like prepare's --out: a saved book is replaced only with --overwrite."""
+    from fleetgnn.graph import write_dataset
+    from fleetgnn.graph.synthetic import generate_graph, spec_for
+
+    data = write_dataset(generate_graph(spec_for("tiny", 0.2), seed=1), tmp_path / "d")
+    argv = ["partition", str(data), "--method", "range", "--parts", "2", "--json"]
+    assert main(argv) == 0
+    book = data / "partitions" / "range-2"
+    before = {p.name: p.stat().st_mtime_ns for p in book.iterdir()}
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--overwrite" in err and str(book) in err
+    assert {p.name: p.stat().st_mtime_ns for p in book.iterdir()} == before
+    assert main([*argv, "--overwrite"]) == 0
+    assert main([*argv, "--no-save"]) == 0
