@@ -93,6 +93,7 @@ def _report_sockets() -> tuple[int, str, list[tuple[int, str, int]]]:
     return ctx.rank, addr, found
 
 
+@pytest.mark.slow
 def test_nproc_run_listens_on_loopback_only():
     out = launch(_report_sockets, nproc=2)
     assert sorted(out) == [0, 1]

@@ -72,7 +72,10 @@ def _one_line_error(capsys, argv, command):
 def test_open_refuses_bad_values_written_after_prepare(big, kind):
     open_dataset(big)  # clean and stamped
     _corrupt(big, kind)
-    with pytest.raises(DatasetError, match=r"is invalid: ") as err:
+    with (
+        pytest.warns(UserWarning, match="checking every value .* was modified since"),
+        pytest.raises(DatasetError, match=r"is invalid: ") as err,
+    ):
         open_dataset(big)
     assert MESSAGES[kind] in str(err.value)
 
@@ -88,7 +91,8 @@ def test_info_partition_train_refuse_in_one_line(big, kind, tmp_path, capsys):
             ["train", "--dataset", str(big), "--epochs", "1", "--run-dir", str(tmp_path / "r")],
         ),
     ):
-        line = _one_line_error(capsys, argv, command)
+        with pytest.warns(UserWarning, match="checking every value .* was modified since"):
+            line = _one_line_error(capsys, argv, command)
         assert MESSAGES[kind] in line, (command, line)
     assert not (tmp_path / "r" / "summary.json").exists()
 

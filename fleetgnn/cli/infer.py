@@ -85,6 +85,10 @@ def _dataset(args: argparse.Namespace) -> Path | None:
     from fleetgnn.config import load_config
 
     _check_config_file(cfg_path, "the run's config")
+    from fleetgnn.train.export import is_api_run
+
+    if is_api_run(cfg_path):  # no dataset recorded: the export's checks say what to pass
+        return None
     cfg = load_config(cfg_path)
     if cfg.data.dataset:
         return None

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgnn import __version__
-from fleetgnn.cli.options import add_config_options
+from fleetgnn.cli.options import CONFIG_EXAMPLE, Parser, add_config_options
 from fleetgnn.errors import FleetgnnError
 
 
@@ -55,8 +55,17 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
             f"of this machine's memory, here {human_bytes(default_max_bytes())})",
         )
 
-    q = fmt.add_parser("planetoid", help="Planetoid ind.<name>.* pickles (Cora, CiteSeer, PubMed)")
-    q.add_argument("--root", required=True, type=Path, help="directory holding ind.<name>.* files")
+    q = fmt.add_parser(
+        "planetoid",
+        help="Planetoid ind.<name>.* pickles (Cora, CiteSeer, PubMed); Cora ships with fleetgnn",
+    )
+    q.add_argument(
+        "--root",
+        default=None,
+        type=Path,
+        help="directory holding ind.<name>.* files (default: the copy of Cora that ships with "
+        "fleetgnn, for --name cora)",
+    )
     q.add_argument("--name", required=True, help="dataset name, e.g. cora")
     max_memory(q)
     common(q)
@@ -100,8 +109,16 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
             "a list of node IDs (instead of the mask files)",
         )
 
-    q = fmt.add_parser("npz", help="gnn-benchmark sparse .npz (adj_*, attr_*, labels)")
-    q.add_argument("--file", required=True, type=Path)
+    q = fmt.add_parser(
+        "npz", help="gnn-benchmark sparse .npz (adj_*, attr_*, labels); cora.npz ships with it"
+    )
+    src = q.add_mutually_exclusive_group(required=True)
+    src.add_argument("--file", type=Path, help="the .npz file")
+    src.add_argument(
+        "--name",
+        default=None,
+        help="a file that ships with fleetgnn instead of --file: cora (gnn-benchmark's cora.npz)",
+    )
     split_knobs(q)
     max_memory(q)
     common(q)
@@ -133,7 +150,7 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     q = fmt.add_parser("synthetic", help="generated graph with learnable labels")
     q.add_argument("--preset", default="small", help="tiny | small | products-like | papers-like")
     q.add_argument("--scale", type=float, default=1.0, help="multiply nodes and edges by this")
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=int, default=0, help="seed of the generator")
     common(q)
 
 
@@ -179,6 +196,10 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         from fleetgnn.graph.loaders import npz, planetoid
 
         if args.format == "planetoid":
+            if args.root is None:  # the bundled copy (refused in one line for another name)
+                from fleetgnn.graph.loaders.bundled import planetoid_root
+
+                args.root, args.name = planetoid_root(args.name), args.name.lower()
             graph = load_planetoid(args.root, args.name, max_bytes=max_bytes)
             # the customary transform of these features, applied by `train` unless told otherwise
             source = {
@@ -190,6 +211,10 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             names = ("num_train_per_class", "num_val", "num_test", "split_seed")
             names += ("train_mask", "val_mask", "test_mask", "split")
             knobs = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+            if args.file is None:
+                from fleetgnn.graph.loaders.bundled import npz_file
+
+                args.file = npz_file(args.name)
             graph = load_npz(args.file, max_bytes=max_bytes, **knobs)  # the rest: defaults
             source = {"source": "npz", "file": str(args.file), "feature_norm": npz.FEATURE_NORM}
         elif args.format == "pyg":
@@ -276,7 +301,7 @@ def _add_partition(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--parts", type=int, required=True, help="number of parts P, 1 <= P <= number of nodes"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the partitioner")
     p.add_argument(
         "--balance",
         default=None,
@@ -292,6 +317,12 @@ def _add_partition(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-save", dest="save", action="store_false", help="report only")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a saved book of the same method and parts (without it, one is never "
+        "overwritten)",
+    )
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
@@ -309,6 +340,15 @@ def _cmd_partition(args: argparse.Namespace) -> int:
             f"--parts {args.parts} is more than the {graph.num_nodes} nodes of '{args.dataset}'; "
             f"choose --parts between 1 and {graph.num_nodes}"
         )
+    if args.save and not args.overwrite:  # refused before any work, like prepare's --out
+        from fleetgnn.partition import book_dir
+
+        existing = book_dir(args.dataset, args.method, args.parts)
+        if existing.exists():
+            raise PartitionError(
+                f"a {args.method} book with {args.parts} parts is already saved in '{existing}'; "
+                "pass --overwrite to replace it, or --no-save to report only"
+            )
     balance = (
         tuple(b.strip() for b in args.balance.split(",") if b.strip()) if args.balance else None
     )
@@ -328,7 +368,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         from fleetgnn.graph.files import disk_full_error, is_disk_full, refresh_free
 
         try:
-            saved = book.save(args.dataset, overwrite=True)
+            saved = book.save(args.dataset, overwrite=args.overwrite)
         except OSError as e:  # the book's temporary directory is removed by then
             if not is_disk_full(e):
                 raise
@@ -355,52 +395,97 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    from fleetgnn.config import ENGINES, ModelConfig
+    from fleetgnn.config import ENGINES, Config, ModelConfig
+    from fleetgnn.nn import MODEL_DEFAULTS
 
     rows = "\n".join(
         f"  {n:<10} {'/'.join(s.modes):<15} {s.summary}" + ("" if s.available else " [not built]")
         for n, s in ENGINES.items()
     )
+    d = Config()
+    hidden = "/".join(
+        f"{m}:{v['hidden_dim']}" for m, v in MODEL_DEFAULTS.items() if "hidden_dim" in v
+    )
     p = sub.add_parser(
         "train",
         help="train a GNN (no arguments: the embedded synthetic default)",
         description="Train a GNN. With no arguments trains GraphSAGE on the embedded synthetic\n"
-        "default dataset. Writes RUN_DIR/summary.json and RUN_DIR/metrics.jsonl.",
-        epilog=f"engines (--engine; modes, the first is the default):\n{rows}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "default dataset. Writes RUN_DIR/summary.json and RUN_DIR/metrics.jsonl.\n"
+        "Each flag sets one config key (named in its help); every other key is set with\n"
+        "--set KEY=VALUE or a --config YAML file; --list-keys lists them with their defaults.",
+        epilog=f"engines (--engine; modes, the first is the default):\n{rows}\n\n"
+        "often-set keys and their defaults (--set KEY=VALUE):\n"
+        f"  model.hidden={hidden}  model.num_layers={d.model.num_layers}  "
+        f"optim.lr={d.optim.lr}  optim.weight_decay={d.optim.weight_decay}\n"
+        f"  train.batch_size={d.train.batch_size}  "
+        f"train.fanouts=[{','.join(map(str, d.train.fanouts))}]  "
+        f"train.checkpoint_every={d.train.checkpoint_every}  "
+        f"data.feature_norm=(the dataset's)\n\n{CONFIG_EXAMPLE}",
     )
     p.add_argument(
-        "--dataset", type=Path, default=None, help="dataset directory (fleetgnn prepare)"
+        "--dataset",
+        type=Path,
+        default=None,
+        help="dataset directory (fleetgnn prepare); data.dataset (default: the embedded "
+        f"synthetic '{d.data.preset}' graph, generated once into the cache)",
     )
-    p.add_argument("--model", default=None, choices=list(ModelConfig.NAMES))
+    p.add_argument(
+        "--model",
+        default=None,
+        choices=list(ModelConfig.NAMES),
+        help=f"model.name (default: {d.model.name})",
+    )
     p.add_argument(
         "--mode",
         default=None,
         choices=["full", "minibatch"],
-        help="full-graph or sampled training (default: the engine's first mode, see below)",
+        help="full-graph or sampled training; train.mode (default: the engine's first mode, see "
+        "below)",
     )
     p.add_argument(
         "--engine",
         default=None,
         choices=[*ENGINES, "auto"],
-        help="training strategy (default: reference; see below; auto: the planner's choice, "
-        "recorded in RUN_DIR/plan.json)",
+        help=f"training strategy; train.engine (default: {d.train.engine}; see below; auto: the "
+        "planner's choice, recorded in RUN_DIR/plan.json)",
     )
     p.add_argument(
         "--hardware",
         default="local",
-        help="hardware profile --engine auto plans for (default: measured on this machine)",
+        help="hardware profile --engine auto plans for (default: local, measured on this machine)",
     )
     from fleetgnn.cli.target import add_target_options
 
     add_target_options(p, "--engine auto: rank the engines")
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--nproc", type=int, default=None, help="worker processes (one per device)")
     p.add_argument(
-        "--max-restarts", type=int, default=None, help="restart failed workers this many times"
+        "--epochs", type=int, default=None, help=f"train.epochs (default: {d.train.epochs})"
     )
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--run-dir", type=Path, default=None)
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        help=f"worker processes (one per device); train.nproc (default: {d.train.nproc})",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        help="restart failed workers this many times; train.max_restarts (default: "
+        f"{d.train.max_restarts})",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help=f"seed of the model's initial weights and every random draw; train.seed (default: "
+        f"{d.train.seed})",
+    )
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="where the run writes (default: runs/<date>-<time>-<model>-<engine>)",
+    )
     add_config_options(p, "optim.lr=0.005")
     p.add_argument(
         "--resume",
@@ -480,7 +565,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``fleetgnn`` command."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="fleetgnn",
         description="Train graph neural networks on graphs too large for one GPU.",
     )

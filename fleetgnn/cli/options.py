@@ -1,19 +1,196 @@
-"""Command-line options shared by subcommands that read a run config (``train``, ``plan``)."""
+"""Command-line plumbing shared by the subcommands: the parser class, help, config options.
+
+Every parser of the ``fleetgnn`` command is a :class:`Parser`: its help shows each option's
+default (:class:`HelpFormatter`; options whose default means "decided later" say so in their own
+words) and an invalid choice names the nearest valid one (``--model gnc``: did you mean 'gcn'?).
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``(default: X)`` after every option's help; texts with line breaks kept as written.
+
+    A description, epilog or group text with line breaks of its own (tables, examples) is kept
+    as written; one without is wrapped.
+
+    An option whose help already speaks of its default, a flag (``store_true``), a positional
+    argument and an option without a default (``None``: its help says what happens then) are
+    left as written.
+    """
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or "default" in text
+            or default is None
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or default == []
+        ):
+            return action.help
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+def _edits(a: str, b: str) -> int:
+    """Edits turning ``a`` into ``b``: insertions, deletions, substitutions, adjacent swaps."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)  # a swap is one typo ("gnc")
+    return d[len(a)][len(b)]
+
+
+def nearest(value: str, choices: Iterable[Any]) -> str | None:
+    """The valid choice closest to a mistyped ``value``, or ``None`` if none is close.
+
+    Fewest typing edits first (a swap of two letters counts as one: ``gnc`` -> ``gcn``, not
+    ``gin``), ties broken by :mod:`difflib`'s similarity; otherwise difflib's closest match.
+    """
+    value, names = str(value), [str(c) for c in choices]
+    scored = sorted(
+        (_edits(value.lower(), n.lower()), -difflib.SequenceMatcher(None, value, n).ratio(), n)
+        for n in names
+    )
+    if scored and scored[0][0] <= max(2, len(value) // 3):
+        return scored[0][2]
+    close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` with :class:`HelpFormatter` and "did you mean" on invalid choices.
+
+    Its subparsers are of this class too (argparse's default ``parser_class``), so subcommand
+    names get the suggestion as well (``fleetgnn trian``: did you mean 'train'?).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is None or value in action.choices:
+            return
+        choices = [str(c) for c in action.choices]
+        msg = f"invalid choice: {value!r} (choose from {', '.join(choices)})"
+        guess = nearest(value, choices)
+        if guess is not None:
+            msg += f"; did you mean {guess!r}?"
+        raise argparse.ArgumentError(action, msg)
+
+
+def config_keys() -> list[tuple[str, str, Any]]:
+    """Every run-config key: ``(section.key, type, default)``, in the config's order."""
+    import typing
+
+    from fleetgnn.config import Config
+
+    out = []
+    for section in dataclasses.fields(Config):
+        if section.name == "run_dir":
+            out.append(("run_dir", "str | None", None))
+            continue
+        cls = typing.get_type_hints(Config)[section.name]
+        hints = typing.get_type_hints(cls)
+        default = cls()
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            name = getattr(tp, "__name__", None) if not typing.get_args(tp) else None
+            out.append(
+                (
+                    f"{section.name}.{f.name}",
+                    name or str(tp).replace("typing.", ""),
+                    getattr(default, f.name),
+                )
+            )
+    return out
+
+
+class _ListKeys(argparse.Action):
+    """``--list-keys``: print every config key with its type and default, then exit 0."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        import yaml
+
+        from fleetgnn.nn import MODEL_DEFAULTS
+
+        rows = config_keys()
+        width = max(len(k) for k, _, _ in rows)
+        out = [
+            "config keys: set with --set KEY=VALUE or in a --config YAML file (one mapping per "
+            "section, e.g. 'train:' then '  epochs: 200'); null means decided at run time, and "
+            "config.yaml records the value used",
+        ]
+        for key, tp, default in rows:
+            shown = yaml.safe_dump(default, default_flow_style=True).strip()
+            shown = shown.removesuffix("\n...").removesuffix("...").strip()
+            out.append(f"  {key:<{width}}  {shown:<10} {tp}")
+        per_model = ", ".join(
+            f"{m} {d.get('hidden_dim')}" for m, d in MODEL_DEFAULTS.items() if "hidden_dim" in d
+        )
+        out.append(f"model.hidden null: the model's own default ({per_model})")
+        sys.stdout.write("\n".join(out) + "\n")
+        parser.exit(0)
+
+
+#: What ``--config`` reads, shown in ``fleetgnn train --help``.
+CONFIG_EXAMPLE = """\
+a --config file is YAML, one mapping per section (keys as in --list-keys):
+  data:
+    dataset: data/cora
+  model:
+    name: gcn
+    hidden: 16
+  optim:
+    lr: 0.01
+  train:
+    mode: full
+    epochs: 200
+"""
 
 
 def add_config_options(p: argparse.ArgumentParser, set_example: str) -> None:
-    """``--config FILE`` and the repeatable ``--set KEY=VALUE`` (into ``args.overrides``)."""
-    p.add_argument("--config", type=Path, default=None, help="YAML config file")
+    """``--config FILE``, ``--set KEY=VALUE`` (repeatable, into ``args.overrides``), --list-keys."""
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="YAML config file, one mapping per section (data, model, optim, train, store, "
+        "fullgraph, split, offload); default: none, every key at its default",
+    )
     p.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"override a config key, e.g. --set {set_example} (repeatable)",
+        help=f"override a config key, e.g. --set {set_example} (repeatable; the keys and their "
+        "defaults: --list-keys)",
+    )
+    p.add_argument(
+        "--list-keys",
+        action=_ListKeys,
+        help="list every config key with its default and type, then exit",
     )

@@ -112,16 +112,26 @@ def add_plan(sub: Any) -> None:
         "[,train=T] (uniform random neighbours assumed)",
     )
     add_config_options(p, "model.hidden=128")
-    p.add_argument("--model", default=None, choices=list(ModelConfig.NAMES))
+    p.add_argument(
+        "--model",
+        default=None,
+        choices=list(ModelConfig.NAMES),
+        help="model.name (default: the --config file's, else sage)",
+    )
     p.add_argument("--hardware", default="local", help="profile name or YAML file")
     p.add_argument("--nproc", type=int, default=1, help="ranks (devices) to plan for")
-    p.add_argument("--mode", default="auto", choices=["auto", "full", "minibatch"])
+    p.add_argument(
+        "--mode",
+        default="auto",
+        choices=["auto", "full", "minibatch"],
+        help="plan full-graph or mini-batch training, or both (auto)",
+    )
     p.add_argument(
         "--engine",
         action="append",
         default=None,
         choices=[n for n, s in ENGINES.items() if s.available],
-        help="consider only this engine (repeatable)",
+        help="consider only this engine (repeatable; default: every engine of this build)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_target_options(p)

@@ -483,6 +483,8 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = resolve_model_defaults(cfg)
     cfg = resolve_feature_norm(cfg)  # the dataset's transform, unless data.feature_norm is set
     cfg = resolve_device_name(cfg)  # train.device=auto -> the device that runs, recorded
+    if not resume:  # config.yaml says which mode ran (a resumed run keeps what it recorded)
+        cfg.train.mode = cfg.mode
     if resume:  # what the workers would refuse after loading everything, refused now
         check_resumable(run_dir, cfg)
         if not CheckpointDir(run_dir / "checkpoints").candidates() and is_rank0 and not quiet:

@@ -51,6 +51,14 @@ RESTART_FAILURES_ENV = "FLEETGNN_RESTART_FAILURES"
 #: Signals torch's agent handles (and leaves its handler installed for); restored after a launch.
 _AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
+#: Seconds the agent waits for stopped workers to exit before it SIGKILLs them (torch: 30). A
+#: worker blocked in a C++ call (a rendezvous or collective whose peer left) runs no Python
+#: signal handler until the call returns, so without this a Ctrl-C could take half a minute.
+SHUTDOWN_TIMEOUT_S = 5
+#: Blocked from a worker's fork until :func:`_run_worker` has its handlers in place: a Ctrl-C
+#: during the worker's start-up (its imports) waits for them instead of printing a traceback.
+_STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
 _interrupted = False  # set in a worker by its SIGINT/SIGTERM handler
 #: Where every socket of a :func:`launch` listens.
 LOOPBACK = "127.0.0.1"
@@ -152,13 +160,17 @@ def _run_worker(fn: Callable[..., Any], *args: Any) -> Any:
     launcher shows its message alone). After SIGINT or SIGTERM (what the agent sends to stop
     the workers) the worker exits with :data:`EXIT_INTERRUPTED` without a traceback, whatever
     the interruption broke on its way out (e.g. a collective whose peer already left); its
-    ``finally`` blocks have run by then.
+    ``finally`` blocks have run by then. A stop signal that arrived while the worker was still
+    starting (blocked since its fork) is handled the same way once this function begins.
     """
     import torch.distributed as dist
 
     signal.signal(signal.SIGINT, _on_sigint)
     signal.signal(signal.SIGTERM, _on_sigint)
     try:
+        # started with the stop signals blocked (_Agent._start_workers): one that came during
+        # start-up is delivered now, to the handler above
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         try:
             return fn(*args)
         finally:
@@ -295,6 +307,17 @@ def _restore_signal_handlers() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _removed_after(path: str) -> Iterator[None]:
+    """Remove the directory ``path`` (and what is in it) when the block ends, however it ends."""
+    import shutil
+
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def _env(key: str, value: str | None) -> Iterator[None]:
     """Set (or, with ``None``, remove) an environment variable for the duration of the block."""
     saved = os.environ.get(key)
@@ -313,13 +336,16 @@ def _env(key: str, value: str | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _agent_reporting_restarts() -> Iterator[None]:
-    """Make the elastic agent tell a restarted group which ranks failed and why.
+    """Make the elastic agent report restarts and start workers that no signal catches half-up.
 
     While the block runs, torch's launcher builds a subclass of its ``LocalElasticAgent`` that
     remembers the failures of the last monitoring round and, before restarting the group, puts
     them (rank -> one-line error, JSON) in :data:`RESTART_FAILURES_ENV`, which the new workers
-    inherit (:func:`restart_info` reads it). Without that hook (another torch) restarts still
-    work and :func:`restart_info` reports no failures.
+    inherit (:func:`restart_info` reads it). It also starts the workers with SIGINT and SIGTERM
+    blocked (a signal mask survives fork and exec; :func:`_run_worker` unblocks them once its
+    handlers are in place), so a Ctrl-C during a worker's imports is not a ``spawn.py``
+    traceback. Without these hooks (another torch) restarts still work and
+    :func:`restart_info` reports no failures.
     """
     import torch.distributed.launcher.api as api
 
@@ -328,6 +354,7 @@ def _agent_reporting_restarts() -> Iterator[None]:
         isinstance(base, type)
         and hasattr(base, "_monitor_workers")
         and hasattr(base, "_restart_workers")
+        and hasattr(base, "_start_workers")
     ):
         yield
         return
@@ -341,6 +368,18 @@ def _agent_reporting_restarts() -> Iterator[None]:
                         int(r): _failure_message(f) for r, f in result.failures.items()
                     }
             return result
+
+        def _start_workers(self, worker_group: Any) -> Any:
+            from multiprocessing import resource_tracker
+
+            # started first: starting it unblocks SIGINT and SIGTERM in this thread (CPython's
+            # resource_tracker.ensure_running), which would undo the block below
+            resource_tracker.ensure_running()
+            saved = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            try:
+                return super()._start_workers(worker_group)
+            finally:  # a signal that came meanwhile reaches this process now
+                signal.pthread_sigmask(signal.SIG_SETMASK, saved)
 
         def _restart_workers(self, worker_group: Any) -> None:
             failures = getattr(self, "_fleetgnn_failures", {})
@@ -484,8 +523,8 @@ def launch(
             one-line errors (``.messages``: a :class:`~fleetgnn.errors.FleetgnnError`'s message,
             else the exception line or the signal) and full error texts (``.failures``).
         KeyboardInterrupt: The launcher got SIGINT (Ctrl-C) or SIGTERM, or every failed worker
-            was stopped by SIGINT; the workers were stopped (SIGINT, then SIGKILL after torch's
-            shutdown timeout).
+            was stopped by SIGINT; the workers were stopped (the same signal, then SIGKILL after
+            :data:`SHUTDOWN_TIMEOUT_S`).
     """
     if not isinstance(nproc, int) or nproc < 1:
         raise DistError(f"launch(nproc={nproc!r}): need an integer >= 1 worker processes.")
@@ -502,10 +541,23 @@ def launch(
             "and picklable arguments (no lambdas, closures or open handles)."
         ) from e
 
+    import dataclasses
+    import tempfile
+
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    fields = {f.name for f in dataclasses.fields(LaunchConfig)}
+    extra: dict[str, Any] = {}
+    if "shutdown_timeout" in fields:  # torch >= 2.6 (older: its fixed 30 s)
+        extra["shutdown_timeout"] = SHUTDOWN_TIMEOUT_S
+    # the agent's per-worker error files, in a directory removed afterwards (torch's default is a
+    # torchelastic_* directory in /tmp that nobody removes)
+    log_dir = tempfile.mkdtemp(prefix=f"fleetgnn-elastic-{os.getpid()}-")
+    if "logs_specs" in fields:
+        extra["logs_specs"] = DefaultLogsSpecs(log_dir=log_dir)
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -517,6 +569,7 @@ def launch(
         max_restarts=max_restarts,
         monitor_interval=monitor_interval,
         start_method="spawn",
+        **extra,
     )
     oom_before = oom_kills()  # a SIGKILLed worker's line says whether the OOM killer struck
     with (
@@ -526,6 +579,7 @@ def launch(
         _restore_signal_handlers(),
         _env(RESTART_FAILURES_ENV, None),
         _agent_reporting_restarts(),
+        _removed_after(log_dir),
     ):
         try:
             return dict(elastic_launch(config, _run_worker)(fn, *args))

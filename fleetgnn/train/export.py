@@ -27,6 +27,7 @@ hidden layers' scratch files go to a temporary directory in the run directory, r
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -78,6 +79,8 @@ class ExportJob:
         device: Where the computation runs (``None``: ``train.device`` of the run).
         overwrite: Replace an existing ``out``.
         chunking: How each rank cuts its nodes into chunks.
+        model: The user's model the weights are loaded into (a copy of it), or ``None``: the
+            model the run's config builds.
     """
 
     kind: str
@@ -91,6 +94,7 @@ class ExportJob:
     device: str | None = None
     overwrite: bool = False
     chunking: Chunking = dataclasses.field(default_factory=Chunking)
+    model: Any = dataclasses.field(default=None, compare=False, repr=False)
 
 
 # ---------------------------------------------------------------------------------- public API
@@ -104,6 +108,7 @@ def predict(
     overwrite: bool = False,
     device: str | None = None,
     chunking: Chunking | None = None,
+    model: torch.nn.Module | None = None,
 ) -> Path:
     """Write every node's predicted class and class probabilities (see the module docstring).
 
@@ -119,6 +124,11 @@ def predict(
         device: ``"cpu"``, ``"cuda"`` (each rank its local GPU) or ``None`` (the run's
             ``train.device``).
         chunking: How each rank cuts its nodes into chunks (``None``: the defaults).
+        model: Your own model, for a run trained through the Python API (``Trainer``) with a
+            model fleetgnn cannot rebuild from ``config.yaml``: the checkpoint's weights are
+            loaded into a copy of it (it must be built as for training); ``dataset`` is then
+            required unless the run's config names one. ``None``: the model the run's config
+            builds (a run of ``fleetgnn train``).
 
     Returns:
         ``out``.
@@ -127,7 +137,9 @@ def predict(
         FleetgnnError: One line: no run or checkpoint there, a dataset that does not fit the
             model, an existing ``out``, a full disk.
     """
-    job = prepare_job("predict", run_dir, out, None, checkpoint, dataset, overwrite, device)
+    job = prepare_job(
+        "predict", run_dir, out, None, checkpoint, dataset, overwrite, device, model=model
+    )
     return run_job(dataclasses.replace(job, chunking=chunking or Chunking()), nproc)
 
 
@@ -142,6 +154,7 @@ def embed(
     overwrite: bool = False,
     device: str | None = None,
     chunking: Chunking | None = None,
+    model: torch.nn.Module | None = None,
 ) -> Path:
     """Write every node's layer-``layer`` output, ``embeddings.npy`` (see the module docstring).
 
@@ -155,6 +168,11 @@ def embed(
         overwrite: Replace an existing ``out`` once the new output is complete.
         device: ``"cpu"``, ``"cuda"`` or ``None`` (the run's ``train.device``).
         chunking: How each rank cuts its nodes into chunks (``None``: the defaults).
+        model: Your own model, for a run trained through the Python API (``Trainer``) with a
+            model fleetgnn cannot rebuild from ``config.yaml``: the checkpoint's weights are
+            loaded into a copy of it (it must be built as for training); ``dataset`` is then
+            required unless the run's config names one. ``None``: the model the run's config
+            builds (a run of ``fleetgnn train``).
 
     Returns:
         ``out``.
@@ -162,12 +180,15 @@ def embed(
     Raises:
         FleetgnnError: One line, as :func:`predict`; also a layer outside ``[1, L]``.
     """
-    job = prepare_job("embed", run_dir, out, layer, checkpoint, dataset, overwrite, device)
+    job = prepare_job(
+        "embed", run_dir, out, layer, checkpoint, dataset, overwrite, device, model=model
+    )
     return run_job(dataclasses.replace(job, chunking=chunking or Chunking()), nproc)
 
 
 # ---------------------------------------------------------------------------------- checks
-def _read_run_config(run_dir: Path) -> Config:
+def _read_run_config(run_dir: Path) -> Config | None:
+    """The run's config; ``None`` for a run trained through the Python API (no model config)."""
     path = run_dir / "config.yaml"
     if not run_dir.is_dir():
         raise ConfigError(f"run directory '{run_dir}' does not exist; pass a run directory")
@@ -184,7 +205,37 @@ def _read_run_config(run_dir: Path) -> Config:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"'{path}' is not UTF-8 text (offset {e.start}); it is corrupt") from None
+    if _api_run(data):
+        return None
     return load_config(path)
+
+
+def is_api_run(config_yaml: PathLikeStr) -> bool:
+    """Whether ``config_yaml`` was written by a Python-API ``Trainer`` (no model config in it)."""
+    with open(config_yaml, "rb") as f:
+        return _api_run(f.read(_MAX_CONFIG_BYTES + 1))
+
+
+def _api_run(data: bytes) -> bool:
+    """Whether a ``config.yaml`` is a Python-API Trainer's (``trainer`` + ``engine`` sections)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(data)
+    except yaml.YAMLError:
+        return False  # load_config reports what is wrong with it
+    return isinstance(raw, Mapping) and "trainer" in raw and "engine" in raw and "train" not in raw
+
+
+def _api_feature_norm(run_dir: Path) -> str | None:
+    """The ``feature_norm`` an API run's engine config recorded (``None``: not recorded)."""
+    import yaml
+
+    raw = yaml.safe_load((run_dir / "config.yaml").read_text())
+    engine = raw.get("engine") if isinstance(raw, Mapping) else None
+    conf = engine.get("config") if isinstance(engine, Mapping) else None
+    norm = conf.get("feature_norm") if isinstance(conf, Mapping) else None
+    return norm if norm in ("none", "row") else None
 
 
 def _checkpoint_file(run_dir: Path, which: str) -> Path:
@@ -255,6 +306,8 @@ def prepare_job(
     dataset: PathLikeStr | None,
     overwrite: bool,
     device: str | None,
+    *,
+    model: torch.nn.Module | None = None,
 ) -> ExportJob:
     """Check a request before any worker starts; every refusal is one line.
 
@@ -267,6 +320,24 @@ def prepare_job(
     """
     run = Path(run_dir).absolute()
     cfg = _read_run_config(run)
+    if cfg is None:  # a Trainer of the Python API: the model is the user's own
+        if model is None:
+            raise ConfigError(
+                f"run '{run}' was trained through the Python API with your own model, which "
+                f"cannot be rebuilt from its config.yaml; pass that model: fleetgnn.{kind}("
+                f"run_dir, out, {'layer, ' if kind == 'embed' else ''}model=MyModel(...), "
+                f"dataset=DIR) (the 'fleetgnn {kind}' command rebuilds only models of "
+                f"'fleetgnn train')"
+            )
+        if dataset is None:
+            raise ConfigError(
+                f"run '{run}' was trained through the Python API and does not record its "
+                f"dataset; pass dataset=DIR"
+            )
+        cfg = Config()
+        cfg.data.feature_norm = _api_feature_norm(run)
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"model= must be a torch.nn.Module, got {type(model).__name__}")
     path = _checkpoint_file(run, checkpoint)
     ckpt = load_checkpoint(path)
     state = _model_state(ckpt, path)
@@ -278,9 +349,14 @@ def prepare_job(
         )
     data_path = Path(data).absolute()
     graph = open_dataset(data_path)
-    model = _build_model(cfg, graph)
-    _load_weights(model, state, path)
-    num_layers = int(model.num_layers)
+    built = _build_model(cfg, graph) if model is None else copy.deepcopy(model)
+    _load_weights(built, state, path)
+    num_layers = int(getattr(built, "num_layers", 0))
+    if num_layers < 1:
+        raise ConfigError(
+            f"model= {type(built).__name__} has no num_layers: pass a layer-wise model "
+            f"(fleetgnn.nn.LayerwiseModule), the kind the engines train"
+        )
     if kind == "embed":
         if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= num_layers:
             raise ConfigError(
@@ -317,6 +393,7 @@ def prepare_job(
         config={**cfg_dict, "_checkpoint_info": info},
         device=device,
         overwrite=overwrite,
+        model=model,
     )
 
 
@@ -342,8 +419,9 @@ def _load_weights(model: torch.nn.Module, state: Mapping[str, torch.Tensor], pat
     except RuntimeError as e:
         detail = " ".join(str(e).split())[:300]
         raise CheckpointError(
-            f"checkpoint '{path}' does not fit the model the run's config builds for this dataset "
-            f"({detail}); pass the dataset the run trained on"
+            f"checkpoint '{path}' does not fit the model (the one passed, or the one the run's "
+            f"config builds for this dataset) ({detail}); pass the model and dataset the run "
+            f"trained with"
         ) from None
 
 
@@ -436,7 +514,7 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
     dtype = DTYPES[cfg.train.dtype]
     graph = open_dataset(job.dataset)
     ckpt_path = Path(job.checkpoint_path)
-    model = _build_model(cfg, graph)
+    model = _build_model(cfg, graph) if job.model is None else copy.deepcopy(job.model)
     _load_weights(model, _model_state(load_checkpoint(ckpt_path), ckpt_path), ckpt_path)
     model = model.to(device=device, dtype=dtype).eval()
     widths = layer_widths(model, graph.num_features, job.layer, device=device, dtype=dtype)

@@ -80,7 +80,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from fleetgnn.config import Config, TrainerConfig, save_config
+from fleetgnn.config import Config, DataConfig, TrainerConfig
 from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, StepStats
 from fleetgnn.engines.common import device_clock, peak_device_memory
 from fleetgnn.errors import ConfigError
@@ -860,7 +860,10 @@ class Trainer:
 
     def _write_config(self) -> None:
         if self.run_config is not None:
-            save_config(self.run_config, self.run_dir / "config.yaml")
+            text = yaml.safe_dump(
+                _recorded_config(self.run_config), sort_keys=False, default_flow_style=None
+            )
+            atomic_write_text(self.run_dir / "config.yaml", text)
         else:
             text = yaml.safe_dump(self._config_dict(), sort_keys=False, default_flow_style=None)
             atomic_write_text(self.run_dir / "config.yaml", text)
@@ -900,12 +903,17 @@ class Trainer:
         return "max_steps" if self._steps_exhausted() else None
 
     def _print_summary(self, summary: Mapping[str, Any]) -> None:
-        table = Table(title=f"fleetgnn run summary ({summary['engine']})")
+        table = Table(
+            title=f"fleetgnn run summary ({summary['engine']})",
+            caption=TRAIN_ACC_NOTE,
+            caption_justify="left",
+        )
         table.add_column("metric", style="bold")
         table.add_column("value", justify="right")
         for key in (
             "test_acc",
             "val_acc",
+            "train_acc",
             "best_epoch",
             "final_train_loss",
             "epochs",
@@ -1173,6 +1181,30 @@ def _wait_for_prefetch(engine: Engine) -> None:
             pool.submit(_noop).result()
         except RuntimeError:  # already shut down: nothing is in flight
             pass
+
+
+def _recorded_config(cfg: Config) -> dict[str, Any]:
+    """What ``config.yaml`` records of a run config (``load_config`` of it gives ``cfg`` back).
+
+    With ``data.dataset`` set, the synthetic generator's ``data.preset``/``scale``/``seed`` are
+    left out while at their defaults: they played no part in the run (a real dataset's
+    ``config.yaml`` then does not claim ``preset: small``), and loading restores them unchanged.
+    """
+    d = cfg.to_dict()
+    if cfg.data.dataset:
+        synthetic = DataConfig()
+        for key in ("preset", "scale", "seed"):
+            if d["data"][key] == getattr(synthetic, key):
+                del d["data"][key]
+    return d
+
+
+#: Why the epoch lines' ``train`` and the summary's ``train_acc`` differ (under the summary table).
+TRAIN_ACC_NOTE = (
+    "accuracies are of the best-validation epoch, in evaluation mode; an epoch line's 'train' is "
+    "the training-mode accuracy over that epoch's batches (dropout on, weights still changing; "
+    "metrics.jsonl: train_acc, and eval_train_acc for evaluation mode)"
+)
 
 
 def _fmt(v: Any) -> str:

@@ -10,8 +10,6 @@ from fleetgnn.cli.main import main
 from fleetgnn.graph import open_dataset
 from fleetgnn.partition import PartitionBook
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
-
 
 def _json_out(capsys, argv):
     assert main(argv) == 0
@@ -86,10 +84,9 @@ def test_prepare_refuses_existing_output(tiny, capsys):
     assert "--overwrite" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not (SHARED / "planetoid").is_dir(), reason="shared datasets absent")
 def test_prepare_planetoid_cora_counts(tmp_path, capsys):
     out = tmp_path / "cora"
-    argv = ["prepare", "planetoid", "--root", str(SHARED / "planetoid"), "--name", "cora"]
+    argv = ["prepare", "planetoid", "--name", "cora"]  # no --root: the Cora that ships
     assert main([*argv, "--out", str(out)]) == 0
     capsys.readouterr()
     info = _json_out(capsys, ["info", str(out), "--json"])
@@ -98,6 +95,7 @@ def test_prepare_planetoid_cora_counts(tmp_path, capsys):
     assert (info["num_train"], info["num_val"], info["num_test"]) == (140, 500, 1000)
 
 
+@pytest.mark.slow
 def test_console_script_entry_point(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "fleetgnn.cli.main", "info", str(tmp_path / "none")],
@@ -159,3 +157,33 @@ def test_info_degree_statistics_from_blocks_equal_numpy_on_the_degrees():
         assert got["median"] == pytest.approx(float(np.median(deg)), abs=1e-12)
         assert got["p99"] == pytest.approx(float(np.percentile(deg, 99)), abs=1e-12)
     assert _summary(degree_histogram(np.zeros(1, np.int64)))["max"] == 0  # no nodes
+
+
+def test_prepare_names_what_ships_when_a_dataset_does_not(tmp_path, capsys):
+    """Only Cora ships: another name without --root (or --file) is one line saying so."""
+    argv = ["prepare", "planetoid", "--name", "citeseer", "--out", str(tmp_path / "c")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bundled: cora" in err and "--root" in err
+    assert main(["prepare", "npz", "--name", "pubmed", "--out", str(tmp_path / "p")]) == 2
+    assert "--file" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists() and not (tmp_path / "p").exists()
+
+
+def test_partition_refuses_to_overwrite_a_saved_book(tmp_path, capsys):
+    """Like prepare's --out: a saved book is replaced only with --overwrite."""
+    from fleetgnn.graph import write_dataset
+    from fleetgnn.graph.synthetic import generate_graph, spec_for
+
+    data = write_dataset(generate_graph(spec_for("tiny", 0.2), seed=1), tmp_path / "d")
+    argv = ["partition", str(data), "--method", "range", "--parts", "2", "--json"]
+    assert main(argv) == 0
+    book = data / "partitions" / "range-2"
+    before = {p.name: p.stat().st_mtime_ns for p in book.iterdir()}
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--overwrite" in err and str(book) in err
+    assert {p.name: p.stat().st_mtime_ns for p in book.iterdir()} == before
+    assert main([*argv, "--overwrite"]) == 0
+    assert main([*argv, "--no-save"]) == 0

@@ -95,6 +95,7 @@ def test_train_user_errors(argv, fragment, capsys):
     assert fragment in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_minibatch_engine_through_the_launcher(tmp_path):
     run = tmp_path / "mb"
     argv = [
@@ -175,6 +176,7 @@ def test_minibatch_across_two_torchrun_nodes(tmp_path):
     assert 0 < record["memory"]["host"] <= 6000
 
 
+@pytest.mark.slow
 def test_fullgraph_engine_knobs_from_config(tmp_path):
     run = tmp_path / "fg"
     argv = [
@@ -211,6 +213,7 @@ def test_fullgraph_engine_knobs_from_config(tmp_path):
         assert extra["volume_mgg_bytes"] >= extra["volume_dedup_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_offload_engine_with_a_budget_through_the_launcher(tmp_path, capsys):
     """``--engine offload --nproc 2 --set offload.device_budget=...`` (README): the chunk count
     comes from the budget, every rank's peak stays within it, and rows per channel add up."""
@@ -266,6 +269,7 @@ def test_max_steps_through_the_cli_with_resume(tmp_path):
     assert [(r["epoch"], r["num_steps"]) for r in _records(run)] == [(0, 5), (1, 5), (2, 2)]
 
 
+@pytest.mark.slow
 def test_max_steps_with_two_minibatch_processes(tmp_path):
     """Every rank stops at the same global step, mid-epoch (with a batch prefetched)."""
     run = tmp_path / "mb"

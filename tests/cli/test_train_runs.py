@@ -311,22 +311,14 @@ def test_engine_from_config_applies_the_dataset_feature_norm(bag_of_words):
 
 
 def test_prepare_records_the_customary_feature_norm(tmp_path, capsys):
-    from pathlib import Path
 
     from fleetgnn.graph import read_meta
 
-    shared = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
-    if not (shared / "npz" / "cora.npz").is_file():
-        pytest.skip("../shared/datasets/npz/cora.npz is absent")
-    out = tmp_path / "cora"
-    assert (
-        main(["prepare", "npz", "--file", str(shared / "npz" / "cora.npz"), "--out", str(out)]) == 0
-    )
+    out = tmp_path / "cora"  # the bundled files: no --file, no --root
+    assert main(["prepare", "npz", "--name", "cora", "--out", str(out)]) == 0
     assert read_meta(out)["feature_norm"] == "row"
-    if (shared / "planetoid" / "ind.cora.x").is_file():
-        pl = tmp_path / "cora-pl"
-        argv = ["prepare", "planetoid", "--root", str(shared / "planetoid"), "--name", "cora"]
-        assert main([*argv, "--out", str(pl)]) == 0
-        assert read_meta(pl)["feature_norm"] == "row"
+    pl = tmp_path / "cora-pl"
+    assert main(["prepare", "planetoid", "--name", "cora", "--out", str(pl)]) == 0
+    assert read_meta(pl)["feature_norm"] == "row"
     assert main(["info", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["feature_norm"] == "row"

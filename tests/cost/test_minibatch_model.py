@@ -64,6 +64,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", sorted(CASES))
 def test_predicted_traffic_and_memory_equal_measured(world):
     """Every link kind within 5% and the memory the engine reports within 10% (here: exact)."""

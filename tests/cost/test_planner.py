@@ -36,6 +36,7 @@ def _measure(comm, engine, model, changes):
     return dict(st.traffic), peak
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("engine", "model", "world", "changes", "knobs"),
     [
@@ -136,6 +137,7 @@ def test_plan_refuses_bad_requests():
 
 
 # ---------------------------------------------------------------------------------- CLI
+@pytest.mark.slow
 def test_plan_cli_json_and_table(capsys):
     args = ["plan", "--shape", ",".join(f"{k}={v}" for k, v in PAPERS.items()), "--model", "gcn"]
     args += ["--set", "model.hidden=128", "--hardware", "4xa100-80g-nvlink", "--nproc", "4"]
@@ -169,6 +171,7 @@ def test_train_engine_auto_writes_the_plan(tmp_path):
     assert np.isfinite(summary["final_train_loss"])
 
 
+@pytest.mark.slow
 def test_plan_cli_on_a_dataset_with_the_measured_local_profile(tmp_path, monkeypatch, capsys):
     """README's ``fleetgnn plan --dataset DIR --model gcn --nproc 2 --mode full``: the local
     profile is measured once (gloo all-to-all between 2 processes) and cached."""

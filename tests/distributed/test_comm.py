@@ -164,6 +164,7 @@ def _pm(snap: dict, kind: str) -> tuple[int, int]:
     return snap[kind]["bytes"], snap[kind]["messages"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", WS)
 def test_all_to_all_matches_single_process_reference(ws):
     ref_out, _ = reference(ws)
@@ -174,6 +175,7 @@ def test_all_to_all_matches_single_process_reference(ws):
         assert res["known_recv_equal"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", WS)
 def test_all_to_all_gradient_is_transposed_exchange(ws):
     _, ref_grad = reference(ws)
@@ -182,6 +184,7 @@ def test_all_to_all_gradient_is_transposed_exchange(ws):
         assert torch.equal(res["grad"], ref_grad[rank])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", WS)
 def test_async_all_to_all_overlaps_and_matches(ws):
     c = counts_matrix(ws)
@@ -191,6 +194,7 @@ def test_async_all_to_all_overlaps_and_matches(ws):
         assert res["async_equal"] and res["async_grad_equal"] and res["two_in_flight"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", WS)
 def test_traffic_equals_closed_form(ws):
     c = counts_matrix(ws)
@@ -208,6 +212,7 @@ def test_traffic_equals_closed_form(ws):
         assert _pm(res["all_reduce_traffic"], "peer") == (ar, 2 * (ws - 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", WS)
 def test_other_collectives(ws):
     for _rank, res in enumerate(world(ws)):
@@ -217,6 +222,7 @@ def test_other_collectives(ws):
         assert res["dbg_ok"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", [2, 3, 4])
 def test_debug_mode_reports_every_rank_view_on_every_rank(ws):
     results = world(ws)

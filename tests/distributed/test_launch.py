@@ -42,6 +42,7 @@ def _user_error_everywhere() -> int:
     raise ConfigError(f"dataset '/nope' does not exist (seen by rank {0})")
 
 
+@pytest.mark.slow
 def test_restart_after_sigkill_then_results_by_rank():
     out = launch(_job, ("kill",), nproc=2, max_restarts=1)
     # (rank, world_size, all_reduce sum 1 + 2, attempt, local_rank, local_world_size, and what
@@ -51,6 +52,7 @@ def test_restart_after_sigkill_then_results_by_rank():
     assert restart_info() is None  # the launcher's own environment is left as it was
 
 
+@pytest.mark.slow
 def test_worker_failure_names_the_rank_and_error():
     with pytest.raises(WorkerFailed) as info:
         launch(_raises_on_rank_1, nproc=2, max_restarts=0)
@@ -62,6 +64,7 @@ def test_worker_failure_names_the_rank_and_error():
     assert err.messages == {1: "RuntimeError: boom from the second worker"}
 
 
+@pytest.mark.slow
 def test_user_error_in_a_worker_is_its_message_on_one_line():
     with pytest.raises(WorkerFailed) as info:
         launch(_user_error_on_rank_1, nproc=2, max_restarts=0)
@@ -74,6 +77,7 @@ def test_user_error_in_a_worker_is_its_message_on_one_line():
     assert "ConfigError: train.thing=3" in err.failures[1] and "Traceback" in err.failures[1]
 
 
+@pytest.mark.slow
 def test_same_error_on_every_rank_is_reported_once():
     with pytest.raises(WorkerFailed) as info:
         launch(_user_error_everywhere, nproc=2, max_restarts=0)

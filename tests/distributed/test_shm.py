@@ -144,6 +144,7 @@ def world(ws: int) -> list[dict]:
 WS = [1, 2, 3, 4]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", WS)
 def test_gather_is_bit_exact_one_and_two_sided(ws):
     for res in world(ws):
@@ -154,6 +155,7 @@ def test_gather_is_bit_exact_one_and_two_sided(ws):
             assert r["owner_form"], case
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", WS)
 def test_gather_traffic_closed_forms(ws):
     results = world(ws)
@@ -194,6 +196,7 @@ def test_gather_traffic_closed_forms(ws):
             assert all(two[k] == {"bytes": 0, "messages": 0} for k in ("net", "h2d", "d2h", "disk"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", WS)
 def test_shared_tensor_and_errors(ws):
     for _rank, res in enumerate(world(ws)):
@@ -206,6 +209,7 @@ def test_shared_tensor_and_errors(ws):
         assert "rows_per_rank=" in res["repr"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", WS)
 def test_no_segment_outlives_create(ws):
     for res in world(ws):
@@ -215,6 +219,7 @@ def test_no_segment_outlives_create(ws):
         assert res["segments_after_failures"] == []
 
 
+@pytest.mark.slow
 def test_world_left_no_segments():
     for ws in WS:
         worlds.world(ws)
@@ -230,6 +235,7 @@ def _killed(comm, tag: str) -> int:
     return int(st.num_rows)
 
 
+@pytest.mark.slow
 def test_no_segment_leaks_when_a_rank_is_sigkilled():
     tag = f"k{uuid.uuid4().hex[:8]}"
     assert segments(tag) == []
@@ -247,6 +253,7 @@ def test_invalid_names_are_rejected_on_every_rank():
         _check_name("../etc")
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_ipc_gather_matches_indexing():

@@ -15,6 +15,7 @@ def _raise_on_last(comm, marker: str):
     return os.getpid()
 
 
+@pytest.mark.slow
 def test_failing_rank_is_reported_with_its_traceback():
     with pytest.raises(WorkerFailed) as info:
         run_world(_raise_on_last, 2, "marker-31415", timeout_s=60)

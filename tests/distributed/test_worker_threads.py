@@ -17,6 +17,7 @@ def _threads_worker(cfg_dict, run_dir, dataset):
     return torch.get_num_threads()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads", [None, 3])
 def test_every_worker_sets_its_threads(tmp_path, monkeypatch, threads):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the workers inherit the environment

@@ -8,8 +8,7 @@ transform ``prepare planetoid`` records for the dataset, which training applies 
 seeds average about 82.6%; the bar over five seeds is 80.5%. This test trains two seeds (seeds 0
 and 1: 82.4% and 81.4%) and asserts a mean of at least 80%; each run takes ~10 s of one core.
 
-The data is the Planetoid ``ind.cora.*`` pickles in the repository's sibling ``shared/datasets``
-directory; the test is skipped when they are absent.
+The data is the Planetoid ``ind.cora.*`` pickles that ship with fleetgnn (``fleetgnn/data``).
 """
 
 from __future__ import annotations
@@ -25,10 +24,10 @@ from rich.console import Console
 import fleetgnn.train.checkpoint as ckmod
 from fleetgnn.graph import Graph, open_dataset, write_dataset
 from fleetgnn.graph.loaders import load_planetoid, planetoid
+from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.train import Trainer, engine_from_config, load_config, read_metrics
 
-DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
-PLANETOID = DATASETS / "planetoid"
+PLANETOID = DATA_DIR / "planetoid"
 SEEDS = (0, 1)
 #: Mean test accuracy over SEEDS must reach this (paper: 81.5%; measured: ~82.6% over 5 seeds).
 BAR = 0.80
@@ -46,13 +45,7 @@ PAPER_OVERRIDES = (
     "train.checkpoint_every=0",
 )
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (PLANETOID / "ind.cora.graph").is_file(),
-        reason=f"Planetoid Cora not found in {PLANETOID}",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ the rank that failed) in metrics.jsonl."""
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from fleetgnn.distributed import launch, shm_dir
@@ -16,6 +17,7 @@ from fleetgnn.train.checkpoint import load_checkpoint
 from .fault_worker import crashing_worker
 
 
+@pytest.mark.slow
 def test_killed_worker_resumes_to_identical_parameters(tmp_path):
     data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=2), tmp_path / "data")
     cfg = load_config(

@@ -124,6 +124,7 @@ def _reference(model, kind, epochs):
     return losses, grads, params, ref.evaluate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_matches_reference(world_size, device):
     """On ``cuda`` the ranks share the GPU; the reference stays on the CPU."""

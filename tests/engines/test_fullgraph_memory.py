@@ -4,6 +4,7 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from fleetgnn.distributed.testing import context_of, run_world
@@ -135,6 +136,7 @@ def _world(comm):
     return {"evict": _tuned_run(comm, True), "keep": _tuned_run(comm, False)}
 
 
+@pytest.mark.slow
 def test_tuner_holds_at_most_two_aggregators_with_the_same_results():
     for res in run_world(_world, 2, timeout_s=300):
         ev, kept = res["evict"], res["keep"]

@@ -280,6 +280,7 @@ def _world(w, n, seed):
     return run_world(_agg_rank, w, n, seed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("w", [3])
 def test_distributed_aggregate_equals_spmm(w):
     n, seed = 37, 5
@@ -327,6 +328,7 @@ def test_distributed_aggregate_equals_spmm(w):
         assert total_sent == total_halo
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("w", [3])
 def test_pipelined_backward_matches_reference_and_autograd_path(w):
     """sum/mean/weighted sum: the pipelined backward is used, exchanges one reverse all-to-all

@@ -405,6 +405,7 @@ def _restricted(comm, scratch_dir):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_labelled_layers_compute_and_store_only_the_needed_nodes(world_size, tmp_path):
     """With select, layer l computes and writes exactly |S_l| rows (summed over ranks, counted

@@ -109,6 +109,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size, extra", CASES, ids=lambda v: str(v))
 def test_parameters_equal_reference_on_union_of_batches(world_size, extra, device):
     """On ``cuda`` the ranks share the GPU; the reference stays on the CPU."""
@@ -143,6 +144,7 @@ def test_parameters_equal_reference_on_union_of_batches(world_size, extra, devic
             assert res["memory"]["device"] <= limit
 
 
+@pytest.mark.slow
 def test_evaluation_matches_reference_engine():
     results = run_world(_train_ranks, 2, [], timeout_s=300)
     ref = engine_from_config(_config([]), _graph(), engine="reference")
@@ -212,6 +214,7 @@ HOST_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hosts, extra", HOST_CASES, ids=["one-host", "two-hosts"])
 def test_hosts_gather_traffic_and_hit_rates(hosts, extra):
     world = len(hosts)

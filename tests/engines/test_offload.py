@@ -96,6 +96,7 @@ def _reference(model, kind):
     return losses, grads, ref.evaluate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_matches_reference(world_size, device):
     """On ``cuda`` the ranks share the GPU; the reference stays on the CPU."""
@@ -164,6 +165,7 @@ def _peaks(comm, model, chunks_list, budget):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("model", "world_size"), [("gcn", 2), ("gat", 1)])
 def test_peak_does_not_grow_with_chunks_and_budget_is_honoured(model, world_size):
     res = run_world(_peaks, world_size, model, (1, 2, 4, 8), None, timeout_s=300)

@@ -69,6 +69,7 @@ def _plan_arrays(plan, r):
     return out
 
 
+@pytest.mark.slow
 def test_shared_topology_file_trains_bit_identically(tmp_path):
     """Two ranks: same losses, gradients and metrics as private copies; files gone on close."""
     res = run_world(_file_vs_memory, 2, str(tmp_path), timeout_s=120)

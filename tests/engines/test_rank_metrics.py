@@ -53,6 +53,7 @@ def _rank(comm, run_dir):
         return {"seen": seen, "summary": summary, "grad_bytes": params * itemsize}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_epoch_loss_and_traffic_are_aggregated_over_ranks(tmp_path, world_size):
     out = run_world(_rank, world_size, str(tmp_path), timeout_s=300)
@@ -113,6 +114,7 @@ def _topology_rank(comm, run_dir, topo_file):
         }
 
 
+@pytest.mark.slow
 def test_store_reads_follow_the_placement_plan(tmp_path):
     """An asymmetric 4-rank topology: every rank reads each partition from the rank the XGNN
     solver names, and metrics.jsonl reports the reads per (rank, source)."""

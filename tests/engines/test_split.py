@@ -12,6 +12,7 @@ import torch
 
 from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines.split import SplitEngine, split_block
+from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.partition import PartitionBook, partition
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader
@@ -110,6 +111,7 @@ def _reference(model_name):
     return {"loss": losses, "count": counts, "grads": grads, "params": params}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_steps_equal_the_reference(world_size, device):
     """On ``cuda`` the ranks share the GPU; the reference stays on the CPU."""
@@ -208,6 +210,7 @@ def _cache_rank(comm):
         }
 
 
+@pytest.mark.slow
 def test_each_input_row_is_loaded_once_and_caches_are_disjoint():
     out = run_world(_cache_rank, 3, timeout_s=300)
     loaded = np.concatenate([o["loaded"] for o in out])
@@ -220,6 +223,7 @@ def test_each_input_row_is_loaded_once_and_caches_are_disjoint():
     assert out[0]["total_rows"] <= out[0]["dp_rows"]
 
 
+@pytest.mark.slow
 def test_split_engine_through_the_cli(tmp_path):
     """`fleetgnn train --engine split --nproc 2`: aggregated metrics and GSplit's reports."""
     import json
@@ -279,6 +283,7 @@ def _count_rank(comm, model_name):
         }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model_name", "forward", "backward"), [("sage", 1, 1), ("gcn", 1, 1), ("gat", 3, 2)]
 )
@@ -294,8 +299,7 @@ def test_collectives_per_step(model_name, forward, backward):
         assert calls["all_reduce_sum"] == 1
 
 
-SHARED = __import__("pathlib").Path(__file__).resolve().parents[2].parent / "shared"
-PLANETOID = SHARED / "datasets" / "planetoid"
+PLANETOID = DATA_DIR / "planetoid"  # the Cora that ships with fleetgnn
 
 
 def _cora_config():
@@ -321,7 +325,7 @@ def _cora_rank(comm, path):
         return [[(s.loss_sum, s.count) for s in eng.run_epoch(e)] for e in range(3)]
 
 
-@pytest.mark.skipif(not (PLANETOID / "ind.cora.x").is_file(), reason="no shared Cora")
+@pytest.mark.slow
 def test_cora_loss_trajectory_matches_the_reference(tmp_path):
     """Real Cora, 2 ranks, METIS: the epoch losses are the reference engine's (float32)."""
     from fleetgnn.graph import open_dataset, write_dataset
@@ -374,6 +378,7 @@ def _gradcheck_rank(comm):
     return out
 
 
+@pytest.mark.slow
 def test_gradcheck_of_the_shuffles():
     """Both exchanges (pre-aggregated partial sums; weighted source rows): the backward is the
     adjoint of the forward, checked against central differences across ranks."""

@@ -11,15 +11,12 @@ import pytest
 
 from fleetgnn.config import ENGINES, available_engines
 from fleetgnn.graph import write_dataset
+from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.loaders.planetoid import load_planetoid
 
 ROOT = Path(__file__).resolve().parents[2]
-PLANETOID = ROOT.parent / "shared" / "datasets" / "planetoid"
+PLANETOID = DATA_DIR / "planetoid"  # the Cora that ships with fleetgnn
 EXAMPLE = ROOT / "examples" / "custom_model.py"
-
-pytestmark = pytest.mark.skipif(
-    not (PLANETOID / "ind.cora.x").is_file(), reason="../shared/datasets/planetoid is absent"
-)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +61,7 @@ def test_custom_model_trains_on_cora(cora, tmp_path, engine, nproc):
     assert summary["test_acc"] == result["test_acc"]
 
 
+@pytest.mark.slow
 def test_reference_refuses_torchrun(cora, tmp_path):
     env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0"}
     cmd = [sys.executable, str(EXAMPLE), "--dataset", str(cora), "--engine", "reference"]

@@ -210,6 +210,7 @@ def _positions(sc, gids):
     return order[np.searchsorted(sc.ids[order], gids)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", [2, 3])
 def test_received_rows_are_the_rows_asked_for(ws):
     results = worlds.world(ws)
@@ -231,6 +232,7 @@ def test_received_rows_are_the_rows_asked_for(ws):
                 assert torch.equal(case["halo"], expected), (name, rank, k, depth)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", [2, 3])
 def test_send_lists_symmetric_and_derivable_without_communication(ws):
     results = worlds.world(ws)
@@ -247,6 +249,7 @@ def test_send_lists_symmetric_and_derivable_without_communication(ws):
                 assert np.array_equal(sent, asked), (name, r, q)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", [2, 3])
 def test_traffic_equals_closed_forms(ws):
     results = worlds.world(ws)

@@ -40,6 +40,7 @@ def test_single_rank_equals_gspmm_and_checks_rows():
         spmm.sum(sc.x, sc.w[:3])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", [2, 3])
 def test_forward_and_backward_equal_single_process(ws):
     results = worlds.world(ws)
@@ -69,6 +70,7 @@ def test_forward_and_backward_equal_single_process(ws):
     assert checked == len(worlds.SCENARIOS) * ws * len(worlds.CASES) * 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ws", [2, 3])
 def test_both_backward_paths_agree_and_traffic_is_closed_form(ws):
     results = worlds.world(ws)

@@ -1,13 +1,12 @@
-from pathlib import Path
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph.loaders import load_npz, load_planetoid
+from fleetgnn.graph.loaders.bundled import DATA_DIR
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+SHARED = DATA_DIR  # the Cora that ships with fleetgnn
 CORA_NPZ = SHARED / "npz" / "cora.npz"
 
 
@@ -33,7 +32,6 @@ def _masks_ok(g, per_class, n_val, n_test):
     assert (int(va.sum()), int(te.sum())) == (n_val, n_test)
 
 
-@pytest.mark.skipif(not CORA_NPZ.is_file(), reason="shared npz data absent")
 def test_real_cora_npz_counts_and_reference():
     g = load_npz(CORA_NPZ)
     assert (g.num_nodes, g.num_features, g.num_classes, g.num_edges) == (2708, 1433, 7, 10556)
@@ -56,10 +54,6 @@ def test_real_cora_npz_counts_and_reference():
     np.testing.assert_array_equal(np.sort(d.indices), np.sort(ref.indices))
 
 
-@pytest.mark.skipif(
-    not (CORA_NPZ.is_file() and (SHARED / "planetoid" / "ind.cora.x").is_file()),
-    reason="shared data absent",
-)
 def test_npz_cora_is_planetoid_cora_up_to_relabelling():
     a = load_npz(CORA_NPZ)
     b = load_planetoid(SHARED / "planetoid", "cora")

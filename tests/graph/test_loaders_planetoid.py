@@ -10,9 +10,10 @@ import scipy.sparse as sp
 
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph.loaders import SafeUnpickler, load_planetoid
+from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.loaders.planetoid import PARTS, safe_load
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "planetoid"
+DATA = DATA_DIR / "planetoid"  # the Cora that ships with fleetgnn
 
 
 def _kipf_reference(root: Path, name: str, load=None):
@@ -62,7 +63,6 @@ def _check_against(g, ref):
         np.testing.assert_array_equal(np.flatnonzero(getattr(g, mask)), ref[key])
 
 
-@pytest.mark.skipif(not (DATA / "ind.cora.x").is_file(), reason="shared Planetoid data absent")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the reference's plain scipy unpickle
 def test_real_cora_matches_standard_split_and_reference():
     g = load_planetoid(DATA, "cora")

@@ -87,8 +87,12 @@ def test_from_pyg_errors(kw, match):
         from_pyg(Duck(**kw))
 
 
-@pytest.mark.skipif(HAS_PYG, reason="PyG is installed")
-def test_to_pyg_without_pyg_names_the_extra():
+def test_to_pyg_without_pyg_names_the_extra(monkeypatch):
+    """Run with or without PyG installed: a None entry in sys.modules makes its import fail."""
+    for name in [m for m in sys.modules if m == "torch_geometric" or m.startswith("torch_geo")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "torch_geometric", None)
+    monkeypatch.setitem(sys.modules, "torch_geometric.data", None)
     g = from_edges(np.array([0]), np.array([1]))
     with pytest.raises(FleetgnnError, match=r"pip install fleetgnn\[pyg\]"):
         to_pyg(g)

@@ -121,6 +121,7 @@ def _computed_once_world(comm):
     }
 
 
+@pytest.mark.slow
 def test_computed_once_partitions_on_rank_0_and_shares_the_book():
     from fleetgnn.distributed.testing import run_world
     from fleetgnn.partition.chunks import two_level_book

@@ -86,6 +86,7 @@ def _world_both(comm, configs, cases):
     return _world(comm, configs), _world_placed(comm, cases)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_store_across_ranks(world):
     """Tiers across 2 and 3 ranks; the same worlds also check a topology with replicas."""
@@ -257,6 +258,7 @@ def _summary(res):
     return {k: res[k] for k in keys} | {"topo": res["topo_reads"]}
 
 
+@pytest.mark.slow
 def test_store_follows_the_placement():
     """4 ranks: a ring (replicas, reads from the plan's sources) and the DGX-1's first quad."""
     cases = _placed_cases([RING4, "dgx1-v100"])
@@ -344,6 +346,7 @@ def _world_hosts(comm, hosts):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hosts", [(0, 0, 1), None])
 def test_store_across_hosts(hosts):
     """3 ranks on 2 hosts (0, 1 | 2), and with no layout given (every rank its own host)."""

@@ -1,0 +1,92 @@
+"""What the command line tells before anything runs: every default in --help, the config keys
+(--list-keys), the nearest valid choice for a typo; and config.yaml recording what ran."""
+
+import argparse
+
+import pytest
+import yaml
+
+from fleetgnn.cli.main import build_parser, main
+from fleetgnn.graph import write_dataset
+from fleetgnn.graph.synthetic import generate_graph, spec_for
+
+
+def _parsers(p, name="fleetgnn"):
+    yield name, p
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for n, sp in a.choices.items():
+                yield from _parsers(sp, f"{name} {n}")
+
+
+def test_every_option_with_a_default_shows_it():
+    missing = []
+    for name, p in _parsers(build_parser()):
+        fmt = p._get_formatter()
+        for a in p._actions:
+            if not a.option_strings or a.required or a.nargs == 0:
+                continue
+            if a.default is None or isinstance(a.default, bool) or a.default == []:
+                continue
+            if "default" not in (fmt._expand_help(a) if a.help else ""):
+                missing.append(f"{name} {a.option_strings[0]}")
+    assert not missing, missing
+
+
+def test_train_help_shows_the_defaults_and_how_to_list_the_keys(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--help"])
+    assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for text in (
+        "model.name (default: sage)",
+        "train.epochs (default: 10)",
+        "train.seed (default: 0)",
+        "train.batch_size=1024",
+        "optim.lr=0.01",
+        "gcn:16",
+        "--list-keys",
+        "a --config file is YAML",
+    ):
+        assert text in out, text
+
+
+def test_list_keys_prints_every_key_with_its_default(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--list-keys"])
+    assert done.value.code == 0
+    rows = {ln.split()[0]: ln.split()[1] for ln in capsys.readouterr().out.splitlines()[1:-1]}
+    assert rows["train.epochs"] == "10" and rows["optim.lr"] == "0.01"
+    assert rows["model.name"] == "sage" and rows["train.batch_size"] == "1024"
+    assert len(rows) > 40
+
+
+@pytest.mark.parametrize(
+    ("argv", "guess"),
+    [
+        (["train", "--model", "gnc"], "gcn"),
+        (["train", "--engine", "fulgraph"], "fullgraph"),
+        (["trian"], "train"),
+        (["partition", "x", "--parts", "2", "--method", "metsi"], "metis"),
+    ],
+)
+def test_an_invalid_choice_names_the_nearest_one(argv, guess, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert f"did you mean '{guess}'?" in err and "Traceback" not in err
+
+
+def test_config_yaml_records_the_mode_and_no_synthetic_preset_for_a_dataset(tmp_path, capsys):
+    data = write_dataset(generate_graph(spec_for("tiny", 0.2), seed=1), tmp_path / "d")
+    run = tmp_path / "run"
+    argv = ["train", "--dataset", str(data), "--epochs", "1", "--run-dir", str(run)]
+    assert main([*argv, "--no-progress", "--set", "train.batch_size=64"]) == 0
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["train"]["mode"] == "minibatch"  # the reference engine's default, not null
+    assert "preset" not in cfg["data"] and cfg["data"]["dataset"] == str(data.absolute())
+    out = " ".join(capsys.readouterr().out.split())
+    assert "train_acc" in out and "training-mode accuracy over that epoch's batches" in out
+    # the run resumes from what it recorded
+    assert main(["train", "--resume", str(run), "--epochs", "2", "--no-progress"]) == 0
