@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.config.engines import FEATURE_NORMS
+from fleetgnn.config.textfile import parse_json, read_bytes
 from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import SPLITS, Graph, Validation
 from fleetgnn.graph.files import (
@@ -297,20 +298,9 @@ def read_json_meta(
         error: The file is not valid JSON, not an object, of another version, or lacks a key;
             each message ends with ``fix``.
     """
-    try:
-        size = path.stat().st_size
-        if size > MAX_META_BYTES:
-            raise error(
-                f"'{path}' is {size} bytes, more than the {MAX_META_BYTES >> 20} MiB a metadata "
-                f"file may have; {fix}"
-            )
-        meta = json.loads(path.read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise error(f"'{path}' is not valid JSON ({e}); {fix}") from e
-    except RecursionError:
-        raise error(f"'{path}' nests too deeply to be read; {fix}") from None
-    except OSError as e:
-        raise error(f"'{path}' cannot be read ({e.strerror or e}); {fix}") from e
+    # bounded: a regular file (never a FIFO or device) of at most MAX_META_BYTES, UTF-8
+    data = read_bytes(path, "", max_bytes=MAX_META_BYTES, error=error, fix=fix)
+    meta = parse_json(data, f"'{path}'", error=error, fix=fix)
     if not isinstance(meta, dict):
         raise error(f"'{path}' must hold a JSON object; {fix}")
     depth = _json_depth(meta)
