@@ -24,6 +24,7 @@ shared-memory segments of dead processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -313,13 +314,20 @@ def _plan_engine(
 def run_train(args: argparse.Namespace) -> int:
     """Run ``fleetgnn train`` for parsed arguments; returns the exit status.
 
+    Rank 0's process (this one, or the first worker under torchrun) holds the run directory's
+    lock (:mod:`fleetgnn.train.rundir`) from when the directory is known until the run ends.
+
     Raises:
         FleetgnnError: A user error (one line), found before any worker starts where possible.
         TrainInterrupted: Ctrl-C; its note says where to resume from.
     """
+    with contextlib.ExitStack() as held:
+        return _run_train(args, held)
+
+
+def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     from fleetgnn.cli.target import target_request
     from fleetgnn.config import engine_spec, load_config
-
 
     quiet = bool(getattr(args, "quiet", False))
     overwrite = bool(getattr(args, "overwrite", False))
@@ -389,6 +397,10 @@ def run_train(args: argparse.Namespace) -> int:
     )
 
     cfg.run_dir = str(run_dir)
+    if is_rank0:  # before anything is written or swept there
+        from fleetgnn.train.rundir import run_dir_lock
+
+        held.enter_context(run_dir_lock(run_dir))
     if auto:
         hardware = getattr(args, "hardware", "local")
         cfg = _plan_engine(cfg, run_dir, hardware, progress, quiet, target)
@@ -440,7 +452,7 @@ def run_train(args: argparse.Namespace) -> int:
                 trainer = Trainer.from_config(
                     engine, cfg, run_dir, show_progress=progress, quiet=quiet
                 )
-                trainer.fit(resume=resume)
+                trainer.fit(resume=resume, overwrite=True)  # checked above (--overwrite)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", None) or signal.SIGINT
         raise TrainInterrupted(_interrupted_note(run_dir) if is_rank0 else "", signum) from None
@@ -513,6 +525,7 @@ def run_worker(
                 Path(run_dir),
                 show_progress=progress and ctx.rank == 0,
                 quiet=quiet,
+                lock_run_dir=False,  # held by the launching process (or this one, re-entrant)
             )
             if restart is not None:
                 failures = restart["failures"]
@@ -522,7 +535,7 @@ def run_worker(
                     failed_ranks=sorted(failures),
                     failures={str(r): m for r, m in sorted(failures.items())},
                 )
-            summary = trainer.fit(resume=resume or restart is not None)
+            summary = trainer.fit(resume=resume or restart is not None, overwrite=True)
         return summary if ctx.rank == 0 else None
     finally:
         destroy(ctx)
