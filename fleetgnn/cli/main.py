@@ -415,6 +415,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="replace the run in --run-dir if there is one (without it, an existing run is "
         "never overwritten: continue it with --resume, or pick a new --run-dir)",
     )
+    p.add_argument(
+        "--accept-changed-dataset",
+        action="store_true",
+        help="with --resume: continue even though the dataset's files changed since the run "
+        "started (by default such a resume is refused)",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     p.add_argument(
         "--quiet",

@@ -244,6 +244,46 @@ def check_run_dir_free(run_dir: Path) -> None:
     )
 
 
+#: The run's record of the dataset it trains on (path and :func:`dataset_fingerprint`).
+DATASET_RECORD = "dataset.json"
+
+
+def record_dataset(run_dir: Path, dataset: Path, resume: bool, accept: bool, quiet: bool) -> None:
+    """Record the dataset's fingerprint in ``RUN_DIR/dataset.json``; on resume, compare first.
+
+    Raises:
+        ConfigError: ``--resume`` of a run whose dataset's files changed since it started
+            (another ``prepare``, an edit), unless ``accept`` (``--accept-changed-dataset``).
+    """
+    from fleetgnn.config.textfile import load_json_file
+    from fleetgnn.graph.dataset import atomic_write_text, dataset_fingerprint
+
+    current = dataset_fingerprint(dataset)
+    path = run_dir / DATASET_RECORD
+    if resume and os.path.lexists(path):
+        fix = "delete it to resume without the check"
+        saved = load_json_file(path, "dataset record", max_bytes=1 << 16, fix=fix)
+        old = saved.get("fingerprint") if isinstance(saved, dict) else None
+        if old == current:
+            return
+        if old is not None and not accept:
+            raise ConfigError(
+                f"--resume {run_dir}: the dataset '{dataset}' changed since the run started (its "
+                f"files' fingerprint is {current}, the run recorded {str(old)[:32]}): it was "
+                f"prepared again or edited; resume on the original data, or add "
+                f"--accept-changed-dataset to continue on the new data on purpose"
+            )
+        if old is not None and not quiet:
+            print(
+                f"fleetgnn train: warning: --resume {run_dir}: continuing on the changed dataset "
+                f"'{dataset}' (--accept-changed-dataset)",
+                file=sys.stderr,
+                flush=True,
+            )
+    record = {"dataset": str(Path(dataset).absolute()), "fingerprint": current}
+    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+
+
 def _interrupted_note(run_dir: Path) -> str:
     """The line printed after Ctrl-C: where the run stopped and how to resume it."""
     from fleetgnn.train import resume_point
@@ -443,6 +483,9 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             cfg.train.threads = 1  # recorded in config.yaml; workers get it in their config
             torch.set_num_threads(1)
         _preflight(cfg, graph, world)
+        if is_rank0:
+            accept = bool(getattr(args, "accept_changed_dataset", False))
+            record_dataset(run_dir, path, resume, accept, quiet)
         if is_rank0 and not quiet:
             print(f"run directory: {run_dir}", flush=True)
         if spec.distributed:
