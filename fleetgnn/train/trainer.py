@@ -821,8 +821,9 @@ class Trainer:
 
         A checkpoint that loads but holds the wrong things (malformed trainer state, an engine
         state the model or optimizer refuses, bad RNG states) is skipped with a warning, as an
-        unreadable one is. A config that differs from the checkpoint's is the user's change,
-        not damage: its ConfigError is raised, not skipped.
+        unreadable one is, and so is a ``last.pt`` written with another config when ``prev.pt``
+        fits this one. A config that differs from every checkpoint's is the user's change, not
+        damage: its ConfigError is raised.
         """
         restored: list[TrainState] = []
 
@@ -1090,18 +1091,18 @@ def check_resumable(run_dir: PathLikeStr, config: Config) -> None:
         ConfigError: ``config`` differs from the checkpoint's where it matters.
         CheckpointError: Checkpoints exist but none can be loaded.
     """
+    engine_cfg = config.engine_config()
+
+    def check(ckpt: dict[str, Any]) -> None:
+        check_checkpoint(ckpt)
+        saved_cfg = ckpt.get("config")
+        if isinstance(saved_cfg, Mapping) and "train" in saved_cfg:
+            _check_resumable(saved_cfg, config)
+        _check_engine_config_resumable(ckpt, config.train.engine, engine_cfg.to_dict(), engine_cfg)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a fallback to prev.pt is reported when the run resumes
-        ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(
-            mmap=True, check=check_checkpoint
-        )
-    if ckpt is None:
-        return
-    saved_cfg = ckpt.get("config")
-    if isinstance(saved_cfg, Mapping) and "train" in saved_cfg:
-        _check_resumable(saved_cfg, config)
-    engine_cfg = config.engine_config()
-    _check_engine_config_resumable(ckpt, config.train.engine, engine_cfg.to_dict(), engine_cfg)
+        CheckpointDir(Path(run_dir) / "checkpoints").load_latest(mmap=True, check=check)
 
 
 def _check_engine_resumable(ckpt: Mapping[str, Any], engine: Engine) -> None:
