@@ -53,7 +53,7 @@ def run(
         run_dir = Path(tmp) / "run"
 
         def fit() -> None:
-            Trainer.from_config(engine, cfg, run_dir, quiet=True).fit()
+            Trainer.from_config(engine, cfg, run_dir, quiet=True).fit(overwrite=True)
             parts.append(_breakdown(run_dir / "metrics.jsonl"))
 
         calls: dict[str, Callable[[], None]] = {"fleetgnn": fit}

@@ -500,6 +500,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="replace the run in --run-dir if there is one (without it, an existing run is "
         "never overwritten: continue it with --resume, or pick a new --run-dir)",
     )
+    p.add_argument(
+        "--accept-changed-dataset",
+        action="store_true",
+        help="with --resume: continue even though the dataset's files changed since the run "
+        "started (by default such a resume is refused)",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     p.add_argument(
         "--quiet",
@@ -636,6 +642,19 @@ def _one_line_warnings(command: str) -> Iterator[None]:
         warnings.formatwarning = saved
 
 
+#: Longest error line printed; longer messages keep their head and tail.
+MAX_ERROR_CHARS = 2000
+
+
+def one_line(message: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``message`` on one line (whitespace runs collapsed), at most ``limit`` characters."""
+    text = " ".join(message.split())
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    return f"{text[: limit * 3 // 4]} ... [{cut} characters cut] ... {text[-(limit // 4) :]}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fleetgnn`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -653,7 +672,7 @@ def _run(args: argparse.Namespace, verbose: bool) -> int:
             traceback.print_exc()
             for rank, text in (getattr(err, "failures", None) or {}).items():
                 print(f"--- rank {rank} ---\n{text}", file=sys.stderr)
-        print(f"fleetgnn {args.command}: error: {err}", file=sys.stderr)
+        print(f"fleetgnn {args.command}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
         note = getattr(err, "note", None)

@@ -14,13 +14,14 @@ itself is what must be reported, and promptly.
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
 
+from fleetgnn.config.textfile import MAX_YAML_BYTES, load_json_file
 from fleetgnn.distributed.errors import WorkerFailed
 from fleetgnn.distributed.launch import OOM_HINT
+from fleetgnn.errors import FleetgnnError
 from fleetgnn.graph.loaders._io import human_bytes
 
 __all__ = ["explain_sigkill", "predicted_memory"]
@@ -35,7 +36,12 @@ def _from_plan_file(run_dir: Path, engine: str) -> tuple[dict[str, int], dict[st
     path = run_dir / "plan.json"
     if not path.is_file():
         return None
-    data = json.loads(path.read_text())
+    try:
+        data = load_json_file(path, "plan", max_bytes=MAX_YAML_BYTES, error=FleetgnnError)
+    except FleetgnnError:
+        return None  # a damaged plan: report the failure without its prediction
+    if not isinstance(data, dict):
+        return None
     pred = (data.get("engines") or {}).get(engine)
     if not isinstance(pred, dict) or not isinstance(pred.get("memory"), dict):
         return None

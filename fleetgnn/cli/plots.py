@@ -25,7 +25,6 @@ matplotlib's Agg canvas directly (no pyplot, no display), from the optional ``pl
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -33,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fleetgnn.config.textfile import MAX_YAML_BYTES, load_json_file, load_yaml_file
 from fleetgnn.distributed.traffic import LINK_KINDS
 from fleetgnn.errors import FleetgnnError
 from fleetgnn.graph.loaders._io import human_bytes
@@ -115,10 +114,9 @@ def _check_record(rec: dict[str, Any], path: Path, i: int) -> None:
 def _read_json(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise FleetgnnError(f"'{path}' cannot be read as JSON ({e}); the file is damaged") from e
+    obj = load_json_file(
+        path, "", max_bytes=MAX_YAML_BYTES, error=FleetgnnError, fix="the file is damaged"
+    )
     if not isinstance(obj, dict):
         raise FleetgnnError(f"'{path}' must hold a JSON object; the file is damaged")
     return obj
@@ -127,10 +125,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def _model_from_config(path: Path) -> str | None:
     if not path.is_file():
         return None
-    try:
-        cfg = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise FleetgnnError(f"'{path}' cannot be read as YAML ({e}); the file is damaged") from e
+    cfg = load_yaml_file(path, "", error=FleetgnnError, fix="the file is damaged")
     model = cfg.get("model") if isinstance(cfg, dict) else None
     name = model.get("name") if isinstance(model, dict) else None
     return str(name) if name is not None else None

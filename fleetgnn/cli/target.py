@@ -297,7 +297,7 @@ def probe_epochs_to_target(
                 for k in range(1, max_epochs + 1):
                     step = dataclasses.replace(probe, train=dataclasses.replace(train, epochs=k))
                     trainer = Trainer.from_config(engine, step, run_dir, quiet=True)
-                    trainer.fit(resume=k > 1)
+                    trainer.fit(resume=k > 1, overwrite=True)
                     records = read_metrics(run_dir / "metrics.jsonl")
                     est = epochs_from_records(records, target_acc, mode, "probe")
                     if est is not None and est.reached:

@@ -11,17 +11,20 @@ Ctrl-C stops the run (every worker, for a distributed one) and prints where it c
 from; the exit status is 130 (143 for SIGTERM, which stops the run the same way).
 
 Hostile or damaged run files are refused with one line before they are used: a config file or a
-``--set`` value that is not UTF-8 or nests deeper than :data:`MAX_YAML_DEPTH`, a ``metrics.jsonl``
-that is not UTF-8 or holds a malformed line. A fresh run records the dataset's absolute path in
-``config.yaml`` (so ``--resume`` works from any directory); ``--resume`` without a checkpoint says
-it starts from the beginning. At the start, leftovers of killed runs are swept and reported:
-temporary files in the run directory and its ``checkpoints/``, temporary directories of an
-interrupted generation of the default dataset, and shared-memory segments of dead processes.
+``--set`` value is read with the bounds of :mod:`fleetgnn.config.textfile` (a regular file, at
+most 1 MiB, UTF-8, YAML without anchors, aliases or tags, at most 32 levels deep), a
+``metrics.jsonl`` that is not UTF-8 or holds a malformed line is refused. A fresh run records
+the dataset's absolute path in ``config.yaml`` (so ``--resume`` works from any directory);
+``--resume`` without a checkpoint says it starts from the beginning. At the start, leftovers of
+killed runs are swept and reported: temporary files in the run directory and its
+``checkpoints/``, temporary directories of an interrupted generation of the default dataset, and
+shared-memory segments of dead processes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -104,87 +107,21 @@ class TrainInterrupted(KeyboardInterrupt):
         self.signum = int(signum)
 
 
-#: Deepest nesting of lists/mappings accepted in a config file or a ``--set`` value.
-MAX_YAML_DEPTH = 32
-#: Largest config file read (bytes).
-MAX_CONFIG_BYTES = 4 << 20
-
-
-def check_yaml_text(data: bytes, where: str) -> None:
-    """Refuse YAML that is not UTF-8 or nests deeper than :data:`MAX_YAML_DEPTH`, in one line.
-
-    The nesting is measured on the parser's event stream (no recursion), so a hostile file
-    cannot exhaust the stack before the config loader sees it. Other YAML errors are left to the
-    config loader, which reports them.
-
-    Raises:
-        ConfigError: ``where`` (a file name or ``--set KEY``) is not UTF-8 or nests too deep.
-    """
-    import yaml
-
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"{where} is not UTF-8 text (byte {data[e.start : e.start + 1]!r} at offset "
-            f"{e.start}); save it as UTF-8"
-        ) from None
-    depth = 0
-    try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_YAML_DEPTH:
-                    raise ConfigError(
-                        f"{where} nests lists or mappings more than {MAX_YAML_DEPTH} levels deep; "
-                        f"a fleetgnn config needs at most a few levels"
-                    )
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-    except yaml.YAMLError:
-        return  # the config loader reports it with its position
-
-
-def _check_config_file(path: Path, what: str) -> None:
-    """:func:`check_yaml_text` on a config file (an unreadable one is the loader's to report)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError:
-        return
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(
-            f"{what} '{path}' is larger than {MAX_CONFIG_BYTES >> 20} MiB; it is not a fleetgnn "
-            f"config"
-        )
-    check_yaml_text(data, f"{what} '{path}'")
-
-
-def _check_overrides(overrides: list[str]) -> None:
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if sep:
-            check_yaml_text(value.encode("utf-8", "surrogateescape"), f"--set {key}")
-
-
 def check_metrics_file(path: Path) -> None:
     """Refuse a ``metrics.jsonl`` that resuming would choke on, in one line.
 
     Raises:
-        FleetgnnError: Not UTF-8, a line nested too deeply to parse, or an epoch line whose
-            ``epoch`` is not an integer.
+        FleetgnnError: Not a regular file, too large, not UTF-8, a line nested too deeply to
+            parse, or an epoch line whose ``epoch`` is not an integer.
     """
     import json
 
-    if not path.is_file():
+    from fleetgnn.train.metrics import read_metrics_text
+
+    if not os.path.lexists(path):
         return
     fix = "delete it (the checkpoints are enough to resume) or start a fresh run directory"
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise FleetgnnError(
-            f"metrics file '{path}' is not UTF-8 text (offset {e.start}); it is corrupt: {fix}"
-        ) from None
+    text = read_metrics_text(path)  # a regular file, bounded, UTF-8
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if not line.strip():
@@ -203,8 +140,8 @@ def check_metrics_file(path: Path) -> None:
         epoch = rec.get("epoch", -1)
         if isinstance(epoch, bool) or not isinstance(epoch, int):
             raise FleetgnnError(
-                f"metrics file '{path}' line {i + 1}: 'epoch' is {epoch!r}, not an integer; it "
-                f"is corrupt: {fix}"
+                f"metrics file '{path}' line {i + 1}: 'epoch' is {repr(epoch)[:60]}, not an "
+                f"integer; it is corrupt: {fix}"
             )
 
 
@@ -307,6 +244,46 @@ def check_run_dir_free(run_dir: Path) -> None:
     )
 
 
+#: The run's record of the dataset it trains on (path and :func:`dataset_fingerprint`).
+DATASET_RECORD = "dataset.json"
+
+
+def record_dataset(run_dir: Path, dataset: Path, resume: bool, accept: bool, quiet: bool) -> None:
+    """Record the dataset's fingerprint in ``RUN_DIR/dataset.json``; on resume, compare first.
+
+    Raises:
+        ConfigError: ``--resume`` of a run whose dataset's files changed since it started
+            (another ``prepare``, an edit), unless ``accept`` (``--accept-changed-dataset``).
+    """
+    from fleetgnn.config.textfile import load_json_file
+    from fleetgnn.graph.dataset import atomic_write_text, dataset_fingerprint
+
+    current = dataset_fingerprint(dataset)
+    path = run_dir / DATASET_RECORD
+    if resume and os.path.lexists(path):
+        fix = "delete it to resume without the check"
+        saved = load_json_file(path, "dataset record", max_bytes=1 << 16, fix=fix)
+        old = saved.get("fingerprint") if isinstance(saved, dict) else None
+        if old == current:
+            return
+        if old is not None and not accept:
+            raise ConfigError(
+                f"--resume {run_dir}: the dataset '{dataset}' changed since the run started (its "
+                f"files' fingerprint is {current}, the run recorded {str(old)[:32]}): it was "
+                f"prepared again or edited; resume on the original data, or add "
+                f"--accept-changed-dataset to continue on the new data on purpose"
+            )
+        if old is not None and not quiet:
+            print(
+                f"fleetgnn train: warning: --resume {run_dir}: continuing on the changed dataset "
+                f"'{dataset}' (--accept-changed-dataset)",
+                file=sys.stderr,
+                flush=True,
+            )
+    record = {"dataset": str(Path(dataset).absolute()), "fingerprint": current}
+    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+
+
 def _interrupted_note(run_dir: Path) -> str:
     """The line printed after Ctrl-C: where the run stopped and how to resume it."""
     from fleetgnn.train import resume_point
@@ -377,26 +354,20 @@ def _plan_engine(
 def run_train(args: argparse.Namespace) -> int:
     """Run ``fleetgnn train`` for parsed arguments; returns the exit status.
 
+    Rank 0's process (this one, or the first worker under torchrun) holds the run directory's
+    lock (:mod:`fleetgnn.train.rundir`) from when the directory is known until the run ends.
+
     Raises:
         FleetgnnError: A user error (one line), found before any worker starts where possible.
         TrainInterrupted: Ctrl-C; its note says where to resume from.
     """
-    import torch
+    with contextlib.ExitStack() as held:
+        return _run_train(args, held)
 
+
+def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     from fleetgnn.cli.target import target_request
-    from fleetgnn.config import engine_spec
-    from fleetgnn.train import (
-        CheckpointDir,
-        Trainer,
-        check_resumable,
-        engine_from_config,
-        load_config,
-        resolve_device_name,
-        resolve_feature_norm,
-        resolve_model_defaults,
-        resolve_threads,
-        small_graph,
-    )
+    from fleetgnn.config import engine_spec, load_config
 
     quiet = bool(getattr(args, "quiet", False))
     overwrite = bool(getattr(args, "overwrite", False))
@@ -430,7 +401,6 @@ def run_train(args: argparse.Namespace) -> int:
         holder = "minibatch" if getattr(args, "mode", None) == "minibatch" else "fullgraph"
         args = argparse.Namespace(**{**vars(args), "engine": holder})
     overrides = _overrides(args)
-    _check_overrides(overrides)
     if resume:
         run_dir = Path(args.resume)
         cfg_path = run_dir / "config.yaml"
@@ -439,14 +409,11 @@ def run_train(args: argparse.Namespace) -> int:
                 f"--resume {run_dir}: no config.yaml there; point --resume at a run directory "
                 f"written by 'fleetgnn train'"
             )
-        _check_config_file(cfg_path, "--resume: the run's config")
         check_metrics_file(run_dir / "metrics.jsonl")
         # flags and --set apply on top of the run's config (e.g. --epochs 6 extends the run);
         # the Trainer refuses changes that would change what the checkpoint means
         cfg = load_config(cfg_path, overrides)
     else:
-        if args.config is not None:
-            _check_config_file(Path(args.config), "config file")
         cfg = load_config(args.config, overrides)
         if cfg.data.dataset:  # recorded absolute: --resume works from any directory
             cfg.data.dataset = str(Path(cfg.data.dataset).absolute())
@@ -456,7 +423,25 @@ def run_train(args: argparse.Namespace) -> int:
         restarted = torchrun is not None and torchrun["restart_count"] > 0
         if not overwrite and not restarted:
             check_run_dir_free(run_dir)
+    import torch
+
+    from fleetgnn.train import (
+        CheckpointDir,
+        Trainer,
+        check_resumable,
+        engine_from_config,
+        resolve_device_name,
+        resolve_feature_norm,
+        resolve_model_defaults,
+        resolve_threads,
+        small_graph,
+    )
+
     cfg.run_dir = str(run_dir)
+    if is_rank0:  # before anything is written or swept there
+        from fleetgnn.train.rundir import run_dir_lock
+
+        held.enter_context(run_dir_lock(run_dir))
     if auto:
         hardware = getattr(args, "hardware", "local")
         cfg = _plan_engine(cfg, run_dir, hardware, progress, quiet, target)
@@ -502,6 +487,9 @@ def run_train(args: argparse.Namespace) -> int:
             cfg.train.threads = 1  # recorded in config.yaml; workers get it in their config
             torch.set_num_threads(1)
         _preflight(cfg, graph, world)
+        if is_rank0:
+            accept = bool(getattr(args, "accept_changed_dataset", False))
+            record_dataset(run_dir, path, resume, accept, quiet)
         if is_rank0 and not quiet:
             print(f"run directory: {run_dir}", flush=True)
         if spec.distributed:
@@ -515,7 +503,7 @@ def run_train(args: argparse.Namespace) -> int:
                         engine, cfg, run_dir, show_progress=progress, quiet=quiet
                     )
                     phase.trainer = trainer
-                    trainer.fit(resume=resume)
+                    trainer.fit(resume=resume, overwrite=True)  # checked above (--overwrite)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", None) or signal.SIGINT
         raise TrainInterrupted(_interrupted_note(run_dir) if is_rank0 else "", signum) from None
@@ -590,6 +578,7 @@ def run_worker(
                 Path(run_dir),
                 show_progress=progress and ctx.rank == 0,
                 quiet=quiet,
+                lock_run_dir=False,  # held by the launching process (or this one, re-entrant)
             )
             phase.trainer = trainer
             if restart is not None:
@@ -600,7 +589,7 @@ def run_worker(
                     failed_ranks=sorted(failures),
                     failures={str(r): m for r, m in sorted(failures.items())},
                 )
-            summary = trainer.fit(resume=resume or restart is not None)
+            summary = trainer.fit(resume=resume or restart is not None, overwrite=True)
         return summary if ctx.rank == 0 else None
     finally:
         destroy(ctx)

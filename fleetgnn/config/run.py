@@ -12,10 +12,10 @@ A :class:`Config` has four sections and a run directory::
 
 :func:`load_config` reads an optional YAML file (any subset of the keys; missing keys keep their
 defaults), applies overrides such as ``train.epochs=5``, ``model.name=gat``,
-``train.fanouts=[15,10,5]`` or ``train.fanouts=15,10,5`` (values are parsed with
-``yaml.safe_load``), type-checks every value against the dataclass annotations and runs
-:meth:`Config.validate` for the cross-field rules. Enumerated choices are class-level constants
-(e.g. :attr:`ModelConfig.NAMES`). Configs never read environment variables.
+``train.fanouts=[15,10,5]`` or ``train.fanouts=15,10,5`` (values are parsed as YAML, with the
+bounds of :mod:`fleetgnn.config.textfile`), type-checks every value against the dataclass
+annotations and runs :meth:`Config.validate` for the cross-field rules. Enumerated choices are
+class-level constants (e.g. :attr:`ModelConfig.NAMES`). Configs never read environment variables.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from fleetgnn.config.engines import (
     EngineConfig,
     engine_spec,
 )
+from fleetgnn.config.textfile import decode_utf8, load_yaml_file, parse_yaml
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
@@ -584,29 +585,22 @@ def load_config(path: PathLikeStr | None = None, overrides: Sequence[str] = ()) 
 
     Args:
         path: YAML file with any subset of the keys (``None``: all defaults).
-        overrides: Items ``section.key=value`` or ``run_dir=value``; ``value`` is parsed with
-            ``yaml.safe_load`` (``train.fanouts=[15,10,5]``, ``train.fanouts=15,10,5``,
-            ``model.norm=null``, ``model.residual=true``). Later items win.
+        overrides: Items ``section.key=value`` or ``run_dir=value``; ``value`` is parsed as
+            YAML, bounded (no anchors, aliases or tags; :mod:`fleetgnn.config.textfile`):
+            ``train.fanouts=[15,10,5]``, ``train.fanouts=15,10,5``, ``model.norm=null``,
+            ``model.residual=true``. Later items win.
 
     Returns:
         The validated config.
 
     Raises:
-        ConfigError: Unreadable YAML, an unknown key, a badly typed value or a violated rule.
+        ConfigError: An unreadable or hostile file (not a regular file, too large, not UTF-8,
+            anchors, tags, too deep), invalid YAML, an unknown key, a badly typed value or a
+            violated rule.
     """
     raw: Any = {}
     if path is not None:
-        p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise ConfigError(
-                f"cannot read config file '{p}': {e.strerror or e}; check the path"
-            ) from e
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file '{p}' is not valid YAML: {e}") from e
+        raw = load_yaml_file(path, "config file", fix="check the path and the file")
     cfg = Config.from_dict(raw)
     cfg = apply_overrides(cfg, overrides)
     return cfg.validate()
@@ -627,10 +621,8 @@ def apply_overrides(cfg: Config, overrides: Sequence[str]) -> Config:
             raise ConfigError(
                 f"override {item!r} is not of the form key=value; e.g. train.epochs=5"
             )
-        try:
-            value = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError:
-            value = text  # not YAML (e.g. an unbalanced bracket): treat as a plain string
+        decode_utf8(text.encode("utf-8", "surrogateescape"), f"--set {key}")  # argv bytes
+        value = _override_value(text, f"--set {key}")
         if key == "run_dir":
             cfg = dataclasses.replace(cfg, run_dir=_coerce_override(value, text, str | None, key))
             continue
@@ -651,6 +643,15 @@ def apply_overrides(cfg: Config, overrides: Sequence[str]) -> Config:
         new_section = dataclasses.replace(getattr(cfg, section), **{name: coerced})
         cfg = dataclasses.replace(cfg, **{section: new_section})
     return cfg
+
+
+def _override_value(text: str, where: str) -> Any:
+    """The YAML value of an override's text, bounded as config files are.
+
+    Text that is not YAML (e.g. an unbalanced bracket) is kept as a plain string; anchors,
+    aliases, tags and deep nesting are refused (:mod:`fleetgnn.config.textfile`).
+    """
+    return parse_yaml(text, where, invalid_as_text=True) if text.strip() else None
 
 
 def save_config(cfg: Config, path: PathLikeStr) -> Path:
@@ -790,10 +791,7 @@ def _coerce_override(value: Any, text: str, tp: Any, key: str) -> Any:
             parts = [p.strip() for p in value.split(",")]
             parsed: list[Any] = []
             for part in parts:
-                try:
-                    parsed.append(yaml.safe_load(part) if part else part)
-                except yaml.YAMLError:
-                    parsed.append(part)
+                parsed.append(_override_value(part, f"--set {key}") if part else part)
             value = parsed
         elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
             value = [value]

@@ -71,6 +71,7 @@ import numpy as np
 import torch
 import yaml
 
+from fleetgnn.config.textfile import load_yaml_file
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 from fleetgnn.ops import Adjacency, gspmm
@@ -495,19 +496,8 @@ class HardwareProfile:
                 any error of :meth:`from_dict`.
         """
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise ConfigError(
-                f"hardware profile file '{p}' cannot be read ({e.strerror or e}); give a YAML "
-                f"file, a built-in name ({', '.join(PROFILES)}) or 'local'"
-            ) from None
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError(
-                f"hardware profile file '{p}' is not valid YAML: {' '.join(str(e).split())}"
-            ) from None
+        fix = f"give a YAML file, a built-in name ({', '.join(PROFILES)}) or 'local'"
+        raw = load_yaml_file(p, "hardware profile file", fix=fix)  # bounded, one line
         if isinstance(raw, Mapping) and not raw.get("source"):
             raw = {**raw, "source": f"user profile {p}"}
         try:

@@ -33,6 +33,7 @@ only for files that changed since (or a dataset without the record).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.config.engines import FEATURE_NORMS
+from fleetgnn.config.textfile import parse_json, read_bytes
 from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import SPLITS, Graph, Validation
 from fleetgnn.graph.files import (
@@ -297,20 +299,9 @@ def read_json_meta(
         error: The file is not valid JSON, not an object, of another version, or lacks a key;
             each message ends with ``fix``.
     """
-    try:
-        size = path.stat().st_size
-        if size > MAX_META_BYTES:
-            raise error(
-                f"'{path}' is {size} bytes, more than the {MAX_META_BYTES >> 20} MiB a metadata "
-                f"file may have; {fix}"
-            )
-        meta = json.loads(path.read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise error(f"'{path}' is not valid JSON ({e}); {fix}") from e
-    except RecursionError:
-        raise error(f"'{path}' nests too deeply to be read; {fix}") from None
-    except OSError as e:
-        raise error(f"'{path}' cannot be read ({e.strerror or e}); {fix}") from e
+    # bounded: a regular file (never a FIFO or device) of at most MAX_META_BYTES, UTF-8
+    data = read_bytes(path, "", max_bytes=MAX_META_BYTES, error=error, fix=fix)
+    meta = parse_json(data, f"'{path}'", error=error, fix=fix)
     if not isinstance(meta, dict):
         raise error(f"'{path}' must hold a JSON object; {fix}")
     depth = _json_depth(meta)
@@ -661,6 +652,25 @@ def _stamp(prints: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
         "files": prints,
         "check_seconds": round(float(seconds), 3),
     }
+
+
+def dataset_fingerprint(path: str | os.PathLike[str]) -> str:
+    """One hash of a dataset directory's files: their sizes and sampled contents.
+
+    Built from :func:`fleetgnn.graph.verify.fingerprint` of ``meta.json`` and every array it
+    lists (18 reads of 4 KiB per large file), without modification times, so a copy made with
+    ``cp`` keeps it while ``prepare --overwrite`` with another seed, or an edit, changes it.
+
+    Raises:
+        DatasetError: ``meta.json`` or an array cannot be read.
+    """
+    root = Path(path)
+    names = sorted(read_meta(root)["arrays"])
+    prints = _fingerprints(root, names)
+    h = hashlib.sha256()
+    for f in sorted(prints):
+        h.update(f"{f}:{prints[f]['bytes']}:{prints[f]['sample']};".encode())
+    return h.hexdigest()[:32]
 
 
 def stamp_problem(root: Path, names: Iterable[str]) -> str | None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import mmap
 import os
@@ -55,6 +54,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from fleetgnn.config.textfile import MAX_YAML_BYTES, load_json_file, load_yaml_file, parse_yaml
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import Graph
@@ -1225,24 +1225,11 @@ def _load_matrix_file(path: Path, key: str) -> object:
         raise ConfigError(
             f"'{key}' file {str(path)!r} must end in {', '.join(_TOPOLOGY_FILES)}; " + _choices(key)
         )
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(
-            f"'{key}' file {str(path)!r} cannot be read ({exc.strerror}); " + _choices(key)
-        ) from None
+    what = f"'{key}' file"
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"'{key}' file {str(path)!r} is not valid JSON ({exc})") from None
+        data = load_json_file(path, what, max_bytes=MAX_YAML_BYTES, fix=_choices(key))
     else:
-        import yaml  # the config layer's dependency, loaded only for YAML topologies
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"'{key}' file {str(path)!r} is not valid YAML ({exc})") from None
+        data = load_yaml_file(path, what, fix=_choices(key))
     if isinstance(data, dict):
         if set(data) != {"bandwidth"}:
             raise ConfigError(
@@ -1315,16 +1302,8 @@ def topology_matrix(
                     "use at most 8 ranks, or give an explicit bandwidth matrix"
                 )
             return _dgx1_v100()[:world_size, :world_size].copy()
-        if name.startswith("["):
-            import yaml  # YAML flow syntax is a superset of JSON arrays
-
-            try:
-                matrix = yaml.safe_load(spec)
-            except yaml.YAMLError as exc:
-                raise ConfigError(
-                    f"'{key}' = {_short(spec)} is not a valid inline matrix ({exc}); "
-                    + _choices(key)
-                ) from None
+        if name.startswith("["):  # YAML flow syntax is a superset of JSON arrays
+            matrix = parse_yaml(spec, f"'{key}' = {_short(spec)}", fix=_choices(key))
         elif name.endswith(_TOPOLOGY_FILES) or os.sep in spec:
             matrix = _load_matrix_file(Path(spec), key)
         else:

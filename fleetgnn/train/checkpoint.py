@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetgnn.errors import FleetgnnError
+from fleetgnn.errors import ConfigError, FleetgnnError
 from fleetgnn.graph.dataset import fsync_dir
 from fleetgnn.graph.files import disk_full_as_error, refresh_free, temp_file, write_reserved
 from fleetgnn.types import PathLikeStr
@@ -285,17 +285,25 @@ class CheckpointDir:
         """The newest loadable checkpoint, or ``None`` when there is none.
 
         Falls back to ``prev.pt`` (with a warning naming what was wrong with ``last.pt``) when
-        ``last.pt`` is missing, unreadable, or loads but fails ``check``.
+        ``last.pt`` is missing, unreadable, or loads but fails ``check``. A ``last.pt`` that
+        ``check`` finds to belong to another config (a :class:`~fleetgnn.errors.ConfigError`: a
+        file copied in from another run, say) falls back too when ``prev.pt`` fits; when no
+        checkpoint fits, that ConfigError is raised, since then it is the user's config that
+        changed.
 
         Args:
             mmap: Map tensor storage from the file (see :func:`load_checkpoint`).
             check: Called with each loaded checkpoint; raises :class:`CheckpointError` when the
-                contents are not what the caller expects (the next checkpoint is tried).
+                contents are not what the caller expects, or :class:`ConfigError` when they were
+                written with another config (the next checkpoint is tried either way).
 
         Raises:
+            ConfigError: Checkpoints exist, none fits ``check``, and one was written with
+                another config (the first such error).
             CheckpointError: Checkpoints exist but none can be loaded (or passes ``check``).
         """
         errors: list[str] = []
+        config_error: ConfigError | None = None
         for path in self.candidates():
             try:
                 state = load_checkpoint(path, mmap=mmap)
@@ -308,9 +316,15 @@ class CheckpointDir:
             except CheckpointError as e:
                 errors.append(f"checkpoint '{path}' is unusable: {e}")
                 continue
+            except ConfigError as e:
+                config_error = config_error or e
+                errors.append(f"checkpoint '{path}' does not fit this run: {_first_clause(e)}")
+                continue
             if errors:
                 warn_fallback(errors[0], path)
             return state
+        if config_error is not None:
+            raise config_error
         if errors:
             raise CheckpointError(
                 f"no loadable checkpoint in '{self.directory}': " + " | ".join(errors)
@@ -322,6 +336,12 @@ class CheckpointDir:
         self.last.unlink(missing_ok=True)
         self.prev.unlink(missing_ok=True)
         self.best.unlink(missing_ok=True)
+
+
+def _first_clause(err: BaseException, limit: int = 300) -> str:
+    """``err``'s message up to its advice (the first ". "), at most ``limit`` characters."""
+    text = " ".join(str(err).split()).split(". ", 1)[0]
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def warn_fallback(problem: str, path: Path) -> None:

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from fleetgnn.config import Config, load_config
+from fleetgnn.config.textfile import load_yaml_file
 from fleetgnn.engines.common import DTYPES, normalize_rows, resolve_device
 from fleetgnn.engines.inference import Chunking, RowFile, RowReader, RowWriter, stream_inference
 from fleetgnn.errors import ConfigError, DatasetError
@@ -58,7 +59,6 @@ from fleetgnn.types import PathLikeStr
 CHECKPOINTS: tuple[str, ...] = ("best", "last")
 #: Version of the output's ``meta.json`` layout.
 EXPORT_FORMAT = 1
-_MAX_CONFIG_BYTES = 4 << 20
 _DISK_FIX = "free some space there, or write the output to another file system (--out)"
 
 
@@ -197,41 +197,22 @@ def _read_run_config(run_dir: Path) -> Config | None:
             f"'{run_dir}' has no config.yaml, so it is not a run directory written by "
             f"'fleetgnn train'; pass a run directory"
         )
-    with open(path, "rb") as f:
-        data = f.read(_MAX_CONFIG_BYTES + 1)
-    if len(data) > _MAX_CONFIG_BYTES:
-        raise ConfigError(f"'{path}' is larger than 4 MiB; it is not a fleetgnn run config")
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"'{path}' is not UTF-8 text (offset {e.start}); it is corrupt") from None
-    if _api_run(data):
+    if is_api_run(path):
         return None
-    return load_config(path)
+    return load_config(path)  # bounded: one line on a hostile or damaged file
 
 
 def is_api_run(config_yaml: PathLikeStr) -> bool:
-    """Whether ``config_yaml`` was written by a Python-API ``Trainer`` (no model config in it)."""
-    with open(config_yaml, "rb") as f:
-        return _api_run(f.read(_MAX_CONFIG_BYTES + 1))
-
-
-def _api_run(data: bytes) -> bool:
-    """Whether a ``config.yaml`` is a Python-API Trainer's (``trainer`` + ``engine`` sections)."""
-    import yaml
-
-    try:
-        raw = yaml.safe_load(data)
-    except yaml.YAMLError:
-        return False  # load_config reports what is wrong with it
+    """Whether ``config_yaml`` was written by a Python-API ``Trainer`` (``trainer`` + ``engine``
+    sections, no model config in it). Read with the bounded reader: a hostile file is one line.
+    """
+    raw = load_yaml_file(config_yaml, "the run's config")
     return isinstance(raw, Mapping) and "trainer" in raw and "engine" in raw and "train" not in raw
 
 
 def _api_feature_norm(run_dir: Path) -> str | None:
     """The ``feature_norm`` an API run's engine config recorded (``None``: not recorded)."""
-    import yaml
-
-    raw = yaml.safe_load((run_dir / "config.yaml").read_text())
+    raw = load_yaml_file(run_dir / "config.yaml", "the run's config")
     engine = raw.get("engine") if isinstance(raw, Mapping) else None
     conf = engine.get("config") if isinstance(engine, Mapping) else None
     norm = conf.get("feature_norm") if isinstance(conf, Mapping) else None

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from fleetgnn.config.textfile import read_text
 from fleetgnn.errors import FleetgnnError
 from fleetgnn.graph.dataset import atomic_write_text
 from fleetgnn.types import PathLikeStr
@@ -70,6 +71,23 @@ def is_event(record: Mapping[str, Any]) -> bool:
     return "event" in record
 
 
+#: Largest ``metrics.jsonl`` read (a record per epoch and event is a few KiB at most).
+MAX_METRICS_BYTES = 64 << 20
+
+
+def read_metrics_text(path: Path) -> str:
+    """The text of a metrics file, bounded (:func:`fleetgnn.config.textfile.read_text`).
+
+    Raises:
+        FleetgnnError: Not a regular file, larger than :data:`MAX_METRICS_BYTES`, or not UTF-8
+            (one line, with the fix).
+    """
+    fix = "move it aside (the checkpoints are enough to resume) or start a fresh run directory"
+    return read_text(
+        path, "metrics file", max_bytes=MAX_METRICS_BYTES, error=FleetgnnError, fix=fix
+    )
+
+
 def read_metrics(path: PathLikeStr, *, events: bool = False) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl`` file, skipping a torn (unparsable) last line.
 
@@ -82,9 +100,9 @@ def read_metrics(path: PathLikeStr, *, events: bool = False) -> list[dict[str, A
         FleetgnnError: A line other than the last one is not valid JSON.
     """
     p = Path(path)
-    if not p.exists():
+    if not os.path.lexists(p):
         return []
-    lines = p.read_text().splitlines()
+    lines = read_metrics_text(p).splitlines()
     out: list[dict[str, Any]] = []
     for i, line in enumerate(lines):
         if not line.strip():

@@ -93,6 +93,7 @@ from fleetgnn.train.checkpoint import (
 )
 from fleetgnn.train.metrics import MetricsWriter, to_json
 from fleetgnn.train.resolve import model_section_resolved
+from fleetgnn.train.rundir import acquire_run_dir, release_run_dir, run_markers
 from fleetgnn.types import PathLikeStr
 
 #: Version of the checkpoint layout written by :class:`Trainer`.
@@ -285,6 +286,9 @@ class Trainer:
             one-line-per-epoch log and the final table are printed either way.
         quiet: Print nothing: no progress bar, no epoch lines, no summary table (the files are
             written as usual; errors are raised as usual).
+        lock_run_dir: Hold the run directory's lock (:mod:`fleetgnn.train.rundir`) while
+            :meth:`fit` runs (rank 0). ``False`` when the caller holds it in another process
+            (``fleetgnn train --nproc N`` holds it in the launching process).
 
     Raises:
         ConfigError: If no run directory is given.
@@ -306,6 +310,7 @@ class Trainer:
         console: Console | None = None,
         show_progress: bool = True,
         quiet: bool = False,
+        lock_run_dir: bool = True,
     ) -> None:
         config = config if config is not None else TrainerConfig()
         if not isinstance(config, TrainerConfig):
@@ -323,6 +328,7 @@ class Trainer:
         self.console = console if console is not None else Console()
         self.quiet = bool(quiet)
         self.show_progress = show_progress and not self.quiet
+        self.lock_run_dir = bool(lock_run_dir)
         self.checkpoints = CheckpointDir(self.run_dir / "checkpoints")
         self.state = TrainState()
         #: Where the run is (``"training (epoch 3, step 41)"``, ``"evaluation after epoch 3"``):
@@ -408,22 +414,67 @@ class Trainer:
             writer.write({**record, **at})
         self._pending_events.clear()
 
-    def fit(self, resume: bool = False) -> dict[str, Any]:
+    def fit(self, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
         """Train until ``train.epochs``, early stopping or ``train.max_steps``; returns the summary.
+
+        Rank 0 holds the run directory's lock while it runs (see ``lock_run_dir``), so a second
+        run on the same directory is refused, in one line naming this process.
 
         Args:
             resume: Continue from the latest checkpoint in ``RUN_DIR/checkpoints`` (mid-epoch if
                 it was taken mid-epoch). Without a checkpoint the run starts fresh. A fresh run
-                (``resume=False``) seeds Python, NumPy and torch with ``train.seed`` and replaces
-                the run directory's checkpoints and metrics.
+                (``resume=False``) seeds Python, NumPy and torch with ``train.seed``.
+            overwrite: Let a fresh run replace the run that ``RUN_DIR`` holds (its checkpoints,
+                metrics and summary); without it (and without ``resume``) such a directory is
+                refused, as ``fleetgnn train`` refuses it without ``--overwrite``.
 
         Returns:
             The summary also written to ``RUN_DIR/summary.json``.
 
         Raises:
-            ConfigError: Invalid config, or a config incompatible with the checkpoint.
+            ConfigError: Invalid config, a config incompatible with the checkpoint, a run
+                directory that holds a run (neither ``resume`` nor ``overwrite``), or one another
+                run is using (the same on every rank).
             CheckpointError: Checkpoints exist but none can be loaded.
         """
+        locked = self._claim_run_dir(resume, overwrite)
+        try:
+            return self._fit(resume)
+        finally:
+            if locked:
+                release_run_dir(self.run_dir)
+
+    def _claim_run_dir(self, resume: bool, overwrite: bool) -> bool:
+        """Rank 0 locks the run directory and checks it is free; every rank gets the verdict.
+
+        Returns:
+            Whether this process took the lock (and must release it).
+        """
+        problem, locked = None, False
+        if self.is_main:
+            try:
+                if self.lock_run_dir:
+                    acquire_run_dir(self.run_dir)
+                    locked = True
+                found = run_markers(self.run_dir)
+                if found and not (resume or overwrite):
+                    problem = (
+                        f"run directory '{self.run_dir}' already holds a run ({', '.join(found)}); "
+                        f"continue it with fit(resume=True), replace it with fit(overwrite=True), "
+                        f"or pick another run_dir"
+                    )
+            except ConfigError as e:
+                problem = str(e)
+        comm = getattr(self.engine, "comm", None)
+        if comm is not None and int(self.engine.world_size) > 1:
+            problem = comm.broadcast_object(problem if self.is_main else None)
+        if problem is not None:
+            if locked:
+                release_run_dir(self.run_dir)
+            raise ConfigError(problem)
+        return locked
+
+    def _fit(self, resume: bool) -> dict[str, Any]:
         tc = self.config
         spe = int(self.engine.steps_per_epoch())
         resumed = self._restore(spe) if resume else False
@@ -795,8 +846,9 @@ class Trainer:
 
         A checkpoint that loads but holds the wrong things (malformed trainer state, an engine
         state the model or optimizer refuses, bad RNG states) is skipped with a warning, as an
-        unreadable one is. A config that differs from the checkpoint's is the user's change,
-        not damage: its ConfigError is raised, not skipped.
+        unreadable one is, and so is a ``last.pt`` written with another config when ``prev.pt``
+        fits this one. A config that differs from every checkpoint's is the user's change, not
+        damage: its ConfigError is raised.
         """
         restored: list[TrainState] = []
 
@@ -1072,18 +1124,18 @@ def check_resumable(run_dir: PathLikeStr, config: Config) -> None:
         ConfigError: ``config`` differs from the checkpoint's where it matters.
         CheckpointError: Checkpoints exist but none can be loaded.
     """
+    engine_cfg = config.engine_config()
+
+    def check(ckpt: dict[str, Any]) -> None:
+        check_checkpoint(ckpt)
+        saved_cfg = ckpt.get("config")
+        if isinstance(saved_cfg, Mapping) and "train" in saved_cfg:
+            _check_resumable(saved_cfg, config)
+        _check_engine_config_resumable(ckpt, config.train.engine, engine_cfg.to_dict(), engine_cfg)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a fallback to prev.pt is reported when the run resumes
-        ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(
-            mmap=True, check=check_checkpoint
-        )
-    if ckpt is None:
-        return
-    saved_cfg = ckpt.get("config")
-    if isinstance(saved_cfg, Mapping) and "train" in saved_cfg:
-        _check_resumable(saved_cfg, config)
-    engine_cfg = config.engine_config()
-    _check_engine_config_resumable(ckpt, config.train.engine, engine_cfg.to_dict(), engine_cfg)
+        CheckpointDir(Path(run_dir) / "checkpoints").load_latest(mmap=True, check=check)
 
 
 def _check_engine_resumable(ckpt: Mapping[str, Any], engine: Engine) -> None:

@@ -121,7 +121,7 @@ def test_several_runs_need_out_and_errors_are_one_line(runs, tmp_path, capsys):
     (binary / "metrics.jsonl").write_bytes(b'{"epoch": 0}\n\xff\xfe\n')
     cases = [
         ([str(runs / "sage"), str(runs / "gcn")], "--out FILE.png is required with 2 run"),
-        ([str(binary)], "cannot be read (UnicodeDecodeError)"),
+        ([str(binary)], "is not UTF-8 text"),
         ([str(tmp_path / "none")], "does not exist"),
         ([str(tmp_path)], "has no metrics.jsonl"),
         ([str(empty)], "has no finished epoch yet"),

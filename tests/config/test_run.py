@@ -191,7 +191,7 @@ def test_config_errors_are_value_errors() -> None:
 
 
 def test_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read config file"):
+    with pytest.raises(ConfigError, match="config file .*missing.yaml.* cannot be read"):
         load_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: [unclosed\n")

@@ -456,7 +456,7 @@ def test_explicit_topologies(tmp_path):
         ([[700, -5], [-5, 700]], 2, r"'store.topology' entries must be finite and >= 0"),
         ([[700, 5], [5]], 2, r"'store.topology' must be a square numeric matrix"),
         ([700, 5], 2, r"'store.topology' must be a square N x N matrix"),
-        ("[[700, 5], [5", 2, r"'store.topology' = .* is not a valid inline matrix"),
+        ("[[700, 5], [5", 2, r"'store.topology' = .* is not valid YAML"),
         (3.5, 2, r"'store.topology' must be a topology name, a matrix or a file path.*float"),
         ("uniform", 0, r"'world_size' must be an int >= 1"),
     ],

@@ -185,9 +185,11 @@ def _quiet() -> Console:
     return Console(file=io.StringIO(), width=120)
 
 
-def _fit(engine: Any, cfg: Config, run_dir: Path, resume: bool = False) -> dict[str, Any]:
+def _fit(
+    engine: Any, cfg: Config, run_dir: Path, resume: bool = False, overwrite: bool = False
+) -> dict[str, Any]:
     return Trainer.from_config(engine, cfg, run_dir, console=_quiet(), show_progress=False).fit(
-        resume
+        resume, overwrite
     )
 
 
@@ -495,10 +497,14 @@ def test_resume_mid_epoch_with_other_steps_per_epoch(tmp_path: Path) -> None:
         _fit(LogRegEngine(batch=16), cfg, tmp_path, resume=True)
 
 
-def test_fresh_run_replaces_old_state(tmp_path: Path) -> None:
+def test_fresh_run_replaces_old_state_only_when_told(tmp_path: Path) -> None:
+    """As ``fleetgnn train`` without --resume or --overwrite, the API refuses a used directory."""
     _fit(LogRegEngine(), _cfg("train.epochs=2"), tmp_path)
     eng = LogRegEngine()
-    _fit(eng, _cfg("train.epochs=1"), tmp_path)
+    with pytest.raises(ConfigError, match=r"already holds a run \(config.yaml, summary.json"):
+        _fit(eng, _cfg("train.epochs=1"), tmp_path)
+    assert eng.calls == [] and len(read_metrics(tmp_path / "metrics.jsonl")) == 2
+    _fit(eng, _cfg("train.epochs=1"), tmp_path, overwrite=True)
     assert eng.calls == [(0, 0)]
     assert [r["epoch"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0]
 
@@ -537,7 +543,7 @@ def test_best_checkpoint_is_the_best_validation_epoch(tmp_path: Path) -> None:
     assert ckmod.load_checkpoint(tmp_path / "checkpoints" / "best.pt")["engine"] == {"epoch": 1}
     # a fresh run in the same directory starts a new best.pt
     eng = ScriptedEngine([StepStats(1.0, 1, 2)], evals)
-    _fit(eng, _cfg("train.epochs=1"), tmp_path)
+    _fit(eng, _cfg("train.epochs=1"), tmp_path, overwrite=True)
     assert ckmod.load_checkpoint(tmp_path / "checkpoints" / "best.pt")["engine"] == {"epoch": 0}
 
 

@@ -17,7 +17,6 @@ nodes only. Every failure is one :class:`~fleetgnn.errors.DatasetError` line nam
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetgnn.config.textfile import load_json_file
 from fleetgnn.errors import DatasetError, FleetgnnError
 from fleetgnn.graph.loaders._io import READ_ERRORS, load_npy, npy_header, require_file
 
@@ -411,14 +411,11 @@ def _read_split_json(p: Path, n: int) -> dict[str, np.ndarray]:
                 f"split file '{p}' is {size} bytes, more than a split of {n} nodes can take "
                 f"(at most {limit}); is it the right file?"
             )
-        obj = json.loads(p.read_text(encoding="utf-8"))
-    except FleetgnnError:
-        raise
-    except (*READ_ERRORS, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise DatasetError(
-            f"split file '{p}' is not valid JSON ({type(e).__name__}: {e}); write it as "
-            f'{{"train": [...], "val": [...], "test": [...]}}'
-        ) from e
+    except OSError as e:
+        raise DatasetError(f"split file '{p}' cannot be read ({e.strerror or e})") from None
+    fix = 'write it as {"train": [...], "val": [...], "test": [...]}'
+    # bounded: a regular file (never a FIFO or device), UTF-8, one line on bad JSON
+    obj = load_json_file(p, "split file", max_bytes=limit, error=DatasetError, fix=fix)
     if not isinstance(obj, dict):
         raise DatasetError(
             f"split file '{p}' must hold a JSON object "

@@ -1,0 +1,75 @@
+"""Issue 30, finding 4: a run records its dataset's fingerprint, and ``--resume`` refuses data
+that changed since the run started (``prepare --overwrite`` with another seed, an edit) in one
+line, unless ``--accept-changed-dataset`` says to continue on purpose."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleetgnn.cli.main import main
+from fleetgnn.graph import write_dataset
+from fleetgnn.graph.dataset import dataset_fingerprint
+from fleetgnn.graph.synthetic import generate_graph, spec_for
+
+TRAIN = ["--quiet", "--set", "model.hidden=8", "--set", "train.checkpoint_interval=0"]
+
+
+def test_resume_refuses_a_changed_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d")
+    run = tmp_path / "run"
+    assert (
+        main(["train", "--dataset", str(data), "--epochs", "1", "--run-dir", str(run), *TRAIN]) == 0
+    )
+    record = json.loads((run / "dataset.json").read_text())
+    assert record == {"dataset": str(data.absolute()), "fingerprint": dataset_fingerprint(data)}
+    resume = ["train", "--resume", str(run), "--epochs", "2", *TRAIN]
+    # prepared again with another seed: same shapes, other values
+    write_dataset(generate_graph(spec_for("tiny", 0.3), seed=2), data, overwrite=True)
+    capsys.readouterr()
+    assert main(resume) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "changed since the run started" in err[0], err
+    assert "--accept-changed-dataset" in err[0]
+    assert main([*resume, "--accept-changed-dataset"]) == 0
+    assert json.loads((run / "dataset.json").read_text())["fingerprint"] == dataset_fingerprint(
+        data
+    )
+
+
+@pytest.mark.parametrize("last", ["other-config", "corrupt"])
+def test_resume_falls_back_to_prev_when_last_is_foreign_or_corrupt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], last: str
+):
+    """Issue 30, finding 9: a ``last.pt`` from another config (or a corrupt one) is skipped with a
+    one-line warning when ``prev.pt`` fits; only a config change that fits no checkpoint refuses."""
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d")
+    run = tmp_path / "run"
+    argv = ["train", "--dataset", str(data), "--run-dir"]
+    assert main([*argv, str(run), "--epochs", "2", *TRAIN]) == 0
+    last_pt = run / "checkpoints" / "last.pt"
+    if last == "other-config":
+        other = tmp_path / "other"
+        wide = [a.replace("model.hidden=8", "model.hidden=16") for a in TRAIN]
+        assert main([*argv, str(other), "--epochs", "1", *wide]) == 0
+        last_pt.write_bytes((other / "checkpoints" / "last.pt").read_bytes())
+    else:
+        last_pt.write_bytes(last_pt.read_bytes()[:300])
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="resuming from the previous checkpoint") as seen:
+        assert main(["train", "--resume", str(run), "--epochs", "3", *TRAIN]) == 0
+    messages = [str(w.message) for w in seen if "previous checkpoint" in str(w.message)]
+    assert messages and all("\n" not in m and "last.pt" in m for m in messages), messages
+    if last == "other-config":
+        assert "model.hidden: checkpoint 16, now 8" in messages[0]
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 3
+    # a config that fits neither checkpoint is the user's change: refused in one line
+    assert main(["train", "--resume", str(run), "--epochs", "4", *_wider(TRAIN)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot resume: the config differs" in err[0], err
+
+
+def _wider(argv: list[str]) -> list[str]:
+    return [a.replace("model.hidden=8", "model.hidden=32") for a in argv]
