@@ -203,8 +203,10 @@ def _read_run_config(run_dir: Path) -> Config | None:
 
 
 def is_api_run(config_yaml: PathLikeStr) -> bool:
-    """Whether ``config_yaml`` was written by a Python-API ``Trainer`` (``trainer`` + ``engine``
-    sections, no model config in it). Read with the bounded reader: a hostile file is one line.
+    """Whether ``config_yaml`` was written by a Python-API ``Trainer`` (no model config in it).
+
+    Such a file has ``trainer`` and ``engine`` sections; it is read with the bounded reader, so a
+    hostile file is one line.
     """
     raw = load_yaml_file(config_yaml, "the run's config")
     return isinstance(raw, Mapping) and "trainer" in raw and "engine" in raw and "train" not in raw

@@ -153,6 +153,7 @@ def _fullgraph_cuda(comm):
             e.close()
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("world", [1, 2])

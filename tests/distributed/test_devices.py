@@ -142,6 +142,7 @@ def _wrong_device_world(comm):
     return lines, ok
 
 
+@pytest.mark.slow
 def test_collective_device_check_fires_in_one_line():
     results = run_world(_wrong_device_world, 2, debug=True)
     for lines, ok in results:
@@ -165,10 +166,12 @@ def _context_world(comm):
     return str(ctx.device), str(ctx.communicator().device), ctx.shares_device
 
 
+@pytest.mark.slow
 def test_run_world_context_is_on_the_ranks_device():
     assert run_world(_context_world, 2) == [("cpu", "cpu", False)] * 2
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_shared_gpu_collectives():
