@@ -20,6 +20,7 @@ from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.loaders.planetoid import load_planetoid
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.train import load_checkpoint, load_config, model_from_config, save_checkpoint
+from fleetgnn.train.rundir import LOCK_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANETOID = DATA_DIR / "planetoid"  # the Cora that ships with fleetgnn
@@ -80,7 +81,8 @@ def test_predict_and_embed_equal_the_in_memory_model(run, tmp_path, capsys):
     np.testing.assert_allclose(emb, _layers(run, "last.pt")[0], rtol=1e-5, atol=1e-5)
     assert json.loads((out / "meta.json").read_text())["layer"] == 1
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
-    assert [p.name for p in run.iterdir() if p.name.startswith(".")] == []  # scratch removed
+    hidden = [p.name for p in run.iterdir() if p.name.startswith(".")]
+    assert hidden == [LOCK_FILE]  # scratch removed; the run's lock file stays (train.rundir)
 
 
 def test_weights_of_a_data_parallel_checkpoint(run, tmp_path):
