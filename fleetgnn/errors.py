@@ -30,6 +30,10 @@ class ConfigError(FleetgnnError):
     """A configuration key or value is invalid."""
 
 
+class NonFiniteLossError(FleetgnnError):
+    """A training step's loss is NaN or infinite (bad values in the data, or a diverging run)."""
+
+
 class DiskFullError(FleetgnnError):
     """A write failed because the file system (or the user's quota) is full.
 
