@@ -34,6 +34,10 @@ class DeviceMemoryError(FleetgnnError):
     """A CUDA device ran out of memory: one line naming the rank, device, phase and a fix."""
 
 
+class NonFiniteLossError(FleetgnnError):
+    """A training step's loss is NaN or infinite (bad values in the data, or a diverging run)."""
+
+
 class DiskFullError(FleetgnnError):
     """A write failed because the file system (or the user's quota) is full.
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from fleetgnn.distributed import Communicator, DistContext
-from fleetgnn.errors import ConfigError, DatasetError
+from fleetgnn.errors import ConfigError, DatasetError, GraphError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn import check_model
@@ -179,12 +179,36 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, target, reduction="none")
 
 
+def check_labels(logits: torch.Tensor, target: torch.Tensor) -> None:
+    """Raise :class:`~fleetgnn.errors.GraphError` unless integer ``target`` lies in ``[0, C)``.
+
+    ``C`` is ``logits.shape[1]``. One min/max over the batch's labels (one device sync); a label
+    outside the range would otherwise be an ``IndexError`` (CPU) or a device assert (CUDA) in
+    the loss. Targets of another dtype or shape (a custom loss's) are left alone.
+    """
+    if logits.ndim != 2 or target.ndim != 1 or target.numel() == 0:
+        return
+    if target.dtype.is_floating_point or target.dtype == torch.bool:
+        return
+    lo, hi = (int(v) for v in torch.stack(torch.aminmax(target)).tolist())
+    c = int(logits.shape[1])
+    if lo < 0 or hi >= c:
+        bad = lo if lo < 0 else hi
+        raise GraphError(
+            f"'y' holds label {bad} for a training or validation node, outside the model's "
+            f"{c} classes [0, {c}); the labels changed after their values were checked: run "
+            f"'fleetgnn info DATASET --verify' (or prepare the dataset again)"
+        )
+
+
 def loss_sum(loss: LossFn, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Sum of ``loss``'s per-node losses over the batch (engines scale it themselves).
 
     Raises:
         ConfigError: If ``loss`` does not return one value per node.
+        GraphError: A label lies outside ``[0, C)`` (see :func:`check_labels`).
     """
+    check_labels(logits, target)
     per_node = loss(logits, target)
     if not isinstance(per_node, torch.Tensor) or per_node.shape != target.shape[:1]:
         got = tuple(per_node.shape) if isinstance(per_node, torch.Tensor) else type(per_node)
@@ -424,6 +448,8 @@ def split_metrics(
         sums += [float((pred[m] == y[m]).sum()), float(m.sum())]
     if "val" in masks:
         m = masks["val"]
+        if m.any():
+            check_labels(logits[m], y[m])
         sums.append(float(F.cross_entropy(logits[m], y[m], reduction="sum")) if m.any() else 0.0)
     t = torch.tensor(sums, dtype=torch.float64)
     if reduce is not None:

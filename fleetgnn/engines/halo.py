@@ -51,6 +51,7 @@ from fleetgnn.exchange import (
     range_owner,
 )
 from fleetgnn.graph import Graph
+from fleetgnn.graph.csc import check_edge_ids
 from fleetgnn.ops import edge_softmax, gspmm
 from fleetgnn.ops.spmm import Reduce
 
@@ -159,6 +160,7 @@ def build_layout(graph: Graph, bounds: np.ndarray, rank: int) -> RankLayout:
     lo, hi = int(b[rank]), int(b[rank + 1])
     gptr = np.asarray(graph.indptr[lo : hi + 1], dtype=np.int64)
     e0, e1 = int(gptr[0]), int(gptr[-1])
+    check_edge_ids(graph, e0, e1)  # the rank's slice: a memory map may have changed on disk
     src = np.asarray(graph.indices[e0:e1], dtype=np.int64)
     base = build_exchange_layout(
         np.arange(lo, hi, dtype=np.int64), gptr - e0, src, range_owner(b), rank=rank, world_size=w

@@ -78,7 +78,7 @@ import torch
 import torch.nn.functional as F
 
 from fleetgnn.config.engines import EVAL_NODES
-from fleetgnn.engines.common import SPLITS, metrics_from_sums
+from fleetgnn.engines.common import SPLITS, check_labels, metrics_from_sums
 from fleetgnn.errors import ConfigError, FleetgnnError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.files import create_npy, disk_full_error, free_bytes, temp_prefix
@@ -519,6 +519,7 @@ class MetricSums:
             self.sums[2 * i] += float((pred[mt] == y[mt]).sum())
             self.sums[2 * i + 1] += float(m.sum())
             if s == "val" and m.any():
+                check_labels(logits[mt], y[mt])
                 self.sums[-1] += float(F.cross_entropy(logits[mt], y[mt], reduction="sum"))
 
     def result(self, comm: Any = None) -> dict[str, float]:

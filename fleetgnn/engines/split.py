@@ -68,7 +68,7 @@ from fleetgnn.engines.common import (
     setup_model,
 )
 from fleetgnn.engines.inference import Chunking, streaming_metrics
-from fleetgnn.errors import ConfigError
+from fleetgnn.errors import ConfigError, PartitionError
 from fleetgnn.exchange import HaloSpmm, block_layout, build_plan, requests_from_edges, send_lists
 from fleetgnn.graph import Graph
 from fleetgnn.ops import edge_softmax, gspmm
@@ -76,6 +76,7 @@ from fleetgnn.ops.adjacency import Structure
 from fleetgnn.partition import PartitionBook, partition
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
 from fleetgnn.store import parse_bytes
+from fleetgnn.types import PathLikeStr
 
 
 # ---------------------------------------------------------------------------------- splitting
@@ -443,6 +444,7 @@ class SplitEngine(EngineBase):
         if book is None and sc.book is not None:
             path = Path(sc.book)
             book = PartitionBook.load(path)
+            agree_on_book(self.comm, book, path)
         if book is None:
             book = self.comm.broadcast_object(
                 partition(graph, sc.partition, self.world_size, seed=self.seed)
@@ -735,4 +737,26 @@ class SplitEngine(EngineBase):
         return (
             f"SplitEngine(rank={self.rank}/{self.world_size}, parts="
             f"{self.book.part_sizes.tolist()}, cached={self.cached_ids.size})"
+        )
+
+
+def agree_on_book(comm: Communicator, book: PartitionBook, path: PathLikeStr) -> None:
+    """Check that every rank loaded the same book (collective: one all_gather_object).
+
+    Each rank reads its own copy of the files; one that read them while ``fleetgnn
+    partition`` replaced them would otherwise exchange with a different owner map.
+
+    Raises:
+        PartitionError: The ranks' checksums differ.
+    """
+    sums = comm.all_gather_object(book.checksum())
+    if len(set(sums)) > 1:
+        groups: dict[str, list[int]] = {}
+        for r, s in enumerate(sums):
+            groups.setdefault(s, []).append(r)
+        said = "; ".join(f"ranks {rs} read {s[:8]}" for s, rs in groups.items())
+        raise PartitionError(
+            f"the ranks loaded different partition books from '{path}' ({said}): it was "
+            f"rewritten while the run started; wait for 'fleetgnn partition' to finish and "
+            f"start again"
         )

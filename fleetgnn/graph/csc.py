@@ -106,6 +106,8 @@ def check_ids(
     ids: np.ndarray,
     num_nodes: int,
     hint: str = "make sure IDs are 0-based and num_nodes covers every node",
+    unit: str = "",
+    offset: int = 0,
 ) -> None:
     """Raise :class:`GraphError` unless every entry of ``ids`` is an integer in ``[0, N)``.
 
@@ -114,6 +116,9 @@ def check_ids(
         ids: Node IDs (any integer dtype).
         num_nodes: ``N``.
         hint: The suggested fix appended to the message.
+        unit: What a position in ``ids`` is (e.g. ``"edge"``); with it, the message names the
+            first bad position (plus ``offset``).
+        offset: Position of ``ids[0]`` in the whole array.
     """
     if ids.size == 0:
         return
@@ -122,9 +127,34 @@ def check_ids(
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 0 or hi >= num_nodes:
         bad = lo if lo < 0 else hi
+        where = f" at {unit} {offset + int(np.argmax(ids == bad))}" if unit else ""
         raise GraphError(
-            f"'{name}' holds node ID {bad}, outside the valid interval [0, {num_nodes}); {hint}"
+            f"'{name}' holds node ID {bad}{where}, outside the valid interval [0, {num_nodes}); "
+            f"{hint}"
         )
+
+
+#: The fix for a node ID found out of range where a structure is built: the array changed on
+#: disk after its values were checked (``verified.json`` vouches only for what it saw).
+EDITED_HINT = (
+    "the file changed after its values were checked; run 'fleetgnn info DATASET --verify' "
+    "(or prepare the dataset again)"
+)
+
+
+def check_edge_ids(graph: Graph, lo: int = 0, hi: int | None = None) -> None:
+    """Check ``graph.indices[lo:hi]`` against ``[0, N)`` where a structure is built from it.
+
+    One vectorised min/max (reads the range once, no copy); the message names the first bad
+    edge. Cheap insurance for memory-mapped datasets opened without a full value check.
+
+    Raises:
+        GraphError: An index lies outside ``[0, N)``.
+    """
+    stop = graph.num_edges if hi is None else hi
+    for start in range(lo, stop, _CHUNK_ROWS * 8):
+        end = min(stop, start + _CHUNK_ROWS * 8)
+        check_ids("indices", graph.indices[start:end], graph.num_nodes, EDITED_HINT, "edge", start)
 
 
 def topology_nbytes(graph: Graph) -> int:

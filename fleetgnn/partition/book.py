@@ -22,7 +22,8 @@ leaves a directory that looks complete.
 from __future__ import annotations
 
 import dataclasses
-import os
+import hashlib
+import io
 import re
 import shutil
 import tempfile
@@ -36,6 +37,7 @@ import torch
 from fleetgnn.errors import PartitionError
 from fleetgnn.graph.csc import Graph, index_dtype
 from fleetgnn.graph.dataset import fsync_dir, read_json_meta, replace_dir, write_json_atomic
+from fleetgnn.graph.files import write_reserved
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.types import PathLikeStr
 
@@ -48,6 +50,11 @@ _SAVED_ARRAYS: dict[str, np.dtype | None] = {
     "perm": None,
 }
 _PERM_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+#: How often :meth:`PartitionBook.load` reads a book again whose arrays do not match the
+#: checksum in its ``book.json`` (a save replaced the directory while it was read).
+_LOAD_TRIES = 3
+#: The end of a disk-full message about a book.
+DISK_FULL_FIX = "free some space there, or pass --no-save"
 #: Nodes per step of the counting sort in :meth:`PartitionBook.from_part_of`.
 _SORT_BLOCK = 1 << 20
 _METHOD_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
@@ -453,6 +460,22 @@ class PartitionBook:
             f"num_nodes={self.num_nodes}, {size_txt})"
         )
 
+    def checksum(self) -> str:
+        """A hash of the book's assignment (``part_of``, ``offsets``, ``perm``; dtype-free).
+
+        Recorded in ``book.json`` and compared when loading (a torn read of a book being
+        replaced fails it) and across ranks (each loads its own copy; they must agree).
+        """
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{self.method}:{self.num_parts}:{self.num_nodes};".encode())
+        for arr, dtype in ((self.part_of, np.int32), (self.offsets, np.int64), (self.perm, None)):
+            a = np.asarray(arr)
+            if dtype is None:  # the permutation: hash int32 and int64 copies alike
+                dtype = np.int32 if self.num_nodes < 2**31 else np.int64
+            for lo in range(0, a.size, _SORT_BLOCK):
+                h.update(np.ascontiguousarray(a[lo : lo + _SORT_BLOCK], dtype=dtype).tobytes())
+        return h.hexdigest()
+
     # ------------------------------------------------------------------ persistence
     def save(self, dataset_dir: PathLikeStr, *, overwrite: bool = False) -> Path:
         """Save under ``<dataset_dir>/partitions/<method>-<P>/`` (atomically).
@@ -469,6 +492,7 @@ class PartitionBook:
 
         Raises:
             PartitionError: If the book directory exists and ``overwrite`` is false.
+            DiskFullError: The file system is full (nothing is left behind).
         """
         return self.save_to(book_dir(dataset_dir, self.method, self.num_parts), overwrite=overwrite)
 
@@ -488,10 +512,11 @@ class PartitionBook:
                 arr = np.ascontiguousarray(getattr(self, name), dtype=dtype)
                 if dtype is None and arr.dtype not in _PERM_DTYPES:  # a hand-built book
                     arr = arr.astype(np.int64)
-                with open(tmp / f"{name}.npy", "wb") as f:
-                    np.save(f, arr, allow_pickle=False)
-                    f.flush()
-                    os.fsync(f.fileno())
+                buf = io.BytesIO()  # its size known first: the space is reserved, then written
+                np.lib.format.write_array(buf, arr, allow_pickle=False)
+                (tmp / f"{name}.npy").touch()
+                write_reserved(tmp / f"{name}.npy", buf.getbuffer(), DISK_FULL_FIX)
+                del buf
                 arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
             meta = {
                 "format_version": BOOK_FORMAT_VERSION,
@@ -500,6 +525,7 @@ class PartitionBook:
                 "num_nodes": self.num_nodes,
                 "params": dict(self.params),
                 "arrays": arrays,
+                "checksum": self.checksum(),
             }
             write_json_atomic(tmp / BOOK_JSON, meta)
             fsync_dir(tmp)
@@ -525,6 +551,9 @@ class PartitionBook:
             method: Partitioner name, to locate ``<path>/partitions/<method>-<P>``.
             num_parts: Part count, to locate ``<path>/partitions/<method>-<P>``.
 
+        A book that fails to load or does not match the checksum its ``book.json`` records (a
+        save replaced the directory while it was read) is read again, up to three times.
+
         Raises:
             PartitionError: Missing, truncated or inconsistent files.
         """
@@ -534,6 +563,22 @@ class PartitionBook:
                 "neither to load from a book directory"
             )
         root = Path(path) if method is None else book_dir(path, method, int(num_parts or 0))
+        for _ in range(_LOAD_TRIES - 1):
+            try:
+                return cls._load_once(root)
+            except (_TornRead, PartitionError):
+                continue
+        try:
+            return cls._load_once(root)
+        except _TornRead as e:
+            raise PartitionError(
+                f"partition book '{root}' does not match the checksum in its {BOOK_JSON} "
+                f"({_LOAD_TRIES} reads): it is being rewritten, or it was edited; wait for "
+                f"'fleetgnn partition' to finish, or partition again"
+            ) from e
+
+    @classmethod
+    def _load_once(cls, root: Path) -> PartitionBook:
         meta_path = root / BOOK_JSON
         if not meta_path.is_file():
             raise PartitionError(
@@ -588,7 +633,7 @@ class PartitionBook:
         inv = np.full(n, -1, dtype=dt)
         inv[perm] = np.arange(n, dtype=dt)
         try:
-            return cls(
+            book = cls(
                 num_parts=p,
                 part_of=arrays["part_of"],
                 method=str(meta["method"]),
@@ -599,6 +644,14 @@ class PartitionBook:
             )
         except PartitionError as err:
             raise PartitionError(f"partition book '{root}' is invalid: {err}") from err
+        said = meta.get("checksum")  # books saved before checksums were recorded have none
+        if said is not None and said != book.checksum():
+            raise _TornRead
+        return book
+
+
+class _TornRead(Exception):
+    """A loaded book's arrays do not match the checksum its ``book.json`` records."""
 
 
 def _counting_sort(

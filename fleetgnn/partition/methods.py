@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.errors import PartitionError
-from fleetgnn.graph.csc import Graph
+from fleetgnn.graph.csc import Graph, check_edge_ids
 from fleetgnn.graph.loaders._io import memory_available
 from fleetgnn.partition.book import PartitionBook, _check_num_parts
 from fleetgnn.partition.stream import ldg_partition
@@ -91,6 +91,7 @@ def partition(
         )
     num_parts = _check_num_parts(num_parts)
     crit = _check_balance(method, balance, graph)
+    check_edge_ids(graph)  # a memory-mapped file may have changed since it was checked
     if method == "range":
         return range_partition(graph, num_parts, balance=crit)
     if method == "hash":

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import ConfigError, GraphError
-from fleetgnn.graph.csc import Graph, check_ids
+from fleetgnn.graph.csc import Graph, check_edge_ids, check_ids
 from fleetgnn.sampling.block import Block
 
 __all__ = [
@@ -98,6 +98,7 @@ class GraphTopology:
                 f"'graph' must be a fleetgnn Graph (got {type(graph).__name__}); build one with "
                 f"fleetgnn.graph.from_edges or open_dataset"
             )
+        check_edge_ids(graph)  # a memory-mapped file may have changed since it was checked
         self.graph = graph
         self._indptr = graph.indptr
         self._indices = graph.indices

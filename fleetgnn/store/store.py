@@ -88,7 +88,7 @@ from fleetgnn.distributed.comm import Communicator
 from fleetgnn.distributed.shm import ShardedTensor, SharedTensor
 from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.errors import ConfigError, GraphError
-from fleetgnn.graph.csc import Graph
+from fleetgnn.graph.csc import Graph, check_edge_ids
 from fleetgnn.graph.loaders._io import memory_total
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.store.placement import (
@@ -393,13 +393,16 @@ class UnifiedStore:
         Raises:
             ConfigError: On bad budgets, placement, order, topology (naming ``store.topology``)
                 or hosts.
-            GraphError: If ``graph`` is not a Graph.
+            GraphError: If ``graph`` is not a Graph, or ``indices`` holds an ID outside
+                ``[0, N)`` (one min/max over it: the file may have changed since it was
+                checked).
         """
         if not isinstance(graph, Graph):
             raise GraphError(
                 f"'graph' must be a fleetgnn Graph (got {type(graph).__name__}); build one with "
                 "fleetgnn.graph.from_edges or open_dataset"
             )
+        check_edge_ids(graph)  # a memory-mapped file may have changed since it was checked
         budgets = TierBudgets() if budgets is None else budgets
         if not isinstance(budgets, TierBudgets):
             raise ConfigError(

@@ -83,7 +83,7 @@ from rich.table import Table
 from fleetgnn.config import Config, DataConfig, TrainerConfig
 from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, StepStats
 from fleetgnn.engines.common import device_clock, peak_device_memory
-from fleetgnn.errors import ConfigError
+from fleetgnn.errors import ConfigError, NonFiniteLossError
 from fleetgnn.graph.dataset import atomic_write_text
 from fleetgnn.train.checkpoint import (
     CheckpointDir,
@@ -536,6 +536,17 @@ class Trainer:
     # ---------------------------------------------------------------------------------------
     # epochs and steps
 
+    def _non_finite(self, epoch: int, step: int, loss: float) -> NonFiniteLossError:
+        """The one-line error for a NaN or infinite training loss at ``epoch``, ``step``."""
+        data = self.run_config.data.dataset if self.run_config is not None else None
+        rank = f" on rank {self.engine.rank}" if int(self.engine.world_size) > 1 else ""
+        return NonFiniteLossError(
+            f"the training loss is {loss} at epoch {epoch}, step {step}{rank}; the run is "
+            f"stopped: likely non-finite values in the features or edge weights (check them "
+            f"with 'fleetgnn info {data or 'DATASET'} --verify'), else a learning rate too high "
+            f"for this model (lower optim.lr)"
+        )
+
     def _steps_exhausted(self) -> bool:
         """Whether the run has taken its ``train.max_steps`` steps."""
         limit = self.config.max_steps
@@ -557,6 +568,8 @@ class Trainer:
                     f"engine {self.engine.name!r} reported step {step} of epoch {epoch}, expected "
                     f"{st.next_step}: run_epoch must report every step in order"
                 )
+            if not math.isfinite(stats.loss_sum):
+                raise self._non_finite(epoch, step, stats.loss_sum)
             st.partial.add(stats)
             st.next_step = step + 1
             self.phase = f"training (epoch {epoch}, step {st.next_step})"
