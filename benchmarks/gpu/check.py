@@ -273,12 +273,16 @@ class Check:
         host["cuda_available"] = torch.cuda.is_available()
         host["cuda_device_count"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if torch.cuda.is_available():
-            p = torch.cuda.get_device_properties(0)
-            host["gpu_memory_bytes"] = p.total_memory
-            host["gpu_capability"] = f"{p.major}.{p.minor}"
-            host["gpu_multiprocessors"] = p.multi_processor_count
-            host["cudnn"] = torch.backends.cudnn.version()
-            host["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            try:  # details only: none of them may fail the check
+                p = torch.cuda.get_device_properties(0)
+                host["gpu_memory_bytes"] = p.total_memory
+                host["gpu_capability"] = f"{p.major}.{p.minor}"
+                host["gpu_multiprocessors"] = p.multi_processor_count
+                host["cudnn"] = torch.backends.cudnn.version()
+                nccl = torch.cuda.nccl.version()
+                host["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+            except Exception as e:  # noqa: BLE001
+                host["cuda_details_error"] = f"{type(e).__name__}: {e}"
         host["nvidia_smi"] = _nvidia_smi()
         host["pymetis"] = _version("pymetis")
         host["pymetis_install"] = os.environ.get("FLEETGNN_CHECK_PYMETIS")

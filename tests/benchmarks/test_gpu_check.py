@@ -123,7 +123,6 @@ def test_cuda_runs_and_their_baselines(tmp_path, monkeypatch):
     monkeypatch.setattr(c, "_engine_run", fake_run)
     rec = {"status": "running"}
     c.engines(rec)
-    c.log_f.close()
     assert ran[:4] == [
         "cpu:reference-minibatch",
         "cpu:reference-full",
@@ -140,6 +139,33 @@ def test_cuda_runs_and_their_baselines(tmp_path, monkeypatch):
     assert runs["cuda:reference-full"]["max_abs_loss_diff"] == 0
     assert runs["cuda:offload-w2"]["status"] == "failed"
     assert rec["status"] == "failed" and rec["failed"] == ["cuda:offload-w2"]
+
+    # the planner's epochs meet the device's W = 1 runs of the same engine and mode
+    c.result["steps"]["engines"] = rec
+    engines = {e: {"fits": True, "mode": m, "epoch_s": 0.25} for e, m in check.MODES.items()}
+    engines["reference"] = {"fits": True, "mode": "full", "epoch_s": 0.1}
+    out = "log line\n" + json.dumps({"choice": "reference", "engines": engines})
+    argvs = []
+
+    def fake_plan(argv, timeout, label, env=None):
+        argvs.append(argv)
+        return {"command": argv, "returncode": 0, "timed_out": False, "seconds": 1.0, "output": out}
+
+    monkeypatch.setattr(c, "run", fake_plan)
+    plan = {"status": "running"}
+    c.plan(plan)
+    assert len(argvs) == 1 and argvs[0][argvs[0].index("--hardware") + 1] == "h100"
+    assert argvs[0][argvs[0].index("--nproc") + 1] == "1"
+    compared = {p["run"]: p for p in plan["compared"]}
+    assert set(compared) == {
+        "cuda:reference-full",
+        "cuda:minibatch-w1",
+        "cuda:split-w1",
+        "cuda:fullgraph-w1",
+        "cuda:offload-w1",
+    }
+    assert compared["cuda:split-w1"]["predicted_over_measured"] == 0.5
+    c.log_f.close()
 
 
 def test_a_stuck_step_is_killed_and_late_steps_are_skipped(tmp_path):
