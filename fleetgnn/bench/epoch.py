@@ -84,6 +84,12 @@ class _Epochs:
             self.epoch += 1
 
 
+#: PyG's layer for each full-graph model :func:`full_epoch` runs.
+PYG_CONVS = {"gcn": "GCNConv", "sage": "SAGEConv"}
+#: :func:`~fleetgnn.bench.peers.csc_to_pyg` format -> its name in the table.
+FORMAT_NAMES = {"edge_index": "edge_index", "csr": "CSR adj_t"}
+
+
 def gcn_full(
     opts: Any,
     threads: int,
@@ -104,17 +110,51 @@ def gcn_full(
         per_call: Epochs per timed call (small graphs: several, so a call is not a few ms).
         formats: The PyG peers to run (names of :data:`PYG_FORMATS`).
     """
+    fmts = tuple(PYG_FORMATS[label] for label in formats)
+    return full_epoch(opts, threads, graph, name, hidden, per_call, model="gcn", formats=fmts)
+
+
+def full_epoch(
+    opts: Any,
+    threads: int,
+    graph: Graph,
+    name: str,
+    hidden: int,
+    per_call: int,
+    *,
+    model: str = "gcn",
+    formats: Sequence[str] = tuple(FORMAT_NAMES),
+    device: torch.device | str = "cpu",
+) -> dict[str, Any]:
+    """Full-graph epochs (forward, backward, step) of fleetgnn's reference engine vs PyG.
+
+    Args:
+        opts: Suite options (``repeat``).
+        threads: torch threads in use (recorded).
+        graph: The dataset.
+        name: The dataset's name in the table.
+        hidden: Hidden width.
+        per_call: Epochs per timed call (small graphs: several, so a call is not a few ms).
+        model: ``"gcn"`` (against ``GCNConv(cached=True)``) or ``"sage"`` (``SAGEConv`` mean).
+        formats: PyG's graph formats to run (:data:`FORMAT_NAMES`: ``edge_index``, ``csr``).
+        device: Where every model and its data live (``train.device`` of the engine).
+
+    A PyG peer that fails on its first (untimed) epoch is listed under ``skipped`` with the
+    error instead of failing the row.
+    """
     engine, cfg = reference_engine(
         graph,
         [
-            "model.name=gcn",
+            f"model.name={model}",
             "train.mode=full",
             "model.num_layers=2",
             f"model.hidden={hidden}",
             "model.dropout=0.5",
+            f"train.device={device}",
         ],
     )
     dims = [engine.x.shape[1], hidden, engine.num_classes]
+    conv = PYG_CONVS[model]
     calls: dict[str, Callable[[], None]] = {"fleetgnn": _Epochs(engine, per_call)}
     diffs: dict[str, float] = {}
     skipped = {}
@@ -125,28 +165,37 @@ def gcn_full(
         engine.model.train()
         train = engine.train_ids.to(engine.device)
         target = engine.y[train]
-        for label in formats:
-            adj = graph_to_pyg(graph, PYG_FORMATS[label], engine.dtype, engine.device)
-            model = PygGCN(dims, 0.5).to(engine.device)
-            copy_weights(engine.model, model, "gcn")
-            model.eval()
-            with torch.no_grad():
-                diffs[label] = float((model(engine.x, adj) - ref).abs().max())
-            model.train()
-            opt = _optim(cfg, model)
+        for fmt in formats:
+            label = f"PyG {conv}, {FORMAT_NAMES[fmt]}"
+            try:
+                adj = graph_to_pyg(graph, fmt, engine.dtype, engine.device)
+                peer = (PygGCN if model == "gcn" else PygSAGEFull)(dims, 0.5).to(engine.device)
+                copy_weights(engine.model, peer, model)
+                peer.eval()
+                with torch.no_grad():
+                    diffs[label] = float((peer(engine.x, adj) - ref).abs().max())
+                peer.train()
+                opt = _optim(cfg, peer)
 
-            def pyg_epochs(model: nn.Module = model, opt: Any = opt, adj: Tensor = adj) -> None:
-                for _ in range(per_call):
-                    _pyg_step(model, opt, lambda: model(engine.x, adj)[train], target)
+                def pyg_epochs(
+                    peer: nn.Module = peer, opt: Any = opt, adj: Tensor = adj, n: int = per_call
+                ) -> None:
+                    for _ in range(n):
+                        _pyg_step(peer, opt, lambda: peer(engine.x, adj)[train], target)
 
+                pyg_epochs(n=1)  # fails here, untimed, if PyG cannot train in this format
+            except (RuntimeError, NotImplementedError, ValueError, TypeError) as e:
+                skipped[label] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+                continue
             calls[label] = pyg_epochs
     else:
-        skipped["PyG GCNConv"] = NO_PYG
-    times = interleaved(calls, opts.repeat)
+        skipped[f"PyG {conv}"] = NO_PYG
+    times = interleaved(calls, opts.repeat, engine.device)
     times = {k: [t / per_call for t in v] for k, v in times.items()}  # seconds per epoch
     return measurement(
         SECTION,
-        f"GCN full-graph epoch, {name}, 2 layers, hidden {hidden}",
+        f"{model.upper()} full-graph epoch, {name}, 2 layers, hidden {hidden}"
+        + ("" if engine.device.type == "cpu" else f", {engine.device}"),
         threads,
         times,
         skipped=skipped,
@@ -155,6 +204,7 @@ def gcn_full(
             "epochs_per_call": per_call,
             "num_nodes": graph.num_nodes,
             "num_edges": graph.num_edges,
+            "device": str(engine.device),
             "config": cfg.to_dict(),
         },
     )

@@ -10,6 +10,10 @@ node IDs (the size of a sampled batch's input), two placements:
 
 and the memcpy limit: the seconds ``copy_`` needs to read and write the gathered bytes at the
 bandwidth measured in the same run. Rates are gathered GB per second.
+
+On a CUDA device (``device=``) the plain tensor, the IDs and the copy limit live on the device
+(``index_select`` there against a device-to-device copy), while the store's tiers stay in host
+memory: its rows are gathered on the host and copied to the device, as a sampled batch's are.
 """
 
 from __future__ import annotations
@@ -30,18 +34,26 @@ SECTION = "gather"
 
 
 def run(
-    opts: Any, threads: int, log: Callable[[str], None], graph: Graph, name: str
+    opts: Any,
+    threads: int,
+    log: Callable[[str], None],
+    graph: Graph,
+    name: str,
+    device: torch.device | str = "cpu",
 ) -> list[dict[str, Any]]:
-    """Both gather measurements on ``graph`` (named ``name`` in the table)."""
+    """Both gather measurements on ``graph`` (named ``name`` in the table), on ``device``."""
     x_map = graph.x
     if x_map is None:
         raise ValueError(f"{name} has no features to gather")
+    device = torch.device(device)
+    on_host = device.type == "cpu"
     x = torch.from_numpy(np.array(x_map))  # a private in-memory copy
     n_ids = min(graph.num_nodes, 20_000 if opts.quick else 200_000)
     ids = torch.from_numpy(np.random.default_rng(2).integers(0, graph.num_nodes, n_ids))
     np_ids = ids.numpy()
+    x_dev, ids_dev = x.to(device), ids.to(device)
     nbytes = n_ids * x.shape[1] * x.element_size()
-    bw = memcpy_gbps((32 if opts.quick else 256) << 20, opts.repeat)
+    bw = memcpy_gbps((32 if opts.quick else 256) << 20, opts.repeat, device)
     limit = {"memcpy of the gathered bytes": 2 * nbytes / (bw * 1e9)}
     rows = []
     everything = int(np.asarray(graph.indptr).nbytes + np.asarray(graph.indices).nbytes) + int(
@@ -57,24 +69,25 @@ def run(
             if not torch.equal(store.gather(ids[:100]), x[ids[:100]]):
                 raise RuntimeError("the store's rows differ from the features")
             calls = {
-                "fleetgnn": lambda store=store: store.gather(ids),
-                "torch index_select": lambda: torch.index_select(x, 0, ids),
+                "fleetgnn": lambda store=store: store.gather(ids).to(device),
+                "torch index_select": lambda: torch.index_select(x_dev, 0, ids_dev),
             }
             if "disk" in where:
                 calls["NumPy fancy index of the memory map"] = lambda: x_map[np_ids]
-            times = interleaved(calls, opts.repeat)
+            times = interleaved(calls, opts.repeat, device)
         finally:
             store.close()
         work = dict.fromkeys(calls, nbytes / 1e9)
         row = measurement(
             SECTION,
-            f"store gather of {n_ids:,} random rows x {x.shape[1]} float32, {where}, {name}",
+            f"store gather of {n_ids:,} random rows x {x.shape[1]} float32, {where}, {name}"
+            + ("" if on_host else f", copied to {device}; index_select and limit on {device}"),
             threads,
             times,
             work=work,
             unit="GB/s",
             limits=limit,
-            extra={"bytes": nbytes, "memcpy_gbps": bw},
+            extra={"bytes": nbytes, "memcpy_gbps": bw, "device": str(device)},
         )
         rows.append(row)
         log(progress_line(row))

@@ -23,17 +23,34 @@ from fleetgnn.bench.data import CORA_SHAPE, random_adjacency
 from fleetgnn.bench.peers import NO_PYG, pyg_gspmm, torch_gspmm
 from fleetgnn.bench.report import measurement, progress_line
 from fleetgnn.bench.timing import interleaved, median_time
-from fleetgnn.ops import gspmm, keyed_dropout, structure
+from fleetgnn.ops import Adjacency, gspmm, keyed_dropout, structure
 
 SECTION = "ops"
 
 
-def memcpy_gbps(nbytes: int, repeat: int) -> float:
-    """Streaming copy bandwidth: bytes read + written per second (GB/s) of ``copy_``."""
-    src = torch.empty(nbytes // 4, dtype=torch.float32).uniform_()
+def memcpy_gbps(nbytes: int, repeat: int, device: torch.device | str = "cpu") -> float:
+    """Streaming copy bandwidth: bytes read + written per second (GB/s) of ``copy_``.
+
+    On a CUDA ``device`` both buffers live there: the device-to-device copy.
+    """
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    t = median_time(lambda: dst.copy_(src), repeat)
+    t = median_time(lambda: dst.copy_(src), repeat, device)
     return 2 * src.numel() * 4 / t / 1e9
+
+
+def h2d_gbps(nbytes: int, repeat: int, device: torch.device | str, pinned: bool) -> float:
+    """Host-to-device copy bandwidth (GB/s moved) into a CUDA ``device``.
+
+    ``pinned``: from page-locked host memory (``non_blocking``, the DMA engine's rate); else from
+    ordinary pageable memory (the driver stages it through its own pinned buffers).
+    """
+    src = torch.empty(nbytes // 4, dtype=torch.float32).uniform_()
+    if pinned:
+        src = src.pin_memory()
+    dst = torch.empty(src.shape, dtype=src.dtype, device=device)
+    t = median_time(lambda: dst.copy_(src, non_blocking=pinned), repeat, device)
+    return src.numel() * 4 / t / 1e9
 
 
 def _sizes(quick: bool) -> dict[str, int]:
@@ -52,15 +69,31 @@ def run(opts: Any, threads: int, log: Callable[[str], None]) -> list[dict[str, A
     rows: list[dict[str, Any]] = []
     bw = memcpy_gbps((32 if opts.quick else 256) << 20, opts.repeat)
     log(f"memcpy (copy_) {bw:.1f} GB/s")
-    rows += _gspmm_rows(size, threads, opts.repeat, bw, log)
+    rows += gspmm_rows(size, threads, opts.repeat, bw, log)
     rows += _dropout_rows(size, threads, opts.repeat, log)
     return rows
 
 
-def _gspmm_rows(
-    size: dict[str, int], threads: int, repeat: int, bw: float, log: Callable[[str], None]
+def gspmm_rows(
+    size: dict[str, int],
+    threads: int,
+    repeat: int,
+    bw: float,
+    log: Callable[[str], None],
+    device: torch.device | str = "cpu",
 ) -> list[dict[str, Any]]:
+    """``gspmm`` sum and mean, forward and forward + backward, against its peers and the limit.
+
+    Args:
+        size: ``nodes``, ``edges`` and ``dim`` of the random graph and its features.
+        threads: torch threads in use (recorded).
+        repeat: Timed repetitions.
+        bw: Copy bandwidth (GB/s read + written) on ``device``: the limit.
+        log: Progress lines.
+        device: Where the graph, the features and every implementation run.
+    """
     adj = random_adjacency(size["nodes"], size["edges"])
+    adj = Adjacency(adj.indptr.to(device), adj.indices.to(device), adj.num_src)
     structure(adj).transposed()  # the cached transpose, built outside the timed region
     peers: dict[str, Callable[[torch.Tensor, str], torch.Tensor]] = {
         "torch index_add": torch_gspmm(adj)
@@ -73,15 +106,16 @@ def _gspmm_rows(
         peers["PyG SimpleConv"] = pyg
     d, e, m = size["dim"], adj.num_edges, adj.num_dst
     gen = torch.Generator().manual_seed(1)
-    x = torch.randn(adj.num_src, d, generator=gen)
-    grad = torch.randn(m, d, generator=gen)
+    x = torch.randn(adj.num_src, d, generator=gen).to(device)
+    grad = torch.randn(m, d, generator=gen).to(device)
     nbytes = 12 * e + 4 * d * (e + m)
     shape = f"{_count(adj.num_src)} nodes / {_count(e)} edges, D={d}"
     rows = []
     for reduce in ("sum", "mean"):
         impls = {"fleetgnn": functools.partial(gspmm, adj), **peers}
         for direction, make in (("forward", _forward), ("forward+backward", _forward_backward)):
-            times = interleaved({k: make(fn, x, grad, reduce) for k, fn in impls.items()}, repeat)
+            calls = {k: make(fn, x, grad, reduce) for k, fn in impls.items()}
+            times = interleaved(calls, repeat, device)
             limit = nbytes / (bw * 1e9) * (1 if direction == "forward" else 2)
             row = measurement(
                 SECTION,
@@ -90,7 +124,7 @@ def _gspmm_rows(
                 times,
                 limits={"memcpy of the same bytes": limit},
                 skipped=skipped,
-                extra={"bytes_per_pass": nbytes, "memcpy_gbps": bw},
+                extra={"bytes_per_pass": nbytes, "memcpy_gbps": bw, "device": str(device)},
             )
             rows.append(row)
             log(progress_line(row))

@@ -1,0 +1,1043 @@
+"""The prepared GPU check: one command that proves fleetgnn on a machine with one GPU.
+
+Run it through ``check.sh`` (which installs pymetis from a carried wheel first); see README.md::
+
+    bash benchmarks/gpu/check.sh OUT_DIR [--device cuda|cpu] [--quick] [--budget-s 450]
+
+Steps, each isolated (a subprocess with its own timeout; a failure is recorded with its output
+tail and the next step runs):
+
+- ``env``: GPU, torch / CUDA versions, host (in this process; no CUDA kernels).
+- ``pytest``: ``pytest -m gpu`` (the GPU tests; on a CPU dry run they skip) and its counts.
+- ``data``: ``fleetgnn prepare synthetic`` for the engine runs and the benchmarks (cached).
+- ``engines``: every engine for 2 epochs in float64 on the device at W = 1 and W = 2 (the ranks
+  share the one GPU), each run's per-epoch losses against the CPU run that must equal them (the
+  reference engine in the same mode; for ``minibatch`` at W > 1, whose batches depend on W, the
+  same engine on the CPU).
+- ``bench``: full-graph GCN / SAGE epochs against PyG (edge_index, CSR adj_t), gspmm and feature
+  gather GB/s as fractions of a device-to-device copy, host-to-device GB/s (pinned, pageable),
+  all with :mod:`fleetgnn.bench` in one child process on the device.
+- ``plan``: ``fleetgnn plan --hardware h100`` (one device: W = 1), its predicted epoch of every
+  engine against the epoch measured in ``engines``.
+
+Writes ``OUT_DIR/gpu-check.json`` (rewritten after every step and run, so a killed check still
+leaves what it measured), ``OUT_DIR/gpu-check.log`` (everything every subprocess printed) and
+``OUT_DIR/gpu-check-pytest.xml`` (pytest's JUnit report). A global deadline (``--budget-s``)
+cuts what is left: steps that cannot start in time are recorded as ``skipped``; each step keeps
+a share of the budget that the steps before it cannot take. Exit status 0 when every step passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+FORMAT = 1
+JSON_NAME, LOG_NAME, JUNIT_NAME = "gpu-check.json", "gpu-check.log", "gpu-check-pytest.xml"
+STEPS = ("env", "pytest", "data", "engines", "bench", "plan")
+#: Share of the budget each step keeps for itself (the steps before it cannot use it).
+SHARES = {"env": 0.0, "pytest": 0.2, "data": 0.06, "engines": 0.5, "bench": 0.18, "plan": 0.06}
+#: Losses equal when ``|a - b| <= LOSS_RTOL * max(1, |b|)`` (float64 runs).
+LOSS_RTOL = 1e-6
+EPOCHS = 2
+ENGINES = ("minibatch", "split", "fullgraph", "offload")
+MODES = {"minibatch": "minibatch", "split": "minibatch", "fullgraph": "full", "offload": "full"}
+TAIL = 4000
+#: What a subprocess printed is kept in the log up to this many characters (head and tail).
+LOG_CAP = 400_000
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _tail(text: str, n: int = TAIL) -> str:
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_finite(obj), indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+# ------------------------------------------------------------------------------------ sizes
+
+
+def sizes(device: str, quick: bool) -> dict[str, Any]:
+    """Datasets and benchmark sizes: the real ones on CUDA, much smaller ones on a CPU dry run."""
+    if quick:
+        return {
+            "engine_data": ("tiny", 1.0),
+            "bench_data": ("small", 1.0),
+            "hidden": 64,
+            "repeat": 1 if device == "cpu" else 3,
+            "copy_mb": 32,
+            "gspmm": {"nodes": 20_000, "edges": 200_000, "dim": 32},
+        }
+    if device == "cpu":
+        return {
+            "engine_data": ("products-like", 0.005),
+            "bench_data": ("products-like", 0.01),
+            "hidden": 64,
+            "repeat": 1,
+            "copy_mb": 64,
+            "gspmm": {"nodes": 50_000, "edges": 500_000, "dim": 32},
+        }
+    return {
+        "engine_data": ("products-like", 0.05),
+        "bench_data": ("products-like", 0.2),
+        "hidden": 128,
+        "repeat": 5,
+        "copy_mb": 1024,
+        "gspmm": {"nodes": 1_000_000, "edges": 16_000_000, "dim": 64},
+    }
+
+
+# ------------------------------------------------------------------------------------ driver
+
+
+class Check:
+    """The run: its options, the JSON it keeps up to date, the log and the clock."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out = Path(args.out).resolve()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + args.budget_s
+        self.py = sys.executable
+        self.size = sizes(args.device, args.quick)
+        if args.engine_scale is not None:
+            self.size["engine_data"] = (self.size["engine_data"][0], args.engine_scale)
+        if args.bench_scale is not None:
+            self.size["bench_data"] = (self.size["bench_data"][0], args.bench_scale)
+        self.cache = Path(args.cache_dir or tempfile.gettempdir() + "/fleetgnn-gpu-check")
+        self.log_f = open(self.out / LOG_NAME, "w", buffering=1)  # noqa: SIM115 - closed in main
+        self.result: dict[str, Any] = {
+            "format": FORMAT,
+            "command": [sys.argv[0], *sys.argv[1:]],
+            "device": args.device,
+            "quick": args.quick,
+            "budget_s": args.budget_s,
+            "worlds": args.worlds,
+            "started": _now(),
+            "finished": None,
+            "duration_s": None,
+            "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in self.size.items()},
+            "host": {},
+            "steps": {s: {"status": "pending"} for s in STEPS},
+            "summary": {},
+        }
+        self.save()
+
+    # -- bookkeeping
+
+    def log(self, msg: str) -> None:
+        """A timestamped line to the log and to stdout."""
+        line = f"[{time.monotonic() - self.t0:7.1f}s] {msg}"
+        print(line, flush=True)
+        self.log_f.write(line + "\n")
+
+    def save(self) -> None:
+        """Rewrite the JSON (atomically) with everything recorded so far."""
+        self.result["summary"] = {
+            s: {"status": r.get("status"), "seconds": r.get("seconds")}
+            for s, r in self.result["steps"].items()
+        }
+        self.result["duration_s"] = round(time.monotonic() - self.t0, 2)
+        _atomic_json(self.out / JSON_NAME, self.result)
+
+    def left(self) -> float:
+        """Seconds until the global deadline."""
+        return self.deadline - time.monotonic()
+
+    def step_deadline(self, name: str) -> float:
+        """The global deadline less the shares of the steps after ``name``."""
+        later = STEPS[STEPS.index(name) + 1 :]
+        return self.deadline - self.args.budget_s * sum(SHARES[s] for s in later)
+
+    def run(
+        self, argv: list[str], timeout: float, label: str, env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Run ``argv`` in its own process group; kill the whole group at ``timeout``."""
+        timeout = max(1.0, timeout)
+        self.log(f"$ {' '.join(argv)}  (timeout {timeout:.0f} s)")
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            output = _kill_group(proc)
+        seconds = time.monotonic() - t0
+        logged = output
+        if len(logged) > LOG_CAP:
+            cut = len(logged) - LOG_CAP
+            logged = (
+                f"{logged[: LOG_CAP // 4]}\n[... {cut} characters cut ...]\n"
+                + logged[-(LOG_CAP - LOG_CAP // 4) :]
+            )
+        self.log_f.write(f"----- {label}: output -----\n{logged}")
+        self.log_f.write(
+            f"----- {label}: rc {proc.returncode}, {seconds:.1f} s"
+            f"{', TIMED OUT' if timed_out else ''} -----\n"
+        )
+        return {
+            "command": argv,
+            "returncode": proc.returncode,
+            "timed_out": timed_out,
+            "seconds": round(seconds, 2),
+            "output": output,
+        }
+
+    def step(
+        self, name: str, fn: Callable[[dict[str, Any]], None], skip: str | None = None
+    ) -> None:
+        """Run one step: ``fn(record)`` fills the record; an exception fails only this step."""
+        rec: dict[str, Any] = {"status": "running", "error": None}
+        self.result["steps"][name] = rec
+        if skip is None and self.left() < 5:
+            skip = f"the global deadline (--budget-s {self.args.budget_s:g}) has passed"
+        if skip is not None:
+            rec.update(status="skipped", error=skip, seconds=0.0)
+            self.log(f"== {name}: skipped ({skip})")
+            self.save()
+            return
+        self.log(f"== {name} ...")
+        t0 = time.monotonic()
+        try:
+            fn(rec)
+            if rec["status"] == "running":
+                rec["status"] = "passed"
+        except Exception as e:  # noqa: BLE001 - a failing step is recorded, the next one runs
+            rec["status"] = "failed"
+            rec["error"] = f"{type(e).__name__}: {e}"
+            rec["traceback"] = _tail(traceback.format_exc())
+        rec["seconds"] = round(time.monotonic() - t0, 2)
+        self.log(
+            f"== {name}: {rec['status']} in {rec['seconds']:.1f} s"
+            + (f" ({rec['error'][:300]})" if rec.get("error") else "")
+        )
+        self.save()
+
+    # -- steps
+
+    def env(self, rec: dict[str, Any]) -> None:
+        """The machine and its software (GPU name, torch and CUDA versions, memory, pymetis)."""
+        import torch
+
+        from fleetgnn.bench.machine import machine_info
+
+        host = machine_info(self.args.device)
+        host["hostname"] = platform.node()
+        host["cuda"] = torch.version.cuda
+        host["cuda_available"] = torch.cuda.is_available()
+        host["cuda_device_count"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if torch.cuda.is_available():
+            try:  # details only: none of them may fail the check
+                p = torch.cuda.get_device_properties(0)
+                host["gpu_memory_bytes"] = p.total_memory
+                host["gpu_capability"] = f"{p.major}.{p.minor}"
+                host["gpu_multiprocessors"] = p.multi_processor_count
+                host["cudnn"] = torch.backends.cudnn.version()
+                nccl = torch.cuda.nccl.version()
+                host["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+            except Exception as e:  # noqa: BLE001
+                host["cuda_details_error"] = f"{type(e).__name__}: {e}"
+        host["nvidia_smi"] = _nvidia_smi()
+        host["pymetis"] = _version("pymetis")
+        host["pymetis_install"] = os.environ.get("FLEETGNN_CHECK_PYMETIS")
+        host["hypothesis"] = _version("hypothesis")
+        for where in ("/dev/shm", tempfile.gettempdir(), str(self.out)):
+            try:
+                du = shutil.disk_usage(where)
+                host[f"disk_free_bytes:{where}"] = du.free
+            except OSError:
+                pass
+        host["env"] = {
+            k: os.environ.get(k)
+            for k in ("PYTHONPATH", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG")
+        }
+        host["git_commit"] = _git_commit()
+        host["fleetgnn_from"] = str(Path(__import__("fleetgnn").__file__).parent)
+        self.result["host"] = host
+        rec["gpu"] = host.get("gpu")
+        rec["torch"] = host["torch"]
+        rec["cuda"] = host["cuda"]
+        if self.args.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("--device cuda, but torch.cuda.is_available() is False")
+        if host["pymetis"] is None:
+            rec["warning"] = "pymetis does not import: split and offload (METIS) runs will fail"
+
+    def pytest(self, rec: dict[str, Any]) -> None:
+        """``pytest -m gpu``; its counts from the JUnit report."""
+        junit = self.out / JUNIT_NAME
+        argv = [
+            self.py,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "-v",
+            "-rfEs",
+            "-p",
+            "no:cacheprovider",
+            f"--maxfail={self.args.pytest_maxfail}",
+            f"--junitxml={junit}",
+        ]
+        ignored = [] if _version("hypothesis") else _hypothesis_modules(REPO / "tests")
+        argv += [f"--ignore={p}" for p in ignored]
+        rec["ignored_modules"] = ignored
+        if ignored:
+            rec["ignored_why"] = "hypothesis does not import here (property tests, none marked gpu)"
+        res = self.run(
+            argv, min(self.args.pytest_timeout, self.step_deadline("pytest") - _now_m()), "pytest"
+        )
+        rec.update(_brief(res))
+        rec["counts"] = _pytest_counts(res["output"], junit)
+        rec["failures"] = _junit_failures(junit)
+        if res["timed_out"]:
+            raise RuntimeError(f"pytest timed out after {res['seconds']:.0f} s")
+        if res["returncode"] not in (0, 5):  # 5: no test selected
+            raise RuntimeError(f"pytest exited {res['returncode']}: {rec['counts']}")
+
+    def data(self, rec: dict[str, Any]) -> None:
+        """Prepare (or reuse) the synthetic datasets with ``fleetgnn prepare synthetic``."""
+        from fleetgnn.bench.data import dataset_dir
+
+        rec["datasets"] = {}
+        for role in ("engine_data", "bench_data"):
+            preset, scale = self.size[role]
+            path = dataset_dir(self.cache, preset, scale)
+            entry: dict[str, Any] = {"preset": preset, "scale": scale, "path": str(path)}
+            rec["datasets"][role] = entry
+            if (path / "meta.json").is_file():
+                entry["cached"] = True
+            else:
+                argv = [
+                    self.py,
+                    "-m",
+                    "fleetgnn",
+                    "prepare",
+                    "synthetic",
+                    "--preset",
+                    preset,
+                    "--scale",
+                    f"{scale:g}",
+                    "--out",
+                    str(path),
+                    "--overwrite",
+                ]
+                res = self.run(argv, self.step_deadline("data") - _now_m(), f"prepare {role}")
+                entry.update(_brief(res))
+                if res["returncode"] != 0:
+                    raise RuntimeError(f"fleetgnn prepare ({preset} {scale:g}) failed")
+            meta = json.loads((path / "meta.json").read_text())
+            entry["nodes"], entry["edges"] = meta.get("num_nodes"), meta.get("num_edges")
+
+    def _data_path(self, role: str) -> Path:
+        d = self.result["steps"]["data"]
+        if d.get("status") != "passed":
+            raise RuntimeError("no dataset: the data step did not pass")
+        return Path(d["datasets"][role]["path"])
+
+    def train_sets(self) -> list[str]:
+        """The config every engine run shares (float64: losses comparable to 1e-6)."""
+        return ["train.dtype=float64", f"train.eval_every={EPOCHS}", "train.seed=0"]
+
+    def engines(self, rec: dict[str, Any]) -> None:
+        """Every engine on the device at each world size, losses against their CPU baseline."""
+        data = self._data_path("engine_data")
+        dev = self.args.device
+        runs: list[dict[str, Any]] = []
+        rec["runs"] = runs
+        rec["tolerance"] = f"|loss - baseline| <= {LOSS_RTOL:g} * max(1, |baseline|) per epoch"
+        plan: list[tuple[str, str, str, int, str | None]] = [  # name, engine, mode, W, device
+            ("cpu:reference-minibatch", "reference", "minibatch", 1, "cpu"),
+            ("cpu:reference-full", "reference", "full", 1, "cpu"),
+        ]
+        if dev != "cpu":
+            plan += [
+                (f"{dev}:reference-{m}", "reference", m, 1, dev) for m in ("minibatch", "full")
+            ]
+        for w in self.args.worlds:
+            for e in ENGINES:
+                if e == "minibatch" and w > 1 and dev != "cpu":
+                    plan.append((f"cpu:minibatch-w{w}", e, MODES[e], w, "cpu"))
+                plan.append((f"{dev}:{e}-w{w}", e, MODES[e], w, dev))
+        deadline = self.step_deadline("engines")
+        self.cache.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix="runs-", dir=self.cache))
+        for name, engine, mode, w, device in plan:
+            runs.append(
+                {
+                    "name": name,
+                    "engine": engine,
+                    "mode": mode,
+                    "world_size": w,
+                    "device": device,
+                    "baseline": _baseline(engine, mode, w, device),
+                }
+            )
+
+        def one(run: dict[str, Any]) -> None:
+            left = deadline - _now_m()
+            if left < 5:
+                run.update(status="skipped", error="out of the engines step's time budget")
+                return
+            self._engine_run(run, data, tmp, min(self.args.run_timeout, left))
+
+        def report(run: dict[str, Any]) -> None:
+            self._compare(run, {r["name"]: r for r in runs})
+            diff = run.get("max_abs_loss_diff")
+            self.log(
+                f"   {run['name']}: {run['status']}"
+                + (f", max |dloss| {diff:.3g}" if diff is not None else "")
+                + (f" ({run['error'][:200]})" if run.get("error") else "")
+            )
+            self.save()
+
+        try:
+            if dev == "cpu" and self.args.jobs > 1:  # a dry run: its times mean nothing
+                with ThreadPoolExecutor(self.args.jobs) as pool:
+                    list(pool.map(one, runs))
+                for run in runs:  # baselines first
+                    report(run)
+            else:  # one at a time: the device's timings are figures
+                for run in runs:
+                    one(run)
+                    report(run)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        statuses = {r["status"] for r in runs}
+        rec["passed"] = sum(r["status"] == "passed" for r in runs)
+        rec["failed"] = [r["name"] for r in runs if r["status"] == "failed"]
+        rec["skipped"] = [r["name"] for r in runs if r["status"] == "skipped"]
+        if "failed" in statuses:
+            rec["status"] = "failed"
+            rec["error"] = f"{len(rec['failed'])} run(s) failed: {', '.join(rec['failed'])}"
+        elif "skipped" in statuses:
+            rec["status"] = "partial"
+            rec["error"] = f"{len(rec['skipped'])} run(s) skipped for time"
+
+    def _engine_run(self, run: dict[str, Any], data: Path, tmp: Path, timeout: float) -> None:
+        run_dir = tmp / run["name"].replace(":", "-")
+        sets = [*self.train_sets(), f"train.device={run['device']}"]
+        if run["device"] != "cpu":
+            sets += self.args.engine_set
+        argv = [
+            self.py,
+            "-m",
+            "fleetgnn",
+            "train",
+            "--dataset",
+            str(data),
+            "--engine",
+            run["engine"],
+            "--mode",
+            run["mode"],
+            "--nproc",
+            str(run["world_size"]),
+            "--epochs",
+            str(EPOCHS),
+            "--run-dir",
+            str(run_dir),
+            "--overwrite",
+            "--no-progress",
+        ]
+        for s in sets:
+            argv += ["--set", s]
+        res = self.run(argv, timeout, run["name"])
+        run.update(_brief(res))
+        epochs = _epochs(run_dir / "metrics.jsonl")
+        run["losses"] = [r.get("loss") for r in epochs]
+        run["epoch_time_s"] = [r.get("epoch_time_s") for r in epochs]
+        run["memory"] = [r.get("memory") for r in epochs]
+        run["recorded"] = _recorded_config(run_dir / "config.yaml")
+        if res["timed_out"]:
+            run.update(status="failed", error=f"timed out after {res['seconds']:.0f} s")
+        elif res["returncode"] != 0:
+            run.update(status="failed", error=_last_line(res["output"]) or "nonzero exit")
+        elif len(run["losses"]) != EPOCHS or not all(_finite_num(v) for v in run["losses"]):
+            run.update(status="failed", error=f"losses {run['losses']} (want {EPOCHS} finite)")
+        else:
+            run["status"] = "passed"
+
+    def _compare(self, run: dict[str, Any], by_name: dict[str, dict[str, Any]]) -> None:
+        if run["status"] != "passed":
+            return
+        base_name = run["baseline"]
+        if base_name is None or base_name == run["name"]:
+            run["max_abs_loss_diff"] = None
+            run["note"] = "its own baseline (a CPU run: no device to compare against)"
+            return
+        base = by_name.get(base_name)
+        if base is None or base.get("status") != "passed":
+            run.update(status="failed", error=f"baseline {base_name} did not pass")
+            return
+        diffs = [abs(a - b) for a, b in zip(run["losses"], base["losses"], strict=True)]
+        scaled = [d / max(1.0, abs(b)) for d, b in zip(diffs, base["losses"], strict=True)]
+        run["max_abs_loss_diff"] = max(diffs)
+        run["max_rel_loss_diff"] = max(scaled)
+        if max(scaled) > LOSS_RTOL:
+            run.update(
+                status="failed",
+                error=f"losses {run['losses']} != {base_name}'s "
+                f"{base['losses']} (max |diff| {max(diffs):.3g})",
+            )
+
+    def bench(self, rec: dict[str, Any]) -> None:
+        """The device benchmarks, in one child process (:func:`bench_child`)."""
+        data = self._data_path("bench_data")
+        child = self.out / "gpu-check-bench.json"
+        argv = [
+            self.py,
+            str(Path(__file__).resolve()),
+            "--bench-child",
+            str(child),
+            "--dataset",
+            str(data),
+            "--device",
+            self.args.device,
+        ]
+        if self.args.quick:
+            argv.append("--quick")
+        res = self.run(
+            argv, min(self.args.bench_timeout, self.step_deadline("bench") - _now_m()), "bench"
+        )
+        rec.update(_brief(res))
+        if child.is_file():
+            got = json.loads(child.read_text())
+            child.unlink()
+            rec.update(parts=got["parts"], figures=got["figures"], rows=got["rows"])
+            failed = [k for k, v in got["parts"].items() if v["status"] == "failed"]
+            if failed:
+                rec["status"] = "failed"
+                rec["error"] = "; ".join(f"{k}: {got['parts'][k]['error']}" for k in failed)
+        if res["timed_out"]:
+            raise RuntimeError(f"timed out after {res['seconds']:.0f} s (partial figures kept)")
+        if res["returncode"] != 0 and rec["status"] != "failed":
+            raise RuntimeError(_last_line(res["output"]) or f"exit {res['returncode']}")
+
+    def plan(self, rec: dict[str, Any]) -> None:
+        """``fleetgnn plan --hardware h100`` against the epochs measured in ``engines``."""
+        data = self._data_path("engine_data")
+        runs = self.result["steps"]["engines"].get("runs", [])
+        rec["hardware"] = self.args.hardware
+        rec["note"] = (
+            "planned for W = 1 only: the profile has one device per host, and W = 2 on this "
+            "machine puts both ranks on its one GPU"
+            if self.args.device == "cuda"
+            else "a CPU dry run: the measured epochs are CPU epochs, not the profile's"
+        )
+        rec["compared"] = []
+        rec["plans"] = {}
+        for w in (1,):
+            argv = [
+                self.py,
+                "-m",
+                "fleetgnn",
+                "plan",
+                "--dataset",
+                str(data),
+                "--hardware",
+                self.args.hardware,
+                "--nproc",
+                str(w),
+                "--json",
+            ]
+            for s in self.train_sets():
+                argv += ["--set", s]
+            res = self.run(argv, self.step_deadline("plan") - _now_m(), f"plan W={w}")
+            if res["returncode"] != 0:
+                rec.update(_brief(res))
+                raise RuntimeError(f"fleetgnn plan --nproc {w}: {_last_line(res['output'])}")
+            plan = json.loads(res["output"][res["output"].index("{") :])
+            rec["plans"][str(w)] = {
+                "choice": plan.get("choice"),
+                "reason": plan.get("reason"),
+                "engines": {
+                    e: {k: v.get(k) for k in ("fits", "mode", "epoch_s", "breakdown", "reasons")}
+                    for e, v in plan.get("engines", {}).items()
+                },
+            }
+            for e, pred in plan.get("engines", {}).items():
+                for r in runs:
+                    if (r["engine"], r["world_size"], r["mode"], r["device"]) != (
+                        e,
+                        w,
+                        pred.get("mode"),
+                        self.args.device,
+                    ):
+                        continue
+                    measured = (r.get("epoch_time_s") or [None])[-1]
+                    ratio = None
+                    if _finite_num(measured) and _finite_num(pred.get("epoch_s")) and measured:
+                        ratio = pred["epoch_s"] / measured
+                    rec["compared"].append(
+                        {
+                            "run": r["name"],
+                            "engine": e,
+                            "world_size": w,
+                            "mode": r["mode"],
+                            "fits": pred.get("fits"),
+                            "predicted_epoch_s": pred.get("epoch_s"),
+                            "measured_epoch_s": measured,
+                            "predicted_over_measured": ratio,
+                        }
+                    )
+                    self.log(
+                        f"   plan {e} W={w}: predicted {pred.get('epoch_s')} s, "
+                        f"measured {measured} s"
+                    )
+
+
+def _now_m() -> float:
+    return time.monotonic()
+
+
+def _baseline(engine: str, mode: str, w: int, device: str) -> str | None:
+    """The CPU run whose losses this run must equal."""
+    if engine == "reference":
+        return f"cpu:reference-{mode}" if device != "cpu" else None
+    if engine == "minibatch" and w > 1:  # W seed batches per step: the same engine on the CPU
+        return f"cpu:minibatch-w{w}"
+    return f"cpu:reference-{mode}"
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> str:
+    """Stop ``proc``'s process group and return what it printed.
+
+    SIGINT first (pytest then still writes its summary and JUnit report; ``fleetgnn train``
+    stops cleanly), then TERM, then KILL.
+    """
+    for sig, wait in ((signal.SIGINT, 8), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            out, _ = proc.communicate(timeout=wait)
+            return out or ""
+        except subprocess.TimeoutExpired:
+            continue
+    return ""
+
+
+def _brief(res: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "command": " ".join(res["command"]),
+        "returncode": res["returncode"],
+        "timed_out": res["timed_out"],
+        "run_seconds": res["seconds"],
+        "tail": _tail(res["output"]),
+    }
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+def _finite_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _epochs(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "epoch" in r:
+            out.append(r)
+    return out
+
+
+def _recorded_config(path: Path) -> dict[str, Any] | None:
+    """What ``config.yaml`` says ran (device, dtype, nproc, engine)."""
+    if not path.is_file():
+        return None
+    import yaml
+
+    cfg = yaml.safe_load(path.read_text()) or {}
+    train = cfg.get("train", {})
+    return {k: train.get(k) for k in ("engine", "mode", "device", "dtype", "nproc", "threads")}
+
+
+def _version(module: str) -> str | None:
+    """The installed version of ``module`` when it imports, else None."""
+    import importlib.metadata
+
+    try:
+        mod = __import__(module)
+    except Exception:  # noqa: BLE001 - any failure to import means "absent"
+        return None
+    try:
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        return str(getattr(mod, "__version__", "?"))
+
+
+def _nvidia_smi() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,memory.total,driver_version,pcie.link.gen.current,"
+                "pcie.link.width.current,clocks.max.sm",
+                "--format=csv",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{type(e).__name__}: {e}"
+    return (out.stdout or out.stderr).strip()
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def _hypothesis_modules(tests: Path) -> list[str]:
+    """Test modules that import hypothesis at the top (collection fails without it)."""
+    pat = re.compile(r"^(import|from) hypothesis\b", re.M)
+    return sorted(
+        str(p.relative_to(REPO)) for p in tests.rglob("*.py") if pat.search(p.read_text())
+    )
+
+
+def _pytest_counts(output: str, junit: Path) -> dict[str, Any]:
+    counts: dict[str, Any] = {}
+    if junit.is_file():
+        try:
+            root = ET.parse(junit).getroot()
+            suite = root if root.tag == "testsuite" else root.find("testsuite")
+            if suite is not None:
+                for k in ("tests", "failures", "errors", "skipped"):
+                    counts[k] = int(suite.get(k, 0))
+                counts["passed"] = (
+                    counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+                )
+        except (ET.ParseError, ValueError):
+            pass
+    m = re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)", output)
+    counts["summary_line"] = {k: int(v) for v, k in m[-8:]}
+    return counts
+
+
+def _junit_failures(junit: Path) -> list[dict[str, str]]:
+    if not junit.is_file():
+        return []
+    try:
+        root = ET.parse(junit).getroot()
+    except ET.ParseError:
+        return []
+    out = []
+    for case in root.iter("testcase"):
+        for kind in ("failure", "error"):
+            el = case.find(kind)
+            if el is not None:
+                out.append(
+                    {
+                        "test": f"{case.get('classname')}::{case.get('name')}",
+                        "kind": kind,
+                        "message": (el.get("message") or "")[:1000],
+                    }
+                )
+    return out
+
+
+# ------------------------------------------------------------------------------------ bench child
+
+
+def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int:
+    """Step ``bench`` in its own process: every figure into ``path`` as soon as it is measured."""
+    import types
+    import warnings
+
+    import torch
+
+    from fleetgnn.bench import epoch, gather, ops
+    from fleetgnn.bench.report import progress_line
+    from fleetgnn.graph import open_dataset
+
+    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+    warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+    device = torch.device(device_name)
+    size = sizes(device.type, quick)
+    opts = types.SimpleNamespace(repeat=size["repeat"], quick=quick)
+    threads = torch.get_num_threads()
+    out: dict[str, Any] = {"parts": {}, "figures": {"device": str(device)}, "rows": []}
+    figs = out["figures"]
+    graph = open_dataset(dataset)
+    name = graph.name if hasattr(graph, "name") else dataset.name
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    def part(key: str, fn: Callable[[], None]) -> None:
+        t0 = time.monotonic()
+        log(f"-- {key} ...")
+        try:
+            fn()
+            out["parts"][key] = {"status": "passed", "error": None}
+        except Exception as e:  # noqa: BLE001 - recorded; the next part runs
+            traceback.print_exc()
+            out["parts"][key] = {
+                "status": "failed",
+                "error": f"{type(e).__name__}: {e}"[:2000],
+                "traceback": _tail(traceback.format_exc()),
+            }
+        out["parts"][key]["seconds"] = round(time.monotonic() - t0, 2)
+        log(f"-- {key}: {out['parts'][key]['status']} in {out['parts'][key]['seconds']} s")
+        _atomic_json(path, out)
+
+    copy_bytes = size["copy_mb"] << 20
+
+    def copy() -> None:
+        figs["copy_gbps"] = ops.memcpy_gbps(copy_bytes, opts.repeat, device)
+        figs["copy_what"] = f"copy_ of {size['copy_mb']} MiB on {device}, read + written GB/s"
+        log(f"copy on {device}: {figs['copy_gbps']:.1f} GB/s")
+
+    def h2d() -> None:
+        if device.type != "cuda":
+            figs["h2d"] = {"skipped": "not a CUDA device"}
+            return
+        figs["h2d"] = {
+            "pinned_gbps": ops.h2d_gbps(copy_bytes, opts.repeat, device, pinned=True),
+            "pageable_gbps": ops.h2d_gbps(copy_bytes, opts.repeat, device, pinned=False),
+            "bytes": copy_bytes,
+        }
+        log(f"h2d: {figs['h2d']}")
+
+    def gspmm() -> None:
+        bw = figs.get("copy_gbps") or ops.memcpy_gbps(copy_bytes, opts.repeat, device)
+        rows = ops.gspmm_rows(size["gspmm"], threads, opts.repeat, bw, log, device)
+        out["rows"] += rows
+        figs["gspmm"] = {}
+        for r in rows:
+            f = r["impls"]["fleetgnn"]
+            passes = 2 if "backward" in r["case"] else 1
+            gbps = r["extra"]["bytes_per_pass"] * passes / f["median_s"] / 1e9
+            figs["gspmm"][r["case"]] = {
+                "median_s": f["median_s"],
+                "gbps": gbps,
+                "fraction_of_copy": r["speedup"].get("memcpy of the same bytes"),
+                "speedup": r["speedup"],
+                "skipped": r["skipped"],
+            }
+
+    def feature_gather() -> None:
+        rows = gather.run(opts, threads, log, graph, name, device)
+        out["rows"] += rows
+        figs["gather"] = {}
+        for r in rows:
+            limit_rate = r["extra"]["memcpy_gbps"] / 2  # the gathered bytes are read + written
+            figs["gather"][r["case"]] = {
+                impl: {"gbps": v.get("rate"), "fraction_of_copy": v["rate"] / limit_rate}
+                for impl, v in r["impls"].items()
+                if v.get("kind") != "limit" and v.get("rate")
+            }
+
+    def epochs() -> None:
+        figs["epochs"] = {}
+        for model in ("gcn", "sage"):
+            row = epoch.full_epoch(
+                opts, threads, graph, name, size["hidden"], 1, model=model, device=device
+            )
+            out["rows"].append(row)
+            log(progress_line(row))
+            figs["epochs"][row["case"]] = {
+                "median_s": {k: v["median_s"] for k, v in row["impls"].items()},
+                "speedup": row["speedup"],
+                "max_abs_logit_diff": row["extra"]["max_abs_logit_diff"],
+                "skipped": row["skipped"],
+            }
+            _atomic_json(path, out)
+
+    part("copy", copy)
+    part("h2d", h2d)
+    part("gspmm", gspmm)
+    part("gather", feature_gather)
+    part("epochs", epochs)
+    if device.type == "cuda":
+        figs["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+    _atomic_json(path, out)
+    return 0
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def _print_summary(check: Check) -> None:
+    r = check.result
+    print(
+        f"\nGPU check ({r['device']}{', quick' if r['quick'] else ''}): "
+        f"{r['duration_s']:.0f} s; GPU {r['host'].get('gpu')}; torch {r['host'].get('torch')}, "
+        f"CUDA {r['host'].get('cuda')}"
+    )
+    for name, s in r["steps"].items():
+        err = s.get("error")
+        print(
+            f"  {name:8s} {s.get('status', '?'):8s} {s.get('seconds') or 0:6.1f} s"
+            + (f"  {err[:120]}" if err else "")
+        )
+    for run in r["steps"]["engines"].get("runs", []):
+        d = run.get("max_abs_loss_diff")
+        print(
+            f"    {run['name']:26s} {run['status']:8s} {run.get('run_seconds') or 0:6.1f} s"
+            + (f"  max|dloss| {d:.2g}" if d is not None else "")
+        )
+    print(f"  -> {check.out / JSON_NAME}, {check.out / LOG_NAME}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options (``--bench-child`` is the internal mode of step ``bench``)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", nargs="?", help="output folder (gpu-check.json, gpu-check.log)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--quick", action="store_true", help="tiny datasets and sizes (CI dry run)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="global deadline; steps left after it are skipped (default: cuda 440, "
+        "cpu 170, --quick 240)",
+    )
+    p.add_argument(
+        "--worlds", default=None, help="comma-separated world sizes (default 1,2; --quick: 1)"
+    )
+    p.add_argument("--hardware", default="h100", help="fleetgnn plan profile (default h100)")
+    p.add_argument(
+        "--cache-dir", default=None, help="datasets (default $TMPDIR/fleetgnn-gpu-check)"
+    )
+    p.add_argument("--engine-scale", type=float, default=None, help="override the engine dataset")
+    p.add_argument("--bench-scale", type=float, default=None, help="override the bench dataset")
+    p.add_argument(
+        "--engine-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra --set for the device's engine runs (repeatable)",
+    )
+    p.add_argument("--pytest-maxfail", type=int, default=10)
+    p.add_argument("--pytest-timeout", type=float, default=150)
+    p.add_argument(
+        "--run-timeout",
+        type=float,
+        default=None,
+        help="seconds per engine run (default: cuda 90, cpu 120)",
+    )
+    p.add_argument("--bench-timeout", type=float, default=150)
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="engine runs at once on a CPU dry run (default 2; on CUDA always one at a time)",
+    )
+    p.add_argument(
+        "--steps",
+        default=",".join(STEPS[1:]),
+        help=f"steps to run (env always runs): {','.join(STEPS[1:])}",
+    )
+    p.add_argument("--bench-child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--dataset", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.bench_child is None and args.out is None:
+        p.error("OUT_DIR is required")
+    if args.budget_s is None:
+        args.budget_s = 240.0 if args.quick else (440.0 if args.device == "cuda" else 170.0)
+    if args.worlds is None:
+        args.worlds = "1" if args.quick else "1,2"
+    args.worlds = [int(w) for w in str(args.worlds).split(",") if w]
+    if args.run_timeout is None:
+        args.run_timeout = 90.0 if args.device == "cuda" else 120.0
+    args.steps = [s for s in args.steps.split(",") if s]
+    unknown = set(args.steps) - set(STEPS)
+    if unknown:
+        p.error(f"unknown step(s) {sorted(unknown)}; choose from {','.join(STEPS[1:])}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the check (or, with ``--bench-child``, step ``bench`` in this process)."""
+    args = parse_args(argv)
+    if args.bench_child is not None:
+        return bench_child(Path(args.bench_child), Path(args.dataset), args.device, args.quick)
+    check = Check(args)
+    try:
+        check.log(
+            f"GPU check: device {args.device}, quick {args.quick}, budget {args.budget_s:g}"
+            f" s, worlds {args.worlds}, out {check.out}"
+        )
+        check.step("env", check.env)
+        no_env = None
+        if check.result["steps"]["env"]["status"] != "passed":
+            no_env = f"env failed: {check.result['steps']['env']['error']}"
+        for name in STEPS[1:]:
+            skip = no_env or (None if name in args.steps else "not in --steps")
+            check.step(name, getattr(check, name), skip=skip)
+    finally:
+        check.result["finished"] = _now()
+        check.save()
+        check.log_f.close()
+    _print_summary(check)
+    wanted = [s for s in STEPS if s == "env" or s in args.steps]
+    return 0 if all(check.result["steps"][s]["status"] == "passed" for s in wanted) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
