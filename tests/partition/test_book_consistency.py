@@ -54,6 +54,7 @@ def _agree(comm: Communicator, cases: list[list[str]]) -> list[str]:
     return said
 
 
+@pytest.mark.slow
 def test_ranks_that_loaded_different_books_refuse(books):
     a, b = map(str, books)
     same, different = zip(*run_world(_agree, 2, [[a, a], [a, b]]), strict=True)
