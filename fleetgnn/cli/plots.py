@@ -8,17 +8,22 @@ Reads each run directory's ``metrics.jsonl`` (one record per epoch, see
 panel                       what
 ==========================  ============================================================
 loss                        training loss (solid) and validation loss (dashed) per epoch;
-                            a dotted vertical line where a run restarted
-accuracy                    train (dotted), val (dashed), test (solid) per epoch
+                            a dash-dot vertical line where a run restarted
+accuracy                    train (solid), val (dashed), test (dotted) per epoch
 time per phase              seconds in sample / gather / forward / backward /
-                            communication / optimizer, stacked: per epoch for one run,
-                            per run (mean of its full epochs) for several, side by side
+                            communication / optimizer: stacked areas per epoch for one
+                            run, one stacked bar per run (mean of its full epochs) for
+                            several
 bytes per link              bytes per epoch on each link kind (local, peer, h2d, d2h,
-                            net, disk) that carried any (log scale when they are
-                            orders of magnitude apart)
+                            net, disk) that carried any: a line per kind for one run,
+                            bars grouped by kind for several (a run's ``local`` only
+                            beside other runs' ``local``); log scale when they are
+                            orders of magnitude apart
 ==========================  ============================================================
 
-Several runs share each panel, one colour per run, labelled ``NAME (ENGINE)``. Drawing uses
+Splits differ by line style (no markers), so a 200-epoch run stays readable; one run gives
+each split its own colour too, several runs one colour per run, labelled ``NAME (ENGINE)``.
+Every axis names what it counts and its unit. Drawing uses
 matplotlib's Agg canvas directly (no pyplot, no display), from the optional ``plot`` extra.
 """
 
@@ -47,7 +52,6 @@ from fleetgnn.train.metrics import read_metrics
 PHASES: tuple[str, ...] = ("sample", "gather", "forward", "backward", "communication", "optimizer")
 PLOT_HINT = "pip install 'fleetgnn[plot]'"
 _LINK_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
-_LINK_MARKERS = ("o", "s", "^", "v", "D", "x")
 
 
 @dataclass(frozen=True)
@@ -292,8 +296,22 @@ def _matplotlib() -> Any:
     return matplotlib
 
 
+#: Line style of each split in the loss and accuracy panels: the split is read from the dash
+#: pattern alone (no markers, which hide the dashes of a long run).
+SPLIT_STYLES: dict[str, Any] = {"train": "-", "val": "--", "test": ":"}
+#: Colour of each split when the figure shows one run (several runs: one colour per run).
+_SPLIT_COLORS = {"train": "C0", "val": "C1", "test": "C2"}
+#: One colour per phase, the same in every figure.
+_PHASE_COLORS = {p: f"C{j}" for j, p in enumerate(PHASES)}
+_MAX_TICKS = 10  # x ticks per panel, whatever the number of epochs
+
+
 def plot_runs(runs: Sequence[RunRecord]) -> Any:
     """Draw the report figure of ``runs`` (see the module docstring for the panels).
+
+    Each split has its own line style (train solid, val dashed, test dotted), so it reads
+    without markers at any number of epochs; one run also gives each split its own colour,
+    several runs give each run one colour. Every axis names what it counts and its unit.
 
     Args:
         runs: The runs, from :func:`load_runs`.
@@ -308,112 +326,225 @@ def plot_runs(runs: Sequence[RunRecord]) -> Any:
     _matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import EngFormatter, MaxNLocator
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(14, 9.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax_loss, ax_acc, ax_time, ax_bytes = fig.subplots(2, 2).ravel()
+    single = len(runs) == 1
     colors = [f"C{i % 10}" for i in range(len(runs))]
-    title = runs[0].label if len(runs) == 1 else f"{len(runs)} runs"
+    title = runs[0].label if single else f"{len(runs)} runs"
     fig.suptitle(f"fleetgnn report: {title}")
+
+    def style(split: str, color: str) -> dict[str, Any]:
+        return {
+            "color": _SPLIT_COLORS[split] if single else color,
+            "linestyle": SPLIT_STYLES[split],
+            "linewidth": 1.6 if split == "train" else 1.4,
+        }
 
     restart_drawn = False
     for run, color in zip(runs, colors, strict=True):
         ep = [r["epoch"] for r in run.epochs]
+        name = f"{run.label} " if not single else ""
         ax_loss.plot(
-            ep, [_number(r.get("loss")) for r in run.epochs], "o-", color=color,
-            label=f"{run.label} train", markersize=3,
+            ep, [_number(r.get("loss")) for r in run.epochs], label=f"{name}train",
+            **style("train", color),
         )  # fmt: skip
         val_loss = [_number(r.get("val_loss")) for r in run.epochs]
         if any(math.isfinite(v) for v in val_loss):
-            ax_loss.plot(ep, val_loss, "s--", color=color, label=f"{run.label} val", markersize=3)
+            ax_loss.plot(ep, val_loss, label=f"{name}val", **style("val", color))
         for ev in run.events:
             if ev.get("event") == "restart" and isinstance(ev.get("at_epoch"), (int, float)):
                 ax_loss.axvline(
-                    float(ev["at_epoch"]), color=color, linestyle=":", linewidth=1,
-                    label=None if restart_drawn else "restart",
+                    float(ev["at_epoch"]), color="0.4" if single else color, linestyle="-.",
+                    linewidth=1, label=None if restart_drawn else "restart",
                 )  # fmt: skip
                 restart_drawn = True
-        for key, style in (("train_acc", "o:"), ("val_acc", "s--"), ("test_acc", "^-")):
-            values = [_number(r.get(key)) for r in run.epochs]
+        for split in ("train", "val", "test"):
+            values = [_number(r.get(f"{split}_acc")) for r in run.epochs]
             if any(math.isfinite(v) for v in values):
-                ax_acc.plot(
-                    ep, values, style, color=color, markersize=3,
-                    label=f"{run.label} {key.removesuffix('_acc')}",
-                )  # fmt: skip
-    ax_loss.set(title="loss", xlabel="epoch", ylabel="loss")
-    ax_acc.set(title="accuracy", xlabel="epoch", ylabel="accuracy")
-    for ax in (ax_loss, ax_acc, ax_bytes):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+                ax_acc.plot(ep, values, label=f"{name}{split}", **style(split, color))
+    ax_loss.set(
+        title="loss per epoch (train: during the epoch, val: evaluated after it)",
+        xlabel="epoch", ylabel="cross-entropy loss (nats per labelled node)",
+    )  # fmt: skip
+    ax_acc.set(
+        title="accuracy per epoch (train: during the epoch, in training mode)",
+        xlabel="epoch", ylabel="accuracy (fraction of the split's nodes correct)",
+        ylim=(0, 1.02),
+    )  # fmt: skip
+    for ax in (ax_loss, ax_acc):
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=_MAX_TICKS, integer=True))
 
     _plot_times(ax_time, runs)
-
-    kinds = [
-        k
-        for k in LINK_KINDS
-        if any(float((r.get("traffic") or {}).get(k, 0) or 0) for run in runs for r in run.epochs)
-    ]
-    for run, color in zip(runs, colors, strict=True):
-        ep = [r["epoch"] for r in run.epochs]
-        for k in kinds:
-            values = [float((r.get("traffic") or {}).get(k, 0) or 0) for r in run.epochs]
-            if not any(values):
-                continue
-            i = LINK_KINDS.index(k)
-            ax_bytes.plot(
-                ep, values, color=color, linestyle=_LINK_STYLES[i], marker=_LINK_MARKERS[i],
-                markersize=3, label=f"{run.label} {k}",
-            )  # fmt: skip
-    ax_bytes.set(title="bytes per link kind per epoch", xlabel="epoch", ylabel="bytes")
-    drawn = [v for line in ax_bytes.get_lines() for v in line.get_ydata() if v > 0]
-    if drawn and max(drawn) > 100 * min(drawn):  # kinds orders of magnitude apart
-        ax_bytes.set_yscale("log")
-        ax_bytes.set_ylabel("bytes (log scale)")
-    else:
-        ax_bytes.set_ylim(bottom=0)
-    ax_bytes.yaxis.set_major_formatter(EngFormatter(unit="B"))
-    if not kinds:
-        ax_bytes.text(0.5, 0.5, "no traffic recorded", ha="center", transform=ax_bytes.transAxes)
-    for ax in (ax_loss, ax_acc, ax_time, ax_bytes):
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="x-small")
+    _plot_bytes(ax_bytes, runs, colors)
+    # where the curves seldom are: loss falls, accuracy rises
+    places = ("upper right", "lower right", "upper left", "upper right")
+    for ax, loc in zip((ax_loss, ax_acc, ax_time, ax_bytes), places, strict=True):
+        handles = ax.get_legend_handles_labels()[0]
+        if handles:
+            ax.legend(fontsize="x-small", loc=loc, ncols=2 if len(handles) > 6 else 1)
         ax.grid(True, alpha=0.3)
     return fig
 
 
+def _phase_rows(recs: Sequence[dict[str, Any]]) -> list[list[float]]:
+    return [[float((r.get("times") or {}).get(p, 0) or 0) for p in PHASES] for r in recs]
+
+
 def _plot_times(ax: Any, runs: Sequence[RunRecord]) -> None:
-    """Stacked bars of seconds per phase: per epoch (one run) or per run (several)."""
+    """Seconds per phase: stacked areas per epoch (one run), one stacked bar per run (several).
+
+    The x axis of one run has at most ``_MAX_TICKS`` ticks at any number of epochs; several
+    runs' bars are the mean of each run's full epochs (a partial last epoch is left out).
+    """
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    ax.yaxis.set_major_formatter(EngFormatter(unit="s"))
     if len(runs) == 1:
         recs = runs[0].epochs
         x = [float(r["epoch"]) for r in recs]
-        ticks = [f"{r['epoch']}*" if r.get("partial") else str(r["epoch"]) for r in recs]
-        rows = [[float((r.get("times") or {}).get(p, 0) or 0) for p in PHASES] for r in recs]
-        ax.set(title="time per phase per epoch (s)", xlabel="epoch", ylabel="seconds")
-        if any(r.get("partial") for r in recs):
-            ax.set_title("time per phase per epoch (s; * = partial epoch)")
-    else:
-        x = [float(i) for i in range(len(runs))]
-        ticks = [run.label for run in runs]
-        rows = []
-        for run in runs:
-            full = _full_epochs(run)
-            rows.append(
-                [
-                    _mean([float((r.get("times") or {}).get(p, 0) or 0) for r in full])
-                    for p in PHASES
-                ]
-            )
-        ax.set(title="mean time per phase per epoch (s)", ylabel="seconds")
+        rows = _phase_rows(recs)
+        drawn = [j for j in range(len(PHASES)) if any(row[j] for row in rows)]
+        series = [[row[j] for row in rows] for j in drawn]
+        if drawn and len(x) > 1:
+            ax.stackplot(
+                x, *series, labels=[PHASES[j] for j in drawn], alpha=0.85,
+                colors=[_PHASE_COLORS[PHASES[j]] for j in drawn],
+            )  # fmt: skip
+        elif drawn:  # one epoch: an area needs two points, a bar does not
+            bottom = 0.0
+            for j, h in zip(drawn, series, strict=True):
+                ax.bar(x, h, bottom=bottom, color=_PHASE_COLORS[PHASES[j]], label=PHASES[j])
+                bottom += h[0]
+        title = "time per phase per epoch (stacked)"
+        partial = [float(r["epoch"]) for r in recs if r.get("partial")]
+        for e in partial:
+            ax.axvline(e, color="0.3", linestyle=":", linewidth=1)
+        if partial:
+            title += "; dotted: partial epoch"
+        ax.set(title=title, xlabel="epoch", ylabel="seconds per epoch (training steps)")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=_MAX_TICKS, integer=True))
+        ax.set_ylim(bottom=0)
+        if not drawn:
+            ax.text(0.5, 0.5, "no times recorded", ha="center", transform=ax.transAxes)
+        return
+    x = [float(i) for i in range(len(runs))]
+    rows = []
+    for run in runs:
+        full = _full_epochs(run)
+        rows.append([_mean([row[j] for row in _phase_rows(full)]) for j in range(len(PHASES))])
     bottom = [0.0] * len(x)
     for j, phase in enumerate(PHASES):
         heights = [row[j] if math.isfinite(row[j]) else 0.0 for row in rows]
         if not any(heights):
             continue
-        ax.bar(x, heights, bottom=bottom, color=f"C{j}", label=phase, width=0.7)
+        ax.bar(x, heights, bottom=bottom, color=_PHASE_COLORS[phase], label=phase, width=0.6)
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.set_xticks(x, ticks, rotation=0 if len(runs) == 1 else 15, fontsize="small")
+    for xi, total in zip(x, bottom, strict=True):
+        if total:
+            ax.annotate(
+                f"{total * 1e3:.1f} ms", (xi, total), ha="center", va="bottom", fontsize="small",
+                xytext=(0, 2), textcoords="offset points",
+            )  # fmt: skip
+    ax.set_xticks(x, [_wrap(run.label) for run in runs], fontsize="small")
+    ax.set(
+        title="mean time per phase per epoch (full epochs; stacked, total on top)",
+        xlabel="run", ylabel="seconds per epoch (training steps)",
+    )  # fmt: skip
+    ax.set_ylim(0, max(bottom, default=0) * 1.12 or 1)
     if not any(bottom):
         ax.text(0.5, 0.5, "no times recorded", ha="center", transform=ax.transAxes)
+
+
+def _wrap(label: str) -> str:
+    """A run label on two lines (name, then engine), so several fit under their bars."""
+    return label.replace(" (", "\n(", 1)
+
+
+def _link_kinds(runs: Sequence[RunRecord]) -> list[str]:
+    return [
+        k
+        for k in LINK_KINDS
+        if any(float((r.get("traffic") or {}).get(k, 0) or 0) for run in runs for r in run.epochs)
+    ]
+
+
+def _plot_bytes(ax: Any, runs: Sequence[RunRecord], colors: Sequence[str]) -> None:
+    """Bytes moved per epoch on each link kind.
+
+    One run: a line per link kind over the epochs. Several: bars grouped by link kind, one bar
+    per run (the mean of its full epochs), so a run's ``local`` bytes stand only beside other
+    runs' ``local`` bytes, never beside ``peer`` ones; a run that moved nothing on a kind
+    has no bar there, and the x axis names each kind's meaning.
+    """
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    kinds = _link_kinds(runs)
+    ax.yaxis.set_major_formatter(EngFormatter(unit="B"))
+    values: list[float] = []
+    if len(runs) == 1:
+        (run,) = runs
+        ep = [r["epoch"] for r in run.epochs]
+        for k in kinds:
+            series = [float((r.get("traffic") or {}).get(k, 0) or 0) for r in run.epochs]
+            i = LINK_KINDS.index(k)
+            ax.plot(ep, series, color=f"C{i}", linestyle=_LINK_STYLES[i], label=k, linewidth=1.5)
+            values += [v for v in series if v > 0]
+        ax.set(title="bytes moved per epoch, per link kind", xlabel="epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=_MAX_TICKS, integer=True))
+    else:
+        from matplotlib.transforms import blended_transform_factory
+
+        below = blended_transform_factory(ax.transData, ax.transAxes)
+        width = 0.8 / len(runs)
+        for n, (run, color) in enumerate(zip(runs, colors, strict=True)):
+            full = _full_epochs(run)
+            means = [
+                _mean([float((r.get("traffic") or {}).get(k, 0) or 0) for r in full]) for k in kinds
+            ]
+            xs = [i + (n - (len(runs) - 1) / 2) * width for i in range(len(kinds))]
+            kept = [(x, v) for x, v in zip(xs, means, strict=True) if math.isfinite(v) and v > 0]
+            for x, v in zip(xs, means, strict=True):
+                if not (math.isfinite(v) and v > 0):  # said, not left as a gap to guess at
+                    ax.text(
+                        x, 0.01, "none", transform=below, ha="center", va="bottom",
+                        fontsize="x-small", color=color, rotation=90,
+                    )  # fmt: skip
+            if not kept:
+                continue
+            bars = ax.bar(
+                [x for x, _ in kept], [v for _, v in kept], width=width * 0.95, color=color,
+                label=run.label,
+            )  # fmt: skip
+            ax.bar_label(bars, [human_bytes(v) for _, v in kept], fontsize="x-small", padding=1)
+            values += [v for _, v in kept]
+        ax.set_xticks(range(len(kinds)), [f"{k}\n({_LINK_MEANING[k]})" for k in kinds])
+        ax.set(
+            title="mean bytes moved per epoch, by link kind (only like kinds side by side)",
+            xlabel="link kind",
+        )  # fmt: skip
+    if values and max(values) > 100 * min(values):  # kinds orders of magnitude apart
+        ax.set_yscale("log")
+        ax.set_ylabel("bytes per epoch (log scale)")
+        ax.set_ylim(min(values) / 3, max(values) * (8 if len(runs) > 1 else 3))
+    else:
+        ax.set_ylabel("bytes per epoch")
+        ax.set_ylim(0, max(values, default=1) * 1.15)
+    if not kinds:
+        ax.text(0.5, 0.5, "no traffic recorded", ha="center", transform=ax.transAxes)
+
+
+#: What each link kind carries (see :mod:`fleetgnn.distributed.traffic`), under its bars.
+_LINK_MEANING = {
+    "local": "own memory",
+    "peer": "between ranks, one host",
+    "h2d": "host to device",
+    "d2h": "device to host",
+    "net": "between hosts",
+    "disk": "from disk",
+}
 
 
 def save_figure(fig: Any, out: str | os.PathLike[str]) -> Path:

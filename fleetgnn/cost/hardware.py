@@ -26,6 +26,13 @@ field               meaning
                     few hundred bytes), counting each gathered byte once
 ``spmm_rate``       multiply-adds/s of sparse aggregation: edges x feature width per second
 ``gemm_rate``       flop/s of dense float32 matrix products (``2 m n k`` flop each)
+``elementwise_rate`` elements/s of fleetgnn's keyed dropout on a large tensor (hashing each
+                    element's key; default ``local / 12``: read, write, one mask byte)
+``layer_overhead``  seconds of framework work per layer and step whatever its size: the
+                    forward and backward of a tiny layer (dropout, transform, aggregation,
+                    activation), Python and kernel launches (default: per ``kind``)
+``param_overhead``  seconds of the optimizer step per parameter tensor, whatever its size
+                    (default: per ``kind``)
 ==================  ============================================================================
 
 Built-in profiles (:data:`PROFILES`; every number's source is in a comment below and in the
@@ -84,6 +91,14 @@ LINK_KINDS: tuple[str, ...] = ("local", "peer", "h2d", "d2h", "net", "disk")
 REQUIRED_LINKS: tuple[str, ...] = ("local", "h2d", "d2h", "net", "disk")
 
 KINDS: tuple[str, ...] = ("gpu", "cpu")
+
+#: Default fixed costs (s) of a profile that does not state them. GPU: a layer's forward and
+#: backward launch some 30 kernels at ~5 us each from Python; Adam's step (foreach) about 20 us
+#: per parameter tensor. CPU: what :func:`local_profile` measures on a 2-core EPYC VM.
+FIXED_OVERHEADS: dict[str, dict[str, float]] = {
+    "gpu": {"layer_overhead": 1.5e-4, "param_overhead": 2e-5},
+    "cpu": {"layer_overhead": 1e-3, "param_overhead": 3e-5},
+}
 
 GB = 1e9  # bandwidths: decimal units, as vendors quote them
 GiB = 2**30  # memory sizes: binary units (HBM and DIMMs come in powers of two)
@@ -303,6 +318,9 @@ class HardwareProfile:
     gather_rate: float
     spmm_rate: float
     gemm_rate: float
+    elementwise_rate: float | None = None
+    layer_overhead: float | None = None
+    param_overhead: float | None = None
     source: str = ""
 
     #: Fields a profile file must give (the others have defaults).
@@ -342,6 +360,14 @@ class HardwareProfile:
         set_(self, "gather_rate", _positive("gather_rate", self.gather_rate, "bytes/s"))
         set_(self, "spmm_rate", _positive("spmm_rate", self.spmm_rate, "multiply-adds/s"))
         set_(self, "gemm_rate", _positive("gemm_rate", self.gemm_rate, "flop/s"))
+        if self.elementwise_rate is None:
+            set_(self, "elementwise_rate", bw["local"] / 12.0)
+        set_(self, "elementwise_rate", _positive("elementwise_rate", self.elementwise_rate, "/s"))
+        for name, default in FIXED_OVERHEADS[self.kind].items():
+            value = default if getattr(self, name) is None else getattr(self, name)
+            set_(self, name, _number(name, value, "must be a number of seconds >= 0"))
+            if not 0 <= getattr(self, name) < 10:
+                raise _fail(name, value, "must be seconds in [0, 10)")
         if not isinstance(self.source, str):
             raise _fail("source", self.source, "must be a string")
 
@@ -452,6 +478,9 @@ class HardwareProfile:
             "gather_rate": self.gather_rate,
             "spmm_rate": self.spmm_rate,
             "gemm_rate": self.gemm_rate,
+            "elementwise_rate": self.elementwise_rate,
+            "layer_overhead": self.layer_overhead,
+            "param_overhead": self.param_overhead,
             "source": self.source,
         }
 
@@ -480,7 +509,8 @@ class HardwareProfile:
         if missing:
             raise ConfigError(
                 f"hardware profile field {missing[0]!r} is missing; required fields: "
-                f"{', '.join(cls.REQUIRED)} (optional: num_hosts, peer, source)"
+                f"{', '.join(cls.REQUIRED)} (optional: num_hosts, peer, elementwise_rate, "
+                f"layer_overhead, param_overhead, source)"
             )
         return cls(**{str(k): v for k, v in d.items()})
 
@@ -860,6 +890,49 @@ def _measure_gemm(n: int, repeats: int) -> float:
     return 2.0 * n**3 / _best_time(lambda: torch.mm(a, b), repeats)
 
 
+def _measure_overheads(repeats: int) -> dict[str, float]:
+    """Keyed dropout's elements/s on a 4M-element tensor, and the fixed costs of a step.
+
+    ``layer``: forward and backward of one tiny layer (32 nodes, 128 edges, width 16: keyed
+    dropout, a dense transform, :func:`fleetgnn.ops.gspmm`, ReLU), where the size costs
+    nothing and Python and the framework everything. ``param``: Adam's step and ``zero_grad``
+    over 16 tiny parameter tensors, per tensor.
+    """
+    from fleetgnn.ops.random import keyed_dropout
+
+    g = torch.Generator().manual_seed(0)
+    big = torch.rand(2048, 2048, generator=g)  # 16 MiB: beyond the caches, as features are
+    big_ids = torch.arange(2048)
+    rate = big.numel() / _best_time(lambda: keyed_dropout(big, 0.5, 0, 1, 0, big_ids), repeats)
+    n, e, w = 32, 128, 16
+    adj = Adjacency.from_edges(
+        torch.randint(0, n, (e,), generator=g), torch.randint(0, n, (e,), generator=g), n, n
+    )
+    x = torch.rand(n, w, generator=g, requires_grad=True)
+    weight = torch.rand(w, w, generator=g, requires_grad=True)
+    ids = torch.arange(n)
+
+    def layer() -> None:
+        h = keyed_dropout(x, 0.5, 0, 1, 0, ids) @ weight
+        gspmm(adj, h, "sum").relu().sum().backward()
+
+    params = [torch.rand(4, generator=g, requires_grad=True) for _ in range(16)]
+    opt = torch.optim.Adam(params)
+    for q in params:
+        q.grad = torch.ones_like(q)
+
+    def step() -> None:
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+
+    reps = max(repeats, 20)  # microsecond timings: more repeats against noise
+    return {
+        "keyed_dropout": rate,
+        "layer_overhead": _best_time(layer, reps),
+        "param_overhead": _best_time(step, reps) / len(params),
+    }
+
+
 def _read_file(path: str, buf: bytearray) -> int:
     view, total = memoryview(buf), 0
     with open(path, "rb", buffering=0) as f:
@@ -916,7 +989,9 @@ def _calibrate(sizes: _Sizes, directory: Path) -> dict[str, Any]:
     spmm = _measure_spmm(sizes.spmm_nodes, sizes.spmm_edges, sizes.width, sizes.repeats)
     gemm = _measure_gemm(sizes.gemm_n, sizes.repeats)
     disk, disk_note = _measure_disk(sizes.disk_bytes, directory)
+    fixed = _measure_overheads(sizes.repeats)
     return {
+        **fixed,
         "copy": copy,
         "gather": gather,
         "spmm": spmm,
@@ -1018,7 +1093,7 @@ def _read_cache(path: Path, key: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("key") != dict(key):
         return None
     m = data.get("measurements")
-    needed = ("copy", "gather", "spmm", "gemm", "disk")
+    needed = ("copy", "gather", "spmm", "gemm", "disk", "keyed_dropout", "layer_overhead")
     if not isinstance(m, dict) or not all(
         isinstance(m.get(k), (int, float)) and m[k] > 0 for k in needed
     ):
@@ -1069,6 +1144,8 @@ def _local_from(
         f"{sizes.get('gather_rows', 0)} random rows of {4 * sizes.get('width', 0)} B; spmm = "
         f"fleetgnn.ops.gspmm sum over {sizes.get('spmm_edges', 0):,} random edges x width "
         f"{sizes.get('width', 0)}; gemm = torch.mm of {sizes.get('gemm_n', 0)}^2 float32; "
+        "elementwise = keyed dropout of 2048^2 float32; layer_overhead = forward + backward of "
+        "a 32-node layer; param_overhead = Adam's step per parameter tensor; "
         f"disk = {m.get('disk_note', '?')}; {peer_note} (one host, no NIC between its "
         f"processes); device_memory = host_memory / {nproc} (processes share host memory); "
         f"host_memory from {mem_note}. Rates are one process's alone: concurrent ranks share "
@@ -1092,6 +1169,9 @@ def _local_from(
         gather_rate=float(m["gather"]),
         spmm_rate=float(m["spmm"]),
         gemm_rate=float(m["gemm"]),
+        elementwise_rate=float(m["keyed_dropout"]),
+        layer_overhead=float(m["layer_overhead"]),
+        param_overhead=float(m.get("param_overhead", FIXED_OVERHEADS["cpu"]["param_overhead"])),
         source=source,
     )
 

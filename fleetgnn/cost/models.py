@@ -92,6 +92,7 @@ class ModelShape:
         cacheable: Per layer, whether the aggregation has no parameters (offload's hybrid).
         params: Number of parameters.
         elem: Bytes per element (4: float32, 8: float64).
+        param_tensors: Number of parameter tensors (the optimizer's fixed cost is per tensor).
     """
 
     name: str
@@ -102,6 +103,12 @@ class ModelShape:
     cacheable: tuple[bool, ...]
     params: int
     elem: int = 4
+    param_tensors: int = 0
+
+    @property
+    def tensors(self) -> int:
+        """Parameter tensors the optimizer steps (two per layer when not recorded)."""
+        return self.param_tensors or 2 * self.num_layers
 
     @property
     def num_layers(self) -> int:
@@ -142,6 +149,7 @@ class ModelShape:
             cacheable=tuple(bool(model.cacheable_aggregation(i)) for i in range(len(aggw))),
             params=sum(p.numel() for p in model.parameters()),
             elem=elem,
+            param_tensors=len(list(model.parameters())),
         )
 
     def forward_flops(self, nodes: float, edges: float) -> tuple[float, float]:
@@ -212,7 +220,8 @@ class Prediction:
             them (its ``peak_memory()``, the ``memory`` of ``metrics.jsonl``).
         knobs: The engine settings the prediction is for.
         steps: Optimisation steps per epoch.
-        breakdown: Seconds per component (``compute``, each link kind).
+        breakdown: Seconds per component (``compute``, each link kind, ``dropout``,
+            ``overhead`` and ``latency`` of :func:`_fixed_s`).
         reasons: Why it does not fit, or notes on the model.
         workspace: Bytes per rank and tier the engine needs beyond what it reports in
             ``memory`` (the mini-batch engines report their store or cache; a step's input
@@ -256,6 +265,26 @@ def _bw(hw: Any, kind: str) -> float:
 def _compute_s(hw: Any, spmm: float, gemm: float, passes: float = 3.0) -> float:
     """Forward + backward (twice the forward) compute seconds."""
     return passes * (spmm / float(hw.spmm_rate) + gemm / float(hw.gemm_rate))
+
+
+def _fixed_s(
+    hw: Any, m: ModelShape, rows: Sequence[float], *, calls: int = 1, collectives: float = 0
+) -> dict[str, float]:
+    """Seconds of one step that the compute rates miss, by what they are spent on.
+
+    ``dropout``: keyed dropout hashes every element of each layer's input (``rows[i]`` rows of
+    ``widths[i]``) at ``hw.elementwise_rate`` (on small graphs it costs more than the
+    transforms it precedes). ``overhead``: each layer's framework work per call (``calls``:
+    the layer's pieces, e.g. fullgraph's chunks) and the optimizer's per parameter tensor.
+    ``latency``: ``collectives`` calls at :data:`COLLECTIVE_LATENCY`.
+    """
+    elements = sum(r * w for r, w in zip(rows, m.widths, strict=False))
+    return {
+        "dropout": elements / float(hw.elementwise_rate),
+        "overhead": m.num_layers * calls * float(hw.layer_overhead)
+        + m.tensors * float(hw.param_overhead),
+        "latency": collectives * COLLECTIVE_LATENCY[hw.kind],
+    }
 
 
 def _allreduce_bytes(model: ModelShape, world: int) -> int:
@@ -332,6 +361,7 @@ def predict_reference(wl: Workload, hw: Any, world: int = 1, **knobs: Any) -> Pr
     n, e = wl.num_nodes, wl.num_edges
     spmm, gemm = m.forward_flops(n, e)
     compute = _compute_s(hw, spmm, gemm)
+    fixed = _fixed_s(hw, m, [n] * m.num_layers)
     parts = reference_parts(
         m, n, e, wl.num_features, wl.num_train, _dataset_masks(wl.graph), cpu=hw.kind == "cpu"
     )
@@ -339,12 +369,12 @@ def predict_reference(wl: Workload, hw: Any, world: int = 1, **knobs: Any) -> Pr
     pred = Prediction(
         "reference",
         True,
-        compute,
+        compute + sum(fixed.values()),
         {"local": int(n * wl.num_features * m.elem)},
         _device_and_host(hw, parts, _IDX * wl.num_train + model_step_bytes(m)),
         {"mode": "full"},
         1,
-        {"compute": compute},
+        {"compute": compute, **fixed},
         workspace={"device": int(step_peak_bytes(m, counts, _shape(wl), halo=False))},
     )
     _check_memory(pred, hw, 1)
@@ -423,6 +453,11 @@ def predict_fullgraph(
     comm = (per_rank_exchange + allreduce / max(world, 1)) / bw if world > 1 else 0.0
     agg_compute = 3.0 * spmm / float(hw.spmm_rate)
     hidden = min(comm, agg_compute) if pipelined and world > 1 else 0.0
+    # the layers run in K pieces (the tuner settles on few on a small graph: its first choice,
+    # K = 1, is counted), each exchanging forward and, where needed, backward; one all-reduce
+    k = int(num_chunks or 1) if world > 1 else 1
+    exchanges = sum(1 + int(g) for g in m.grad_through_agg) * k + 1 if world > 1 else 0
+    fixed = _fixed_s(hw, m, [n_r] * m.num_layers, calls=k, collectives=exchanges)
     masks = _dataset_masks(wl.graph)
     memory: dict[str, int] = {"device": 0, "host": 0}
     for c in counts:
@@ -449,7 +484,7 @@ def predict_fullgraph(
     pred = Prediction(
         "fullgraph",
         True,
-        compute + comm - hidden,
+        compute + comm - hidden + sum(fixed.values()),
         traffic,
         memory,
         {
@@ -460,7 +495,7 @@ def predict_fullgraph(
             "counts": how,
         },
         1,
-        {"compute": compute, kind: comm, "hidden": hidden},
+        {"compute": compute, kind: comm, "hidden": hidden, **fixed},
         workspace={"device": int(peak)},
     )
     _check_memory(pred, hw, world)
@@ -600,15 +635,17 @@ def predict_offload(
         "d2h": per_rank["d2h"] / _bw(hw, "d2h"),
         "peer": per_rank["peer"] / peer_bw,
     }
+    # every chunk runs each layer: the framework's fixed cost per chunk; dropout on the rows
+    fixed = _fixed_s(hw, m, [n / world] * m.num_layers, calls=chunks)
     pred = Prediction(
         "offload",
         True,
-        compute + sum(comm.values()),
+        compute + sum(comm.values()) + sum(fixed.values()),
         traffic,
         {"device": int(device), "host": int(host)},
         {"chunks": chunks, "partition": partition, "counts": "exact" if c["exact"] else "model"},
         1,
-        {"compute": compute, **comm},
+        {"compute": compute, **comm, **fixed},
     )
     _check_memory(pred, hw, world)
     return pred
@@ -848,6 +885,8 @@ def predict_minibatch(
     sample = steps * mean["edges"] / SAMPLE_RATE[hw.kind]
     latency = steps * COLLECTIVE_LATENCY[hw.kind] * (1 if world > 1 else 0)
     comm = latency + _link_seconds(hw, traffic, world)
+    rows = [mean["input_rows"]] + [mean["nodes"] / layers] * (layers - 1)
+    fixed = {k: steps * v for k, v in _fixed_s(hw, m, rows).items()}
     workspace = (
         peak["input_rows"] * wl.num_features * m.elem
         + m.activation_bytes(peak["nodes"] / layers, peak["edges"] / layers)
@@ -860,7 +899,7 @@ def predict_minibatch(
     pred = Prediction(
         "minibatch",
         True,
-        compute + comm + sample,
+        compute + comm + sample + sum(fixed.values()),
         traffic,
         {"device": int(device), "host": int(host)},
         {
@@ -874,7 +913,7 @@ def predict_minibatch(
             **(cache_knobs if wl.graph is None else {}),
         },
         steps,
-        {"compute": compute, "sample": sample, "gather": comm},
+        {"compute": compute, "sample": sample, "gather": comm, **fixed},
         workspace={"device": int(workspace)},
     )
     _check_memory(pred, hw, world, host_shared=True)
@@ -968,6 +1007,8 @@ def predict_split(
     # per layer: rows forward and backward; plus the gradient all-reduce
     collectives = (2 * layers + 1) if world > 1 else 0
     comm = steps * COLLECTIVE_LATENCY[hw.kind] * collectives + _link_seconds(hw, traffic, world)
+    rows = [mean["input_rows"] / world] + [mean["nodes"] / layers / world] * (layers - 1)
+    fixed = {k: steps * v for k, v in _fixed_s(hw, m, rows).items()}
     workspace = (
         peak["input_rows"] / world * wl.num_features * m.elem
         + m.activation_bytes(peak["nodes"] / layers / world, peak["edges"] / layers / world)
@@ -977,7 +1018,7 @@ def predict_split(
     pred = Prediction(
         "split",
         True,
-        compute + comm + sample,
+        compute + comm + sample + sum(fixed.values()),
         traffic,
         {"device": int(device), "host": int(uncached + 8 * wl.num_nodes + idx * wl.num_edges)},
         {
@@ -988,7 +1029,7 @@ def predict_split(
             "counts": counts,
         },
         steps,
-        {"compute": compute, "sample": sample, "communication": comm},
+        {"compute": compute, "sample": sample, "communication": comm, **fixed},
         workspace={"device": int(workspace)},
     )
     _check_memory(pred, hw, world, host_shared=True)

@@ -69,15 +69,13 @@ def test_one_run_figure_per_epoch(runs):
     (run,) = load_runs([runs / "sage"])
     fig = plot_runs([run])
     loss, acc, times, traffic = fig.axes[:4]
-    assert _labels(loss) == ["sage (reference) train", "sage (reference) val"]
-    assert _labels(acc) == [f"sage (reference) {k}" for k in ("train", "val", "test")]
+    assert _labels(loss) == ["train", "val"]  # the title names the one run
+    assert _labels(acc) == ["train", "val", "test"]
     assert all(len(line.get_xdata()) == 2 for line in loss.get_lines())
-    # stacked bars: one container per phase that took time, one bar per epoch
-    phases = [c.get_label() for c in times.containers]
+    # stacked areas: one per phase that took time
+    phases = [c.get_label() for c in times.collections]
     assert phases and set(phases) <= set(PHASES) and "forward" in phases
-    assert all(len(c) == 2 for c in times.containers)
-    assert [t.get_text() for t in times.get_xticklabels()] == ["0", "1"]
-    assert _labels(traffic) == ["sage (reference) local"]
+    assert _labels(traffic) == ["local"]
 
 
 def test_several_runs_overlay_with_engines_side_by_side(runs, tmp_path, capsys):
@@ -96,12 +94,16 @@ def test_several_runs_overlay_with_engines_side_by_side(runs, tmp_path, capsys):
     ]
     assert len(_labels(acc)) == 3 * 3
     # one stacked bar per run, in the given order; the partial epoch is left out of the mean
-    assert [t.get_text() for t in times.get_xticklabels()] == labels
+    ticks = [t.get_text() for t in times.get_xticklabels()]
+    assert [t.replace("\n", " ") for t in ticks] == labels
     assert all(len(c) == 3 for c in times.containers)
     comm = next(c for c in times.containers if c.get_label() == "communication")
     assert [round(b.get_height(), 6) for b in comm] == [0.0, 0.0, 0.05]
-    kinds = [lab for lab in _labels(traffic) if lab.startswith("dist")]
-    assert kinds == [f"{labels[2]} {k}" for k in ("local", "peer", "net")]
+    # bytes: one group per link kind any run used, one bar per run that used it
+    groups = [t.get_text().split("\n")[0] for t in traffic.get_xticklabels()]
+    assert groups == ["local", "peer", "net"]
+    dist = next(c for c in traffic.containers if c.get_label() == labels[2])
+    assert [b.get_height() for b in dist] == [100, 2000, 500]
     table = capsys.readouterr().out
     assert "fullgraph x2" in table and "3*" in table and "* unfinished" in table
 
@@ -146,3 +148,57 @@ def test_without_matplotlib_one_line_names_the_extra(runs, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install 'fleetgnn[plot]'" in err[0]
     assert not (runs / "x.png").exists()
+
+
+def _fake_run(path, epochs, engine, traffic, world_size=1):
+    path.mkdir()
+    times = dict.fromkeys(PHASES, 0.002)
+    recs = [
+        {"epoch": e, "loss": 2 - e / epochs, "val_loss": 2.1 - e / epochs,
+         "train_acc": 0.5 + e / (3 * epochs), "val_acc": 0.5 + e / (4 * epochs),
+         "test_acc": 0.49 + e / (4 * epochs), "epoch_time_s": 0.012, "times": times,
+         "traffic": traffic, "engine": engine, "world_size": world_size}
+        for e in range(epochs)
+    ]  # fmt: skip
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def test_200_epochs_read_without_markers_and_ticks_stay_few(tmp_path):
+    run = _fake_run(tmp_path / "long", 200, "reference", {"local": 7_500_000})
+    fig = plot_runs(load_runs([run]))
+    loss, acc, times, traffic = fig.axes[:4]
+    for ax in (loss, acc):
+        lines = ax.get_lines()
+        # each split its own dash pattern and colour, no markers hiding the dashes
+        assert all(line.get_marker() in ("None", "", None) for line in lines)
+        assert len({line.get_linestyle() for line in lines}) == len(lines)
+        assert len({line.get_color() for line in lines}) == len(lines)
+    fig.canvas.draw()
+    for ax in (loss, acc, times, traffic):
+        shown = [t for t in ax.get_xticklabels() if t.get_text()]
+        assert 2 <= len(shown) <= 12, (ax.get_title(), len(shown))
+        # every axis says what it counts, with its unit where it has one
+        assert ax.get_xlabel() and ax.get_ylabel(), ax.get_title()
+    assert "nats" in loss.get_ylabel() and "fraction" in acc.get_ylabel()
+    assert "seconds" in times.get_ylabel() and "bytes" in traffic.get_ylabel()
+    assert times.yaxis.get_major_formatter().unit == "s"
+    assert traffic.yaxis.get_major_formatter().unit == "B"
+
+
+def test_runs_compare_bytes_per_link_kind_only(tmp_path):
+    ref = _fake_run(tmp_path / "ref", 30, "reference", {"local": 15_500_000})
+    fg = _fake_run(tmp_path / "fg", 30, "fullgraph", {"peer": 592_000}, world_size=2)
+    fig = plot_runs(load_runs([ref, fg]))
+    loss, acc, _, traffic = fig.axes[:4]
+    # no bar of reference's local bytes beside a bar of fullgraph's peer bytes
+    kinds = [t.get_text().split("\n")[0] for t in traffic.get_xticklabels()]
+    assert kinds == ["local", "peer"]
+    bars = {c.get_label(): [(round(b.get_x() + b.get_width() / 2), b.get_height()) for b in c]
+            for c in traffic.containers}  # fmt: skip
+    assert bars == {"ref (reference)": [(0, 15_500_000)], "fg (fullgraph, 2 ranks)": [(1, 592_000)]}
+    assert sorted(t.get_text() for t in traffic.texts) == ["15.5 MB", "592.0 KB", "none", "none"]
+    assert traffic.get_xlabel() == "link kind"
+    # several runs: one colour per run, the split still told by its line style
+    styles = {(line.get_color(), line.get_linestyle()) for line in acc.get_lines()}
+    assert len(styles) == 6 and len({c for c, _ in styles}) == 2
