@@ -262,6 +262,27 @@ def test_cuda_device_without_cuda_is_one_line(data, tmp_path, capsys):
     assert "AssertionError" not in line and not (tmp_path / "r").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="fakes CUDA on a machine without it")
+def test_cpu_device_runs_on_the_cpu_where_cuda_exists(data, tmp_path, monkeypatch):
+    """``--set train.device=cpu`` on a machine with CUDA: nothing touches CUDA (faked here, so
+    any real CUDA call would fail), and ``config.yaml`` records ``cpu``; ``auto`` records what
+    it resolved to."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    run = tmp_path / "cpu"
+    argv = _train(data, "--set", "train.device=cpu", "--epochs", "2", "--run-dir", str(run))
+    assert main([*argv, "--quiet"]) == 0
+    assert yaml.safe_load((run / "config.yaml").read_text())["train"]["device"] == "cpu"
+    records = [r for r in read_metrics(run / "metrics.jsonl") if "epoch" in r]
+    assert len(records) == 2
+    assert not any(k.startswith("allocator") for r in records for k in r["memory"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    auto = tmp_path / "auto"
+    argv = _train(data, "--set", "train.device=auto", "--epochs", "1", "--run-dir", str(auto))
+    assert main([*argv, "--quiet"]) == 0
+    assert yaml.safe_load((auto / "config.yaml").read_text())["train"]["device"] == "cpu"
+
+
 @pytest.fixture(scope="module")
 def bag_of_words(tmp_path_factory):
     """A dataset recording "feature_norm": "row", as `prepare planetoid` / `prepare npz` do."""
