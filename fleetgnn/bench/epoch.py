@@ -101,14 +101,8 @@ def gcn_full(
 ) -> dict[str, Any]:
     """Full-graph GCN epochs: fleetgnn's reference engine vs PyG ``GCNConv`` (two formats).
 
-    Args:
-        opts: Suite options (``repeat``).
-        threads: torch threads in use (recorded).
-        graph: The dataset.
-        name: The dataset's name in the table.
-        hidden: Hidden width.
-        per_call: Epochs per timed call (small graphs: several, so a call is not a few ms).
-        formats: The PyG peers to run (names of :data:`PYG_FORMATS`).
+    :func:`full_epoch` with ``model="gcn"`` on the CPU; ``formats`` are the table's names of the
+    PyG peers (keys of :data:`PYG_FORMATS`), the other arguments are :func:`full_epoch`'s.
     """
     fmts = tuple(PYG_FORMATS[label] for label in formats)
     return full_epoch(opts, threads, graph, name, hidden, per_call, model="gcn", formats=fmts)

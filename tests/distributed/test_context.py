@@ -9,15 +9,6 @@ import torch.distributed as dist
 
 from fleetgnn.distributed import DistError, destroy, init
 
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-@pytest.fixture
-def no_launcher(monkeypatch):
-    for k in LAUNCH_VARS:
-        monkeypatch.delenv(k, raising=False)
-    assert not dist.is_initialized()
-
 
 def test_single_process_group_is_real_and_destroyed(no_launcher):
     ctx = init(backend="gloo")

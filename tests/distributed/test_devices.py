@@ -6,21 +6,11 @@ tested; nothing here needs a GPU.
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from fleetgnn.distributed import DistError, destroy, init
 from fleetgnn.distributed.comm import served_devices
 from fleetgnn.distributed.context import HYBRID_BACKEND, _pg_backend, resolve_device_type
 from fleetgnn.distributed.testing import context_of, run_world
-
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-@pytest.fixture
-def no_launcher(monkeypatch):
-    for k in LAUNCH_VARS:
-        monkeypatch.delenv(k, raising=False)
-    assert not dist.is_initialized()
 
 
 @pytest.fixture
