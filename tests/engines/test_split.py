@@ -405,3 +405,19 @@ def test_hot_rows_stream_and_equal_a_whole_degree_ranking(cap, monkeypatch):
         deg = np.diff(np.asarray(graph.indptr, dtype=np.int64))[mine]
         want = np.sort(mine[np.argsort(-deg, kind="stable")[: mine.size if cap is None else cap]])
         assert got.tolist() == want.tolist()
+
+
+def test_zero_device_budget_loads_every_row_from_host_memory():
+    """``store.device_budget=0``: an empty cache, every row a miss (an empty cache once had
+    float64 rows, and meeting float32 misses, failed with 'Index put requires the source and
+    destination dtypes match')."""
+    from fleetgnn.distributed.testing import context_or_own
+
+    graph = _graph()
+    assert np.asarray(graph.x).dtype == np.float32
+    cfg = _config("sage", ["store.device_budget=0", "train.dtype=float32"])
+    with context_or_own(None) as ctx, engine_from_config(cfg, graph, ctx) as eng:
+        assert eng.cache.shape[0] == 0 and eng.cache.dtype == torch.float32
+        st, _ = eng.train_step(0, 0, eng.prepare(0, 0))
+        assert st.count > 0 and np.isfinite(st.loss_sum)
+        assert st.traffic.get("local", 0) == 0 and st.traffic["h2d"] > 0  # all from the host
