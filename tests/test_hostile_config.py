@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetgnn.cli.main import main, one_line
+from fleetgnn.cli.main import main
+from fleetgnn.cli.messages import one_line
 from fleetgnn.graph import write_dataset
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 

@@ -20,12 +20,12 @@ import signal
 import sys
 import threading
 import traceback
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from fleetgnn import __version__
+from fleetgnn.cli.messages import one_line, one_line_warnings
 from fleetgnn.cli.options import CONFIG_EXAMPLE, Parser, add_config_options
 from fleetgnn.errors import FleetgnnError
 
@@ -622,45 +622,12 @@ def _terminate_like_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, saved)
 
 
-def one_line_warning_format(command: str) -> Any:
-    """A ``warnings.formatwarning`` printing ``fleetgnn COMMAND: warning: MESSAGE``, one line."""
-
-    def fmt(message: Any, category: Any, filename: str, lineno: int, line: Any = None) -> str:
-        return f"fleetgnn {command}: warning: {' '.join(str(message).split())}\n"
-
-    return fmt
-
-
-@contextlib.contextmanager
-def _one_line_warnings(command: str) -> Iterator[None]:
-    """Show warnings as ``fleetgnn COMMAND: warning: MESSAGE`` (no source line) in the block."""
-    saved = warnings.formatwarning
-    warnings.formatwarning = one_line_warning_format(command)
-    try:
-        yield
-    finally:
-        warnings.formatwarning = saved
-
-
-#: Longest error line printed; longer messages keep their head and tail.
-MAX_ERROR_CHARS = 2000
-
-
-def one_line(message: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """``message`` on one line (whitespace runs collapsed), at most ``limit`` characters."""
-    text = " ".join(message.split())
-    if len(text) <= limit:
-        return text
-    cut = len(text) - limit
-    return f"{text[: limit * 3 // 4]} ... [{cut} characters cut] ... {text[-(limit // 4) :]}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fleetgnn`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv  # accepted anywhere on the line, not only before the command
     args = build_parser().parse_args([a for a in argv if a != "--verbose"])
-    with _terminate_like_interrupt(), _one_line_warnings(args.command):
+    with _terminate_like_interrupt(), one_line_warnings(args.command):
         return _run(args, verbose)
 
 

@@ -554,7 +554,7 @@ def run_worker(
     """
     import torch
 
-    from fleetgnn.cli.main import one_line_warning_format
+    from fleetgnn.cli.messages import one_line_warning_format
     from fleetgnn.distributed import destroy, init, restart_info
     from fleetgnn.train import Config, Trainer, engine_from_config, resolve_threads
     from fleetgnn.train.oom import Phase, device_memory_guard

@@ -11,7 +11,7 @@ from fleetgnn.cost.hardware import (
     load_profile,
     local_profile,
 )
-from fleetgnn.cost.models import MODELS, ModelShape, Prediction, Workload
+from fleetgnn.cost.models import MODELS
 from fleetgnn.cost.planner import Plan, make_plan, predict_engine, workload_from_config
 from fleetgnn.cost.store_model import DegreeModel, StoreCachePlan, plan_feature_cache
 from fleetgnn.cost.target import (
@@ -21,6 +21,7 @@ from fleetgnn.cost.target import (
     epochs_from_records,
     merge_estimates,
 )
+from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 
 __all__ = [
     "LINK_KINDS",

@@ -23,8 +23,9 @@ from typing import Any
 
 from fleetgnn.config import ENGINES
 from fleetgnn.cost.hardware import HardwareProfile
-from fleetgnn.cost.models import MODELS, ModelShape, Prediction, Workload
+from fleetgnn.cost.models import MODELS
 from fleetgnn.cost.target import EpochsToTarget, as_estimates, check_target_acc
+from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 from fleetgnn.errors import ConfigError
 
 #: Chunk counts the offload model tries, smallest first.

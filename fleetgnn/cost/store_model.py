@@ -53,7 +53,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fleetgnn.cost.hardware import HardwareProfile
-from fleetgnn.cost.models import ModelShape, Workload
+from fleetgnn.cost.workload import ModelShape, Workload
 from fleetgnn.errors import ConfigError
 from fleetgnn.store.placement import (
     PlacementPlan,

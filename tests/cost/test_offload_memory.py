@@ -4,8 +4,8 @@ import pytest
 
 from fleetgnn.config import load_config
 from fleetgnn.cost import PROFILES, predict_engine, workload_from_config
-from fleetgnn.cost.models import ModelShape
 from fleetgnn.cost.offload_memory import layer_memory
+from fleetgnn.cost.workload import ModelShape
 from fleetgnn.distributed.testing import context_or_own, run_world
 from fleetgnn.train import engine_from_config
 

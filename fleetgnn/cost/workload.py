@@ -1,0 +1,198 @@
+"""What a plan is for and what it says: the model's shape, the workload, one engine's prediction.
+
+The types every cost model shares (:mod:`fleetgnn.cost.models` for the engines' epochs,
+:mod:`fleetgnn.cost.store_model` for the feature cache), kept apart from both so that neither
+imports the other to name them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fleetgnn.graph import Graph
+from fleetgnn.nn import build_model
+from fleetgnn.nn.gat_conv import GATConv
+from fleetgnn.nn.gcn_conv import GCNConv
+from fleetgnn.nn.sage_conv import SAGEConv
+
+__all__ = ["IDX_BYTES", "ModelShape", "Prediction", "Workload"]
+
+#: Bytes of one int64 index.
+IDX_BYTES = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    """What the cost models need of a model: widths, heads, aggregation widths, parameters.
+
+    Attributes:
+        name: ``gcn``, ``sage``, ``gin`` or ``gat``.
+        widths: ``[F, w_1, ..., C]``: each layer's input and output widths (GAT: heads x width).
+        agg_widths: Width of the tensor each layer aggregates (what crosses edges).
+        heads: Attention heads per layer (1 for other models).
+        grad_through_agg: Per layer, whether the aggregated tensor needs a gradient (then the
+            backward pass exchanges it too).
+        cacheable: Per layer, whether the aggregation has no parameters (offload's hybrid).
+        params: Number of parameters.
+        elem: Bytes per element (4: float32, 8: float64).
+        param_tensors: Number of parameter tensors (the optimizer's fixed cost is per tensor).
+    """
+
+    name: str
+    widths: tuple[int, ...]
+    agg_widths: tuple[int, ...]
+    heads: tuple[int, ...]
+    grad_through_agg: tuple[bool, ...]
+    cacheable: tuple[bool, ...]
+    params: int
+    elem: int = 4
+    param_tensors: int = 0
+
+    @property
+    def tensors(self) -> int:
+        """Parameter tensors the optimizer steps (two per layer when not recorded)."""
+        return self.param_tensors or 2 * self.num_layers
+
+    @property
+    def num_layers(self) -> int:
+        """Number of layers ``L``."""
+        return len(self.widths) - 1
+
+    @classmethod
+    def build(
+        cls, name: str, in_dim: int, classes: int, elem: int = 4, **kwargs: Any
+    ) -> ModelShape:
+        """The shape of :func:`~fleetgnn.nn.build_model` ``(name, in_dim, classes, **kwargs)``."""
+        model = build_model(name, in_dim, classes, **kwargs)
+        widths, aggw, heads, grad = [in_dim], [], [], []
+        for i, conv in enumerate(model.convs):
+            w_in = widths[-1]
+            if isinstance(conv, GATConv):
+                out, h = conv.out_width, conv.heads
+                aggw.append(out)  # transformed rows cross edges, with their attention
+                heads.append(h)
+                grad.append(True)
+            else:
+                out = conv.out_channels
+                heads.append(1)
+                narrow = out < w_in
+                if isinstance(conv, (GCNConv, SAGEConv)):
+                    aggw.append(out if narrow else w_in)
+                    grad.append(i > 0 or narrow)  # transformed first: parameters behind it
+                else:  # GIN aggregates its input
+                    aggw.append(w_in)
+                    grad.append(i > 0)
+            widths.append(out)
+        return cls(
+            name=name,
+            widths=tuple(widths),
+            agg_widths=tuple(aggw),
+            heads=tuple(heads),
+            grad_through_agg=tuple(grad),
+            cacheable=tuple(bool(model.cacheable_aggregation(i)) for i in range(len(aggw))),
+            params=sum(p.numel() for p in model.parameters()),
+            elem=elem,
+            param_tensors=len(list(model.parameters())),
+        )
+
+    def forward_flops(self, nodes: float, edges: float) -> tuple[float, float]:
+        """``(spmm edge-features, gemm flops)`` of one forward pass over ``nodes``/``edges``."""
+        spmm = gemm = 0.0
+        for i in range(self.num_layers):
+            w_in, w_out = self.widths[i], self.widths[i + 1]
+            spmm += edges * self.agg_widths[i] * (2 if self.heads[i] > 1 else 1)
+            gemm += 2.0 * nodes * w_in * w_out * (2 if self.name == "gin" else 1)
+        return spmm, gemm
+
+    def activation_bytes(self, nodes: float, edges: float) -> float:
+        """Autograd's saved activations of one forward pass (per node and per edge terms)."""
+        per_layer = 0.0
+        for i in range(self.num_layers):
+            w_in, w_out = self.widths[i], self.widths[i + 1]
+            per_layer += nodes * (2 * w_in + 3 * w_out) * self.elem  # dropout mask, input, out
+            if self.heads[i] > 1:
+                per_layer += edges * self.heads[i] * 4 * self.elem  # scores, softmax, dropout
+        return per_layer + edges * IDX_BYTES * 2  # the topology and its transpose
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """The graph and the training setup a plan is for.
+
+    Attributes:
+        num_nodes: ``N``.
+        num_edges: ``E``.
+        num_features: ``F``.
+        num_classes: ``C``.
+        num_train: Training nodes.
+        model: The model's shape.
+        batch_size: Seeds per step (mini-batch engines): per rank for ``minibatch`` (its
+            ``SeedLoader`` slots), the global batch for ``split``.
+        fanouts: Sampled neighbours per layer (mini-batch engines).
+        graph: The dataset itself, for exact counts (``None``: modelled from the counts).
+        source: Where the numbers come from (stated in reports).
+    """
+
+    num_nodes: int
+    num_edges: int
+    num_features: int
+    num_classes: int
+    num_train: int
+    model: ModelShape
+    batch_size: int = 1024
+    fanouts: tuple[int, ...] = (10, 10)
+    graph: Graph | None = None
+    source: str = ""
+
+    @property
+    def mean_degree(self) -> float:
+        """``E / N``."""
+        return self.num_edges / max(self.num_nodes, 1)
+
+
+@dataclasses.dataclass
+class Prediction:
+    """One engine's predicted epoch.
+
+    Attributes:
+        engine: The engine's name.
+        fits: Whether every tier fits its capacity.
+        epoch_s: Predicted seconds per epoch.
+        traffic: Bytes per link kind per epoch, summed over ranks.
+        memory: Peak bytes per rank and tier (``device``, ``host``), as the engine reports
+            them (its ``peak_memory()``, the ``memory`` of ``metrics.jsonl``).
+        knobs: The engine settings the prediction is for.
+        steps: Optimisation steps per epoch.
+        breakdown: Seconds per component (``compute``, each link kind, ``dropout``,
+            ``overhead`` and ``latency`` of :mod:`fleetgnn.cost.models`).
+        reasons: Why it does not fit, or notes on the model.
+        workspace: Bytes per rank and tier the engine needs beyond what it reports in
+            ``memory`` (the mini-batch engines report their store or cache; a step's input
+            rows, activations and the model's state come on top). Fitting counts both.
+    """
+
+    engine: str
+    fits: bool
+    epoch_s: float
+    traffic: dict[str, int]
+    memory: dict[str, int]
+    knobs: dict[str, Any]
+    steps: int = 1
+    breakdown: dict[str, float] = dataclasses.field(default_factory=dict)
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    workspace: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` form of one engine."""
+        return {
+            "fits": self.fits,
+            "epoch_s": self.epoch_s,
+            "traffic": dict(self.traffic),
+            "memory": dict(self.memory),
+            "knobs": dict(self.knobs),
+            "steps": self.steps,
+            "breakdown": dict(self.breakdown),
+            "reasons": list(self.reasons),
+            "workspace": dict(self.workspace),
+        }
