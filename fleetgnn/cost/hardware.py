@@ -82,6 +82,7 @@ from fleetgnn.config.textfile import load_yaml_file
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 from fleetgnn.ops import Adjacency, gspmm
+from fleetgnn.store.placement import DGX1_V100_LINKS
 
 #: Link kinds of the traffic meter, in report order (the same tuple as
 #: :data:`fleetgnn.distributed.traffic.LINK_KINDS`, which this layer may not import).
@@ -636,13 +637,7 @@ def _uniform(n: int, local: float, link: float) -> list[list[float]]:
     return [[local if i == j else link for j in range(n)] for i in range(n)]
 
 
-# XGNN Sec. 6 / ../shared/notes/xgnn.md golden placement test: the 8x V100 hybrid cube-mesh,
-# GB/s per direction per pair (one NVLink 2 link = 25 GB/s, a doubled link = 50); pairs not
-# listed have no NVLink. The same matrix as fleetgnn.store.placement's "dgx1-v100" topology.
-DGX1_V100_LINKS: str = (
-    "0-1:25 0-2:25 0-3:50 0-6:50 1-2:50 1-3:25 1-7:50 2-3:50 2-4:25 3-5:25 4-5:50 4-6:25 "
-    "4-7:50 5-6:50 5-7:25 6-7:25"
-)
+# The 8x V100 hybrid cube-mesh (XGNN Sec. 6): the store's "dgx1-v100" topology, one copy.
 _V100_LOCAL = 700 * GB  # XGNN notes' local bandwidth (V100 HBM2 900 GB/s datasheet, ~78%)
 
 

@@ -1188,8 +1188,10 @@ def solve_placement(bandwidth: Sequence[Sequence[float]] | np.ndarray) -> Placem
 #: Named device topologies accepted by :func:`topology_matrix` (``store.topology``).
 TOPOLOGIES: tuple[str, ...] = ("uniform", "dgx1-v100")
 
-# 8x V100 DGX-1 hybrid cube-mesh NVLink (XGNN Sec. 6, its golden placement test): GB/s per link
-_DGX1_V100_LINKS = (
+#: 8x V100 DGX-1 hybrid cube-mesh NVLink (XGNN Sec. 6, its golden placement test): GB/s per
+#: direction per pair (one NVLink 2 link = 25 GB/s, a doubled link = 50); pairs not listed have no
+#: NVLink. The one copy: the ``dgx1-v100`` hardware profile of the cost model reads it too.
+DGX1_V100_LINKS = (
     "0-1:25 0-2:25 0-3:50 0-6:50 1-2:50 1-3:25 1-7:50 2-3:50 2-4:25 3-5:25 4-5:50 4-6:25 "
     "4-7:50 5-6:50 5-7:25 6-7:25"
 )
@@ -1203,7 +1205,7 @@ TopologySpec = str | os.PathLike | Sequence[Sequence[float]] | np.ndarray | None
 def _dgx1_v100() -> np.ndarray:
     b = np.zeros((8, 8))
     np.fill_diagonal(b, _LOCAL_BANDWIDTH)
-    for link in _DGX1_V100_LINKS.split():
+    for link in DGX1_V100_LINKS.split():
         ij, w = link.split(":")
         i, j = (int(v) for v in ij.split("-"))
         b[i, j] = b[j, i] = float(w)
