@@ -206,7 +206,9 @@ class SplitEngineConfig(SampledConfig):
         prefetch: Sample, split and load the next step's rows in a background thread.
         report_dp: Also sample the data-parallel counterfactual of every step (W micro-batches
             of the same targets, on rank 0) to report the redundancy and host bytes split
-            parallelism saved (costs W extra samplings per step on rank 0).
+            parallelism saved. Off by default: it costs W extra samplings per step on rank 0,
+            and the planner's replay (:mod:`fleetgnn.cost.replay`) computes the same counts
+            offline.
         debug_collectives: Verify every collective's shapes across ranks before it runs.
     """
 
@@ -214,7 +216,7 @@ class SplitEngineConfig(SampledConfig):
     book: str | None = None
     device_budget: str | int | None = None
     prefetch: bool = True
-    report_dp: bool = True
+    report_dp: bool = False
     debug_collectives: bool = False
 
     def __post_init__(self) -> None:

@@ -350,14 +350,16 @@ class SplitConfig:
         partition: Offline partition deciding vertex ownership, see :attr:`PARTITIONS`.
         book: A saved partition book directory (``null``: the dataset's
             ``partitions/<partition>-<W>`` if present, else computed once on rank 0).
-        report_dp: Report the data-parallel counterfactual (redundant edges, host bytes).
+        report_dp: Report the data-parallel counterfactual (redundant edges, host bytes); off by
+            default (W extra samplings per step on rank 0; the planner's replay counts it
+            offline).
     """
 
     PARTITIONS: ClassVar[tuple[str, ...]] = SPLIT_PARTITIONS
 
     partition: str = "metis"
     book: str | None = None
-    report_dp: bool = True
+    report_dp: bool = False
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
 

@@ -194,7 +194,7 @@ def _cache_rank(comm):
         b = eng.prepare(0, 0)
         loaded = b.splits[0].block.src_ids.numpy()[b.splits[0].rows]
         hits, misses = b.counters["rows_cached"], b.counters["rows_host"]
-    cfg = _config("sage", ["store.device_budget=1KB"])
+    cfg = _config("sage", ["store.device_budget=1KB", "split.report_dp=true"])
     model = model_from_config(cfg, graph)
     with SplitEngine(model, graph, context_of(comm), cfg.engine_config(), book=book) as eng:
         b2 = eng.prepare(0, 0)
@@ -234,7 +234,7 @@ def test_split_engine_through_the_cli(tmp_path):
     argv = ["train", "--engine", "split", "--nproc", "2", "--epochs", "2", "--run-dir", str(run)]
     argv += ["--no-progress", "--set", "data.preset=tiny", "--set", "data.scale=0.3"]
     argv += ["--set", f"data.cache_dir={tmp_path / 'cache'}", "--set", "train.batch_size=64"]
-    argv += ["--set", "split.partition=random"]
+    argv += ["--set", "split.partition=random", "--set", "split.report_dp=true"]
     assert main(argv) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["engine"] == "split" and summary["world_size"] == 2
