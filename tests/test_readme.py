@@ -1,9 +1,12 @@
-"""The README's Python API script runs as written (on real Cora, paths and epochs shortened)."""
+"""The README's commands and claims: the Python API script runs as written (on real Cora, paths
+and epochs shortened), the Quick start reaches the accuracy it states, links resolve."""
 
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from fleetgnn.graph import write_dataset
 from fleetgnn.graph.loaders.bundled import DATA_DIR
@@ -104,3 +107,24 @@ def test_install_is_told_for_gpu_and_cpu_machines():
     cpu = f"pip install {pin} --index-url https://download.pytorch.org/whl/cpu"
     assert lines[1].startswith(cpu) and "CPU" in lines[1]
     assert "may pull several GB" not in quick  # the old advice, wrong on a GPU machine
+
+
+@pytest.mark.slow
+def test_quick_start_reaches_the_accuracy_the_readme_states(tmp_path, monkeypatch):
+    """`fleetgnn train` with no arguments: the first epoch's and the best test accuracy are the
+    numbers the Quick start states (read from the README, so the two cannot drift apart)."""
+    from fleetgnn.cli.main import main
+    from fleetgnn.train import read_metrics
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    stated = r"climbs from (0\.\d+) to ~(0\.\d+) test accuracy over the (\d+) epochs"
+    claim = re.search(stated, text)
+    assert claim, "the Quick start no longer states its accuracy"
+    first, best, epochs = float(claim[1]), float(claim[2]), int(claim[3])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # generated as on first use
+    run = tmp_path / "run"
+    assert main(["train", "--run-dir", str(run), "--quiet"]) == 0
+    records = [r for r in read_metrics(run / "metrics.jsonl") if "epoch" in r]
+    assert len(records) == epochs
+    assert abs(records[0]["test_acc"] - first) <= 0.03, records[0]
+    assert abs(max(r["test_acc"] for r in records) - best) <= 0.03, records
