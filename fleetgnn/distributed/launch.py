@@ -24,6 +24,13 @@ of torch elastic's ``SignalException``; a restarted group learns which ranks fai
 out-of-memory killer at work: its line says ``killed by SIGKILL (exit -9): out of memory?`` with
 what the kernel counted (:func:`oom_kills`: this cgroup's ``oom_kill`` counter before and after
 the launch, else the machine's in ``/proc/vmstat``; never the kernel log).
+
+Leftovers: the agent's files, the workers' error files (``pytorch-errorfile-*.pickle``, named
+with ``tempfile`` in this process) included, go to one temporary directory removed when the
+launch ends; multiprocessing's named semaphores carry the creating process's PID and host tag
+(``/dev/shm/sem.mp-fleetgnn-sem-h<tag>-p<pid>-*``), so when a whole group is killed,
+:func:`sweep_stale_launch_files` (``fleetgnn train`` calls it as it starts) removes them and
+the directory once that process is gone, and nothing else.
 """
 
 from __future__ import annotations
@@ -163,10 +170,15 @@ def _run_worker(fn: Callable[..., Any], *args: Any) -> Any:
     ``finally`` blocks have run by then. A stop signal that arrived while the worker was still
     starting (blocked since its fork) is handled the same way once this function begins.
     """
+    import multiprocessing
+
     import torch.distributed as dist
 
     signal.signal(signal.SIGINT, _on_sigint)
     signal.signal(signal.SIGTERM, _on_sigint)
+    # semaphores this worker makes are named after it, as the launcher's are (_named_semaphores)
+    config = multiprocessing.current_process()._config  # type: ignore[attr-defined]
+    config["semprefix"] = "/mp-" + _owned_name("sem")
     try:
         # started with the stop signals blocked (_Agent._start_workers): one that came during
         # start-up is delivered now, to the handler above
@@ -315,6 +327,115 @@ def _removed_after(path: str) -> Iterator[None]:
         yield
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _owned_name(kind: str) -> str:
+    """``fleetgnn-KIND-h<host and PID namespace tag>-p<pid>``, how this process's leftovers start.
+
+    A later sweep tells from it that they are fleetgnn's and whether their creator is gone.
+    """
+    from fleetgnn.graph.files import owner_tag
+
+    return f"fleetgnn-{kind}-h{owner_tag()}-p{os.getpid()}"
+
+
+@contextlib.contextmanager
+def _temp_files_in(path: str) -> Iterator[None]:
+    """Make ``tempfile``'s default directory ``path`` in this process while the block runs.
+
+    The agent names every worker's error file (``pytorch-errorfile-*.pickle``, which a worker
+    that raises writes and nobody removes) with ``tempfile`` in this process: they land in
+    ``path``, which :func:`launch` removes when it ends.
+    """
+    import tempfile
+
+    saved = tempfile.tempdir
+    tempfile.tempdir = path
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
+@contextlib.contextmanager
+def _named_semaphores() -> Iterator[None]:
+    """Name this process's multiprocessing semaphores ``/mp-fleetgnn-sem-h<tag>-p<pid>-*``.
+
+    Under the ``spawn`` start method every ``multiprocessing`` lock, queue and event is a named
+    POSIX semaphore (``/dev/shm/sem.mp-*``; the agent makes 9 for two workers) that this process
+    unlinks when it exits, or its resource tracker when this process dies alone. When the whole
+    group is killed nobody does; the name then says whose it was, and
+    :func:`sweep_stale_launch_files` removes it once that process is gone (an unnamed
+    ``sem.mp-*`` could be any program's).
+    """
+    import multiprocessing
+
+    config = multiprocessing.current_process()._config  # type: ignore[attr-defined]
+    saved = config.get("semprefix")
+    config["semprefix"] = "/mp-" + _owned_name("sem")
+    try:
+        yield
+    finally:
+        if saved is None:
+            config.pop("semprefix", None)
+        else:
+            config["semprefix"] = saved
+
+
+_LEFTOVER_RE = r"^{prefix}fleetgnn-{kind}-h(?P<tag>[0-9a-f]{{8}})-p(?P<pid>\d+)-[A-Za-z0-9_]+$"
+
+
+def sweep_stale_launch_files(
+    temp_dir: str | None = None, shm: str | None = None
+) -> list[tuple[str, str]]:
+    """Remove what :func:`launch` runs whose launching process is gone left behind.
+
+    A launch killed as a whole (``kill -9`` of its process group) leaves its error-file
+    directory (``fleetgnn-elastic-h<tag>-p<pid>-*`` in the temporary folder) and its named
+    semaphores (``sem.mp-fleetgnn-sem-h<tag>-p<pid>-*`` in ``/dev/shm``). Only those named
+    after a process of this host and PID namespace (``<tag>``, see
+    :func:`~fleetgnn.graph.files.owner_tag`) that no longer exists are removed; another
+    program's files, a live run's and another namespace's are left alone.
+
+    Args:
+        temp_dir: Where the error-file directories are (default: ``tempfile.gettempdir()``).
+        shm: Where the semaphores are (default: :func:`~fleetgnn.distributed.shm.shm_dir`).
+
+    Returns:
+        ``(kind, path)`` per removed leftover, ``kind`` ``"directory"`` or ``"semaphore"``.
+    """
+    import re
+    import shutil
+    import tempfile
+
+    from fleetgnn.distributed.shm import shm_dir
+    from fleetgnn.graph.files import owner_tag, process_alive
+
+    removed: list[tuple[str, str]] = []
+    places = (
+        (temp_dir or tempfile.gettempdir(), "", "elastic", "directory"),
+        (shm or shm_dir(), "sem\\.mp-", "sem", "semaphore"),
+    )
+    for directory, prefix, kind, what in places:
+        pattern = re.compile(_LEFTOVER_RE.format(prefix=prefix, kind=kind))
+        with contextlib.suppress(OSError):
+            names = sorted(os.listdir(directory))
+            for name in names:
+                m = pattern.match(name)
+                if not m or m.group("tag") != owner_tag() or process_alive(int(m.group("pid"))):
+                    continue
+                path = os.path.join(directory, name)
+                try:
+                    if what == "directory":
+                        if os.path.islink(path) or not os.path.isdir(path):
+                            continue
+                        shutil.rmtree(path)
+                    else:
+                        os.unlink(path)
+                except OSError:
+                    continue
+                removed.append((what, path))
+    return removed
 
 
 @contextlib.contextmanager
@@ -555,7 +676,7 @@ def launch(
         extra["shutdown_timeout"] = SHUTDOWN_TIMEOUT_S
     # the agent's per-worker error files, in a directory removed afterwards (torch's default is a
     # torchelastic_* directory in /tmp that nobody removes)
-    log_dir = tempfile.mkdtemp(prefix=f"fleetgnn-elastic-{os.getpid()}-")
+    log_dir = tempfile.mkdtemp(prefix=_owned_name("elastic") + "-")
     if "logs_specs" in fields:
         extra["logs_specs"] = DefaultLogsSpecs(log_dir=log_dir)
     config = LaunchConfig(
@@ -580,6 +701,8 @@ def launch(
         _env(RESTART_FAILURES_ENV, None),
         _agent_reporting_restarts(),
         _removed_after(log_dir),
+        _temp_files_in(log_dir),
+        _named_semaphores(),
     ):
         try:
             return dict(elastic_launch(config, _run_worker)(fn, *args))
