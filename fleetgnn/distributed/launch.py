@@ -20,10 +20,12 @@ Reporting: a worker's :class:`~fleetgnn.errors.FleetgnnError` comes back as its 
 (:class:`WorkerFailed`); Ctrl-C (SIGINT to the launcher, or to the whole process group from a
 terminal) stops every worker quietly and raises :class:`KeyboardInterrupt` in the caller instead
 of torch elastic's ``SignalException``; a restarted group learns which ranks failed and why from
-:func:`restart_info`. A worker killed by SIGKILL (no error record) is most often the kernel's
-out-of-memory killer at work: its line says ``killed by SIGKILL (exit -9): out of memory?`` with
-what the kernel counted (:func:`oom_kills`: this cgroup's ``oom_kill`` counter before and after
-the launch, else the machine's in ``/proc/vmstat``; never the kernel log).
+:func:`restart_info`. A worker killed by SIGKILL (no error record) is said to be out of memory
+only when the kernel counted an OOM kill during the launch (:func:`oom_kills`: this cgroup's
+``oom_kill`` counter before and after the launch, else the machine's in ``/proc/vmstat``; never
+the kernel log): ``killed by SIGKILL (exit -9): out of memory (the kernel's OOM killer killed 1
+process in this cgroup during the run)``; with no OOM kill counted the line says it was not the
+OOM killer, and with no readable count that it may have been either.
 
 Leftovers: the agent's files, the workers' error files (``pytorch-errorfile-*.pickle``, named
 with ``tempfile`` in this process) included, go to one temporary directory removed when the
@@ -97,8 +99,9 @@ _OOM_SOURCES = (
     ("sys/fs/cgroup/memory/memory.oom_control", "this cgroup"),
     ("proc/vmstat", "this machine"),
 )
-#: What a SIGKILLed worker's line adds to ``killed by SIGKILL (exit -9)``.
-OOM_HINT = "out of memory?"
+#: What a SIGKILLed worker's line adds to ``killed by SIGKILL (exit -9): `` when the kernel's OOM
+#: killer may have sent it (it counted a kill during the run, or its count is not readable).
+OOM_HINT = "out of memory"
 
 
 def _cgroup_paths(root: str) -> dict[str, str]:
@@ -146,17 +149,28 @@ def oom_kills(root: str = "/") -> tuple[str, int] | None:
     return None
 
 
-def _oom_evidence(before: tuple[str, int] | None) -> str:
-    """`` (the kernel's OOM killer killed N processes in SCOPE during the run)``, or ``""``."""
+def _sigkill_cause(before: tuple[str, int] | None) -> str:
+    """What follows ``killed by SIGKILL (exit -9)``: the OOM killer only if the kernel counted it.
+
+    Compares :func:`oom_kills` now with ``before`` (read when the launch started):
+    ``: out of memory (the kernel's OOM killer killed N processes in SCOPE during the run)``
+    when it counted kills; ``, not by the kernel's OOM killer (...)`` when it counted none (a
+    person, a job scheduler or another program sent it); ``: out of memory, or another process
+    (...)`` when no count is readable here (no claim either way).
+    """
     after = oom_kills()
     if before is None or after is None or before[0] != after[0]:
-        return ""
+        unknown = "the kernel's OOM kill count is not readable here"
+        return f": {OOM_HINT}, or another process ({unknown})"
     n = after[1] - before[1]
     if n <= 0:
-        return f" (the kernel counted no OOM kill in {after[0]} during the run)"
+        return (
+            f", not by the kernel's OOM killer (it counted no OOM kill in {after[0]} during the "
+            f"run): another process or a person sent it"
+        )
     return (
-        f" (the kernel's OOM killer killed {n} process{'es' if n > 1 else ''} in {after[0]} "
-        f"during the run)"
+        f": {OOM_HINT} (the kernel's OOM killer killed {n} process{'es' if n > 1 else ''} in "
+        f"{after[0]} during the run)"
     )
 
 
@@ -539,12 +553,12 @@ def _signal_name(failure: Any) -> str:
     return name or f"signal {-code}"
 
 
-def _failure_message(failure: Any, oom: str = "") -> str:
+def _failure_message(failure: Any, sigkill: str = "") -> str:
     """One line for one failed worker: a user error's message, else its exception or signal.
 
     A worker killed by a signal (no error record) is ``killed by SIGTERM (exit -15)``; by
-    SIGKILL, what the OOM killer sends, ``killed by SIGKILL (exit -9): out of memory?`` followed
-    by ``oom`` (what the kernel counted, see :func:`_oom_evidence`).
+    SIGKILL, ``killed by SIGKILL (exit -9)`` followed by ``sigkill`` (whether the kernel's OOM
+    killer sent it, see :func:`_sigkill_cause`).
     """
     user = _user_message(failure)
     if user is not None:
@@ -552,7 +566,7 @@ def _failure_message(failure: Any, oom: str = "") -> str:
     name = _signal_name(failure)
     if name and not _has_error_record(failure):
         line = f"killed by {name} (exit {failure.exitcode})"
-        return f"{line}: {OOM_HINT}{oom}" if name == "SIGKILL" else line
+        return f"{line}{sigkill}" if name == "SIGKILL" else line
     return error_summary(_failure_text(failure))
 
 
@@ -714,6 +728,6 @@ def launch(
             if all(getattr(f, "exitcode", None) == EXIT_INTERRUPTED for f in e.failures.values()):
                 raise KeyboardInterrupt("workers were interrupted") from None
             failures = {int(rank): _failure_text(f) for rank, f in e.failures.items()}
-            oom = _oom_evidence(oom_before)
-            messages = {int(rank): _failure_message(f, oom) for rank, f in e.failures.items()}
+            cause = _sigkill_cause(oom_before)
+            messages = {int(rank): _failure_message(f, cause) for rank, f in e.failures.items()}
             raise _worker_failed(failures, messages) from None
