@@ -41,7 +41,10 @@ class NonFiniteLossError(FleetgnnError):
 class DiskFullError(FleetgnnError):
     """A write failed because the file system (or the user's quota) is full.
 
-    The message is one line, ``no space left on DEVICE: needs N bytes, M free; FIX``.
+    The message is one line: ``no space left on DEVICE: writing 'PATH' (N bytes) failed; M bytes
+    free; FIX``. When ``M`` is measured again after the partial files were removed it can exceed
+    ``N`` (the space went to the files written before it, other programs, reserved blocks or a
+    quota); the message then says so instead of seeming to contradict itself.
 
     Args:
         device: The file system, as shown in the message (its mount point and source).
@@ -49,20 +52,48 @@ class DiskFullError(FleetgnnError):
         free: Bytes free on the file system.
         fix: What to do about it, appended to the message.
         path: The file or directory being written (to measure ``free`` again later).
+        remeasured: ``free`` was measured after the partial files were removed.
+        checked: No write failed: a check before writing found too little space (the message
+            says ``'PATH' needs N bytes``).
     """
 
-    def __init__(self, device: str, need: int, free: int, fix: str = "", path: str = "") -> None:
+    def __init__(
+        self,
+        device: str,
+        need: int,
+        free: int,
+        fix: str = "",
+        path: str = "",
+        remeasured: bool = False,
+        checked: bool = False,
+    ) -> None:
         self.device, self.need, self.free, self.fix, self.path = device, need, free, fix, path
+        self.remeasured, self.checked = remeasured, checked
         super().__init__(self._message())
 
     def _message(self) -> str:
+        what = f"writing '{self.path}'" if self.path else "a write"
+        what = f"{what} ({self.need} bytes) failed"
+        if self.checked:
+            what = f"'{self.path}' needs {self.need} bytes" if self.path else f"needs {self.need}"
+        free = f"{self.free} bytes free"
+        if self.remeasured:
+            free += " now that the partial files are removed"
+        if self.free >= self.need and not self.checked:
+            free += (
+                " (enough for this write alone: the files written before it, other programs, "
+                "reserved blocks or a quota took the space while it ran)"
+            )
         tail = f"; {self.fix}" if self.fix else ""
-        return f"no space left on {self.device}: needs {self.need} bytes, {self.free} free{tail}"
+        return f"no space left on {self.device}: {what}; {free}{tail}"
 
     def __reduce__(self) -> tuple:
-        return (type(self), (self.device, self.need, self.free, self.fix, self.path))
+        args = (self.device, self.need, self.free, self.fix, self.path, self.remeasured)
+        args += (self.checked,)
+        return (type(self), args)
 
     def update_free(self, free: int) -> None:
-        """Set the free bytes shown (e.g. measured again once partial files are removed)."""
+        """Set the free bytes shown, measured again once partial files are removed."""
         self.free = int(free)
+        self.remeasured = True
         self.args = (self._message(),)

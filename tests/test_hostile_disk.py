@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import re
 import stat
 from pathlib import Path
@@ -27,7 +28,9 @@ from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.train.checkpoint import CheckpointDir, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-DISK_FULL = re.compile(r"no space left on '.+'.*: needs \d+ bytes, \d+ free; ")
+DISK_FULL = re.compile(
+    r"no space left on '.+'.*: writing '.+' \(\d+ bytes\) failed; \d+ bytes free"
+)
 
 
 def _enospc(*args: object, **kwargs: object) -> None:
@@ -102,7 +105,7 @@ def test_checkpoint_save_on_a_full_disk_keeps_the_previous_one(tmp_path, monkeyp
         d.save({"w": torch.zeros(1000), "step": 2}, best=True)
     msg = str(info.value)
     assert DISK_FULL.search(msg) and "\n" not in msg
-    need = int(re.search(r"needs (\d+) bytes", msg).group(1))
+    need = int(re.search(r"' \((\d+) bytes\) failed", msg).group(1))
     assert need > 4000  # the serialized checkpoint's size
     monkeypatch.undo()
     assert load_checkpoint(d.last)["step"] == 1
@@ -157,3 +160,19 @@ def test_torch_requirement_excludes_the_weights_only_bypass():
     (req,) = [Requirement(r) for r in re.findall(r'^\s*"(torch[<>=!~, .0-9]*)"', text, re.M)]
     assert not req.specifier.contains("2.5.1")  # CVE-2025-32434
     assert req.specifier.contains("2.6.0") and req.specifier.contains("2.13.0")
+
+
+def test_disk_full_message_never_contradicts_itself():
+    """Issue 30, finding 9: "needs 4.9 MB, 20.9 MB free" after the partial files were removed."""
+    err = DiskFullError("'/data' (/dev/sdb ext4)", 4_900_000, 1_000, "free some space", "/d/x.npy")
+    assert str(err) == (
+        "no space left on '/data' (/dev/sdb ext4): writing '/d/x.npy' (4900000 bytes) failed; "
+        "1000 bytes free; free some space"
+    )
+    err.update_free(20_900_000)
+    msg = str(err)
+    assert (
+        "20900000 bytes free now that the partial files are removed (enough for this write " in msg
+    )
+    assert "took the space while it ran); free some space" in msg and "\n" not in msg
+    assert str(pickle.loads(pickle.dumps(err))) == msg  # as a worker reports it

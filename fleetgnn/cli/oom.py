@@ -1,10 +1,11 @@
 """What ``fleetgnn train`` adds when a worker was SIGKILLed: the planner's predicted memory.
 
-The launcher's line for a worker killed by SIGKILL already says ``out of memory?`` and what the
-kernel counted (:func:`~fleetgnn.distributed.launch.oom_kills`). Here the CLI, which knows the
-run's config and dataset, adds what the cost model predicted each rank would hold for this
-engine and config (:func:`~fleetgnn.cost.planner.predict_engine`), so a user can compare it with
-the machine's memory: ``...; the planner predicted about 563.0 MB per rank for minibatch (device
+The launcher's line for a worker killed by SIGKILL already says whether the kernel counted an
+OOM kill (:func:`~fleetgnn.distributed.launch.oom_kills`). When it did, or when no count is
+readable (the line says ``out of memory``), the CLI, which knows the run's config and dataset,
+adds what the cost model predicted each rank would hold for this engine and config
+(:func:`~fleetgnn.cost.planner.predict_engine`), so a user can compare it with the machine's
+memory: ``...; the planner predicted about 563.0 MB per rank for minibatch (device
 64.0 MB + host 192.3 MB + workspace 306.6 MB; fleetgnn plan --dataset DIR shows more)``. The
 prediction comes from the run's ``plan.json`` when ``--engine auto`` wrote one (the hardware it
 was planned for), else from the ``local`` hardware profile (its quick calibration, cached). If
@@ -99,7 +100,11 @@ def predicted_memory(cfg: Any, dataset: str | Path, run_dir: str | Path) -> str 
 def explain_sigkill(
     err: WorkerFailed, cfg: Any, dataset: str | Path, run_dir: str | Path
 ) -> WorkerFailed:
-    """``err`` with the planner's prediction appended when a worker was SIGKILLed (in place)."""
+    """``err`` with the planner's prediction appended (in place) when a worker ran out of memory.
+
+    That is a worker killed by SIGKILL when the kernel's OOM killer counted a kill during the run,
+    or when no count is readable; a SIGKILL with no OOM kill counted gets no prediction.
+    """
     text = str(err)
     if f"SIGKILL (exit -9): {OOM_HINT}" not in text:
         return err

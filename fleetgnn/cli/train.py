@@ -161,11 +161,16 @@ def _sweep_leftovers(run_dir: Path, cfg: Any, quiet: bool, files: bool, segments
             cache = Path(getattr(cfg.data, "cache_dir", None) or default_cache_dir())
             removed += sweep_stale(cache / "datasets", files=False)
     if segments:
+        from fleetgnn.distributed.launch import sweep_stale_launch_files
         from fleetgnn.distributed.shm import sweep_stale_segments
 
         removed += [
             f"removed stale shared-memory segment '{p}' (owner process is gone)"
             for p in sweep_stale_segments()
+        ]
+        removed += [
+            f"removed stale launcher {what} '{p}' (owner process is gone)"
+            for what, p in sweep_stale_launch_files()
         ]
     report_removed(removed, "train", quiet)
 

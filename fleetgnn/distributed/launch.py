@@ -20,10 +20,19 @@ Reporting: a worker's :class:`~fleetgnn.errors.FleetgnnError` comes back as its 
 (:class:`WorkerFailed`); Ctrl-C (SIGINT to the launcher, or to the whole process group from a
 terminal) stops every worker quietly and raises :class:`KeyboardInterrupt` in the caller instead
 of torch elastic's ``SignalException``; a restarted group learns which ranks failed and why from
-:func:`restart_info`. A worker killed by SIGKILL (no error record) is most often the kernel's
-out-of-memory killer at work: its line says ``killed by SIGKILL (exit -9): out of memory?`` with
-what the kernel counted (:func:`oom_kills`: this cgroup's ``oom_kill`` counter before and after
-the launch, else the machine's in ``/proc/vmstat``; never the kernel log).
+:func:`restart_info`. A worker killed by SIGKILL (no error record) is said to be out of memory
+only when the kernel counted an OOM kill during the launch (:func:`oom_kills`: this cgroup's
+``oom_kill`` counter before and after the launch, else the machine's in ``/proc/vmstat``; never
+the kernel log): ``killed by SIGKILL (exit -9): out of memory (the kernel's OOM killer killed 1
+process in this cgroup during the run)``; with no OOM kill counted the line says it was not the
+OOM killer, and with no readable count that it may have been either.
+
+Leftovers: the agent's files, the workers' error files (``pytorch-errorfile-*.pickle``, named
+with ``tempfile`` in this process) included, go to one temporary directory removed when the
+launch ends; multiprocessing's named semaphores carry the creating process's PID and host tag
+(``/dev/shm/sem.mp-fleetgnn-sem-h<tag>-p<pid>-*``), so when a whole group is killed,
+:func:`sweep_stale_launch_files` (``fleetgnn train`` calls it as it starts) removes them and
+the directory once that process is gone, and nothing else.
 """
 
 from __future__ import annotations
@@ -90,8 +99,9 @@ _OOM_SOURCES = (
     ("sys/fs/cgroup/memory/memory.oom_control", "this cgroup"),
     ("proc/vmstat", "this machine"),
 )
-#: What a SIGKILLed worker's line adds to ``killed by SIGKILL (exit -9)``.
-OOM_HINT = "out of memory?"
+#: What a SIGKILLed worker's line adds to ``killed by SIGKILL (exit -9): `` when the kernel's OOM
+#: killer may have sent it (it counted a kill during the run, or its count is not readable).
+OOM_HINT = "out of memory"
 
 
 def _cgroup_paths(root: str) -> dict[str, str]:
@@ -139,17 +149,28 @@ def oom_kills(root: str = "/") -> tuple[str, int] | None:
     return None
 
 
-def _oom_evidence(before: tuple[str, int] | None) -> str:
-    """`` (the kernel's OOM killer killed N processes in SCOPE during the run)``, or ``""``."""
+def _sigkill_cause(before: tuple[str, int] | None) -> str:
+    """What follows ``killed by SIGKILL (exit -9)``: the OOM killer only if the kernel counted it.
+
+    Compares :func:`oom_kills` now with ``before`` (read when the launch started):
+    ``: out of memory (the kernel's OOM killer killed N processes in SCOPE during the run)``
+    when it counted kills; ``, not by the kernel's OOM killer (...)`` when it counted none (a
+    person, a job scheduler or another program sent it); ``: out of memory, or another process
+    (...)`` when no count is readable here (no claim either way).
+    """
     after = oom_kills()
     if before is None or after is None or before[0] != after[0]:
-        return ""
+        unknown = "the kernel's OOM kill count is not readable here"
+        return f": {OOM_HINT}, or another process ({unknown})"
     n = after[1] - before[1]
     if n <= 0:
-        return f" (the kernel counted no OOM kill in {after[0]} during the run)"
+        return (
+            f", not by the kernel's OOM killer (it counted no OOM kill in {after[0]} during the "
+            f"run): another process or a person sent it"
+        )
     return (
-        f" (the kernel's OOM killer killed {n} process{'es' if n > 1 else ''} in {after[0]} "
-        f"during the run)"
+        f": {OOM_HINT} (the kernel's OOM killer killed {n} process{'es' if n > 1 else ''} in "
+        f"{after[0]} during the run)"
     )
 
 
@@ -163,10 +184,15 @@ def _run_worker(fn: Callable[..., Any], *args: Any) -> Any:
     ``finally`` blocks have run by then. A stop signal that arrived while the worker was still
     starting (blocked since its fork) is handled the same way once this function begins.
     """
+    import multiprocessing
+
     import torch.distributed as dist
 
     signal.signal(signal.SIGINT, _on_sigint)
     signal.signal(signal.SIGTERM, _on_sigint)
+    # semaphores this worker makes are named after it, as the launcher's are (_named_semaphores)
+    config = multiprocessing.current_process()._config  # type: ignore[attr-defined]
+    config["semprefix"] = "/mp-" + _owned_name("sem")
     try:
         # started with the stop signals blocked (_Agent._start_workers): one that came during
         # start-up is delivered now, to the handler above
@@ -317,6 +343,115 @@ def _removed_after(path: str) -> Iterator[None]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _owned_name(kind: str) -> str:
+    """``fleetgnn-KIND-h<host and PID namespace tag>-p<pid>``, how this process's leftovers start.
+
+    A later sweep tells from it that they are fleetgnn's and whether their creator is gone.
+    """
+    from fleetgnn.graph.files import owner_tag
+
+    return f"fleetgnn-{kind}-h{owner_tag()}-p{os.getpid()}"
+
+
+@contextlib.contextmanager
+def _temp_files_in(path: str) -> Iterator[None]:
+    """Make ``tempfile``'s default directory ``path`` in this process while the block runs.
+
+    The agent names every worker's error file (``pytorch-errorfile-*.pickle``, which a worker
+    that raises writes and nobody removes) with ``tempfile`` in this process: they land in
+    ``path``, which :func:`launch` removes when it ends.
+    """
+    import tempfile
+
+    saved = tempfile.tempdir
+    tempfile.tempdir = path
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
+@contextlib.contextmanager
+def _named_semaphores() -> Iterator[None]:
+    """Name this process's multiprocessing semaphores ``/mp-fleetgnn-sem-h<tag>-p<pid>-*``.
+
+    Under the ``spawn`` start method every ``multiprocessing`` lock, queue and event is a named
+    POSIX semaphore (``/dev/shm/sem.mp-*``; the agent makes 9 for two workers) that this process
+    unlinks when it exits, or its resource tracker when this process dies alone. When the whole
+    group is killed nobody does; the name then says whose it was, and
+    :func:`sweep_stale_launch_files` removes it once that process is gone (an unnamed
+    ``sem.mp-*`` could be any program's).
+    """
+    import multiprocessing
+
+    config = multiprocessing.current_process()._config  # type: ignore[attr-defined]
+    saved = config.get("semprefix")
+    config["semprefix"] = "/mp-" + _owned_name("sem")
+    try:
+        yield
+    finally:
+        if saved is None:
+            config.pop("semprefix", None)
+        else:
+            config["semprefix"] = saved
+
+
+_LEFTOVER_RE = r"^{prefix}fleetgnn-{kind}-h(?P<tag>[0-9a-f]{{8}})-p(?P<pid>\d+)-[A-Za-z0-9_]+$"
+
+
+def sweep_stale_launch_files(
+    temp_dir: str | None = None, shm: str | None = None
+) -> list[tuple[str, str]]:
+    """Remove what :func:`launch` runs whose launching process is gone left behind.
+
+    A launch killed as a whole (``kill -9`` of its process group) leaves its error-file
+    directory (``fleetgnn-elastic-h<tag>-p<pid>-*`` in the temporary folder) and its named
+    semaphores (``sem.mp-fleetgnn-sem-h<tag>-p<pid>-*`` in ``/dev/shm``). Only those named
+    after a process of this host and PID namespace (``<tag>``, see
+    :func:`~fleetgnn.graph.files.owner_tag`) that no longer exists are removed; another
+    program's files, a live run's and another namespace's are left alone.
+
+    Args:
+        temp_dir: Where the error-file directories are (default: ``tempfile.gettempdir()``).
+        shm: Where the semaphores are (default: :func:`~fleetgnn.distributed.shm.shm_dir`).
+
+    Returns:
+        ``(kind, path)`` per removed leftover, ``kind`` ``"directory"`` or ``"semaphore"``.
+    """
+    import re
+    import shutil
+    import tempfile
+
+    from fleetgnn.distributed.shm import shm_dir
+    from fleetgnn.graph.files import owner_tag, process_alive
+
+    removed: list[tuple[str, str]] = []
+    places = (
+        (temp_dir or tempfile.gettempdir(), "", "elastic", "directory"),
+        (shm or shm_dir(), "sem\\.mp-", "sem", "semaphore"),
+    )
+    for directory, prefix, kind, what in places:
+        pattern = re.compile(_LEFTOVER_RE.format(prefix=prefix, kind=kind))
+        with contextlib.suppress(OSError):
+            names = sorted(os.listdir(directory))
+            for name in names:
+                m = pattern.match(name)
+                if not m or m.group("tag") != owner_tag() or process_alive(int(m.group("pid"))):
+                    continue
+                path = os.path.join(directory, name)
+                try:
+                    if what == "directory":
+                        if os.path.islink(path) or not os.path.isdir(path):
+                            continue
+                        shutil.rmtree(path)
+                    else:
+                        os.unlink(path)
+                except OSError:
+                    continue
+                removed.append((what, path))
+    return removed
+
+
 @contextlib.contextmanager
 def _env(key: str, value: str | None) -> Iterator[None]:
     """Set (or, with ``None``, remove) an environment variable for the duration of the block."""
@@ -418,12 +553,12 @@ def _signal_name(failure: Any) -> str:
     return name or f"signal {-code}"
 
 
-def _failure_message(failure: Any, oom: str = "") -> str:
+def _failure_message(failure: Any, sigkill: str = "") -> str:
     """One line for one failed worker: a user error's message, else its exception or signal.
 
     A worker killed by a signal (no error record) is ``killed by SIGTERM (exit -15)``; by
-    SIGKILL, what the OOM killer sends, ``killed by SIGKILL (exit -9): out of memory?`` followed
-    by ``oom`` (what the kernel counted, see :func:`_oom_evidence`).
+    SIGKILL, ``killed by SIGKILL (exit -9)`` followed by ``sigkill`` (whether the kernel's OOM
+    killer sent it, see :func:`_sigkill_cause`).
     """
     user = _user_message(failure)
     if user is not None:
@@ -431,7 +566,7 @@ def _failure_message(failure: Any, oom: str = "") -> str:
     name = _signal_name(failure)
     if name and not _has_error_record(failure):
         line = f"killed by {name} (exit {failure.exitcode})"
-        return f"{line}: {OOM_HINT}{oom}" if name == "SIGKILL" else line
+        return f"{line}{sigkill}" if name == "SIGKILL" else line
     return error_summary(_failure_text(failure))
 
 
@@ -555,7 +690,7 @@ def launch(
         extra["shutdown_timeout"] = SHUTDOWN_TIMEOUT_S
     # the agent's per-worker error files, in a directory removed afterwards (torch's default is a
     # torchelastic_* directory in /tmp that nobody removes)
-    log_dir = tempfile.mkdtemp(prefix=f"fleetgnn-elastic-{os.getpid()}-")
+    log_dir = tempfile.mkdtemp(prefix=_owned_name("elastic") + "-")
     if "logs_specs" in fields:
         extra["logs_specs"] = DefaultLogsSpecs(log_dir=log_dir)
     config = LaunchConfig(
@@ -580,6 +715,8 @@ def launch(
         _env(RESTART_FAILURES_ENV, None),
         _agent_reporting_restarts(),
         _removed_after(log_dir),
+        _temp_files_in(log_dir),
+        _named_semaphores(),
     ):
         try:
             return dict(elastic_launch(config, _run_worker)(fn, *args))
@@ -591,6 +728,6 @@ def launch(
             if all(getattr(f, "exitcode", None) == EXIT_INTERRUPTED for f in e.failures.values()):
                 raise KeyboardInterrupt("workers were interrupted") from None
             failures = {int(rank): _failure_text(f) for rank, f in e.failures.items()}
-            oom = _oom_evidence(oom_before)
-            messages = {int(rank): _failure_message(f, oom) for rank, f in e.failures.items()}
+            cause = _sigkill_cause(oom_before)
+            messages = {int(rank): _failure_message(f, cause) for rank, f in e.failures.items()}
             raise _worker_failed(failures, messages) from None

@@ -15,7 +15,9 @@ of the mean loss over all training nodes, exactly what the reference engine's fu
 
 Online tuning (MGG Sec. 4): with ``tune=True`` every epoch is one trial of ``(K, depth)`` chosen by
 :class:`GreedyTuner` from the slowest rank's epoch time; after the search settles (at most
-``max_trials`` epochs) the best configuration of its lookup table is used.
+``max_trials`` epochs) the best configuration of its lookup table is used. The search's state is
+part of the engine's checkpoint, so a resumed run continues it (same trials, same best) and ends
+bit-identical to the uninterrupted run, given the same latencies.
 
 Per-epoch stats (``epoch_extra()``): ``comm_s`` / ``wait_s`` / ``compute_s`` of the exchanges,
 forward and pipelined backward (see :class:`~fleetgnn.engines.halo.ExchangeTimes`),
@@ -44,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -150,9 +153,9 @@ class GreedyTuner:
 
     def report(self, config: tuple[int, int], latency: float) -> None:
         """Record the latency of ``config`` (a proposed one) and advance the search."""
-        config = (int(config[0]), int(config[1]))
+        config, latency = (int(config[0]), int(config[1])), float(latency)
         if config not in self.table:
-            self.table[config] = float(latency)
+            self.table[config] = latency
             self._order.append(config)
         if self.done or config != (self.space.chunks[self._ki], self.space.depth[self._di]):
             return
@@ -176,6 +179,56 @@ class GreedyTuner:
             self._di += 1
             return
         self._phase = 2
+
+    def state_dict(self) -> dict[str, Any]:
+        """The search's position and lookup table (plain Python values, for a checkpoint).
+
+        A run restored from it (:meth:`load_state_dict`) proposes what the uninterrupted run
+        would have: the same trials, then the same best configuration.
+        """
+        return {
+            "space": {"chunks": list(self.space.chunks), "depth": list(self.space.depth)},
+            "max_trials": self.max_trials,
+            "trials": [[k, d, self.table[(k, d)]] for k, d in self._order],
+            "phase": self._phase,
+            "chunk_index": self._ki,
+            "depth_index": self._di,
+            "phase_best": float(self._phase_best),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue the search recorded by :meth:`state_dict`.
+
+        Raises:
+            ConfigError: The state was searched over other candidates or another trial cap (the
+                config changed); the tuner is left as it was.
+            ValueError: The state is malformed.
+        """
+        space = state["space"]
+        saved = (tuple(int(v) for v in space["chunks"]), tuple(int(v) for v in space["depth"]))
+        if saved != (self.space.chunks, self.space.depth) or int(state["max_trials"]) != (
+            self.max_trials
+        ):
+            raise ConfigError(
+                f"the checkpoint's tuner searched chunks {list(saved[0])} and depths "
+                f"{list(saved[1])} with at most {int(state['max_trials'])} trials, this run "
+                f"chunks {list(self.space.chunks)} and depths {list(self.space.depth)} with at "
+                f"most {self.max_trials}; resume with the original fullgraph.tuner_* settings"
+            )
+        order = [(int(k), int(d)) for k, d, _ in state["trials"]]
+        table = {(int(k), int(d)): float(t) for k, d, t in state["trials"]}
+        phase, ki, di = int(state["phase"]), int(state["chunk_index"]), int(state["depth_index"])
+        if (
+            len(table) != len(order)
+            or any(k not in saved[0] or d not in saved[1] for k, d in order)
+            or not 0 <= phase <= 2
+            or not 0 <= ki < len(saved[0])
+            or not 0 <= di < len(saved[1])
+        ):
+            raise ValueError(f"malformed tuner state {dict(state)!r:.200}")
+        self.table, self._order = table, order
+        self._phase, self._ki, self._di = phase, ki, di
+        self._phase_best = float(state["phase_best"])
 
     def __repr__(self) -> str:
         return f"GreedyTuner(trials={len(self.table)}, best={self.best}, done={self.done})"
@@ -416,12 +469,29 @@ class FullGraphEngine(FullGraphEngineBase):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Model and optimizer state (identical on every rank) and the tuned knobs."""
-        return {**super().state_dict(), "knobs": [self.num_chunks, self.depth]}
+        """Model and optimizer state (identical on every rank), the knobs and the tuner's search.
+
+        With the search in the checkpoint a resumed run makes the uninterrupted run's choices
+        instead of searching afresh.
+        """
+        state = {**super().state_dict(), "knobs": [self.num_chunks, self.depth]}
+        if self.tuner is not None:
+            state["tuner"] = self.tuner.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict`.
+
+        A checkpoint without a tuner state, or one searched over other candidates (a warning),
+        starts a fresh search.
+        """
         super().load_state_dict(state)
+        if self.tuner is not None and state.get("tuner") is not None:
+            try:
+                self.tuner.load_state_dict(state["tuner"])
+            except ConfigError as e:  # the candidates changed: a fresh search is still valid
+                if self.rank == 0:
+                    warnings.warn(f"{e}; the tuner searches afresh", stacklevel=2)
         knobs: Sequence[int] = state.get("knobs", (self.num_chunks, self.depth))
         self.num_chunks, self.depth = int(knobs[0]), int(knobs[1])
 

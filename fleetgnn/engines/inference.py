@@ -634,7 +634,7 @@ def _make_scratch(base: str | os.PathLike[str] | None, need: int) -> Path:
         root.mkdir(parents=True, exist_ok=True)
         free = free_bytes(root)
         if need > free:
-            raise disk_full_error(root, need, _DISK_FIX)
+            raise disk_full_error(root, need, _DISK_FIX, checked=True)
         return Path(tempfile.mkdtemp(prefix=temp_prefix("inference"), dir=root))
     except OSError as e:  # a read-only or missing place (a full disk is a DiskFullError)
         raise ConfigError(

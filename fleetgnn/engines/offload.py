@@ -265,7 +265,7 @@ class OffloadEngine(FullGraphEngineBase):
                 # directory is shared; fleetgnn train sweeps its run directory anyway)
                 sweep_stale(root, files=False, legacy_names=(), names={_TOPOLOGY_NAME})
                 if need > free_bytes(root):
-                    raise disk_full_error(root, need, _DISK_FIX)
+                    raise disk_full_error(root, need, _DISK_FIX, checked=True)
                 path = Path(tempfile.mkdtemp(prefix=temp_prefix(_TOPOLOGY_NAME), dir=root))
             except OSError as e:  # a read-only or missing place (a full disk: DiskFullError)
                 raise ConfigError(

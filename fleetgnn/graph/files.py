@@ -5,7 +5,7 @@ Space. An array filled through a memory map is reserved on disk before it is map
 it, the file is filled with zeros by ``write()``), so a full disk is an ``ENOSPC`` error at the
 reservation instead of a ``SIGBUS`` in the middle of filling the map. Every ``ENOSPC``/``EDQUOT``
 becomes a :class:`~fleetgnn.errors.DiskFullError` whose message is one line, ``no space left on
-DEVICE: needs N bytes, M free; ...``.
+DEVICE: writing 'PATH' (N bytes) failed; M bytes free; ...``.
 
 Owners. Temporary directories and files are named after their owner process::
 
@@ -310,9 +310,16 @@ def _unescape_mount(text: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
 
 
-def disk_full_error(path: str | os.PathLike[str], need: int, fix: str) -> DiskFullError:
-    """A :class:`DiskFullError` for a write of ``need`` bytes at ``path``, ending with ``fix``."""
-    return DiskFullError(device_of(path), int(need), free_bytes(path), fix, path=str(path))
+def disk_full_error(
+    path: str | os.PathLike[str], need: int, fix: str, checked: bool = False
+) -> DiskFullError:
+    """A :class:`DiskFullError` for a write of ``need`` bytes at ``path``, ending with ``fix``.
+
+    ``checked``: no write failed; a check before writing found less than ``need`` bytes free.
+    """
+    return DiskFullError(
+        device_of(path), int(need), free_bytes(path), fix, path=str(path), checked=checked
+    )
 
 
 def refresh_free(err: BaseException) -> None:

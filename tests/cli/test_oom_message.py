@@ -1,5 +1,6 @@
-"""A SIGKILLed worker of `fleetgnn train --nproc 2` (what the kernel's OOM killer does) is one line
-saying "out of memory?", what the kernel counted, and the memory the planner predicted per rank."""
+"""A SIGKILLed worker of `fleetgnn train --nproc 2` is one line saying whether the kernel's OOM
+killer counted a kill during the run, and, when it may have been out of memory, the memory the
+planner predicted per rank."""
 
 import importlib
 import os
@@ -49,14 +50,56 @@ def test_oom_kills_reads_the_cgroup_then_the_machine(tmp_path):
     assert launch_mod.oom_kills(str(tmp_path / "nothing")) is None
 
 
-def test_oom_evidence_counts_kills_during_the_run(monkeypatch):
-    monkeypatch.setattr(launch_mod, "oom_kills", lambda: ("this cgroup", 4))
-    assert launch_mod._oom_evidence(("this cgroup", 3)) == (
-        " (the kernel's OOM killer killed 1 process in this cgroup during the run)"
+@pytest.mark.parametrize(
+    ("before", "now", "line", "predicted"),
+    [
+        (
+            ("this cgroup", 3),
+            ("this cgroup", 4),
+            "rank 1 was killed by SIGKILL (exit -9): out of memory (the kernel's OOM killer killed "
+            "1 process in this cgroup during the run)",
+            True,
+        ),
+        (
+            ("this cgroup", 4),
+            ("this cgroup", 4),
+            "rank 1 was killed by SIGKILL (exit -9), not by the kernel's OOM killer (it counted no "
+            "OOM kill in this cgroup during the run): another process or a person sent it",
+            False,
+        ),
+        (  # nothing readable, or not the same counter: no claim either way
+            None,
+            ("this cgroup", 4),
+            "rank 1 was killed by SIGKILL (exit -9): out of memory, or another process (the "
+            "kernel's OOM kill count is not readable here)",
+            True,
+        ),
+        (
+            ("this machine", 1),
+            ("this cgroup", 4),
+            "rank 1 was killed by SIGKILL (exit -9): out of memory, or another process (the "
+            "kernel's OOM kill count is not readable here)",
+            True,
+        ),
+    ],
+)
+def test_sigkill_is_out_of_memory_only_when_the_kernel_counted_it(
+    monkeypatch, before, now, line, predicted
+):
+    """Issue 30, finding 9: every SIGKILLed worker was "out of memory?", whatever killed it."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    monkeypatch.setattr(launch_mod, "oom_kills", lambda: now)
+    dead = ProcessFailure(local_rank=1, pid=4242, exitcode=-9, error_file="/nonexistent")
+    cause = launch_mod._sigkill_cause(before)
+    err = launch_mod._worker_failed(
+        {1: launch_mod._failure_text(dead)}, {1: launch_mod._failure_message(dead, cause)}
     )
-    assert "no OOM kill in this cgroup" in launch_mod._oom_evidence(("this cgroup", 4))
-    assert launch_mod._oom_evidence(None) == ""  # nothing readable: no claim either way
-    assert launch_mod._oom_evidence(("this machine", 1)) == ""  # not the same counter
+    assert str(err) == line
+    monkeypatch.setattr(oom, "predicted_memory", lambda *a: "the planner predicted about 3 MB")
+    cfg = load_config(None, ["train.engine=minibatch", "train.nproc=2"])
+    explained = str(oom.explain_sigkill(err, cfg, "d", "r"))
+    assert explained.endswith("; the planner predicted about 3 MB") == predicted, explained
 
 
 def test_no_prediction_when_planning_fails_or_hangs(tmp_path, monkeypatch):
@@ -90,7 +133,7 @@ def _workers(pid: int) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc")
-def test_sigkilled_worker_says_out_of_memory_with_the_planned_peak(tmp_path):
+def test_sigkilled_worker_says_what_the_kernel_counted(tmp_path):
     data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=2), tmp_path / "data")
     run = tmp_path / "run"
     err = tmp_path / "err.txt"
@@ -123,11 +166,12 @@ def test_sigkilled_worker_says_out_of_memory_with_the_planned_peak(tmp_path):
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
     line = lines[0]
-    assert re.match(
-        r"fleetgnn train: error: rank [01] was killed by SIGKILL \(exit -9\): out of memory\?", line
-    ), line
-    if launch_mod.oom_kills() is not None:  # what the kernel counted (no OOM kill here)
-        assert re.search(r"\(the kernel counted no OOM kill in this (cgroup|machine) during", line)
+    assert re.match(r"fleetgnn train: error: rank [01] was killed by SIGKILL \(exit -9\)", line)
+    if launch_mod.oom_kills() is not None:  # the kernel counted no OOM kill: no memory note
+        assert "not by the kernel's OOM killer (it counted no OOM kill in this " in line, line
+        assert "out of memory" not in line and "planner" not in line, line
+        return
+    assert ": out of memory, or another process (the kernel's OOM kill count is not" in line
     m = re.search(
         r"; the planner predicted about ([\d.]+) (KB|MB|GB) per rank for minibatch \(", line
     )

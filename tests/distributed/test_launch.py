@@ -4,12 +4,24 @@ the new workers which rank failed."""
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
+from fleetgnn.cli.main import main
 from fleetgnn.distributed import DistError, WorkerFailed, destroy, init, launch, restart_info
+from fleetgnn.distributed.launch import sweep_stale_launch_files
+from fleetgnn.distributed.shm import shm_dir
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph import write_dataset
+from fleetgnn.graph.files import owner_tag
+from fleetgnn.graph.synthetic import generate_graph, spec_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _job(mode: str) -> tuple:
@@ -98,3 +110,69 @@ def test_invalid_arguments_fail_before_spawning():
         launch(_raises_on_rank_1, nproc=0)
     with pytest.raises(DistError, match="max_restarts"):
         launch(_raises_on_rank_1, max_restarts=-1)
+
+
+def _kill_the_group() -> int:
+    """Rank 1 SIGKILLs the launcher's whole process group (launcher, resource tracker, workers)."""
+    if int(os.environ["RANK"]) == 1:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    return 0
+
+
+@pytest.mark.slow
+def test_launch_leaves_nothing_of_its_own(tmp_path, capsys, monkeypatch):
+    """Issue 30, finding 8: a worker that raised leaves no ``pytorch-errorfile-*.pickle``; a group
+    killed as a whole leaves its error-file directory and named semaphores, which the next
+    ``fleetgnn train`` removes (only those of dead fleetgnn launchers of this host)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    code = """
+        import os, sys
+        from fleetgnn.distributed import WorkerFailed, launch
+        from tests.distributed.test_launch import _kill_the_group, _raises_on_rank_1
+        try:
+            launch(_raises_on_rank_1, nproc=2)
+        except WorkerFailed:
+            pass
+        print(sorted(os.listdir(os.environ["TMPDIR"])), flush=True)  # after a raising worker
+        launch(_kill_the_group, nproc=2)
+    """
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # its own process group, which rank 1 kills
+    )
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, err
+    assert out.splitlines()[0] == "[]", out  # no error file, no agent directory
+    pid = proc.pid
+    mine = f"fleetgnn-elastic-h{owner_tag()}-p{pid}-"
+    sems = f"sem.mp-fleetgnn-sem-h{owner_tag()}-p{pid}-"
+    left = [p.name for p in temp.iterdir()]
+    assert len(left) == 1 and left[0].startswith(mine), left
+    named = [n for n in os.listdir(shm_dir()) if n.startswith(sems)]
+    assert named, "the killed launcher's semaphores are not named after it"
+    # a foreign semaphore and a live launcher's directory are not ours to remove
+    live = temp / f"fleetgnn-elastic-h{owner_tag()}-p{os.getpid()}-abc123"
+    live.mkdir()
+    foreign = Path(shm_dir()) / f"sem.mp-x{pid}"
+    foreign.write_bytes(b"")
+    try:
+        monkeypatch.setattr("tempfile.tempdir", str(temp))
+        data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d")
+        capsys.readouterr()
+        run = ["train", "--dataset", str(data), "--epochs", "1", "--run-dir", str(tmp_path / "r")]
+        assert main([*run, "--no-progress", "--set", "model.hidden=8"]) == 0
+        err = capsys.readouterr().err
+        assert f"removed stale launcher directory '{temp / left[0]}'" in err, err
+        assert err.count("removed stale launcher semaphore") == len(named), err
+        assert [p.name for p in temp.iterdir() if p.name.startswith("fleetgnn")] == [live.name]
+        assert not [n for n in os.listdir(shm_dir()) if n.startswith(sems)]
+        assert foreign.exists()
+        assert sweep_stale_launch_files(str(temp)) == []
+    finally:
+        foreign.unlink()
