@@ -133,7 +133,7 @@ class Plan:
         for name, p in self.predictions.items():
             t = p.traffic
             knobs = ", ".join(
-                f"{k}={v}" for k, v in p.knobs.items() if k not in _LONG_KNOBS
+                f"{k}={_knob_text(k, v)}" for k, v in p.knobs.items() if k not in _LONG_KNOBS
             )  # the long ones are in --json and, for the choice, in the reason
             extra = ""
             if target:
@@ -200,6 +200,19 @@ _SPENT_ON: Mapping[str, str] = {
     "overhead": "fixed per-layer and per-parameter-tensor work",
     "latency": "the fixed latency of collectives",
 }
+
+
+#: Knobs that are byte counts (the table shows them in units; ``--json`` keeps the bytes).
+_BYTE_KNOBS = frozenset({"device_budget", "host_budget"})
+
+
+def _knob_text(key: str, value: Any) -> str:
+    """A knob as the table shows it: byte counts in binary units (``11.77 GiB``)."""
+    from fleetgnn.graph.loaders._io import human_bytes
+
+    if key in _BYTE_KNOBS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return human_bytes(int(value), binary=True)
+    return str(value)
 
 
 def _one_rank_last(names: list[str], nproc: int) -> list[str]:

@@ -224,3 +224,39 @@ def test_one_rank_never_picks_an_engine_that_only_divides_work():
     assert make_plan(wl, PROFILES["dgx-a100"], 2, mode="minibatch", predictions=two).choice == (
         "split"
     )
+
+
+def test_plan_prints_sizes_in_units(capsys):
+    """Issue 25: the table's knobs printed ``device_budget=12638031872``; they read
+    ``11.77 GiB`` now (``--json`` keeps the bytes), and the README quotes the tool's figure for
+    papers100M (it said ~170 GiB where the tool printed 157.38)."""
+    import re
+    from pathlib import Path
+
+    from fleetgnn.graph.loaders._io import human_bytes
+
+    assert human_bytes(12_638_031_872, binary=True) == "11.77 GiB"
+    assert human_bytes(2_000_000_000) == "2.0 GB"
+    _, wl = _wl("sage", shape=PRODUCTS, mode="minibatch")
+    plan = make_plan(wl, PROFILES["h100"], 1, mode="minibatch")
+    table = plan.table()
+    budget = plan.predictions["minibatch"].knobs["device_budget"]
+    assert (
+        isinstance(budget, int)
+        and plan.to_dict()["engines"]["minibatch"]["knobs"]["device_budget"] == budget
+    )
+    assert f"device_budget={human_bytes(budget, binary=True)}" in table
+    assert not re.search(r"=\d{5,}", table), table
+    # the README's command, as the README shows it
+    args = ["plan", "--shape", ",".join(f"{k}={v}" for k, v in PAPERS.items()), "--model", "gcn"]
+    args += ["--set", "model.hidden=128", "--hardware", "4xa100-80g-nvlink", "--nproc", "4"]
+    assert main([*args, "--mode", "full"]) == 0
+    printed = re.search(
+        r"fullgraph does not fit: device memory: needs (\S+) GiB", capsys.readouterr().out
+    )
+    assert printed, "the reason names fullgraph's device memory"
+    readme = (Path(__file__).parents[2] / "README.md").read_text().replace("\n", " ")
+    quoted = re.search(r"full-graph GCN needs (\S+) GiB per rank", readme)
+    assert quoted, "the README quotes the tool's figure in GiB"
+    # the step's peak is profiled: the last digits vary between runs
+    assert float(quoted.group(1)) == pytest.approx(float(printed.group(1)), rel=0.005)
