@@ -13,8 +13,9 @@ Single process, or several under torchrun (one process per device; gloo on CPU):
     torchrun --standalone --nproc-per-node 2 examples/custom_model.py \
         --dataset data/cora --engine minibatch --fanouts 10 10
 
-Rank 0 prints one JSON line at the end: engine, world_size, test_acc, val_acc,
-final_train_loss, epochs, mean_epoch_time_s.
+Rank 0 names the run directory on stderr at the start (without --run-dir: a new temporary
+directory, which it alone creates) and prints one JSON line at the end: engine, world_size,
+test_acc, val_acc, final_train_loss, epochs, mean_epoch_time_s, run_dir.
 """
 
 from __future__ import annotations
@@ -115,9 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     ctx = fleetgnn.distributed.init() if spec.distributed else None
-    run_dir = args.run_dir or tempfile.mkdtemp(prefix="fleetgnn-example-")
+    rank0 = ctx is None or ctx.rank == 0
+    # rank 0 alone makes the temporary directory (the others would leave empty ones behind)
+    run_dir = args.run_dir or (tempfile.mkdtemp(prefix="fleetgnn-example-") if rank0 else None)
     if ctx is not None and ctx.world_size > 1:  # every rank writes to rank 0's directory
         run_dir = ctx.communicator().broadcast_object(run_dir)
+    if rank0:
+        print(f"run directory: {run_dir}", file=sys.stderr, flush=True)
     try:
         with fleetgnn.build_engine(
             model, graph, engine_config(args), ctx, optimizer=optimizer
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if ctx is not None:
             fleetgnn.distributed.destroy(ctx)
-    if ctx is None or ctx.rank == 0:
+    if rank0:
         keys = (
             "engine",
             "world_size",
@@ -143,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             "epochs",
             "mean_epoch_time_s",
         )
-        print(json.dumps({k: summary[k] for k in keys}))
+        print(json.dumps({k: summary[k] for k in keys} | {"run_dir": str(run_dir)}))
     return 0
 
 

@@ -822,9 +822,12 @@ def predict_split(
     spmm, gemm = m.forward_flops(mean["nodes"] / layers / world, mean["edges"] / layers)
     compute = steps * _compute_s(hw, spmm / world, gemm)
     sample = steps * mean["edges"] / SAMPLE_RATE[hw.kind]  # every rank samples the global batch
-    # per layer: rows forward and backward; plus the gradient all-reduce
+    # per layer: rows forward and backward; plus the gradient all-reduce (none on one rank)
     collectives = (2 * layers + 1) if world > 1 else 0
-    comm = steps * COLLECTIVE_LATENCY[hw.kind] * collectives + _link_seconds(hw, traffic, world)
+    between = {link: traffic.get(link, 0)} if world > 1 else {}
+    within = {k: v for k, v in traffic.items() if k not in between}
+    gather = _link_seconds(hw, within, world)  # input rows from the cache or host memory
+    comm = steps * COLLECTIVE_LATENCY[hw.kind] * collectives + _link_seconds(hw, between, world)
     rows = [mean["input_rows"] / world] + [mean["nodes"] / layers / world] * (layers - 1)
     fixed = {k: steps * v for k, v in _fixed_s(hw, m, rows).items()}
     workspace = (
@@ -836,7 +839,7 @@ def predict_split(
     pred = Prediction(
         "split",
         True,
-        compute + comm + sample + sum(fixed.values()),
+        compute + gather + comm + sample + sum(fixed.values()),
         traffic,
         {"device": int(device), "host": int(uncached + 8 * wl.num_nodes + idx * wl.num_edges)},
         {
@@ -847,7 +850,13 @@ def predict_split(
             "counts": counts,
         },
         steps,
-        {"compute": compute, "sample": sample, "communication": comm, **fixed},
+        {
+            "compute": compute,
+            "sample": sample,
+            "gather": gather,
+            **({link: comm} if world > 1 else {}),
+            **fixed,
+        },
         workspace={"device": int(workspace)},
     )
     _check_memory(pred, hw, world, host_shared=True)

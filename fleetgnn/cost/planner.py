@@ -134,7 +134,7 @@ class Plan:
         for name, p in self.predictions.items():
             t = p.traffic
             knobs = ", ".join(
-                f"{k}={v}" for k, v in p.knobs.items() if k not in _LONG_KNOBS
+                f"{k}={_knob_text(k, v)}" for k, v in p.knobs.items() if k not in _LONG_KNOBS
             )  # the long ones are in --json and, for the choice, in the reason
             extra = ""
             if target:
@@ -182,6 +182,45 @@ def _candidates(mode: str, nproc: int, engines: Sequence[str] | None) -> list[st
 
 #: Knobs too long for the table's column (shown by ``--json``; the choice's in its reason).
 _LONG_KNOBS = frozenset({"order_reason", "stores"})
+
+#: Engines whose only gain is dividing one step's work between ranks, and the single-rank
+#: engine doing the same work: on one rank they add their bookkeeping to it, so the planner
+#: ranks them after the others there (a prediction within its error of the other's is no win).
+SHARES_WORK: Mapping[str, str] = {"split": "minibatch", "fullgraph": "reference"}
+
+#: What a breakdown component is spent on, for the reason's "Its time goes mostly to ...".
+_SPENT_ON: Mapping[str, str] = {
+    "compute": "the aggregations and transforms",
+    "sample": "sampling",
+    "gather": "gathering input rows",
+    "peer": "communication between ranks over peer links",
+    "net": "communication between ranks over the network",
+    "h2d": "host-to-device copies",
+    "d2h": "device-to-host copies",
+    "dropout": "dropout over each layer's input",
+    "overhead": "fixed per-layer and per-parameter-tensor work",
+    "latency": "the fixed latency of collectives",
+}
+
+
+#: Knobs that are byte counts (the table shows them in units; ``--json`` keeps the bytes).
+_BYTE_KNOBS = frozenset({"device_budget", "host_budget"})
+
+
+def _knob_text(key: str, value: Any) -> str:
+    """A knob as the table shows it: byte counts in binary units (``11.77 GiB``)."""
+    from fleetgnn.graph.loaders._io import human_bytes
+
+    if key in _BYTE_KNOBS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return human_bytes(int(value), binary=True)
+    return str(value)
+
+
+def _one_rank_last(names: list[str], nproc: int) -> list[str]:
+    """``names`` with, on one rank, the engines of :data:`SHARES_WORK` after the others."""
+    if nproc != 1:
+        return names
+    return [n for n in names if n not in SHARES_WORK] + [n for n in names if n in SHARES_WORK]
 
 
 def _offload(wl: Workload, hw: HardwareProfile, nproc: int, knobs: dict[str, Any]) -> Prediction:
@@ -340,10 +379,13 @@ def make_plan(
             f"Nothing fits on {hw.name} with {nproc} rank(s) ({why}). Smallest change: {change}."
         )
         return plan
-    by_epoch = sorted(fitting, key=lambda n: preds[n].epoch_s)
-    timed = sorted(
-        (n for n in fitting if plan.time_to_target(n) is not None),
-        key=lambda n: plan.time_to_target(n) or 0.0,
+    by_epoch = _one_rank_last(sorted(fitting, key=lambda n: preds[n].epoch_s), nproc)
+    timed = _one_rank_last(
+        sorted(
+            (n for n in fitting if plan.time_to_target(n) is not None),
+            key=lambda n: plan.time_to_target(n) or 0.0,
+        ),
+        nproc,
     )
     if timed:
         plan.ranked_by = "time_to_target"
@@ -354,9 +396,20 @@ def make_plan(
         parts = _epoch_reason(plan)
     best = plan.ranking[0]
     p = preds[best]
+    demoted = _demoted(plan)
+    if demoted:
+        does = [f"{n} ({_time_text(plan, n)}) does {SHARES_WORK[n]}'s work" for n in demoted]
+        parts.append(
+            f"On one rank {' and '.join(does)}, {'each ' if len(does) > 1 else ''}plus its own "
+            f"bookkeeping: ranked after the "
+            f"others, as the gain of {' and '.join(demoted)} is dividing a step between ranks."
+        )
     slow = max(p.breakdown, key=p.breakdown.get) if p.breakdown else None
     if slow:
-        parts.append(f"Its time goes mostly to {slow} ({p.breakdown[slow]:.3g} s per epoch).")
+        parts.append(
+            f"Its time goes mostly to {_SPENT_ON.get(slow, slow)} "
+            f"({p.breakdown[slow]:.3g} s per epoch)."
+        )
     for n in names:
         if not preds[n].fits:
             parts.append(f"{n} does not fit: {' / '.join(preds[n].reasons)}.")
@@ -384,13 +437,30 @@ def make_plan(
     return plan
 
 
+def _demoted(plan: Plan) -> list[str]:
+    """The engines :func:`_one_rank_last` put last while another engine was chosen."""
+    if plan.nproc != 1 or not plan.ranking or plan.ranking[0] in SHARES_WORK:
+        return []
+    return [n for n in plan.ranking if n in SHARES_WORK]
+
+
+def _time_text(plan: Plan, name: str) -> str:
+    """``0.0609 s to target`` or ``0.0152 s per epoch``, as the plan ranks."""
+    t = plan.time_to_target(name) if plan.ranked_by == "time_to_target" else None
+    if t is not None:
+        return f"{t:.3g} s to target"
+    return f"{plan.predictions[name].epoch_s:.3g} s per epoch"
+
+
 def _epoch_reason(plan: Plan) -> list[str]:
     """The reason's first sentences when the engines are ranked by epoch time."""
     preds, best = plan.predictions, plan.ranking[0]
     p = preds[best]
-    others = plan.ranking[1:]
+    demoted = _demoted(plan)
+    others = [n for n in plan.ranking[1:] if n not in demoted]
+    of = "single-rank engines" if demoted else "engines"
     parts = [
-        f"{best} is predicted fastest of the engines that fit: {p.epoch_s:.3g} s per epoch"
+        f"{best} is predicted fastest of the {of} that fit: {p.epoch_s:.3g} s per epoch"
         + (
             " ("
             + ", ".join(
@@ -427,13 +497,17 @@ def _target_reason(plan: Plan, timed: list[str]) -> list[str]:
     others = ", ".join(
         f"{n} {cell(n)}, {(plan.time_to_target(n) or 0.0) / t_best:.2f}x" if t_best else cell(n)
         for n in timed[1:]
+        if n not in _demoted(plan)
     )
     parts = [
         f"Ranked by time to validation accuracy {plan.target_acc:g} (epochs to target x "
         f"predicted epoch time; full-graph and mini-batch epochs are different units): {best} "
-        f"gets there first, {cell(best)}" + (f" ({others})" if others else "") + "."
+        f"gets there first{' of the single-rank engines' if _demoted(plan) else ''}, "
+        f"{cell(best)}" + (f" ({others})" if others else "") + "."
     ]
-    fastest_epoch = min(plan.ranking, key=lambda n: preds[n].epoch_s)
+    fastest_epoch = min(
+        (n for n in plan.ranking if n not in _demoted(plan)), key=lambda n: preds[n].epoch_s
+    )
     if fastest_epoch != best:
         parts.append(
             f"By epoch time alone {fastest_epoch} would win ({preds[fastest_epoch].epoch_s:.3g} s "

@@ -40,6 +40,7 @@ from fleetgnn.train.trainer import (
     TrainState,
     aggregate_steps,
     check_resumable,
+    finished_note,
     resume_point,
 )
 
@@ -74,6 +75,7 @@ __all__ = [
     "resolve_threads",
     "small_graph",
     "restore_rng",
+    "finished_note",
     "resume_point",
     "save_checkpoint",
     "save_config",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any
 
 import torch
@@ -64,6 +65,22 @@ def optimizer_from_config(model: torch.nn.Module, cfg: OptimConfig) -> torch.opt
     return classes[cfg.optimizer](model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
+def _other_books_note(dataset: str, method: str, world: int) -> str | None:
+    """What the split engine does when ``dataset`` has books of ``method``, none for ``world``.
+
+    ``None`` when it has none of that method (computing one is then what was asked for).
+    """
+    where = book_dir(dataset, method, world).parent
+    others = [p.name for p in sorted(where.glob(f"{method}-*")) if p.is_dir()]
+    if not others:
+        return None
+    return (
+        f"no saved {method} book for {world} parts under '{where}' (found "
+        f"{', '.join(others)}); rank 0 computes one for this run and does not keep it (save "
+        f"one with 'fleetgnn partition {dataset} --method {method} --parts {world}')"
+    )
+
+
 def engine_from_config(
     cfg: Config, graph: Graph, ctx: Any = None, *, engine: str | None = None, **changes: Any
 ) -> Engine:
@@ -98,6 +115,11 @@ def engine_from_config(
         saved = book_dir(cfg.data.dataset, engine_cfg.partition, world)
         if saved.is_dir():
             engine_cfg = engine_cfg.replace(book=str(saved))
+        else:
+            rank = ctx.rank if ctx is not None else int(os.environ.get("RANK", "0"))
+            note = _other_books_note(cfg.data.dataset, engine_cfg.partition, world)
+            if note and rank == 0:
+                print(f"fleetgnn: split: {note}", file=sys.stderr, flush=True)
     return build_engine(
         model, graph, engine_cfg, ctx, optimizer=optimizer_from_config(model, cfg.optim)
     )

@@ -1014,6 +1014,48 @@ def resume_point(run_dir: PathLikeStr) -> tuple[int, int] | None:
         return None
 
 
+def finished_note(run_dir: PathLikeStr, epochs: int, max_steps: int | None) -> str | None:
+    """Why ``fit(resume=True)`` would train nothing in ``run_dir``, and how to continue it.
+
+    The latest loadable checkpoint's trainer state against the resumed run's ``epochs`` and
+    ``max_steps``: its epochs all run, stopped early (patience), or its steps all taken.
+
+    Returns:
+        One sentence, or ``None`` when the resume would train (or there is no checkpoint).
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a fallback is reported when the run resumes
+            ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(
+                mmap=True, check=check_checkpoint
+            )
+        if ckpt is None:
+            return None
+        st = ckpt["trainer"]
+        epoch, next_step, steps = int(st["epoch"]), int(st["next_step"]), int(st["global_step"])
+        stopped_early = bool(st.get("stopped_early", False))
+    except (CheckpointError, KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if stopped_early:
+        return (
+            f"the run stopped early at epoch {epoch} (train.patience: no better validation "
+            f"accuracy); nothing to train. To continue it, raise the patience (e.g. "
+            f"--set train.patience=null)"
+        )
+    if epoch >= epochs:
+        return (
+            f"the run has finished its {epoch} epoch(s) (train.epochs={epochs}); nothing to "
+            f"train. To continue it, pass a larger --epochs (e.g. --epochs {epoch + max(epoch, 1)})"
+        )
+    if max_steps is not None and steps >= max_steps:
+        return (
+            f"the run has taken its {steps} step(s) (train.max_steps={max_steps}, stopped at "
+            f"epoch {epoch} step {next_step}); nothing to train. To continue it, raise it "
+            f"(e.g. --set train.max_steps={2 * max_steps})"
+        )
+    return None
+
+
 _CONTENT_ERRORS = (KeyError, TypeError, ValueError, AttributeError, OverflowError)
 
 

@@ -69,6 +69,31 @@ def test_resume_extends_a_finished_run(tmp_path):
     assert [json.loads(line)["epoch"] for line in lines] == [0, 1, 2, 3]
 
 
+def test_resume_of_a_finished_run_says_so_and_how_to_continue(tmp_path, capsys):
+    """Issue 25: ``--resume`` of a finished run exited 0 having trained nothing, without a word
+    (with ``--quiet``); it now says the run is finished and which flag continues it."""
+    run = tmp_path / "run"
+    common = ["--no-progress", "--set", "data.preset=tiny"]
+    common += ["--set", f"data.cache_dir={tmp_path / 'cache'}"]
+    assert main(["train", "--run-dir", str(run), "--epochs", "2", "--quiet", *common]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "has finished its 2 epoch(s) (train.epochs=2); nothing to train" in err
+    assert "pass a larger --epochs (e.g. --epochs 4)" in err
+    # a resume that trains says nothing of the kind
+    assert main(["train", "--resume", str(run), "--epochs", "3", "--quiet"]) == 0
+    assert "nothing to train" not in capsys.readouterr().err
+    assert _summary(run)["epochs"] == 3
+    # stopped by train.max_steps: names that key
+    steps = tmp_path / "steps"
+    argv = ["train", "--run-dir", str(steps), "--set", "train.max_steps=1", "--quiet", *common]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(steps), "--quiet"]) == 0
+    assert "--set train.max_steps=2" in capsys.readouterr().err
+
+
 def test_resume_refuses_flags_that_change_the_checkpoint(tmp_path, capsys):
     run = tmp_path / "run"
     common = ["--no-progress", "--set", "data.preset=tiny", "--set", f"data.cache_dir={tmp_path}"]

@@ -67,3 +67,22 @@ def test_reference_refuses_torchrun(cora, tmp_path):
     cmd = [sys.executable, str(EXAMPLE), "--dataset", str(cora), "--engine", "reference"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2 and "one process" in done.stderr
+
+
+@pytest.mark.slow
+def test_announces_its_one_temporary_run_directory(cora, tmp_path):
+    """Issue 25: without --run-dir the example left its run directory in /tmp unannounced, and
+    rank 1 made a second, empty one; rank 0 alone makes it now and names it."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    args = [str(EXAMPLE), "--dataset", str(cora), "--engine", "minibatch", "--epochs", "1"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
+    done = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    made = sorted(p for p in tmp.iterdir() if p.name.startswith("fleetgnn-example-"))
+    assert len(made) == 1, made
+    assert f"run directory: {made[0]}" in done.stderr
+    (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    assert json.loads(line)["run_dir"] == str(made[0])
+    assert (made[0] / "summary.json").is_file()

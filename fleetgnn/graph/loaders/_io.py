@@ -318,13 +318,21 @@ def default_max_bytes() -> int:
     return memory_total() // 2
 
 
-def human_bytes(n: int) -> str:
-    """``n`` bytes for messages in powers of 1000 (``"2.0 GB"``), as ``--max-memory`` reads them."""
+def human_bytes(n: int, binary: bool = False) -> str:
+    """``n`` bytes for messages, in a form ``--max-memory`` and byte-count keys read back.
+
+    Powers of 1000 with one decimal (``"2.0 GB"``); ``binary``: powers of 1024 with two
+    (``"11.77 GiB"``, as the planner's memory columns count).
+    """
+    step, digits = (1024, 2) if binary else (1000, 1)
+    units = (
+        ("B", "KiB", "MiB", "GiB", "TiB", "PiB") if binary else ("B", "KB", "MB", "GB", "TB", "PB")
+    )
     size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if abs(size) < 1000 or unit == "PB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
+    for unit in units:
+        if abs(size) < step or unit == units[-1]:
+            return f"{int(size)} B" if unit == "B" else f"{size:.{digits}f} {unit}"
+        size /= step
     return f"{n} B"  # pragma: no cover
 
 
