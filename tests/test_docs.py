@@ -1,0 +1,270 @@
+"""The documentation's commands and links: every command of a ```bash block in the README and in
+docs/ is run here (on the bundled Cora or a small synthetic graph, one epoch) or listed in
+NOT_RUN with the reason; relative links resolve; the generated reference covers every config key
+and every command."""
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def _nav_pages(item):
+    """The pages of mkdocs.yml's nav, in reading order."""
+    if isinstance(item, str):
+        yield item
+    elif isinstance(item, list):
+        for x in item:
+            yield from _nav_pages(x)
+    else:
+        for x in item.values():
+            yield from _nav_pages(x)
+
+
+NAV = list(_nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]))
+PAGES = [ROOT / "README.md", *(DOCS / page for page in NAV)]
+
+#: Commands the tests do not run, and why (the exact command as the docs write it, a loop as a
+#: whole; continuation lines joined, comments dropped).
+NOT_RUN = {
+    "pip install torch==2.13.0 && pip install -e . && fleetgnn train": "installs packages: .ci/run "
+    "does in a fresh venv; `fleetgnn train` is test_readme's Quick start test",
+    "pip install -e '.[dev]' && python -m pytest -q": "installs packages and runs the whole suite: "
+    "what .ci/run does",
+    "python -m pytest -q -m 'not slow'": "the test suite itself",
+    "pip install torch==2.13.0": "installs a package (.ci/run does)",
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu": "installs a "
+    "package from PyTorch's index",
+    "fleetgnn prepare planetoid --root path/to/planetoid --name citeseer --out data/citeseer": (
+        "needs CiteSeer's Planetoid files, not shipped (the same loader runs on Cora here)"
+    ),
+    "fleetgnn prepare ogb --root path/to/ogbn_products --undirected --out data/products": (
+        "needs ogbn-products' raw files; tests/graph/test_loaders_ogb.py tests the loader"
+    ),
+    "fleetgnn prepare pyg --root ~/pyg_data --name Cora --out data/cora-pyg": "needs PyG's "
+    "processed Cora on disk (PyG downloads it); tests/graph/test_loaders_pyg_dataset.py",
+    "fleetgnn train --engine minibatch --nproc 4 --dataset data/products-0.05 "
+    "--set store.device_budget=64MB --set store.host_budget=1GB --set train.fanouts=[15,10,5] "
+    "--set model.num_layers=3 --max-restarts 2": "starts 4 processes (over 30 s on 2 cores); "
+    "tests/engines/test_minibatch.py and test_fault_tolerance.py run the engine and restarts",
+    "torchrun --nnodes 2 --nproc-per-node 8 ... -m fleetgnn train --engine minibatch ...": (
+        "a sketch for two hosts of 8 devices"
+    ),
+    "fleetgnn train --engine split --nproc 2 --dataset data/cora --model sage --epochs 50 "
+    "--set data.feature_norm=row --set train.fanouts=[10,10] --set train.batch_size=32": "starts "
+    "2 processes (15 s); tests/engines/test_split.py::test_split_engine_through_the_cli runs it",
+    "fleetgnn train --engine fullgraph --nproc 4 --model gcn --dataset data/products-0.05": (
+        "starts 4 processes (over 30 s on 2 cores); tests/engines/test_fullgraph.py runs the engine"
+    ),
+    "fleetgnn train --engine offload --nproc 2 --model gcn --dataset data/products-0.05 "
+    "--set offload.device_budget=64MiB": "starts 2 processes; tests/engines/test_offload.py runs "
+    "the engine with several ranks and a device budget",
+    "fleetgnn train --engine auto --dataset data/cora --model gcn --nproc 2": "measures this "
+    "machine and starts 2 processes; tests/cost/test_target.py and test_planner.py",
+    "torchrun --standalone --nproc-per-node 2 examples/custom_model.py --dataset data/cora "
+    "--engine fullgraph --epochs 60": "starts 2 processes; tests/examples/test_custom_model.py "
+    "runs the example with 2 processes",
+    "fleetgnn embed runs/sage --layer 1 --out emb/sage --checkpoint last --nproc 2": "starts 2 "
+    "processes (15 s); tests/cli/test_infer_cli.py exports with --nproc 2 and embeds",
+    "fleetgnn plan --dataset data/cora --model gcn --nproc 2 --mode full": "measures this machine "
+    "(~10 s, a gloo probe between 2 processes); the --shape plans run here",
+    "fleetgnn plan --dataset data/cora --model gcn --target-acc 0.7 --probe-epochs 100": "measures "
+    "this machine (~10 s); tests/cost/test_target.py tests --probe-epochs",
+    "fleetgnn plan --dataset data/cora --model gcn --target-acc 0.7 --history runs/full "
+    "runs/sampled": "measures this machine (~10 s); tests/cost/test_target.py tests --history",
+    "for s in 0 1 2 3 4; do fleetgnn train --dataset data/cora --model gcn --mode full "
+    "--epochs 200 --seed $s --set data.feature_norm=row --set optim.lr=0.01 "
+    "--set optim.weight_decay=5e-4; "
+    "fleetgnn train --dataset data/cora --model gat --mode full --epochs 200 --seed $s "
+    "--set data.feature_norm=row --set optim.lr=0.005 --set optim.weight_decay=5e-4; "
+    "fleetgnn train --dataset data/cora --model sage --mode minibatch --epochs 50 --seed $s "
+    "--set data.feature_norm=row --set train.fanouts=[10,10] --set train.batch_size=32; done": (
+        "15 trainings; tests/engines/test_cora_quality.py re-checks the GCN number"
+    ),
+    "fleetgnn bench --quick --only ops --out /tmp/bench": "17 s on 2 cores; tests/cli/test_bench.py"
+    " runs the quick ops suite",
+    "fleetgnn bench --cora data/cora --out benchmarks/results/bench "
+    "--readme benchmarks/README.md": "the whole benchmark suite, rewriting benchmarks/README.md",
+}
+
+#: What the run changes so that a command is cheap: the graph's scale and the probe's epochs.
+SHRINK = {"--scale 0.05": "--scale 0.005"}
+
+
+def _commands(text):
+    """Each command of the ```bash blocks: continuation lines joined, comments dropped; a shell
+    loop is one command, its lines joined by '; '."""
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        lines = [re.sub(r"(^|\s+)#.*$", "", line).strip() for line in block.split("\n")]
+        joined, cur = [], ""
+        for line in lines:
+            if line.endswith("\\"):
+                cur += line[:-1].strip() + " "
+                continue
+            cur += line
+            if cur.strip():
+                joined.append(" ".join(cur.split()))
+            cur = ""
+        loop = []
+        for line in joined:
+            if loop or line.startswith("for "):
+                loop.append(line)
+                if line == "done":
+                    out.append("; ".join(loop).replace("do; ", "do "))
+                    loop = []
+            else:
+                out.append(line)
+        assert not loop, block
+    return out
+
+
+def docs_commands():
+    """Every command of the docs, in reading order (README first), each once."""
+    seen = {}
+    for page in PAGES:
+        for cmd in _commands(page.read_text()):
+            seen.setdefault(cmd, page)
+    return seen
+
+
+def test_every_command_is_run_or_listed_with_a_reason():
+    commands = docs_commands()
+    assert len(commands) > 30
+    stale = set(NOT_RUN) - set(commands)
+    assert not stale, f"NOT_RUN names commands the docs no longer have: {stale}"
+    for cmd, page in commands.items():
+        if cmd in NOT_RUN:
+            continue
+        assert cmd.startswith(("fleetgnn ", "python examples/")), (page, cmd)
+
+
+def _setup(cwd):
+    """The files the docs' commands read as 'files you have'."""
+    rng = np.random.default_rng(0)
+    n = 1600  # the default split takes 20 per class, 500 and 1000 nodes
+    np.savetxt(cwd / "edges.txt", rng.integers(0, n, size=(6000, 2)), fmt="%d")
+    np.save(cwd / "x.npy", rng.standard_normal((n, 8)).astype(np.float32))
+    np.save(cwd / "y.npy", rng.integers(0, 3, size=n))
+    (cwd / "my.yaml").write_text("data:\n  dataset: data/cora\nmodel:\n  name: sage\n")
+
+
+#: Run directories the docs' commands read, made by a one-epoch run on Cora just before.
+RUNS = {
+    "runs/gcn-s0": ["--model", "gcn", "--mode", "full"],
+    "runs/gcn-fullgraph": ["--model", "gcn", "--mode", "full"],
+}
+
+
+def _fleetgnn(argv, cwd):
+    from fleetgnn.cli.main import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        return main(argv)
+
+
+@pytest.mark.slow
+def test_docs_commands_run(tmp_path, monkeypatch, capsys):
+    """Every command not in NOT_RUN runs and exits 0, in reading order: `fleetgnn` in this
+    process (train for one epoch, quietly, in a run directory of its own unless the command
+    names one), examples as scripts."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    _setup(cwd)
+    ran = []
+    for i, (cmd, page) in enumerate(docs_commands().items()):
+        if cmd in NOT_RUN:
+            continue
+        for big, small in SHRINK.items():
+            cmd = cmd.replace(big, small)
+        argv = shlex.split(cmd)
+        for run, extra in RUNS.items():
+            if run in argv and not (cwd / run).exists():
+                base = ["train", "--dataset", "data/cora", "--epochs", "1", "--quiet"]
+                assert _fleetgnn([*base, *extra, "--run-dir", run], cwd) == 0, run
+        if argv[0] == "python":
+            script = [sys.executable, str(ROOT / argv[1]), *argv[2:], "--epochs", "1"]
+            done = subprocess.run(script, cwd=cwd, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, (page.name, cmd, done.stderr[-2000:])
+            ran.append(cmd)
+            continue
+        argv = argv[1:]
+        if argv[0] == "train" and "--resume" not in argv:
+            argv += ["--epochs", "1", "--quiet"]
+            if "--run-dir" not in argv:
+                argv += ["--run-dir", f"runs/docs-{i}"]
+        if argv == ["--version"]:
+            with pytest.raises(SystemExit) as exit_:
+                _fleetgnn(argv, cwd)
+            assert exit_.value.code == 0
+        else:
+            code = _fleetgnn(argv, cwd)
+            assert code == 0, (page.name, cmd, capsys.readouterr().err[-2000:])
+        ran.append(cmd)
+    assert len(ran) >= 20, ran
+    assert (cwd / "preds" / "gcn" / "predictions.npy").is_file()
+    assert (cwd / "runs" / "gcn-s0" / "report.png").is_file()
+
+
+def _slug(heading):
+    text = re.sub(r"[`*]", "", heading).strip().lower()
+    return re.sub(r"[^\w\s-]", "", text).replace(" ", "-")
+
+
+def test_docs_links_resolve():
+    """Relative links of the README and of docs/ name files that exist and headings they have;
+    docs/ links stay inside docs/ (the site has nothing else)."""
+    for page in PAGES:
+        text = page.read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.is_file(), (page.name, target)
+            if page.parent != ROOT:
+                assert DOCS in dest.parents, (page.name, target)
+            if anchor:
+                headings = re.findall(r"^#+ (.*)$", dest.read_text(), re.M)
+                assert anchor in {_slug(h) for h in headings}, (page.name, target)
+
+
+def test_every_page_is_in_the_nav_and_the_readme_links_the_docs():
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert pages == set(NAV) and len(NAV) == len(set(NAV))
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 120
+    for page in ("data", "partitioning", "training", "planning", "inference", "safety"):
+        assert f"(docs/{page}.md)" in readme, page
+
+
+def test_generated_reference_covers_every_key_and_command():
+    """The build hook's pages: every config key (`--list-keys`) and every command's --help."""
+    sys.path.insert(0, str(DOCS))
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(DOCS))
+    from fleetgnn.cli.main import _COMMANDS
+    from fleetgnn.cli.options import config_keys
+
+    table = hooks.config_keys()
+    for key, _, _ in config_keys():
+        assert f"| `{key}` |" in table, key
+    cli = hooks.cli_help()
+    for command in _COMMANDS:
+        assert f"## fleetgnn {command}\n" in cli, command
+    assert "### fleetgnn prepare synthetic" in cli and "--list-keys" in cli
+    page = (DOCS / "reference" / "config.md").read_text()
+    assert hooks.on_page_markdown(page, None, None, None).count("| `train.") > 10
