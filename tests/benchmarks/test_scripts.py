@@ -107,3 +107,20 @@ def test_bench_imports_and_runs_without_pyg(monkeypatch: pytest.MonkeyPatch) -> 
     rows = sys.modules["fleetgnn.bench.ops"].gspmm_rows(size, 1, 1, 1.0, lambda _: None)
     assert all(r["skipped"] == {"PyG SimpleConv": peers.NO_PYG} for r in rows)
     assert "torch index_add" in rows[0]["speedup"] and bench.SECTIONS
+
+
+@pytest.mark.slow
+def test_train_epochs_runs_the_command(tmp_path: Path) -> None:
+    """The one helper bench_split, bench_offload and bench_plan time `fleetgnn train` with."""
+    from fleetgnn.bench.data import cached_dataset, dataset_dir
+    from fleetgnn.bench.runs import train_epochs
+
+    cached_dataset(tmp_path, "products-like", 0.001)
+    data = dataset_dir(tmp_path, "products-like", 0.001)
+    recs, rss = train_epochs(
+        data, "reference", "gcn", 1, 1, tmp_path / "run", mode="full", peak_rss=True
+    )
+    assert len(recs) == 1 and recs[0]["epoch"] == 1 and recs[0]["epoch_time_s"] > 0
+    assert rss is not None and rss > 10 << 20
+    with pytest.raises(RuntimeError, match="failed"):
+        train_epochs(data, "no-such-engine", "gcn", 1, 1, tmp_path / "bad")
