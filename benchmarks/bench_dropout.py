@@ -1,43 +1,39 @@
 """Keyed dropout against ``torch.nn.functional.dropout`` and the previous keyed implementation.
 
-Three implementations of dropout with the same ``p``, timed in the same run on the same tensors:
+The measurement is ``fleetgnn bench``'s keyed-dropout one (:func:`fleetgnn.bench.ops.dropout_rows`:
+forward without autograd, as for an input layer, and forward + backward; implementations
+interleaved after a warm-up, median of ``--repeat`` rounds) on Cora's input (2708 x 1433) and a
+hidden layer (100k x 256), with one more implementation timed alongside:
 
-- ``keyed``: :func:`fleetgnn.ops.keyed_dropout` (one 64-bit mix per row, a 32-bit hash per
-  element, fused with the mask application; uint8 mask saved for backward);
-- ``torch``: ``torch.nn.functional.dropout`` (a stream-drawn mask that no other process can
-  reproduce; the cost target);
-- ``old``: the implementation this one replaced (a SplitMix64 over every pair of elements, built
-  from a dozen int64 ops per chunk; ``masked_fill`` + ``mul_`` under autograd), copied below as
-  :func:`_old_keyed_dropout` so the comparison needs no other checkout.
+- ``previous keyed``: the implementation :func:`fleetgnn.ops.keyed_dropout` replaced (a SplitMix64
+  over every pair of elements, built from a dozen int64 ops per chunk; ``masked_fill`` + ``mul_``
+  under autograd), copied below as :func:`_old_keyed_dropout` so the comparison needs no other
+  checkout.
 
-Cases: Cora's input (2708 x 1433 float32) and a hidden layer (100k x 256 float32). Each case is
-timed forward only (no grad, as for an input layer) and forward + backward (``x`` requires grad,
-``y.backward(g)``). Implementations are interleaved (keyed, torch, old, keyed, ...) after a
-warm-up, and the median of ``--repeat`` rounds is reported with the ratios to ``F.dropout``.
+Results are written as ``fleetgnn bench`` writes them (``bench.json`` + ``bench.md`` in ``--out``).
 
 Usage::
 
-    python benchmarks/bench_dropout.py --threads 1 --repeat 7
-    python benchmarks/bench_dropout.py --threads 1 --out benchmarks/results/bench_dropout.json
+    python benchmarks/bench_dropout.py --threads 1 --repeat 7 --out /tmp/dropout
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import statistics
+import sys
 import time
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from fleetgnn.bench import markdown, write_results
 from fleetgnn.bench.machine import machine_info
-from fleetgnn.ops import keyed_dropout
+from fleetgnn.bench.ops import SECTION, dropout_rows
+from fleetgnn.bench.suite import results_document
 from fleetgnn.ops.random import _SALT_NODE, _base_key, _signed, mix64_tensor
 
 # ------------------------------------------------------------------ the replaced implementation
@@ -89,77 +85,49 @@ def _old_keyed_dropout(
     return x.masked_fill(drop, 0.0).mul_(1.0 / (1.0 - p))
 
 
-# ------------------------------------------------------------------------------------ timing
-def _impls(p: float, ids: Tensor) -> dict[str, Callable[[Tensor], Tensor]]:
-    return {
-        "keyed": lambda x: keyed_dropout(x, p, 0, 1, 2, ids),
-        "torch": lambda x: F.dropout(x, p, training=True),
-        "old": lambda x: _old_keyed_dropout(x, p, 0, 1, 2, ids),
-    }
-
-
-def _run(fn: Callable[[Tensor], Tensor], x: Tensor, g: Tensor | None) -> float:
-    t0 = time.perf_counter()
-    if g is None:
-        with torch.no_grad():
-            fn(x)
-    else:
-        x.grad = None
-        fn(x).backward(g)
-    return time.perf_counter() - t0
-
-
-def bench_case(name: str, n: int, w: int, args: argparse.Namespace) -> dict[str, Any]:
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(n, w, generator=gen)
-    ids = torch.randperm(10 * n, generator=gen)[:n]
-    g = torch.randn(n, w, generator=gen)
-    impls = {k: v for k, v in _impls(args.p, ids).items() if k in args.impls}
-    row: dict[str, Any] = {"case": name, "rows": n, "width": w, "p": args.p}
-    for mode in ("forward", "forward_backward"):
-        xm = x.detach().requires_grad_(mode == "forward_backward")
-        gm = g if mode == "forward_backward" else None
-        times: dict[str, list[float]] = {k: [] for k in impls}
-        for fn in impls.values():  # warm-up
-            _run(fn, xm, gm)
-        for _ in range(args.repeat):
-            for k, fn in impls.items():
-                times[k].append(_run(fn, xm, gm))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        row[mode] = {f"{k}_s": v for k, v in med.items()}
-        if "torch" in med:
-            for k in med:
-                if k != "torch":
-                    row[mode][f"{k}_over_torch"] = med[k] / med["torch"]
-        if "old" in med and "keyed" in med:
-            row[mode]["old_over_keyed"] = med["old"] / med["keyed"]
-        cells = "  ".join(f"{k} {v * 1e3:8.2f} ms" for k, v in med.items())
-        ratios = "  ".join(f"{k} {v:.3f}" for k, v in row[mode].items() if "_over_" in k)
-        print(f"  {name:<8} {mode:<17} {cells}  {ratios}")
-    keep = (keyed_dropout(torch.ones(n, w), args.p, 0, 1, 2, ids) != 0).double().mean().item()
-    row["keyed_keep_rate"] = keep
-    return row
+#: The cases: name -> (rows, width).
+SHAPES = {"Cora input": (2708, 1433), "hidden layer": (100_000, 256)}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Entry point; returns the results (``fleetgnn bench``'s format)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--repeat", type=int, default=7, help="interleaved rounds; the median is kept")
     p.add_argument("--p", type=float, default=0.5, help="drop probability")
-    p.add_argument("--impls", nargs="+", default=["keyed", "torch", "old"])
-    p.add_argument("--cases", nargs="+", default=["cora", "hidden"], choices=["cora", "hidden"])
-    p.add_argument("--out", default=None, help="write the JSON results here")
+    p.add_argument("--cases", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    p.add_argument("--out", type=Path, default=None, help="directory for bench.json and bench.md")
     args = p.parse_args(argv)
+    started = time.perf_counter()
     torch.set_num_threads(args.threads)
-    info = machine_info(torch.device("cpu"))  # the same description as every benchmark
-    print(f"machine: {info}")
-    shapes = {"cora": (2708, 1433), "hidden": (100_000, 256)}
-    rows = [bench_case(c, *shapes[c], args) for c in args.cases]
-    results = {"machine": info, "config": vars(args), "dropout": rows}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.out}")
+    machine = machine_info("cpu")
+    rows = dropout_rows(
+        {c: SHAPES[c] for c in args.cases},
+        args.threads,
+        args.repeat,
+        print,
+        p=args.p,
+        peers={
+            "previous keyed (SplitMix64)": lambda x, p, ids: _old_keyed_dropout(x, p, 0, 1, 2, ids)
+        },
+    )
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    results = results_document(
+        rows,
+        command=[
+            "python",
+            "benchmarks/bench_dropout.py",
+            *(sys.argv[1:] if argv is None else argv),
+        ],
+        machine=machine,
+        settings=settings,
+        sections=[SECTION],
+        started=started,
+    )
+    print(markdown(results))
+    if args.out is not None:
+        js, md = write_results(args.out, results)
+        print(f"wrote {js} and {md}")
     return results
 
 

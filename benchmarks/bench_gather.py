@@ -16,6 +16,10 @@ ranks at once. Also reports the traffic the meter
 recorded per gather (messages and bytes per link kind). Ranks are processes on the CPU; on a
 2-core machine more ranks than cores time-share, so compare ratios, not absolute numbers.
 
+Not the ``gather`` section of ``fleetgnn bench`` (:mod:`fleetgnn.bench.gather`: one process
+reading rows through the unified store's tiers); the timing and the memcpy limit are
+:mod:`fleetgnn.bench`'s.
+
 Examples:
     python benchmarks/bench_gather.py                          # 2 and 4 ranks, 64 B..4 KB rows
     python benchmarks/bench_gather.py --ranks 2 --table-mb 16 --ids 20000 --out r.json
@@ -35,14 +39,6 @@ from fleetgnn.bench.ops import memcpy_gbps
 from fleetgnn.bench.timing import median_time
 from fleetgnn.distributed import ShardedTensor
 from fleetgnn.distributed.testing import run_world
-
-
-def _median_time(fn, repeat: int) -> float:
-    return median_time(fn, repeat)
-
-
-def _memcpy_gbps(nbytes: int, repeat: int) -> float:
-    return memcpy_gbps(nbytes, repeat)
 
 
 def _rank_bench(comm, row_bytes_list: list[int], table_mb: float, n_ids: int, repeat: int) -> dict:
@@ -76,10 +72,10 @@ def _rank_bench(comm, row_bytes_list: list[int], table_mb: float, n_ids: int, re
         for r in range(ws):
             comm.barrier()
             if r == rank:
-                t_one = _median_time(lambda: one.gather_global(ids), repeat)  # noqa: B023
-                t_loc = _median_time(lambda: torch.index_select(table, 0, ids), repeat)  # noqa: B023
+                t_one = median_time(lambda: one.gather_global(ids), repeat)  # noqa: B023
+                t_loc = median_time(lambda: torch.index_select(table, 0, ids), repeat)  # noqa: B023
         comm.barrier()  # two-sided is a collective: all ranks at once
-        t_two = _median_time(lambda: two.gather_global(ids), repeat)  # noqa: B023
+        t_two = median_time(lambda: two.gather_global(ids), repeat)  # noqa: B023
         res.update(
             one_sided_s=t_one,
             two_sided_s=t_two,
@@ -93,7 +89,7 @@ def _rank_bench(comm, row_bytes_list: list[int], table_mb: float, n_ids: int, re
         one.close()
         two.close()
         comm.barrier()
-    out["memcpy_gbps"] = _memcpy_gbps(64 * 2**20, repeat)
+    out["memcpy_gbps"] = memcpy_gbps(64 * 2**20, repeat)
     return out
 
 

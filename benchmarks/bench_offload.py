@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,36 +36,27 @@ import torch
 
 from fleetgnn.bench.data import cached_dataset, dataset_dir, default_cache_dir
 from fleetgnn.bench.machine import machine_info
-
-#: Runs its argv as a child and prints the child tree's peak RSS (KiB) as the last line.
-_RSS_WRAPPER = (
-    "import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)"
-)
+from fleetgnn.bench.runs import train_epochs
 
 
 def train_run(
     args: argparse.Namespace, dataset: str, engine: str, world: int, run_dir: Path, sets: list[str]
 ) -> tuple[list[dict[str, Any]], int]:
     """One ``fleetgnn train``; its timed epoch records and the tree's peak RSS in bytes."""
-    cmd = [sys.executable, "-m", "fleetgnn", "train", "--engine", engine, "--mode", "full"]
-    if world > 1:
-        cmd += ["--nproc", str(world)]
-    cmd += ["--dataset", dataset, "--model", "gcn", "--epochs", str(1 + args.epochs)]
-    cmd += ["--run-dir", str(run_dir), "--no-progress", "--set", f"model.hidden={args.hidden}"]
-    cmd += ["--set", f"train.eval_every={args.epochs + 1}", "--set", "train.checkpoint_every=0"]
-    for s in sets:
-        cmd += ["--set", s]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    done = subprocess.run(
-        [sys.executable, "-c", _RSS_WRAPPER, *cmd], capture_output=True, text=True, env=env
+    recs, rss = train_epochs(
+        dataset,
+        engine,
+        "gcn",
+        world,
+        args.epochs,
+        run_dir,
+        mode="full",
+        sets=[f"model.hidden={args.hidden}", *sets],
+        threads=args.threads,
+        peak_rss=True,
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"{engine} W={world} {sets} failed:\n{done.stderr[-4000:]}")
-    rss = int(done.stdout.strip().splitlines()[-1]) * 1024
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    recs = [r for r in map(json.loads, lines) if "epoch" in r]
-    return (recs[1:] if len(recs) > 1 else recs), rss
+    assert rss is not None
+    return recs, rss
 
 
 def summarise(name: str, world: int, recs: list[dict[str, Any]], rss: int) -> dict[str, Any]:

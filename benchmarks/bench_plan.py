@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +25,7 @@ import torch
 
 from fleetgnn.bench.data import cached_dataset, dataset_dir, default_cache_dir
 from fleetgnn.bench.machine import machine_info
+from fleetgnn.bench.runs import train_epochs
 from fleetgnn.cli.plan import hardware_profile
 from fleetgnn.config import load_config
 from fleetgnn.cost import make_plan, workload_from_config
@@ -37,18 +35,7 @@ def train_run(
     dataset: str, engine: str, model: str, mode: str, world: int, epochs: int, run_dir: Path
 ) -> dict[str, Any]:
     """One ``fleetgnn train``: the best timed epoch's seconds and its traffic."""
-    cmd = [sys.executable, "-m", "fleetgnn", "train", "--engine", engine, "--mode", mode]
-    if world > 1:
-        cmd += ["--nproc", str(world)]
-    cmd += ["--dataset", dataset, "--model", model, "--epochs", str(1 + epochs)]
-    cmd += ["--run-dir", str(run_dir), "--no-progress", "--quiet"]
-    cmd += ["--set", f"train.eval_every={epochs + 1}", "--set", "train.checkpoint_every=0"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"{engine} {model} {mode} W={world} failed:\n{done.stderr[-3000:]}")
-    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    recs = [r for r in recs if "epoch_time_s" in r][1:] or recs
+    recs, _ = train_epochs(dataset, engine, model, world, epochs, run_dir, mode=mode)
     best = min(recs, key=lambda r: r["epoch_time_s"])
     return {"epoch_s": best["epoch_time_s"], "traffic": best["traffic"]}
 

@@ -29,9 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,6 +39,7 @@ import torch
 
 from fleetgnn.bench.data import cached_dataset, dataset_dir, default_cache_dir
 from fleetgnn.bench.machine import machine_info
+from fleetgnn.bench.runs import train_epochs
 from fleetgnn.distributed.testing import run_world
 from fleetgnn.graph import open_dataset
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader
@@ -72,21 +70,11 @@ def train_run(
         "store.host_budget=0"
         if engine == "minibatch"
         else f"split.report_dp={str(report_dp).lower()}",
-        f"train.eval_every={epochs + 1}",
-        "train.checkpoint_every=0",
     ]
-    cmd = [sys.executable, "-m", "fleetgnn", "train", "--engine", engine, "--nproc", str(world)]
-    cmd += ["--dataset", dataset, "--model", "sage", "--epochs", str(1 + epochs)]
-    cmd += ["--run-dir", str(run_dir), "--no-progress"]
-    for s in sets:
-        cmd += ["--set", s]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"{engine} W={world} failed:\n{done.stderr[-4000:]}")
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    recs = [r for r in map(json.loads, lines) if "epoch" in r]
-    return recs[1:] if len(recs) > 1 else recs  # drop the warm-up
+    recs, _ = train_epochs(
+        dataset, engine, "sage", world, epochs, run_dir, sets=sets, threads=args.threads
+    )
+    return recs
 
 
 def summarise(engine: str, world: int, recs: list[dict[str, Any]]) -> dict[str, Any]:

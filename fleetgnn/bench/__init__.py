@@ -4,9 +4,11 @@ Every measurement times fleetgnn and its peers (PyG when ``torch_geometric`` imp
 the machine's memcpy limit) interleaved within each repetition and reports medians and
 fleetgnn's speed-up over each (> 1: fleetgnn faster); see :mod:`fleetgnn.bench.suite` for the
 sections and :mod:`fleetgnn.bench.report` for the result format (one JSON file plus Markdown
-tables, which can also replace a README's results section). The shared pieces here (machine
-description, cached datasets, PyG peer models, timing) are what the scripts in ``benchmarks/``
-use too.
+tables, which can also replace a README's results section). Every workload is implemented here
+once: the scripts in ``benchmarks/`` run a section's functions at other sizes and write the same
+result format (:func:`~fleetgnn.bench.suite.results_document`). ``torch_geometric`` is imported
+only inside the peers that need it (:mod:`fleetgnn.bench.peers`), so this package imports and
+runs without PyG (its peers are then listed as skipped).
 
 Example::
 

@@ -18,6 +18,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from fleetgnn.errors import DatasetError
@@ -118,3 +119,14 @@ def random_adjacency(nodes: int, edges: int, seed: int = 0) -> Adjacency:
     src = torch.randint(0, nodes, (edges,), generator=g)
     dst = torch.randint(0, nodes, (edges,), generator=g)
     return Adjacency.from_edges(src, dst, nodes, nodes)
+
+
+def power_law_graph(num_nodes: int, avg_degree: float, seed: int = 0) -> Graph:
+    """A random CSC graph: Pareto-distributed in-degrees, uniform random sources (no features)."""
+    rng = np.random.default_rng(seed)
+    raw = rng.pareto(1.5, num_nodes) + 1.0
+    deg = np.minimum(np.floor(raw * avg_degree / raw.mean()), num_nodes).astype(np.int64)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    indices = rng.integers(0, num_nodes, int(indptr[-1]), dtype=np.int32)
+    return Graph(indptr=indptr, indices=indices, name="powerlaw", validate="structure")

@@ -17,7 +17,9 @@ fleetgnn runs :class:`~fleetgnn.engines.reference.ReferenceEngine` (config from
 :func:`~fleetgnn.train.load_config`). The PyG models start from the same weights, with the same
 optimizer, loss and dropout rate (``F.dropout``, where fleetgnn uses keyed masks); before timing,
 each one runs once in eval mode on fleetgnn's input and the largest logit difference is kept
-(``extra.max_abs_logit_diff``: they compute the same function).
+(``extra.max_abs_logit_diff``: they compute the same function). fleetgnn's epoch split into the
+engine's own step phases (sample, gather, forward, backward, optimizer) is kept as
+``extra.fleetgnn_phases_s``.
 """
 
 from __future__ import annotations
@@ -72,16 +74,30 @@ def _pyg_step(
     opt.step()
 
 
+#: The phases of the engine's step stats that :class:`_Epochs` adds up.
+PHASES: tuple[str, ...] = ("sample", "gather", "forward", "backward", "optimizer")
+
+
 class _Epochs:
-    """A callable running the next epoch(s) of an engine each call (epochs keep counting up)."""
+    """A callable running the next epoch(s) of an engine each call (epochs keep counting up).
+
+    Adds up the engine's own step times per phase (:data:`PHASES`) over every epoch it runs.
+    """
 
     def __init__(self, engine: Any, per_call: int) -> None:
         self.engine, self.per_call, self.epoch = engine, per_call, 0
+        self.phase_s = dict.fromkeys(PHASES, 0.0)
 
     def __call__(self) -> None:
         for _ in range(self.per_call):
-            self.engine.run_epoch(self.epoch)
+            for step in self.engine.run_epoch(self.epoch):
+                for k in PHASES:
+                    self.phase_s[k] += float(step.times.get(k, 0.0))
             self.epoch += 1
+
+    def phases(self) -> dict[str, float]:
+        """Seconds per epoch in each phase, the mean over every epoch run (warm-up included)."""
+        return {k: v / max(self.epoch, 1) for k, v in self.phase_s.items()}
 
 
 #: PyG's layer for each full-graph model :func:`full_epoch` runs.
@@ -149,7 +165,8 @@ def full_epoch(
     )
     dims = [engine.x.shape[1], hidden, engine.num_classes]
     conv = PYG_CONVS[model]
-    calls: dict[str, Callable[[], None]] = {"fleetgnn": _Epochs(engine, per_call)}
+    fleet = _Epochs(engine, per_call)
+    calls: dict[str, Callable[[], None]] = {"fleetgnn": fleet}
     diffs: dict[str, float] = {}
     skipped = {}
     if has_pyg():
@@ -195,6 +212,7 @@ def full_epoch(
         skipped=skipped,
         extra={
             "max_abs_logit_diff": diffs,
+            "fleetgnn_phases_s": fleet.phases(),
             "epochs_per_call": per_call,
             "num_nodes": graph.num_nodes,
             "num_edges": graph.num_edges,
@@ -204,9 +222,23 @@ def full_epoch(
     )
 
 
-def sage_minibatch(opts: Any, threads: int, graph: Graph, name: str, hidden: int) -> dict[str, Any]:
-    """Mini-batch GraphSAGE epochs: fleetgnn (sampling and gathering included) vs PyG."""
-    fanouts = [15, 10, 5]
+def sage_minibatch(
+    opts: Any,
+    threads: int,
+    graph: Graph,
+    name: str,
+    hidden: int,
+    *,
+    fanouts: Sequence[int] = (15, 10, 5),
+    batch_size: int = 1024,
+    device: torch.device | str = "cpu",
+) -> dict[str, Any]:
+    """Mini-batch GraphSAGE epochs: fleetgnn (sampling and gathering included) vs PyG.
+
+    ``fanouts`` by hop from the seeds (one layer each); the other arguments are
+    :func:`full_epoch`'s.
+    """
+    fanouts = list(fanouts)
     engine, cfg = reference_engine(
         graph,
         [
@@ -216,11 +248,13 @@ def sage_minibatch(opts: Any, threads: int, graph: Graph, name: str, hidden: int
             f"model.hidden={hidden}",
             "model.dropout=0.5",
             f"train.fanouts={fanouts}",
-            "train.batch_size=1024",
+            f"train.batch_size={batch_size}",
+            f"train.device={device}",
         ],
     )
     dims = [engine.x.shape[1], *[hidden] * (len(fanouts) - 1), engine.num_classes]
-    calls: dict[str, Callable[[], None]] = {"fleetgnn": _Epochs(engine, 1)}
+    fleet = _Epochs(engine, 1)
+    calls: dict[str, Callable[[], None]] = {"fleetgnn": fleet}
     diffs: dict[str, float] = {}
     skipped = {}
     if not has_pyg():
@@ -247,16 +281,19 @@ def sage_minibatch(opts: Any, threads: int, graph: Graph, name: str, hidden: int
         diffs[label] = float((got - ref).abs().max())
         model.train()
         calls[label] = _blocks_epoch(engine, model, _optim(cfg, model))
-    times = interleaved(calls, opts.repeat)
+    times = interleaved(calls, opts.repeat, engine.device)
     return measurement(
         SECTION,
-        f"GraphSAGE mini-batch epoch, {name}, 3 layers, hidden {hidden}, fanouts 15,10,5, "
-        f"batch 1024 ({engine.steps_per_epoch()} steps)",
+        f"GraphSAGE mini-batch epoch, {name}, {len(fanouts)} layers, hidden {hidden}, fanouts "
+        f"{','.join(map(str, fanouts))}, batch {batch_size} ({engine.steps_per_epoch()} steps)"
+        + ("" if engine.device.type == "cpu" else f", {engine.device}"),
         threads,
         times,
         skipped=skipped,
         extra={
             "max_abs_logit_diff": diffs,
+            "fleetgnn_phases_s": fleet.phases(),
+            "device": str(engine.device),
             "steps_per_epoch": engine.steps_per_epoch(),
             "num_nodes": graph.num_nodes,
             "num_edges": graph.num_edges,

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -70,7 +69,7 @@ def run(opts: Any, threads: int, log: Callable[[str], None]) -> list[dict[str, A
     bw = memcpy_gbps((32 if opts.quick else 256) << 20, opts.repeat)
     log(f"memcpy (copy_) {bw:.1f} GB/s")
     rows += gspmm_rows(size, threads, opts.repeat, bw, log)
-    rows += _dropout_rows(size, threads, opts.repeat, log)
+    rows += dropout_rows(dropout_shapes(size), threads, opts.repeat, log)
     return rows
 
 
@@ -81,6 +80,10 @@ def gspmm_rows(
     bw: float,
     log: Callable[[str], None],
     device: torch.device | str = "cpu",
+    *,
+    with_peers: bool = True,
+    chunk: int = 1 << 20,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """``gspmm`` sum and mean, forward and forward + backward, against its peers and the limit.
 
@@ -91,19 +94,23 @@ def gspmm_rows(
         bw: Copy bandwidth (GB/s read + written) on ``device``: the limit.
         log: Progress lines.
         device: Where the graph, the features and every implementation run.
+        with_peers: False: fleetgnn and the limit only (PyG's ``SimpleConv`` materialises the
+            ``[E, D]`` messages, more memory than a large graph leaves).
+        chunk: Edges per ``index_add_`` chunk of the torch peer.
+        seed: Of the random graph.
     """
-    adj = random_adjacency(size["nodes"], size["edges"])
+    adj = random_adjacency(size["nodes"], size["edges"], seed)
     adj = Adjacency(adj.indptr.to(device), adj.indices.to(device), adj.num_src)
     structure(adj).transposed()  # the cached transpose, built outside the timed region
-    peers: dict[str, Callable[[torch.Tensor, str], torch.Tensor]] = {
-        "torch index_add": torch_gspmm(adj)
-    }
+    peers: dict[str, Callable[[torch.Tensor, str], torch.Tensor]] = {}
     skipped = {}
-    pyg = pyg_gspmm(adj)
-    if pyg is None:
-        skipped["PyG SimpleConv"] = NO_PYG
-    else:
-        peers["PyG SimpleConv"] = pyg
+    if with_peers:
+        peers["torch index_add"] = torch_gspmm(adj, chunk)
+        pyg = pyg_gspmm(adj)
+        if pyg is None:
+            skipped["PyG SimpleConv"] = NO_PYG
+        else:
+            peers["PyG SimpleConv"] = pyg
     d, e, m = size["dim"], adj.num_edges, adj.num_dst
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(adj.num_src, d, generator=gen).to(device)
@@ -112,7 +119,7 @@ def gspmm_rows(
     shape = f"{_count(adj.num_src)} nodes / {_count(e)} edges, D={d}"
     rows = []
     for reduce in ("sum", "mean"):
-        impls = {"fleetgnn": functools.partial(gspmm, adj), **peers}
+        impls = {"fleetgnn": lambda x, reduce: gspmm(adj, x, reduce), **peers}
         for direction, make in (("forward", _forward), ("forward+backward", _forward_backward)):
             calls = {k: make(fn, x, grad, reduce) for k, fn in impls.items()}
             times = interleaved(calls, repeat, device)
@@ -131,40 +138,60 @@ def gspmm_rows(
     return rows
 
 
-def _dropout_rows(
-    size: dict[str, int], threads: int, repeat: int, log: Callable[[str], None]
-) -> list[dict[str, Any]]:
-    rows = []
-    shapes = {
+def dropout_shapes(size: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """The suite's keyed-dropout inputs: Cora's input and a hidden layer of ``size``."""
+    return {
         "Cora input": (CORA_SHAPE["num_nodes"], CORA_SHAPE["num_features"]),
         "hidden layer": (size["rows"], size["width"]),
     }
+
+
+def dropout_rows(
+    shapes: dict[str, tuple[int, int]],
+    threads: int,
+    repeat: int,
+    log: Callable[[str], None],
+    device: torch.device | str = "cpu",
+    *,
+    p: float = 0.5,
+    peers: dict[str, Callable[[torch.Tensor, float, torch.Tensor], torch.Tensor]] | None = None,
+) -> list[dict[str, Any]]:
+    """Keyed dropout against ``F.dropout``, forward and forward + backward, on each shape.
+
+    Args:
+        shapes: Name in the table -> (rows, width) of the input.
+        threads: torch threads in use (recorded).
+        repeat: Timed repetitions.
+        log: Progress lines.
+        device: Where the inputs live.
+        p: Drop probability.
+        peers: More implementations to time, name -> ``fn(x, p, node_ids)``.
+    """
+    rows = []
     gen = torch.Generator().manual_seed(0)
     for name, (n, w) in shapes.items():
-        x = torch.randn(n, w, generator=gen)
-        g = torch.randn(n, w, generator=gen)
-        ids = torch.randperm(10 * n, generator=gen)[:n]
-        impls = {"fleetgnn": functools.partial(_keyed, ids=ids), "F.dropout": _torch_dropout}
+        x = torch.randn(n, w, generator=gen).to(device)
+        g = torch.randn(n, w, generator=gen).to(device)
+        ids = torch.randperm(10 * n, generator=gen)[:n].to(device)
+        impls: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+            "fleetgnn": lambda x, ids=ids: keyed_dropout(x, p, 0, 1, 2, ids),
+            "F.dropout": lambda x: F.dropout(x, p, training=True),
+        }
+        for peer, fn in (peers or {}).items():
+            impls[peer] = lambda x, fn=fn, ids=ids: fn(x, p, ids)
+        keep = float((keyed_dropout(torch.ones_like(x), p, 0, 1, 2, ids) != 0).float().mean())
         for direction, make in (("forward", _forward), ("forward+backward", _forward_backward)):
-            times = interleaved({k: make(fn, x, g) for k, fn in impls.items()}, repeat)
+            times = interleaved({k: make(fn, x, g) for k, fn in impls.items()}, repeat, device)
             row = measurement(
                 SECTION,
-                f"keyed dropout {direction}, {name} {n}x{w}, p=0.5",
+                f"keyed dropout {direction}, {name} {n}x{w}, p={p:g}",
                 threads,
                 times,
-                extra={"rows": n, "width": w},
+                extra={"rows": n, "width": w, "device": str(device), "keep_rate": keep},
             )
             rows.append(row)
             log(progress_line(row))
     return rows
-
-
-def _keyed(x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    return keyed_dropout(x, 0.5, 0, 1, 2, ids)
-
-
-def _torch_dropout(x: torch.Tensor) -> torch.Tensor:
-    return F.dropout(x, 0.5, training=True)
 
 
 def _forward(

@@ -4,13 +4,16 @@ fleetgnn's :class:`~fleetgnn.sampling.NeighborSampler` (fanouts 15,10,5 by hop f
 batches of 1,024 training nodes) on ``products-like`` against PyG's sampling core (pyg-lib's
 ``neighbor_sample``, what ``NeighborLoader`` runs, or torch-sparse's ``sample_adj``) when one of
 them imports, and against a per-seed Python loop (``rng.choice`` per node; one batch per call,
-it is slow). Rates are sampled edges (sum over hops) per second of each call.
+it is slow). Rates are sampled edges (sum over hops) per second of each call. The row also keeps
+the last hop's time split into its phases (:func:`last_hop_phases`: draws, WholeGraph's
+Algorithm 1, neighbour reads, AppendUnique).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +23,8 @@ from fleetgnn.bench.peers import neighbor_loader_missing, pyg_sampler, python_sa
 from fleetgnn.bench.report import measurement, progress_line
 from fleetgnn.bench.timing import interleaved
 from fleetgnn.graph import Graph
-from fleetgnn.sampling import NeighborSampler
+from fleetgnn.sampling import GraphTopology, NeighborSampler, append_unique
+from fleetgnn.sampling.neighbor import _draws, _offsets_numpy, _sample_offsets
 
 SECTION = "sampler"
 FANOUTS = (15, 10, 5)
@@ -28,17 +32,31 @@ BATCH = 1024
 
 
 def run(
-    opts: Any, threads: int, log: Callable[[str], None], graph: Graph, name: str
+    opts: Any,
+    threads: int,
+    log: Callable[[str], None],
+    graph: Graph,
+    name: str,
+    *,
+    fanouts: Sequence[int] = FANOUTS,
+    batch: int = BATCH,
+    batches_per_call: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The sampler measurement on ``graph`` (named ``name`` in the table)."""
-    train = np.flatnonzero(np.asarray(graph.train_mask))
+    """The sampler measurement on ``graph`` (named ``name`` in the table).
+
+    Seeds are drawn from the training nodes (every node when ``graph`` has no training mask);
+    ``batches_per_call`` defaults to 5 (2 with ``opts.quick``).
+    """
+    fanouts = tuple(fanouts)
+    mask = graph.train_mask
+    train = np.arange(graph.num_nodes) if mask is None else np.flatnonzero(np.asarray(mask))
     rng = np.random.default_rng(1)
-    n_batches = 2 if opts.quick else 5
+    n_batches = batches_per_call or (2 if opts.quick else 5)
     batches = [
-        torch.from_numpy(rng.choice(train, min(BATCH, train.size), replace=False))
+        torch.from_numpy(rng.choice(train, min(batch, train.size), replace=False))
         for _ in range(n_batches)
     ]
-    sampler = NeighborSampler(graph, list(FANOUTS), seed=0)
+    sampler = NeighborSampler(graph, list(fanouts), seed=0)
     edges: dict[str, list[int]] = {}
 
     def counted(key: str, fn: Callable[[], int]) -> Callable[[], None]:
@@ -53,13 +71,13 @@ def run(
 
     calls = {"fleetgnn": counted("fleetgnn", fleet)}
     skipped = {}
-    pyg = pyg_sampler(graph, FANOUTS)
+    pyg = pyg_sampler(graph, fanouts)
     if pyg is None:
         skipped["PyG sampler"] = neighbor_loader_missing() or "neither pyg-lib nor torch-sparse"
     else:
         backend, sample = pyg
         calls[f"PyG sampler ({backend})"] = counted("pyg", lambda: sum(sample(s) for s in batches))
-    loop = python_sampler(graph, FANOUTS, seed=0)
+    loop = python_sampler(graph, fanouts, seed=0)
     calls["per-seed Python loop (1 batch)"] = counted("python", lambda: loop(batches[0]))
     times = interleaved(calls, opts.repeat)
     work = {
@@ -67,7 +85,7 @@ def run(
     }
     row = measurement(
         SECTION,
-        f"{len(FANOUTS)}-hop sampling, fanouts {','.join(map(str, FANOUTS))}, batch {BATCH}, "
+        f"{len(fanouts)}-hop sampling, fanouts {','.join(map(str, fanouts))}, batch {batch}, "
         f"{name}",
         threads,
         times,
@@ -79,7 +97,43 @@ def run(
             "num_edges": graph.num_edges,
             "batches_per_call": n_batches,
             "edges_per_batch": statistics.fmean(edges["fleetgnn"]) / n_batches,
+            "last_hop_phases_s": last_hop_phases(
+                graph, sampler.sample(batches[-1], 0, 0), fanouts[-1]
+            ),
         },
     )
     log(progress_line(row))
     return [row]
+
+
+def last_hop_phases(graph: Graph, blocks: Sequence[Any], fanout: int) -> dict[str, Any]:
+    """Seconds of each phase of one hop, sampled again from the frontier of ``blocks``' last hop.
+
+    Phases: ``draws`` (the random draws of the seeds with more neighbours than ``fanout``),
+    ``alg1`` (WholeGraph's Algorithm 1 turning them into distinct offsets), ``offsets_total``
+    (draws, Algorithm 1 and the seeds taking all their neighbours), ``neighbor_reads`` and
+    ``append_unique`` (the relabelling).
+    """
+    topo = GraphTopology(graph)
+    frontier = blocks[1].src_ids if len(blocks) > 1 else blocks[0].dst_ids
+    deg = topo.in_degree(frontier).numpy()
+    big = deg > fanout
+    gen = np.random.default_rng(0)
+    phases: dict[str, Any] = {"frontier": int(frontier.numel())}
+    t = time.perf_counter()
+    r = _draws(gen, deg[big], fanout)
+    phases["draws"] = time.perf_counter() - t
+    t = time.perf_counter()
+    _offsets_numpy(r, deg[big])
+    phases["alg1"] = time.perf_counter() - t
+    t = time.perf_counter()
+    _, row, off = _sample_offsets(deg, fanout, gen)
+    phases["offsets_total"] = time.perf_counter() - t
+    t = time.perf_counter()
+    nbrs = topo.neighbors_at(frontier[torch.from_numpy(row)], torch.from_numpy(off))
+    phases["neighbor_reads"] = time.perf_counter() - t
+    t = time.perf_counter()
+    append_unique(frontier, nbrs)
+    phases["append_unique"] = time.perf_counter() - t
+    phases["sampled_edges"] = int(nbrs.numel())
+    return phases

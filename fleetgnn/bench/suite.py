@@ -138,7 +138,7 @@ def run_suite(
     if {"sampler", "gather", "epoch", "engines"} & set(sections):
         graph, gen_s = cached_dataset(opts.cache_dir, "products-like", opts.large_scale)
         large = (graph, f"products-like x{opts.large_scale:g}")
-        datasets["large"] = _describe(graph, large[1], gen_s)
+        datasets["large"] = describe(graph, large[1], gen_s)
         origin = f"generated in {gen_s:.1f} s" if gen_s else "cached"
         log(f"dataset {large[1]}: {graph!r} ({origin})")
     if {"epoch", "trainer"} & set(sections):
@@ -146,7 +146,7 @@ def run_suite(
             small = (cora(opts.cora, opts.cache_dir), "Cora")
         else:
             small = (cora_sized(), "Cora-sized synthetic")
-        datasets["small"] = _describe(small[0], small[1], 0.0)
+        datasets["small"] = describe(small[0], small[1], 0.0)
         log(f"dataset {small[1]}: {small[0]!r}")
     steps = [(s, t) for t in opts.threads for s in sections if s not in ONCE]
     steps += [(s, 1) for s in sections if s in ONCE]
@@ -164,30 +164,67 @@ def run_suite(
             log(f"[{i}/{len(steps)}] {section}, {threads} thread(s): {dt:.1f} s")
     finally:
         torch.set_num_threads(saved_threads)
+    settings = {
+        "quick": opts.quick,
+        "threads": list(opts.threads),
+        "repeat": opts.repeat,
+        "sections": list(sections),
+        "cache_dir": str(opts.cache_dir),
+        "cora": None if opts.cora is None else str(opts.cora),
+        "large_scale": opts.large_scale,
+    }
+    return results_document(
+        rows,
+        command=command,
+        machine=machine,
+        settings=settings,
+        sections=sections,
+        datasets=datasets,
+        started=t_start,
+        section_wall_s=section_s,
+    )
+
+
+def results_document(
+    rows: list[dict[str, Any]],
+    *,
+    command: Sequence[str],
+    machine: dict[str, Any],
+    settings: dict[str, Any],
+    sections: Sequence[str],
+    started: float,
+    datasets: dict[str, Any] | None = None,
+    section_wall_s: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """The JSON-ready results of a run (what :func:`~fleetgnn.bench.report.write_results` writes).
+
+    Args:
+        rows: The measurements (:func:`~fleetgnn.bench.report.measurement`).
+        command: The command line, recorded.
+        machine: :func:`~fleetgnn.bench.machine.machine_info` taken at the start.
+        settings: The options that shaped the run.
+        sections: The sections, in table order.
+        started: ``time.perf_counter()`` at the start (for the wall time).
+        datasets: Name -> description of the graphs measured.
+        section_wall_s: ``section@threads`` -> seconds.
+    """
     return {
         "format": RESULTS_FORMAT,
         "command": " ".join(command),
         "date": machine["date"],
         "machine": machine,
-        "settings": {
-            "quick": opts.quick,
-            "threads": list(opts.threads),
-            "repeat": opts.repeat,
-            "sections": list(sections),
-            "cache_dir": str(opts.cache_dir),
-            "cora": None if opts.cora is None else str(opts.cora),
-            "large_scale": opts.large_scale,
-        },
+        "settings": settings,
         "sections": list(sections),
-        "datasets": datasets,
+        "datasets": datasets or {},
         "rows": rows,
-        "section_wall_s": section_s,
-        "wall_s": time.perf_counter() - t_start,
+        "section_wall_s": section_wall_s or {},
+        "wall_s": time.perf_counter() - started,
         "loadavg_end": loadavg(),
     }
 
 
-def _describe(graph: Graph, name: str, gen_s: float) -> dict[str, Any]:
+def describe(graph: Graph, name: str, gen_s: float) -> dict[str, Any]:
+    """A dataset as the results record it (``gen_s``: seconds it took to generate, 0 cached)."""
     return {
         "name": name,
         "num_nodes": graph.num_nodes,

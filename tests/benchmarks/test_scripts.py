@@ -1,0 +1,126 @@
+"""The scripts in benchmarks/ that size a `fleetgnn bench` section run it through fleetgnn.bench
+and write `fleetgnn bench`'s result format (readable by `fleetgnn bench --from-json`); and
+`fleetgnn.bench` imports, and its sections run, without torch_geometric."""
+
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetgnn.bench.report import read_results
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script(name: str):
+    path = REPO / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_bench_script_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _check(out: Path, section: str) -> dict:
+    data = read_results(out / "bench.json")
+    assert data["sections"] == [section] and data["rows"]
+    for r in data["rows"]:
+        assert r["section"] == section and r["impls"]["fleetgnn"]["median_s"] > 0
+    assert f"#### {section}" in (out / "bench.md").read_text()
+    return data
+
+
+def test_bench_ops_script(tmp_path: Path) -> None:
+    argv = ["--nodes", "2000", "--edges", "20000", "--dims", "8", "16", "--repeat", "1"]
+    argv += ["--dropout-rows", "500", "--memcpy-mb", "4", "--device", "cpu", "--skip-peers"]
+    _script("bench_ops").main([*argv, "--out", str(tmp_path)])
+    data = _check(tmp_path, "ops")
+    cases = [r["case"] for r in data["rows"]]
+    assert sum("D=8" in c for c in cases) == 6 and sum("D=16" in c for c in cases) == 6
+    gspmm = [r for r in data["rows"] if r["case"].startswith("gspmm")]
+    assert all(set(r["impls"]) == {"fleetgnn", "memcpy of the same bytes"} for r in gspmm)
+
+
+def test_bench_sampler_script(tmp_path: Path) -> None:
+    argv = ["--nodes", "3000", "--avg-degree", "5", "--fanouts", "4,3", "--batch-size", "64"]
+    _script("bench_sampler").main(
+        [*argv, "--batches", "2", "--repeat", "1", "--out", str(tmp_path)]
+    )
+    (row,) = _check(tmp_path, "sampler")["rows"]
+    assert row["unit"] == "M edges/s" and "fanouts 4,3, batch 64" in row["case"]
+    phases = row["extra"]["last_hop_phases_s"]
+    assert phases["frontier"] > 0 and phases["sampled_edges"] > 0 and phases["draws"] >= 0
+
+
+def test_bench_dropout_script(tmp_path: Path) -> None:
+    _script("bench_dropout").main(
+        ["--cases", "Cora input", "--repeat", "1", "--out", str(tmp_path)]
+    )
+    rows = _check(tmp_path, "ops")["rows"]
+    assert len(rows) == 2
+    for r in rows:
+        assert {"F.dropout", "previous keyed (SplitMix64)"} <= set(r["speedup"])
+        assert r["extra"]["keep_rate"] == pytest.approx(0.5, abs=0.01)
+
+
+def test_bench_epoch_script(tmp_path: Path) -> None:
+    argv = ["--scale", "0.002", "--repeat", "1", "--hidden", "8", "--workloads", "gcn-full"]
+    _script("bench_epoch").main(
+        [*argv, "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path)]
+    )
+    (row,) = _check(tmp_path, "epoch")["rows"]
+    phases = row["extra"]["fleetgnn_phases_s"]
+    assert phases["forward"] > 0 and phases["backward"] > 0
+
+
+def test_results_render_from_json(tmp_path: Path) -> None:
+    """What a script wrote is what `fleetgnn bench --from-json` reads."""
+    from fleetgnn.cli.main import main
+
+    argv = ["--nodes", "1000", "--edges", "5000", "--dims", "4", "--repeat", "1"]
+    argv += ["--dropout-rows", "100", "--memcpy-mb", "1", "--device", "cpu"]
+    _script("bench_ops").main([*argv, "--out", str(tmp_path / "a")])
+    rc = main(["bench", "--from-json", str(tmp_path / "a" / "bench.json"), "--out", str(tmp_path)])
+    assert rc == 0 and json.loads((tmp_path / "bench.json").read_text())["rows"]
+
+
+def test_bench_imports_and_runs_without_pyg(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "torch_geometric" or m.startswith("torch_geo")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "torch_geometric", None)  # any import of it fails
+    import fleetgnn
+
+    monkeypatch.setattr(fleetgnn, "bench", sys.modules["fleetgnn.bench"])  # restored after
+    for name in [
+        m for m in sys.modules if m == "fleetgnn.bench" or m.startswith("fleetgnn.bench.")
+    ]:
+        monkeypatch.delitem(sys.modules, name)
+    bench = importlib.import_module("fleetgnn.bench")
+    for section in ("epoch", "ops", "sampler", "gather", "trainer", "engines", "peers"):
+        importlib.import_module(f"fleetgnn.bench.{section}")
+    peers = sys.modules["fleetgnn.bench.peers"]
+    assert not peers.has_pyg()
+    assert peers.neighbor_loader_missing() == peers.NO_PYG
+    size = {"nodes": 500, "edges": 2000, "dim": 4}
+    rows = sys.modules["fleetgnn.bench.ops"].gspmm_rows(size, 1, 1, 1.0, lambda _: None)
+    assert all(r["skipped"] == {"PyG SimpleConv": peers.NO_PYG} for r in rows)
+    assert "torch index_add" in rows[0]["speedup"] and bench.SECTIONS
+
+
+@pytest.mark.slow
+def test_train_epochs_runs_the_command(tmp_path: Path) -> None:
+    """The one helper bench_split, bench_offload and bench_plan time `fleetgnn train` with."""
+    from fleetgnn.bench.data import cached_dataset, dataset_dir
+    from fleetgnn.bench.runs import train_epochs
+
+    cached_dataset(tmp_path, "products-like", 0.001)
+    data = dataset_dir(tmp_path, "products-like", 0.001)
+    recs, rss = train_epochs(
+        data, "reference", "gcn", 1, 1, tmp_path / "run", mode="full", peak_rss=True
+    )
+    assert len(recs) == 1 and recs[0]["epoch"] == 1 and recs[0]["epoch_time_s"] > 0
+    assert rss is not None and rss > 10 << 20
+    with pytest.raises(RuntimeError, match="failed"):
+        train_epochs(data, "no-such-engine", "gcn", 1, 1, tmp_path / "bad")
