@@ -8,7 +8,6 @@ words) and an invalid choice names the nearest valid one (``--model gnc``: did y
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import sys
 from collections.abc import Iterable, Sequence
@@ -98,55 +97,40 @@ class Parser(argparse.ArgumentParser):
         raise argparse.ArgumentError(action, msg)
 
 
-def config_keys() -> list[tuple[str, str, Any]]:
-    """Every run-config key: ``(section.key, type, default)``, in the config's order."""
-    import typing
-
-    from fleetgnn.config import Config
-
-    out = []
-    for section in dataclasses.fields(Config):
-        if section.name == "run_dir":
-            out.append(("run_dir", "str | None", None))
-            continue
-        cls = typing.get_type_hints(Config)[section.name]
-        hints = typing.get_type_hints(cls)
-        default = cls()
-        for f in dataclasses.fields(cls):
-            tp = hints[f.name]
-            name = getattr(tp, "__name__", None) if not typing.get_args(tp) else None
-            out.append(
-                (
-                    f"{section.name}.{f.name}",
-                    name or str(tp).replace("typing.", ""),
-                    getattr(default, f.name),
-                )
-            )
-    return out
-
-
 class _ListKeys(argparse.Action):
-    """``--list-keys``: print every config key with its type and default, then exit 0."""
+    """``--list-keys``: print every config key with its default, type and help, then exit 0.
+
+    Derived from the knob classes that declare the keys (:func:`fleetgnn.config.run.config_keys`).
+    """
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        import textwrap
+
         import yaml
 
+        from fleetgnn.config.run import config_keys
         from fleetgnn.nn import MODEL_DEFAULTS
 
         rows = config_keys()
-        width = max(len(k) for k, _, _ in rows)
+        width = max(len(r.key) for r in rows)
         out = [
             "config keys: set with --set KEY=VALUE or in a --config YAML file (one mapping per "
             "section, e.g. 'train:' then '  epochs: 200'); null means decided at run time, and "
             "config.yaml records the value used",
         ]
-        for key, tp, default in rows:
-            shown = yaml.safe_dump(default, default_flow_style=True).strip()
+        for row in rows:
+            shown = yaml.safe_dump(row.default, default_flow_style=True).strip()
             shown = shown.removesuffix("\n...").removesuffix("...").strip()
-            out.append(f"  {key:<{width}}  {shown:<10} {tp}")
+            tp = row.type
+            if row.choices:
+                tp += ": " + ", ".join("null" if c is None else str(c) for c in row.choices)
+            out.append(f"  {row.key:<{width}}  {shown:<10} {tp}")
+            out.extend(
+                textwrap.wrap(row.help, 96, initial_indent=" " * 6, subsequent_indent=" " * 6)
+            )
         per_model = ", ".join(
             f"{m} {d.get('hidden_dim')}" for m, d in MODEL_DEFAULTS.items() if "hidden_dim" in d
         )

@@ -310,13 +310,15 @@ def _preflight(cfg: Any, graph: Graph, world_size: int) -> None:
             device topology does not fit the world size (one line, naming the key).
     """
     from fleetgnn.config import engine_spec
+    from fleetgnn.config.knobs import TieredStore
     from fleetgnn.engines.common import require_trainable
     from fleetgnn.train import check_device
 
     check_device(cfg)
     require_trainable(graph)
     spec = engine_spec(cfg.train.engine)
-    if spec.distributed and "store" in spec.sections and cfg.store.topology is not None:
+    uses_topology = issubclass(spec.config_cls, TieredStore)  # store.topology is one of its knobs
+    if spec.distributed and uses_topology and cfg.store.topology is not None:
         from fleetgnn.store import topology_matrix
 
         topology_matrix(cfg.store.topology, world_size, key="store.topology")
@@ -343,11 +345,11 @@ def _plan_engine(
     cfg = dataclasses.replace(cfg, train=train)
     knobs = plan.predictions[plan.choice].knobs
     if plan.choice == "offload":
-        cfg.offload.chunks = int(knobs["chunks"])
+        cfg = cfg.with_key("offload.chunks", int(knobs["chunks"]))
     if plan.choice == "minibatch":  # the store the plan priced (unset budgets are unlimited)
-        store = cfg.store
-        store.device_budget = store.device_budget or str(int(knobs["device_budget"]))
-        store.host_budget = store.host_budget or str(int(knobs["host_budget"]))
+        for name in ("device_budget", "host_budget"):
+            key = f"store.{name}"
+            cfg = cfg.with_key(key, cfg.get(key) or str(int(knobs[name])))
     cfg = cfg.validate()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1) + "\n")
@@ -421,7 +423,7 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     else:
         cfg = load_config(args.config, overrides)
         if cfg.data.dataset:  # recorded absolute: --resume works from any directory
-            cfg.data.dataset = str(Path(cfg.data.dataset).absolute())
+            cfg = cfg.with_key("data.dataset", str(Path(cfg.data.dataset).absolute()))
         given = args.run_dir or cfg.run_dir
         run_dir = Path(given) if given else _auto_run_dir(cfg)
         # a group restarted by torchrun's agent runs this command again: it resumes (run_worker)
@@ -443,7 +445,7 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         small_graph,
     )
 
-    cfg.run_dir = str(run_dir)
+    cfg = cfg.with_key("run_dir", str(run_dir))
     if is_rank0:  # before anything is written or swept there
         from fleetgnn.train.rundir import run_dir_lock
 
@@ -470,12 +472,12 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     # resolved once, recorded in config.yaml, applied before any torch work
     omp = os.environ.get("OMP_NUM_THREADS")
     threads_defaulted = cfg.train.threads is None and not (omp or "").strip().isdigit()
-    cfg.train.threads = resolve_threads(cfg.train.threads, local, omp)
+    cfg = cfg.with_key("train.threads", resolve_threads(cfg.train.threads, local, omp))
     cfg = resolve_model_defaults(cfg)
     cfg = resolve_feature_norm(cfg)  # the dataset's transform, unless data.feature_norm is set
     cfg = resolve_device_name(cfg)  # train.device=auto -> the device that runs, recorded
     if not resume:  # config.yaml says which mode ran (a resumed run keeps what it recorded)
-        cfg.train.mode = cfg.mode
+        cfg = cfg.with_key("train.mode", cfg.mode)
     if resume:  # what the workers would refuse after loading everything, refused now
         check_resumable(run_dir, cfg)
         note = finished_note(run_dir, int(cfg.train.epochs), cfg.train.max_steps)
@@ -493,7 +495,9 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     try:
         graph, path = resolve_dataset(cfg.data, show_progress=progress)
         if threads_defaulted and small_graph(graph.num_nodes, graph.num_features, cfg.model.hidden):
-            cfg.train.threads = 1  # recorded in config.yaml; workers get it in their config
+            cfg = cfg.with_key(
+                "train.threads", 1
+            )  # recorded in config.yaml; workers get it in their config
             torch.set_num_threads(1)
         _preflight(cfg, graph, world)
         if is_rank0:
@@ -573,7 +577,8 @@ def run_worker(
         warnings.filterwarnings("ignore", message=".*resuming from the previous checkpoint")
     cfg = Config.from_dict(cfg_dict).validate()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    cfg.train.threads = resolve_threads(cfg.train.threads, local, os.environ.get("OMP_NUM_THREADS"))
+    threads = resolve_threads(cfg.train.threads, local, os.environ.get("OMP_NUM_THREADS"))
+    cfg = cfg.with_key("train.threads", threads)
     torch.set_num_threads(cfg.train.threads)  # before any torch work in this process
     show_log(quiet)
     ctx = init(device=str(cfg.train.device).split(":", 1)[0])

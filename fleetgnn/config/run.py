@@ -1,21 +1,30 @@
-"""Run configuration: typed dataclasses, loadable from YAML, with ``key=value`` overrides.
+"""Run configuration: the YAML sections, loadable from a file, with ``key=value`` overrides.
 
-A :class:`Config` has four sections and a run directory::
+A :class:`Config` has eight sections and a run directory (``fleetgnn train --list-keys`` lists
+every key with its type, default and help)::
 
-    data:   {dataset, preset, scale, seed, cache_dir}
-    model:  {name, hidden, num_layers, dropout, heads, norm, residual}
-    optim:  {lr, weight_decay, optimizer}
-    train:  {engine, mode, epochs, batch_size, fanouts, eval_every, patience, seed,
-             checkpoint_every, checkpoint_interval, max_steps, device, dtype, nproc,
-             max_restarts, threads, eval_nodes}
-    run_dir: str | null
+    data:      where the graph comes from, and its feature transform
+    model:     the GNN
+    optim:     the optimiser
+    train:     the loop, the sampled batches, seed, device and dtype, the launcher
+    store:     the unified store and the distributed engines' debug mode
+    fullgraph: the fullgraph engine's partition and halo pipeline
+    split:     the split engine's partition
+    offload:   the offload engine's chunking and budget
+    run_dir:   str | null
+
+The sections are made of the knob classes of :mod:`fleetgnn.config.knobs`, which declare every
+field once; the typed engine configs (:mod:`fleetgnn.config.engines`) and the Trainer's
+(:class:`TrainerConfig`) are made of the same classes, so :meth:`Config.engine_config` and
+:meth:`Config.trainer_config` copy nothing by hand: each field is read from the section whose
+class declares it (:func:`engine_keys`).
 
 :func:`load_config` reads an optional YAML file (any subset of the keys; missing keys keep their
 defaults), applies overrides such as ``train.epochs=5``, ``model.name=gat``,
 ``train.fanouts=[15,10,5]`` or ``train.fanouts=15,10,5`` (values are parsed as YAML, with the
 bounds of :mod:`fleetgnn.config.textfile`), type-checks every value against the dataclass
-annotations and runs :meth:`Config.validate` for the cross-field rules. Enumerated choices are
-class-level constants (e.g. :attr:`ModelConfig.NAMES`). Configs never read environment variables.
+annotations, checks each field's rule as the section is built and runs :meth:`Config.validate`
+for the cross-section rules. Configs never read environment variables.
 """
 
 from __future__ import annotations
@@ -27,35 +36,41 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, NamedTuple, Union
 
 import yaml
 
-from fleetgnn.config.engines import (
-    DTYPES,
-    ENGINES,
-    EVAL_NODES,
-    FEATURE_NORMS,
-    GATHERS,
-    ORDERS,
-    PARTITIONS,
-    PLACEMENTS,
-    SPLIT_PARTITIONS,
-    EngineConfig,
-    engine_spec,
+from fleetgnn.config.engines import ENGINES, EngineConfig, engine_spec
+from fleetgnn.config.knobs import (
+    DebugCollectives,
+    DeviceCache,
+    FeatureNorm,
+    FullGraphSection,
+    KnobError,
+    Knobs,
+    Loop,
+    Mode,
+    OffloadSection,
+    Precision,
+    Prefetch,
+    RunDir,
+    Sampling,
+    ScratchDir,
+    Seeded,
+    SplitSection,
+    TieredStore,
+    check,
 )
 from fleetgnn.config.textfile import decode_utf8, load_yaml_file, parse_yaml
-from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
 
-_DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
-@dataclasses.dataclass
-class DataConfig:
-    """Where the graph comes from.
+@dataclasses.dataclass(frozen=True)
+class DataConfig(FeatureNorm):
+    """Where the graph comes from, and its ``feature_norm`` (:class:`~.knobs.FeatureNorm`).
 
     Attributes:
         dataset: Dataset directory written by ``fleetgnn prepare``; ``None`` uses the embedded
@@ -65,13 +80,6 @@ class DataConfig:
         seed: Seed of the synthetic generator.
         cache_dir: Directory where generated datasets are cached (``None``: the CLI's default,
             ``$XDG_CACHE_HOME/fleetgnn``).
-        feature_norm: ``"row"`` scales each feature row to sum 1 (as in the GCN paper's
-            preprocessing of bag-of-words features), ``"none"`` keeps features as stored;
-            ``None`` (default): the dataset's customary transform, the ``feature_norm`` its
-            ``meta.json`` records (``"row"`` for ``prepare planetoid`` / ``prepare npz``; absent
-            means ``"none"``). ``fleetgnn train`` resolves ``None`` before it starts
-            (:func:`fleetgnn.train.resolve_feature_norm`) and records the value used in
-            ``config.yaml``.
     """
 
     dataset: str | None = None
@@ -79,22 +87,23 @@ class DataConfig:
     scale: float = 1.0
     seed: int = 0
     cache_dir: str | None = None
-    feature_norm: str | None = None
 
-    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"feature_norm": (*FEATURE_NORMS, None)}
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.scale > 0, "scale", self.scale, "must be > 0")
 
 
-@dataclasses.dataclass
-class ModelConfig:
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(Knobs):
     """The GNN.
 
     Attributes:
-        name: Layer type, one of :attr:`NAMES`.
+        name: Layer type.
         hidden: Hidden width (``None``: the model's default).
         num_layers: Number of message-passing layers (>= 1).
         dropout: Dropout probability in [0, 1) (``None``: the model's default).
         heads: Attention heads (GAT; ``None``: the model's default).
-        norm: Normalisation between layers, one of :attr:`NORMS`.
+        norm: Normalisation between layers (``None``: none).
         residual: Add residual connections between layers of equal width.
     """
 
@@ -111,15 +120,29 @@ class ModelConfig:
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"name": NAMES, "norm": NORMS}
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.num_layers >= 1, "num_layers", self.num_layers, "must be >= 1")
+        check(
+            self.hidden is None or self.hidden >= 1, "hidden", self.hidden, "must be >= 1 or null"
+        )
+        check(
+            self.dropout is None or 0.0 <= self.dropout < 1.0,
+            "dropout",
+            self.dropout,
+            "must be in [0, 1) or null",
+        )
+        check(self.heads is None or self.heads >= 1, "heads", self.heads, "must be >= 1 or null")
 
-@dataclasses.dataclass
-class OptimConfig:
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig(Knobs):
     """The optimiser.
 
     Attributes:
         lr: Learning rate (> 0).
         weight_decay: L2 penalty (>= 0).
-        optimizer: One of :attr:`OPTIMIZERS`.
+        optimizer: The update rule.
     """
 
     OPTIMIZERS: ClassVar[tuple[str, ...]] = ("adam", "adamw", "sgd")
@@ -130,241 +153,73 @@ class OptimConfig:
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"optimizer": OPTIMIZERS}
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.lr > 0, "lr", self.lr, "must be > 0 (e.g. {key}=0.01)")
+        check(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
 
-@dataclasses.dataclass
-class TrainConfig:
-    """The training loop.
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(Mode, Loop, Sampling, Precision, Seeded):
+    """The training loop, the sampled batches and the launcher.
+
+    Made of :class:`~fleetgnn.config.knobs.Seeded`, :class:`~fleetgnn.config.knobs.Precision`,
+    :class:`~fleetgnn.config.knobs.Sampling`, :class:`~fleetgnn.config.knobs.Loop` and
+    :class:`~fleetgnn.config.knobs.Mode`, and the launcher's own keys:
 
     Attributes:
         engine: Training strategy, a name of :data:`fleetgnn.config.ENGINES`.
-        mode: ``"full"`` (full-graph) or ``"minibatch"`` (sampled); ``None``: the engine's
-            default (its first mode in the registry: ``fullgraph`` implies ``full``).
-        epochs: Number of epochs (>= 1).
-        batch_size: Seed nodes per mini-batch (>= 1; minibatch mode).
-        fanouts: Neighbours sampled per hop, the hop next to the seeds first (PyG's order; one
-            per model layer in minibatch mode; each >= 1, or -1 for all neighbours).
-        eval_every: Evaluate every this many epochs (and always after the last one).
-        patience: Stop when ``val_acc`` has not improved for this many epochs (``None``: never).
-        seed: Seed of everything random in training (batches, sampling, dropout, init).
-        checkpoint_every: Save a checkpoint every this many optimisation steps, counted over the
-            whole run (``0``: no step cadence, see ``checkpoint_interval``).
-        checkpoint_interval: Also save one at the first epoch end after this many seconds since
-            the last save (``0``: at every epoch end). The run's end and an interrupt (Ctrl-C,
-            SIGTERM) always save one.
-        max_steps: Stop after this many optimisation steps over the whole run (a resumed run's
-            earlier steps count; every rank stops at the same step), mid-epoch if need be, with
-            a checkpoint and one evaluation at the end (``None``: no limit).
-        device: ``"auto"`` (the default: CUDA where available, else the CPU), ``"cpu"`` (also
-            where CUDA exists; gloo collectives), ``"cuda"`` (requires CUDA; each rank its local
-            GPU, or ranks sharing GPUs when there are fewer GPUs than ranks) or ``"cuda:N"`` (one
-            process). The same for every engine; ``config.yaml`` records the device that ran.
-        dtype: Floating-point type of features and parameters, one of :attr:`DTYPES`.
         nproc: Processes to launch on this host (one per device; distributed engines only).
         max_restarts: Times the launcher restarts failed workers (they resume from checkpoints).
         threads: Intra-op CPU threads of each process (``torch.set_num_threads``). ``None``: the
             ``fleetgnn train`` command resolves it (``$OMP_NUM_THREADS`` when set, else the usable
-            cores divided by the processes on this host, at least 1; 1 for a small graph, see
-            :func:`~fleetgnn.train.resolve.small_graph`) and records the value used.
-        eval_nodes: Which nodes evaluation's last layer computes in the sampled engines'
-            streaming layer-wise inference (``reference`` in minibatch mode, ``minibatch``,
-            ``split``): ``"all"`` (default) every node, ``"labelled"`` only the nodes in the
-            train/val/test masks. The metrics are the same (only masked nodes count); each
-            earlier layer computes (and keeps in scratch) only the nodes the next one reads, so
-            ``labelled`` saves work and disk on graphs where few nodes are labelled (see
-            :mod:`fleetgnn.engines.inference`). ``fullgraph`` and ``offload`` evaluate the whole
-            graph in their own forward pass and ignore it.
+            cores divided by the processes on this host, at least 1; 1 for a small graph) and
+            records the value used.
     """
 
-    MODES: ClassVar[tuple[str | None, ...]] = ("full", "minibatch", None)
-    DTYPES: ClassVar[tuple[str, ...]] = DTYPES
-
     engine: str = "reference"
-    mode: str | None = None
-    epochs: int = 10
-    batch_size: int = 1024
-    fanouts: list[int] = dataclasses.field(default_factory=lambda: [10, 10])
-    eval_every: int = 1
-    patience: int | None = None
-    seed: int = 0
-    checkpoint_every: int = 50
-    checkpoint_interval: float = 60.0
-    max_steps: int | None = None
-    device: str = "auto"
-    dtype: str = "float32"
     nproc: int = 1
     max_restarts: int = 0
     threads: int | None = None
-    eval_nodes: str = "all"
 
-    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "engine": tuple(ENGINES),
-        "mode": MODES,
-        "dtype": DTYPES,
-        "eval_nodes": EVAL_NODES,
-    }
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"engine": tuple(ENGINES)}
 
-
-@dataclasses.dataclass
-class StoreConfig:
-    """The unified feature/topology store of the distributed mini-batch engines.
-
-    Attributes:
-        device_budget: Bytes of device memory per rank for hot rows (e.g. ``"64MB"``,
-            ``"1.5GiB"``; ``None``: unlimited). On a CPU machine this is process memory, so
-            tiering decisions happen there too.
-        host_budget: Bytes of host memory per host (machine) for the next-hottest rows: one
-            copy shared by all the ranks on the host, never more than this (``None``:
-            unlimited); the rest is read from the dataset's memory map on disk.
-        placement: Hotness ranking, one of :attr:`PLACEMENTS` (``presample`` counts accesses
-            over sampled batches).
-        order: Which gets the device budget first, one of :attr:`ORDERS` (XGNN: graph first).
-        gather: ``one_sided`` reads peers' shards in shared memory directly (every rank on
-            one host); ``two_sided`` exchanges requests and rows with all-to-all (what ranks on
-            different hosts do); ``auto`` (default) is one-sided on one host and two-sided when
-            the ranks span hosts (the engine says which it picked).
-        topology: Device link bandwidths for XGNN's placement solver (which device each rank
-            reads each hot-row partition from): ``null`` (equally connected), ``dgx1-v100``, or
-            a YAML/JSON file with an ``N x N`` matrix.
-        prefetch: Sample and gather the next batch in a background thread during training.
-        debug_collectives: Verify shapes and counts across ranks before every collective and
-            report every rank's view instead of hanging on a mismatch.
-    """
-
-    PLACEMENTS: ClassVar[tuple[str, ...]] = PLACEMENTS
-    ORDERS: ClassVar[tuple[str, ...]] = ORDERS
-    GATHERS: ClassVar[tuple[str, ...]] = GATHERS
-
-    device_budget: str | None = None
-    host_budget: str | None = None
-    placement: str = "degree"
-    order: str = "graph_first"
-    gather: str = "auto"
-    topology: str | None = None
-    prefetch: bool = True
-    debug_collectives: bool = False
-
-    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "placement": PLACEMENTS,
-        "order": ORDERS,
-        "gather": GATHERS,
-    }
-
-
-@dataclasses.dataclass
-class FullGraphConfig:
-    """The ``fullgraph`` engine's partitioning and halo-exchange pipeline (MGG).
-
-    Attributes:
-        partition: ``range`` (MGG's edge-balanced contiguous ranges) or ``metis`` (the graph is
-            relabelled so each METIS part is a contiguous range), see :attr:`PARTITIONS`.
-        num_chunks: Chunks K the halo rows of each layer are exchanged in (``None``: tuned, or
-            1 without tuning).
-        depth: Chunks in flight at once, MGG's interleave distance; 0 exchanges everything
-            before aggregating (``None``: tuned, or 1 without tuning).
-        tune: Search ``(num_chunks, depth)`` online, one epoch per trial (MGG's greedy search),
-            over the knobs left ``None``.
-    """
-
-    PARTITIONS: ClassVar[tuple[str, ...]] = PARTITIONS
-
-    partition: str = "range"
-    num_chunks: int | None = None
-    depth: int | None = None
-    tune: bool = True
-
-    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
-
-
-@dataclasses.dataclass
-class OffloadConfig:
-    """The ``offload`` engine's chunking, device budget and caching (HongTu).
-
-    Attributes:
-        partition: First-level partition, one part per rank (``metis`` or ``range``).
-        chunks: Chunks per part (``null``: the smallest power of two that fits the budget).
-        device_budget: Live device bytes per rank, e.g. ``256MB`` (``null``: 90% of the free
-            device memory on CUDA, unbounded on CPU).
-        reorganize: Reorder chunks greedily (HongTu Alg. 4) when its cost model says it pays.
-        cache_aggregates: Cache aggregation outputs of parameter-free aggregations in host
-            memory (``null``: where the model allows, ``true``: every layer, ``false``: never).
-    """
-
-    PARTITIONS: ClassVar[tuple[str, ...]] = PARTITIONS
-
-    partition: str = "metis"
-    chunks: int | None = None
-    device_budget: str | None = None
-    reorganize: bool = True
-    cache_aggregates: bool | None = None
-
-    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.nproc >= 1, "nproc", self.nproc, "must be >= 1")
+        check(self.max_restarts >= 0, "max_restarts", self.max_restarts, "must be >= 0")
+        check(
+            self.threads is None or self.threads >= 1,
+            "threads",
+            self.threads,
+            "must be >= 1, or null for the usable cores divided by the processes on this host",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainerConfig:
+class StoreConfig(DebugCollectives, Prefetch, TieredStore, DeviceCache):
+    """The unified store of the distributed mini-batch engines; every distributed engine's debug.
+
+    Made of :class:`~.knobs.DeviceCache`, :class:`~.knobs.TieredStore`,
+    :class:`~.knobs.Prefetch` and :class:`~.knobs.DebugCollectives`.
+    """
+
+
+#: The ``fullgraph``, ``split`` and ``offload`` sections are their engines' knob classes.
+FullGraphConfig = FullGraphSection
+SplitConfig = SplitSection
+OffloadConfig = OffloadSection
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig(RunDir, Loop, Seeded):
     """The :class:`~fleetgnn.train.Trainer`'s own settings (the engine has its own config).
 
-    Attributes:
-        epochs: Number of epochs (>= 1).
-        eval_every: Evaluate every this many epochs (and always after the last one; >= 1).
-        patience: Stop when ``val_acc`` has not improved for this many epochs (``None``: never).
-        checkpoint_every: Checkpoint every this many optimisation steps over the run (``0``: no
-            step cadence).
-        checkpoint_interval: Also checkpoint at the first epoch end after this many seconds since
-            the last checkpoint (``0``: at every epoch end; >= 0). The run's end and an
-            interrupt always checkpoint.
-        max_steps: Stop after this many optimisation steps over the run, resumed steps included
-            (``None``: no limit; >= 1).
-        seed: Seeds Python's, NumPy's and torch's global generators at the start of a fresh run.
-        run_dir: Where checkpoints, metrics and the summary go (``None``: the caller chooses).
+    ``train.seed``, the loop's keys (:class:`~.knobs.Loop`: ``train.epochs`` ...) and ``run_dir``.
     """
 
-    epochs: int = 10
-    eval_every: int = 1
-    patience: int | None = None
-    checkpoint_every: int = 50
-    checkpoint_interval: float = 60.0
-    max_steps: int | None = None
-    seed: int = 0
-    run_dir: str | None = None
 
-    def __post_init__(self) -> None:
-        _check(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
-        _check(self.eval_every >= 1, "eval_every", self.eval_every, "must be >= 1")
-        _check(self.patience is None or self.patience >= 1, "patience", self.patience, ">= 1")
-        _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, ">= 0")
-        _check(
-            0 <= self.checkpoint_interval < float("inf"),
-            "checkpoint_interval",
-            self.checkpoint_interval,
-            "must be >= 0 seconds",
-        )
-        _check(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, ">= 1")
-
-
-@dataclasses.dataclass
-class SplitConfig:
-    """The ``split`` engine's partition and reporting (GSplit).
-
-    Attributes:
-        partition: Offline partition deciding vertex ownership, see :attr:`PARTITIONS`.
-        book: A saved partition book directory (``null``: the dataset's
-            ``partitions/<partition>-<W>`` if present, else computed once on rank 0).
-        report_dp: Report the data-parallel counterfactual (redundant edges, host bytes); off by
-            default (W extra samplings per step on rank 0; the planner's replay counts it
-            offline).
-    """
-
-    PARTITIONS: ClassVar[tuple[str, ...]] = SPLIT_PARTITIONS
-
-    partition: str = "metis"
-    book: str | None = None
-    report_dp: bool = False
-
-    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
-
-
-_SECTIONS: dict[str, type] = {
+_SECTIONS: dict[str, type[Knobs]] = {
     "data": DataConfig,
     "model": ModelConfig,
     "optim": OptimConfig,
@@ -376,21 +231,113 @@ _SECTIONS: dict[str, type] = {
 }
 _TOP_KEYS: tuple[str, ...] = (*_SECTIONS, "run_dir")
 
+#: Knob classes filled from a top-level key rather than a section's.
+_FROM_TOP: dict[type[Knobs], str] = {RunDir: "run_dir", ScratchDir: "run_dir"}
 
-@dataclasses.dataclass
-class Config:
-    """A whole run's configuration.
+
+def declaring_class(cls: type, name: str) -> type:
+    """The class of ``cls``'s MRO whose own annotations declare field ``name``."""
+    for c in cls.__mro__:
+        if name in c.__dict__.get("__annotations__", {}):
+            return c
+    raise TypeError(f"{cls.__name__} has no field {name!r}")  # a bug, not user input
+
+
+def engine_keys(config_cls: type) -> dict[str, str]:
+    """The run-config key of each field of a typed config (an engine's or :class:`TrainerConfig`).
+
+    A field is read from the one section made of the knob class that declares it
+    (``fullgraph.num_chunks``, ``store.debug_collectives``, ``train.seed``); ``scratch_dir`` and
+    ``run_dir`` from the top-level ``run_dir``.
+    """
+    keys: dict[str, str] = {}
+    for f in dataclasses.fields(config_cls):
+        owner = declaring_class(config_cls, f.name)
+        if owner in _FROM_TOP:
+            keys[f.name] = _FROM_TOP[owner]
+            continue
+        homes = [s for s, sec in _SECTIONS.items() if issubclass(sec, owner)]
+        if len(homes) != 1:  # a bug in the declarations, not user input
+            raise TypeError(f"{config_cls.__name__}.{f.name}: declared in sections {homes}")
+        keys[f.name] = f"{homes[0]}.{f.name}"
+    return keys
+
+
+class ConfigKey(NamedTuple):
+    """One run-config key, for ``--list-keys`` and the docs."""
+
+    key: str
+    type: str
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None
+
+
+def config_keys() -> list[ConfigKey]:
+    """Every run-config key with its type, default, allowed values and help, in order."""
+    out: list[ConfigKey] = []
+    for section, cls in _SECTIONS.items():
+        hints, choices, default = _hints(cls), cls.choices(), cls()
+        for f in dataclasses.fields(cls):
+            out.append(
+                ConfigKey(
+                    f"{section}.{f.name}",
+                    _type_name(hints[f.name]),
+                    _plain(getattr(default, f.name)),
+                    field_help(cls, f.name),
+                    choices.get(f.name),
+                )
+            )
+    out.append(ConfigKey("run_dir", "str or null", None, field_help(RunDir, "run_dir"), None))
+    return out
+
+
+_ROLE_RE = re.compile(r":\w+:`~?([^`]+)`")
+
+
+def field_help(cls: type, name: str) -> str:
+    """The ``Attributes`` entry of the docstring of the class declaring ``name``, as plain text."""
+    doc = declaring_class(cls, name).__doc__ or ""
+    lines = doc.splitlines()
+    try:
+        start = next(i for i, ln in enumerate(lines) if ln.strip() == "Attributes:")
+    except StopIteration:
+        return ""
+    text: list[str] = []
+    indent = None
+    for ln in lines[start + 1 :]:
+        if not ln.strip():
+            if text:
+                break
+            continue
+        stripped = ln.strip()
+        level = len(ln) - len(ln.lstrip())
+        if text and level <= (indent or 0):
+            break
+        if not text and stripped.startswith(f"{name}:"):
+            indent = level
+            text.append(stripped[len(name) + 1 :].strip())
+        elif text:
+            text.append(stripped)
+    out = " ".join(text)
+    out = _ROLE_RE.sub(lambda m: m.group(1).rsplit(".", 1)[-1], out)
+    out = out.replace("``None``", "null")  # as YAML and --set spell it
+    return out.replace("``", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(RunDir):
+    """A whole run's configuration: its sections and ``run_dir``.
 
     Attributes:
         data: Dataset section.
         model: Model section.
         optim: Optimiser section.
         train: Training-loop section.
-        store: Unified-store section (distributed mini-batch engines).
+        store: Unified-store section (distributed mini-batch engines; debug mode of all).
         fullgraph: Partitioning and exchange pipeline of the ``fullgraph`` engine.
         split: Partition and reporting of the ``split`` engine.
         offload: Chunking, device budget and caching of the ``offload`` engine.
-        run_dir: Directory for checkpoints, metrics and the summary (``None``: chosen by the CLI).
     """
 
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
@@ -401,11 +348,31 @@ class Config:
     fullgraph: FullGraphConfig = dataclasses.field(default_factory=FullGraphConfig)
     split: SplitConfig = dataclasses.field(default_factory=SplitConfig)
     offload: OffloadConfig = dataclasses.field(default_factory=OffloadConfig)
-    run_dir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict (YAML/JSON serialisable); :meth:`from_dict` inverts it."""
-        return dataclasses.asdict(self)
+        out = {s: _plain(dataclasses.asdict(getattr(self, s))) for s in _SECTIONS}
+        return {**out, "run_dir": self.run_dir}
+
+    def get(self, key: str) -> Any:
+        """The value of ``key`` (``section.name`` or ``run_dir``)."""
+        section, _, name = key.partition(".")
+        return getattr(getattr(self, section), name) if name else getattr(self, section)
+
+    def with_key(self, key: str, value: Any) -> Config:
+        """A copy with ``key`` (``section.name`` or ``run_dir``) set to ``value``, checked.
+
+        Raises:
+            ConfigError: A value its field's rule refuses, naming the key.
+        """
+        section, _, name = key.partition(".")
+        if not name:
+            return dataclasses.replace(self, **{section: value})
+        try:
+            new = dataclasses.replace(getattr(self, section), **{name: value})
+        except KnobError as e:
+            raise e.within(section) from None
+        return dataclasses.replace(self, **{section: new})
 
     @property
     def mode(self) -> str:
@@ -413,39 +380,19 @@ class Config:
         return self.train.mode or engine_spec(self.train.engine).modes[0]
 
     def engine_config(self) -> EngineConfig:
-        """The typed config of ``train.engine``, filled from this run config's sections.
+        """The typed config of ``train.engine``: each field from its key (:func:`engine_keys`).
 
-        Each field of the engine's config class takes the value of the key of the same name in
-        the first section (of the registry entry's ``sections``) that has it; ``feature_norm``
-        comes from ``data``, ``mode`` is :attr:`mode`, ``scratch_dir`` (evaluation's scratch
-        files, offload's relabelled topology) is :attr:`run_dir`. Fields no section has keep
-        their defaults, and so does ``feature_norm`` while ``data.feature_norm`` is ``None``
-        (the dataset's transform, which only the dataset knows: resolve it first with
+        ``feature_norm`` is ``"none"`` while ``data.feature_norm`` is ``None`` (the dataset's
+        transform, which only the dataset knows: resolve it first with
         :func:`fleetgnn.train.resolve_feature_norm`, as ``fleetgnn train`` and
         :func:`fleetgnn.train.engine_from_config` do).
         """
-        spec = engine_spec(self.train.engine)
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(spec.config_cls):
-            if f.name == "mode":
-                values["mode"] = self.mode
-                continue
-            if f.name == "scratch_dir":
-                values["scratch_dir"] = self.run_dir
-                continue
-            for section in spec.sections:
-                sec = getattr(self, section)
-                if hasattr(sec, f.name):
-                    if f.name == "feature_norm" and sec.feature_norm is None:
-                        break  # unresolved: the engine config's default
-                    values[f.name] = getattr(sec, f.name)
-                    break
-        return spec.config_cls(**values)
+        cls = engine_spec(self.train.engine).config_cls
+        return cls(**{n: self.get(k) for n, k in engine_keys(cls).items()})
 
     def trainer_config(self) -> TrainerConfig:
-        """The Trainer's own settings from the ``train`` section and ``run_dir``."""
-        names = [f.name for f in dataclasses.fields(TrainerConfig) if f.name != "run_dir"]
-        return TrainerConfig(**{n: getattr(self.train, n) for n in names}, run_dir=self.run_dir)
+        """The Trainer's own settings, each field from its key (:func:`engine_keys`)."""
+        return TrainerConfig(**{n: self.get(k) for n, k in engine_keys(TrainerConfig).items()})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> Config:
@@ -484,51 +431,14 @@ class Config:
         return cls(**kwargs)
 
     def validate(self) -> Config:
-        """Check the cross-field and range rules; returns ``self`` for chaining.
+        """Check the rules across sections (each section checked its own when built).
+
+        Returns ``self`` for chaining.
 
         Raises:
             ConfigError: The first violated rule, naming the keys and the valid range.
         """
-        d, m, o, t = self.data, self.model, self.optim, self.train
-        _check(d.scale > 0, "data.scale", d.scale, "must be > 0")
-        _check(m.num_layers >= 1, "model.num_layers", m.num_layers, "must be >= 1")
-        _check(m.hidden is None or m.hidden >= 1, "model.hidden", m.hidden, "must be >= 1 or null")
-        _check(
-            m.dropout is None or 0.0 <= m.dropout < 1.0,
-            "model.dropout",
-            m.dropout,
-            "must be in [0, 1) or null",
-        )
-        _check(m.heads is None or m.heads >= 1, "model.heads", m.heads, "must be >= 1 or null")
-        _check(o.lr > 0, "optim.lr", o.lr, "must be > 0 (e.g. optim.lr=0.01)")
-        _check(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, "must be >= 0")
-        _check(t.epochs >= 1, "train.epochs", t.epochs, "must be >= 1")
-        _check(t.batch_size >= 1, "train.batch_size", t.batch_size, "must be >= 1")
-        _check(t.eval_every >= 1, "train.eval_every", t.eval_every, "must be >= 1")
-        _check(t.patience is None or t.patience >= 1, "train.patience", t.patience, "must be >= 1")
-        _check(
-            t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every, "must be >= 0"
-        )
-        _check(
-            0 <= t.checkpoint_interval < float("inf"),
-            "train.checkpoint_interval",
-            t.checkpoint_interval,
-            "must be >= 0 seconds (0: at every epoch end)",
-        )
-        _check(
-            t.max_steps is None or t.max_steps >= 1,
-            "train.max_steps",
-            t.max_steps,
-            "must be >= 1, or null for no limit",
-        )
-        _check(t.nproc >= 1, "train.nproc", t.nproc, "must be >= 1")
-        _check(t.max_restarts >= 0, "train.max_restarts", t.max_restarts, "must be >= 0")
-        _check(
-            t.threads is None or t.threads >= 1,
-            "train.threads",
-            t.threads,
-            "must be >= 1, or null for the usable cores divided by the processes on this host",
-        )
+        t = self.train
         spec = engine_spec(t.engine)
         if t.nproc > 1 and not spec.distributed:
             distributed = ", ".join(n for n, s in ENGINES.items() if s.distributed and s.available)
@@ -536,35 +446,6 @@ class Config:
                 f"train.nproc={t.nproc} but train.engine={t.engine!r} runs in a single process; "
                 f"drop --nproc (train.nproc=1), or pick a distributed engine: {distributed}"
             )
-        for name in ("device_budget", "host_budget"):
-            value = getattr(self.store, name)
-            if value is not None:
-                parse_bytes(value, f"store.{name}")
-        _check(
-            bool(_DEVICE_RE.match(t.device)),
-            "train.device",
-            t.device,
-            "must be 'cpu', 'cuda', 'cuda:N' or 'auto'",
-        )
-        _check(
-            all(f >= 1 or f == -1 for f in t.fanouts),
-            "train.fanouts",
-            t.fanouts,
-            "every fanout must be >= 1, or -1 for all neighbours",
-        )
-        fg = self.fullgraph
-        _check(
-            fg.num_chunks is None or fg.num_chunks >= 1,
-            "fullgraph.num_chunks",
-            fg.num_chunks,
-            "must be >= 1 (or null to tune)",
-        )
-        _check(
-            fg.depth is None or fg.depth >= 0,
-            "fullgraph.depth",
-            fg.depth,
-            "must be >= 0 (or null to tune)",
-        )
         allowed_modes = spec.modes
         if t.mode is not None and t.mode not in allowed_modes:
             raise ConfigError(
@@ -572,14 +453,24 @@ class Config:
                 f"{', '.join(allowed_modes)}. Set train.mode={allowed_modes[0]} or pick another "
                 f"engine"
             )
-        if self.mode == "minibatch" and len(t.fanouts) != m.num_layers:
+        layers = self.model.num_layers
+        if self.mode == "minibatch" and len(t.fanouts) != layers:
             raise ConfigError(
-                f"train.fanouts={t.fanouts} has {len(t.fanouts)} entries but model.num_layers="
-                f"{m.num_layers}; in minibatch mode give one fanout per layer, e.g. "
-                f"train.fanouts={','.join(['10'] * m.num_layers)}"
+                f"train.fanouts={list(t.fanouts)} has {len(t.fanouts)} entries but "
+                f"model.num_layers={layers}; in minibatch mode give one fanout per layer, e.g. "
+                f"train.fanouts={','.join(['10'] * layers)}"
             )
         self.engine_config()  # the typed config checks its own fields
         return self
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with tuples as lists, recursively (YAML's safe dumper has no tuples)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def load_config(path: PathLikeStr | None = None, overrides: Sequence[str] = ()) -> Config:
@@ -640,10 +531,7 @@ def apply_overrides(cfg: Config, overrides: Sequence[str]) -> Config:
         hints = _hints(section_cls)
         if name not in hints:
             raise ConfigError(_unknown_key_message("key", name, hints, item, section))
-        coerced = _coerce_override(value, text, hints[name], key)
-        _check_choice(section_cls, name, coerced, key)
-        new_section = dataclasses.replace(getattr(cfg, section), **{name: coerced})
-        cfg = dataclasses.replace(cfg, **{section: new_section})
+        cfg = cfg.with_key(key, _coerce_override(value, text, hints[name], key))
     return cfg
 
 
@@ -687,10 +575,11 @@ def _build_section(cls: type, section: str, values: Mapping[str, Any]) -> Any:
         name = str(name)
         if name not in hints:
             raise ConfigError(_unknown_key_message("key", name, hints, section=section))
-        key = f"{section}.{name}"
-        kwargs[name] = _coerce(value, hints[name], key)
-        _check_choice(cls, name, kwargs[name], key)
-    return cls(**kwargs)
+        kwargs[name] = _coerce(value, hints[name], f"{section}.{name}")
+    try:
+        return cls(**kwargs)
+    except KnobError as e:
+        raise e.within(section) from None
 
 
 def _type_name(tp: Any) -> str:
@@ -699,9 +588,8 @@ def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is list:
-        (arg,) = typing.get_args(tp)
-        return f"list of {_type_name(arg)}"
+    if origin in (list, tuple):
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -720,12 +608,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             except ConfigError:
                 pass
         raise _type_error(key, value, tp)
-    if origin is list:
-        (arg,) = typing.get_args(tp)
+    if origin in (list, tuple):  # list[X] or tuple[X, ...]
+        arg = typing.get_args(tp)[0]
         if not isinstance(value, (list, tuple)):
             raise _type_error(key, value, tp)
         try:
-            return [_coerce(v, arg, key) for v in value]
+            return origin(_coerce(v, arg, key) for v in value)
         except ConfigError:
             bad = next(v for v in value if not _fits(v, arg, key))
             raise ConfigError(
@@ -770,11 +658,11 @@ def _accepts(tp: Any, target: type) -> bool:
 
 
 def _list_type(tp: Any) -> Any | None:
-    if typing.get_origin(tp) is list:
+    if typing.get_origin(tp) in (list, tuple):
         return tp
     if typing.get_origin(tp) in (Union, types.UnionType):
         for a in typing.get_args(tp):
-            if typing.get_origin(a) is list:
+            if typing.get_origin(a) in (list, tuple):
                 return a
     return None
 
@@ -814,19 +702,6 @@ def _type_error(key: str, value: Any, tp: Any) -> ConfigError:
     )
 
 
-def _check_choice(cls: type, name: str, value: Any, key: str) -> None:
-    choices = getattr(cls, "CHOICES", {}).get(name)
-    if choices is None or value in choices:
-        return
-    shown = ", ".join("null" if c is None else str(c) for c in choices)
-    msg = f"{key}={value!r} is not an allowed value; choose one of: {shown}"
-    if isinstance(value, str):
-        close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1)
-        if close:
-            msg += f". Did you mean {key}={close[0]}?"
-    raise ConfigError(msg)
-
-
 def _unknown_key_message(
     what: str,
     name: str,
@@ -842,8 +717,3 @@ def _unknown_key_message(
     if close:
         msg += f". Did you mean '{section + '.' if section else ''}{close[0]}'?"
     return msg
-
-
-def _check(ok: bool, key: str, value: Any, rule: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is invalid: {rule}")

@@ -77,7 +77,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fleetgnn.config.engines import EVAL_NODES
+from fleetgnn.config.knobs import EVAL_NODES
 from fleetgnn.engines.common import SPLITS, check_labels, metrics_from_sums
 from fleetgnn.errors import ConfigError, FleetgnnError
 from fleetgnn.graph import Graph

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetgnn.config.engines import FEATURE_NORMS
+from fleetgnn.config.knobs import FEATURE_NORMS
 from fleetgnn.config.textfile import parse_json, read_bytes
 from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import SPLITS, Graph, Validation

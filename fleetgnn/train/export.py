@@ -317,8 +317,7 @@ def prepare_job(
                 f"run '{run}' was trained through the Python API and does not record its "
                 f"dataset; pass dataset=DIR"
             )
-        cfg = Config()
-        cfg.data.feature_norm = _api_feature_norm(run)
+        cfg = Config().with_key("data.feature_norm", _api_feature_norm(run))
     if model is not None and not isinstance(model, torch.nn.Module):
         raise ConfigError(f"model= must be a torch.nn.Module, got {type(model).__name__}")
     path = _checkpoint_file(run, checkpoint)

@@ -55,10 +55,14 @@ def test_list_keys_prints_every_key_with_its_default(capsys):
     with pytest.raises(SystemExit) as done:
         main(["train", "--list-keys"])
     assert done.value.code == 0
-    rows = {ln.split()[0]: ln.split()[1] for ln in capsys.readouterr().out.splitlines()[1:-1]}
+    lines = capsys.readouterr().out.splitlines()[1:-1]
+    rows = {ln.split()[0]: ln.split()[1] for ln in lines if ln[2] != " "}
     assert rows["train.epochs"] == "10" and rows["optim.lr"] == "0.01"
     assert rows["model.name"] == "sage" and rows["train.batch_size"] == "1024"
-    assert len(rows) > 40
+    assert rows["fullgraph.tuner_chunks"] == "[1," and len(rows) > 50
+    # each key's help, from the docstring of the class that declares it, follows it indented
+    helps = [ln.strip() for ln in lines if ln.startswith(" " * 6)]
+    assert "Number of epochs (>= 1)." in helps
 
 
 @pytest.mark.parametrize(

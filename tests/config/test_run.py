@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def test_defaults_match_spec() -> None:
         "minibatch",
         10,
         1024,
-        [10, 10],
+        (10, 10),
     )
     assert (t.eval_every, t.patience, t.checkpoint_every, t.nproc, t.max_restarts) == (
         1,
@@ -38,8 +39,9 @@ def test_defaults_match_spec() -> None:
         0,
     )
     assert cfg.run_dir is None
-    # defaults are not shared between instances
-    assert Config().train.fanouts is not Config().train.fanouts
+    # sections are frozen: a change is a new config (Config.with_key, apply_overrides)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.train.epochs = 3  # type: ignore[misc]
 
 
 def test_yaml_partial_sections(tmp_path: Path) -> None:
@@ -53,7 +55,7 @@ def test_yaml_partial_sections(tmp_path: Path) -> None:
     )
     cfg = load_config(p)
     assert cfg.model == ModelConfig(name="gat", heads=4, num_layers=3)
-    assert cfg.train.fanouts == [15, 10, 5] and cfg.train.epochs == 3
+    assert cfg.train.fanouts == (15, 10, 5) and cfg.train.epochs == 3
     assert cfg.optim.lr == 1.0 and isinstance(cfg.optim.lr, float)
     assert cfg.data == Config().data
     assert cfg.run_dir == "runs/x"
@@ -64,8 +66,8 @@ def test_yaml_partial_sections(tmp_path: Path) -> None:
     [
         ("train.epochs=5", "train", "epochs", 5),
         ("model.name=gat", "model", "name", "gat"),
-        ("train.fanouts=[15,10]", "train", "fanouts", [15, 10]),
-        ("train.fanouts=15, 10", "train", "fanouts", [15, 10]),
+        ("train.fanouts=[15,10]", "train", "fanouts", (15, 10)),
+        ("train.fanouts=15, 10", "train", "fanouts", (15, 10)),
         ("train.patience=null", "train", "patience", None),
         ("train.patience=4", "train", "patience", 4),
         ("model.residual=true", "model", "residual", True),
@@ -91,9 +93,9 @@ def test_fanouts_override_with_layers_and_later_items_win() -> None:
             "train.epochs=7",
         ]
     )
-    assert cfg.train.fanouts == [15, 10, 5] and cfg.train.epochs == 7
+    assert cfg.train.fanouts == (15, 10, 5) and cfg.train.epochs == 7
     cfg = load_config(overrides=["model.num_layers=1", "train.fanouts=4", "run_dir=out/r1"])
-    assert cfg.train.fanouts == [4] and cfg.run_dir == "out/r1"
+    assert cfg.train.fanouts == (4,) and cfg.run_dir == "out/r1"
 
 
 def test_overrides_apply_on_top_of_yaml(tmp_path: Path) -> None:
@@ -245,7 +247,7 @@ def test_overrides_do_not_mutate_their_input() -> None:
     base = Config()
     new = apply_overrides(base, ["train.epochs=3", "train.fanouts=[4,4]"])
     assert base.train.epochs == 10 and new.train.epochs == 3
-    assert base.train.fanouts == [10, 10] and new.train.fanouts == [4, 4]
+    assert base.train.fanouts == (10, 10) and new.train.fanouts == (4, 4)
     assert base.model is new.model or base.model == new.model
 
 

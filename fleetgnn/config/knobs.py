@@ -1,0 +1,493 @@
+"""Every setting, declared once: small frozen dataclasses of related fields ("knobs").
+
+Each knob class declares its fields, their defaults, their allowed values (``CHOICES``) and their
+help (the ``Attributes`` section of its docstring), and checks them in ``__post_init__``. The
+YAML sections of the run config (:mod:`fleetgnn.config.run`) and the typed configs built from it
+(the engines' in :mod:`fleetgnn.config.engines`, the Trainer's) are composed of these classes
+by inheritance and declare no field of their own that another class declares:
+
+=================== ============ ====================================================
+knob class          YAML section used by
+=================== ============ ====================================================
+:class:`Seeded`     ``train``    every engine, the Trainer
+:class:`Precision`  ``train``    every engine
+:class:`FeatureNorm` ``data``    every engine
+:class:`Sampling`   ``train``    reference, minibatch, split
+:class:`Mode`       ``train``    reference
+:class:`Loop`       ``train``    the Trainer
+:class:`DeviceCache` ``store``   minibatch, split
+:class:`TieredStore` ``store``   minibatch
+:class:`Prefetch`   ``store``    minibatch, split
+:class:`DebugCollectives` ``store`` minibatch, split, fullgraph, offload
+:class:`SplitSection` ``split``  split
+:class:`FullGraphSection` ``fullgraph`` fullgraph
+:class:`OffloadSection` ``offload`` offload
+:class:`RunDir`     ``run_dir``  the Trainer (``scratch_dir`` of the engines too)
+=================== ============ ====================================================
+
+Errors raised here name the bare field (``epochs=0 is invalid``); the run-config loader
+qualifies them with their section (``train.epochs=0``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from fleetgnn.config.units import parse_bytes
+from fleetgnn.errors import ConfigError
+
+DTYPES: tuple[str, ...] = ("float32", "float64")
+FEATURE_NORMS: tuple[str, ...] = ("none", "row")
+PLACEMENTS: tuple[str, ...] = ("degree", "presample")
+ORDERS: tuple[str, ...] = ("graph_first", "features_first")
+GATHERS: tuple[str, ...] = ("auto", "one_sided", "two_sided")
+PARTITIONS: tuple[str, ...] = ("range", "metis")
+SPLIT_PARTITIONS: tuple[str, ...] = ("metis", "random", "range", "hash")
+EVAL_NODES: tuple[str, ...] = ("all", "labelled")
+MODES: tuple[str | None, ...] = ("full", "minibatch", None)
+
+_DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
+
+
+class KnobError(ConfigError):
+    """A field's value breaks its rule; :meth:`within` names it with its section.
+
+    Args:
+        name: The field.
+        value: The bad value.
+        rule: What is wrong, a template in which ``{key}`` stands for the field's full key.
+        whole: ``rule`` is the whole message, not what follows ``key=value``.
+    """
+
+    def __init__(self, name: str, value: Any, rule: str, whole: bool = False) -> None:
+        self.name, self.value, self.rule, self.whole = name, value, rule, whole
+        super().__init__(self._text(name))
+
+    def _text(self, key: str) -> str:
+        shown = list(self.value) if isinstance(self.value, tuple) else self.value
+        rule = self.rule.replace("{key}", key)
+        return rule if self.whole else f"{key}={shown!r} {rule}"
+
+    def within(self, section: str) -> ConfigError:
+        """The same error, the field named ``section.name``."""
+        return ConfigError(self._text(f"{section}.{self.name}"))
+
+
+def check(ok: bool, name: str, value: Any, rule: str) -> None:
+    """Raise :class:`KnobError` ``name=value is invalid: rule`` unless ``ok``."""
+    if not ok:
+        raise KnobError(name, value, f"is invalid: {rule}")
+
+
+def check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
+    """Raise :class:`KnobError` listing ``choices`` (and the nearest) unless ``value`` is one."""
+    if value in choices:
+        return
+    shown = ", ".join("null" if c is None else str(c) for c in choices)
+    rule = f"is not an allowed value; choose one of: {shown}"
+    if isinstance(value, str):
+        close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1)
+        if close:
+            rule += f". Did you mean {{key}}={close[0]}?"
+    raise KnobError(name, value, rule)
+
+
+def _check_int(name: str, value: Any, low: int, none_ok: bool = False) -> None:
+    if value is None and none_ok:
+        return
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    check(ok, name, value, f"must be an int >= {low}" + (" or null" if none_ok else ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    """Root of the knob classes: checks every field listed in a ``CHOICES`` of the class."""
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
+
+    def __post_init__(self) -> None:
+        for name, choices in self.choices().items():
+            check_choice(name, getattr(self, name), choices)
+
+    @classmethod
+    def choices(cls) -> dict[str, tuple[Any, ...]]:
+        """The allowed values of each enumerated field, over every knob class ``cls`` is made of."""
+        out: dict[str, tuple[Any, ...]] = {}
+        for c in reversed(cls.__mro__):
+            out.update(c.__dict__.get("CHOICES", {}))
+        return {k: v for k, v in out.items() if k in {f.name for f in dataclasses.fields(cls)}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Seeded(Knobs):
+    """The training seed.
+
+    Attributes:
+        seed: Seed of everything random in training (batches, sampling, dropout, initialisation),
+            each draw keyed by ``(seed, epoch, step)``; the Trainer also seeds Python's, NumPy's
+            and torch's global generators with it at the start of a fresh run.
+    """
+
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision(Knobs):
+    """Where and in which floating-point type an engine computes.
+
+    Attributes:
+        device: ``"auto"`` (CUDA where available, else the CPU), ``"cpu"`` (also where CUDA
+            exists; gloo collectives), ``"cuda"`` (each rank its local GPU, or ranks sharing GPUs
+            when there are fewer GPUs than ranks) or ``"cuda:N"`` (one process). The distributed
+            engines run on their rank's device and refuse a context on another device type;
+            ``config.yaml`` records the device that ran.
+        dtype: Floating-point type of features and parameters.
+    """
+
+    device: str = "auto"
+    dtype: str = "float32"
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"dtype": DTYPES}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(
+            isinstance(self.device, str) and bool(_DEVICE_RE.match(self.device)),
+            "device",
+            self.device,
+            "must be 'cpu', 'cuda', 'cuda:N' or 'auto'",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureNorm(Knobs):
+    """The feature transform.
+
+    Attributes:
+        feature_norm: ``"row"`` scales each feature row to sum 1 (the GCN paper's preprocessing
+            of bag-of-words features), ``"none"`` keeps features as stored; ``None``: the
+            dataset's customary transform, the ``feature_norm`` its ``meta.json`` records
+            (``"row"`` for ``prepare planetoid`` / ``prepare npz``; absent means ``"none"``).
+            ``fleetgnn train`` resolves ``None`` before it starts
+            (:func:`fleetgnn.train.resolve_feature_norm`) and records the value used; an engine
+            config given ``None`` uses ``"none"``.
+    """
+
+    feature_norm: str | None = None
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"feature_norm": (*FEATURE_NORMS, None)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling(Knobs):
+    """The sampled mini-batches.
+
+    Attributes:
+        batch_size: Seed (training) nodes per mini-batch (>= 1): per step over all ranks for
+            ``reference`` and ``split``, per rank for ``minibatch``.
+        fanouts: Neighbours sampled per hop, the hop next to the seeds first (PyG's order); one
+            per model layer in minibatch mode, each >= 1 or -1 for all neighbours.
+        eval_nodes: Destinations of evaluation's last layer in the sampled engines' streaming
+            layer-wise inference: ``"all"`` every node, ``"labelled"`` only the nodes of the
+            train/val/test masks. The metrics are the same (only masked nodes count); each
+            earlier layer covers only the nodes the next one reads, so ``labelled`` saves work
+            and disk where few nodes are labelled. ``fullgraph`` and ``offload`` ignore it.
+    """
+
+    batch_size: int = 1024
+    fanouts: tuple[int, ...] = (10, 10)
+    eval_nodes: str = "all"
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"eval_nodes": EVAL_NODES}
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fanouts", tuple(self.fanouts))
+        super().__post_init__()
+        _check_int("batch_size", self.batch_size, 1)
+        check(
+            bool(self.fanouts)
+            and all(
+                isinstance(f, int) and not isinstance(f, bool) and (f >= 1 or f == -1)
+                for f in self.fanouts
+            ),
+            "fanouts",
+            self.fanouts,
+            "give one fanout per layer, each >= 1 or -1 for all neighbours (e.g. {key}=15,10)",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ScratchDir(Knobs):
+    """Where an engine writes its scratch files.
+
+    Attributes:
+        scratch_dir: Directory under which an engine keeps large temporary files, each in a
+            temporary directory of its own removed afterwards: evaluation's per-layer
+            ``[N, width]`` files (sampled engines), the relabelled topology of a large graph
+            under ``partition=metis`` (``offload``). ``None``: the system's temporary directory;
+            filled from the run config's ``run_dir``.
+    """
+
+    scratch_dir: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode(Knobs):
+    """Full-graph or sampled training.
+
+    Attributes:
+        mode: ``"full"`` (one full-graph step per epoch; ``batch_size`` and ``fanouts`` unused)
+            or ``"minibatch"`` (sampled); ``None``: the engine's default mode (its first in the
+            registry: ``fullgraph`` and ``offload`` imply ``full``, the others ``minibatch``).
+    """
+
+    mode: str | None = None
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"mode": MODES}
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop(Knobs):
+    """The Trainer's loop: how long, how often to evaluate and to checkpoint.
+
+    Attributes:
+        epochs: Number of epochs (>= 1).
+        eval_every: Evaluate every this many epochs (and always after the last one; >= 1).
+        patience: Stop when ``val_acc`` has not improved for this many epochs (``None``: never).
+        checkpoint_every: Save a checkpoint every this many optimisation steps, counted over the
+            whole run (``0``: no step cadence, see ``checkpoint_interval``).
+        checkpoint_interval: Also save one at the first epoch end after this many seconds since
+            the last save (``0``: at every epoch end). The run's end and an interrupt (Ctrl-C,
+            SIGTERM) always save one.
+        max_steps: Stop after this many optimisation steps over the whole run (a resumed run's
+            earlier steps count; every rank stops at the same step), mid-epoch if need be, with
+            a checkpoint and one evaluation at the end (``None``: no limit).
+    """
+
+    epochs: int = 10
+    eval_every: int = 1
+    patience: int | None = None
+    checkpoint_every: int = 50
+    checkpoint_interval: float = 60.0
+    max_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_int("epochs", self.epochs, 1)
+        _check_int("eval_every", self.eval_every, 1)
+        _check_int("patience", self.patience, 1, none_ok=True)
+        _check_int("checkpoint_every", self.checkpoint_every, 0)
+        check(
+            0 <= self.checkpoint_interval < float("inf"),
+            "checkpoint_interval",
+            self.checkpoint_interval,
+            "must be >= 0 seconds (0: at every epoch end)",
+        )
+        check(
+            self.max_steps is None or self.max_steps >= 1,
+            "max_steps",
+            self.max_steps,
+            "must be >= 1, or null for no limit",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir(Knobs):
+    """The run's directory.
+
+    Attributes:
+        run_dir: Directory for checkpoints, metrics and the summary (``None``: chosen by the
+            caller; ``fleetgnn train`` picks ``runs/<time>-<model>-<engine>``). The engines'
+            ``scratch_dir`` is set to it.
+    """
+
+    run_dir: str | None = None
+
+
+def _check_bytes(name: str, value: Any) -> None:
+    if value is not None:
+        try:
+            parse_bytes(value, "{key}")
+        except ConfigError as e:
+            raise KnobError(name, value, str(e), whole=True) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceCache(Knobs):
+    """The device-memory budget of the sampled engines' feature cache.
+
+    Attributes:
+        device_budget: Bytes of device memory per rank for hot rows (``"64MB"``, ``"1.5GiB"``,
+            an int; ``None``: unlimited). ``minibatch`` keeps the hottest rows of the unified
+            store there; ``split`` the highest-degree rows of the rank's own part (caches are
+            disjoint, so capacity grows with ranks). On a CPU machine this is process memory,
+            so tiering decisions happen there too.
+    """
+
+    device_budget: str | int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_bytes("device_budget", self.device_budget)
+
+
+@dataclasses.dataclass(frozen=True)
+class TieredStore(Knobs):
+    """The unified store's host tier and placement (WholeGraph, XGNN; ``minibatch``).
+
+    Attributes:
+        host_budget: Bytes of host memory per host (machine) for the next-hottest rows: one
+            copy shared by all the ranks on the host (``None``: unlimited); the rest is read
+            from the dataset's memory map on disk.
+        placement: Hotness ranking (``presample`` counts accesses over sampled batches).
+        order: Which gets the device budget first (XGNN: graph first).
+        gather: How ranks read each other's device shards: ``one_sided`` (shared memory, every
+            rank on one host), ``two_sided`` (all-to-all, works across hosts) or ``auto``
+            (one-sided on one host, two-sided when the ranks span hosts; the engine says which
+            it picked).
+        topology: Device link bandwidths for XGNN's placement solver (which device each rank
+            reads each hot-row partition from): ``None`` (equally connected), a built-in name
+            (``dgx1-v100``), or a YAML/JSON file holding an ``N x N`` matrix.
+    """
+
+    host_budget: str | int | None = None
+    placement: str = "degree"
+    order: str = "graph_first"
+    gather: str = "auto"
+    topology: str | None = None
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "placement": PLACEMENTS,
+        "order": ORDERS,
+        "gather": GATHERS,
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_bytes("host_budget", self.host_budget)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prefetch(Knobs):
+    """Overlap of data loading with training.
+
+    Attributes:
+        prefetch: Sample and gather the next step's rows in a background thread during training.
+    """
+
+    prefetch: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class DebugCollectives(Knobs):
+    """The distributed engines' debug mode.
+
+    Attributes:
+        debug_collectives: Verify shapes and counts across ranks before every collective and
+            report every rank's view instead of hanging on a mismatch (every distributed
+            engine).
+    """
+
+    debug_collectives: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitSection(Knobs):
+    """The ``split`` engine's partition and reporting (GSplit).
+
+    Attributes:
+        partition: Offline partition that decides which rank owns each vertex at every layer:
+            ``"metis"`` (GSplit), ``"random"``, ``"range"`` or ``"hash"``.
+        book: Directory of a saved partition book (``fleetgnn partition``) to use; ``None``:
+            ``DATASET/partitions/<partition>-<W>`` when the run's dataset has one, else computed
+            once on rank 0 and shared.
+        report_dp: Also sample the data-parallel counterfactual of every step (W micro-batches
+            of the same targets, on rank 0) to report the redundancy and host bytes split
+            parallelism saved. Off by default: it costs W extra samplings per step on rank 0,
+            and the planner's replay (:mod:`fleetgnn.cost.replay`) computes the same counts
+            offline.
+    """
+
+    partition: str = "metis"
+    book: str | None = None
+    report_dp: bool = False
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": SPLIT_PARTITIONS}
+
+
+@dataclasses.dataclass(frozen=True)
+class FullGraphSection(Knobs):
+    """The ``fullgraph`` engine's partitioning and halo-exchange pipeline (MGG).
+
+    Attributes:
+        partition: ``range`` (MGG's edge-balanced contiguous ranges) or ``metis`` (the graph is
+            relabelled so each METIS part is a contiguous range).
+        num_chunks: Chunks K the halo rows of each layer are exchanged in (``None``: tuned, or
+            1 without tuning).
+        depth: Chunks in flight at once, MGG's interleave distance; 0 exchanges everything
+            before aggregating (``None``: tuned, or 1 without tuning).
+        tune: Search the knobs left ``None`` online, one epoch per trial (MGG's greedy search).
+        tuner_chunks: Candidate K values of the tuner, ascending.
+        tuner_depths: Candidate depths of the tuner, ascending.
+        overlap_backward: Pipeline the backward halo exchange too (same gradients).
+    """
+
+    partition: str = "range"
+    num_chunks: int | None = None
+    depth: int | None = None
+    tune: bool = True
+    tuner_chunks: tuple[int, ...] = (1, 2, 4, 8, 16)
+    tuner_depths: tuple[int, ...] = (1, 2, 3, 4)
+    overlap_backward: bool = True
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tuner_chunks", tuple(self.tuner_chunks))
+        object.__setattr__(self, "tuner_depths", tuple(self.tuner_depths))
+        super().__post_init__()
+        _check_int("num_chunks", self.num_chunks, 1, none_ok=True)
+        _check_int("depth", self.depth, 0, none_ok=True)
+        for name, low in (("tuner_chunks", 1), ("tuner_depths", 0)):
+            values = getattr(self, name)
+            check(
+                bool(values) and all(isinstance(v, int) and v >= low for v in values),
+                name,
+                values,
+                f"give one or more candidates, each an int >= {low}",
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class OffloadSection(Knobs):
+    """The ``offload`` engine's chunking, device budget and caching (HongTu).
+
+    Attributes:
+        partition: First level, one part per rank: ``"metis"`` (relabelled contiguous) or
+            ``"range"`` (edge-balanced contiguous ranges).
+        chunks: Chunks ``M`` per part (``None``: the smallest power of two whose predicted peak
+            fits ``device_budget``; 4 without a budget on CPU).
+        device_budget: Live device bytes per rank (``"256MB"``, bytes; ``None``: 90% of the free
+            device memory on CUDA, unbounded on CPU).
+        reorganize: Reorder chunks with HongTu's greedy Alg. 4 when Eq. 4 models it cheaper.
+        cache_aggregates: Cache aggregation outputs in host memory for layers whose aggregation
+            has no parameters (``None``: where the model declares it, ``True``: require it for
+            every layer, ``False``: always recompute).
+    """
+
+    partition: str = "metis"
+    chunks: int | None = None
+    device_budget: str | int | None = None
+    reorganize: bool = True
+    cache_aggregates: bool | None = None
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_int("chunks", self.chunks, 1, none_ok=True)
+        _check_bytes("device_budget", self.device_budget)
