@@ -45,12 +45,18 @@ def _cell(value: Any) -> str:
 
 
 def config_keys() -> str:
-    """Markdown: the table of every config key, its type and its default."""
-    from fleetgnn.cli.options import config_keys as keys
+    """Markdown: the table of every config key, its type, default, allowed values and help."""
+    from fleetgnn.config.run import config_keys as keys
 
-    rows = ["| key | type | default |", "|---|---|---|"]
-    for key, tp, default in keys():
-        rows.append(f"| `{key}` | `{tp.replace('|', chr(92) + '|')}` | `{_cell(default)}` |")
+    def cell(text: str) -> str:
+        return " ".join(str(text).split()).replace("|", "\\|")
+
+    rows = ["| key | type | default | help |", "|---|---|---|---|"]
+    for k in keys():
+        allowed = f" One of: {', '.join(map(str, k.choices))}." if k.choices else ""
+        rows.append(
+            f"| `{k.key}` | `{cell(k.type)}` | `{_cell(k.default)}` | {cell(k.help)}{allowed} |"
+        )
     return "\n".join(rows) + "\n"
 
 
