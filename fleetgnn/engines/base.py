@@ -86,7 +86,8 @@ class Engine(Protocol):
     :class:`~fleetgnn.distributed.Communicator`: the Trainer sums each epoch's numbers over ranks
     through it (and gathers every rank's partial-epoch sums at checkpoints), so every rank must
     reach the same epoch ends and checkpoints. Optional: ``epoch_extra()``, ``rank_extra()``,
-    ``peak_memory()`` and ``close()``; :class:`EngineBase` makes an engine a context manager.
+    ``peak_memory()``, ``drain()`` (wait for a batch a prefetch thread still prepares, after an
+    early stop) and ``close()``; :class:`EngineBase` makes an engine a context manager.
 
     ``run_epoch(epoch, start_step, on_step)`` runs steps ``start_step .. steps_per_epoch() - 1`` of
     ``epoch``; after each step it calls ``on_step(step, stats)`` (the Trainer checkpoints and
@@ -146,6 +147,12 @@ class EngineBase:
         """Restore :meth:`state_dict`."""
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+    def drain(self) -> None:
+        """Wait for background work a step left in flight (nothing by default).
+
+        The Trainer calls it after stopping an epoch early, before its next collectives.
+        """
 
     def close(self) -> None:
         """Release what the engine holds (nothing by default)."""

@@ -240,25 +240,6 @@ def broadcast_parameters(model: torch.nn.Module, comm: Any) -> None:
             comm.broadcast(t, src=0)
 
 
-def all_reduce_gradients(model: torch.nn.Module, comm: Any) -> None:
-    """Sum every parameter's gradient over ranks with one flat, metered all-reduce.
-
-    A parameter without a gradient on this rank counts as zeros (it may have one elsewhere).
-    Collective; a no-op on one rank.
-    """
-    if comm.world_size == 1:
-        return
-    params = list(model.parameters())
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    comm.all_reduce_sum(flat)
-    off = 0
-    for p in params:
-        n = p.numel()
-        p.grad = flat[off : off + n].view_as(p).clone()
-        off += n
-
-
 def default_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer an engine uses when none is given: Adam, lr 0.01."""
     return torch.optim.Adam(model.parameters(), lr=0.01)
