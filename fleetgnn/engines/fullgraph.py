@@ -52,7 +52,7 @@ import torch
 
 from fleetgnn.config import FullGraphEngineConfig
 from fleetgnn.distributed import DistContext
-from fleetgnn.engines.base import FullGraphEngineBase, StepStats
+from fleetgnn.engines.base import DistributedEngine, FullGraphEngineBase, StepStats
 from fleetgnn.engines.common import (
     HeldBytes,
     LossFn,
@@ -192,7 +192,7 @@ def release_freed_memory() -> None:
 
 
 # ---------------------------------------------------------------------------------- engine
-class FullGraphEngine(FullGraphEngineBase):
+class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
     """Distributed full-graph training with MGG's chunked, overlapped halo exchange.
 
     Args:
@@ -227,7 +227,9 @@ class FullGraphEngine(FullGraphEngineBase):
         loss: LossFn | None = None,
     ) -> None:
         check_model(model)
-        fc = setup_distributed(self, graph, config, FullGraphEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, FullGraphEngineConfig, ctx)
+        super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
+        fc: FullGraphEngineConfig = dist.config
         # ---- partition + layout (timed: MGG's preprocessing)
         t0 = self.clock()
         # METIS (if asked) runs on rank 0 only; each rank then reads its own part of the graph

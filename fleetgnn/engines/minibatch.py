@@ -151,7 +151,9 @@ class MinibatchEngine(SampledEngine):
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
     ) -> None:
-        sc = setup_distributed(self, graph, config, MinibatchEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, MinibatchEngineConfig, ctx)
+        super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
+        sc: MinibatchEngineConfig = dist.config
         check_fanouts(sc.fanouts, model)
         ctx = self.ctx
         self.hosts = ctx.hosts(self.comm)  # one all_gather_object when the ranks span hosts

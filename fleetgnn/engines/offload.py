@@ -61,7 +61,7 @@ import torch
 from fleetgnn.config import OffloadEngineConfig
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.distributed import DistContext, ShardedTensor
-from fleetgnn.engines.base import FullGraphEngineBase, StepStats
+from fleetgnn.engines.base import DistributedEngine, FullGraphEngineBase, StepStats
 from fleetgnn.engines.common import (
     LossFn,
     labels_and_masks,
@@ -127,7 +127,7 @@ def _ratio(hop: ChunkHop, probe: ChunkHop) -> float:
 
 
 # ---------------------------------------------------------------------------------- engine
-class OffloadEngine(FullGraphEngineBase):
+class OffloadEngine(FullGraphEngineBase, DistributedEngine):
     """Full-graph training with host-resident vertex data, chunk by chunk (HongTu).
 
     Args:
@@ -161,7 +161,9 @@ class OffloadEngine(FullGraphEngineBase):
         loss: LossFn | None = None,
     ) -> None:
         check_model(model)
-        oc = setup_distributed(self, graph, config, OffloadEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, OffloadEngineConfig, ctx)
+        super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
+        oc: OffloadEngineConfig = dist.config
         if self.world_size > 1 and not self.comm.same_host:
             raise ConfigError(
                 "the offload engine runs its ranks on one host (their transition buffers are "

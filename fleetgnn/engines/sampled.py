@@ -14,29 +14,22 @@ from typing import Any
 
 import torch
 
-from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
+from fleetgnn.engines.base import DistributedEngine, StepCallback, StepStats
 from fleetgnn.engines.inference import Chunking, streaming_metrics
 from fleetgnn.engines.step import Prefetcher
 
 
-class SampledEngine(EngineBase):
+class SampledEngine(DistributedEngine):
     """A sampled mini-batch engine: prefetching epoch loop, streaming evaluation, ``drain``.
 
-    Subclasses set ``prefetcher`` (over their ``prepare``), ``eval_topology``, ``chunking``,
-    ``graph``, ``config`` (with ``eval_nodes`` and ``scratch_dir``), ``comm``, ``ctx``,
-    ``device`` and ``dtype``, and implement ``steps_per_epoch``, ``_run_step`` and
-    ``_features``.
+    Subclasses set ``prefetcher`` (over their ``prepare``), ``eval_topology`` and ``chunking``
+    (their config has ``eval_nodes`` and ``scratch_dir``), and implement ``steps_per_epoch``,
+    ``_run_step`` and ``_features``.
     """
 
     prefetcher: Prefetcher[Any]
     eval_topology: Any
     chunking: Chunking
-    graph: Any
-    config: Any
-    comm: Any
-    ctx: Any
-    device: torch.device
-    dtype: torch.dtype
     _closed: bool = False
 
     # ------------------------------------------------------------------ training

@@ -411,7 +411,9 @@ class SplitEngine(SampledEngine):
         loss: LossFn | None = None,
         book: PartitionBook | None = None,
     ) -> None:
-        sc = setup_distributed(self, graph, config, SplitEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, SplitEngineConfig, ctx)
+        super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
+        sc: SplitEngineConfig = dist.config
         check_fanouts(sc.fanouts, model)
         t0 = self.clock()
         self.book = self._book(graph, sc, book)
