@@ -13,9 +13,11 @@ the engine's clock, into the one ``times`` dict every engine reports.
 Gradient sync (one policy): after the backward, every parameter's gradient is summed over ranks
 with one flat, metered all-reduce (:func:`sync_gradients`); each rank's loss is already divided by
 the global number of training nodes of the step, so the sum is the gradient of the global mean
-loss. It runs after the backward, not overlapped with it as DDP's buckets are, because the
-``offload`` engine accumulates parameter gradients over the chunks of every layer (a gradient is
-final only when the whole backward has run) and one policy is kept for every engine.
+loss. It runs after the backward, not overlapped with it as DDP's buckets are: the ``offload``
+engine accumulates parameter gradients over the chunks of every layer (a gradient is final only
+when the whole backward has run), and the ``fullgraph`` and ``split`` backward passes run their
+own transposed all-to-alls on the training group, which gradient buckets issued from autograd
+hooks would interleave with. One policy is kept for every engine.
 
 :class:`Prefetcher` prepares step ``k + 1``'s batch in a background thread while step ``k``
 trains (the sampled engines, ``minibatch`` and ``split``); :meth:`Prefetcher.drain` waits for a
