@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 # the link kinds traffic is reported in, re-exported for engines and the Trainer
 from fleetgnn.distributed.traffic import LINK_KINDS as LINK_KINDS
+
+if TYPE_CHECKING:
+    import torch
+
+    from fleetgnn.engines.common import DistSetup
 
 #: Time-breakdown keys every engine reports (seconds; absent phases are 0).
 TIME_KEYS: tuple[str, ...] = (
@@ -86,7 +91,8 @@ class Engine(Protocol):
     :class:`~fleetgnn.distributed.Communicator`: the Trainer sums each epoch's numbers over ranks
     through it (and gathers every rank's partial-epoch sums at checkpoints), so every rank must
     reach the same epoch ends and checkpoints. Optional: ``epoch_extra()``, ``rank_extra()``,
-    ``peak_memory()`` and ``close()``; :class:`EngineBase` makes an engine a context manager.
+    ``peak_memory()``, ``drain()`` (wait for a batch a prefetch thread still prepares, after an
+    early stop) and ``close()``; :class:`EngineBase` makes an engine a context manager.
 
     ``run_epoch(epoch, start_step, on_step)`` runs steps ``start_step .. steps_per_epoch() - 1`` of
     ``epoch``; after each step it calls ``on_step(step, stats)`` (the Trainer checkpoints and
@@ -147,6 +153,12 @@ class EngineBase:
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
 
+    def drain(self) -> None:
+        """Wait for background work a step left in flight (nothing by default).
+
+        The Trainer calls it after stopping an epoch early, before its next collectives.
+        """
+
     def close(self) -> None:
         """Release what the engine holds (nothing by default)."""
 
@@ -155,6 +167,74 @@ class EngineBase:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class DistributedEngine(EngineBase):
+    """An engine over a process group, holding the set-up it was constructed with.
+
+    The set-up (:class:`~fleetgnn.engines.common.DistSetup`, from
+    :func:`~fleetgnn.engines.common.setup_distributed`) is fixed for the engine's life;
+    ``config``, ``ctx``, ``rank``, ``world_size``, ``device``, ``clock``, ``dtype``, ``seed``,
+    ``meter`` and ``comm`` read it.
+
+    Args:
+        dist: The engine's distributed set-up.
+        graph: The dataset.
+    """
+
+    def __init__(self, dist: DistSetup, graph: Any) -> None:
+        self.dist = dist
+        self.graph = graph
+
+    @property
+    def config(self) -> Any:
+        """The engine's checked typed config."""
+        return self.dist.config
+
+    @property
+    def ctx(self) -> Any:
+        """This process's :class:`~fleetgnn.distributed.DistContext`."""
+        return self.dist.ctx
+
+    @property  # type: ignore[override]
+    def rank(self) -> int:
+        """This process's rank."""
+        return self.dist.rank
+
+    @property  # type: ignore[override]
+    def world_size(self) -> int:
+        """The number of ranks."""
+        return self.dist.world_size
+
+    @property
+    def device(self) -> torch.device:
+        """The rank's device (its GPU, or the CPU)."""
+        return self.dist.device
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The phase clock on :attr:`device` (CUDA-synchronising on a GPU)."""
+        return self.dist.clock
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating-point dtype of features and parameters."""
+        return self.dist.dtype
+
+    @property
+    def seed(self) -> int:
+        """The config's seed."""
+        return self.dist.seed
+
+    @property
+    def meter(self) -> Any:
+        """The traffic meter of :attr:`comm`."""
+        return self.dist.meter
+
+    @property
+    def comm(self) -> Any:
+        """The metered :class:`~fleetgnn.distributed.Communicator` of the group."""
+        return self.dist.comm
 
 
 class FullGraphEngineBase(EngineBase):

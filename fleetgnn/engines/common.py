@@ -8,6 +8,7 @@ the single-process reference.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -240,25 +241,6 @@ def broadcast_parameters(model: torch.nn.Module, comm: Any) -> None:
             comm.broadcast(t, src=0)
 
 
-def all_reduce_gradients(model: torch.nn.Module, comm: Any) -> None:
-    """Sum every parameter's gradient over ranks with one flat, metered all-reduce.
-
-    A parameter without a gradient on this rank counts as zeros (it may have one elsewhere).
-    Collective; a no-op on one rank.
-    """
-    if comm.world_size == 1:
-        return
-    params = list(model.parameters())
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    comm.all_reduce_sum(flat)
-    off = 0
-    for p in params:
-        n = p.numel()
-        p.grad = flat[off : off + n].view_as(p).clone()
-        off += n
-
-
 def default_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer an engine uses when none is given: Adam, lr 0.01."""
     return torch.optim.Adam(model.parameters(), lr=0.01)
@@ -285,15 +267,62 @@ def check_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optim
     return optimizer
 
 
-def setup_distributed(engine: Any, graph: Graph, config: Any, config_cls: type, ctx: Any) -> Any:
-    """The prologue every distributed engine shares; returns the (checked) typed config.
+@dataclasses.dataclass(frozen=True)
+class DistSetup:
+    """What a distributed engine runs on, fixed at construction (:func:`setup_distributed`).
+
+    Attributes:
+        config: The engine's checked typed config.
+        ctx: This process's :class:`~fleetgnn.distributed.DistContext`.
+        device: The context's device (the rank's GPU, or the CPU).
+        clock: The phase clock on ``device`` (:func:`device_clock`).
+        dtype: The config's floating-point dtype.
+        seed: The config's seed.
+        meter: The traffic meter of ``comm``.
+        comm: The metered communicator of the context's group (debug mode from
+            ``config.debug_collectives``).
+    """
+
+    config: Any
+    ctx: Any
+    device: torch.device
+    clock: Callable[[], float]
+    dtype: torch.dtype
+    seed: int
+    meter: Any
+    comm: Any
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the group."""
+        return int(self.ctx.rank)
+
+    @property
+    def world_size(self) -> int:
+        """The group's size."""
+        return int(self.ctx.world_size)
+
+    def __repr__(self) -> str:
+        return (
+            f"DistSetup(rank={self.rank}/{self.world_size}, device={self.device}, "
+            f"dtype={self.dtype}, config={type(self.config).__name__})"
+        )
+
+
+def setup_distributed(
+    name: str, graph: Graph, config: Any, config_cls: type, ctx: Any
+) -> DistSetup:
+    """The prologue every distributed engine shares: its :class:`DistSetup`.
 
     Checks ``config`` is a ``config_cls`` (``None``: its defaults) and that ``graph`` can be
-    trained on, initialises the process group on ``config.device`` when ``ctx`` is ``None``, and
-    sets on ``engine``: ``graph``, ``config``, ``ctx``, ``rank``, ``world_size``, ``device`` (the
-    context's: the rank's GPU, or the CPU), ``clock`` (:func:`device_clock`), ``dtype``,
-    ``seed``, a fresh ``meter`` and the metered ``comm`` (debug mode from
-    ``config.debug_collectives``).
+    trained on, and initialises the process group on ``config.device`` when ``ctx`` is ``None``.
+
+    Args:
+        name: The engine's name (for error messages).
+        graph: The dataset.
+        config: The engine's typed config (``None``: defaults).
+        config_cls: The engine's config class.
+        ctx: This process's context (``None``: :func:`~fleetgnn.distributed.init`).
 
     Raises:
         ConfigError: If ``config`` is another engine's config, or its ``device`` contradicts the
@@ -305,7 +334,7 @@ def setup_distributed(engine: Any, graph: Graph, config: Any, config_cls: type, 
     cfg = config if config is not None else config_cls()
     if not isinstance(cfg, config_cls):
         raise ConfigError(
-            f"the {engine.name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
+            f"the {name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
         )
     require_trainable(graph)
     wanted = str(cfg.device).split(":", 1)[0]
@@ -313,18 +342,21 @@ def setup_distributed(engine: Any, graph: Graph, config: Any, config_cls: type, 
         ctx = init(device=wanted)
     elif wanted != "auto" and wanted != ctx.device.type:
         raise ConfigError(
-            f"the {engine.name} engine's config says device={cfg.device!r} but its process group "
+            f"the {name} engine's config says device={cfg.device!r} but its process group "
             f"runs on {ctx.device} (init(device=...)); give both the same device, or "
             "device='auto' to follow the group"
         )
-    engine.graph, engine.config, engine.ctx = graph, cfg, ctx
-    engine.rank, engine.world_size, engine.device = ctx.rank, ctx.world_size, ctx.device
-    engine.clock = device_clock(ctx.device)
-    engine.dtype = DTYPES[cfg.dtype]
-    engine.seed = int(cfg.seed)
-    engine.meter = TrafficMeter()
-    engine.comm = ctx.communicator(engine.meter, debug=cfg.debug_collectives)
-    return cfg
+    meter = TrafficMeter()
+    return DistSetup(
+        config=cfg,
+        ctx=ctx,
+        device=ctx.device,
+        clock=device_clock(ctx.device),
+        dtype=DTYPES[cfg.dtype],
+        seed=int(cfg.seed),
+        meter=meter,
+        comm=ctx.communicator(meter, debug=cfg.debug_collectives),
+    )
 
 
 def setup_model(

@@ -55,13 +55,11 @@ import torch
 
 from fleetgnn.config import FullGraphEngineConfig
 from fleetgnn.distributed import DistContext
-from fleetgnn.engines.base import FullGraphEngineBase, StepStats
+from fleetgnn.engines.base import DistributedEngine, FullGraphEngineBase, StepStats
 from fleetgnn.engines.common import (
     HeldBytes,
     LossFn,
-    all_reduce_gradients,
     labels_and_masks,
-    loss_sum,
     normalize_rows,
     num_classes_of,
     process_memory,
@@ -77,6 +75,7 @@ from fleetgnn.engines.halo import (
     build_plan,
     exchange_need_lists,
 )
+from fleetgnn.engines.step import StepLoss, train_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import check_model
@@ -246,7 +245,7 @@ def release_freed_memory() -> None:
 
 
 # ---------------------------------------------------------------------------------- engine
-class FullGraphEngine(FullGraphEngineBase):
+class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
     """Distributed full-graph training with MGG's chunked, overlapped halo exchange.
 
     Args:
@@ -281,7 +280,9 @@ class FullGraphEngine(FullGraphEngineBase):
         loss: LossFn | None = None,
     ) -> None:
         check_model(model)
-        fc = setup_distributed(self, graph, config, FullGraphEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, FullGraphEngineConfig, ctx)
+        super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
+        fc: FullGraphEngineConfig = dist.config
         # ---- partition + layout (timed: MGG's preprocessing)
         t0 = self.clock()
         # METIS (if asked) runs on rank 0 only; each rank then reads its own part of the graph
@@ -383,41 +384,30 @@ class FullGraphEngine(FullGraphEngineBase):
             self.num_chunks, self.depth = self.tuner.propose()
         agg = self.aggregator()
         agg.times.reset()
-        before = self.meter.snapshot()
-        t_start = self.clock()
-        aggs = [agg] * self.num_layers
-        logits = self.module(aggs, self.x, step=epoch)
-        logits_t = logits.index_select(0, self.train_idx)
-        target = self.y.index_select(0, self.train_idx)
-        total = loss_sum(self.loss, logits_t, target)
-        loss = total / max(self.global_train, 1)
-        t1 = self.clock()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        t2 = self.clock()
-        all_reduce_gradients(self.module, self.comm)
-        t3 = self.clock()
-        self.optimizer.step()
-        t4 = self.clock()
         times = agg.times
-        latency = t4 - t_start
+
+        def forward() -> StepLoss:
+            logits = self.module([agg] * self.num_layers, self.x, step=epoch)
+            logits_t = logits.index_select(0, self.train_idx)
+            target = self.y.index_select(0, self.train_idx)
+            return StepLoss.of(self.loss, logits_t, target, self.global_train)
+
+        stats = train_step(
+            self.module,
+            self.optimizer,
+            self.clock,
+            forward,
+            comm=self.comm,
+            meter=self.meter,
+            hidden_comm=lambda: times.wait_s,  # the halo exchange's unhidden waits
+        )
+        latency = stats.times["total"]
         tuned: dict[str, Any] = {}
         if self.tuner is not None and not self.tuner.done:
             slowest = max(self.comm.all_gather_object(latency)) if self.world_size > 1 else latency
             self.tuner.report((self.num_chunks, self.depth), slowest)
             tuned = {"tuner_trial_s": slowest}
             self._evict(keep=(self.num_chunks, self.depth))  # the best so far may have lost
-        correct = int((logits_t.argmax(dim=1) == target).sum()) if target.numel() else 0
-        step_times = {
-            "sample": 0.0,
-            "gather": 0.0,
-            "forward": t1 - t_start,
-            "backward": t2 - t1,
-            "communication": times.wait_s + (t3 - t2),
-            "optimizer": t4 - t3,
-            "total": latency,
-        }
-        traffic = {k: v["bytes"] for k, v in self.meter.delta(before).items()}
         mgg, dedup = times.mgg_bytes, times.dedup_bytes
         self._extra = {
             "num_chunks": self.num_chunks,
@@ -425,7 +415,7 @@ class FullGraphEngine(FullGraphEngineBase):
             "comm_s": times.comm_s,
             "wait_s": times.wait_s,
             "compute_s": times.compute_s,
-            "grad_allreduce_s": t3 - t2,
+            "grad_allreduce_s": stats.times["communication"] - times.wait_s,
             "hidden_fraction": times.hidden_fraction,
             "exchanges": times.exchanges,
             "backward_exchanges": times.backward_exchanges,
@@ -444,9 +434,6 @@ class FullGraphEngine(FullGraphEngineBase):
                 "best": list(self.tuner.best),
                 "trials": len(self.tuner.table),
             }
-        count = int(target.numel())
-        stats = StepStats(float(total.detach()), correct, count, step_times, traffic)
-        del logits, logits_t, loss, total
         self._measure_memory()
         return stats
 

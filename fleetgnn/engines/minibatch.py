@@ -2,13 +2,15 @@
 
 Each of the ``W`` ranks (one per GPU, or one CPU process standing in for one) takes its slots of
 the epoch's shuffled training nodes (:class:`~fleetgnn.sampling.SeedLoader`: every rank runs the
-same number of steps, so DDP never deadlocks on uneven data), samples blocks through the
-:class:`~fleetgnn.store.UnifiedStore` (topology split across device shards, peers, host and
-disk), gathers the input features through the store, and trains a DDP-wrapped model.
+same number of steps, so the gradient all-reduce never deadlocks on uneven data), samples blocks
+through the :class:`~fleetgnn.store.UnifiedStore` (topology split across device shards, peers,
+host and disk), gathers the input features through the store, and trains a replicated model
+through the engines' step (:func:`~fleetgnn.engines.step.train_step`).
 
-Loss scaling: a step's loss on rank ``r`` is ``sum of its nodes' losses * W / B`` where ``B`` is
+Loss scaling: a step's loss on rank ``r`` is ``sum of its nodes' losses / B`` where ``B`` is
 the number of training nodes in the step over all ranks (known on every rank from the loader, no
-communication); DDP averages gradients over ranks, so the update equals the gradient of the mean
+communication); after the backward the gradients are summed over ranks with one flat all-reduce
+(:func:`~fleetgnn.engines.step.sync_gradients`), so the update equals the gradient of the mean
 loss over the union of all ranks' batches — exactly what the reference engine computes for that
 union of sampled blocks.
 
@@ -42,27 +44,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from fleetgnn.config import MinibatchEngineConfig
 from fleetgnn.distributed import DistContext, TrafficMeter
-from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
+from fleetgnn.engines.base import StepStats
 from fleetgnn.engines.common import (
     LabelRows,
     LossFn,
     check_fanouts,
-    loss_sum,
     normalize_rows,
     num_classes_of,
     setup_distributed,
     setup_model,
 )
-from fleetgnn.engines.inference import Chunking, streaming_metrics
+from fleetgnn.engines.inference import Chunking
+from fleetgnn.engines.sampled import SampledEngine
+from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, train_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
@@ -123,13 +124,13 @@ class _Batch:
     traffic: dict[str, int]
 
 
-class MinibatchEngine(EngineBase):
+class MinibatchEngine(SampledEngine):
     """Data-parallel mini-batch training over a unified store.
 
     Args:
         model: A layer-wise model (see :mod:`fleetgnn.nn.protocol`); moved to this rank's device
-            and the config's dtype, and wrapped in DDP (which broadcasts rank 0's parameters, so
-            every rank starts from the same model).
+            and the config's dtype; rank 0's parameters are broadcast, so every rank starts from
+            the same model.
         graph: The dataset (memory maps are fine: the store tiers it).
         ctx: This process's :class:`~fleetgnn.distributed.DistContext` (``None``:
             :func:`~fleetgnn.distributed.init` from the environment).
@@ -150,13 +151,15 @@ class MinibatchEngine(EngineBase):
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
     ) -> None:
-        sc = setup_distributed(self, graph, config, MinibatchEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, MinibatchEngineConfig, ctx)
+        super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
+        sc: MinibatchEngineConfig = dist.config
         check_fanouts(sc.fanouts, model)
         ctx = self.ctx
         self.hosts = ctx.hosts(self.comm)  # one all_gather_object when the ranks span hosts
         self.gather = resolve_gather(sc.gather, ctx, self.hosts)
         # the store's two-sided gathers run in the prefetch thread: give them their own group so
-        # they never interleave with DDP's all-reduces on the training group
+        # they never interleave with the gradient all-reduce on the training group
         # (with their own meter: the store reports what it serves per tier in store_meter)
         self.store_comm = self.comm.new_group(backend="gloo", meter=TrafficMeter())
         self.feature_norm = sc.feature_norm
@@ -184,24 +187,19 @@ class MinibatchEngine(EngineBase):
         self.num_classes = num_classes_of(graph)
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
-        module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere
-        if ctx.world_size > 1:
-            ddp = DistributedDataParallel(module, process_group=ctx.group, init_sync=False)
-            # DDP's gradient all-reduces go through the metered communicator
-            ddp.register_comm_hook(None, self.comm.ddp_hook())
-            self.model: torch.nn.Module = ddp
-        else:
-            self.model = module
-        self.module = module
+        self.module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere
+        self.model = self.module
         train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         self.loader = SeedLoader(
             train_ids, sc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
         )
         self.sampler = NeighborSampler(self.store, list(sc.fanouts), seed=self.seed)
-        self.prefetch = bool(sc.prefetch)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="fleetgnn-prefetch")
+        self.eval_topology = self.store
+        self.prefetcher: Prefetcher[_Batch] = Prefetcher(
+            self.prepare, enabled=sc.prefetch, name="fleetgnn-prefetch"
+        )
         self._extra: dict[str, Any] = {}
-        self._closed = False
+        self._prepared_s = 0.0
 
     @staticmethod
     def _hotness(graph: Graph, sc: MinibatchEngineConfig, batches: int = 8) -> Any:
@@ -245,44 +243,25 @@ class MinibatchEngine(EngineBase):
         traffic = {k: v["bytes"] for k, v in self.store_meter.delta(before).items()}
         return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, self._global_count(step), traffic)
 
-    def _features(self, ids: torch.Tensor) -> torch.Tensor:
-        """Input rows through the store, cast and normalised like the reference engine's."""
-        x = self.store.gather(ids).to(device=self.device, dtype=self.dtype)
-        return normalize_rows(x, self.feature_norm)
-
     # ------------------------------------------------------------------ training
-    def run_epoch(
-        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
-    ) -> list[StepStats]:
-        """Run steps ``start_step..`` of ``epoch`` with the next batch prefetched."""
-        self.model.train()
+    def _epoch_start(self) -> None:
         self.store.reset_stats()  # hit rates and reads per source of this epoch's training
-        out: list[StepStats] = []
-        n = self.steps_per_epoch()
-        pending: Future[_Batch] | None = None
-        prepared_s = waited_s = 0.0
-        for step in range(start_step, n):
-            t_wait = time.perf_counter()
-            batch = pending.result() if pending is not None else self.prepare(epoch, step)
-            waited = time.perf_counter() - t_wait
-            pending = (
-                self._pool.submit(self.prepare, epoch, step + 1)
-                if self.prefetch and step + 1 < n
-                else None
-            )
-            stats = self.train_step(epoch, step, batch, waited)
-            prepared_s += batch.t_sample + batch.t_gather
-            waited_s += waited
-            out.append(stats)
-            if on_step is not None:
-                on_step(step, stats)
+        self._prepared_s = 0.0
+
+    def _run_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
+        stats = self.train_step(epoch, step, batch, waited)
+        self._prepared_s += batch.t_sample + batch.t_gather
+        return stats
+
+    def _epoch_end(self) -> None:
+        prepared_s, waited_s = self._prepared_s, self.prefetcher.waited_s
+        hidden = max(0.0, prepared_s - waited_s) if self.prefetcher.enabled else 0.0
         self._extra = {
             "prefetch_prepare_s": prepared_s,
             "prefetch_wait_s": waited_s,
-            "prefetch_hidden_s": max(0.0, prepared_s - waited_s) if self.prefetch else 0.0,
+            "prefetch_hidden_s": hidden,
             **self._store_stats(),
         }
-        return out
 
     def _store_stats(self) -> dict[str, Any]:
         """The epoch's store requests and bytes served per source, summed over ranks.
@@ -313,64 +292,35 @@ class MinibatchEngine(EngineBase):
         }
 
     def train_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
-        """One DDP step on a prepared batch."""
-        t_start = self.clock()
-        aggs = [
-            LocalAggregator(b.to(self.device), dtype=self.dtype, validate=False)
-            for b in batch.blocks
-        ]
-        global_step = epoch * self.steps_per_epoch() + step
-        logits = self.model(aggs, batch.x, step=global_step)
-        target = self.y[batch.seeds].to(self.device)
-        total = loss_sum(self.loss, logits, target)
-        loss = total * (self.world_size / max(batch.global_count, 1))
-        t1 = self.clock()
-        self.optimizer.zero_grad(set_to_none=True)
-        comm_before = self.meter.snapshot()
-        loss.backward()  # DDP all-reduces (averages) gradients here, through the communicator
-        t2 = self.clock()
-        self.optimizer.step()
-        t3 = self.clock()
-        correct = int((logits.argmax(dim=1) == target).sum()) if target.numel() else 0
-        times = {
-            # the work spent preparing this batch; how much of it was hidden behind the previous
-            # step is the epoch's prefetch_hidden_s
-            "sample": batch.t_sample,
-            "gather": batch.t_gather,
-            "forward": t1 - t_start,
-            "backward": t2 - t1,
-            "communication": 0.0,
-            "optimizer": t3 - t2,
-            "total": t3 - t_start + waited,
-        }
-        count = int(batch.seeds.numel())
-        traffic = dict(batch.traffic)
-        for k, v in self.meter.delta(comm_before).items():  # the gradient all-reduce
-            traffic[k] = traffic.get(k, 0) + v["bytes"]
-        return StepStats(float(total.detach()), correct, count, times, traffic)
+        """One data-parallel step on a prepared batch (gradients summed over ranks after it)."""
+
+        def forward() -> StepLoss:
+            aggs = [
+                LocalAggregator(b.to(self.device), dtype=self.dtype, validate=False)
+                for b in batch.blocks
+            ]
+            logits = self.module(aggs, batch.x, step=epoch * self.steps_per_epoch() + step)
+            target = self.y[batch.seeds].to(self.device)
+            return StepLoss.of(self.loss, logits, target, batch.global_count)
+
+        # sample and gather: the work spent preparing this batch; how much of it was hidden
+        # behind the previous step is the epoch's prefetch_hidden_s
+        prepared = Prepared(batch.t_sample, batch.t_gather, inline=waited, traffic=batch.traffic)
+        return train_step(
+            self.module,
+            self.optimizer,
+            self.clock,
+            forward,
+            comm=self.comm,
+            meter=self.meter,
+            prepared=prepared,
+        )
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self) -> dict[str, float]:
-        """Accuracy per split and validation loss, summed over ranks (numerators/denominators).
-
-        Streaming layer-wise full-neighbour inference over each rank's node range, topology and
-        input rows read through the store (collective; see
-        :func:`~fleetgnn.engines.inference.streaming_metrics`), ``config.eval_nodes`` choosing
-        the last layer's nodes.
-        """
-        return streaming_metrics(
-            self.module,
-            self.graph,
-            self.store,
-            self._features,
-            comm=self.comm,
-            device=self.device,
-            dtype=self.dtype,
-            eval_nodes=self.config.eval_nodes,
-            chunking=self.chunking,
-            scratch_dir=self.config.scratch_dir,
-            same_host=self.ctx.same_host,
-        )
+    def _features(self, ids: torch.Tensor) -> torch.Tensor:
+        """Input rows through the store, cast and normalised like the reference engine's."""
+        x = self.store.gather(ids).to(device=self.device, dtype=self.dtype)
+        return normalize_rows(x, self.feature_norm)
 
     # ------------------------------------------------------------------ state
     def epoch_extra(self) -> dict[str, Any]:
@@ -395,11 +345,7 @@ class MinibatchEngine(EngineBase):
         """Bytes this rank holds per store tier."""
         return dict(self.store.memory())
 
-    def close(self) -> None:
-        """Stop the prefetch thread, release the store's shared memory and the store's group."""
-        if self._closed:
-            return
-        self._closed = True
-        self._pool.shutdown(wait=True)
+    def _release(self) -> None:
+        """Release the store's shared memory and the store's group (after the prefetch thread)."""
         self.store.close()
         self.store_comm.destroy()

@@ -61,10 +61,9 @@ import torch
 from fleetgnn.config import OffloadEngineConfig
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.distributed import DistContext, ShardedTensor
-from fleetgnn.engines.base import FullGraphEngineBase, StepStats
+from fleetgnn.engines.base import DistributedEngine, FullGraphEngineBase, StepStats
 from fleetgnn.engines.common import (
     LossFn,
-    all_reduce_gradients,
     labels_and_masks,
     loss_sum,
     normalize_rows,
@@ -74,6 +73,7 @@ from fleetgnn.engines.common import (
     split_metrics,
 )
 from fleetgnn.engines.inference import agreed
+from fleetgnn.engines.step import StepLoss, train_step
 from fleetgnn.errors import ConfigError, FleetgnnError
 from fleetgnn.exchange import HONGTU_BANDWIDTHS, ChunkHop, build_transition_plan
 from fleetgnn.exchange.transition import RankPlan, chunk_hop
@@ -127,7 +127,7 @@ def _ratio(hop: ChunkHop, probe: ChunkHop) -> float:
 
 
 # ---------------------------------------------------------------------------------- engine
-class OffloadEngine(FullGraphEngineBase):
+class OffloadEngine(FullGraphEngineBase, DistributedEngine):
     """Full-graph training with host-resident vertex data, chunk by chunk (HongTu).
 
     Args:
@@ -161,7 +161,9 @@ class OffloadEngine(FullGraphEngineBase):
         loss: LossFn | None = None,
     ) -> None:
         check_model(model)
-        oc = setup_distributed(self, graph, config, OffloadEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, OffloadEngineConfig, ctx)
+        super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
+        oc: OffloadEngineConfig = dist.config
         if self.world_size > 1 and not self.comm.same_host:
             raise ConfigError(
                 "the offload engine runs its ranks on one host (their transition buffers are "
@@ -767,31 +769,27 @@ class OffloadEngine(FullGraphEngineBase):
         """Chunked forward, chunked backward, one gradient all-reduce, one optimizer step."""
         self._rows = self._zero_rows()
         self._peak = 0
-        before = self.meter.snapshot()
-        t0 = self.clock()
-        self.optimizer.zero_grad(set_to_none=True)
-        total, correct, count = self._forward(epoch, training=True)
-        t1 = self.clock()
-        self._backward(epoch)
-        self.cache.clear()
-        t2 = self.clock()
-        all_reduce_gradients(self.module, self.comm)
-        t3 = self.clock()
-        self.optimizer.step()
-        t4 = self.clock()
+
+        def forward() -> StepLoss:  # no graph: the backward recomputes chunk by chunk
+            total, correct, count = self._forward(epoch, training=True)
+            return StepLoss(total, None, correct, count)
+
+        def backward(_: StepLoss) -> None:
+            self._backward(epoch)
+            self.cache.clear()
+
+        stats = train_step(
+            self.module,
+            self.optimizer,
+            self.clock,
+            forward,
+            comm=self.comm,
+            meter=self.meter,
+            backward=backward,
+        )
         self._check_budget()
-        times = {
-            "sample": 0.0,
-            "gather": 0.0,
-            "forward": t1 - t0,
-            "backward": t2 - t1,
-            "communication": t3 - t2,
-            "optimizer": t4 - t3,
-            "total": t4 - t0,
-        }
-        traffic = {k: v["bytes"] for k, v in self.meter.delta(before).items()}
         self._extra = self._epoch_report()
-        return StepStats(total, correct, count, times, traffic)
+        return stats
 
     def _epoch_report(self) -> dict[str, Any]:
         vol = self.plan.volumes()

@@ -32,7 +32,6 @@ from fleetgnn.engines.common import (
     check_fanouts,
     device_clock,
     labels_and_masks,
-    loss_sum,
     node_features,
     num_classes_of,
     process_memory,
@@ -42,6 +41,7 @@ from fleetgnn.engines.common import (
     split_metrics,
 )
 from fleetgnn.engines.inference import Chunking, streaming_metrics
+from fleetgnn.engines.step import Prepared, StepLoss, train_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
@@ -156,36 +156,24 @@ class ReferenceEngine(EngineBase):
         return aggs, x, seeds.to(self.device), t_sample
 
     def train_step(self, epoch: int, step: int) -> StepStats:
-        """One optimisation step."""
+        """One optimisation step (:func:`~fleetgnn.engines.step.train_step`; no gradient sync)."""
         t_start = self.clock()
         aggs, x, seeds, t_sample = self.batch(epoch, step)
         t_gather = self.clock() - t_start - t_sample
-        t0 = self.clock()
-        logits = self.model(aggs, x, step=self._global_step(epoch, step))
-        if self.mode == "full":
-            logits = logits[seeds]
-        target = self.y[seeds]
-        total = loss_sum(self.loss, logits, target)
-        count = int(seeds.numel())
-        loss = total / max(count, 1)
-        t1 = self.clock()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        t2 = self.clock()
-        self.optimizer.step()
-        t3 = self.clock()
-        correct = int((logits.argmax(dim=1) == target).sum())
-        times = {
-            "sample": t_sample,
-            "gather": t_gather,
-            "forward": t1 - t0,
-            "backward": t2 - t1,
-            "communication": 0.0,
-            "optimizer": t3 - t2,
-            "total": t3 - t_start,
-        }
-        traffic = {"local": int(x.numel() * x.element_size())}
-        return StepStats(float(total.detach()), correct, count, times, traffic)
+
+        def forward() -> StepLoss:
+            logits = self.model(aggs, x, step=self._global_step(epoch, step))
+            if self.mode == "full":
+                logits = logits[seeds]
+            return StepLoss.of(self.loss, logits, self.y[seeds], int(seeds.numel()))
+
+        prepared = Prepared(
+            t_sample,
+            t_gather,
+            inline=t_sample + t_gather,
+            traffic={"local": int(x.numel() * x.element_size())},
+        )
+        return train_step(self.module, self.optimizer, self.clock, forward, prepared=prepared)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()

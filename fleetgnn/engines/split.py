@@ -45,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -55,19 +54,19 @@ from torch import Tensor
 
 from fleetgnn.config import SplitEngineConfig
 from fleetgnn.distributed import Communicator, DistContext
-from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
+from fleetgnn.engines.base import StepStats
 from fleetgnn.engines.common import (
     LabelRows,
     LossFn,
-    all_reduce_gradients,
     check_fanouts,
-    loss_sum,
     normalize_rows,
     num_classes_of,
     setup_distributed,
     setup_model,
 )
-from fleetgnn.engines.inference import Chunking, streaming_metrics
+from fleetgnn.engines.inference import Chunking
+from fleetgnn.engines.sampled import SampledEngine
+from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, train_step
 from fleetgnn.errors import ConfigError, PartitionError
 from fleetgnn.exchange import HaloSpmm, block_layout, build_plan, requests_from_edges, send_lists
 from fleetgnn.graph import Graph
@@ -382,7 +381,7 @@ class _Batch:
     counters: dict[str, Any]
 
 
-class SplitEngine(EngineBase):
+class SplitEngine(SampledEngine):
     """Split-parallel mini-batch training (GSplit) over an offline partition.
 
     Args:
@@ -412,7 +411,9 @@ class SplitEngine(EngineBase):
         loss: LossFn | None = None,
         book: PartitionBook | None = None,
     ) -> None:
-        sc = setup_distributed(self, graph, config, SplitEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, SplitEngineConfig, ctx)
+        super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
+        sc: SplitEngineConfig = dist.config
         check_fanouts(sc.fanouts, model)
         t0 = self.clock()
         self.book = self._book(graph, sc, book)
@@ -430,11 +431,14 @@ class SplitEngine(EngineBase):
         self.topology = GraphTopology(graph)
         self.sampler = NeighborSampler(self.topology, list(sc.fanouts), seed=self.seed)
         self._build_cache(graph, sc)
-        self.prefetch = bool(sc.prefetch)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="fleetgnn-split")
+        self.eval_topology = self.topology
+        self.prefetcher: Prefetcher[_Batch] = Prefetcher(
+            self.prepare, enabled=sc.prefetch, name="fleetgnn-split"
+        )
         self._extra: dict[str, Any] = {}
         self._mine: dict[str, Any] = {}
-        self._closed = False
+        self._totals: dict[str, Any] = {}
+        self._shuffle = np.zeros(self.num_layers, dtype=np.int64)
 
     # ------------------------------------------------------------------ partition and cache
     def _book(
@@ -577,42 +581,28 @@ class SplitEngine(EngineBase):
         return {"dp_edges": int(edges), "dp_input_rows": int(rows)}
 
     # ------------------------------------------------------------------ training
-    def run_epoch(
-        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
-    ) -> list[StepStats]:
-        """Run steps ``start_step..`` of ``epoch``, the next step prepared in the background."""
-        self.module.train()
-        out: list[StepStats] = []
-        n = self.steps_per_epoch()
-        pending: Future[_Batch] | None = None
-        totals: dict[str, Any] = {}
-        shuffle = np.zeros(self.num_layers, dtype=np.int64)
-        for step in range(start_step, n):
-            t_wait = time.perf_counter()
-            batch = pending.result() if pending is not None else self.prepare(epoch, step)
-            waited = time.perf_counter() - t_wait
-            pending = (
-                self._pool.submit(self.prepare, epoch, step + 1)
-                if self.prefetch and step + 1 < n
-                else None
-            )
-            stats, per_layer = self.train_step(epoch, step, batch, waited)
-            shuffle += per_layer
-            for k, v in batch.counters.items():
-                totals[k] = totals.get(k, 0) + v
-            out.append(stats)
-            if on_step is not None:
-                on_step(step, stats)
-        self._extra = self._epoch_extra(totals, shuffle)
+    def _epoch_start(self) -> None:
+        self._totals = {}
+        self._shuffle = np.zeros(self.num_layers, dtype=np.int64)
+
+    def _run_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
+        stats, per_layer = self.train_step(epoch, step, batch, waited)
+        self._shuffle += per_layer
+        for k, v in batch.counters.items():
+            self._totals[k] = self._totals.get(k, 0) + v
+        return stats
+
+    def _epoch_end(self) -> None:
+        totals = self._totals
+        self._extra = self._epoch_extra(totals, self._shuffle)
         # this rank's own numbers (the Trainer gathers every rank's into extra["per_rank"])
         self._mine = {
-            "shuffle_bytes_per_layer": shuffle.tolist(),  # forward; the backward moves as much
+            "shuffle_bytes_per_layer": self._shuffle.tolist(),  # forward; the backward as much
             "input_rows": {
                 "cached": int(totals.get("rows_cached", 0)),
                 "host": int(totals.get("rows_host", 0)),
             },
         }
-        return out
 
     def train_step(
         self, epoch: int, step: int, batch: _Batch, waited: float = 0.0
@@ -622,44 +612,38 @@ class SplitEngine(EngineBase):
         Returns:
             The step's stats and the forward shuffle bytes sent by this rank per layer.
         """
-        t_start = self.clock()
-        before = self.meter.snapshot()
         sent: list[list[int]] = [[] for _ in batch.splits]
-        aggs = [
-            SplitAggregator(
-                sp, self.comm, self.owner, dtype=self.dtype, device=self.device, meter_bytes=b
-            )
-            for sp, b in zip(batch.splits, sent, strict=True)
-        ]
-        global_step = epoch * self.steps_per_epoch() + step
-        logits = self.module(aggs, batch.x, step=global_step)
-        target = self.y[batch.targets].to(self.device)
-        total = loss_sum(self.loss, logits, target)
-        loss = total / max(batch.global_count, 1)
-        t1 = self.clock()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # reverse shuffles
-        t2 = self.clock()
-        all_reduce_gradients(self.module, self.comm)
-        t3 = self.clock()
-        self.optimizer.step()
-        t4 = self.clock()
-        correct = int((logits.argmax(dim=1) == target).sum()) if target.numel() else 0
-        traffic = {k: v["bytes"] for k, v in self.meter.delta(before).items()}
-        traffic["local"] = traffic.get("local", 0) + batch.counters["rows_cached"] * self.row_bytes
-        traffic["h2d"] = traffic.get("h2d", 0) + batch.counters["rows_host"] * self.row_bytes
-        times = {
-            "sample": batch.t_sample,
-            "gather": batch.t_gather,
-            "forward": t1 - t_start,
-            "backward": t2 - t1,
-            "communication": t3 - t2,
-            "optimizer": t4 - t3,
-            "total": t4 - t_start + waited,
-        }
-        per_layer = np.array([sum(b) for b in sent], dtype=np.int64)
-        stats = StepStats(float(total.detach()), correct, int(target.numel()), times, traffic)
-        return stats, per_layer
+
+        def forward() -> StepLoss:  # the shuffles run inside the aggregators
+            aggs = [
+                SplitAggregator(
+                    sp, self.comm, self.owner, dtype=self.dtype, device=self.device, meter_bytes=b
+                )
+                for sp, b in zip(batch.splits, sent, strict=True)
+            ]
+            logits = self.module(aggs, batch.x, step=epoch * self.steps_per_epoch() + step)
+            target = self.y[batch.targets].to(self.device)
+            return StepLoss.of(self.loss, logits, target, batch.global_count)
+
+        prepared = Prepared(
+            batch.t_sample,
+            batch.t_gather,
+            inline=waited,
+            traffic={
+                "local": batch.counters["rows_cached"] * self.row_bytes,
+                "h2d": batch.counters["rows_host"] * self.row_bytes,
+            },
+        )
+        stats = train_step(
+            self.module,
+            self.optimizer,
+            self.clock,
+            forward,
+            comm=self.comm,
+            meter=self.meter,
+            prepared=prepared,
+        )
+        return stats, np.array([sum(b) for b in sent], dtype=np.int64)
 
     def _epoch_extra(self, t: Mapping[str, Any], shuffle: np.ndarray) -> dict[str, Any]:
         if not t:
@@ -690,26 +674,6 @@ class SplitEngine(EngineBase):
         """Input rows of any nodes (evaluation): from this rank's cache or host memory."""
         return self._load(ids.numpy())[0]
 
-    def evaluate(self) -> dict[str, float]:
-        """Accuracy per split and validation loss (streaming layer-wise full-neighbour inference).
-
-        Each rank computes its node range chunk by chunk, input rows from its cache or host
-        memory; see :func:`~fleetgnn.engines.inference.streaming_metrics` (collective).
-        """
-        return streaming_metrics(
-            self.module,
-            self.graph,
-            self.topology,
-            self._features,
-            comm=self.comm,
-            device=self.device,
-            dtype=self.dtype,
-            eval_nodes=self.config.eval_nodes,
-            chunking=self.chunking,
-            scratch_dir=self.config.scratch_dir,
-            same_host=self.ctx.same_host,
-        )
-
     # ------------------------------------------------------------------ state
     def epoch_extra(self) -> dict[str, Any]:
         """Split quality (GSplit Table 5) and the data-parallel counterfactual (Tables 1-2).
@@ -726,12 +690,6 @@ class SplitEngine(EngineBase):
     def peak_memory(self) -> dict[str, int]:
         """Bytes of this rank's cache (its device tier)."""
         return {"device": int(self.cache.numel() * self.cache.element_size())}
-
-    def close(self) -> None:
-        """Stop the prefetch thread."""
-        if not self._closed:
-            self._closed = True
-            self._pool.shutdown(wait=True)
 
     def __repr__(self) -> str:
         return (

@@ -35,7 +35,7 @@ reproduces the uninterrupted run exactly because engines key every random draw b
 steps of the runs it resumes count). A limit that falls inside an epoch ends ``run_epoch`` early:
 ``on_step`` raises a private exception after the last step (on every rank at the same step, since
 every rank counts the same steps), the Trainer waits for the batch an engine's prefetch thread
-(``engine._pool``, a one-worker executor) may still be preparing, then records the partial
+may still be preparing (``engine.drain()``, where the engine has it), then records the partial
 epoch (``"partial": true``; its engine-specific ``extra`` numbers, computed at epoch ends, are left
 out), evaluates once and checkpoints mid-epoch, so ``--resume`` with a larger limit continues
 exactly there. A limit at an epoch end makes that epoch the last, evaluated one.
@@ -62,7 +62,6 @@ import random
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -1269,25 +1268,18 @@ def _detached_copy(obj: Any) -> Any:
     return obj
 
 
-def _noop() -> None:
-    """Nothing (a marker task for :func:`_wait_for_prefetch`)."""
-
-
 def _wait_for_prefetch(engine: Engine) -> None:
     """Wait for the batch an engine's prefetch thread may still prepare after an early stop.
 
-    The built-in mini-batch engines submit step ``k + 1``'s batch to a one-worker executor
-    (``engine._pool``) before training step ``k``; leaving ``run_epoch`` after step ``k`` leaves it
-    in flight, and its sampling and gathering may communicate (on the store's own group), so it
-    must finish before the evaluation's collectives start. A marker task queued behind it runs
-    once it has. Engines without such an executor need nothing.
+    The built-in mini-batch engines prepare step ``k + 1``'s batch in a background thread while
+    step ``k`` trains; leaving ``run_epoch`` after step ``k`` leaves it in flight, and its
+    sampling and gathering may communicate (on the store's own group), so it must finish before
+    the evaluation's collectives start: ``engine.drain()`` waits for it. Engines without
+    ``drain`` need nothing.
     """
-    pool = getattr(engine, "_pool", None)
-    if isinstance(pool, ThreadPoolExecutor):
-        try:
-            pool.submit(_noop).result()
-        except RuntimeError:  # already shut down: nothing is in flight
-            pass
+    drain = getattr(engine, "drain", None)
+    if callable(drain):
+        drain()
 
 
 def _recorded_config(cfg: Config) -> dict[str, Any]:

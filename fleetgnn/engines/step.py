@@ -1,0 +1,239 @@
+"""One training step for every engine, the gradient sync it uses and the batch prefetcher.
+
+Every engine trains with the same skeleton, :func:`train_step`::
+
+    forward + loss  ->  zero_grad  ->  backward  ->  gradient sync  ->  optimizer  ->  StepStats
+
+and specialises it where engines differ: which data a step reads and which aggregators the model
+runs on (the engine's ``forward`` callable, returning a :class:`StepLoss`), where the exchange
+happens (inside the aggregators, so inside the forward and the backward), and, for the
+``offload`` engine, a backward of its own (chunk by chunk). The phase times are taken here, with
+the engine's clock, into the one ``times`` dict every engine reports.
+
+Gradient sync (one policy): after the backward, every parameter's gradient is summed over ranks
+with one flat, metered all-reduce (:func:`sync_gradients`); each rank's loss is already divided by
+the global number of training nodes of the step, so the sum is the gradient of the global mean
+loss. It runs after the backward, not overlapped with it as DDP's buckets are: the ``offload``
+engine accumulates parameter gradients over the chunks of every layer (a gradient is final only
+when the whole backward has run), and the ``fullgraph`` and ``split`` backward passes run their
+own transposed all-to-alls on the training group, which gradient buckets issued from autograd
+hooks would interleave with. One policy is kept for every engine.
+
+:class:`Prefetcher` prepares step ``k + 1``'s batch in a background thread while step ``k``
+trains (the sampled engines, ``minibatch`` and ``split``); :meth:`Prefetcher.drain` waits for a
+batch still in flight after an early stop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Generic, TypeVar
+
+import torch
+
+from fleetgnn.engines.base import StepStats
+from fleetgnn.engines.common import LossFn, loss_sum
+
+B = TypeVar("B")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepLoss:
+    """What a step's forward gives the skeleton (this rank's part of the step).
+
+    Attributes:
+        total: Sum of the per-node losses (a tensor, or a float when the engine's own backward
+            builds the graph it differentiates).
+        loss: The scalar :func:`train_step` back-propagates (``None`` with an engine backward).
+        correct: Correctly classified training nodes.
+        count: Training nodes.
+    """
+
+    total: torch.Tensor | float
+    loss: torch.Tensor | None
+    correct: int
+    count: int
+
+    @classmethod
+    def of(
+        cls, loss: LossFn, logits: torch.Tensor, target: torch.Tensor, denominator: int
+    ) -> StepLoss:
+        """The loss of ``logits`` ``[B, C]`` against ``target`` ``[B]`` over ``denominator`` nodes.
+
+        ``denominator`` is the number of training nodes of the whole step (over all ranks), so
+        summing every rank's gradient gives the gradient of the step's mean loss.
+        """
+        total = loss_sum(loss, logits, target)
+        correct = int((logits.argmax(dim=1) == target).sum()) if target.numel() else 0
+        return cls(total, total / max(int(denominator), 1), correct, int(target.numel()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """How a step's data was prepared before its forward.
+
+    Attributes:
+        sample: Seconds spent sampling the step's blocks.
+        gather: Seconds spent reading its input rows.
+        inline: Seconds of preparation on the step's own critical path, added to ``total``:
+            waiting for a prefetched batch, or sampling and gathering inline.
+        traffic: Bytes per link kind the preparation moved.
+    """
+
+    sample: float = 0.0
+    gather: float = 0.0
+    inline: float = 0.0
+    traffic: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+NOTHING_PREPARED = Prepared()
+
+
+def sync_gradients(module: torch.nn.Module, comm: Any) -> None:
+    """Sum every parameter's gradient over ranks with one flat, metered all-reduce.
+
+    The gradient sync of every engine (see the module docstring). A parameter without a gradient
+    on this rank counts as zeros (it may have one elsewhere). Collective; a no-op without a
+    communicator or on one rank. Costs one flat copy of the gradients.
+    """
+    if comm is None or comm.world_size == 1:
+        return
+    params = list(module.parameters())
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    comm.all_reduce_sum(flat)
+    off = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[off : off + n].view_as(p).clone()
+        off += n
+
+
+def train_step(
+    module: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    clock: Callable[[], float],
+    forward: Callable[[], StepLoss],
+    *,
+    comm: Any = None,
+    meter: Any = None,
+    backward: Callable[[StepLoss], None] | None = None,
+    prepared: Prepared = NOTHING_PREPARED,
+    hidden_comm: Callable[[], float] | None = None,
+) -> StepStats:
+    """One optimisation step: forward and loss, backward, gradient sync, optimizer, stats.
+
+    Args:
+        module: The model whose gradients are synchronised (unwrapped).
+        optimizer: Over ``module``'s parameters.
+        clock: The engine's phase clock (:func:`~fleetgnn.engines.common.device_clock`).
+        forward: Runs the forward and the loss of this rank's part of the step.
+        comm: The engine's metered communicator (``None``: one process, no sync).
+        meter: The communicator's traffic meter; what it records during the step is the
+            step's traffic besides ``prepared.traffic``.
+        backward: The engine's own backward (``None``: ``loss.backward()``).
+        prepared: Times and traffic of the step's data preparation.
+        hidden_comm: Seconds of exchange inside the forward and backward that were not hidden
+            behind compute (read after the backward), charged to ``communication``.
+
+    Returns:
+        The step's :class:`~fleetgnn.engines.base.StepStats` (``times`` keys from
+        :data:`~fleetgnn.engines.base.TIME_KEYS`).
+    """
+    before = meter.snapshot() if meter is not None else None
+    t0 = clock()
+    out = forward()
+    t1 = clock()
+    optimizer.zero_grad(set_to_none=True)
+    if backward is not None:
+        backward(out)
+    elif out.loss is not None:
+        out.loss.backward()
+    t2 = clock()
+    sync_gradients(module, comm)
+    t3 = clock()
+    optimizer.step()
+    t4 = clock()
+    times = {
+        "sample": prepared.sample,
+        "gather": prepared.gather,
+        "forward": t1 - t0,
+        "backward": t2 - t1,
+        "communication": (hidden_comm() if hidden_comm is not None else 0.0) + (t3 - t2),
+        "optimizer": t4 - t3,
+        "total": t4 - t0 + prepared.inline,
+    }
+    traffic = dict(prepared.traffic)
+    if meter is not None:
+        for k, v in meter.delta(before).items():
+            traffic[k] = traffic.get(k, 0) + v["bytes"]
+    total = out.total
+    loss_total = float(total.detach()) if isinstance(total, torch.Tensor) else float(total)
+    return StepStats(loss_total, out.correct, out.count, times, traffic)
+
+
+def _noop() -> None:
+    """Nothing (a marker task for :meth:`Prefetcher.drain`)."""
+
+
+class Prefetcher(Generic[B]):
+    """Prepares the next step's batch in one background thread while the current step trains.
+
+    ``prepare(epoch, step)`` builds a step's batch; :meth:`steps` yields the batches of an
+    epoch's steps in order, step ``k + 1``'s submitted before step ``k`` is handed out (when
+    ``enabled``), so it is prepared while step ``k`` trains (WholeGraph/XGNN's pipeline). The
+    thread's work is timed by ``prepare`` itself with the host clock (a device synchronise there
+    would wait for the step it overlaps).
+
+    Args:
+        prepare: Builds the batch of ``(epoch, step)``; runs in the thread (or inline for the
+            first step of a call, and for every step when not ``enabled``).
+        enabled: Prefetch (else every batch is prepared inline).
+        name: The thread's name prefix.
+
+    Attributes:
+        waited_s: Seconds the last :meth:`steps` call waited for batches (inline preparation
+            included).
+    """
+
+    def __init__(self, prepare: Callable[[int, int], B], *, enabled: bool, name: str) -> None:
+        self._prepare = prepare
+        self.enabled = bool(enabled)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+        self.waited_s = 0.0
+
+    def steps(self, epoch: int, start: int, stop: int) -> Iterator[tuple[int, B, float]]:
+        """``(step, batch, waited seconds)`` for steps ``start .. stop - 1`` of ``epoch``."""
+        self.waited_s = 0.0
+        pending: Future[B] | None = None
+        for step in range(start, stop):
+            t = time.perf_counter()
+            batch = pending.result() if pending is not None else self._prepare(epoch, step)
+            waited = time.perf_counter() - t
+            pending = (
+                self._pool.submit(self._prepare, epoch, step + 1)
+                if self.enabled and step + 1 < stop
+                else None
+            )
+            self.waited_s += waited
+            yield step, batch, waited
+
+    def drain(self) -> None:
+        """Wait until a batch the thread may still prepare is ready (returns at once if none).
+
+        Leaving :meth:`steps` early (an early stop after step ``k``) leaves step ``k + 1``'s
+        preparation in flight; it may communicate (on the store's own group), so it must finish
+        before the next collectives (evaluation, checkpoint) start. A marker task queued behind
+        it runs once it has.
+        """
+        try:
+            self._pool.submit(_noop).result()
+        except RuntimeError:  # already shut down: nothing is in flight
+            pass
+
+    def close(self) -> None:
+        """Stop the thread (after the batch in flight, if any)."""
+        self._pool.shutdown(wait=True)
