@@ -214,9 +214,14 @@ def _ranks(comm):
         out["state"] = {k: v.clone() for k, v in eng.module.state_dict().items()}
         eng.chunking = TINY
         out["minibatch"] = eng.evaluate()
-        eng.config = dataclasses.replace(eng.config, eval_nodes="labelled")
-        out["minibatch_labelled"] = eng.evaluate()
         module = eng.module
+    # the same parameters, evaluated on the labelled nodes only (a distributed engine's config
+    # is fixed at construction: its DistSetup is frozen)
+    labelled = _config("minibatch", extra=[*budgets, "train.eval_nodes=labelled"])
+    with engine_from_config(labelled, g, ctx) as eng:
+        eng.module.load_state_dict(out["state"])
+        eng.chunking = TINY
+        out["minibatch_labelled"] = eng.evaluate()
     if comm.world_size == 2:
         with engine_from_config(_config("split", extra=["split.partition=range"]), g, ctx) as eng:
             eng.module.load_state_dict(out["state"])
