@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,10 +29,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fleetgnn.bench import markdown, write_results
 from fleetgnn.bench.machine import machine_info
 from fleetgnn.bench.ops import SECTION, dropout_rows
-from fleetgnn.bench.suite import results_document
+from fleetgnn.bench.suite import script_results
 from fleetgnn.ops.random import _SALT_NODE, _base_key, _signed, mix64_tensor
 
 # ------------------------------------------------------------------ the replaced implementation
@@ -111,24 +109,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "previous keyed (SplitMix64)": lambda x, p, ids: _old_keyed_dropout(x, p, 0, 1, 2, ids)
         },
     )
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    results = results_document(
+    return script_results(
+        "benchmarks/bench_dropout.py",
+        argv,
+        args,
         rows,
-        command=[
-            "python",
-            "benchmarks/bench_dropout.py",
-            *(sys.argv[1:] if argv is None else argv),
-        ],
         machine=machine,
-        settings=settings,
         sections=[SECTION],
         started=started,
     )
-    print(markdown(results))
-    if args.out is not None:
-        js, md = write_results(args.out, results)
-        print(f"wrote {js} and {md}")
-    return results
 
 
 if __name__ == "__main__":

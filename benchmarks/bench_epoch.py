@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import types
 import warnings
@@ -32,12 +31,11 @@ from typing import Any
 
 import torch
 
-from fleetgnn.bench import markdown, write_results
 from fleetgnn.bench.data import cached_dataset, default_cache_dir
 from fleetgnn.bench.epoch import SECTION, full_epoch, sage_minibatch
 from fleetgnn.bench.machine import machine_info
 from fleetgnn.bench.report import progress_line
-from fleetgnn.bench.suite import describe, results_document
+from fleetgnn.bench.suite import describe, script_results
 
 WORKLOADS: tuple[str, ...] = ("gcn-full", "sage-minibatch")
 
@@ -90,21 +88,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
         )
         print(progress_line(rows[-1]), flush=True)
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    results = results_document(
+    return script_results(
+        "benchmarks/bench_epoch.py",
+        argv,
+        args,
         rows,
-        command=["python", "benchmarks/bench_epoch.py", *(sys.argv[1:] if argv is None else argv)],
         machine=machine,
-        settings=settings,
         sections=[SECTION],
         started=started,
         datasets={"large": describe(graph, name, gen_s)},
     )
-    print(markdown(results))
-    if args.out is not None:
-        js, md = write_results(args.out, results)
-        print(f"wrote {js} and {md}")
-    return results
 
 
 if __name__ == "__main__":

@@ -14,17 +14,15 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fleetgnn.bench import markdown, write_results
 from fleetgnn.bench.machine import machine_info
 from fleetgnn.bench.ops import SECTION, dropout_rows, gspmm_rows, memcpy_gbps
-from fleetgnn.bench.suite import results_document
+from fleetgnn.bench.suite import script_results
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -67,24 +65,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     shapes = {f"D={w}": (args.dropout_rows, w) for w in args.dims}
     rows += dropout_rows(shapes, threads, args.repeat, print, device)
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    results = results_document(
+    return script_results(
+        "benchmarks/bench_ops.py",
+        argv,
+        args,
         rows,
-        command=[
-            "python",
-            "benchmarks/bench_ops.py",
-            *(argv if argv is not None else sys.argv[1:]),
-        ],
         machine=machine,
-        settings={**settings, "memcpy_gbps": bw},
         sections=[SECTION],
         started=started,
+        extra_settings={"memcpy_gbps": bw},
     )
-    print(markdown(results))
-    if args.out is not None:
-        js, md = write_results(args.out, results)
-        print(f"wrote {js} and {md}")
-    return results
 
 
 if __name__ == "__main__":

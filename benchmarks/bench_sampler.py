@@ -15,7 +15,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import types
 from pathlib import Path
@@ -24,11 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetgnn.bench import markdown, write_results
 from fleetgnn.bench.data import power_law_graph
 from fleetgnn.bench.machine import machine_info
 from fleetgnn.bench.sampler import SECTION, run
-from fleetgnn.bench.suite import describe, results_document
+from fleetgnn.bench.suite import describe, script_results
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -64,25 +62,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         batch=args.batch_size,
         batches_per_call=args.batches,
     )
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    results = results_document(
+    return script_results(
+        "benchmarks/bench_sampler.py",
+        argv,
+        args,
         rows,
-        command=[
-            "python",
-            "benchmarks/bench_sampler.py",
-            *(sys.argv[1:] if argv is None else argv),
-        ],
         machine=machine,
-        settings={**settings, "max_in_degree": max_deg},
         sections=[SECTION],
         started=started,
+        extra_settings={"max_in_degree": max_deg},
         datasets={"large": describe(graph, name, gen_s)},
     )
-    print(markdown(results))
-    if args.out is not None:
-        js, md = write_results(args.out, results)
-        print(f"wrote {js} and {md}")
-    return results
 
 
 if __name__ == "__main__":

@@ -74,19 +74,11 @@ def _tail(text: str, n: int = TAIL) -> str:
 
 
 def _atomic_json(path: Path, obj: Any) -> None:
+    from fleetgnn.bench.report import _finite as finite_json  # NaN/inf -> null
+
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite(obj), indent=1) + "\n")
+    tmp.write_text(json.dumps(finite_json(obj), indent=1) + "\n")
     os.replace(tmp, path)
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 # ------------------------------------------------------------------------------------ sizes
@@ -571,64 +563,63 @@ class Check:
         )
         rec["compared"] = []
         rec["plans"] = {}
-        for w in (1,):
-            argv = [
-                self.py,
-                "-m",
-                "fleetgnn",
-                "plan",
-                "--dataset",
-                str(data),
-                "--hardware",
-                self.args.hardware,
-                "--nproc",
-                str(w),
-                "--json",
-            ]
-            for s in self.train_sets():
-                argv += ["--set", s]
-            res = self.run(argv, self.step_deadline("plan") - _now_m(), f"plan W={w}")
-            if res["returncode"] != 0:
-                rec.update(_brief(res))
-                raise RuntimeError(f"fleetgnn plan --nproc {w}: {_last_line(res['output'])}")
-            plan = json.loads(res["output"][res["output"].index("{") :])
-            rec["plans"][str(w)] = {
-                "choice": plan.get("choice"),
-                "reason": plan.get("reason"),
-                "engines": {
-                    e: {k: v.get(k) for k in ("fits", "mode", "epoch_s", "breakdown", "reasons")}
-                    for e, v in plan.get("engines", {}).items()
-                },
-            }
-            for e, pred in plan.get("engines", {}).items():
-                for r in runs:
-                    if (r["engine"], r["world_size"], r["mode"], r["device"]) != (
-                        e,
-                        w,
-                        pred.get("mode"),
-                        self.args.device,
-                    ):
-                        continue
-                    measured = (r.get("epoch_time_s") or [None])[-1]
-                    ratio = None
-                    if _finite_num(measured) and _finite_num(pred.get("epoch_s")) and measured:
-                        ratio = pred["epoch_s"] / measured
-                    rec["compared"].append(
-                        {
-                            "run": r["name"],
-                            "engine": e,
-                            "world_size": w,
-                            "mode": r["mode"],
-                            "fits": pred.get("fits"),
-                            "predicted_epoch_s": pred.get("epoch_s"),
-                            "measured_epoch_s": measured,
-                            "predicted_over_measured": ratio,
-                        }
-                    )
-                    self.log(
-                        f"   plan {e} W={w}: predicted {pred.get('epoch_s')} s, "
-                        f"measured {measured} s"
-                    )
+        w = 1  # W = 2 is not planned (rec["note"])
+        argv = [
+            self.py,
+            "-m",
+            "fleetgnn",
+            "plan",
+            "--dataset",
+            str(data),
+            "--hardware",
+            self.args.hardware,
+            "--nproc",
+            str(w),
+            "--json",
+        ]
+        for s in self.train_sets():
+            argv += ["--set", s]
+        res = self.run(argv, self.step_deadline("plan") - _now_m(), f"plan W={w}")
+        if res["returncode"] != 0:
+            rec.update(_brief(res))
+            raise RuntimeError(f"fleetgnn plan --nproc {w}: {_last_line(res['output'])}")
+        plan = json.loads(res["output"][res["output"].index("{") :])
+        rec["plans"][str(w)] = {
+            "choice": plan.get("choice"),
+            "reason": plan.get("reason"),
+            "engines": {
+                e: {k: v.get(k) for k in ("fits", "mode", "epoch_s", "breakdown", "reasons")}
+                for e, v in plan.get("engines", {}).items()
+            },
+        }
+        for e, pred in plan.get("engines", {}).items():
+            for r in runs:
+                if (r["engine"], r["world_size"], r["mode"], r["device"]) != (
+                    e,
+                    w,
+                    pred.get("mode"),
+                    self.args.device,
+                ):
+                    continue
+                measured = (r.get("epoch_time_s") or [None])[-1]
+                ratio = None
+                if _finite_num(measured) and _finite_num(pred.get("epoch_s")) and measured:
+                    ratio = pred["epoch_s"] / measured
+                rec["compared"].append(
+                    {
+                        "run": r["name"],
+                        "engine": e,
+                        "world_size": w,
+                        "mode": r["mode"],
+                        "fits": pred.get("fits"),
+                        "predicted_epoch_s": pred.get("epoch_s"),
+                        "measured_epoch_s": measured,
+                        "predicted_over_measured": ratio,
+                    }
+                )
+                self.log(
+                    f"   plan {e} W={w}: predicted {pred.get('epoch_s')} s, measured {measured} s"
+                )
 
 
 def _now_m() -> float:
@@ -683,17 +674,10 @@ def _finite_num(v: Any) -> bool:
 
 
 def _epochs(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if "epoch" in r:
-            out.append(r)
-    return out
+    """The per-epoch records of a run's ``metrics.jsonl`` (none when it does not exist)."""
+    from fleetgnn.train.metrics import read_metrics
+
+    return read_metrics(path)
 
 
 def _recorded_config(path: Path) -> dict[str, Any] | None:

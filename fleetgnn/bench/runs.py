@@ -6,13 +6,14 @@ engine built in this process (:mod:`fleetgnn.bench.engines`).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from fleetgnn.train.metrics import read_metrics
 
 #: Runs its argv as a child and prints the child tree's peak RSS (KiB) as the last line.
 _RSS_WRAPPER = (
@@ -72,6 +73,5 @@ def train_epochs(
             f"{engine} {model} W={world} {list(sets)} failed:\n{done.stderr[-4000:]}"
         )
     rss = int(done.stdout.strip().splitlines()[-1]) * 1024 if peak_rss else None
-    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-    recs = [r for r in map(json.loads, lines) if "epoch_time_s" in r]
+    recs = read_metrics(Path(run_dir) / "metrics.jsonl")  # the per-epoch records
     return (recs[1:] if len(recs) > 1 else recs), rss

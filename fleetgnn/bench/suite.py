@@ -223,6 +223,46 @@ def results_document(
     }
 
 
+def script_results(
+    script: str,
+    argv: Sequence[str] | None,
+    args: Any,
+    rows: list[dict[str, Any]],
+    *,
+    machine: dict[str, Any],
+    sections: Sequence[str],
+    started: float,
+    extra_settings: dict[str, Any] | None = None,
+    datasets: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """How a ``benchmarks/`` script ends: its results document, printed and written.
+
+    The script's options (``args``, an argparse namespace; paths as strings, plus
+    ``extra_settings``) are the settings; the command line is ``python SCRIPT ARGV`` (``argv``
+    ``None``: ``sys.argv[1:]``). The Markdown tables are printed, and with ``args.out`` the JSON
+    and Markdown files are written there.
+    """
+    import sys
+
+    from fleetgnn.bench.report import markdown, write_results
+
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    results = results_document(
+        rows,
+        command=["python", script, *(sys.argv[1:] if argv is None else argv)],
+        machine=machine,
+        settings={**settings, **(extra_settings or {})},
+        sections=sections,
+        started=started,
+        datasets=datasets,
+    )
+    print(markdown(results))
+    if getattr(args, "out", None) is not None:
+        js, md = write_results(args.out, results)
+        print(f"wrote {js} and {md}")
+    return results
+
+
 def describe(graph: Graph, name: str, gen_s: float) -> dict[str, Any]:
     """A dataset as the results record it (``gen_s``: seconds it took to generate, 0 cached)."""
     return {

@@ -204,10 +204,6 @@ def show_log(quiet: bool) -> None:
         logger.setLevel(logging.INFO)
 
 
-#: Files whose presence means a directory holds a run.
-RUN_MARKERS: tuple[str, ...] = ("config.yaml", "summary.json", "metrics.jsonl", "checkpoints")
-
-
 def _torchrun_env() -> dict[str, int] | None:
     """RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and the restart count when this is a torchrun worker."""
     if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
@@ -238,7 +234,9 @@ def check_run_dir_free(run_dir: Path) -> None:
         ConfigError: ``run_dir`` has a ``config.yaml``, ``summary.json``, ``metrics.jsonl`` or
             ``checkpoints/``; the message offers ``--resume``, a new directory, or ``--overwrite``.
     """
-    found = [m for m in RUN_MARKERS if (run_dir / m).exists()]
+    from fleetgnn.train.rundir import run_markers
+
+    found = run_markers(run_dir)
     if not found:
         return
     quoted = shlex.quote(str(run_dir))
@@ -508,9 +506,9 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         if spec.distributed:
             _run_distributed(cfg, run_dir, path, resume, progress, quiet)
         else:
-            from fleetgnn.train.oom import Phase, device_memory_guard
+            from fleetgnn.train.oom import device_memory_guard
 
-            with device_memory_guard(spec.name, 0, cfg.train.device, Phase()) as phase:
+            with device_memory_guard(spec.name, 0, cfg.train.device) as phase:
                 with engine_from_config(cfg, graph) as engine:
                     trainer = Trainer.from_config(
                         engine, cfg, run_dir, show_progress=progress, quiet=quiet
@@ -570,7 +568,7 @@ def run_worker(
     from fleetgnn.cli.messages import one_line_warning_format
     from fleetgnn.distributed import destroy, init, restart_info
     from fleetgnn.train import Config, Trainer, engine_from_config, resolve_threads
-    from fleetgnn.train.oom import Phase, device_memory_guard
+    from fleetgnn.train.oom import device_memory_guard
 
     warnings.formatwarning = one_line_warning_format("train")  # as the launcher prints them
     if int(os.environ.get("RANK", "0")) != 0:  # every rank resumes; rank 0 says it
@@ -582,7 +580,7 @@ def run_worker(
     torch.set_num_threads(cfg.train.threads)  # before any torch work in this process
     show_log(quiet)
     ctx = init(device=str(cfg.train.device).split(":", 1)[0])
-    guard = device_memory_guard(cfg.train.engine, ctx.rank, ctx.device, Phase())
+    guard = device_memory_guard(cfg.train.engine, ctx.rank, ctx.device)
     try:
         with guard as phase, engine_from_config(cfg, open_dataset(dataset), ctx) as engine:
             restart = restart_info()

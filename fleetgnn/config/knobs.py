@@ -32,11 +32,11 @@ qualifies them with their section (``train.epochs=0``).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from fleetgnn.config.suggest import nearest
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 
@@ -90,9 +90,9 @@ def check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
     shown = ", ".join("null" if c is None else str(c) for c in choices)
     rule = f"is not an allowed value; choose one of: {shown}"
     if isinstance(value, str):
-        close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1)
-        if close:
-            rule += f". Did you mean {{key}}={close[0]}?"
+        close = nearest(value, [c for c in choices if isinstance(c, str)])
+        if close is not None:
+            rule += f". Did you mean {{key}}={close}?"
     raise KnobError(name, value, rule)
 
 

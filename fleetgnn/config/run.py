@@ -30,7 +30,6 @@ for the cross-section rules. Configs never read environment variables.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import types
 import typing
@@ -61,6 +60,7 @@ from fleetgnn.config.knobs import (
     TieredStore,
     check,
 )
+from fleetgnn.config.suggest import nearest
 from fleetgnn.config.textfile import decode_utf8, load_yaml_file, parse_yaml
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
@@ -713,7 +713,7 @@ def _unknown_key_message(
     full = f"{section}.{name}" if section else name
     where = f" (in override {item!r})" if item is not None else ""
     msg = f"unknown config {what} {full!r}{where}; valid {what}s: {', '.join(valid)}"
-    close = difflib.get_close_matches(name, valid, n=1)
-    if close:
-        msg += f". Did you mean '{section + '.' if section else ''}{close[0]}'?"
+    close = nearest(name, valid)
+    if close is not None:
+        msg += f". Did you mean '{section + '.' if section else ''}{close}'?"
     return msg

@@ -78,6 +78,7 @@ import numpy as np
 import torch
 import yaml
 
+from fleetgnn.config.suggest import nearest
 from fleetgnn.config.textfile import load_yaml_file
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
@@ -500,8 +501,8 @@ class HardwareProfile:
         fields = [f.name for f in dataclasses.fields(cls)]
         unknown = [k for k in d if k not in fields]
         if unknown:
-            hint = difflib.get_close_matches(str(unknown[0]), fields, n=1)
-            tip = f" (did you mean {hint[0]!r}?)" if hint else ""
+            hint = nearest(str(unknown[0]), fields)
+            tip = f" (did you mean {hint!r}?)" if hint is not None else ""
             raise ConfigError(
                 f"unknown hardware profile field {unknown[0]!r}{tip}; valid fields: "
                 f"{', '.join(fields)}"

@@ -72,9 +72,7 @@ def served_devices(backend: str, device: torch.device) -> frozenset[str]:
         return frozenset(part.split(":", 1)[0].strip() for part in backend.split(","))
     if backend == "nccl":
         return frozenset({"cuda"})
-    if backend == "gloo":
-        return frozenset({"cpu", device.type})
-    return frozenset({"cpu", device.type})
+    return frozenset({"cpu", device.type})  # gloo (CUDA tensors only on a CUDA rank), others
 
 
 def _caller() -> str:
@@ -91,24 +89,6 @@ def _caller() -> str:
     path = f.f_code.co_filename
     cut = path.rfind(f"{os.sep}fleetgnn{os.sep}")
     return f"{path[cut + 1 :] if cut >= 0 else path}:{f.f_lineno} ({f.f_code.co_name})"
-
-
-class _Done:
-    """The work handle of a collective that already finished (a staged one)."""
-
-    def __init__(self, result: torch.Tensor) -> None:
-        self._result = result
-
-    def wait(self) -> bool:
-        return True
-
-    def is_completed(self) -> bool:
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        fut: torch.futures.Future = torch.futures.Future()
-        fut.set_result([self._result])
-        return fut
 
 
 class AllToAllHandle:
@@ -155,8 +135,6 @@ class _AllToAll(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.comm, ctx.send, ctx.recv = comm, send, recv
         out, work = comm._exchange(x.detach(), send, recv, "all_to_all", async_op=box is not None)
-        if work is None and box is not None:
-            work = _Done(out)
         if box is not None:
             box.append(work)
         return out
@@ -444,14 +422,13 @@ class Communicator:
             t.copy_(wire)
         return t
 
-    def all_reduce(self, t: torch.Tensor, op: str = "sum", *, async_op: bool = False) -> Any:
+    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduce ``t`` over ranks in place with ``op`` (``"sum"``, ``"max"``, ``"min"``).
 
         Collective; not differentiable. Metered like :meth:`all_reduce_sum` (ring model).
 
         Returns:
-            ``t``, or with ``async_op`` the ``torch.distributed`` work handle (``.wait()``,
-            ``.get_future()``); ``t`` holds the result once it completes.
+            ``t``.
         """
         ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
         if op not in ops:
@@ -466,11 +443,10 @@ class Communicator:
             self.meter.record(
                 self.link, 2 * (w - 1) * t.numel() * t.element_size() // w, 2 * (w - 1)
             )
-        work = dist.all_reduce(wire, op=ops[op], group=self.group, async_op=async_op and not staged)
+        dist.all_reduce(wire, op=ops[op], group=self.group)
         if staged:
             t.copy_(wire)
-            return _Done(t) if async_op else t
-        return work if async_op else t
+        return t
 
     def all_gather(self, t: torch.Tensor) -> list[torch.Tensor]:
         """Every rank's ``t`` (same shape and dtype on every rank), indexed by rank. Collective.
@@ -593,23 +569,6 @@ class Communicator:
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group(self.group)
             self._owns_group = False
-
-    def ddp_hook(self) -> Any:
-        """A DDP communication hook that averages gradient buckets through this communicator.
-
-        Register with ``ddp_model.register_comm_hook(None, comm.ddp_hook())``: DDP then issues
-        its bucketed all-reduces through :meth:`all_reduce` (asynchronously, overlapped with the
-        backward pass as usual), so they are metered like every other collective.
-        """
-
-        # DDP inspects the hook's annotations: leave them off (postponed ones are strings)
-        def hook(_state, bucket):  # noqa: ANN001, ANN202
-            buf = bucket.buffer()
-            buf.div_(self.world_size)
-            work = self.all_reduce(buf, "sum", async_op=True)
-            return work.get_future().then(lambda fut: fut.value()[0])
-
-        return hook
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` (picklable), indexed by rank. Collective."""

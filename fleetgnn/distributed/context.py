@@ -245,6 +245,14 @@ def _env_int(name: str) -> int:
         ) from e
 
 
+def auto_device_type() -> str:
+    """What ``device="auto"`` means here: ``"cuda"`` where CUDA is available, else ``"cpu"``.
+
+    The one place that decides it, so ``init``, the engines and ``config.yaml`` agree.
+    """
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def resolve_device_type(device: str | None, backend: str | None = None) -> str:
     """``"cpu"`` or ``"cuda"``: what ``init(device=..., backend=...)`` runs on, checked here.
 
@@ -267,7 +275,7 @@ def resolve_device_type(device: str | None, backend: str | None = None) -> str:
             "its local rank's; 'auto' takes CUDA where it is available)."
         )
     if kind == "auto":
-        kind = "cuda" if torch.cuda.is_available() else "cpu"
+        kind = auto_device_type()
     if kind == "cpu" and backend == "nccl":
         raise DistError(
             "init(device='cpu', backend='nccl'): NCCL moves CUDA tensors only; use "

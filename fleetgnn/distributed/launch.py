@@ -184,15 +184,12 @@ def _run_worker(fn: Callable[..., Any], *args: Any) -> Any:
     ``finally`` blocks have run by then. A stop signal that arrived while the worker was still
     starting (blocked since its fork) is handled the same way once this function begins.
     """
-    import multiprocessing
-
     import torch.distributed as dist
 
     signal.signal(signal.SIGINT, _on_sigint)
     signal.signal(signal.SIGTERM, _on_sigint)
     # semaphores this worker makes are named after it, as the launcher's are (_named_semaphores)
-    config = multiprocessing.current_process()._config  # type: ignore[attr-defined]
-    config["semprefix"] = "/mp-" + _owned_name("sem")
+    _set_semaphore_prefix("/mp-" + _owned_name("sem"))
     try:
         # started with the stop signals blocked (_Agent._start_workers): one that came during
         # start-up is delivered now, to the handler above
@@ -382,18 +379,28 @@ def _named_semaphores() -> Iterator[None]:
     :func:`sweep_stale_launch_files` removes it once that process is gone (an unnamed
     ``sem.mp-*`` could be any program's).
     """
+    saved = _set_semaphore_prefix("/mp-" + _owned_name("sem"))
+    try:
+        yield
+    finally:
+        _set_semaphore_prefix(saved)
+
+
+def _set_semaphore_prefix(prefix: str | None) -> str | None:
+    """Set the name prefix of this process's new multiprocessing semaphores; return the old one.
+
+    ``None`` restores multiprocessing's default. (CPython keeps it in the private
+    ``current_process()._config["semprefix"]``.)
+    """
     import multiprocessing
 
     config = multiprocessing.current_process()._config  # type: ignore[attr-defined]
     saved = config.get("semprefix")
-    config["semprefix"] = "/mp-" + _owned_name("sem")
-    try:
-        yield
-    finally:
-        if saved is None:
-            config.pop("semprefix", None)
-        else:
-            config["semprefix"] = saved
+    if prefix is None:
+        config.pop("semprefix", None)
+    else:
+        config["semprefix"] = prefix
+    return saved
 
 
 _LEFTOVER_RE = r"^{prefix}fleetgnn-{kind}-h(?P<tag>[0-9a-f]{{8}})-p(?P<pid>\d+)-[A-Za-z0-9_]+$"

@@ -30,7 +30,7 @@ import torch
 import torch.multiprocessing as mp
 
 from fleetgnn.distributed.comm import Communicator
-from fleetgnn.distributed.context import DistContext, destroy, init
+from fleetgnn.distributed.context import DistContext, _device, destroy, init
 from fleetgnn.distributed.errors import DistError, WorkerFailed
 
 
@@ -49,10 +49,7 @@ def _child(
         import torch.distributed as dist
 
         torch.set_num_threads(1)
-        dev = torch.device("cpu")
-        if device != "cpu":
-            dev = torch.device("cuda", rank % torch.cuda.device_count())
-            torch.cuda.set_device(dev)
+        dev = _device(device, rank)  # cuda: rank % GPUs, made current
         store = dist.FileStore(os.path.join(tmp, "store"), world_size)
         dist.init_process_group(
             "gloo",

@@ -260,4 +260,3 @@ class FullGraphEngineBase(EngineBase):
             if on_step is not None:
                 on_step(0, stats)
         return out
-

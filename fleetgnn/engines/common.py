@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from fleetgnn.distributed import Communicator, DistContext
+from fleetgnn.distributed.context import auto_device_type
 from fleetgnn.errors import ConfigError, DatasetError, GraphError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.rows import RowReader
@@ -41,7 +42,7 @@ def resolve_device(device: str | torch.device, key: str = "device") -> torch.dev
             exist.
     """
     if isinstance(device, str) and device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = auto_device_type()
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as e:
@@ -274,23 +275,29 @@ class DistSetup:
     Attributes:
         config: The engine's checked typed config.
         ctx: This process's :class:`~fleetgnn.distributed.DistContext`.
-        device: The context's device (the rank's GPU, or the CPU).
-        clock: The phase clock on ``device`` (:func:`device_clock`).
+        clock: The phase clock on :attr:`device` (:func:`device_clock`).
         dtype: The config's floating-point dtype.
         seed: The config's seed.
-        meter: The traffic meter of ``comm``.
         comm: The metered communicator of the context's group (debug mode from
             ``config.debug_collectives``).
     """
 
     config: Any
     ctx: Any
-    device: torch.device
     clock: Callable[[], float]
     dtype: torch.dtype
     seed: int
-    meter: Any
     comm: Any
+
+    @property
+    def device(self) -> torch.device:
+        """The context's device (the rank's GPU, or the CPU)."""
+        return self.ctx.device
+
+    @property
+    def meter(self) -> Any:
+        """The traffic meter of :attr:`comm`."""
+        return self.comm.meter
 
     @property
     def rank(self) -> int:
@@ -346,16 +353,13 @@ def setup_distributed(
             f"runs on {ctx.device} (init(device=...)); give both the same device, or "
             "device='auto' to follow the group"
         )
-    meter = TrafficMeter()
     return DistSetup(
         config=cfg,
         ctx=ctx,
-        device=ctx.device,
         clock=device_clock(ctx.device),
         dtype=DTYPES[cfg.dtype],
         seed=int(cfg.seed),
-        meter=meter,
-        comm=ctx.communicator(meter, debug=cfg.debug_collectives),
+        comm=ctx.communicator(TrafficMeter(), debug=cfg.debug_collectives),
     )
 
 

@@ -75,7 +75,7 @@ from fleetgnn.engines.halo import (
     build_plan,
     exchange_need_lists,
 )
-from fleetgnn.engines.step import StepLoss, train_step
+from fleetgnn.engines.step import StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import check_model
@@ -392,13 +392,9 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
             target = self.y.index_select(0, self.train_idx)
             return StepLoss.of(self.loss, logits_t, target, self.global_train)
 
-        stats = train_step(
-            self.module,
-            self.optimizer,
-            self.clock,
+        stats = run_step(
+            self,
             forward,
-            comm=self.comm,
-            meter=self.meter,
             hidden_comm=lambda: times.wait_s,  # the halo exchange's unhidden waits
         )
         latency = stats.times["total"]

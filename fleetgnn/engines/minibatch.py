@@ -63,7 +63,7 @@ from fleetgnn.engines.common import (
 )
 from fleetgnn.engines.inference import Chunking
 from fleetgnn.engines.sampled import SampledEngine
-from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, train_step
+from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
@@ -306,13 +306,9 @@ class MinibatchEngine(SampledEngine):
         # sample and gather: the work spent preparing this batch; how much of it was hidden
         # behind the previous step is the epoch's prefetch_hidden_s
         prepared = Prepared(batch.t_sample, batch.t_gather, inline=waited, traffic=batch.traffic)
-        return train_step(
-            self.module,
-            self.optimizer,
-            self.clock,
+        return run_step(
+            self,
             forward,
-            comm=self.comm,
-            meter=self.meter,
             prepared=prepared,
         )
 

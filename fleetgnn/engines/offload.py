@@ -73,7 +73,7 @@ from fleetgnn.engines.common import (
     split_metrics,
 )
 from fleetgnn.engines.inference import agreed
-from fleetgnn.engines.step import StepLoss, train_step
+from fleetgnn.engines.step import StepLoss, run_step
 from fleetgnn.errors import ConfigError, FleetgnnError
 from fleetgnn.exchange import HONGTU_BANDWIDTHS, ChunkHop, build_transition_plan
 from fleetgnn.exchange.transition import RankPlan, chunk_hop
@@ -778,13 +778,9 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
             self._backward(epoch)
             self.cache.clear()
 
-        stats = train_step(
-            self.module,
-            self.optimizer,
-            self.clock,
+        stats = run_step(
+            self,
             forward,
-            comm=self.comm,
-            meter=self.meter,
             backward=backward,
         )
         self._check_budget()

@@ -41,7 +41,7 @@ from fleetgnn.engines.common import (
     split_metrics,
 )
 from fleetgnn.engines.inference import Chunking, streaming_metrics
-from fleetgnn.engines.step import Prepared, StepLoss, train_step
+from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
@@ -173,7 +173,7 @@ class ReferenceEngine(EngineBase):
             inline=t_sample + t_gather,
             traffic={"local": int(x.numel() * x.element_size())},
         )
-        return train_step(self.module, self.optimizer, self.clock, forward, prepared=prepared)
+        return run_step(self, forward, prepared=prepared)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()

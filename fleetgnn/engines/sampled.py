@@ -50,9 +50,7 @@ class SampledEngine(DistributedEngine):
         self.module.train()
         self._epoch_start()
         out: list[StepStats] = []
-        for step, batch, waited in self.prefetcher.steps(
-            epoch, start_step, self.steps_per_epoch()
-        ):
+        for step, batch, waited in self.prefetcher.steps(epoch, start_step, self.steps_per_epoch()):
             stats = self._run_step(epoch, step, batch, waited)
             out.append(stats)
             if on_step is not None:

@@ -66,7 +66,7 @@ from fleetgnn.engines.common import (
 )
 from fleetgnn.engines.inference import Chunking
 from fleetgnn.engines.sampled import SampledEngine
-from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, train_step
+from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError, PartitionError
 from fleetgnn.exchange import HaloSpmm, block_layout, build_plan, requests_from_edges, send_lists
 from fleetgnn.graph import Graph
@@ -634,13 +634,9 @@ class SplitEngine(SampledEngine):
                 "h2d": batch.counters["rows_host"] * self.row_bytes,
             },
         )
-        stats = train_step(
-            self.module,
-            self.optimizer,
-            self.clock,
+        stats = run_step(
+            self,
             forward,
-            comm=self.comm,
-            meter=self.meter,
             prepared=prepared,
         )
         return stats, np.array([sum(b) for b in sent], dtype=np.int64)

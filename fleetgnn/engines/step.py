@@ -96,11 +96,10 @@ def sync_gradients(module: torch.nn.Module, comm: Any) -> None:
     """Sum every parameter's gradient over ranks with one flat, metered all-reduce.
 
     The gradient sync of every engine (see the module docstring). A parameter without a gradient
-    on this rank counts as zeros (it may have one elsewhere). Collective; a no-op without a
-    communicator or on one rank. Costs one flat copy of the gradients.
+    on this rank counts as zeros (it may have one elsewhere). Collective over ``comm`` (a
+    multi-rank communicator: :func:`train_step` skips it on one process). Costs one flat copy of
+    the gradients; each parameter's gradient is then a view of it.
     """
-    if comm is None or comm.world_size == 1:
-        return
     params = list(module.parameters())
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads])
@@ -108,7 +107,7 @@ def sync_gradients(module: torch.nn.Module, comm: Any) -> None:
     off = 0
     for p in params:
         n = p.numel()
-        p.grad = flat[off : off + n].view_as(p).clone()
+        p.grad = flat[off : off + n].view_as(p)
         off += n
 
 
@@ -176,6 +175,23 @@ def train_step(
     total = out.total
     loss_total = float(total.detach()) if isinstance(total, torch.Tensor) else float(total)
     return StepStats(loss_total, out.correct, out.count, times, traffic)
+
+
+def run_step(engine: Any, forward: Callable[[], StepLoss], **kwargs: Any) -> StepStats:
+    """:func:`train_step` with the engine's own module, optimizer, clock, comm and meter.
+
+    ``comm`` and ``meter`` are ``None`` on a single-process engine. ``kwargs``: ``backward``,
+    ``prepared`` or ``hidden_comm`` of :func:`train_step`.
+    """
+    return train_step(
+        engine.module,
+        engine.optimizer,
+        engine.clock,
+        forward,
+        comm=getattr(engine, "comm", None),
+        meter=getattr(engine, "meter", None),
+        **kwargs,
+    )
 
 
 def _noop() -> None:

@@ -24,8 +24,8 @@ __all__ = ["DEVICE_MEMORY_FIXES", "Phase", "describe_oom", "device_memory_guard"
 #: Per engine, the settings that lower its device memory.
 DEVICE_MEMORY_FIXES: dict[str, str] = {
     "reference": "train it in mini-batch mode (--mode minibatch), or on a distributed engine",
-    "minibatch": "lower train.batch_size, the fanouts or store.device_budget",
-    "split": "lower train.batch_size, the fanouts or split.device_budget",
+    "minibatch": "lower train.batch_size, train.fanouts or store.device_budget",
+    "split": "lower train.batch_size, train.fanouts or store.device_budget",
     "fullgraph": "use more ranks (--nproc), or the offload engine (vertex data in host memory)",
     "offload": "lower offload.device_budget (more, smaller chunks)",
 }
@@ -38,13 +38,12 @@ class Phase:
         trainer: The run's Trainer once built (its ``phase`` says epoch and step), else None.
     """
 
-    def __init__(self, where: str = "setup (building the engine)") -> None:
-        self.where = where
+    def __init__(self) -> None:
         self.trainer: Any = None
 
     def __str__(self) -> str:
         phase = getattr(self.trainer, "phase", None)
-        return str(phase) if phase else self.where
+        return str(phase) if phase else "setup (building the engine)"
 
 
 def describe_oom(error: BaseException, engine: str, rank: int, device: Any, phase: Any) -> str:
@@ -59,12 +58,15 @@ def describe_oom(error: BaseException, engine: str, rank: int, device: Any, phas
 
 
 @contextlib.contextmanager
-def device_memory_guard(engine: str, rank: int, device: Any, phase: Phase) -> Iterator[Phase]:
+def device_memory_guard(engine: str, rank: int, device: Any) -> Iterator[Phase]:
     """Re-raise a ``torch.cuda.OutOfMemoryError`` inside the block as a one-line user error.
+
+    Yields the run's :class:`Phase`: set its ``trainer`` once the Trainer exists.
 
     Raises:
         DeviceMemoryError: The block ran out of CUDA memory.
     """
+    phase = Phase()
     try:
         yield phase
     except torch.cuda.OutOfMemoryError as e:

@@ -13,9 +13,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import torch
-
 from fleetgnn.config import Config, ModelConfig
+from fleetgnn.distributed.context import auto_device_type
 from fleetgnn.engines.common import resolve_device
 from fleetgnn.graph import dataset_feature_norm
 from fleetgnn.nn import MODEL_DEFAULTS
@@ -112,7 +111,7 @@ def resolve_device_name(cfg: Config) -> Config:
     refuses or follows it explicitly. Other values are checked (:func:`check_device`) and kept.
     """
     if cfg.train.device == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
+        name = auto_device_type()
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, device=name))
     check_device(cfg)
     return cfg

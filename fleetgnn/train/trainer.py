@@ -1001,16 +1001,26 @@ def resume_point(run_dir: PathLikeStr) -> tuple[int, int] | None:
         ``None`` when there is no loadable checkpoint (a resume starts at epoch 0, step 0).
     """
     try:
+        st = _latest_trainer_state(run_dir)
+        return None if st is None else (int(st["epoch"]), int(st["next_step"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _latest_trainer_state(run_dir: PathLikeStr) -> Any:
+    """The trainer state of the latest loadable checkpoint in ``run_dir`` (``None``: none).
+
+    Tensors are memory-mapped, not read; a checkpoint that cannot be loaded counts as none.
+    """
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a fallback is reported when the run resumes
             ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(
                 mmap=True, check=check_checkpoint
             )
-        if ckpt is None:
-            return None
-        return int(ckpt["trainer"]["epoch"]), int(ckpt["trainer"]["next_step"])
-    except (CheckpointError, KeyError, TypeError, ValueError):
+    except CheckpointError:
         return None
+    return None if ckpt is None else ckpt["trainer"]
 
 
 def finished_note(run_dir: PathLikeStr, epochs: int, max_steps: int | None) -> str | None:
@@ -1023,14 +1033,9 @@ def finished_note(run_dir: PathLikeStr, epochs: int, max_steps: int | None) -> s
         One sentence, or ``None`` when the resume would train (or there is no checkpoint).
     """
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a fallback is reported when the run resumes
-            ckpt = CheckpointDir(Path(run_dir) / "checkpoints").load_latest(
-                mmap=True, check=check_checkpoint
-            )
-        if ckpt is None:
+        st = _latest_trainer_state(run_dir)
+        if st is None:
             return None
-        st = ckpt["trainer"]
         epoch, next_step, steps = int(st["epoch"]), int(st["next_step"]), int(st["global_step"])
         stopped_early = bool(st.get("stopped_early", False))
     except (CheckpointError, KeyError, TypeError, ValueError, AttributeError):

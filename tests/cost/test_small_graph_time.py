@@ -6,6 +6,7 @@ import json
 import statistics
 
 from fleetgnn.cli.main import main
+from fleetgnn.train import read_metrics
 
 
 def test_reference_on_cora_within_2x_of_measured(tmp_path, capsys):
@@ -15,8 +16,8 @@ def test_reference_on_cora_within_2x_of_measured(tmp_path, capsys):
     args = ["--dataset", str(data), "--model", "gcn", "--engine", "reference"]
     full = ["--set", "train.mode=full"]
     assert main(["train", *args, *full, "--epochs", "4", "--run-dir", str(run), "--quiet"]) == 0
-    epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    measured = statistics.median(r["epoch_time_s"] for r in epochs[1:] if "epoch" in r)
+    epochs = read_metrics(run / "metrics.jsonl")
+    measured = statistics.median(r["epoch_time_s"] for r in epochs[1:])
     capsys.readouterr()
     assert main(["plan", *args, "--mode", "full", "--json"]) == 0
     pred = json.loads(capsys.readouterr().out)["engines"]["reference"]

@@ -1,7 +1,6 @@
 """The fullgraph engine against the single-process reference (gloo worlds), and the tuner."""
 
 import functools
-import json
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines.fullgraph import GreedyTuner, TunerSpace
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import from_edges
-from fleetgnn.train import engine_from_config, load_config
+from fleetgnn.train import engine_from_config, load_config, read_metrics
 
 EPOCHS = 2
 
@@ -286,9 +285,9 @@ def _fit_resumed(comm, data, root):
     out = {}
     for run in ("whole", "restarted"):
         ckpt = load_checkpoint(Path(root) / run / "checkpoints" / "last.pt")
-        lines = (Path(root) / run / "metrics.jsonl").read_text().splitlines()
-        losses = [r["loss"] for r in map(json.loads, lines) if "loss" in r]
-        chunks = [r["extra"]["num_chunks"] for r in map(json.loads, lines) if "extra" in r]
+        records = read_metrics(Path(root) / run / "metrics.jsonl")
+        losses = [r["loss"] for r in records]
+        chunks = [r["extra"]["num_chunks"] for r in records]
         out[run] = (ckpt["engine"]["model"], losses, chunks)
     return out
 

@@ -40,9 +40,8 @@ class OomAt(LogRegEngine):
 def test_training_oom_names_rank_device_phase_and_fix(tmp_path):
     cfg = load_config(overrides=["train.epochs=3", "train.checkpoint_every=0"])
     engine = OomAt((1, 2))
-    phase = Phase()
     with pytest.raises(DeviceMemoryError) as e:
-        with device_memory_guard("minibatch", 3, "cuda:0", phase):
+        with device_memory_guard("minibatch", 3, "cuda:0") as phase:
             trainer = Trainer.from_config(
                 engine, cfg, tmp_path, console=Console(file=io.StringIO()), show_progress=False
             )
@@ -71,5 +70,18 @@ def test_setup_and_evaluation_phases():
 
 def test_other_errors_pass_through():
     with pytest.raises(ValueError, match="not memory"):
-        with device_memory_guard("reference", 0, "cpu", Phase()):
+        with device_memory_guard("reference", 0, "cpu"):
             raise ValueError("not memory")
+
+
+def test_the_fixes_name_real_config_keys():
+    """Every ``section.key`` the advice names is a key a user can set."""
+    import re
+
+    from fleetgnn.config.run import config_keys
+
+    keys = {k.key for k in config_keys()}
+    named = {
+        m for fix in DEVICE_MEMORY_FIXES.values() for m in re.findall(r"\b[a-z]+\.[a-z_]+", fix)
+    }
+    assert named and named <= keys, named - keys

@@ -1,6 +1,7 @@
 """Engines built from a run config: the split engine's saved partition books."""
 
 from fleetgnn.cli.main import main
+from fleetgnn.distributed.testing import context_or_own
 from fleetgnn.graph import open_dataset
 from fleetgnn.graph.synthetic import prepare_synthetic
 from fleetgnn.train import engine_from_config, load_config
@@ -14,12 +15,14 @@ def test_split_says_it_computes_a_book_when_only_other_part_counts_are_saved(tmp
     assert main(["partition", str(data), "--method", "metis", "--parts", "2"]) == 0
     cfg = load_config(None, ["train.engine=split", f"data.dataset={data}"])
     capsys.readouterr()
-    engine_from_config(cfg, open_dataset(data)).close()
+    with context_or_own(None) as ctx:  # a group of its own, destroyed after (no leaked group)
+        engine_from_config(cfg, open_dataset(data), ctx).close()
     err = capsys.readouterr().err
     assert "no saved metis book for 1 parts" in err and "(found metis-2)" in err
     assert "does not keep it" in err
     assert f"fleetgnn partition {data} --method metis --parts 1" in err
     assert main(["partition", str(data), "--method", "metis", "--parts", "1"]) == 0
     capsys.readouterr()
-    engine_from_config(cfg, open_dataset(data)).close()
+    with context_or_own(None) as ctx:
+        engine_from_config(cfg, open_dataset(data), ctx).close()
     assert "no saved" not in capsys.readouterr().err
