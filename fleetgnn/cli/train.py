@@ -435,7 +435,7 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         Trainer,
         check_resumable,
         engine_from_config,
-        finished_note,
+        finished_reason,
         resolve_device_name,
         resolve_feature_norm,
         resolve_model_defaults,
@@ -477,8 +477,8 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     if not resume:  # config.yaml says which mode ran (a resumed run keeps what it recorded)
         cfg = cfg.with_key("train.mode", cfg.mode)
     if resume:  # what the workers would refuse after loading everything, refused now
-        check_resumable(run_dir, cfg)
-        note = finished_note(run_dir, int(cfg.train.epochs), cfg.train.max_steps)
+        state = check_resumable(run_dir, cfg)  # the latest checkpoint, loaded (mapped) once
+        note = finished_reason(state, int(cfg.train.epochs), cfg.train.max_steps)
         if note is not None and is_rank0:  # even with --quiet: the command trains nothing
             print(f"fleetgnn train: --resume {run_dir}: {note}", file=sys.stderr, flush=True)
         if not CheckpointDir(run_dir / "checkpoints").candidates() and is_rank0 and not quiet:

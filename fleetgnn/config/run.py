@@ -544,11 +544,33 @@ def _override_value(text: str, where: str) -> Any:
     return parse_yaml(text, where, invalid_as_text=True) if text.strip() else None
 
 
-def save_config(cfg: Config, path: PathLikeStr) -> Path:
-    """Write ``cfg`` as YAML (loadable by :func:`load_config`); returns the path."""
+def config_yaml(cfg: Config, *, recorded: bool = False) -> str:
+    """``cfg`` as YAML text (:func:`load_config` of it gives ``cfg`` back).
+
+    Args:
+        cfg: The config.
+        recorded: Write what a run's ``config.yaml`` records: with ``data.dataset`` set, the
+            synthetic generator's ``data.preset``/``scale``/``seed`` are left out while at their
+            defaults (they played no part in the run, so a real dataset's ``config.yaml`` does
+            not claim ``preset: small``; loading restores them unchanged).
+    """
+    d = cfg.to_dict()
+    if recorded and cfg.data.dataset:
+        synthetic = DataConfig()
+        for key in ("preset", "scale", "seed"):
+            if d["data"][key] == getattr(synthetic, key):
+                del d["data"][key]
+    return yaml.safe_dump(d, sort_keys=False, default_flow_style=None)
+
+
+def save_config(cfg: Config, path: PathLikeStr, *, recorded: bool = False) -> Path:
+    """Write ``cfg`` as YAML (loadable by :func:`load_config`); returns the path.
+
+    ``recorded``: as a run's ``config.yaml`` records it (see :func:`config_yaml`).
+    """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None)
+    text = config_yaml(cfg, recorded=recorded)
     tmp = p.with_name(f".{p.name}.tmp")
     tmp.write_text(text)
     tmp.replace(p)

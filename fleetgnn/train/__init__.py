@@ -29,20 +29,20 @@ from fleetgnn.train.resolve import (
     small_graph,
     usable_cores,
 )
+from fleetgnn.train.resume import (
+    TrainState,
+    check_resumable,
+    finished_note,
+    finished_reason,
+    resume_point,
+)
 from fleetgnn.train.setup import (
     engine_from_config,
     model_from_config,
     optimizer_from_config,
 )
-from fleetgnn.train.trainer import (
-    StepSums,
-    Trainer,
-    TrainState,
-    aggregate_steps,
-    check_resumable,
-    finished_note,
-    resume_point,
-)
+from fleetgnn.train.sums import StepSums, aggregate_steps
+from fleetgnn.train.trainer import Trainer
 
 __all__ = [
     "CheckpointDir",
@@ -76,6 +76,7 @@ __all__ = [
     "small_graph",
     "restore_rng",
     "finished_note",
+    "finished_reason",
     "resume_point",
     "save_checkpoint",
     "save_config",

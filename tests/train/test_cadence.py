@@ -178,7 +178,7 @@ def test_state_to_dict_is_asdict() -> None:
     """The hand-written ``to_dict`` (taken at every epoch end) covers every field."""
     import dataclasses
 
-    from fleetgnn.train.trainer import TrainState
+    from fleetgnn.train.resume import TrainState
 
     st = TrainState(epoch=3, best_epoch=1, best={"val_acc": 0.5}, epoch_times=[1.0, 2.0])
     st.partial.add(StepStats(2.0, 1, 3, {"forward": 0.5}, {"local": 7}))

@@ -17,7 +17,8 @@ from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, StepCallback, S
 from fleetgnn.errors import ConfigError
 from fleetgnn.train.checkpoint import CheckpointDir
 from fleetgnn.train.metrics import read_metrics
-from fleetgnn.train.trainer import Trainer, aggregate_steps
+from fleetgnn.train.sums import aggregate_steps
+from fleetgnn.train.trainer import Trainer
 
 
 @pytest.fixture(autouse=True)
