@@ -98,7 +98,7 @@ def run_export(args: argparse.Namespace) -> int:
     import dataclasses
 
     from fleetgnn.config.units import parse_bytes
-    from fleetgnn.engines.inference import Chunking
+    from fleetgnn.engines.chunks import Chunking
     from fleetgnn.train.export import describe, prepare_job, run_job
 
     chunking = Chunking()

@@ -52,6 +52,7 @@ import torch
 from fleetgnn.config import MinibatchEngineConfig
 from fleetgnn.distributed import DistContext, TrafficMeter
 from fleetgnn.engines.base import StepStats
+from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
     LabelRows,
     LossFn,
@@ -61,7 +62,6 @@ from fleetgnn.engines.common import (
     setup_distributed,
     setup_model,
 )
-from fleetgnn.engines.inference import Chunking
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError

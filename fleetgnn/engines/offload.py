@@ -62,6 +62,7 @@ from fleetgnn.config import OffloadEngineConfig
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.distributed import DistContext, ShardedTensor
 from fleetgnn.engines.base import DistributedEngine, FullGraphEngineBase, StepStats
+from fleetgnn.engines.collectives import agreed
 from fleetgnn.engines.common import (
     LossFn,
     labels_and_masks,
@@ -72,7 +73,6 @@ from fleetgnn.engines.common import (
     setup_model,
     split_metrics,
 )
-from fleetgnn.engines.inference import agreed
 from fleetgnn.engines.step import StepLoss, run_step
 from fleetgnn.errors import ConfigError, FleetgnnError
 from fleetgnn.exchange import HONGTU_BANDWIDTHS, ChunkHop, build_transition_plan

@@ -25,6 +25,7 @@ import torch
 
 from fleetgnn.config import ReferenceEngineConfig
 from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
+from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
     DTYPES,
     HeldBytes,
@@ -40,7 +41,7 @@ from fleetgnn.engines.common import (
     setup_model,
     split_metrics,
 )
-from fleetgnn.engines.inference import Chunking, streaming_metrics
+from fleetgnn.engines.inference import streaming_metrics
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from fleetgnn.engines.base import DistributedEngine, StepCallback, StepStats
-from fleetgnn.engines.inference import Chunking, streaming_metrics
+from fleetgnn.engines.chunks import Chunking
+from fleetgnn.engines.inference import streaming_metrics
 from fleetgnn.engines.step import Prefetcher
 
 

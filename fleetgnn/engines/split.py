@@ -55,6 +55,7 @@ from torch import Tensor
 from fleetgnn.config import SplitEngineConfig
 from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.engines.base import StepStats
+from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
     LabelRows,
     LossFn,
@@ -64,7 +65,6 @@ from fleetgnn.engines.common import (
     setup_distributed,
     setup_model,
 )
-from fleetgnn.engines.inference import Chunking
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError, PartitionError

@@ -42,12 +42,15 @@ import torch
 
 from fleetgnn.config import Config, load_config
 from fleetgnn.config.textfile import load_yaml_file
+from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import DTYPES, normalize_rows, resolve_device
-from fleetgnn.engines.inference import Chunking, RowFile, RowReader, RowWriter, stream_inference
+from fleetgnn.engines.inference import stream_inference
+from fleetgnn.engines.rowfiles import RowFile, RowWriter
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph, open_dataset
 from fleetgnn.graph.dataset import fsync_dir, replace_dir, write_json_atomic
 from fleetgnn.graph.files import apply_umask, sweep_stale, temp_prefix
+from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn import GNN, build_model
 from fleetgnn.sampling import GraphTopology
 from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, load_checkpoint
@@ -483,7 +486,8 @@ def _create_outputs(job: ExportJob, files: dict[str, Any]) -> str:
 
 def _run_rank(job: ExportJob, ctx: Any) -> None:
     """The whole export on one rank (``ctx``: its distributed context, ``None`` alone)."""
-    from fleetgnn.engines.inference import agreed, layer_widths
+    from fleetgnn.engines.collectives import agreed
+    from fleetgnn.engines.inference import layer_widths
 
     cfg_dict = {k: v for k, v in job.config.items() if k != "_checkpoint_info"}
     cfg = resolve_feature_norm(Config.from_dict(cfg_dict).validate())

@@ -13,8 +13,8 @@ import torch
 
 import fleetgnn
 from fleetgnn.cli.main import build_parser, main
+from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import node_features
-from fleetgnn.engines.inference import Chunking
 from fleetgnn.graph import open_dataset, write_dataset
 from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.loaders.planetoid import load_planetoid

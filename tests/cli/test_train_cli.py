@@ -330,4 +330,3 @@ def test_an_engine_not_in_this_build_is_refused_before_any_work(monkeypatch, cap
     assert main(argv) == 2
     assert "not available" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
-

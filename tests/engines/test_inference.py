@@ -15,20 +15,14 @@ import pytest
 import torch
 
 from fleetgnn.distributed.testing import context_of, run_world
+from fleetgnn.engines.chunks import DEFAULT_CHUNK_BYTES, Chunking, iter_chunks, labelled_selector
 from fleetgnn.engines.common import normalize_rows, split_metrics
-from fleetgnn.engines.inference import (
-    DEFAULT_CHUNK_BYTES,
-    Chunking,
-    RowFile,
-    RowReader,
-    iter_chunks,
-    labelled_selector,
-    stream_inference,
-    streaming_metrics,
-)
+from fleetgnn.engines.inference import stream_inference, streaming_metrics
+from fleetgnn.engines.rowfiles import RowFile
 from fleetgnn.errors import ConfigError, DiskFullError
 from fleetgnn.graph import from_edges
 from fleetgnn.graph import rows as rows_mod
+from fleetgnn.graph.rows import RowReader
 from fleetgnn.sampling import GraphTopology
 from fleetgnn.train import engine_from_config, load_config
 
@@ -123,7 +117,7 @@ def test_row_file_drops_written_rows_from_the_page_cache(tmp_path, monkeypatch):
     """Rows written through a RowFile are flushed and dropped from the page cache every
     DROP_WRITTEN_BYTES of consecutive rows and at close, so a layer's output does not push its
     input out; they read back exactly."""
-    import fleetgnn.engines.inference as inf
+    import fleetgnn.engines.rowfiles as inf
 
     if rows_mod._RWF_NOWAIT is None or not hasattr(os, "posix_fadvise"):
         pytest.skip("no RWF_NOWAIT / posix_fadvise here")
@@ -270,7 +264,7 @@ def test_scratch_removed_on_error_and_full_disk_is_one_line(tmp_path, monkeypatc
         stream_inference(eng.module, GraphTopology(g), feats, g.indptr, sink, **kw)
     assert not list(tmp_path.iterdir())
     assert eng.module.training  # the training flag is restored
-    monkeypatch.setattr("fleetgnn.engines.inference.free_bytes", lambda path: 100)
+    monkeypatch.setattr("fleetgnn.engines.rowfiles.free_bytes", lambda path: 100)
     with pytest.raises(DiskFullError) as err:
         stream_inference(eng.module, GraphTopology(g), feats, g.indptr, sink, **kw)
     msg = str(err.value)
@@ -367,18 +361,18 @@ def _needed_masks(g, keep, layers):
 def _restricted(comm, scratch_dir):
     """Rank body (``comm=None``: one process): stream_inference with and without the labelled
     selection for 2 and 3 layers, rows written to each scratch file counted per file."""
-    from fleetgnn.engines import inference
-    from fleetgnn.engines.inference import MetricSums
+    from fleetgnn.engines import rowfiles
+    from fleetgnn.engines.metric_sums import MetricSums
 
     g = sparsely_labelled_graph()
     written = {}
-    plain_write = inference.RowFile.write
+    plain_write = rowfiles.RowFile.write
 
     def counting_write(self, start, rows):
         written[self.path.name] = written.get(self.path.name, 0) + len(rows)
         plain_write(self, start, rows)
 
-    inference.RowFile.write = counting_write
+    rowfiles.RowFile.write = counting_write
     feats = lambda ids: torch.from_numpy(g.x[ids.numpy()]).double()  # noqa: E731
     out = {}
     try:
@@ -406,7 +400,7 @@ def _restricted(comm, scratch_dir):
                 )
                 out[layers, name] = (sums.result(comm), stats, dict(written))
     finally:
-        inference.RowFile.write = plain_write
+        rowfiles.RowFile.write = plain_write
     return out
 
 
@@ -473,7 +467,7 @@ def test_labelled_scratch_space_is_proportional_to_the_needed_rows(tmp_path, mon
     assert s0 * row_bytes <= st.st_size <= s0 * row_bytes + 4096
     assert st.st_blocks * 512 <= s0 * row_bytes + 64 * 1024  # allocated: the rows, not N of them
     # room for the needed rows but not for N of them: labelled runs, all is refused
-    monkeypatch.setattr("fleetgnn.engines.inference.free_bytes", lambda path: 4 * s0 * row_bytes)
+    monkeypatch.setattr("fleetgnn.engines.rowfiles.free_bytes", lambda path: 4 * s0 * row_bytes)
     stream_inference(
         module, GraphTopology(g), feats, g.indptr, sink, select=labelled_selector(g), **kw
     )
@@ -486,7 +480,7 @@ def test_labelled_scratch_space_is_proportional_to_the_needed_rows(tmp_path, mon
 def test_node_set_positions_and_selection(bitwise_count, monkeypatch):
     """NodeSet: members, ranks below every ID of [0, N] and windows, with and without numpy's
     bitwise_count (numpy < 2 uses a byte table)."""
-    from fleetgnn.engines.inference import NodeSet
+    from fleetgnn.engines.chunks import NodeSet
 
     if not bitwise_count:
         monkeypatch.delattr(np, "bitwise_count", raising=False)
