@@ -9,7 +9,7 @@ the topology (the sampler needs it) and counts bytes.
 ==========  =====================================================================================
 engine      what one step of the replay counts (rank ``r``), as the engine meters it
 ==========  =====================================================================================
-minibatch   the store's plan (:func:`~fleetgnn.store.placement.plan_store`, the engine's budgets,
+minibatch   the store's plan (:func:`~fleetgnn.store.tiers.plan_store`, the engine's budgets,
             hotness, order and topology); every topology read the sampler makes through the store
             (16 bytes of ``indptr`` per node looked up, one index per sampled edge, one weight
             per edge on weighted graphs) and every input feature row, at the link of its source
@@ -43,16 +43,9 @@ from fleetgnn.graph import Graph
 from fleetgnn.partition import partition
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
 from fleetgnn.store import SOURCE_LINKS
-from fleetgnn.store.placement import (
-    DEVICE,
-    HOST,
-    HotnessRanking,
-    TierBudgets,
-    TierPlan,
-    hotness_order,
-    plan_store,
-    resolve_placement,
-)
+from fleetgnn.store.device_topology import resolve_placement
+from fleetgnn.store.hotness import HotnessRanking, hotness_order
+from fleetgnn.store.tiers import DEVICE, HOST, TierBudgets, TierPlan, plan_store
 
 #: Link kinds the store serves from, in the order of :data:`~fleetgnn.store.SOURCE_LINKS`.
 STORE_LINKS: tuple[str, ...] = tuple(SOURCE_LINKS.values())

@@ -55,14 +55,9 @@ import numpy as np
 from fleetgnn.cost.hardware import HardwareProfile
 from fleetgnn.cost.workload import ModelShape, Workload
 from fleetgnn.errors import ConfigError
-from fleetgnn.store.placement import (
-    PlacementPlan,
-    TierBudgets,
-    feature_row_bytes,
-    hotness_order,
-    plan_store,
-    solve_placement,
-)
+from fleetgnn.store.hotness import hotness_order
+from fleetgnn.store.placement import PlacementPlan, solve_placement
+from fleetgnn.store.tiers import TierBudgets, feature_row_bytes, plan_store
 
 __all__ = [
     "ORDERS",

@@ -76,7 +76,7 @@ from fleetgnn.store import (
     UnifiedStore,
     parse_bytes,
 )
-from fleetgnn.store.placement import hotness_order
+from fleetgnn.store.hotness import hotness_order
 
 _UNLIMITED = 1 << 62  # bytes: a budget of ``None`` means "no limit"
 _LINKS: tuple[str, ...] = tuple(SOURCE_LINKS.values())

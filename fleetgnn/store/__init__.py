@@ -1,28 +1,26 @@
 """Store layer: the unified feature + topology store across device, host and disk tiers.
 
-Placement (hotness ranking, tier plans, XGNN's placement solver) lives in
-:mod:`fleetgnn.store.placement`; the store itself in :mod:`fleetgnn.store.store`; PyG
+Where rows go: hotness ranking in :mod:`fleetgnn.store.hotness`, tier plans in
+:mod:`fleetgnn.store.tiers`, XGNN's placement solver in :mod:`fleetgnn.store.placement`, device
+topologies (``store.topology``) in :mod:`fleetgnn.store.device_topology`; the store itself in
+:mod:`fleetgnn.store.store`; PyG
 ``FeatureStore``/``GraphStore`` adapters in :mod:`fleetgnn.store.pyg` (optional dependency).
 """
 
-from fleetgnn.store.placement import (
-    TOPOLOGIES,
-    HotnessRanking,
-    PlacementPlan,
+from fleetgnn.config.units import parse_bytes
+from fleetgnn.store.device_topology import TOPOLOGIES, resolve_placement, topology_matrix
+from fleetgnn.store.hotness import HotnessRanking, hotness_order
+from fleetgnn.store.placement import PlacementPlan, solve_placement
+from fleetgnn.store.store import KINDS, SOURCE_LINKS, SOURCES, UnifiedStore
+from fleetgnn.store.tiers import (
     StorePlan,
     TierBudgets,
     TierPlan,
     feature_row_bytes,
-    hotness_order,
-    parse_bytes,
     plan_store,
     plan_tiers,
-    resolve_placement,
-    solve_placement,
-    topology_matrix,
     topology_row_bytes,
 )
-from fleetgnn.store.store import KINDS, SOURCE_LINKS, SOURCES, UnifiedStore
 
 __all__ = [
     "KINDS",

@@ -1,6 +1,6 @@
 """The unified feature + topology store: one graph's rows spread over device, host and disk tiers.
 
-:meth:`UnifiedStore.build` plans where every row goes (:func:`~fleetgnn.store.placement.plan_store`:
+:meth:`UnifiedStore.build` plans where every row goes (:func:`~fleetgnn.store.tiers.plan_store`:
 hottest rows on the devices split by hot rank modulo ``N``, then host, then disk) and places them:
 
 ==========  ===========================================  ==========================  ===========
@@ -62,11 +62,11 @@ Device topology (``topology=`` of :meth:`UnifiedStore.build`, the ``store.topolo
 the hot rows form ``N`` logical partitions (``p = k mod N``). Without a topology, or with the
 fully connected ``"uniform"`` one, device ``p`` holds partition ``p``. With an asymmetric one
 (e.g. ``"dgx1-v100"``) every rank solves XGNN's placement
-(:func:`~fleetgnn.store.placement.resolve_placement`, deterministic, no communication): rank
+(:func:`~fleetgnn.store.device_topology.resolve_placement`, deterministic, no communication): rank
 ``r``'s shard holds every partition in ``plan.stores[r]`` (replicas are copies), and rank ``r``
 reads partition ``p`` from ``plan.sources[r][p]`` (its own shard or a directly linked peer's; in
 two-sided mode the request goes to that rank). Replicas cost device budget, so fewer hot rows fit
-(see :func:`~fleetgnn.store.placement.plan_store`). :meth:`UnifiedStore.reads_by_source` counts
+(see :func:`~fleetgnn.store.tiers.plan_store`). :meth:`UnifiedStore.reads_by_source` counts
 the rows and bytes read from each rank's shard, which makes the plan visible.
 
 Two-sided mode (``one_sided=False``, ranks on several hosts) makes every device-tier read a
@@ -91,19 +91,17 @@ from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph, check_edge_ids
 from fleetgnn.graph.loaders._io import memory_total
 from fleetgnn.graph.rows import RowReader
-from fleetgnn.store.placement import (
+from fleetgnn.store.device_topology import TopologySpec, resolve_placement
+from fleetgnn.store.hotness import HotnessRanking, hotness_order
+from fleetgnn.store.placement import PlacementPlan
+from fleetgnn.store.tiers import (
     DEVICE,
     DISK,
     HOST,
-    HotnessRanking,
-    PlacementPlan,
     StorePlan,
     TierBudgets,
     TierOrder,
-    TopologySpec,
-    hotness_order,
     plan_store,
-    resolve_placement,
 )
 
 __all__ = ["KINDS", "SOURCES", "SOURCE_LINKS", "UnifiedStore"]
@@ -355,7 +353,7 @@ class UnifiedStore:
         With a ``topology``, rank ``r``'s device shard holds every logical partition in
         ``plan.stores[r]`` (so a partition stored by several ranks is a copy on each) and rank
         ``r`` reads partition ``p`` from ``plan.sources[r][p]``; the device row count shrinks so
-        that every rank's partitions fit its budget (:func:`~fleetgnn.store.placement.plan_store`).
+        that every rank's partitions fit its budget (:func:`~fleetgnn.store.tiers.plan_store`).
         Reads stay bit-exact for every topology.
 
         Args:
@@ -379,7 +377,7 @@ class UnifiedStore:
             topology: The device topology (``store.topology``): ``None`` (one partition per
                 device, the modulo split), ``"uniform"`` (the same plan, through the solver),
                 ``"dgx1-v100"``, an ``N x N`` bandwidth matrix or a JSON/YAML file holding one
-                (see :func:`~fleetgnn.store.placement.topology_matrix`), or a ready
+                (see :func:`~fleetgnn.store.device_topology.topology_matrix`), or a ready
                 :class:`PlacementPlan`. Pass the same on every rank.
             hosts: Host index of every rank of ``comm`` (``hosts[r]``, the same on every rank;
                 from :meth:`DistContext.hosts <fleetgnn.distributed.DistContext.hosts>`).

@@ -5,18 +5,20 @@ import numpy as np
 import pytest
 import yaml
 
+from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import from_edges
+from fleetgnn.store import device_topology as T
 from fleetgnn.store import placement as P
-from fleetgnn.store.placement import DEVICE as DEVICE_TIER
-from fleetgnn.store.placement import (
+from fleetgnn.store import tiers
+from fleetgnn.store.hotness import hotness_order
+from fleetgnn.store.placement import solve_placement
+from fleetgnn.store.tiers import DEVICE as DEVICE_TIER
+from fleetgnn.store.tiers import (
     TierBudgets,
     feature_row_bytes,
-    hotness_order,
-    parse_bytes,
     plan_store,
     plan_tiers,
-    solve_placement,
     topology_row_bytes,
 )
 
@@ -121,8 +123,8 @@ def test_modulo_split_bijection_and_balance(world):
         assert (plan.shard_rows(r) == order[k[dev & (k % world == r)]]).all()
     # host and disk follow; every node lives in exactly one tier; the host budget is per host
     assert plan.num_host == min(7, n - hot)
-    assert (tier[hot : hot + plan.num_host] == P.HOST).all()
-    assert (tier[hot + plan.num_host :] == P.DISK).all()
+    assert (tier[hot : hot + plan.num_host] == tiers.HOST).all()
+    assert (tier[hot + plan.num_host :] == tiers.DISK).all()
     assert plan.num_device + plan.num_host + plan.num_disk == n
     host_local = local[hot : hot + plan.num_host]
     assert (host_local == np.arange(plan.num_host)).all()
@@ -403,46 +405,46 @@ RING4 = np.array(  # 0-1-2-3-0: 0 and 2, 1 and 3 are not linked
 
 
 def test_named_topologies():
-    assert P.TOPOLOGIES == ("uniform", "dgx1-v100")
+    assert T.TOPOLOGIES == ("uniform", "dgx1-v100")
     for n in (1, 2, 3, 5):
-        u = P.topology_matrix("uniform", n)
+        u = T.topology_matrix("uniform", n)
         assert u.shape == (n, n) and (u > 0).all()
-        assert np.array_equal(P.topology_matrix(None, n), u)
-        plan = P.resolve_placement(None, n)
+        assert np.array_equal(T.topology_matrix(None, n), u)
+        plan = T.resolve_placement(None, n)
         assert plan.stores == tuple((i,) for i in range(n))
         assert plan.sources == tuple(tuple(range(n)) for _ in range(n))
-    dgx = P.topology_matrix("DGX1-V100", 8)  # names are case-insensitive
+    dgx = T.topology_matrix("DGX1-V100", 8)  # names are case-insensitive
     assert np.array_equal(dgx, _matrix(8, DGX1))
-    assert P.resolve_placement("dgx1-v100", 8) == solve_placement(_matrix(8, DGX1))  # golden
+    assert T.resolve_placement("dgx1-v100", 8) == solve_placement(_matrix(8, DGX1))  # golden
     for n in range(1, 8):  # the first n GPUs of the DGX-1
-        sub = P.topology_matrix("dgx1-v100", n)
+        sub = T.topology_matrix("dgx1-v100", n)
         assert np.array_equal(sub, _matrix(8, DGX1)[:n, :n])
-        plan = P.resolve_placement("dgx1-v100", n)
+        plan = T.resolve_placement("dgx1-v100", n)
         _check_invariants(sub, plan)
         if n <= 5:  # brute force is cheap only for small N
             _assert_minimal(sub, plan)
     # GPUs 0-3 are a fully linked quad (25/50 GB/s): no replicas up to 4 ranks
-    four = P.resolve_placement("dgx1-v100", 4)
+    four = T.resolve_placement("dgx1-v100", 4)
     assert four.stores == ((0,), (1,), (2,), (3,)) and four.min_bandwidth == 25.0
     # GPU 4 links only to GPU 2 among the first five: 5 partitions over 2 devices -> 3 on one
-    assert P.resolve_placement("dgx1-v100", 5).max_parts == 3
+    assert T.resolve_placement("dgx1-v100", 5).max_parts == 3
 
 
 def test_explicit_topologies(tmp_path):
     as_list = RING4.tolist()
-    assert np.array_equal(P.topology_matrix(as_list, 4), RING4)
-    assert np.array_equal(P.topology_matrix(RING4, 4), RING4)
+    assert np.array_equal(T.topology_matrix(as_list, 4), RING4)
+    assert np.array_equal(T.topology_matrix(RING4, 4), RING4)
     inline = "[[700, 50, 0, 25], [50, 700, 25, 0], [0, 25, 700, 50], [25, 0, 50, 700]]"
-    assert np.array_equal(P.topology_matrix(inline, 4), RING4)
+    assert np.array_equal(T.topology_matrix(inline, 4), RING4)
     (tmp_path / "t.json").write_text(json.dumps(as_list))
     (tmp_path / "t.yaml").write_text(yaml.safe_dump({"bandwidth": as_list}))
     (tmp_path / "t.yml").write_text(yaml.safe_dump(as_list))
     for path in (tmp_path / "t.json", str(tmp_path / "t.yaml"), tmp_path / "t.yml"):
-        assert np.array_equal(P.topology_matrix(path, 4), RING4)
-    plan = P.resolve_placement(RING4, 4)
+        assert np.array_equal(T.topology_matrix(path, 4), RING4)
+    plan = T.resolve_placement(RING4, 4)
     assert plan.stores == ((0, 2), (1, 3), (0, 2), (1, 3))
     assert plan.sources == ((0, 1, 0, 1), (0, 1, 0, 1), (2, 1, 2, 3), (0, 3, 2, 3))
-    assert P.resolve_placement(plan, 4) is plan
+    assert T.resolve_placement(plan, 4) is plan
 
 
 @pytest.mark.parametrize(
@@ -463,13 +465,13 @@ def test_explicit_topologies(tmp_path):
 )
 def test_topology_errors(spec, world, match):
     with pytest.raises(ConfigError, match=match):
-        P.topology_matrix(spec, world)
+        T.topology_matrix(spec, world)
 
 
 def test_topology_file_errors(tmp_path):
     missing = tmp_path / "nope.json"
     with pytest.raises(ConfigError, match=r"'store.topology' file .*nope.json.* cannot be read"):
-        P.topology_matrix(missing, 2)
+        T.topology_matrix(missing, 2)
     bad = {
         "a.json": ("[[700, 5],", "not valid JSON"),
         "b.yaml": ("[[700, 5]\n  - x: [", "not valid YAML"),
@@ -480,21 +482,21 @@ def test_topology_file_errors(tmp_path):
     for name, (text, match) in bad.items():
         (tmp_path / name).write_text(text)
         with pytest.raises(ConfigError, match=match):
-            P.topology_matrix(tmp_path / name, 1)
+            T.topology_matrix(tmp_path / name, 1)
     (tmp_path / "ok.json").write_text("[[700, 5], [5, 700]]")
     with pytest.raises(ConfigError, match=r"'engine.links' is a 2 x 2 bandwidth matrix"):
-        P.topology_matrix(str(tmp_path / "ok.json"), 3, key="engine.links")
+        T.topology_matrix(str(tmp_path / "ok.json"), 3, key="engine.links")
 
 
 def test_resolve_placement_checks_plans():
-    plan = P.resolve_placement(RING4, 4)
+    plan = T.resolve_placement(RING4, 4)
     with pytest.raises(ConfigError, match="placement plan is for 4 devices but the world has 2"):
-        P.resolve_placement(plan, 2)
+        T.resolve_placement(plan, 2)
     broken = P.PlacementPlan(
         stores=((0,), (1,)), sources=((0, 0), (0, 1)), min_bandwidth=1.0
     )  # device 0 reads partition 1 from itself, which does not store it
     with pytest.raises(ConfigError, match=r"placement.sources\[0\]\[1\] = 0 does not store"):
-        P.resolve_placement(broken, 2)
+        T.resolve_placement(broken, 2)
     with pytest.raises(ConfigError, match="must be a PlacementPlan"):
         plan_tiers(10, 4, TierBudgets(), 2, placement="dgx1-v100")  # type: ignore[arg-type]
 
@@ -502,9 +504,9 @@ def test_resolve_placement_checks_plans():
 # ---------------------------------------------------------------------------------- placed tiers
 def _placement(label, world):
     if label == "uniform":
-        return P.resolve_placement("uniform", world)
+        return T.resolve_placement("uniform", world)
     if label == "dgx1":
-        return P.resolve_placement("dgx1-v100", world)
+        return T.resolve_placement("dgx1-v100", world)
     if label == "unlinked":  # no links at all: every device stores every partition
         return solve_placement(np.diag(np.full(world, 700.0)))
     return solve_placement({"ring4": RING4, "ring5": RING5}[label])
@@ -558,7 +560,7 @@ def test_placed_tiers_fit_budgets_and_read_exactly(label, world):
 def test_placed_prefix_is_the_longest_that_fits():
     """Fixed-size rows: ``H`` is maximal, ``N * q <= H < N * (q + 1)``, ``q = B // (P * rb)``."""
     rb, v = 24, 1000
-    for world, plan in ((8, P.resolve_placement("dgx1-v100", 8)), (5, solve_placement(RING5))):
+    for world, plan in ((8, T.resolve_placement("dgx1-v100", 8)), (5, solve_placement(RING5))):
         for budget in (0, 23, 24, 100, 1000, 5000, 30_000):
             tp = plan_tiers(v, rb, TierBudgets(device=budget), world, placement=plan)
             h = tp.num_device
@@ -584,7 +586,7 @@ def test_uniform_placement_equals_modulo_split():
                 b = TierBudgets(device=int(frac * total / world) + 8, host=int(0.2 * total))
                 a = plan_store(g, b, world, order=order)
                 u = plan_store(
-                    g, b, world, order=order, placement=P.resolve_placement("uniform", world)
+                    g, b, world, order=order, placement=T.resolve_placement("uniform", world)
                 )
                 for x, y in ((a.topology, u.topology), (a.features, u.features)):
                     assert (x.num_device, x.num_host, x.disk_bytes, x.host_bytes) == (
@@ -601,6 +603,6 @@ def test_uniform_placement_equals_modulo_split():
 
 
 def test_locate_with_placement_needs_the_reader():
-    tp = plan_tiers(10, 4, TierBudgets(device=100), 4, placement=P.resolve_placement(RING4, 4))
+    tp = plan_tiers(10, 4, TierBudgets(device=100), 4, placement=T.resolve_placement(RING4, 4))
     with pytest.raises(ConfigError, match=r"'reader' must be the reading rank in \[0, 4\)"):
         tp.locate(np.arange(3))

@@ -11,15 +11,11 @@ import numpy as np
 import pytest
 
 from fleetgnn.graph.csc import from_edges
-from fleetgnn.store import placement as P
-from fleetgnn.store.placement import (
-    HotnessRanking,
-    TierBudgets,
-    hotness_order,
-    plan_store,
-    plan_tiers,
-    solve_placement,
-)
+from fleetgnn.store import hotness as H
+from fleetgnn.store import tiers as T
+from fleetgnn.store.hotness import HotnessRanking, hotness_order
+from fleetgnn.store.placement import solve_placement
+from fleetgnn.store.tiers import TierBudgets, plan_store, plan_tiers
 
 # ------------------------------------------------------------------------------- the reference
 
@@ -94,9 +90,10 @@ def _graph(rng, n, e, *, hubs=False, weights=False, features=True):
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of a few rows: every walk crosses blocks, the histogram takes its sparse path."""
-    monkeypatch.setattr(P, "_PLAN_BLOCK", 7)
-    monkeypatch.setattr(P, "_EDGE_BLOCK", 13)
-    monkeypatch.setattr(P, "_DENSE_SCORES", 4)
+    monkeypatch.setattr(H, "_PLAN_BLOCK", 7)
+    monkeypatch.setattr(T, "_PLAN_BLOCK", 7)
+    monkeypatch.setattr(H, "_EDGE_BLOCK", 13)
+    monkeypatch.setattr(H, "_DENSE_SCORES", 4)
 
 
 # ------------------------------------------------------------------------------- the ranking
@@ -127,7 +124,7 @@ def test_presample_ranking_and_widened_counts(small_blocks, monkeypatch):
     assert r.score.dtype == np.uint32 and (r.order == ref).all()
     # counts that could pass uint32 move to int64 mid-way, keeping the counts so far
     monkeypatch.setattr(
-        P, "_count_dtype", lambda bound: np.dtype(np.uint32 if bound < 90 else "i8")
+        H, "_count_dtype", lambda bound: np.dtype(np.uint32 if bound < 90 else "i8")
     )
     r = hotness_order(g, "presample", sampler_fn=lambda i: batches[i], k=5)
     assert r.score.dtype == np.int64 and (r.order == ref).all()
@@ -220,8 +217,9 @@ def test_plan_tiers_row_arrays_match_reference(seed, small_blocks):
 
 def test_plan_work_memory_is_a_block_not_the_graph(monkeypatch):
     """Besides ``order``, ``rank_of`` and the score (12 bytes per node), a few blocks."""
-    monkeypatch.setattr(P, "_PLAN_BLOCK", 1 << 12)
-    monkeypatch.setattr(P, "_EDGE_BLOCK", 1 << 14)
+    monkeypatch.setattr(H, "_PLAN_BLOCK", 1 << 12)
+    monkeypatch.setattr(T, "_PLAN_BLOCK", 1 << 12)
+    monkeypatch.setattr(H, "_EDGE_BLOCK", 1 << 14)
     rng = np.random.default_rng(0)
     n = 200_000
     g = _graph(rng, n, 4 * n, weights=True)

@@ -5,7 +5,7 @@ import torch
 
 from fleetgnn.graph.csc import from_edges
 from fleetgnn.store import TierBudgets, UnifiedStore
-from fleetgnn.store import placement as P
+from fleetgnn.store import hotness as P
 
 
 def _graph(n=3000, e=20000, seed=0):

@@ -20,7 +20,7 @@ from fleetgnn.store import (
     hotness_order,
     topology_row_bytes,
 )
-from fleetgnn.store.placement import DEVICE, DISK, HOST
+from fleetgnn.store.tiers import DEVICE, DISK, HOST
 
 
 def _graph(n=80, e=600, f=5, seed=0, weights=True, dtype=np.float64):
