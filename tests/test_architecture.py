@@ -197,6 +197,41 @@ def test_cycle_check_bites_on_a_planted_cycle(tmp_path):
     assert import_cycles(pkg) == [["fleetgnn.cli.a", "fleetgnn.cli.b"]]
 
 
+#: Most lines a module of the package may have: a module holds one concept (issue 24, part 4).
+#: Chosen from the sizes after the split (largest: cost/store_model.py, 947 lines).
+MAX_MODULE_LINES = 1000
+#: Modules allowed past the cap, each with its reason (none).
+LONG_MODULES: dict[str, str] = {}
+
+
+def long_modules(pkg: Path = PKG, cap: int = MAX_MODULE_LINES) -> list[str]:
+    """``"path: N lines"`` of every module under ``pkg`` longer than ``cap`` and not allowed."""
+    out = []
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(pkg).as_posix()
+        n = len(path.read_text().splitlines())
+        if n > cap and rel not in LONG_MODULES:
+            out.append(f"{rel}: {n} lines")
+    return out
+
+
+def test_no_module_exceeds_the_line_cap():
+    """A module past the cap holds several concepts: split it (or add it, with a reason, to
+    LONG_MODULES)."""
+    assert long_modules() == []
+
+
+def test_line_cap_bites_on_a_planted_long_module(tmp_path):
+    pkg = _plant(
+        tmp_path,
+        {
+            "store/big.py": "x = 1\n" * (MAX_MODULE_LINES + 1),
+            "store/edge.py": "x = 1\n" * MAX_MODULE_LINES,
+        },
+    )
+    assert long_modules(pkg) == [f"store/big.py: {MAX_MODULE_LINES + 1} lines"]
+
+
 def test_ruff_lints_every_package_file():
     """No exclude list (ruff's defaults skip dirs such as dist/ and build/) hides package code."""
     import subprocess

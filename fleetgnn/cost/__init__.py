@@ -4,15 +4,11 @@ Sits between ``exchange`` and ``engines``: it reads configs and counts, never ru
 never imports ``torch.distributed``.
 """
 
-from fleetgnn.cost.hardware import (
-    LINK_KINDS,
-    PROFILES,
-    HardwareProfile,
-    load_profile,
-    local_profile,
-)
+from fleetgnn.cost.calibration import local_profile
+from fleetgnn.cost.hardware import LINK_KINDS, HardwareProfile
 from fleetgnn.cost.models import MODELS
 from fleetgnn.cost.planner import Plan, make_plan, predict_engine, workload_from_config
+from fleetgnn.cost.profiles import PROFILES, load_profile
 from fleetgnn.cost.store_model import DegreeModel, StoreCachePlan, plan_feature_cache
 from fleetgnn.cost.target import (
     TARGET_MODES,

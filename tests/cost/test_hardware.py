@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 import yaml
 
-from fleetgnn.cost import LINK_KINDS, PROFILES, HardwareProfile, load_profile, local_profile
-from fleetgnn.cost import hardware as hw
+from fleetgnn.cost import (
+    LINK_KINDS,
+    PROFILES,
+    HardwareProfile,
+    calibration,
+    load_profile,
+    local_profile,
+)
 from fleetgnn.errors import ConfigError
 
 GB = 1e9
@@ -282,7 +288,7 @@ def _forbid_measuring(monkeypatch):
         raise AssertionError("measured again instead of reading the cache")
 
     for fn in (*_MEASUREMENTS, "_measure_disk", "_calibrate"):
-        monkeypatch.setattr(hw, fn, boom)
+        monkeypatch.setattr(calibration, fn, boom)
 
 
 def test_local_profile_measures_and_caches(tmp_path, monkeypatch):
@@ -322,8 +328,8 @@ def test_local_profile_refresh_and_keys(tmp_path, monkeypatch):
         return measure
 
     for name in _MEASUREMENTS:
-        monkeypatch.setattr(hw, name, fake(1e9))
-    monkeypatch.setattr(hw, "_measure_disk", lambda n, d: (5e8, "fake disk"))
+        monkeypatch.setattr(calibration, name, fake(1e9))
+    monkeypatch.setattr(calibration, "_measure_disk", lambda n, d: (5e8, "fake disk"))
     p = local_profile(3, cache_dir=tmp_path, threads=1)
     assert len(calls) == 4 and p.num_devices == 3 and p.spmm_rate == 1e9
     assert p.bandwidth["disk"] == 5e8 and "fake disk" in p.source

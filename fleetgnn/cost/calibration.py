@@ -1,0 +1,449 @@
+"""The measured ``local`` hardware profile: a short calibration of this machine, cached.
+
+:func:`local_profile` times copies, random row gathers, sparse aggregation, dense products, the
+framework's fixed costs and a disk read on the current machine (CPU processes as devices), and
+caches the numbers per machine (hostname, CPU model, torch version, processes, threads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import socket
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fleetgnn.cost.hardware import (
+    FIXED_OVERHEADS,
+    HardwareProfile,
+    MiB,
+    count_arg,
+    positive_arg,
+    uniform_peer,
+)
+from fleetgnn.errors import ConfigError
+from fleetgnn.ops import Adjacency, gspmm
+
+
+# ------------------------------------------------------------------------------- calibration
+@dataclasses.dataclass(frozen=True)
+class _Sizes:
+    copy_bytes: int  # tensor copied for local/h2d/d2h
+    table_bytes: int  # table random rows are gathered from
+    gather_rows: int  # rows gathered per timing
+    width: int  # feature width of gathers and SpMM (float32)
+    spmm_nodes: int
+    spmm_edges: int
+    gemm_n: int  # n x n @ n x n
+    disk_bytes: int
+    repeats: int
+
+
+_FULL = _Sizes(64 * MiB, 64 * MiB, 131072, 64, 100_000, 1_000_000, 1024, 64 * MiB, 3)
+_QUICK = _Sizes(4 * MiB, 4 * MiB, 8192, 64, 8_000, 50_000, 256, 4 * MiB, 2)
+
+
+def _best_time(fn: Callable[[], object], repeats: int) -> float:
+    """Seconds of the fastest of ``repeats`` calls after one warm-up (positive)."""
+    fn()
+    best = math.inf
+    for _ in range(max(1, repeats)):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return max(best, 1e-9)
+
+
+def _measure_copy(nbytes: int, repeats: int) -> float:
+    """Bytes/s copied by ``Tensor.copy_`` of ``nbytes`` (each byte read once, written once)."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src).fill_(0.0)  # touch both so page faults stay out of the timing
+    return src.numel() * 4 / _best_time(lambda: dst.copy_(src), repeats)
+
+
+def _measure_gather(table_bytes: int, rows: int, width: int, repeats: int) -> float:
+    """Bytes/s of ``index_select`` of ``rows`` random rows of ``width`` float32 (output bytes)."""
+    g = torch.Generator().manual_seed(0)
+    n = max(1, table_bytes // (4 * width))
+    table = torch.rand(n, width, generator=g)
+    idx = torch.randint(0, n, (rows,), generator=g)
+    return rows * width * 4 / _best_time(lambda: torch.index_select(table, 0, idx), repeats)
+
+
+def _measure_spmm(nodes: int, edges: int, width: int, repeats: int) -> float:
+    """Multiply-adds/s of :func:`fleetgnn.ops.gspmm` (sum) on a uniform random graph."""
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(0, nodes, (edges,), generator=g)
+    dst = torch.randint(0, nodes, (edges,), generator=g)
+    adj = Adjacency.from_edges(src, dst, nodes, nodes)
+    x = torch.rand(nodes, width, generator=g)
+    with torch.no_grad():
+        return edges * width / _best_time(lambda: gspmm(adj, x, "sum"), repeats)
+
+
+def _measure_gemm(n: int, repeats: int) -> float:
+    """Flop/s of ``torch.mm`` of two ``n x n`` float32 matrices (``2 n^3`` flop)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.rand(n, n, generator=g), torch.rand(n, n, generator=g)
+    return 2.0 * n**3 / _best_time(lambda: torch.mm(a, b), repeats)
+
+
+def _measure_overheads(repeats: int) -> dict[str, float]:
+    """Keyed dropout's elements/s on a 4M-element tensor, and the fixed costs of a step.
+
+    ``layer``: forward and backward of one tiny layer (32 nodes, 128 edges, width 16: keyed
+    dropout, a dense transform, :func:`fleetgnn.ops.gspmm`, ReLU), where the size costs
+    nothing and Python and the framework everything. ``param``: Adam's step and ``zero_grad``
+    over 16 tiny parameter tensors, per tensor.
+    """
+    from fleetgnn.ops.random import keyed_dropout
+
+    g = torch.Generator().manual_seed(0)
+    big = torch.rand(2048, 2048, generator=g)  # 16 MiB: beyond the caches, as features are
+    big_ids = torch.arange(2048)
+    rate = big.numel() / _best_time(lambda: keyed_dropout(big, 0.5, 0, 1, 0, big_ids), repeats)
+    n, e, w = 32, 128, 16
+    adj = Adjacency.from_edges(
+        torch.randint(0, n, (e,), generator=g), torch.randint(0, n, (e,), generator=g), n, n
+    )
+    x = torch.rand(n, w, generator=g, requires_grad=True)
+    weight = torch.rand(w, w, generator=g, requires_grad=True)
+    ids = torch.arange(n)
+
+    def layer() -> None:
+        h = keyed_dropout(x, 0.5, 0, 1, 0, ids) @ weight
+        gspmm(adj, h, "sum").relu().sum().backward()
+
+    params = [torch.rand(4, generator=g, requires_grad=True) for _ in range(16)]
+    opt = torch.optim.Adam(params)
+    for q in params:
+        q.grad = torch.ones_like(q)
+
+    def step() -> None:
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+
+    reps = max(repeats, 20)  # microsecond timings: more repeats against noise
+    return {
+        "keyed_dropout": rate,
+        "layer_overhead": _best_time(layer, reps),
+        "param_overhead": _best_time(step, reps) / len(params),
+    }
+
+
+def _read_file(path: str, buf: bytearray) -> int:
+    view, total = memoryview(buf), 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            got = f.readinto(view)
+            if not got:
+                return total
+            total += got
+
+
+def _measure_disk(nbytes: int, directory: Path) -> tuple[float, str]:
+    """Bytes/s reading back a fresh ``nbytes`` file, and how it was read (for ``source``).
+
+    The file is written, fsync'ed and dropped from the page cache with
+    ``posix_fadvise(POSIX_FADV_DONTNEED)`` (no root needed; the kernel drops clean pages where
+    it honours the advice). When the cold read is not clearly slower than a second, cached
+    read, the pages were not dropped (or the file system lives in memory): the rate is then a
+    page-cache read and the note says so.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    block = os.urandom(min(nbytes, 4 * MiB))
+    fd, path = tempfile.mkstemp(prefix="fleetgnn-disk-", dir=directory)
+    try:
+        written = 0
+        while written < nbytes:
+            written += os.write(fd, block[: nbytes - written])
+        os.fsync(fd)
+        advised = hasattr(os, "posix_fadvise")
+        if advised:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        buf = bytearray(len(block))
+        t = time.perf_counter()
+        _read_file(path, buf)
+        cold = nbytes / max(time.perf_counter() - t, 1e-9)
+        warm = nbytes / _best_time(lambda: _read_file(path, buf), 1)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    size = f"{nbytes / MiB:.0f} MiB file in {directory}"
+    if advised and cold < 0.8 * warm:
+        return cold, f"read of a {size} after fsync + posix_fadvise(DONTNEED) (from the device)"
+    return cold, (
+        f"BUFFERED read of a {size}: the file stayed in the page cache (dropping it needs root "
+        "or posix_fadvise, which this kernel/file system did not honour), so this is the "
+        "page-cache rate and overstates the disk"
+    )
+
+
+def _calibrate(sizes: _Sizes, directory: Path) -> dict[str, Any]:
+    """Run every measurement; returns raw rates and notes (the cache's ``measurements``)."""
+    t0 = time.perf_counter()
+    copy = _measure_copy(sizes.copy_bytes, sizes.repeats)
+    gather = _measure_gather(sizes.table_bytes, sizes.gather_rows, sizes.width, sizes.repeats)
+    spmm = _measure_spmm(sizes.spmm_nodes, sizes.spmm_edges, sizes.width, sizes.repeats)
+    gemm = _measure_gemm(sizes.gemm_n, sizes.repeats)
+    disk, disk_note = _measure_disk(sizes.disk_bytes, directory)
+    fixed = _measure_overheads(sizes.repeats)
+    return {
+        **fixed,
+        "copy": copy,
+        "gather": gather,
+        "spmm": spmm,
+        "gemm": gemm,
+        "disk": disk,
+        "disk_note": disk_note,
+        "sizes": dataclasses.asdict(sizes),
+        "seconds": time.perf_counter() - t0,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def _probe(comm_probe: Callable[[], float]) -> float:
+    value = comm_probe()
+    try:
+        return positive_arg("comm_probe()", value, "bytes/s (measured all-to-all rate)")
+    except ConfigError as e:
+        raise ConfigError(f"local_profile: {e}") from None
+
+
+# ------------------------------------------------------------------------------ local machine
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpucount_arg() or 1
+
+
+def _host_memory() -> tuple[int, str]:
+    """Bytes of host memory and where the number comes from."""
+    total, note = 0, ""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                total, note = int(line.split()[1]) * 1024, "/proc/meminfo MemTotal"
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    if not total:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        note = "sysconf physical pages"
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            limit = int(Path(limit_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if 0 < limit < total:
+            total, note = limit, f"{note} capped by the cgroup limit in {limit_file}"
+        break
+    return total, note
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "fleetgnn" / "hardware"
+
+
+def _resolve_threads(threads: int | None, nproc: int) -> int:
+    if threads is not None:
+        return count_arg("threads", threads)
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) >= 1:
+        return int(env)
+    return max(1, _usable_cores() // nproc)
+
+
+def _machine_key(nproc: int, threads: int, quick: bool) -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "cpu": _cpu_model(),
+        "torch": torch.__version__,
+        "nproc": nproc,
+        "threads": threads,
+        "quick": quick,
+    }
+
+
+def _cache_path(cache_dir: Path, key: Mapping[str, Any]) -> Path:
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(key["hostname"]))
+    return cache_dir / f"{host[:40]}-n{key['nproc']}-{digest}.json"
+
+
+def _read_cache(path: Path, key: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != dict(key):
+        return None
+    m = data.get("measurements")
+    needed = ("copy", "gather", "spmm", "gemm", "disk", "keyed_dropout", "layer_overhead")
+    if not isinstance(m, dict) or not all(
+        isinstance(m.get(k), (int, float)) and m[k] > 0 for k in needed
+    ):
+        return None
+    return m
+
+
+def _write_cache(
+    path: Path, key: Mapping[str, Any], m: Mapping[str, Any], profile: HardwareProfile
+) -> None:
+    data = {"key": dict(key), "measurements": dict(m), "profile": profile.to_dict()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError as e:
+        warnings.warn(
+            f"local_profile: could not cache the calibration in {path} ({e}); it will run "
+            "again next time",
+            stacklevel=3,
+        )
+
+
+def _local_from(
+    nproc: int, key: Mapping[str, Any], m: Mapping[str, Any], host_memory: int, mem_note: str
+) -> HardwareProfile:
+    copy = float(m["copy"])
+    local = 2.0 * copy  # bytes read + written, the convention of every profile's "local"
+    if "peer" in m:
+        peer = float(m["peer"])
+        peer_note = "peer = net = the comm_probe's all-to-all rate between 2 processes"
+    else:
+        peer = copy / 2.0
+        peer_note = (
+            "peer = net = copy rate / 2, an ESTIMATE (no comm_probe given: pass one to measure "
+            "the all-to-all rate between processes)"
+        )
+    sizes = m.get("sizes", {})
+    matrix = uniform_peer(nproc, local, peer)
+    source = (
+        f"measured on host {key['hostname']!r} ({key['cpu']}, {_usable_cores()} usable cores, "
+        f"torch {key['torch']}) on {m.get('date', '?')}, one process with {key['threads']} "
+        f"thread(s) (the share of each of nproc={nproc} ranks), in {m.get('seconds', 0):.1f} s"
+        f"{' (quick sizes)' if key['quick'] else ''}: local = 2 x the copy rate of a "
+        f"{sizes.get('copy_bytes', 0) / MiB:.0f} MiB tensor (bytes read + written); h2d = d2h "
+        "= that copy rate (CPU: no separate device memory); gather = index_select of "
+        f"{sizes.get('gather_rows', 0)} random rows of {4 * sizes.get('width', 0)} B; spmm = "
+        f"fleetgnn.ops.gspmm sum over {sizes.get('spmm_edges', 0):,} random edges x width "
+        f"{sizes.get('width', 0)}; gemm = torch.mm of {sizes.get('gemm_n', 0)}^2 float32; "
+        "elementwise = keyed dropout of 2048^2 float32; layer_overhead = forward + backward of "
+        "a 32-node layer; param_overhead = Adam's step per parameter tensor; "
+        f"disk = {m.get('disk_note', '?')}; {peer_note} (one host, no NIC between its "
+        f"processes); device_memory = host_memory / {nproc} (processes share host memory); "
+        f"host_memory from {mem_note}. Rates are one process's alone: concurrent ranks share "
+        "memory bandwidth."
+    )
+    return HardwareProfile(
+        name="local",
+        kind="cpu",
+        num_devices=nproc,
+        device_memory=host_memory // nproc,
+        host_memory=host_memory,
+        bandwidth={
+            "local": local,
+            "peer": peer,
+            "h2d": copy,
+            "d2h": copy,
+            "net": peer,
+            "disk": float(m["disk"]),
+        },
+        peer=matrix,
+        gather_rate=float(m["gather"]),
+        spmm_rate=float(m["spmm"]),
+        gemm_rate=float(m["gemm"]),
+        elementwise_rate=float(m["keyed_dropout"]),
+        layer_overhead=float(m["layer_overhead"]),
+        param_overhead=float(m.get("param_overhead", FIXED_OVERHEADS["cpu"]["param_overhead"])),
+        source=source,
+    )
+
+
+def local_profile(
+    nproc: int,
+    *,
+    comm_probe: Callable[[], float] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    refresh: bool = False,
+    quick: bool = False,
+    threads: int | None = None,
+) -> HardwareProfile:
+    """The current machine, ``nproc`` CPU processes as devices, from a short calibration.
+
+    Measures (about 2-5 s on a 2-core machine; ``quick=True`` shrinks every size, well under a
+    second): the copy rate of a 64 MiB tensor (``local`` = 2x it, counting reads and writes;
+    ``h2d`` = ``d2h`` = it), random row gathers, :func:`fleetgnn.ops.gspmm` on a random graph
+    of 1M edges x width 64, ``torch.mm`` of 1024^2 float32, and reading back a 64 MiB temp file
+    (dropped from the page cache with ``posix_fadvise`` where the kernel allows; otherwise a
+    buffered read, and ``source`` says so). ``peer`` (every pair of processes) and ``net`` are
+    ``comm_probe()`` if given, else the copy rate / 2 (an estimate, noted in ``source``).
+    ``device_memory`` is ``host_memory // nproc``: the processes share host memory.
+
+    The measurements are cached as JSON under ``cache_dir``, keyed by hostname, CPU model, torch
+    version, ``nproc``, threads and ``quick``, and reused unless ``refresh``; a cached
+    calibration without a peer measurement runs only ``comm_probe`` when one is given.
+
+    Args:
+        nproc: Processes (ranks) this host will run, ``>= 1``.
+        comm_probe: Returns the all-to-all bytes/s measured between 2 processes (e.g. over
+            gloo); called at most once, and not at all when the cache holds its result.
+        cache_dir: Cache directory (default ``$XDG_CACHE_HOME/fleetgnn/hardware``, i.e.
+            ``~/.cache/fleetgnn/hardware``); the disk probe's temp file is written there too.
+        refresh: Measure again even when a cached calibration exists.
+        quick: Tiny sizes (tests): rates are noisier and lower than the full calibration's.
+        threads: Torch intra-op threads to measure with (default ``$OMP_NUM_THREADS``, else
+            the usable cores divided by ``nproc``, as ``fleetgnn train`` gives each rank).
+
+    Returns:
+        A ``kind="cpu"`` profile named ``"local"`` with ``nproc`` devices.
+
+    Raises:
+        ConfigError: ``nproc`` or ``threads`` below 1, or a non-positive probe result.
+    """
+    nproc = count_arg("nproc", nproc)
+    threads = _resolve_threads(threads, nproc)
+    directory = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+    key = _machine_key(nproc, threads, bool(quick))
+    path = _cache_path(directory, key)
+    m = None if refresh else _read_cache(path, key)
+    changed = m is None
+    if m is None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            m = _calibrate(_QUICK if quick else _FULL, directory)
+        finally:
+            torch.set_num_threads(before)
+    if comm_probe is not None and "peer" not in m:
+        m["peer"] = _probe(comm_probe)
+        changed = True
+    host_memory, mem_note = _host_memory()
+    profile = _local_from(nproc, key, m, host_memory, mem_note)
+    if changed:
+        _write_cache(path, key, m, profile)
+    return profile
