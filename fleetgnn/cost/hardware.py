@@ -70,7 +70,8 @@ KINDS: tuple[str, ...] = ("gpu", "cpu")
 
 #: Default fixed costs (s) of a profile that does not state them. GPU: a layer's forward and
 #: backward launch some 30 kernels at ~5 us each from Python; Adam's step (foreach) about 20 us
-#: per parameter tensor. CPU: what :func:`local_profile` measures on a 2-core EPYC VM.
+#: per parameter tensor. CPU: what :func:`~fleetgnn.cost.calibration.local_profile` measures on a
+#: 2-core EPYC VM.
 FIXED_OVERHEADS: dict[str, dict[str, float]] = {
     "gpu": {"layer_overhead": 1.5e-4, "param_overhead": 2e-5},
     "cpu": {"layer_overhead": 1e-3, "param_overhead": 3e-5},
