@@ -311,8 +311,10 @@ def _preflight(cfg: Any, graph: Graph, world_size: int) -> None:
     from fleetgnn.config.knobs import TieredStore
     from fleetgnn.engines.common import require_trainable
     from fleetgnn.train import check_device
+    from fleetgnn.train.hooks import check_trainer_settings
 
     check_device(cfg)
+    check_trainer_settings(cfg)
     require_trainable(graph)
     spec = engine_spec(cfg.train.engine)
     uses_topology = issubclass(spec.config_cls, TieredStore)  # store.topology is one of its knobs

@@ -29,6 +29,7 @@ from fleetgnn.config.knobs import (
     DeviceCache,
     FeatureNorm,
     FullGraphSection,
+    GradClip,
     Mode,
     OffloadSection,
     Precision,
@@ -49,8 +50,8 @@ from fleetgnn.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
-class EngineConfig(FeatureNorm, Precision, Seeded):
-    """What every engine shares: ``seed``, ``device``, ``dtype``, ``feature_norm``.
+class EngineConfig(GradClip, FeatureNorm, Precision, Seeded):
+    """What every engine shares: ``seed``, ``device``, ``dtype``, ``feature_norm``, clipping.
 
     ``feature_norm=None`` (the run config's "the dataset's transform", unresolved) becomes
     ``"none"``.

@@ -15,6 +15,9 @@ knob class          YAML section used by
 :class:`Sampling`   ``train``    reference, minibatch, split
 :class:`Mode`       ``train``    reference
 :class:`Loop`       ``train``    the Trainer
+:class:`GradClip`   ``train``    every engine (the step skeleton clips)
+:class:`Schedule`   ``train``    the Trainer
+:class:`Logging`    ``train``    the Trainer
 :class:`DeviceCache` ``store``   minibatch, split
 :class:`TieredStore` ``store``   minibatch
 :class:`Prefetch`   ``store``    minibatch, split
@@ -49,6 +52,7 @@ PARTITIONS: tuple[str, ...] = ("range", "metis")
 SPLIT_PARTITIONS: tuple[str, ...] = ("metis", "random", "range", "hash")
 EVAL_NODES: tuple[str, ...] = ("all", "labelled")
 MODES: tuple[str | None, ...] = ("full", "minibatch", None)
+INTERVALS: tuple[str, ...] = ("step", "epoch")
 
 _DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
 
@@ -292,6 +296,91 @@ class Loop(Knobs):
             "max_steps",
             self.max_steps,
             "must be >= 1, or null for no limit",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class GradClip(Knobs):
+    """Gradient-norm clipping in every engine's step.
+
+    Attributes:
+        clip_grad_norm: Scale the gradients so that their global 2-norm (over every parameter,
+            after the gradients are summed over ranks, so the same on every rank) is at most
+            this (``torch.nn.utils.clip_grad_norm_``), before the optimizer step; ``None``: no
+            clipping.
+    """
+
+    clip_grad_norm: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(
+            self.clip_grad_norm is None or 0 < self.clip_grad_norm < float("inf"),
+            "clip_grad_norm",
+            self.clip_grad_norm,
+            "must be a number > 0, or null for no clipping (e.g. {key}=1.0)",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule(Knobs):
+    """The learning-rate schedule (checkpointed: a resumed run continues it exactly).
+
+    Attributes:
+        lr_scheduler: A class name of ``torch.optim.lr_scheduler`` (``StepLR``,
+            ``CosineAnnealingLR``, ``OneCycleLR``, ``ReduceLROnPlateau`` ...) built over the
+            engine's optimizer;
+            ``None``: a constant learning rate. ``ReduceLROnPlateau`` steps on ``val_loss`` at
+            the epochs that evaluate.
+        lr_scheduler_args: Keyword arguments of the scheduler's constructor besides the
+            optimizer (e.g. ``{step_size: 10, gamma: 0.5}``).
+        lr_scheduler_interval: Step the scheduler after every optimisation ``step`` or at every
+            ``epoch`` end.
+    """
+
+    lr_scheduler: str | None = None
+    lr_scheduler_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    lr_scheduler_interval: str = "epoch"
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"lr_scheduler_interval": INTERVALS}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        args = self.lr_scheduler_args
+        check(
+            isinstance(args, Mapping) and all(isinstance(k, str) for k in args),
+            "lr_scheduler_args",
+            args,
+            "must be a mapping of argument names to values (e.g. {key}={step_size: 10})",
+        )
+        object.__setattr__(self, "lr_scheduler_args", dict(args))
+
+
+@dataclasses.dataclass(frozen=True)
+class Logging(Knobs):
+    """Where the Trainer reports besides ``metrics.jsonl``.
+
+    Attributes:
+        tensorboard: Also write the metrics as TensorBoard event files in
+            ``RUN_DIR/tensorboard`` (rank 0): losses, accuracies, the learning rate, the phase
+            times and the traffic per link kind, one point per epoch. Needs the ``tensorboard``
+            package (``pip install 'fleetgnn[tensorboard]'``).
+        callbacks: Callbacks for a user's own logging, each ``"module:Class"`` (or
+            ``"module.Class"``), importable by every process and built with no arguments (see
+            :class:`fleetgnn.train.Callback`).
+    """
+
+    tensorboard: bool = False
+    callbacks: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "callbacks", tuple(self.callbacks))
+        super().__post_init__()
+        check(
+            all(isinstance(c, str) and c.strip(" .:") for c in self.callbacks),
+            "callbacks",
+            self.callbacks,
+            "give each callback as 'module:Class' (e.g. {key}=[mypkg.logs:MyLogger])",
         )
 
 

@@ -45,8 +45,10 @@ from fleetgnn.config.knobs import (
     DeviceCache,
     FeatureNorm,
     FullGraphSection,
+    GradClip,
     KnobError,
     Knobs,
+    Logging,
     Loop,
     Mode,
     OffloadSection,
@@ -54,6 +56,7 @@ from fleetgnn.config.knobs import (
     Prefetch,
     RunDir,
     Sampling,
+    Schedule,
     ScratchDir,
     Seeded,
     SplitSection,
@@ -160,12 +163,14 @@ class OptimConfig(Knobs):
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(Mode, Loop, Sampling, Precision, Seeded):
+class TrainConfig(Logging, Schedule, GradClip, Mode, Loop, Sampling, Precision, Seeded):
     """The training loop, the sampled batches and the launcher.
 
     Made of :class:`~fleetgnn.config.knobs.Seeded`, :class:`~fleetgnn.config.knobs.Precision`,
-    :class:`~fleetgnn.config.knobs.Sampling`, :class:`~fleetgnn.config.knobs.Loop` and
-    :class:`~fleetgnn.config.knobs.Mode`, and the launcher's own keys:
+    :class:`~fleetgnn.config.knobs.Sampling`, :class:`~fleetgnn.config.knobs.Loop`,
+    :class:`~fleetgnn.config.knobs.Mode`, :class:`~fleetgnn.config.knobs.GradClip`,
+    :class:`~fleetgnn.config.knobs.Schedule` and :class:`~fleetgnn.config.knobs.Logging`, and
+    the launcher's own keys:
 
     Attributes:
         engine: Training strategy, a name of :data:`fleetgnn.config.ENGINES`.
@@ -212,10 +217,12 @@ OffloadConfig = OffloadSection
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainerConfig(RunDir, Loop, Seeded):
+class TrainerConfig(Logging, Schedule, RunDir, Loop, Seeded):
     """The :class:`~fleetgnn.train.Trainer`'s own settings (the engine has its own config).
 
-    ``train.seed``, the loop's keys (:class:`~.knobs.Loop`: ``train.epochs`` ...) and ``run_dir``.
+    ``train.seed``, the loop's keys (:class:`~.knobs.Loop`: ``train.epochs`` ...), the
+    learning-rate schedule (:class:`~.knobs.Schedule`), TensorBoard and callbacks
+    (:class:`~.knobs.Logging`) and ``run_dir``.
     """
 
 
@@ -612,6 +619,8 @@ def _type_name(tp: Any) -> str:
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin in (list, tuple):
         return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "mapping"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -630,6 +639,13 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             except ConfigError:
                 pass
         raise _type_error(key, value, tp)
+    if origin is dict:  # dict[str, Any]: a mapping of names to plain YAML values
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(
+                f"{key}={value!r} has type {type(value).__name__}, expected a mapping of names "
+                f"to values (e.g. {key}={{step_size: 10, gamma: 0.5}})"
+            )
+        return dict(value)
     if origin in (list, tuple):  # list[X] or tuple[X, ...]
         arg = typing.get_args(tp)[0]
         if not isinstance(value, (list, tuple)):

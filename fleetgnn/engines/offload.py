@@ -28,7 +28,10 @@ no parameters (the model's optional ``cacheable_aggregation(i)``: GCN and SAGE a
 inputs, GIN) the forward pass caches every ``aggregate()`` output of the chunk in host memory;
 the backward pass then loads only the chunk's own rows (neighbour rows are zeros), replays the
 cached aggregates and gets the neighbour gradients as ``A^T dL/da``. Both give the same
-gradients. One optimizer step per epoch after one all-reduce of the parameter gradients.
+gradients, for a layer that aggregates its raw inputs: a one-chunk probe at start compares the
+two on every cached layer and refuses a model whose declaration is wrong
+(:meth:`OffloadEngine._check_cacheable`). One optimizer step per epoch after one all-reduce of
+the parameter gradients.
 
 **Large graphs.** From :data:`FILE_TOPOLOGY_EDGES` edges on, each machine gets one scratch
 directory (``scratch_dir``; ``fleetgnn train``: the run directory) holding the ``metis``
@@ -87,6 +90,7 @@ from fleetgnn.graph.files import (
     temp_prefix,
 )
 from fleetgnn.nn import LocalAggregator, check_model
+from fleetgnn.nn.recompute import REPLAY_TOLERANCE, replay_gradient_error
 from fleetgnn.nn.recompute import RecordingAggregator as _Recording
 from fleetgnn.nn.recompute import ReplayAggregator as _Replay
 from fleetgnn.nn.recompute import SavedBytesMeter as _SavedMeter
@@ -236,6 +240,9 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         )
         self.hops = [self._hop(j) for j in range(self.num_chunks)]
         self._prepare_pulls()
+        t1 = self.clock()
+        self._check_cacheable()
+        self.probe_s = self.clock() - t1
         self.preprocess_s = self.clock() - t0
         # ---- host-resident vertex data (this rank's rows only: one copy per machine)
         self.H: list[torch.Tensor] = [normalize_rows(x, oc.feature_norm)]
@@ -350,6 +357,46 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
                 f"offload.cache_aggregates=null to cache where possible"
             )
         return able
+
+    def _check_cacheable(self) -> None:
+        """Refuse a layer that declares a cacheable aggregation but whose gradient replay is wrong.
+
+        A one-chunk probe at start: for every layer the hybrid caches, on this rank's chunk with
+        the fewest edges among those reading rows of other chunks, the gradients from the
+        replayed aggregates must equal recomputation's (random inputs and output gradient;
+        :func:`~fleetgnn.nn.recompute.replay_gradient_error`, tolerance per dtype). The
+        verdicts are gathered over ranks (one collective) so every rank refuses alike.
+
+        Raises:
+            ConfigError: One line naming the layer, the difference and the fixes.
+        """
+        layers = [i for i, cached in enumerate(self.hybrid) if cached]
+        if not layers:
+            return
+        outside = [j for j, h in enumerate(self.hops) if h.num_dst and h.rows.size > h.num_dst]
+        errors: dict[int, float] = {}
+        if outside:
+            j = min(outside, key=lambda k: self.hops[k].num_edges)
+            agg, rows = self.aggs[j], self.hops[j].rows.size
+            gen = torch.Generator().manual_seed(self.seed)
+            for i in layers:
+                x = torch.randn(rows, self.widths[i], generator=gen, dtype=self.dtype)
+                x = x.to(self.device)
+                errors[i] = replay_gradient_error(self.module, i, agg, x, seed=self.seed + i)
+        if self.world_size > 1:
+            gathered = self.comm.all_gather_object(errors)
+            errors = {i: max(e.get(i, 0.0) for e in gathered) for i in layers}
+        tol = REPLAY_TOLERANCE.get(self.dtype, 1e-3)
+        bad = [i for i in layers if errors.get(i, 0.0) > tol]
+        if bad:
+            i, name = bad[0], type(self.module).__name__
+            raise ConfigError(
+                f"layer {i} of {name} declares cacheable_aggregation({i}) but its gradient from "
+                f"the cached aggregates differs from recomputation's by {errors[i]:.2g} "
+                f"(relative, tolerance {tol:g} for {str(self.dtype).removeprefix('torch.')}) on "
+                f"one chunk: it transforms its input before aggregating. Return False from "
+                f"cacheable_aggregation({i}), or set offload.cache_aggregates=false"
+            )
 
     def _probe_widths(self, in_dim: int) -> list[int]:
         """Widths of ``H^0..H^L``: run each layer on a one-node hop with one self edge."""
@@ -804,6 +851,7 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
             "capacity": [int(c) for c in self.plan.capacity],
             "budget_bytes": self.budget,
             "preprocess_s": self.preprocess_s,
+            "cacheable_probe_s": self.probe_s,
         }
 
     # ------------------------------------------------------------------ evaluation

@@ -2,7 +2,7 @@
 
 Every engine trains with the same skeleton, :func:`train_step`::
 
-    forward + loss  ->  zero_grad  ->  backward  ->  gradient sync  ->  optimizer  ->  StepStats
+    forward + loss -> zero_grad -> backward -> gradient sync -> clip -> optimizer -> StepStats
 
 and specialises it where engines differ: which data a step reads and which aggregators the model
 runs on (the engine's ``forward`` callable, returning a :class:`StepLoss`), where the exchange
@@ -18,6 +18,13 @@ engine accumulates parameter gradients over the chunks of every layer (a gradien
 when the whole backward has run), and the ``fullgraph`` and ``split`` backward passes run their
 own transposed all-to-alls on the training group, which gradient buckets issued from autograd
 hooks would interleave with. One policy is kept for every engine.
+
+Gradient clipping (``clip_grad_norm`` of every engine config) runs after the sync, before the
+optimizer: every engine's parameters are replicated and their gradients summed over ranks by
+:func:`sync_gradients` (``reference``: one process; ``minibatch``, ``split``, ``fullgraph``: after
+the step's backward, exchanges included; ``offload``: after the chunked backward of every layer),
+so each rank holds the whole gradient and its local 2-norm is the global norm over all ranks'
+gradients, the same on every rank with no extra collective.
 
 :class:`Prefetcher` prepares step ``k + 1``'s batch in a background thread while step ``k``
 trains (the sampled engines, ``minibatch`` and ``split``); :meth:`Prefetcher.drain` waits for a
@@ -122,8 +129,9 @@ def train_step(
     backward: Callable[[StepLoss], None] | None = None,
     prepared: Prepared = NOTHING_PREPARED,
     hidden_comm: Callable[[], float] | None = None,
+    clip_grad_norm: float | None = None,
 ) -> StepStats:
-    """One optimisation step: forward and loss, backward, gradient sync, optimizer, stats.
+    """One optimisation step: forward and loss, backward, gradient sync, clipping, optimizer.
 
     Args:
         module: The model whose gradients are synchronised (unwrapped).
@@ -137,6 +145,8 @@ def train_step(
         prepared: Times and traffic of the step's data preparation.
         hidden_comm: Seconds of exchange inside the forward and backward that were not hidden
             behind compute (read after the backward), charged to ``communication``.
+        clip_grad_norm: Clip the synchronised gradients to this global 2-norm before the
+            optimizer step (``None``: no clipping); charged to ``optimizer``.
 
     Returns:
         The step's :class:`~fleetgnn.engines.base.StepStats` (``times`` keys from
@@ -157,6 +167,8 @@ def train_step(
         t3 = clock()
     else:  # one process: nothing to synchronise, and no clock noise charged to communication
         t3 = t2
+    if clip_grad_norm is not None:  # after the sync: every rank clips the same global gradient
+        torch.nn.utils.clip_grad_norm_(module.parameters(), clip_grad_norm)
     optimizer.step()
     t4 = clock()
     times = {
@@ -180,8 +192,9 @@ def train_step(
 def run_step(engine: Any, forward: Callable[[], StepLoss], **kwargs: Any) -> StepStats:
     """:func:`train_step` with the engine's own module, optimizer, clock, comm and meter.
 
-    ``comm`` and ``meter`` are ``None`` on a single-process engine. ``kwargs``: ``backward``,
-    ``prepared`` or ``hidden_comm`` of :func:`train_step`.
+    ``comm`` and ``meter`` are ``None`` on a single-process engine; ``clip_grad_norm`` is the
+    engine config's. ``kwargs``: ``backward``, ``prepared`` or ``hidden_comm`` of
+    :func:`train_step`.
     """
     return train_step(
         engine.module,
@@ -190,6 +203,7 @@ def run_step(engine: Any, forward: Callable[[], StepLoss], **kwargs: Any) -> Ste
         forward,
         comm=getattr(engine, "comm", None),
         meter=getattr(engine, "meter", None),
+        clip_grad_norm=getattr(getattr(engine, "config", None), "clip_grad_norm", None),
         **kwargs,
     )
 

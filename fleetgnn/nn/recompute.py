@@ -133,3 +133,81 @@ class SavedBytesMeter:
         """Count the saved tensors of the autograd graph built inside the context."""
         with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
             yield self
+
+
+#: Largest relative gradient difference :func:`replay_gradient_error` tolerates, per dtype.
+REPLAY_TOLERANCE: dict[torch.dtype, float] = {
+    torch.float64: 1e-8,
+    torch.float32: 1e-3,
+    torch.bfloat16: 5e-2,
+    torch.float16: 5e-2,
+}
+
+
+def replay_gradient_error(
+    module: torch.nn.Module,
+    layer: int,
+    agg: LocalAggregator,
+    x: torch.Tensor,
+    *,
+    step: int = 0,
+    seed: int = 0,
+) -> float:
+    """How far a cached layer's gradients are from recomputation's on one chunk (a probe).
+
+    The recompute/cache hybrid (the ``offload`` engine) trusts a layer that declares its
+    aggregation cacheable: its backward gives the layer only the chunk's own rows (the
+    neighbour rows are zeros) and replays the cached aggregates, getting the neighbour gradients
+    as ``A^T dL/da``. That is exact only when ``aggregate()`` receives the layer's input rows
+    transformed by nothing with parameters or curvature (e.g. dropout or a degree scale); a layer
+    that projects or activates its input before aggregating gets wrong gradients silently. This
+    runs layer ``layer`` on ``agg`` both ways with inputs ``x`` and a random output gradient
+    (training mode, the same keyed dropout) and compares the parameter and input gradients.
+
+    Args:
+        module: A layer-wise model (``layer_forward``).
+        layer: The layer's index.
+        agg: A chunk's aggregator (destinations are the first ``agg.num_dst`` source rows).
+        x: ``[agg.num_src, width_in]`` inputs.
+        step: Dropout key.
+        seed: Seed of the random output gradient.
+
+    Returns:
+        The largest ``max|g_replay - g_recompute| / max|g_recompute|`` over the parameters'
+        and the input's gradients (0 when all vanish).
+
+    Raises:
+        ConfigError: The layer uses what cannot be replayed (see :class:`ReplayAggregator`).
+    """
+    params = [p for p in module.parameters() if p.requires_grad]
+    was_training = module.training
+    module.train()
+    try:
+        h = x.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            out = module.layer_forward(layer, agg, h, step=step)
+        gen = torch.Generator().manual_seed(seed)
+        w = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)
+        full = torch.autograd.grad((out * w).sum(), [h, *params], allow_unused=True)
+        rec = RecordingAggregator(agg)
+        with torch.no_grad():
+            module.layer_forward(layer, rec, x, step=step)
+        own = torch.zeros_like(x)
+        own[: agg.num_dst] = x[: agg.num_dst]
+        own.requires_grad_(True)
+        with torch.enable_grad():
+            out = module.layer_forward(
+                layer, ReplayAggregator(agg, rec.outputs, layer), own, step=step
+            )
+        replay = torch.autograd.grad((out * w).sum(), [own, *params], allow_unused=True)
+    finally:
+        module.train(was_training)
+    worst = 0.0
+    for a, b, ref in zip(full, replay, [h, *params], strict=True):
+        a = torch.zeros_like(ref) if a is None else a
+        b = torch.zeros_like(ref) if b is None else b
+        scale = float(a.abs().max()) if a.numel() else 0.0
+        diff = float((a - b).abs().max()) if a.numel() else 0.0
+        if diff > 0:
+            worst = max(worst, diff / scale if scale > 0 else float("inf"))
+    return worst

@@ -11,6 +11,7 @@ from fleetgnn.config import (
     load_config,
     save_config,
 )
+from fleetgnn.train.callbacks import Callback
 from fleetgnn.train.checkpoint import (
     CheckpointDir,
     CheckpointError,
@@ -45,6 +46,7 @@ from fleetgnn.train.sums import StepSums, aggregate_steps
 from fleetgnn.train.trainer import Trainer
 
 __all__ = [
+    "Callback",
     "CheckpointDir",
     "CheckpointError",
     "Config",

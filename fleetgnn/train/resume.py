@@ -31,7 +31,17 @@ from fleetgnn.types import PathLikeStr
 CHECKPOINT_FORMAT = 1
 #: ``train.*`` keys that must match between a checkpoint and the resuming config (the others,
 #: e.g. ``epochs``, ``patience`` or ``checkpoint_every``, may change on resume).
-RESUME_TRAIN_KEYS: tuple[str, ...] = ("engine", "mode", "batch_size", "fanouts", "seed", "dtype")
+RESUME_TRAIN_KEYS: tuple[str, ...] = (
+    "engine",
+    "mode",
+    "batch_size",
+    "fanouts",
+    "seed",
+    "dtype",
+    "lr_scheduler",
+    "lr_scheduler_args",
+    "lr_scheduler_interval",
+)
 
 
 @dataclasses.dataclass
@@ -222,6 +232,7 @@ def check_checkpoint(ckpt: Mapping[str, Any]) -> None:
     optional: dict[str, Any] = {
         "partials": lambda v: [_check_mapping(p) for p in _check_list(v)],
         "engine_config": _check_mapping,
+        "callbacks": _check_mapping,
         "engine_name": lambda v: _check_type(v, str),
         "world_size": lambda v: _check_int(v, 1),
     }

@@ -61,7 +61,7 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,9 @@ from fleetgnn.engines.base import Engine, EpochStats, StepStats
 from fleetgnn.engines.common import device_clock, peak_device_memory
 from fleetgnn.errors import ConfigError, NonFiniteLossError
 from fleetgnn.graph.dataset import atomic_write_text
+from fleetgnn.train.callbacks import Callback, callback_states, load_callback_states
 from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, capture_rng, restore_rng
+from fleetgnn.train.hooks import trainer_callbacks
 from fleetgnn.train.metrics import MetricsWriter, to_json
 from fleetgnn.train.resume import (
     CHECKPOINT_FORMAT,
@@ -129,9 +131,13 @@ class Trainer:
         lock_run_dir: Hold the run directory's lock (:mod:`fleetgnn.train.rundir`) while
             :meth:`fit` runs (rank 0). ``False`` when the caller holds it in another process
             (``fleetgnn train --nproc N`` holds it in the launching process).
+        callbacks: The user's :class:`~fleetgnn.train.Callback` objects, called on every rank
+            after the built-in ones (the learning-rate schedule, TensorBoard, and those of
+            ``train.callbacks``); see :mod:`fleetgnn.train.callbacks`.
 
     Raises:
-        ConfigError: If no run directory is given.
+        ConfigError: If no run directory is given, or a schedule, TensorBoard or callback
+            setting is bad.
 
     Example::
 
@@ -151,6 +157,7 @@ class Trainer:
         show_progress: bool = True,
         quiet: bool = False,
         lock_run_dir: bool = True,
+        callbacks: Sequence[Callback] = (),
     ) -> None:
         config = config if config is not None else TrainerConfig()
         if not isinstance(config, TrainerConfig):
@@ -183,6 +190,9 @@ class Trainer:
         self._snapshot: dict[str, Any] | None = None
         self._best_snapshot: dict[str, Any] | None = None
         self._config_cache: dict[str, Any] | None = None
+        #: Whether the current :meth:`fit` continued a checkpoint (for callbacks).
+        self.resumed = False
+        self.callbacks = trainer_callbacks(config, engine, callbacks)
 
     @classmethod
     def from_config(
@@ -278,9 +288,13 @@ class Trainer:
             CheckpointError: Checkpoints exist but none can be loaded.
         """
         locked = self._claim_run_dir(resume, overwrite)
+        summary = None
         try:
-            return self._fit(resume)
+            summary = self._fit(resume)
+            return summary
         finally:
+            for cb in self.callbacks:
+                cb.on_fit_end(self, summary)
             if locked:
                 release_run_dir(self.run_dir)
 
@@ -317,7 +331,7 @@ class Trainer:
     def _fit(self, resume: bool) -> dict[str, Any]:
         tc = self.config
         spe = int(self.engine.steps_per_epoch())
-        resumed = self._restore(spe) if resume else False
+        resumed = self.resumed = self._restore(spe) if resume else False
         if not resumed:
             self.state = TrainState()
             random.seed(tc.seed)
@@ -337,6 +351,8 @@ class Trainer:
         if writer is not None:
             self._flush_events(writer)
         self._writer = writer
+        for cb in self.callbacks:
+            cb.on_fit_start(self)
         self._saved_at, self._saved_step = _clock(), self.state.global_step
         self._snapshot = self._best_snapshot = None
         self._config_cache = self._config_dict()  # fixed for the run; every checkpoint holds it
@@ -414,6 +430,8 @@ class Trainer:
             st.next_step = step + 1
             self.phase = f"training (epoch {epoch}, step {st.next_step})"
             st.global_step += 1
+            for cb in self.callbacks:  # before a checkpoint this step triggers
+                cb.on_step_end(self, epoch, step, stats)
             running = st.partial.loss_sum / st.partial.count if st.partial.count else None
             progress.update(task, completed=st.next_step, loss=_fmt(running))
             stop = self._steps_exhausted() and st.next_step < spe  # checkpointed after evaluation
@@ -481,6 +499,8 @@ class Trainer:
         else:
             st.epoch_times.append(train_time)
             st.epoch, st.next_step, st.partial = epoch + 1, 0, StepSums()
+        for cb in self.callbacks:  # before the epoch's checkpoint
+            cb.on_epoch_end(self, record)
         self._epoch_end_checkpoint(spe, new_best, final=last or st.stopped_early)
 
     def _record(
@@ -632,6 +652,7 @@ class Trainer:
             "trainer": self.state.to_dict(),
             "partials": partials,
             "engine": engine_state,
+            "callbacks": callback_states(self.callbacks),
             "rng": capture_rng(),
             "config": self._config_cache if self._config_cache is not None else self._config_dict(),
             "engine_config": engine_config_dict(self.engine),
@@ -730,6 +751,13 @@ class Trainer:
             detail = " ".join(str(e).split())[:300]
             raise CheckpointError(
                 f"it does not fit this run's model and optimizer ({type(e).__name__}: {detail})"
+            ) from e
+        try:  # after the optimizer: a scheduler's state on the restored learning rates
+            load_callback_states(self.callbacks, ckpt.get("callbacks"))
+        except (*CONTENT_ERRORS, IndexError, RuntimeError) as e:
+            detail = " ".join(str(e).split())[:300]
+            raise CheckpointError(
+                f"its callback states do not fit this run ({type(e).__name__}: {detail})"
             ) from e
         return state
 

@@ -25,6 +25,9 @@ OTHER = {
     "str or null": "some/dir",
     "str or int or null": "1MB",
     "bool or null": "true",
+    "float or null": "0.5",
+    "mapping": "{step_size: 2}",
+    "list of str": "mypkg.logs:MyLogger",
 }
 
 
