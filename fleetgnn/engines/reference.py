@@ -91,8 +91,10 @@ class ReferenceEngine(EngineBase):
         self.dtype = DTYPES[config.dtype]
         self.seed = int(config.seed)
         self.x = node_features(graph, self.dtype, config.feature_norm).to(self.device)
-        self.y, self.masks = labels_and_masks(graph, device=self.device)
         self.num_classes = num_classes_of(graph)
+        self.y, self.masks = labels_and_masks(
+            graph, device=self.device, num_classes=self.num_classes
+        )
         self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
         self.topology = GraphTopology(graph)
         self.train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))

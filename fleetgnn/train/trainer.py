@@ -84,6 +84,7 @@ from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, Ste
 from fleetgnn.engines.common import device_clock, peak_device_memory
 from fleetgnn.errors import ConfigError, NonFiniteLossError
 from fleetgnn.graph.dataset import atomic_write_text
+from fleetgnn.tasks import task_of
 from fleetgnn.train.checkpoint import (
     CheckpointDir,
     CheckpointError,
@@ -614,12 +615,13 @@ class Trainer:
             self.phase = f"evaluation after epoch {epoch}"
             ev = {k: float(v) for k, v in self.engine.evaluate().items()}
             eval_time = clock() - t1
-            if "val_acc" not in ev:
+            select = task_of(self.engine).select_metric  # higher is better
+            if select not in ev:
                 raise RuntimeError(
                     f"engine {self.engine.name!r}.evaluate() returned keys {sorted(ev)}; it must "
-                    f"return train_acc, val_acc, test_acc and val_loss"
+                    f"return its task's selection metric {select!r}"
                 )
-            if st.best_epoch is None or ev["val_acc"] > st.best.get("val_acc", -math.inf):
+            if st.best_epoch is None or ev[select] > st.best.get(select, -math.inf):
                 st.best_epoch, st.best = epoch, dict(ev)
                 new_best = True
             st.stale_epochs = epoch - st.best_epoch
@@ -670,6 +672,9 @@ class Trainer:
             "world_size": int(self.engine.world_size),
             "extra": dict(stats.extra),
         }
+        for key, value in ev.items():  # another task's metrics (link: val_auc, test_mrr, ...)
+            if key != "train_acc" and key not in record:
+                record[key] = value
         if partial:  # train.max_steps stopped the run inside this epoch
             record["partial"] = True
         return record
@@ -935,7 +940,7 @@ class Trainer:
     def _summary(self, spe: int) -> dict[str, Any]:
         st = self.state
         times = st.epoch_times
-        return {
+        summary = {
             "test_acc": st.best.get("test_acc"),
             "val_acc": st.best.get("val_acc"),
             "val_loss": st.best.get("val_loss"),
@@ -957,6 +962,10 @@ class Trainer:
             "run_dir": str(self.run_dir),
             "config": self._config_dict(),
         }
+        for key, value in st.best.items():  # another task's metrics at the best epoch
+            if key.startswith(("val_", "test_")):
+                summary.setdefault(key, value)
+        return summary
 
     def _stop_reason(self) -> str | None:
         """Why the run stopped: ``"patience"``, ``"epochs"`` or ``"max_steps"`` (else ``None``)."""
@@ -1325,7 +1334,9 @@ def _epoch_line(r: Mapping[str, Any], note: str = "") -> str:
         f"loss {_fmt(r['loss'])}",
         f"train {_fmt(r['train_acc'])}",
     ]
-    if r["evaluated"]:
+    if r["evaluated"] and r.get("val_acc") is None and r.get("val_auc") is not None:  # links
+        parts += [f"val auc {_fmt(r['val_auc'])}", f"test auc {_fmt(r.get('test_auc'))}"]
+    elif r["evaluated"]:
         parts += [f"val {_fmt(r['val_acc'])}", f"test {_fmt(r['test_acc'])}"]
     parts.append(f"{r['epoch_time_s']:.2f}s")
     if r.get("partial"):
