@@ -6,6 +6,7 @@ selects the best epoch. Never imports ``torch.distributed``.
 """
 
 from fleetgnn.tasks.base import LossFn, LossTerms, Task
+from fleetgnn.tasks.link import LinkPrediction, NegativeSampler
 from fleetgnn.tasks.node import (
     NODE_CLASSIFICATION,
     NodeClassification,
@@ -23,7 +24,9 @@ def task_of(engine: object) -> Task:
 __all__ = [
     "NODE_CLASSIFICATION",
     "LossFn",
+    "LinkPrediction",
     "LossTerms",
+    "NegativeSampler",
     "NodeClassification",
     "Task",
     "check_label_range",
