@@ -57,6 +57,7 @@ from fleetgnn.config.knobs import (
     ScratchDir,
     Seeded,
     SplitSection,
+    TaskKnobs,
     TieredStore,
     check,
 )
@@ -64,6 +65,9 @@ from fleetgnn.config.suggest import nearest
 from fleetgnn.config.textfile import decode_utf8, load_yaml_file, parse_yaml
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
+
+#: The (engine, mode) pairs that train ``train.task=link`` so far.
+LINK_ENGINES: tuple[tuple[str, str], ...] = (("reference", "full"),)
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
@@ -160,12 +164,13 @@ class OptimConfig(Knobs):
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(Mode, Loop, Sampling, Precision, Seeded):
+class TrainConfig(TaskKnobs, Mode, Loop, Sampling, Precision, Seeded):
     """The training loop, the sampled batches and the launcher.
 
     Made of :class:`~fleetgnn.config.knobs.Seeded`, :class:`~fleetgnn.config.knobs.Precision`,
-    :class:`~fleetgnn.config.knobs.Sampling`, :class:`~fleetgnn.config.knobs.Loop` and
-    :class:`~fleetgnn.config.knobs.Mode`, and the launcher's own keys:
+    :class:`~fleetgnn.config.knobs.Sampling`, :class:`~fleetgnn.config.knobs.Loop`,
+    :class:`~fleetgnn.config.knobs.Mode` and :class:`~fleetgnn.config.knobs.TaskKnobs`, and the
+    launcher's own keys:
 
     Attributes:
         engine: Training strategy, a name of :data:`fleetgnn.config.ENGINES`.
@@ -212,10 +217,11 @@ OffloadConfig = OffloadSection
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainerConfig(RunDir, Loop, Seeded):
+class TrainerConfig(TaskKnobs, RunDir, Loop, Seeded):
     """The :class:`~fleetgnn.train.Trainer`'s own settings (the engine has its own config).
 
-    ``train.seed``, the loop's keys (:class:`~.knobs.Loop`: ``train.epochs`` ...) and ``run_dir``.
+    ``train.seed``, the loop's keys (:class:`~.knobs.Loop`: ``train.epochs`` ...), the task's
+    (:class:`~.knobs.TaskKnobs`: ``train.task`` ...) and ``run_dir``.
     """
 
 
@@ -452,6 +458,12 @@ class Config(RunDir):
                 f"train.engine={t.engine!r} does not support train.mode={t.mode!r}; it supports "
                 f"{', '.join(allowed_modes)}. Set train.mode={allowed_modes[0]} or pick another "
                 f"engine"
+            )
+        if t.task == "link" and (t.engine, self.mode) not in LINK_ENGINES:
+            can = ", ".join(f"{e} (train.mode={m})" for e, m in LINK_ENGINES)
+            raise ConfigError(
+                f"train.task=link is not supported by train.engine={t.engine!r} in "
+                f"train.mode={self.mode!r} yet; link prediction runs on: {can}"
             )
         layers = self.model.num_layers
         if self.mode == "minibatch" and len(t.fanouts) != layers:

@@ -8,7 +8,10 @@ Shapes:
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+
+from fleetgnn.nn.aggregator import Aggregator
+from fleetgnn.nn.protocol import LayerwiseModule
 
 DECODERS: tuple[str, ...] = ("dot", "mlp", "distmult")
 
@@ -72,3 +75,24 @@ def build_decoder(name: str, dim: int) -> nn.Module:
     if name == "distmult":
         return DistMultDecoder(dim)
     raise ValueError(f"decoder must be one of {', '.join(DECODERS)} (got {name!r})")
+
+
+class LinkModel(LayerwiseModule):
+    """An encoder (a layer-wise GNN giving node embeddings) with a link decoder.
+
+    Follows the layer protocol through the encoder (so every engine runs it unchanged); the
+    engines score pairs of its output rows with :attr:`decoder`.
+
+    Args:
+        encoder: A layer-wise model whose last layer outputs the embeddings ``[N, D]``.
+        decoder: A pair decoder (:data:`DECODERS`).
+    """
+
+    def __init__(self, encoder: nn.Module, decoder: nn.Module) -> None:
+        super().__init__(int(encoder.num_layers))
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def layer_forward(self, i: int, agg: Aggregator, h_src: Tensor, *, step: int = 0) -> Tensor:
+        """The encoder's layer ``i``."""
+        return self.encoder.layer_forward(i, agg, h_src, step=step)
