@@ -19,13 +19,14 @@ LAYERS = [
     "nn",
     "exchange",
     "cost",
+    "tasks",  # node classification, link prediction: losses, metric sums (single-device)
     "engines",
     "train",
     "bench",  # the benchmark suite (`fleetgnn bench`): may use every layer below the CLI
     "cli",
 ]
 BASE = {"errors", "types"}
-SINGLE_DEVICE = {"nn", "ops", "cost"}  # cost: models only, never communicates
+SINGLE_DEVICE = {"nn", "ops", "cost", "tasks"}  # cost: models only; tasks: sums, not reductions
 
 
 def _imports(path: Path, package: str = "") -> list[tuple[int, str]]:

@@ -436,6 +436,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help=f"model.name (default: {d.model.name})",
     )
     p.add_argument(
+        "--task",
+        default=None,
+        choices=["node", "link"],
+        help="node classification or link prediction; train.task (default: node; link takes "
+        "the GAE defaults: 200 epochs, hidden 32, embeddings 16, no dropout or weight decay)",
+    )
+    p.add_argument(
         "--mode",
         default=None,
         choices=["full", "minibatch"],

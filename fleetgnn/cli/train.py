@@ -83,6 +83,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         "seed": "train.seed",
         "nproc": "train.nproc",
         "max_restarts": "train.max_restarts",
+        "task": "train.task",
     }
     out = []
     for attr, key in flags.items():
@@ -441,6 +442,7 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         resolve_device_name,
         resolve_feature_norm,
         resolve_model_defaults,
+        resolve_task_defaults,
         resolve_threads,
         small_graph,
     )
@@ -473,6 +475,8 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     omp = os.environ.get("OMP_NUM_THREADS")
     threads_defaulted = cfg.train.threads is None and not (omp or "").strip().isdigit()
     cfg = cfg.with_key("train.threads", resolve_threads(cfg.train.threads, local, omp))
+    if not resume:  # a resumed run keeps the values its config.yaml recorded
+        cfg = resolve_task_defaults(cfg)
     cfg = resolve_model_defaults(cfg)
     cfg = resolve_feature_norm(cfg)  # the dataset's transform, unless data.feature_norm is set
     cfg = resolve_device_name(cfg)  # train.device=auto -> the device that runs, recorded

@@ -18,6 +18,7 @@ knob class          YAML section used by
 :class:`GradClip`   ``train``    every engine (the step skeleton clips)
 :class:`Schedule`   ``train``    the Trainer
 :class:`Logging`    ``train``    the Trainer
+:class:`TaskKnobs`  ``train``    the Trainer, ``fleetgnn train`` (the task object)
 :class:`DeviceCache` ``store``   minibatch, split
 :class:`TieredStore` ``store``   minibatch
 :class:`Prefetch`   ``store``    minibatch, split
@@ -53,6 +54,10 @@ SPLIT_PARTITIONS: tuple[str, ...] = ("metis", "random", "range", "hash")
 EVAL_NODES: tuple[str, ...] = ("all", "labelled")
 MODES: tuple[str | None, ...] = ("full", "minibatch", None)
 INTERVALS: tuple[str, ...] = ("step", "epoch")
+TASKS: tuple[str, ...] = ("node", "link")
+NEGATIVE_SAMPLERS: tuple[str, ...] = ("uniform", "degree")
+DECODERS: tuple[str, ...] = ("dot", "mlp", "distmult")
+LINK_LOSSES: tuple[str, ...] = ("bce", "bpr")
 
 _DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
 
@@ -382,6 +387,58 @@ class Logging(Knobs):
             self.callbacks,
             "give each callback as 'module:Class' (e.g. {key}=[mypkg.logs:MyLogger])",
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskKnobs(Knobs):
+    """What the run trains for: node classification or link prediction.
+
+    Attributes:
+        task: ``"node"`` (classify nodes; selected on ``val_acc``) or ``"link"`` (predict edges;
+            selected on ``val_auc``). ``fleetgnn train`` gives ``link`` the GAE defaults where
+            these keys keep their defaults: ``train.epochs=200``, ``model.hidden=32``,
+            ``model.dropout=0``, ``optim.weight_decay=0``, ``data.feature_norm=none``.
+        val_edges: Fraction of the edges (undirected pairs) held out for validation (link).
+        test_edges: Fraction held out for testing (link); the rest trains and is the only
+            message-passing graph.
+        negatives: Negatives per positive edge in training (link; keyed by seed, step, edge).
+        negative_sampler: ``"uniform"`` destinations, or ``"degree"`` (probability
+            proportional to degree^0.75) (link).
+        decoder: Pair score from the two embeddings (link): ``"dot"`` product, ``"mlp"`` on
+            their Hadamard product, ``"distmult"``.
+        link_loss: ``"bce"`` (binary cross-entropy on logits) or ``"bpr"`` (link).
+        link_dim: Width of the node embeddings, the model's last layer (link).
+    """
+
+    task: str = "node"
+    val_edges: float = 0.05
+    test_edges: float = 0.1
+    negatives: int = 1
+    negative_sampler: str = "uniform"
+    decoder: str = "dot"
+    link_loss: str = "bce"
+    link_dim: int = 16
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "task": TASKS,
+        "negative_sampler": NEGATIVE_SAMPLERS,
+        "decoder": DECODERS,
+        "link_loss": LINK_LOSSES,
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("val_edges", "test_edges"):
+            value = getattr(self, name)
+            check(0.0 < value < 1.0, name, value, "must lie in (0, 1), e.g. {key}=0.05")
+        check(
+            self.val_edges + self.test_edges < 1.0,
+            "test_edges",
+            self.test_edges,
+            f"plus val_edges={self.val_edges!r} must be < 1 (the rest trains)",
+        )
+        _check_int("negatives", self.negatives, 1)
+        _check_int("link_dim", self.link_dim, 1)
 
 
 @dataclasses.dataclass(frozen=True)

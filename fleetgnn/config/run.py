@@ -60,6 +60,7 @@ from fleetgnn.config.knobs import (
     ScratchDir,
     Seeded,
     SplitSection,
+    TaskKnobs,
     TieredStore,
     check,
 )
@@ -67,6 +68,9 @@ from fleetgnn.config.suggest import nearest
 from fleetgnn.config.textfile import decode_utf8, load_yaml_file, parse_yaml
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
+
+#: The (engine, mode) pairs that train ``train.task=link`` so far.
+LINK_ENGINES: tuple[tuple[str, str], ...] = (("reference", "full"),)
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
@@ -163,14 +167,14 @@ class OptimConfig(Knobs):
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(Logging, Schedule, GradClip, Mode, Loop, Sampling, Precision, Seeded):
+class TrainConfig(TaskKnobs, Logging, Schedule, GradClip, Mode, Loop, Sampling, Precision, Seeded):
     """The training loop, the sampled batches and the launcher.
 
     Made of :class:`~fleetgnn.config.knobs.Seeded`, :class:`~fleetgnn.config.knobs.Precision`,
     :class:`~fleetgnn.config.knobs.Sampling`, :class:`~fleetgnn.config.knobs.Loop`,
     :class:`~fleetgnn.config.knobs.Mode`, :class:`~fleetgnn.config.knobs.GradClip`,
-    :class:`~fleetgnn.config.knobs.Schedule` and :class:`~fleetgnn.config.knobs.Logging`, and
-    the launcher's own keys:
+    :class:`~fleetgnn.config.knobs.Schedule`, :class:`~fleetgnn.config.knobs.Logging` and
+    :class:`~fleetgnn.config.knobs.TaskKnobs`, and the launcher's own keys:
 
     Attributes:
         engine: Training strategy, a name of :data:`fleetgnn.config.ENGINES`.
@@ -217,12 +221,13 @@ OffloadConfig = OffloadSection
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainerConfig(Logging, Schedule, RunDir, Loop, Seeded):
+class TrainerConfig(TaskKnobs, Logging, Schedule, RunDir, Loop, Seeded):
     """The :class:`~fleetgnn.train.Trainer`'s own settings (the engine has its own config).
 
     ``train.seed``, the loop's keys (:class:`~.knobs.Loop`: ``train.epochs`` ...), the
     learning-rate schedule (:class:`~.knobs.Schedule`), TensorBoard and callbacks
-    (:class:`~.knobs.Logging`) and ``run_dir``.
+    (:class:`~.knobs.Logging`), the task's (:class:`~.knobs.TaskKnobs`: ``train.task`` ...) and
+    ``run_dir``.
     """
 
 
@@ -459,6 +464,12 @@ class Config(RunDir):
                 f"train.engine={t.engine!r} does not support train.mode={t.mode!r}; it supports "
                 f"{', '.join(allowed_modes)}. Set train.mode={allowed_modes[0]} or pick another "
                 f"engine"
+            )
+        if t.task == "link" and (t.engine, self.mode) not in LINK_ENGINES:
+            can = ", ".join(f"{e} (train.mode={m})" for e, m in LINK_ENGINES)
+            raise ConfigError(
+                f"train.task=link is not supported by train.engine={t.engine!r} in "
+                f"train.mode={self.mode!r} yet; link prediction runs on: {can}"
             )
         layers = self.model.num_layers
         if self.mode == "minibatch" and len(t.fanouts) != layers:

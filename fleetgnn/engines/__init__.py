@@ -43,6 +43,7 @@ def build_engine(
     *,
     optimizer: Any = None,
     loss: LossFn | None = None,
+    task: Any = None,
 ) -> Engine:
     """Construct the engine whose typed config ``config`` is, training ``model`` on ``graph``.
 
@@ -54,12 +55,22 @@ def build_engine(
             ``None``: initialised from the environment, a one-rank group without a launcher).
         optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
         loss: ``loss(logits, target) -> per-node losses`` (``None``: cross-entropy).
+        task: A :class:`~fleetgnn.tasks.Task` (``None``: node classification); engines that
+            cannot train it refuse it in one line naming those that can.
 
     Raises:
-        ConfigError: For a config that is no engine's, or an engine not in this build.
+        ConfigError: For a config that is no engine's, an engine not in this build, or a task
+            the engine does not train.
     """
-    cls = engine_class(spec_of(config).name)
-    return cls(model, graph, ctx, config, optimizer=optimizer, loss=loss)
+    name = spec_of(config).name
+    cls = engine_class(name)
+    if task is None or task.name == "node":
+        return cls(model, graph, ctx, config, optimizer=optimizer, loss=loss)
+    if name != "reference":
+        from fleetgnn.engines.link import check_task
+
+        check_task(name, getattr(config, "mode", None) or spec_of(config).modes[0], task)
+    return cls(model, graph, ctx, config, optimizer=optimizer, loss=loss, task=task)
 
 
 __all__ = [

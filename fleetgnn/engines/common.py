@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.distributed.context import auto_device_type
@@ -23,6 +22,9 @@ from fleetgnn.errors import ConfigError, DatasetError, GraphError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn import check_model
+from fleetgnn.tasks import NODE_CLASSIFICATION, check_label_range
+from fleetgnn.tasks.base import LossFn as LossFn
+from fleetgnn.tasks.node import cross_entropy as cross_entropy
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
 SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -132,17 +134,27 @@ def num_classes_of(graph: Graph) -> int:
 
 
 def labels_and_masks(
-    graph: Graph, lo: int = 0, hi: int | None = None, device: torch.device | str = "cpu"
+    graph: Graph,
+    lo: int = 0,
+    hi: int | None = None,
+    device: torch.device | str = "cpu",
+    num_classes: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Labels ``[R]`` and split masks of rows ``[lo, hi)`` as owned tensors on ``device``."""
+    """Labels ``[R]`` and split masks of rows ``[lo, hi)`` as owned tensors on ``device``.
+
+    ``num_classes``: check once, on the host, that every masked label lies in ``[0, C)``
+    (:func:`~fleetgnn.tasks.check_label_range`), so no step's loss needs to.
+    """
     hi = graph.num_nodes if hi is None else hi
-    y = torch.from_numpy(np.array(graph.y[lo:hi], dtype=np.int64)).to(device)
+    y = torch.from_numpy(np.array(graph.y[lo:hi], dtype=np.int64))
     masks = {
-        s: torch.from_numpy(np.array(getattr(graph, f"{s}_mask")[lo:hi], dtype=bool)).to(device)
+        s: torch.from_numpy(np.array(getattr(graph, f"{s}_mask")[lo:hi], dtype=bool))
         for s in SPLITS
         if getattr(graph, f"{s}_mask") is not None
     }
-    return y, masks
+    if num_classes is not None:
+        check_label_range(y, list(masks.values()), num_classes)
+    return y.to(device), {s: m.to(device) for s, m in masks.items()}
 
 
 class LabelRows:
@@ -157,11 +169,14 @@ class LabelRows:
 
     Args:
         y: The labels ``[N]`` (any integer array; a memory map is fine).
+        num_classes: Check each read's labels lie in ``[0, C)`` as they are read, on the host
+            (the engines read training and validation nodes' labels only); ``None``: no check.
     """
 
-    def __init__(self, y: Any) -> None:
+    def __init__(self, y: Any, num_classes: int | None = None) -> None:
         self._rows = RowReader(y)
         self.num_nodes = int(y.shape[0])
+        self.num_classes = num_classes
 
     def __len__(self) -> int:
         return self.num_nodes
@@ -169,20 +184,18 @@ class LabelRows:
     def __getitem__(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
         """The int64 labels of ``ids`` (any order, repeats allowed), on the CPU."""
         idn = ids.cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
-        return torch.from_numpy(self._rows.take(idn.astype(np.int64, copy=False)).astype(np.int64))
-
-
-#: A loss: ``loss(logits [B, C], target [B]) -> per-node losses [B]`` (``reduction="none"``).
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """The default loss: per-node cross-entropy, ``[B]``."""
-    return F.cross_entropy(logits, target, reduction="none")
+        y = self._rows.take(idn.astype(np.int64, copy=False)).astype(np.int64)
+        if self.num_classes is not None:
+            check_label_range(y, [np.ones(y.shape[0], dtype=bool)], self.num_classes)
+        return torch.from_numpy(y)
 
 
 def check_labels(logits: torch.Tensor, target: torch.Tensor) -> None:
     """Raise :class:`~fleetgnn.errors.GraphError` unless integer ``target`` lies in ``[0, C)``.
+
+    For evaluation code that reads labels itself; training labels are checked once where they
+    are loaded (:func:`labels_and_masks`, :class:`LabelRows`), so the per-step loss
+    (:func:`loss_sum`) does not sync the device for it.
 
     ``C`` is ``logits.shape[1]``. One min/max over the batch's labels (one device sync); a label
     outside the range would otherwise be an ``IndexError`` (CPU) or a device assert (CUDA) in
@@ -206,19 +219,13 @@ def check_labels(logits: torch.Tensor, target: torch.Tensor) -> None:
 def loss_sum(loss: LossFn, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Sum of ``loss``'s per-node losses over the batch (engines scale it themselves).
 
+    Node classification's :meth:`~fleetgnn.tasks.NodeClassification.loss_terms` total; the
+    labels were range-checked when they were loaded, so this costs no device sync.
+
     Raises:
         ConfigError: If ``loss`` does not return one value per node.
-        GraphError: A label lies outside ``[0, C)`` (see :func:`check_labels`).
     """
-    check_labels(logits, target)
-    per_node = loss(logits, target)
-    if not isinstance(per_node, torch.Tensor) or per_node.shape != target.shape[:1]:
-        got = tuple(per_node.shape) if isinstance(per_node, torch.Tensor) else type(per_node)
-        raise ConfigError(
-            f"'loss' must return one loss per node, shape {tuple(target.shape[:1])} (got {got}); "
-            f"use reduction='none', e.g. torch.nn.CrossEntropyLoss(reduction='none')"
-        )
-    return per_node.sum()
+    return NODE_CLASSIFICATION.loss_terms(loss, logits, target).total
 
 
 def prepare_model(
@@ -462,9 +469,10 @@ def split_metrics(
 ) -> dict[str, float]:
     """Accuracy per split and the mean validation loss of the rows this rank holds.
 
-    Every rank computes ``(correct, count)`` per split and the summed validation loss over its
-    rows; ``reduce`` (e.g. :meth:`~fleetgnn.distributed.Communicator.all_reduce_sum`) adds them over
-    ranks before the divisions, so the result equals the single-process value.
+    Node classification's evaluation (:meth:`~fleetgnn.tasks.NodeClassification.evaluate`):
+    every rank computes ``(correct, count)`` per split and the summed validation loss over its
+    rows; ``reduce`` (e.g. :meth:`~fleetgnn.distributed.Communicator.all_reduce_sum`) adds them
+    over ranks before the divisions, so the result equals the single-process value.
 
     Args:
         logits: ``[R, C]`` logits of this rank's rows.
@@ -476,38 +484,15 @@ def split_metrics(
         ``{"train_acc", "val_acc", "test_acc", "val_loss"}`` for the splits present (NaN where a
         split is empty everywhere).
     """
-    pred = logits.argmax(dim=1)
-    keys = [s for s in SPLITS if s in masks]
-    sums: list[float] = []
-    for s in keys:
-        m = masks[s]
-        sums += [float((pred[m] == y[m]).sum()), float(m.sum())]
-    if "val" in masks:
-        m = masks["val"]
-        if m.any():
-            check_labels(logits[m], y[m])
-        sums.append(float(F.cross_entropy(logits[m], y[m], reduction="sum")) if m.any() else 0.0)
-    t = torch.tensor(sums, dtype=torch.float64)
-    if reduce is not None:
-        t = reduce(t)
-    return metrics_from_sums(keys, t, "val" in masks)
+    return NODE_CLASSIFICATION.evaluate(logits, y, masks, reduce)
 
 
 def metrics_from_sums(keys: Sequence[str], t: torch.Tensor, has_val: bool) -> dict[str, float]:
     """The metrics of :func:`split_metrics` from its sums (already summed over ranks).
 
-    Args:
-        keys: The splits, in :data:`SPLITS` order.
-        t: float64 ``[correct_0, count_0, correct_1, count_1, ..., (val loss sum)]``.
-        has_val: Whether the last entry is the validation loss sum.
+    See :meth:`~fleetgnn.tasks.NodeClassification.metrics_from_sums`.
     """
-    out: dict[str, float] = {}
-    for i, s in enumerate(keys):
-        out[f"{s}_acc"] = float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else float("nan")
-    if has_val:
-        n_val = float(t[2 * list(keys).index("val") + 1])
-        out["val_loss"] = float(t[-1] / n_val) if n_val else float("nan")
-    return out
+    return NODE_CLASSIFICATION.metrics_from_sums(keys, t, has_val)
 
 
 # ---------------------------------------------------------------------------------- memory

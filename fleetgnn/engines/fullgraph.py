@@ -299,7 +299,7 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         own = self.book.part_rows(graph, self.rank)
         x = torch.from_numpy(own.x).to(self.dtype)  # type: ignore[arg-type]
         self.x = normalize_rows(x, fc.feature_norm).to(self.device)
-        self.y, self.masks = labels_and_masks(own, 0, hi - lo, self.device)
+        self.y, self.masks = labels_and_masks(own, 0, hi - lo, self.device, num_classes_of(graph))
         del own
         self.train_idx = torch.nonzero(self.masks["train"]).view(-1)
         self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))

@@ -183,8 +183,8 @@ class MinibatchEngine(SampledEngine):
             topology=sc.topology,
             hosts=self.hosts,
         )
-        self.y = LabelRows(graph.y)  # each batch reads its own labels (no [N] copy)
         self.num_classes = num_classes_of(graph)
+        self.y = LabelRows(graph.y, self.num_classes)  # each batch reads its own (no [N] copy)
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
         self.module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere

@@ -214,7 +214,9 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         self.lo, self.hi = int(offsets[self.rank]), int(offsets[self.rank + 1])
         own = self.book.part_rows(graph, self.rank)
         x = torch.from_numpy(own.x).to(self.dtype)  # type: ignore[arg-type]
-        self.y, self.masks = labels_and_masks(own, 0, self.hi - self.lo, "cpu")
+        self.y, self.masks = labels_and_masks(
+            own, 0, self.hi - self.lo, "cpu", num_classes_of(graph)
+        )
         del own
         self.train_local = torch.nonzero(self.masks["train"]).view(-1)
         self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))

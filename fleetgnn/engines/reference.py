@@ -41,12 +41,15 @@ from fleetgnn.engines.common import (
     setup_model,
     split_metrics,
 )
+from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.inference import streaming_metrics
+from fleetgnn.engines.link import check_link_model, check_task, full_graph_link_loss
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader, full_neighbor_block
+from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 
 
 class ReferenceEngine(EngineBase):
@@ -60,7 +63,11 @@ class ReferenceEngine(EngineBase):
             constructor signature.
         config: A :class:`~fleetgnn.config.ReferenceEngineConfig`.
         optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
-        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy).
+        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy; for a
+            link task, the task's pair loss).
+        task: What to train (``None``: node classification). A
+            :class:`~fleetgnn.tasks.LinkPrediction` trains in ``full`` mode on its split's
+            message-passing graph (:mod:`fleetgnn.engines.link`).
     """
 
     name = "reference"
@@ -77,12 +84,19 @@ class ReferenceEngine(EngineBase):
         *,
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
+        task: Task | None = None,
     ) -> None:
         config = config if config is not None else ReferenceEngineConfig()
         if not isinstance(config, ReferenceEngineConfig):
             raise ConfigError(
                 f"the reference engine needs a ReferenceEngineConfig (got {type(config).__name__})"
             )
+        check_task(self.name, config.mode, task)
+        self.task = task if task is not None else NODE_CLASSIFICATION
+        self.link = isinstance(task, LinkPrediction)
+        if self.link:  # message passing on the training edges only
+            graph = task.split.train_graph  # type: ignore[union-attr]
+            loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
         require_trainable(graph)
         self.graph = graph
         self.config = config
@@ -92,9 +106,13 @@ class ReferenceEngine(EngineBase):
         self.dtype = DTYPES[config.dtype]
         self.seed = int(config.seed)
         self.x = node_features(graph, self.dtype, config.feature_norm).to(self.device)
-        self.y, self.masks = labels_and_masks(graph, device=self.device)
         self.num_classes = num_classes_of(graph)
+        self.y, self.masks = labels_and_masks(
+            graph, device=self.device, num_classes=self.num_classes
+        )
         self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
+        if self.link:
+            check_link_model(self.model)
         self.topology = GraphTopology(graph)
         self.train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         if self.mode == "minibatch":
@@ -164,6 +182,9 @@ class ReferenceEngine(EngineBase):
 
         def forward() -> StepLoss:
             logits = self.model(aggs, x, step=self._global_step(epoch, step))
+            if self.link:
+                g_step = self._global_step(epoch, step)
+                return full_graph_link_loss(self.model, self.task, logits, self.loss, g_step)
             if self.mode == "full":
                 logits = logits[seeds]
             return StepLoss.of(self.loss, logits, self.y[seeds], int(seeds.numel()))
@@ -247,6 +268,8 @@ class ReferenceEngine(EngineBase):
         (:func:`~fleetgnn.engines.inference.streaming_metrics`; ``config.eval_nodes`` chooses the
         last layer's nodes), input rows taken from the engine's features.
         """
+        if self.link:
+            return self.task.evaluate(self.infer(), self.model.decoder)
         if self.mode == "full":
             return split_metrics(self.infer(), self.y, self.masks)
         return streaming_metrics(

@@ -419,7 +419,7 @@ class SplitEngine(SampledEngine):
         self.book = self._book(graph, sc, book)
         self.owner = np.asarray(self.book.part_of)  # the book's int32 array, not a copy
         self.preprocess_s = self.clock() - t0
-        self.y = LabelRows(graph.y)  # each batch reads its own labels (no [N] copy)
+        self.y = LabelRows(graph.y, num_classes_of(graph))  # each batch reads its own (no [N] copy)
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
         self.num_classes = num_classes_of(graph)

@@ -42,7 +42,8 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from fleetgnn.engines.base import StepStats
-from fleetgnn.engines.common import LossFn, loss_sum
+from fleetgnn.engines.common import LossFn
+from fleetgnn.tasks import NODE_CLASSIFICATION, Task
 
 B = TypeVar("B")
 
@@ -66,16 +67,22 @@ class StepLoss:
 
     @classmethod
     def of(
-        cls, loss: LossFn, logits: torch.Tensor, target: torch.Tensor, denominator: int
+        cls,
+        loss: LossFn,
+        logits: torch.Tensor,
+        target: torch.Tensor,
+        denominator: int,
+        task: Task = NODE_CLASSIFICATION,
     ) -> StepLoss:
-        """The loss of ``logits`` ``[B, C]`` against ``target`` ``[B]`` over ``denominator`` nodes.
+        """The ``task``'s loss of ``logits`` against ``target`` over ``denominator`` items.
 
-        ``denominator`` is the number of training nodes of the whole step (over all ranks), so
-        summing every rank's gradient gives the gradient of the step's mean loss.
+        ``denominator`` is the number of training items (nodes, scored pairs) of the whole step
+        (over all ranks), so summing every rank's gradient gives the gradient of the step's
+        mean loss.
         """
-        total = loss_sum(loss, logits, target)
-        correct = int((logits.argmax(dim=1) == target).sum()) if target.numel() else 0
-        return cls(total, total / max(int(denominator), 1), correct, int(target.numel()))
+        terms = task.loss_terms(loss, logits, target)
+        total = terms.total
+        return cls(total, total / max(int(denominator), 1), terms.correct, terms.count)
 
 
 @dataclasses.dataclass(frozen=True)

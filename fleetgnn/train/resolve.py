@@ -49,6 +49,32 @@ def resolve_model_defaults(cfg: Config) -> Config:
     return dataclasses.replace(cfg, model=ModelConfig(**resolved))
 
 
+#: The GAE defaults ``train.task=link`` gives the keys that keep their defaults.
+LINK_DEFAULTS: dict[str, Any] = {
+    "train.epochs": 200,
+    "model.hidden": 32,
+    "model.dropout": 0.0,
+    "optim.weight_decay": 0.0,
+    "data.feature_norm": "none",  # GAE trains on Cora's raw binary features
+}
+
+
+def resolve_task_defaults(cfg: Config) -> Config:
+    """``cfg`` with ``train.task=link``'s GAE defaults where its keys keep their defaults.
+
+    A key set to another value (a flag, ``--set`` or the YAML) keeps it; one set to exactly its
+    default (e.g. ``--epochs 10``) cannot be told apart from an unset one and takes the GAE
+    value. Node classification is returned unchanged.
+    """
+    if cfg.train.task != "link":
+        return cfg
+    plain = Config()
+    for key, value in LINK_DEFAULTS.items():
+        if cfg.get(key) == plain.get(key):
+            cfg = cfg.with_key(key, value)
+    return cfg
+
+
 def usable_cores() -> int:
     """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` without one)."""
     try:

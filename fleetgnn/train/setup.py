@@ -18,8 +18,11 @@ from fleetgnn.engines import Engine, build_engine
 from fleetgnn.engines.common import num_classes_of, require_trainable
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
-from fleetgnn.nn import GNN, build_model
+from fleetgnn.graph.edge_split import edge_split_for
+from fleetgnn.nn import build_model
+from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.partition import book_dir
+from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 from fleetgnn.train.resolve import resolve_device_name, resolve_feature_norm
 
 
@@ -38,7 +41,7 @@ def model_kwargs(cfg: ModelConfig) -> dict[str, Any]:
     return out
 
 
-def model_from_config(cfg: Config, graph: Graph) -> GNN:
+def model_from_config(cfg: Config, graph: Graph) -> torch.nn.Module:
     """The model of ``cfg.model`` for ``graph``, initialised from ``train.seed``.
 
     Identical on every rank (same seed, same initialisation).
@@ -46,13 +49,30 @@ def model_from_config(cfg: Config, graph: Graph) -> GNN:
     require_trainable(graph)
     seed = int(cfg.train.seed)
     torch.manual_seed(seed)  # parameter initialisation only; training draws are keyed
-    return build_model(
+    link = cfg.train.task == "link"
+    model = build_model(
         cfg.model.name,
         graph.num_features,
-        num_classes_of(graph),
+        cfg.train.link_dim if link else num_classes_of(graph),
         seed=seed,
         **model_kwargs(cfg.model),
     )
+    if link:  # node embeddings of width train.link_dim, scored in pairs by the decoder
+        return LinkModel(model, build_decoder(cfg.train.decoder, cfg.train.link_dim))
+    return model
+
+
+def task_from_config(cfg: Config, graph: Graph) -> Task:
+    """The task of ``train.task`` for ``graph``.
+
+    For ``link``: over the edge split of ``(train.val_edges, train.test_edges, train.seed)``
+    saved with ``data.dataset`` (drawn, and saved there, if absent).
+    """
+    t = cfg.train
+    if t.task != "link":
+        return NODE_CLASSIFICATION
+    split = edge_split_for(graph, cfg.data.dataset, t.val_edges, t.test_edges, int(t.seed))
+    return LinkPrediction(split, t.negatives, t.negative_sampler, t.link_loss, int(t.seed))
 
 
 def optimizer_from_config(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -121,5 +141,10 @@ def engine_from_config(
             if note and rank == 0:
                 print(f"fleetgnn: split: {note}", file=sys.stderr, flush=True)
     return build_engine(
-        model, graph, engine_cfg, ctx, optimizer=optimizer_from_config(model, cfg.optim)
+        model,
+        graph,
+        engine_cfg,
+        ctx,
+        optimizer=optimizer_from_config(model, cfg.optim),
+        task=task_from_config(cfg, graph),
     )

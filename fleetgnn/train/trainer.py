@@ -86,6 +86,7 @@ from fleetgnn.engines.common import device_clock, peak_device_memory
 from fleetgnn.errors import ConfigError, NonFiniteLossError
 from fleetgnn.graph.dataset import atomic_write_text
 from fleetgnn.train.callbacks import Callback, callback_states, load_callback_states
+from fleetgnn.tasks import task_of
 from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, capture_rng, restore_rng
 from fleetgnn.train.hooks import trainer_callbacks
 from fleetgnn.train.metrics import MetricsWriter, to_json
@@ -473,12 +474,13 @@ class Trainer:
             self.phase = f"evaluation after epoch {epoch}"
             ev = {k: float(v) for k, v in self.engine.evaluate().items()}
             eval_time = clock() - t1
-            if "val_acc" not in ev:
+            select = task_of(self.engine).select_metric  # higher is better
+            if select not in ev:
                 raise RuntimeError(
                     f"engine {self.engine.name!r}.evaluate() returned keys {sorted(ev)}; it must "
-                    f"return train_acc, val_acc, test_acc and val_loss"
+                    f"return its task's selection metric {select!r}"
                 )
-            if st.best_epoch is None or ev["val_acc"] > st.best.get("val_acc", -math.inf):
+            if st.best_epoch is None or ev[select] > st.best.get(select, -math.inf):
                 st.best_epoch, st.best = epoch, dict(ev)
                 new_best = True
             st.stale_epochs = epoch - st.best_epoch
@@ -531,6 +533,9 @@ class Trainer:
             "world_size": int(self.engine.world_size),
             "extra": dict(stats.extra),
         }
+        for key, value in ev.items():  # another task's metrics (link: val_auc, test_mrr, ...)
+            if key != "train_acc" and key not in record:
+                record[key] = value
         if partial:  # train.max_steps stopped the run inside this epoch
             record["partial"] = True
         return record
@@ -788,7 +793,7 @@ class Trainer:
     def _summary(self, spe: int) -> dict[str, Any]:
         st = self.state
         times = st.epoch_times
-        return {
+        summary = {
             "test_acc": st.best.get("test_acc"),
             "val_acc": st.best.get("val_acc"),
             "val_loss": st.best.get("val_loss"),
@@ -810,6 +815,10 @@ class Trainer:
             "run_dir": str(self.run_dir),
             "config": self._config_dict(),
         }
+        for key, value in st.best.items():  # another task's metrics at the best epoch
+            if key.startswith(("val_", "test_")):
+                summary.setdefault(key, value)
+        return summary
 
     def _stop_reason(self) -> str | None:
         """Why the run stopped: ``"patience"``, ``"epochs"`` or ``"max_steps"`` (else ``None``)."""
@@ -907,7 +916,9 @@ def _epoch_line(r: Mapping[str, Any], note: str = "") -> str:
         f"loss {_fmt(r['loss'])}",
         f"train {_fmt(r['train_acc'])}",
     ]
-    if r["evaluated"]:
+    if r["evaluated"] and r.get("val_acc") is None and r.get("val_auc") is not None:  # links
+        parts += [f"val auc {_fmt(r['val_auc'])}", f"test auc {_fmt(r.get('test_auc'))}"]
+    elif r["evaluated"]:
         parts += [f"val {_fmt(r['val_acc'])}", f"test {_fmt(r['test_acc'])}"]
     parts.append(f"{r['epoch_time_s']:.2f}s")
     if r.get("partial"):

@@ -1,0 +1,52 @@
+"""What every task gives the engines and the Trainer: the loss of a step and how it is judged.
+
+A task is one small object (:class:`NodeClassification`, :class:`LinkPrediction`) that an engine
+asks for the loss terms of a step's output rows (:meth:`Task.loss_terms`), the metric sums each
+rank contributes to an evaluation, and that the Trainer asks which evaluation metric selects the
+best epoch and drives early stopping (:attr:`Task.select_metric`, higher is better). Tasks are
+single-device math: sums leave a task as tensors, and engines add them over ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+#: A per-item loss: ``loss(output, target) -> [B]`` losses (``reduction="none"``).
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class LossTerms:
+    """This rank's share of a step's loss and training metric.
+
+    Attributes:
+        total: Sum of the per-item losses (a tensor carrying the autograd graph).
+        correct: Items the model gets right (node classes; link pairs on the right side of 0).
+        count: Items the loss is summed over (training nodes; scored pairs).
+    """
+
+    total: torch.Tensor
+    correct: int
+    count: int
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A training task (see the module docstring).
+
+    Attributes:
+        name: ``"node"`` or ``"link"`` (the ``train.task`` key's values).
+        select_metric: The key of ``engine.evaluate()``'s result that selects the best epoch
+            and drives early stopping (higher is better).
+    """
+
+    name: str
+    select_metric: str
+
+    def loss_terms(self, loss: Any, out: torch.Tensor, target: torch.Tensor) -> LossTerms:
+        """The loss sum and training metric of ``out`` against ``target``."""
+        ...

@@ -1,0 +1,228 @@
+"""Link prediction: keyed negative sampling, pair losses and the task object.
+
+A step trains on positive pairs ``(src, dst)`` (training edges) and ``K`` negatives per positive
+that corrupt the destination: ``(src, w_1), ..., (src, w_K)``. The negatives are drawn from the
+keyed hash of :mod:`fleetgnn.ops.random`, keyed by ``(seed, step, src, dst)`` (``step`` the global
+step, ``epoch * steps_per_epoch + step``), so every engine, world size and resumed run draws the
+same negatives for the same positive. Losses are per positive (a row of scores
+``[pos, neg_1..neg_K]``):
+
+- ``bce``: ``softplus(-s_pos) + mean_k softplus(s_neg_k)``, binary cross-entropy on logits with
+  the negatives weighted as much as the positive (PyG's GAE ``recon_loss``);
+- ``bpr``: ``mean_k softplus(-(s_pos - s_neg_k))``, Bayesian personalised ranking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fleetgnn.errors import ConfigError
+from fleetgnn.ops.random import hash_uniform_edges
+from fleetgnn.tasks.base import LossTerms
+from fleetgnn.tasks.link_metrics import auc_ap, histogram_sums, ranking_metrics, ranking_sums
+
+NEGATIVE_SAMPLERS: tuple[str, ...] = ("uniform", "degree")
+LINK_LOSSES: tuple[str, ...] = ("bce", "bpr")
+#: The ``layer`` of the keyed hash reserved for negatives (ASCII "neg"; models use 0..L-1).
+NEGATIVE_KEY = 0x6E6567
+
+#: A link loss: scores ``[P, 1 + K]`` (column 0 the positive) -> per-positive losses ``[P]``.
+LinkLossFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+def bce_loss(scores: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy on logits per positive row (see the module docstring)."""
+    return F.softplus(-scores[:, 0]) + F.softplus(scores[:, 1:]).mean(dim=1)
+
+
+def bpr_loss(scores: torch.Tensor) -> torch.Tensor:
+    """Bayesian personalised ranking per positive row (see the module docstring)."""
+    return F.softplus(-(scores[:, :1] - scores[:, 1:])).mean(dim=1)
+
+
+LOSSES: dict[str, LinkLossFn] = {"bce": bce_loss, "bpr": bpr_loss}
+
+
+class NegativeSampler:
+    """Corrupts the destination of positive pairs: ``K`` keyed negatives per positive.
+
+    ``uniform`` draws destinations uniformly from all nodes; ``degree`` with probability
+    proportional to ``degree^0.75`` (word2vec's smoothing), by inverse CDF. Each negative uses
+    48 random bits (two 24-bit draws of the keyed hash), so graphs beyond ``2^24`` nodes are
+    covered. Negatives are not filtered against true edges (at the graphs' densities a collision
+    is rare, as in PyG's and DGL's default samplers).
+
+    Args:
+        num_nodes: ``N``.
+        k: Negatives per positive (>= 1).
+        kind: ``"uniform"`` or ``"degree"``.
+        degrees: ``[N]`` node degrees (``"degree"`` only).
+        seed: Run seed.
+    """
+
+    def __init__(
+        self,
+        num_nodes: int,
+        k: int = 1,
+        kind: str = "uniform",
+        degrees: Any = None,
+        seed: int = 0,
+    ) -> None:
+        if kind not in NEGATIVE_SAMPLERS:
+            raise ConfigError(
+                f"negative sampler {kind!r} is unknown; use one of {', '.join(NEGATIVE_SAMPLERS)}"
+            )
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ConfigError(f"negatives per positive must be an int >= 1 (got {k!r})")
+        self.num_nodes, self.k, self.kind, self.seed = int(num_nodes), k, kind, int(seed)
+        self.cdf: torch.Tensor | None = None
+        if kind == "degree":
+            if degrees is None:
+                raise ConfigError("the 'degree' negative sampler needs the node degrees")
+            w = np.asarray(degrees, dtype=np.float64) ** 0.75
+            if not w.sum() > 0:
+                w = np.ones(self.num_nodes)
+            self.cdf = torch.from_numpy(np.cumsum(w) / w.sum())
+
+    def __repr__(self) -> str:
+        return f"NegativeSampler(kind={self.kind!r}, k={self.k}, num_nodes={self.num_nodes})"
+
+    def sample(self, src: torch.Tensor, dst: torch.Tensor, step: int) -> torch.Tensor:
+        """Negative destinations ``[P, K]`` (int64) of positives ``(src[i], dst[i])`` at ``step``.
+
+        Row ``i`` depends only on ``(seed, step, src[i], dst[i])``, not on ``i`` or on the
+        other pairs of the batch.
+        """
+        u = hash_uniform_edges(
+            self.seed, int(step), NEGATIVE_KEY, src, dst, 2 * self.k, torch.float64
+        )
+        u = (u[:, 0::2] + u[:, 1::2] * 2.0**-24).clamp_(max=1.0 - 2.0**-53)  # 48 bits, [0, 1)
+        if self.cdf is None:
+            return (u * self.num_nodes).floor_().to(torch.int64)
+        cdf = self.cdf.to(u.device)
+        return (
+            torch.searchsorted(cdf, u.reshape(-1), right=True)
+            .clamp_(max=self.num_nodes - 1)
+            .view_as(u)
+        )
+
+
+class LinkPrediction:
+    """Predict edges: train on positive pairs and keyed negatives, judge by AUC/AP and MRR.
+
+    Args:
+        split: The :class:`~fleetgnn.graph.edge_split.EdgeSplit` (its training edges are the
+            message-passing graph and the positives).
+        negatives: ``K`` negatives per positive in training.
+        sampler: ``"uniform"`` or ``"degree"`` (:class:`NegativeSampler`).
+        loss: ``"bce"`` or ``"bpr"``.
+        seed: Run seed (negatives are keyed by it).
+
+    Evaluation reports ``{val,test}_auc``, ``_ap`` (GAE protocol negatives) and ``_mrr``,
+    ``_hits@K`` (OGB protocol negatives); the best epoch is selected on ``val_auc``.
+    ``loss_terms`` counts as "correct" a positive scored above all its negatives.
+    """
+
+    name: ClassVar[str] = "link"
+    select_metric: ClassVar[str] = "val_auc"
+
+    def __init__(
+        self,
+        split: Any,
+        negatives: int = 1,
+        sampler: str = "uniform",
+        loss: str = "bce",
+        seed: int = 0,
+    ) -> None:
+        if loss not in LOSSES:
+            raise ConfigError(f"link loss {loss!r} is unknown; use one of {', '.join(LOSSES)}")
+        self.split = split
+        self.loss_name = loss
+        self.loss_fn: LinkLossFn = LOSSES[loss]
+        graph = split.train_graph
+        self.sampler = NegativeSampler(
+            graph.num_nodes,
+            negatives,
+            sampler,
+            graph.in_degrees() if sampler == "degree" else None,
+            seed,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"LinkPrediction(split={self.split!r}, sampler={self.sampler!r}, "
+            f"loss={self.loss_name!r})"
+        )
+
+    def train_pairs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training positives ``(src [P], dst [P])`` (int64)."""
+        pos = torch.from_numpy(self.split.pos["train"])
+        return pos[0], pos[1]
+
+    def loss_terms(
+        self, loss: LinkLossFn | None, scores: torch.Tensor, target: Any = None
+    ) -> LossTerms:
+        """Summed per-positive loss of ``scores`` ``[P, 1 + K]`` (column 0 the positive).
+
+        Args:
+            loss: A link loss (``None``: the task's own).
+            scores: ``[P, 1 + K]`` logits of each positive and its negatives.
+            target: Unused (the columns say which score is the positive).
+        """
+        per_pos = (loss or self.loss_fn)(scores)
+        if scores.shape[0] == 0:
+            return LossTerms(per_pos.sum(), 0, 0)
+        correct = int((scores[:, 0:1] > scores[:, 1:]).all(dim=1).sum())
+        return LossTerms(per_pos.sum(), correct, int(scores.shape[0]))
+
+    # ------------------------------------------------------------------ evaluation
+    def metric_sums(
+        self, h: torch.Tensor, decoder: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """Per evaluation split, the summable histogram and ranking sums of its fixed pairs.
+
+        ``h`` ``[N, D]``: every node's embedding (from the message-passing graph of training
+        edges). Returns ``{"val_hist", "val_rank", "test_hist", "test_rank"}``
+        (:func:`~fleetgnn.tasks.link_metrics.histogram_sums`, :func:`...ranking_sums`).
+        """
+        out: dict[str, torch.Tensor] = {}
+        dev = h.device
+        for s in ("val", "test"):
+            pos = torch.from_numpy(self.split.pos[s]).to(dev)
+            neg = torch.from_numpy(self.split.neg[s]).to(dev)
+            ps = decoder(h[pos[0]], h[pos[1]])
+            ns = decoder(h[neg[0]], h[neg[1]])
+            out[f"{s}_hist"] = histogram_sums(ps, ns)
+            nd = torch.from_numpy(self.split.neg_dst[s]).to(dev)  # [P, K]
+            k = nd.shape[1]
+            src = pos[0].repeat_interleave(k)
+            rank_neg = decoder(h[src], h[nd.reshape(-1)]).view(-1, k)
+            out[f"{s}_rank"] = ranking_sums(ps, rank_neg)
+        return out
+
+    @staticmethod
+    def metrics_from_sums(sums: dict[str, torch.Tensor]) -> dict[str, float]:
+        """``{split}_auc``, ``_ap``, ``_mrr`` and ``_hits@K`` from summed :meth:`metric_sums`."""
+        out: dict[str, float] = {}
+        for s in ("val", "test"):
+            auc, ap = auc_ap(sums[f"{s}_hist"])
+            out[f"{s}_auc"], out[f"{s}_ap"] = auc, ap
+            out.update(ranking_metrics(sums[f"{s}_rank"], s))
+        return out
+
+    def evaluate(
+        self,
+        h: torch.Tensor,
+        decoder: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> dict[str, float]:
+        """The evaluation metrics of embeddings ``h`` (``reduce`` sums a tensor over ranks)."""
+        sums = self.metric_sums(h, decoder)
+        if reduce is not None:
+            sums = {k: reduce(v) for k, v in sums.items()}
+        return self.metrics_from_sums(sums)
