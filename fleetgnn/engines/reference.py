@@ -41,7 +41,6 @@ from fleetgnn.engines.common import (
     setup_model,
     split_metrics,
 )
-from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.inference import streaming_metrics
 from fleetgnn.engines.link import check_link_model, check_task, full_graph_link_loss
 from fleetgnn.engines.step import Prepared, StepLoss, run_step

@@ -85,8 +85,8 @@ from fleetgnn.engines.base import Engine, EpochStats, StepStats
 from fleetgnn.engines.common import device_clock, peak_device_memory
 from fleetgnn.errors import ConfigError, NonFiniteLossError
 from fleetgnn.graph.dataset import atomic_write_text
-from fleetgnn.train.callbacks import Callback, callback_states, load_callback_states
 from fleetgnn.tasks import task_of
+from fleetgnn.train.callbacks import Callback, callback_states, load_callback_states
 from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, capture_rng, restore_rng
 from fleetgnn.train.hooks import trainer_callbacks
 from fleetgnn.train.metrics import MetricsWriter, to_json
