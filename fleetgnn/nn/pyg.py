@@ -23,8 +23,9 @@ What it costs, and what differs from PyG:
   expose. Engines outside :attr:`PygModel.hosts` refuse the model in one line.
 - BasicGNN's ``torch.nn.Dropout`` between layers is replaced by
   :class:`~fleetgnn.nn.KeyedDropout` with the same ``p`` (masks keyed by global node ID, so every
-  engine draws the same ones); dropout INSIDE a PyG layer (GAT's attention dropout) stays torch's,
-  drawn per process.
+  engine draws the same ones); dropout INSIDE a PyG layer stays torch's, drawn per process (PyG's
+  ``GAT(dropout=p)`` passes ``p`` to its layers' attention too: it trains, but engines no longer
+  agree bit for bit).
 - Refused in one line: layers with no bipartite ``(x_src, x_dst)`` form (``GCNConv``: use
   :class:`fleetgnn.nn.GCNConv`), norms that take statistics over rows (``BatchNorm``: engines
   split rows), and ``jk`` modes that need every layer's output at the last layer.
