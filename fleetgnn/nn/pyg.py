@@ -18,7 +18,8 @@ What it costs, and what differs from PyG:
 - The layer aggregates inside itself, so the engine's optimised aggregation is bypassed: on
   ``fullgraph`` the halo is fetched whole before the layer runs (no chunked overlap with local
   edges), on ``split`` the remote source rows are exchanged (not pre-aggregated partial sums), and
-  PyG's gather-scatter replaces fleetgnn's sparse products. ``docs/pyg.md`` has measurements.
+  PyG's gather-scatter replaces fleetgnn's sparse products (measured in the Python API guide,
+  "Your own PyG model").
 - ``offload`` cannot host it: it caches and chunks aggregations, which a PyG layer does not
   expose. Engines outside :attr:`PygModel.hosts` refuse the model in one line.
 - BasicGNN's ``torch.nn.Dropout`` between layers is replaced by
