@@ -19,6 +19,7 @@ from fleetgnn.nn import LocalAggregator, from_pyg  # noqa: E402
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader  # noqa: E402
 
 EPOCHS, STEPS, SEED, LR = 2, 3, 7, 0.5
+FULL, SPLIT = ("graphsage", "gat", "gcn"), ("graphsage", "gcn")
 SAMPLED = {"fanouts": (4, 3), "batch_size": 16, "dtype": "float64", "device": "cpu", "seed": SEED}
 
 
@@ -29,6 +30,8 @@ def _graph():
 def _model(name, graph):
     torch.manual_seed(0)  # the same initial model on every rank and in the reference
     d, c = graph.num_features, graph.num_classes
+    if name == "gcn":  # halo rows arrive scaled by their owners' degrees
+        return pyg_nn.GCN(d, 8, 2, c, dropout=0.3).double()
     if name == "gat":  # PyG's GAT passes its dropout to the attention too, torch's masks there
         return pyg_nn.GAT(d, 8, 2, c, heads=2).double()
     return pyg_nn.GraphSAGE(d, 8, 2, c, dropout=0.3).double()
@@ -51,7 +54,7 @@ def _params(engine):
 def _rank(comm):
     torch.set_num_threads(1)
     graph, ctx, out = _graph(), context_of(comm), {}
-    for name in ("graphsage", "gat"):
+    for name in FULL:
         cfg = fleetgnn.FullGraphEngineConfig(
             dtype="float64", device="cpu", seed=SEED, num_chunks=2, depth=1, tune=False
         )
@@ -66,16 +69,17 @@ def _rank(comm):
             res["params"], res["eval"] = _params(eng), eng.evaluate()
             res["halo"] = eng.layout.num_halo
         out[("fullgraph", name)] = res
-    with _engine("graphsage", graph, fleetgnn.SplitEngineConfig(**SAMPLED), ctx) as eng:
-        res = {"loss_sum": [], "count": []}
-        for step in range(STEPS):
-            st, _ = eng.train_step(0, step, eng.prepare(0, step))
-            res["loss_sum"].append(st.loss_sum)
-            res["count"].append(st.count)
-            if step == 0:
-                res["grads"] = _grads(eng)
-        res["params"] = _params(eng)
-        out[("split", "graphsage")] = res
+    for name in SPLIT:
+        with _engine(name, graph, fleetgnn.SplitEngineConfig(**SAMPLED), ctx) as eng:
+            res = {"loss_sum": [], "count": []}
+            for step in range(STEPS):
+                st, _ = eng.train_step(0, step, eng.prepare(0, step))
+                res["loss_sum"].append(st.loss_sum)
+                res["count"].append(st.count)
+                if step == 0:
+                    res["grads"] = _grads(eng)
+            res["params"] = _params(eng)
+        out[("split", name)] = res
     cfg = fleetgnn.MinibatchEngineConfig(**SAMPLED)
     with _engine("graphsage", graph, cfg, ctx) as eng:
         for step in range(STEPS):
@@ -97,9 +101,9 @@ def _reference_full(name):
     return res
 
 
-def _reference_sampled():
+def _reference_sampled(name):
     cfg = fleetgnn.ReferenceEngineConfig(mode="minibatch", **SAMPLED)
-    with _engine("graphsage", _graph(), cfg) as ref:
+    with _engine(name, _graph(), cfg) as ref:
         res = {"loss_sum": [], "count": []}
         for step in range(STEPS):
             st = ref.train_step(0, step)
@@ -148,7 +152,7 @@ def _close(got, want):
 def test_pyg_models_on_two_ranks_equal_the_reference():
     torch.set_num_threads(1)
     results = run_world(_rank, 2, timeout_s=300)
-    for name in ("graphsage", "gat"):
+    for name in FULL:
         ref = _reference_full(name)
         ranks = [r[("fullgraph", name)] for r in results]
         assert sum(r["halo"] for r in ranks) > 0  # remote rows entered the PyG layers
@@ -159,14 +163,15 @@ def test_pyg_models_on_two_ranks_equal_the_reference():
             _close(r["grads"], ref["grads"])
             _close(r["params"], ref["params"])
             assert r["eval"] == pytest.approx(ref["eval"], rel=1e-9)
-    ref = _reference_sampled()
-    ranks = [r[("split", "graphsage")] for r in results]
-    assert [sum(c) for c in zip(*(r["count"] for r in ranks))] == ref["count"]
-    loss = [sum(v) for v in zip(*(r["loss_sum"] for r in ranks))]
-    np.testing.assert_allclose(loss, ref["loss_sum"], rtol=1e-10)
-    for r in ranks:
-        _close(r["grads"], ref["grads"])
-        _close(r["params"], ref["params"])
+    for name in SPLIT:
+        ref = _reference_sampled(name)
+        ranks = [r[("split", name)] for r in results]
+        assert [sum(c) for c in zip(*(r["count"] for r in ranks))] == ref["count"]
+        loss = [sum(v) for v in zip(*(r["loss_sum"] for r in ranks))]
+        np.testing.assert_allclose(loss, ref["loss_sum"], rtol=1e-10, err_msg=name)
+        for r in ranks:
+            _close(r["grads"], ref["grads"])
+            _close(r["params"], ref["params"])
     want = _reference_minibatch(2)
     for r in results:
         _close(r[("minibatch", "graphsage")]["params"], want)

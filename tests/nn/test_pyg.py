@@ -52,6 +52,10 @@ MODELS = {
     "gat": lambda: pyg_nn.GAT(6, 8, 2, 3, heads=2),
     "gatv2": lambda: pyg_nn.GAT(6, 8, 2, 3, v2=True, heads=2),
     "gin": lambda: pyg_nn.GIN(6, 8, 2, 3),
+    "gcn": lambda: pyg_nn.GCN(6, 8, 2, 3),
+    "gcn_improved_no_bias": lambda: pyg_nn.GCN(6, 8, 2, 3, improved=True, bias=False),
+    "gcn_without_loops": lambda: pyg_nn.GCN(6, 8, 2, 3, add_self_loops=False),
+    "gcn_unnormalised": lambda: [pyg_nn.GCNConv(6, 8, normalize=False), pyg_nn.GCNConv(8, 3)],
     "jk_last_layer_norm": lambda: pyg_nn.GraphSAGE(
         6, 8, 2, 3, jk="last", norm="layer_norm", norm_kwargs={"mode": "node"}, act_first=True
     ),
@@ -82,8 +86,13 @@ def _params(model):
     return [p for m in mods for p in m.parameters()]
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-@pytest.mark.parametrize("loops", [False, True])
+GCN_WITH_LOOPS = ("gcn", "gcn_improved_no_bias", "gcn_unnormalised")  # GCNConvs that add loops
+CASES = [(name, loops) for name in MODELS for loops in (False, True)]
+# on a graph with self loops fleetgnn's degrees count them, PyG's gcn_norm (adding its own) not
+CASES = [(n, loops) for n, loops in CASES if not (loops and n in GCN_WITH_LOOPS)]
+
+
+@pytest.mark.parametrize(("name", "loops"), CASES)
 def test_reference_full_graph_equals_pyg_forward(name, loops):
     graph = _graph(loops)
     model = _build(name)
@@ -106,7 +115,7 @@ def test_reference_full_graph_equals_pyg_forward(name, loops):
         torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["graphsage", "gat", "gin"])
+@pytest.mark.parametrize("name", ["graphsage", "gat", "gin", "gcn"])
 def test_sampled_batch_with_every_neighbour_equals_pyg_forward(name):
     """The minibatch path (blocks, ``num_src > num_dst``): fanouts -1 make the batch's blocks
     the seeds' whole 2-hop graph, so its loss is PyG's full forward at the seeds."""
@@ -166,7 +175,8 @@ def test_parameters_are_the_users_and_dropout_is_keyed():
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: pyg_nn.GCN(6, 8, 2, 3), "GCNConv.*takes one node set.*fleetgnn.nn.GCNConv"),
+        (lambda: [pyg_nn.ChebConv(6, 3, K=2)], "ChebConv.*takes one node set"),
+        (lambda: pyg_nn.GCN(6, 8, 2, 3, cached=True), "GCNConv.*cached=True"),
         (lambda: pyg_nn.GraphSAGE(6, 8, 2, 3, norm="batch_norm"), "BatchNorm.*over rows"),
         (lambda: pyg_nn.GraphSAGE(6, 8, 2, 3, norm="layer_norm"), "LayerNorm.*over rows"),
         (lambda: pyg_nn.GraphSAGE(6, 8, 2, 3, jk="cat"), "jk='cat'"),
