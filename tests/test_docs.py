@@ -72,6 +72,9 @@ NOT_RUN = {
     "torchrun --standalone --nproc-per-node 2 examples/custom_model.py --dataset data/cora "
     "--engine fullgraph --epochs 60": "starts 2 processes; tests/examples/test_custom_model.py "
     "runs the example with 2 processes",
+    "torchrun --standalone --nproc-per-node 2 examples/pyg_model.py --dataset data/cora "
+    "--engine fullgraph --epochs 60": "starts 2 processes; tests/examples/test_pyg_model.py runs "
+    "the example with 2 processes",
     "fleetgnn embed runs/sage --layer 1 --out emb/sage --checkpoint last --nproc 2": "starts 2 "
     "processes (15 s); tests/cli/test_infer_cli.py exports with --nproc 2 and embeds",
     "fleetgnn plan --dataset data/cora --model gcn --nproc 2 --mode full": "measures this machine "

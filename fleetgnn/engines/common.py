@@ -229,13 +229,17 @@ def loss_sum(loss: LossFn, logits: torch.Tensor, target: torch.Tensor) -> torch.
 
 
 def prepare_model(
-    model: torch.nn.Module, device: torch.device | str, dtype: torch.dtype
+    model: torch.nn.Module,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    engine: str | None = None,
 ) -> torch.nn.Module:
     """Check the layer protocol and move ``model`` to ``device``/``dtype`` (in place).
 
+    ``engine`` (its name) must be able to host the model (:func:`~fleetgnn.nn.check_model`).
     The parameters stay the same objects, so an optimizer built before the move still holds them.
     """
-    return check_model(model).to(device=device, dtype=dtype)
+    return check_model(model, engine).to(device=device, dtype=dtype)
 
 
 def broadcast_parameters(model: torch.nn.Module, comm: Any) -> None:
@@ -385,7 +389,7 @@ def setup_model(
     ``engine.dtype``. ``broadcast``: copy rank 0's parameters to every rank through
     ``engine.comm`` (collective; a no-op on one rank or without a communicator).
     """
-    module = prepare_model(model, engine.device, engine.dtype)
+    module = prepare_model(model, engine.device, engine.dtype, getattr(engine, "name", None))
     engine.num_layers = int(module.num_layers)
     comm = getattr(engine, "comm", None)
     if broadcast and comm is not None and comm.world_size > 1:

@@ -279,7 +279,7 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
     ) -> None:
-        check_model(model)
+        check_model(model, self.name)
         dist = setup_distributed(self.name, graph, config, FullGraphEngineConfig, ctx)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         fc: FullGraphEngineConfig = dist.config

@@ -52,6 +52,7 @@ from fleetgnn.exchange import (
 )
 from fleetgnn.graph import Graph
 from fleetgnn.graph.csc import check_edge_ids
+from fleetgnn.nn.aggregator import BipartiteHop
 from fleetgnn.ops import edge_softmax, gspmm
 from fleetgnn.ops.spmm import Reduce
 
@@ -265,6 +266,7 @@ class HaloAggregator:
         self._orig_ids = orig_ids
         self._src_gid: Tensor | None = None  # int64 [E], built on the first edge_ids() call
         self._dst_gid: Tensor | None = None
+        self._edge_index: Tensor | None = None  # int64 [2, E], built on the first bipartite()
 
     # ------------------------------------------------------------------ exchange
     def halo_rows(self, x: Tensor) -> Tensor:
@@ -306,6 +308,22 @@ class HaloAggregator:
             deg = self._in_degree.to(out.dtype).clamp_min(1.0)
             out = out / deg.view(-1, *([1] * (out.dim() - 1)))
         return out
+
+    def bipartite(self, x_src: Tensor) -> BipartiteHop:
+        """The hop as PyG takes it: owned rows then halo rows, ``edge_index`` over them.
+
+        ``x_src`` of the result is ``[M + H, ...]`` (``[x_src; halo rows]``), ``x_dst`` the
+        ``M`` owned rows, ``edge_index`` every in-edge (local and remote, CSC order) and ``size``
+        ``(M + H, M)``. Collective: the halo is fetched whole (every chunk, then wait), so a layer
+        that aggregates over it overlaps nothing; its backward returns the halo rows' gradients
+        through the differentiable all-to-all. Memory: ``H`` rows, and ``edge_index`` (16 bytes
+        per edge, kept).
+        """
+        self._check_rows(x_src)
+        if self._edge_index is None:
+            self._edge_index = torch.stack([self._st.indices, self._st.dst_index()])
+        ext = torch.cat([x_src, self.halo_rows(x_src)])
+        return BipartiteHop(ext, x_src, self._edge_index, (int(ext.shape[0]), self.num_dst))
 
     def src_to_edge(self, x_src: Tensor) -> Tensor:
         """``[M, ...] -> [E, ...]``: the source row of every in-edge (fetches the halo)."""

@@ -164,7 +164,7 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
     ) -> None:
-        check_model(model)
+        check_model(model, self.name)
         dist = setup_distributed(self.name, graph, config, OffloadEngineConfig, ctx)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         oc: OffloadEngineConfig = dist.config

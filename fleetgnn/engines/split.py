@@ -70,6 +70,7 @@ from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError, PartitionError
 from fleetgnn.exchange import HaloSpmm, block_layout, build_plan, requests_from_edges, send_lists
 from fleetgnn.graph import Graph
+from fleetgnn.nn.aggregator import BipartiteHop
 from fleetgnn.ops import edge_softmax, gspmm
 from fleetgnn.ops.adjacency import Structure
 from fleetgnn.partition import PartitionBook, partition
@@ -325,6 +326,22 @@ class SplitAggregator:
     def _count(self, rows: int, x: Tensor) -> None:
         width = int(np.prod(x.shape[1:], dtype=np.int64))
         self.shuffle_bytes.append(rows * width * x.element_size())
+
+    def bipartite(self, x_src: Tensor) -> BipartiteHop:
+        """The hop as PyG takes it: owned rows then remote rows, ``edge_index`` over them.
+
+        ``x_src`` of the result is ``[R + H, ...]``, ``x_dst`` the first ``num_dst`` owned rows,
+        ``edge_index`` every in-edge of the owned destinations (block CSC order), ``size``
+        ``(R + H, num_dst)``. Collective: the remote source rows themselves are exchanged (not
+        the pre-aggregated partial sums :meth:`aggregate` sends).
+        """
+        self._check_rows(x_src)
+        self._count(self.halo.volume.send_rows, x_src)
+        st = self.halo.structure
+        ext = self.halo.extended(x_src)
+        edge_index = torch.stack([st.indices, st.dst_index()])
+        size = (int(ext.shape[0]), self.num_dst)
+        return BipartiteHop(ext, x_src[: self.num_dst], edge_index, size)
 
     def src_to_edge(self, x_src: Tensor) -> Tensor:
         """``[R, ...] -> [E, ...]``: the source row of every in-edge (exchanges remote rows)."""

@@ -10,6 +10,7 @@ from fleetgnn.nn.gcn_conv import GCNConv
 from fleetgnn.nn.gin_conv import GINConv
 from fleetgnn.nn.models import CONVS, GNN, MODEL_DEFAULTS, build_model
 from fleetgnn.nn.protocol import KeyedDropout, LayerwiseModel, LayerwiseModule, check_model
+from fleetgnn.nn.pyg import PygModel, from_pyg
 from fleetgnn.nn.sage_conv import SAGEConv
 
 __all__ = [
@@ -24,7 +25,9 @@ __all__ = [
     "LayerwiseModel",
     "LayerwiseModule",
     "LocalAggregator",
+    "PygModel",
     "SAGEConv",
     "build_model",
     "check_model",
+    "from_pyg",
 ]

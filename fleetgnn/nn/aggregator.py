@@ -10,13 +10,13 @@ remote-row exchange, host offloading) and run the same layer code unchanged.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fleetgnn.errors import GraphError
+from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.ops import (
     ScaledSpMM,
     check_adjacency,
@@ -75,6 +75,46 @@ class Aggregator(Protocol):
     def edge_ids(self) -> tuple[Tensor, Tensor]:
         """``(src_gid [E], dst_gid [E])``: global IDs of every edge's endpoints."""
         ...
+
+
+class BipartiteHop(NamedTuple):
+    """One hop as a PyG ``MessagePassing`` layer takes it.
+
+    ``conv((x_src, x_dst), edge_index, size=size)`` (see :meth:`LocalAggregator.bipartite`).
+
+    Attributes:
+        x_src: ``[S', ...]`` every source row the hop's edges read: the aggregator's ``num_src``
+            rows, then any halo (remote) rows the engine fetched for them.
+        x_dst: ``[M, ...]`` the destination rows (the first ``M`` source rows).
+        edge_index: int64 ``[2, E]``: row 0 indexes ``x_src``, row 1 indexes ``x_dst`` (PyG's
+            ``source_to_target`` flow); every in-edge of the destinations, in CSC order.
+        size: ``(S', M)``, PyG's bipartite ``size``.
+    """
+
+    x_src: Tensor
+    x_dst: Tensor
+    edge_index: Tensor
+    size: tuple[int, int]
+
+
+def bipartite(agg: object, x_src: Tensor) -> BipartiteHop:
+    """``agg.bipartite(x_src)``, or a one-line refusal for an aggregator that has none.
+
+    Optional in the :class:`Aggregator` protocol: an aggregator that can hand a layer its source
+    rows and an ``edge_index`` (the local one, the full-graph and split engines' exchanging ones)
+    offers it; one that caches or chunks aggregations (the ``offload`` engine's) does not.
+
+    Raises:
+        ConfigError: If ``agg`` has no ``bipartite`` method.
+    """
+    fn = getattr(agg, "bipartite", None)
+    if not callable(fn):
+        raise ConfigError(
+            f"{type(agg).__name__} cannot hand a layer its rows and an edge_index (it caches or "
+            f"chunks aggregations); run layers that need one (PyG's) on the reference, minibatch, "
+            f"split or fullgraph engine"
+        )
+    return fn(x_src)
 
 
 def aggregates_raw(agg: object) -> bool:
@@ -169,6 +209,7 @@ class LocalAggregator:
         self._src_degree: Tensor | None = None if deg is None else deg.to(dtype)
         self._dst_degree: Tensor | None = None
         self._edge_ids: tuple[Tensor, Tensor] | None = None
+        self._edge_index: Tensor | None = None
         self._gcn: dict[torch.dtype, ScaledSpMM] = {}
 
     @classmethod
@@ -221,6 +262,23 @@ class LocalAggregator:
             inv_dst = (self.dst_degree().to(h_src.dtype) + 1.0).rsqrt()
             op = self._gcn[h_src.dtype] = ScaledSpMM(self._st, inv_dst, inv_src, inv_dst * inv_dst)
         return op(h_src)
+
+    def bipartite(self, x_src: Tensor) -> BipartiteHop:
+        """The hop as PyG takes it: ``(x_src, x_src[:M], edge_index [2, E], (S, M))``.
+
+        Optional in the :class:`Aggregator` protocol (see :func:`bipartite`). No copy of the rows;
+        ``edge_index`` (``[indices; destination of every edge]``) is built on the first call and
+        kept, 16 bytes per edge.
+        """
+        if x_src.dim() < 1 or x_src.shape[0] != self.num_src:
+            raise ConfigError(
+                f"'x_src' must have {self.num_src} rows (got shape {tuple(x_src.shape)})"
+            )
+        if self._edge_index is None:
+            self._edge_index = torch.stack([self.indices, self._st.dst_index()])
+        return BipartiteHop(
+            x_src, x_src[: self.num_dst], self._edge_index, (self.num_src, self.num_dst)
+        )
 
     def src_to_edge(self, x_src: Tensor) -> Tensor:
         """See :func:`fleetgnn.ops.src_to_edge`."""

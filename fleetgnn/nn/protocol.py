@@ -9,6 +9,11 @@ An engine never builds the model: it takes any :class:`torch.nn.Module` that is 
 - ``forward(aggs, x, *, step) -> Tensor``: all layers, one aggregator per layer (for the full
   graph the same one repeated). :class:`LayerwiseModule` provides it from ``layer_forward``.
 
+Optionally ``hosts: tuple[str, ...]``, the engines that can drive it (with ``hosts_reason``, why
+not the others): an engine outside it refuses the model when it is built (:func:`check_model`).
+A model that needs an optional aggregator method (:func:`~fleetgnn.nn.from_pyg`'s models need
+``bipartite``) declares it so.
+
 Layer-wise engines rely on this: the full-graph engines put communication inside the aggregator,
 layer-wise inference runs one layer over all nodes at a time, and host-offloaded training
 recomputes a layer from its saved input. Anything that crosses edges must go through ``agg``;
@@ -142,13 +147,26 @@ class KeyedDropout(nn.Module):
         return f"p={self.p}, seed={self.seed}"
 
 
-def check_model(model: Any) -> nn.Module:
+def check_model(model: Any, engine: str | None = None) -> nn.Module:
     """Return ``model`` if it follows the layer protocol, else raise a clear error.
+
+    Args:
+        model: The model.
+        engine: The engine that will drive it (``None``: any); refused unless it is among the
+            model's ``hosts`` (when it declares them).
 
     Raises:
         ConfigError: If ``model`` is not an ``nn.Module``, has no positive int ``num_layers`` or
-            no ``layer_forward`` method.
+            no ``layer_forward`` method, or ``engine`` cannot host it.
     """
+    if type(model).__module__.startswith("torch_geometric") or (
+        isinstance(model, (list, nn.ModuleList))
+        and any(type(m).__module__.startswith("torch_geometric") for m in model)
+    ):
+        raise ConfigError(
+            f"{type(model).__name__} is a PyG model, which engines drive through an adapter: "
+            f"pass fleetgnn.nn.from_pyg(model) (the same parameters, trained in place)"
+        )
     if not isinstance(model, nn.Module):
         raise ConfigError(
             f"'model' must be a torch.nn.Module following fleetgnn's layer protocol (got "
@@ -164,5 +182,12 @@ def check_model(model: Any) -> nn.Module:
         raise ConfigError(
             f"model {type(model).__name__} must implement layer_forward(i, agg, h_src, *, step); "
             f"see fleetgnn.nn.LayerwiseModule"
+        )
+    hosts = getattr(model, "hosts", None)
+    if engine is not None and hosts is not None and engine not in hosts:
+        why = getattr(model, "hosts_reason", "")
+        raise ConfigError(
+            f"the {engine} engine cannot run {type(model).__name__}{f' ({why})' if why else ''}; "
+            f"use engine {' | '.join(hosts)}"
         )
     return model
