@@ -80,10 +80,10 @@ import yaml
 
 from fleetgnn.config.suggest import nearest
 from fleetgnn.config.textfile import load_yaml_file
+from fleetgnn.config.topology import DGX1_V100_LINKS
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 from fleetgnn.ops import Adjacency, gspmm
-from fleetgnn.store.placement import DGX1_V100_LINKS
 
 #: Link kinds of the traffic meter, in report order (the same tuple as
 #: :data:`fleetgnn.distributed.traffic.LINK_KINDS`, which this layer may not import).
