@@ -74,23 +74,18 @@ def add_embed(sub: Any) -> None:
     )
 
 
-def _dataset(args: argparse.Namespace) -> Path | None:
-    """``--dataset``, or the generated default dataset a run without ``data.dataset`` used."""
+def _dataset(args: argparse.Namespace, recorded: Any) -> Path | None:
+    """``--dataset``, or the generated default dataset a run without ``data.dataset`` used.
+
+    ``recorded``: the run's :class:`~fleetgnn.train.export.RunConfig`.
+    """
     if args.dataset is not None:
         return args.dataset
-    cfg_path = args.run_dir / "config.yaml"
-    if not cfg_path.is_file():
-        return None  # the export's checks say what is missing
+    if recorded.api or recorded.config.data.dataset:  # the export's checks say what to pass
+        return None
     from fleetgnn.cli.train import resolve_dataset
-    from fleetgnn.config import load_config
-    from fleetgnn.train.export import is_api_run
 
-    if is_api_run(cfg_path):  # no dataset recorded: the export's checks say what to pass
-        return None
-    cfg = load_config(cfg_path)  # bounded: one line on a hostile or damaged file
-    if cfg.data.dataset:
-        return None
-    return resolve_dataset(cfg.data, show_progress=False)[1]
+    return resolve_dataset(recorded.config.data, show_progress=False)[1]
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -99,21 +94,23 @@ def run_export(args: argparse.Namespace) -> int:
 
     from fleetgnn.config.units import parse_bytes
     from fleetgnn.engines.chunks import Chunking
-    from fleetgnn.train.export import describe, prepare_job, run_job
+    from fleetgnn.train.export import describe, prepare_job, read_run_config, run_job
 
     chunking = Chunking()
     if args.chunk_size is not None:
         chunking = Chunking(target_bytes=max(1, parse_bytes(args.chunk_size, "--chunk-size")))
     layer = getattr(args, "layer", None) if args.command == "embed" else None
+    recorded = read_run_config(args.run_dir)  # config.yaml, read once for every check below
     job = prepare_job(
         args.command,
         args.run_dir,
         args.out,
         layer,
         args.checkpoint,
-        _dataset(args),
+        _dataset(args, recorded),
         args.overwrite,
         args.device,
+        run_config=recorded,
     )
     out = run_job(dataclasses.replace(job, chunking=chunking), args.nproc)
     if int(os.environ.get("RANK", "0")) == 0:

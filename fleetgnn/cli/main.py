@@ -396,7 +396,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
     from fleetgnn.config import ENGINES, Config, ModelConfig
-    from fleetgnn.nn import MODEL_DEFAULTS
+    from fleetgnn.config.run import MODEL_DEFAULTS
 
     rows = "\n".join(
         f"  {n:<10} {'/'.join(s.modes):<15} {s.summary}" + ("" if s.available else " [not built]")

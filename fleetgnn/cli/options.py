@@ -52,11 +52,21 @@ class Parser(argparse.ArgumentParser):
 
     Its subparsers are of this class too (argparse's default ``parser_class``), so subcommand
     names get the suggestion as well (``fleetgnn trian``: did you mean 'train'?).
+
+    An ``epilog`` may be a function returning the text: it is called only when the help is
+    shown, so a parser whose epilog lists things from a heavy module (the cost package imports
+    torch) is built without importing it.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def format_help(self) -> str:
+        """The help text, with a function epilog replaced by its text first."""
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         if action.choices is None or value in action.choices:
@@ -83,8 +93,7 @@ class _ListKeys(argparse.Action):
 
         import yaml
 
-        from fleetgnn.config.run import config_keys
-        from fleetgnn.nn import MODEL_DEFAULTS
+        from fleetgnn.config.run import MODEL_DEFAULTS, config_keys
 
         rows = config_keys()
         width = max(len(r.key) for r in rows)

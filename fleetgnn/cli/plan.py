@@ -90,19 +90,23 @@ def hardware_profile(name: str, nproc: int) -> Any:
     return load_profile(name)
 
 
+def _profiles_epilog() -> str:
+    from fleetgnn.cost import PROFILES
+
+    names = ", ".join(PROFILES)
+    return f"hardware profiles: local (measured on this machine), {names}, or a YAML file"
+
+
 def add_plan(sub: Any) -> None:
     """The ``plan`` subcommand's arguments."""
     from fleetgnn.config import ENGINES, ModelConfig
-    from fleetgnn.cost import PROFILES
 
     p = sub.add_parser(
         "plan",
         help="pick the engine and knobs for a dataset, a model and a machine",
         description="Predict every engine's epoch (time, bytes per link, peak memory per tier), "
         "drop those that do not fit, pick the fastest and say why.",
-        epilog="hardware profiles: local (measured on this machine), "
-        + ", ".join(PROFILES)
-        + ", or a YAML file",
+        epilog=_profiles_epilog,  # shown with --help only: the cost package imports torch
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", type=Path, help="dataset directory (exact counts)")

@@ -43,10 +43,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from fleetgnn.config.textfile import MAX_YAML_BYTES, load_json_file, load_yaml_file
-from fleetgnn.distributed.traffic import LINK_KINDS
 from fleetgnn.errors import FleetgnnError
 from fleetgnn.graph.loaders._io import human_bytes
-from fleetgnn.train.metrics import read_metrics
 
 #: The phases of an epoch's time breakdown, in drawing order (``times`` in ``metrics.jsonl``).
 PHASES: tuple[str, ...] = ("sample", "gather", "forward", "backward", "communication", "optimizer")
@@ -154,6 +152,8 @@ def load_run(path: str | os.PathLike[str], name: str | None = None) -> RunRecord
         raise FleetgnnError(
             f"'{run}' has no metrics.jsonl; is it a run directory (fleetgnn train --run-dir)?"
         )
+    from fleetgnn.train.metrics import read_metrics  # the train package imports torch
+
     try:
         records = read_metrics(metrics, events=True)
     except (OSError, UnicodeDecodeError, RecursionError) as e:
@@ -464,6 +464,9 @@ def _wrap(label: str) -> str:
 
 
 def _link_kinds(runs: Sequence[RunRecord]) -> list[str]:
+    """The link kinds (:data:`fleetgnn.distributed.traffic.LINK_KINDS` order) any run used."""
+    from fleetgnn.distributed.traffic import LINK_KINDS
+
     return [
         k
         for k in LINK_KINDS
@@ -480,6 +483,8 @@ def _plot_bytes(ax: Any, runs: Sequence[RunRecord], colors: Sequence[str]) -> No
     has no bar there, and the x axis names each kind's meaning.
     """
     from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    from fleetgnn.distributed.traffic import LINK_KINDS
 
     kinds = _link_kinds(runs)
     ax.yaxis.set_major_formatter(EngFormatter(unit="B"))

@@ -108,7 +108,9 @@ def dataset_info(
         info["features"] = {"mean": mean, "std": float(np.sqrt(max(sq / max(cnt, 1) - mean**2, 0)))}
     parts_dir = Path(path) / "partitions"
     info["partitions"] = (
-        sorted(p.name for p in parts_dir.iterdir() if p.is_dir()) if parts_dir.is_dir() else []
+        sorted(p.name for p in parts_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if parts_dir.is_dir()
+        else []
     )
     info["feature_norm"] = meta.get("feature_norm", "none")  # what `train` applies by default
     for key in ("source", "preset", "scale", "seed"):

@@ -22,16 +22,12 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fleetgnn.cost import (
-    TARGET_MODES,
-    EpochsToTarget,
-    check_target_acc,
-    epochs_from_records,
-    merge_estimates,
-)
 from fleetgnn.errors import ConfigError, FleetgnnError
+
+if TYPE_CHECKING:  # the cost package imports torch; the parser's options need none of it
+    from fleetgnn.cost import EpochsToTarget
 
 #: Config keys whose value changes how many epochs a mode needs (compared with --history runs).
 _COMPARED: tuple[str, ...] = (
@@ -111,6 +107,8 @@ def parse_epochs_to_target(text: str) -> dict[str, EpochsToTarget]:
         ConfigError: An item that is not ``MODE=K``, an unknown or repeated mode, or ``K`` not
             a whole number >= 1.
     """
+    from fleetgnn.cost import TARGET_MODES, EpochsToTarget
+
     out: dict[str, EpochsToTarget] = {}
     items = [i.strip() for i in str(text).split(",") if i.strip()]
     if not items:
@@ -158,6 +156,8 @@ def target_request(args: argparse.Namespace) -> TargetRequest | None:
                 f"(a validation accuracy in (0, 1])"
             )
         return None
+    from fleetgnn.cost import check_target_acc  # imports torch: only when a target is asked
+
     given = companions["--epochs-to-target"]
     probe = companions["--probe-epochs"]
     return TargetRequest(
@@ -200,6 +200,7 @@ def history_estimates(
         ConfigError: A directory without ``metrics.jsonl`` or ``config.yaml``, or whose metrics
             have no evaluated epoch.
     """
+    from fleetgnn.cost import epochs_from_records
     from fleetgnn.train import load_config, read_metrics
 
     out = []
@@ -259,6 +260,7 @@ def probe_epochs_to_target(
     """
     import torch
 
+    from fleetgnn.cost import EpochsToTarget, epochs_from_records
     from fleetgnn.train import (
         Trainer,
         engine_from_config,
@@ -316,12 +318,16 @@ def probe_epochs_to_target(
 
 def estimates_for(request: TargetRequest, cfg: Any) -> dict[str, EpochsToTarget]:
     """The given and history estimates by mode (given ones win), before any probe."""
+    from fleetgnn.cost import merge_estimates
+
     found = merge_estimates(history_estimates(request.history, request.target_acc, cfg))
     return {**found, **request.given}
 
 
 def modes_to_probe(plan: Any, request: TargetRequest) -> list[str]:
     """The modes of the engines that fit whose estimate is missing or only a lower bound."""
+    from fleetgnn.cost import TARGET_MODES
+
     if not request.probe_epochs:
         return []
     modes = {plan.modes[n] for n in plan.ranking}
@@ -333,6 +339,8 @@ def with_probes(
     estimates: dict[str, EpochsToTarget], probes: Sequence[EpochsToTarget]
 ) -> dict[str, EpochsToTarget]:
     """``estimates`` with each mode's probe merged in (an exact number wins over a bound)."""
+    from fleetgnn.cost import merge_estimates
+
     out = dict(estimates)
     for est in probes:
         out[est.mode] = merge_estimates([e for e in (out.get(est.mode), est) if e is not None])[

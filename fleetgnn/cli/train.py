@@ -301,15 +301,13 @@ def _interrupted_note(run_dir: Path) -> str:
     )
 
 
-def _preflight(cfg: Any, graph: Graph, world_size: int) -> None:
+def _preflight(cfg: Any, graph: Graph) -> None:
     """Checks that would otherwise fail inside every worker, run once before any starts.
 
     Raises:
-        FleetgnnError: The device cannot be used here, the dataset cannot be trained on, or the
-            device topology does not fit the world size (one line, naming the key).
+        FleetgnnError: The device cannot be used here, or the dataset cannot be trained on (one
+            line, naming the key).
     """
-    from fleetgnn.config import engine_spec
-    from fleetgnn.config.knobs import TieredStore
     from fleetgnn.engines.common import require_trainable
     from fleetgnn.train import check_device
     from fleetgnn.train.hooks import check_trainer_settings
@@ -317,12 +315,28 @@ def _preflight(cfg: Any, graph: Graph, world_size: int) -> None:
     check_device(cfg)
     check_trainer_settings(cfg)
     require_trainable(graph)
+
+
+def check_topology(cfg: Any, torchrun: dict[str, int] | None) -> None:
+    """Read and check ``store.topology`` for the run's world size, torch-free.
+
+    Done right after the config is loaded, before torch is imported: a hostile topology (a link
+    to ``/dev/zero``, a FIFO, a huge file) is refused in one line, in the memory of a process
+    that has not loaded torch.
+
+    Raises:
+        ConfigError: The topology cannot be read or is not an ``N x N`` matrix for the world
+            size (``train.nproc``, or torchrun's world).
+    """
+    from fleetgnn.config import engine_spec
+    from fleetgnn.config.knobs import TieredStore
+    from fleetgnn.config.topology import topology_matrix
+
     spec = engine_spec(cfg.train.engine)
     uses_topology = issubclass(spec.config_cls, TieredStore)  # store.topology is one of its knobs
     if spec.distributed and uses_topology and cfg.store.topology is not None:
-        from fleetgnn.store import topology_matrix
-
-        topology_matrix(cfg.store.topology, world_size, key="store.topology")
+        world = cfg.train.nproc if torchrun is None else torchrun["world_size"]
+        topology_matrix(cfg.store.topology, world, key="store.topology")
 
 
 def _plan_engine(
@@ -421,8 +435,11 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         # flags and --set apply on top of the run's config (e.g. --epochs 6 extends the run);
         # the Trainer refuses changes that would change what the checkpoint means
         cfg = load_config(cfg_path, overrides)
+        check_topology(cfg, torchrun)
     else:
         cfg = load_config(args.config, overrides)
+        if not auto:  # --engine auto: checked once the plan has chosen the engine
+            check_topology(cfg, torchrun)
         if cfg.data.dataset:  # recorded absolute: --resume works from any directory
             cfg = cfg.with_key("data.dataset", str(Path(cfg.data.dataset).absolute()))
         given = args.run_dir or cfg.run_dir
@@ -455,6 +472,7 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     if auto:
         hardware = getattr(args, "hardware", "local")
         cfg = _plan_engine(cfg, run_dir, hardware, progress, quiet, target)
+        check_topology(cfg, torchrun)
     local_rank0 = torchrun is None or os.environ.get("LOCAL_RANK", "0") == "0"
     _sweep_leftovers(run_dir, cfg, quiet, files=is_rank0, segments=local_rank0)
     spec = engine_spec(cfg.train.engine)
@@ -468,9 +486,9 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             f"{torchrun['world_size']}; run it without torchrun, or pick a distributed engine"
         )
     if torchrun is not None:
-        local, world = torchrun["local_world_size"], torchrun["world_size"]
+        local = torchrun["local_world_size"]
     else:
-        local = world = cfg.train.nproc if spec.distributed else 1
+        local = cfg.train.nproc if spec.distributed else 1
     # resolved once, recorded in config.yaml, applied before any torch work
     omp = os.environ.get("OMP_NUM_THREADS")
     threads_defaulted = cfg.train.threads is None and not (omp or "").strip().isdigit()
@@ -503,7 +521,7 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
                 "train.threads", 1
             )  # recorded in config.yaml; workers get it in their config
             torch.set_num_threads(1)
-        _preflight(cfg, graph, world)
+        _preflight(cfg, graph)
         if is_rank0:
             accept = bool(getattr(args, "accept_changed_dataset", False))
             record_dataset(run_dir, path, resume, accept, quiet)

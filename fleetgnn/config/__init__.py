@@ -1,5 +1,8 @@
 """Typed configuration, the ground layer: engine configs, the engine registry, run configs.
 
+Nothing here imports torch, so the command line builds its parser and reads and checks a config
+(and its ``store.topology``, :mod:`fleetgnn.config.topology`) before torch is loaded.
+
 Everything above imports its configuration from here (``cost`` outputs engine configs, engines
 take them, ``train`` and ``cli`` load run configs from YAML and ``--set`` overrides).
 """

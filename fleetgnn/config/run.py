@@ -100,6 +100,24 @@ class DataConfig(FeatureNorm):
         check(self.scale > 0, "scale", self.scale, "must be > 0")
 
 
+#: Per-model defaults of :func:`fleetgnn.nn.build_model` (Cora-scale settings from the original
+#: papers), keyed by the model names :class:`ModelConfig` accepts. Kept here, torch-free, so the
+#: command line can show them without importing the models.
+MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gcn": {"hidden_dim": 16, "dropout": 0.5},
+    "sage": {"hidden_dim": 256, "dropout": 0.5},
+    "gat": {
+        "hidden_dim": 8,
+        "heads": 8,
+        "out_heads": 1,
+        "dropout": 0.6,
+        "attn_dropout": 0.6,
+        "activation": "elu",
+    },
+    "gin": {"hidden_dim": 64, "dropout": 0.5},
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(Knobs):
     """The GNN.
@@ -114,7 +132,7 @@ class ModelConfig(Knobs):
         residual: Add residual connections between layers of equal width.
     """
 
-    NAMES: ClassVar[tuple[str, ...]] = ("gcn", "sage", "gat", "gin")
+    NAMES: ClassVar[tuple[str, ...]] = tuple(MODEL_DEFAULTS)
     NORMS: ClassVar[tuple[str | None, ...]] = (None, "layer")
 
     name: str = "sage"

@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fleetgnn.config.topology import DGX1_V100_LINKS
 from fleetgnn.cost.calibration import local_profile
 from fleetgnn.cost.hardware import GB, TFLOPS, GiB, HardwareProfile, MiB, uniform_peer
 from fleetgnn.errors import ConfigError
-from fleetgnn.store.device_topology import DGX1_V100_LINKS
 
 # Derating rules shared by the GPU profiles (each number's own source is beside it):
 # - HBM: 90% of the datasheet bandwidth is achievable by a streaming copy. Measured on this

@@ -148,13 +148,21 @@ def check_edge_ids(graph: Graph, lo: int = 0, hi: int | None = None) -> None:
     One vectorised min/max (reads the range once, no copy); the message names the first bad
     edge. Cheap insurance for memory-mapped datasets opened without a full value check.
 
+    Each range is read once per :class:`Graph`: the graph remembers the ranges found good (all
+    of them when it was built with ``validate="full"``), so the store, the sampler and the
+    partitioner building from the same graph do not scan its edges again.
+
     Raises:
         GraphError: An index lies outside ``[0, N)``.
     """
     stop = graph.num_edges if hi is None else hi
+    checked: tuple[tuple[int, int], ...] = graph.__dict__.get("_checked_edges", ())
+    if any(a <= lo and stop <= b for a, b in checked):
+        return
     for start in range(lo, stop, _CHUNK_ROWS * 8):
         end = min(stop, start + _CHUNK_ROWS * 8)
         check_ids("indices", graph.indices[start:end], graph.num_nodes, EDITED_HINT, "edge", start)
+    object.__setattr__(graph, "_checked_edges", (*checked, (lo, stop)))
 
 
 def topology_nbytes(graph: Graph) -> int:
@@ -287,6 +295,7 @@ class Graph:
             object.__setattr__(self, "num_classes", int(np.max(self.y)) + 1)
         if validate == "full":
             self._validate_values(allow_nonfinite)
+            object.__setattr__(self, "_checked_edges", ((0, self.num_edges),))  # all of them
 
     # ------------------------------------------------------------------ validation
     def _validate_structure(self) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from fleetgnn.config.run import MODEL_DEFAULTS
 from fleetgnn.errors import ConfigError
 from fleetgnn.nn.aggregator import Aggregator
 from fleetgnn.nn.gat_conv import GATConv
@@ -17,24 +18,9 @@ from fleetgnn.nn.protocol import LayerwiseModule
 from fleetgnn.nn.sage_conv import SAGEConv
 from fleetgnn.ops import keyed_dropout
 
-CONVS: tuple[str, ...] = ("gcn", "sage", "gat", "gin")
+CONVS: tuple[str, ...] = tuple(MODEL_DEFAULTS)
 NORMS: tuple[str | None, ...] = (None, "layer")
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
-
-#: Per-model defaults of :func:`build_model` (Cora-scale settings from the original papers).
-MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gcn": {"hidden_dim": 16, "dropout": 0.5},
-    "sage": {"hidden_dim": 256, "dropout": 0.5},
-    "gat": {
-        "hidden_dim": 8,
-        "heads": 8,
-        "out_heads": 1,
-        "dropout": 0.6,
-        "attn_dropout": 0.6,
-        "activation": "elu",
-    },
-    "gin": {"hidden_dim": 64, "dropout": 0.5},
-}
 
 
 class GNN(LayerwiseModule):

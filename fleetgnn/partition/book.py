@@ -15,8 +15,15 @@ On disk a book is a directory (by convention ``<dataset>/partitions/<method>-<P>
     perm.npy         int32 [N]      new -> old (int64 when N >= 2^31; books saved with an
                                     int64 permutation load too)
 
-written into a temporary sibling directory and renamed into place, so an interrupted save never
-leaves a directory that looks complete.
+The book directory is a symbolic link to a hidden versioned sibling (``.<method>-<P>.v-<id>/``).
+A save writes the new version into a temporary sibling, renames it to its version name, then
+replaces the link in one ``os.replace`` and removes the old version: a reader sees the old book or
+the new one, never a missing or half-written directory, and an interrupted save leaves the old
+book in place. A reader resolves the link once and reads every file of that version; should the
+version be removed while it reads (a save replaced it), the link has changed and the load starts
+again (:data:`_LOAD_TRIES` times at most). Any other failure, a corrupt or inconsistent book,
+fails at once. A book saved as a plain directory (older fleetgnn) loads as before; replacing it
+moves it aside first, the one replacement with a moment (one rename) without a book.
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import os
 import re
+import secrets
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, overload
 
@@ -36,8 +45,8 @@ import torch
 
 from fleetgnn.errors import PartitionError
 from fleetgnn.graph.csc import Graph, index_dtype
-from fleetgnn.graph.dataset import fsync_dir, read_json_meta, replace_dir, write_json_atomic
-from fleetgnn.graph.files import write_reserved
+from fleetgnn.graph.dataset import fsync_dir, read_json_meta, write_json_atomic
+from fleetgnn.graph.files import apply_umask, temp_prefix, write_reserved
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.types import PathLikeStr
 
@@ -50,14 +59,16 @@ _SAVED_ARRAYS: dict[str, np.dtype | None] = {
     "perm": None,
 }
 _PERM_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
-#: How often :meth:`PartitionBook.load` reads a book again whose arrays do not match the
-#: checksum in its ``book.json`` (a save replaced the directory while it was read).
+#: How often :meth:`PartitionBook.load` reads a book whose link a save replaced while it was
+#: read (the only failure read again).
 _LOAD_TRIES = 3
 #: The end of a disk-full message about a book.
 DISK_FULL_FIX = "free some space there, or pass --no-save"
 #: Nodes per step of the counting sort in :meth:`PartitionBook.from_part_of`.
 _SORT_BLOCK = 1 << 20
 _METHOD_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+#: The name of a saved version of a book (the link ``<method>-<P>`` points at one).
+_VERSION = re.compile(r"\.[A-Za-z0-9_.+-]+\.v-[0-9a-f]{16}")
 
 
 def book_dir(dataset_dir: PathLikeStr, method: str, num_parts: int) -> Path:
@@ -498,42 +509,70 @@ class PartitionBook:
 
     def save_to(self, path: PathLikeStr, *, overwrite: bool = False) -> Path:
         """Save into exactly the directory ``path`` (atomically); see :meth:`save`."""
-        out = Path(path)
+        return self._save(Path(path), overwrite)
+
+    def _save(self, out: Path, overwrite: bool, step: Callable[[str], None] | None = None) -> Path:
+        """Write a new version of the book and swap the link ``out`` to it.
+
+        ``step`` (tests) is called with ``"written"`` (the new version complete, not yet
+        visible), ``"swapped"`` (the link replaced, the old version still on disk) and
+        ``"removed"`` (the old version removed).
+        """
         if out.exists() and not overwrite:
             raise PartitionError(
                 f"partition book directory '{out}' already exists; pass overwrite=True "
                 f"(--overwrite) to replace it"
             )
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name), dir=out.parent))
         try:
-            arrays = {}
-            for name, dtype in _SAVED_ARRAYS.items():
-                arr = np.ascontiguousarray(getattr(self, name), dtype=dtype)
-                if dtype is None and arr.dtype not in _PERM_DTYPES:  # a hand-built book
-                    arr = arr.astype(np.int64)
-                buf = io.BytesIO()  # its size known first: the space is reserved, then written
-                np.lib.format.write_array(buf, arr, allow_pickle=False)
-                (tmp / f"{name}.npy").touch()
-                write_reserved(tmp / f"{name}.npy", buf.getbuffer(), DISK_FULL_FIX)
-                del buf
-                arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
-            meta = {
-                "format_version": BOOK_FORMAT_VERSION,
-                "method": self.method,
-                "num_parts": self.num_parts,
-                "num_nodes": self.num_nodes,
-                "params": dict(self.params),
-                "arrays": arrays,
-                "checksum": self.checksum(),
-            }
-            write_json_atomic(tmp / BOOK_JSON, meta)
+            self._write_arrays(tmp)
+            apply_umask(tmp)
             fsync_dir(tmp)
-            replace_dir(tmp, out)
+            # its version name, not a temporary one: the sweep of dead writers' leftovers skips it
+            version = out.parent / f".{out.name}.v-{secrets.token_hex(8)}"
+            os.replace(tmp, version)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        if step is not None:
+            step("written")
+        try:
+            old = _swap_link(out, version)
+        except BaseException:
+            shutil.rmtree(version, ignore_errors=True)
+            raise
+        if step is not None:
+            step("swapped")
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        if step is not None:
+            step("removed")
         return out
+
+    def _write_arrays(self, root: Path) -> None:
+        """The arrays and ``book.json`` (written last) into the empty directory ``root``."""
+        arrays = {}
+        for name, dtype in _SAVED_ARRAYS.items():
+            arr = np.ascontiguousarray(getattr(self, name), dtype=dtype)
+            if dtype is None and arr.dtype not in _PERM_DTYPES:  # a hand-built book
+                arr = arr.astype(np.int64)
+            buf = io.BytesIO()  # its size known first: the space is reserved, then written
+            np.lib.format.write_array(buf, arr, allow_pickle=False)
+            (root / f"{name}.npy").touch()
+            write_reserved(root / f"{name}.npy", buf.getbuffer(), DISK_FULL_FIX)
+            del buf
+            arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
+        meta = {
+            "format_version": BOOK_FORMAT_VERSION,
+            "method": self.method,
+            "num_parts": self.num_parts,
+            "num_nodes": self.num_nodes,
+            "params": dict(self.params),
+            "arrays": arrays,
+            "checksum": self.checksum(),
+        }
+        write_json_atomic(root / BOOK_JSON, meta)
 
     @classmethod
     def load(
@@ -551,11 +590,12 @@ class PartitionBook:
             method: Partitioner name, to locate ``<path>/partitions/<method>-<P>``.
             num_parts: Part count, to locate ``<path>/partitions/<method>-<P>``.
 
-        A book that fails to load or does not match the checksum its ``book.json`` records (a
-        save replaced the directory while it was read) is read again, up to three times.
+        The link ``path`` is resolved once and that version read; only when the link changed
+        while it was read (a save replaced the book) is it read again, up to three times.
 
         Raises:
-            PartitionError: Missing, truncated or inconsistent files.
+            PartitionError: Missing, truncated or inconsistent files, or arrays that do not
+                match the checksum their ``book.json`` records (at once, without reading again).
         """
         if (method is None) != (num_parts is None):
             raise PartitionError(
@@ -563,23 +603,32 @@ class PartitionBook:
                 "neither to load from a book directory"
             )
         root = Path(path) if method is None else book_dir(path, method, int(num_parts or 0))
-        for _ in range(_LOAD_TRIES - 1):
+        attempt = 1
+        while True:
+            target = _link_target(root)
             try:
-                return cls._load_once(root)
-            except (_TornRead, PartitionError):
-                continue
-        try:
-            return cls._load_once(root)
-        except _TornRead as e:
-            raise PartitionError(
-                f"partition book '{root}' does not match the checksum in its {BOOK_JSON} "
-                f"({_LOAD_TRIES} reads): it is being rewritten, or it was edited; wait for "
-                f"'fleetgnn partition' to finish, or partition again"
-            ) from e
+                return cls._load_once(root, root.parent / target if target else root)
+            except (_TornRead, PartitionError) as err:
+                swapped = target is not None and _link_target(root) != target
+                if swapped and attempt < _LOAD_TRIES:
+                    attempt += 1  # the version read was replaced (and may be gone): read anew
+                    continue
+                if swapped:
+                    raise PartitionError(
+                        f"partition book '{root}' was replaced {_LOAD_TRIES} times while it was "
+                        f"read; wait for 'fleetgnn partition' to finish, then start again"
+                    ) from None
+                if isinstance(err, _TornRead):
+                    raise PartitionError(
+                        f"partition book '{root}' does not match the checksum in its {BOOK_JSON}: "
+                        f"its files were edited or mixed with another book's; partition again"
+                    ) from None
+                raise
 
     @classmethod
-    def _load_once(cls, root: Path) -> PartitionBook:
-        meta_path = root / BOOK_JSON
+    def _load_once(cls, root: Path, where: Path) -> PartitionBook:
+        """The book whose files are in ``where`` (``root``'s version; messages name ``root``)."""
+        meta_path = where / BOOK_JSON
         if not meta_path.is_file():
             raise PartitionError(
                 f"'{root}' holds no {BOOK_JSON}: no partition book was saved there (or its save "
@@ -595,14 +644,14 @@ class PartitionBook:
         specs = meta["arrays"]
         arrays: dict[str, np.ndarray] = {}
         for name, dtype in _SAVED_ARRAYS.items():
-            file = root / f"{name}.npy"
+            file = where / f"{name}.npy"
             if not isinstance(specs, dict) or name not in specs or not file.is_file():
                 raise PartitionError(f"partition book '{root}' lacks '{name}.npy'; partition again")
             try:
                 arr = np.load(file, allow_pickle=False)
             except (ValueError, OSError, EOFError) as e:
                 raise PartitionError(
-                    f"'{file}' cannot be read ({e}); the file is truncated or corrupt, "
+                    f"'{root / file.name}' cannot be read ({e}); the file is truncated or corrupt, "
                     f"partition again"
                 ) from e
             want_shape = tuple(specs[name].get("shape", ()))
@@ -612,14 +661,14 @@ class PartitionBook:
                 want = np.dtype(said) if said in ("<i4", "<i8") else np.dtype(np.int64)
             if arr.dtype != want or arr.shape != want_shape:
                 raise PartitionError(
-                    f"'{file}' holds {arr.dtype} {arr.shape} but {BOOK_JSON} says "
+                    f"'{root / file.name}' holds {arr.dtype} {arr.shape} but {BOOK_JSON} says "
                     f"{want} {want_shape}; the book is inconsistent, partition again"
                 )
             arrays[name] = arr
         n, p = int(meta["num_nodes"]), int(meta["num_parts"])
         if arrays["part_of"].shape != (n,) or arrays["offsets"].shape != (p + 1,):
             raise PartitionError(
-                f"'{meta_path}' says {n} nodes and {p} parts but part_of has shape "
+                f"'{root / BOOK_JSON}' says {n} nodes and {p} parts but part_of has shape "
                 f"{arrays['part_of'].shape} and offsets {arrays['offsets'].shape}; partition again"
             )
         perm = arrays["perm"]
@@ -652,6 +701,39 @@ class PartitionBook:
 
 class _TornRead(Exception):
     """A loaded book's arrays do not match the checksum its ``book.json`` records."""
+
+
+def _link_target(root: Path) -> str | None:
+    """The version ``root`` links to (a sibling's name), or ``None`` for a plain directory."""
+    try:
+        return os.readlink(root)
+    except OSError:  # not a link (a book saved by older fleetgnn), or nothing there
+        return None
+
+
+def _swap_link(out: Path, version: Path) -> Path | None:
+    """Point the link ``out`` at ``version`` (a sibling) in one ``os.replace``.
+
+    Returns:
+        The version ``out`` pointed at before (to remove), or ``None`` (none, or not a version
+        a save made).
+    """
+    old_target = _link_target(out)
+    link = out.parent / f"{version.name}.link"
+    os.symlink(version.name, link)  # relative: the dataset directory may move
+    try:
+        if old_target is None and out.is_dir():  # a plain directory (older fleetgnn): aside first
+            old = out.parent / f".{out.name}.v-{secrets.token_hex(8)}"
+            os.replace(out, old)
+            old_target = old.name
+        os.replace(link, out)
+    except BaseException:
+        link.unlink(missing_ok=True)
+        raise
+    fsync_dir(out.parent)
+    if old_target is None or not _VERSION.fullmatch(old_target):
+        return None  # a link made by hand: what it pointed at is not the book's to remove
+    return out.parent / old_target
 
 
 def _counting_sort(

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fleetgnn.config.topology import check_bandwidth
 from fleetgnn.errors import ConfigError
 
 
@@ -56,42 +57,6 @@ class PlacementPlan:
             + "\n".join(rows)
             + ")"
         )
-
-
-def check_bandwidth(bandwidth: object, name: str = "bandwidth") -> list[list[float]]:
-    """Validate an ``N x N`` bandwidth matrix; errors name it ``name``."""
-    try:
-        b = np.asarray(bandwidth, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"'{name}' must be a square numeric matrix (got {short_repr(bandwidth)}: {exc})"
-        ) from None
-    if b.ndim != 2 or b.shape[0] != b.shape[1] or b.shape[0] == 0:
-        raise ConfigError(
-            f"'{name}' must be a square N x N matrix with N >= 1 (got shape {b.shape})"
-        )
-    if not np.isfinite(b).all() or (b < 0).any():
-        raise ConfigError(f"'{name}' entries must be finite and >= 0 (0 = no link)")
-    if (np.diag(b) <= 0).any():
-        i = int(np.flatnonzero(np.diag(b) <= 0)[0])
-        raise ConfigError(
-            f"'{name}[{i}][{i}]' must be the device's local bandwidth > 0 (got {b[i, i]})"
-        )
-    if ((b > 0) != (b.T > 0)).any():
-        i, j = (int(v) for v in np.argwhere((b > 0) != (b.T > 0))[0])
-        raise ConfigError(
-            f"'{name}': links must be symmetric: {name}[{i}][{j}]={b[i, j]} but "
-            f"{name}[{j}][{i}]={b[j, i]}; use 0 on both sides for no link"
-        )
-    if b.shape[0] > 16:
-        raise ConfigError(f"'{name}': solve_placement supports up to 16 devices (got {b.shape[0]})")
-    return b.tolist()
-
-
-def short_repr(value: object, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters (for error messages)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_placement(placement: object, world_size: int) -> None:
@@ -293,23 +258,3 @@ def solve_placement(bandwidth: Sequence[Sequence[float]] | np.ndarray) -> Placem
         raise RuntimeError("placement search found no plan")
     stores, sources = best.best
     return PlacementPlan(stores=stores, sources=sources, min_bandwidth=1.0 / best.best_time)
-
-
-def check_world(world_size: object, ranks_per_host: object | None) -> tuple[int, int]:
-    """``(world_size, ranks_per_host)`` checked (``ranks_per_host`` ``None``: the world)."""
-    if (
-        isinstance(world_size, bool)
-        or not isinstance(world_size, (int, np.integer))
-        or (world_size < 1)
-    ):
-        raise ConfigError(f"'world_size' must be an int >= 1 (got {world_size!r})")
-    rph = world_size if ranks_per_host is None else ranks_per_host
-    if (
-        isinstance(rph, bool)
-        or not isinstance(rph, (int, np.integer))
-        or not (1 <= rph <= world_size)
-    ):
-        raise ConfigError(
-            f"'ranks_per_host' must be an int in [1, world_size={world_size}] (got {rph!r})"
-        )
-    return int(world_size), int(rph)

@@ -31,11 +31,12 @@ from typing import Literal
 
 import numpy as np
 
+from fleetgnn.config.topology import check_world
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.csc import Graph
 from fleetgnn.store.hotness import HotnessRanking, hotness_order, id_dtype, inverse_order
-from fleetgnn.store.placement import PlacementPlan, check_placement, check_world
+from fleetgnn.store.placement import PlacementPlan, check_placement
 
 TierOrder = Literal["graph_first", "features_first"]
 TIERS: tuple[str, ...] = ("device", "host", "disk")

@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetgnn.config import Config, load_config
+from fleetgnn.config import Config
 from fleetgnn.config.textfile import load_yaml_file
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import DTYPES, normalize_rows, resolve_device
@@ -84,6 +85,8 @@ class ExportJob:
         chunking: How each rank cuts its nodes into chunks.
         model: The user's model the weights are loaded into (a copy of it), or ``None``: the
             model the run's config builds.
+        weights: The model's weights as :func:`prepare_job` loaded them, reused by a rank that
+            runs in the same process; ``None`` in a job sent to workers (each loads the file).
     """
 
     kind: str
@@ -98,6 +101,24 @@ class ExportJob:
     overwrite: bool = False
     chunking: Chunking = dataclasses.field(default_factory=Chunking)
     model: Any = dataclasses.field(default=None, compare=False, repr=False)
+    weights: dict[str, torch.Tensor] | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A run directory's ``config.yaml``, read once (bounded: a hostile file is one line).
+
+    Attributes:
+        config: The run's config; for a Python-API run (``api``) the defaults with the
+            ``data.feature_norm`` its engine config recorded.
+        api: The run was trained through the Python API (``Trainer``) with the user's own
+            model: its ``config.yaml`` has ``trainer`` and ``engine`` sections, no model config.
+    """
+
+    config: Config
+    api: bool
 
 
 # ---------------------------------------------------------------------------------- public API
@@ -190,38 +211,30 @@ def embed(
 
 
 # ---------------------------------------------------------------------------------- checks
-def _read_run_config(run_dir: Path) -> Config | None:
-    """The run's config; ``None`` for a run trained through the Python API (no model config)."""
-    path = run_dir / "config.yaml"
-    if not run_dir.is_dir():
-        raise ConfigError(f"run directory '{run_dir}' does not exist; pass a run directory")
+def read_run_config(run_dir: PathLikeStr) -> RunConfig:
+    """The run's ``config.yaml``, read once, for :func:`prepare_job` and the CLI.
+
+    Raises:
+        ConfigError: No run directory or no ``config.yaml`` there, or a file that is hostile,
+            damaged or not a valid config (one line).
+    """
+    run = Path(run_dir)
+    path = run / "config.yaml"
+    if not run.is_dir():
+        raise ConfigError(f"run directory '{run}' does not exist; pass a run directory")
     if not path.is_file():
         raise ConfigError(
-            f"'{run_dir}' has no config.yaml, so it is not a run directory written by "
+            f"'{run}' has no config.yaml, so it is not a run directory written by "
             f"'fleetgnn train'; pass a run directory"
         )
-    if is_api_run(path):
-        return None
-    return load_config(path)  # bounded: one line on a hostile or damaged file
-
-
-def is_api_run(config_yaml: PathLikeStr) -> bool:
-    """Whether ``config_yaml`` was written by a Python-API ``Trainer`` (no model config in it).
-
-    Such a file has ``trainer`` and ``engine`` sections; it is read with the bounded reader, so a
-    hostile file is one line.
-    """
-    raw = load_yaml_file(config_yaml, "the run's config")
-    return isinstance(raw, Mapping) and "trainer" in raw and "engine" in raw and "train" not in raw
-
-
-def _api_feature_norm(run_dir: Path) -> str | None:
-    """The ``feature_norm`` an API run's engine config recorded (``None``: not recorded)."""
-    raw = load_yaml_file(run_dir / "config.yaml", "the run's config")
-    engine = raw.get("engine") if isinstance(raw, Mapping) else None
-    conf = engine.get("config") if isinstance(engine, Mapping) else None
-    norm = conf.get("feature_norm") if isinstance(conf, Mapping) else None
-    return norm if norm in ("none", "row") else None
+    raw = load_yaml_file(path, "the run's config")  # bounded: one line on a hostile file
+    if isinstance(raw, Mapping) and "trainer" in raw and "engine" in raw and "train" not in raw:
+        engine = raw.get("engine")
+        conf = engine.get("config") if isinstance(engine, Mapping) else None
+        norm = conf.get("feature_norm") if isinstance(conf, Mapping) else None
+        norm = norm if norm in ("none", "row") else None  # None: not recorded
+        return RunConfig(Config().with_key("data.feature_norm", norm), api=True)
+    return RunConfig(Config.from_dict(raw).validate(), api=False)
 
 
 def _checkpoint_file(run_dir: Path, which: str) -> Path:
@@ -294,19 +307,22 @@ def prepare_job(
     device: str | None,
     *,
     model: torch.nn.Module | None = None,
+    run_config: RunConfig | None = None,
 ) -> ExportJob:
     """Check a request before any worker starts; every refusal is one line.
 
-    Reads the run's config, loads the checkpoint (weights only) and checks that the model built
-    from the config accepts its weights, opens the dataset, checks ``layer`` and that ``out`` is
-    free (or ``overwrite``). Also sweeps what killed exports left next to ``out``.
+    Reads the run's config (unless ``run_config`` is that, already read), loads the checkpoint
+    (weights only) and checks that the model built from the config accepts its weights, opens
+    the dataset, checks ``layer`` and that ``out`` is free (or ``overwrite``). Also sweeps what
+    killed exports left next to ``out``.
 
     Raises:
         FleetgnnError: What is wrong, naming the argument.
     """
     run = Path(run_dir).absolute()
-    cfg = _read_run_config(run)
-    if cfg is None:  # a Trainer of the Python API: the model is the user's own
+    recorded = read_run_config(run) if run_config is None else run_config
+    cfg = recorded.config
+    if recorded.api:  # a Trainer of the Python API: the model is the user's own
         if model is None:
             raise ConfigError(
                 f"run '{run}' was trained through the Python API with your own model, which "
@@ -320,7 +336,6 @@ def prepare_job(
                 f"run '{run}' was trained through the Python API and does not record its "
                 f"dataset; pass dataset=DIR"
             )
-        cfg = Config().with_key("data.feature_norm", _api_feature_norm(run))
     if model is not None and not isinstance(model, torch.nn.Module):
         raise ConfigError(f"model= must be a torch.nn.Module, got {type(model).__name__}")
     path = _checkpoint_file(run, checkpoint)
@@ -379,6 +394,7 @@ def prepare_job(
         device=device,
         overwrite=overwrite,
         model=model,
+        weights=state,
     )
 
 
@@ -429,7 +445,8 @@ def run_job(job: ExportJob, nproc: int = 1) -> Path:
     from fleetgnn.distributed import launch
 
     try:
-        launch(_worker, args=(job, nproc), nproc=nproc)
+        # each worker loads the weights itself: the job travels without them
+        launch(_worker, args=(dataclasses.replace(job, weights=None), nproc), nproc=nproc)
     finally:
         # a killed worker leaves its temporary output behind: its owner is gone now
         out = Path(job.out)
@@ -458,6 +475,17 @@ def _worker(job: ExportJob, nproc: int) -> None:
         _run_rank(job, ctx)
     finally:
         destroy(ctx)
+
+
+def _reload_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The weights of a checkpoint :func:`prepare_job` has loaded once already, in its process.
+
+    Whatever the load warned about was shown then; a worker loading the same file again stays
+    quiet, so a warning is printed once, not once more per rank.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _model_state(load_checkpoint(path), path)
 
 
 def _output_files(job: ExportJob, graph: Graph, widths: list[int], dtype: Any) -> dict[str, Any]:
@@ -501,7 +529,8 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
     graph = open_dataset(job.dataset)
     ckpt_path = Path(job.checkpoint_path)
     model = _build_model(cfg, graph) if job.model is None else copy.deepcopy(job.model)
-    _load_weights(model, _model_state(load_checkpoint(ckpt_path), ckpt_path), ckpt_path)
+    state = job.weights if job.weights is not None else _reload_weights(ckpt_path)
+    _load_weights(model, state, ckpt_path)
     model = model.to(device=device, dtype=dtype).eval()
     widths = layer_widths(model, graph.num_features, job.layer, device=device, dtype=dtype)
     files = _output_files(job, graph, widths, torch.empty(0, dtype=dtype).numpy().dtype)

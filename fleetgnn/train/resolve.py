@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleetgnn.config import Config, ModelConfig
+from fleetgnn.config.run import MODEL_DEFAULTS
 from fleetgnn.distributed.context import auto_device_type
 from fleetgnn.engines.common import resolve_device
 from fleetgnn.graph import dataset_feature_norm
-from fleetgnn.nn import MODEL_DEFAULTS
 
 #: ModelConfig fields that ``None`` leaves to the model's defaults -> their build_model argument.
 _DEFAULTED_FIELDS: dict[str, str] = {"hidden": "hidden_dim", "dropout": "dropout", "heads": "heads"}
@@ -27,9 +27,9 @@ def model_section_resolved(model: Mapping[str, Any]) -> dict[str, Any]:
     """A ``model`` config section (as a dict) with ``null`` fields replaced by the values used.
 
     ``hidden``, ``dropout`` and ``heads`` left ``None`` take the model's defaults from
-    :data:`fleetgnn.nn.MODEL_DEFAULTS` (``heads`` only for models that have heads); other fields
-    and unknown model names are returned unchanged. Building a model from the result gives the
-    same model as building it from the input.
+    :data:`fleetgnn.config.run.MODEL_DEFAULTS` (``heads`` only for models that have heads);
+    other fields and unknown model names are returned unchanged. Building a model from the
+    result gives the same model as building it from the input.
     """
     out = dict(model)
     defaults = MODEL_DEFAULTS.get(str(out.get("name")), {})

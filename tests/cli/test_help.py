@@ -2,6 +2,11 @@
 (--list-keys), the nearest valid choice for a typo; and config.yaml recording what ran."""
 
 import argparse
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import yaml
@@ -9,6 +14,8 @@ import yaml
 from fleetgnn.cli.main import build_parser, main
 from fleetgnn.graph import write_dataset
 from fleetgnn.graph.synthetic import generate_graph, spec_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _parsers(p, name="fleetgnn"):
@@ -94,3 +101,55 @@ def test_config_yaml_records_the_mode_and_no_synthetic_preset_for_a_dataset(tmp_
     assert "train_acc" in out and "training-mode accuracy over that epoch's batches" in out
     # the run resumes from what it recorded
     assert main(["train", "--resume", str(run), "--epochs", "2", "--no-progress"]) == 0
+
+
+#: Builds the parser, loads a config file whose topology is a file, checks the topology the way
+#: ``fleetgnn train`` does before a run starts, and prints the torch modules that got imported.
+_TORCH_FREE = """
+import sys
+from fleetgnn.cli.main import build_parser
+from fleetgnn.cli.train import check_topology
+from fleetgnn.config import load_config
+
+args = build_parser().parse_args(["train", "--config", sys.argv[1]])
+cfg = load_config(args.config, [])
+assert cfg.train.engine == "minibatch" and cfg.train.nproc == 2, cfg.train
+check_topology(cfg, None)
+print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter: this one has imported torch long ago
+def test_parser_config_and_topology_need_no_torch(tmp_path):
+    """What a refusal of a config or a topology file runs never imports torch (~250 MB)."""
+    (tmp_path / "topo.yaml").write_text("bandwidth: [[700, 50], [50, 700]]\n")
+    (tmp_path / "c.yaml").write_text(
+        textwrap.dedent(f"""\
+            train:
+              engine: minibatch
+              nproc: 2
+            store:
+              topology: {tmp_path / "topo.yaml"}
+            """)
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", _TORCH_FREE, str(tmp_path / "c.yaml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_plan_help_lists_the_hardware_profiles(capsys):
+    """The epilog that names the cost model's profiles is made when the help is shown."""
+    from fleetgnn.cost import PROFILES
+
+    with pytest.raises(SystemExit) as done:
+        main(["plan", "--help"])
+    assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"hardware profiles: local (measured on this machine), {', '.join(PROFILES)}" in out

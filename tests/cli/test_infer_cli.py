@@ -5,6 +5,7 @@ any engine (DDP-prefixed weights), and one-line refusals of bad input."""
 import json
 import re
 import shlex
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +106,43 @@ def test_predict_with_two_processes_writes_the_same_files(run, tmp_path, capsys)
         a, b = np.load(tmp_path / "one" / name), np.load(tmp_path / "two" / name)
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
     assert json.loads((tmp_path / "two" / "meta.json").read_text())["world_size"] == 2
+
+
+def test_predict_reads_the_config_and_loads_the_checkpoint_once(run, tmp_path, monkeypatch):
+    """A warning of the checkpoint's load (torch's pickle warnings, say) is shown once, and
+    config.yaml is read once, not once per check."""
+    from fleetgnn.config import textfile
+    from fleetgnn.train import checkpoint
+
+    loads, reads = [], []
+    torch_load, read_bytes = checkpoint.torch.load, textfile.read_bytes
+
+    def load(path, *args, **kwargs):
+        loads.append(Path(path).name)
+        warnings.warn("torch pickle: a load warns", FutureWarning, stacklevel=2)
+        return torch_load(path, *args, **kwargs)
+
+    def read(path, *args, **kwargs):
+        reads.append(Path(path).name)
+        return read_bytes(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.torch, "load", load)
+    monkeypatch.setattr(textfile, "read_bytes", read)
+    for kind, extra in (("predict", []), ("embed", ["--layer", "1"])):
+        loads.clear()
+        reads.clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # every warning recorded, repeats included
+            assert main([kind, str(run), "--out", str(tmp_path / kind), *extra]) == 0
+        said = [str(w.message) for w in caught if "torch pickle" in str(w.message)]
+        assert loads == ["best.pt"] and len(said) == 1, (kind, loads, said)
+        assert reads.count("config.yaml") == 1, (kind, reads)
+    from fleetgnn.train import export
+
+    with warnings.catch_warnings(record=True) as caught:  # a worker of --nproc N loads it again
+        warnings.simplefilter("always")
+        assert export._reload_weights(run / "checkpoints" / "best.pt")
+    assert loads[-1] == "best.pt" and not [w for w in caught if "torch pickle" in str(w.message)]
 
 
 def _error(capsys, argv):

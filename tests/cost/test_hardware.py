@@ -112,7 +112,7 @@ def test_dgx1_v100_matches_the_notes_and_is_asymmetric():
 
 
 def test_dgx1_v100_feeds_the_placement_solver():
-    from fleetgnn.store.device_topology import topology_matrix
+    from fleetgnn.config.topology import topology_matrix
 
     p = PROFILES["dgx1-v100"]
     for n in (4, 8):

@@ -220,3 +220,38 @@ def test_out_degrees_counted_in_blocks(monkeypatch):
     monkeypatch.setattr(csc, "_DEGREE_BLOCK", 13)
     assert np.array_equal(g.out_degrees(), np.bincount(src, minlength=50))
     assert g.out_degrees().dtype == np.int64
+
+
+def test_edge_ids_are_checked_once_per_graph(monkeypatch):
+    """The store, the sampler and the partitioner each check the edges they build from; a graph
+    reads each range once (none at all when it was built with every value checked)."""
+    from fleetgnn.graph import csc
+
+    g, *_ = _random_graph(np.random.default_rng(0))
+    scans: list[int] = []
+    check_ids = csc.check_ids
+
+    def counted(name, ids, *args, **kwargs):
+        scans.append(ids.size)
+        return check_ids(name, ids, *args, **kwargs)
+
+    monkeypatch.setattr(csc, "check_ids", counted)
+    csc.check_edge_ids(g)
+    assert scans == []  # validated in full when it was built
+    mapped = Graph(g.indptr, g.indices, validate="structure")  # as a memory-mapped dataset opens
+    csc.check_edge_ids(mapped, 10, 50)
+    csc.check_edge_ids(mapped, 10, 50)
+    csc.check_edge_ids(mapped, 20, 30)
+    assert scans == [40]
+    csc.check_edge_ids(mapped)
+    csc.check_edge_ids(mapped)
+    csc.check_edge_ids(mapped, 0, 7)
+    assert scans == [40, g.num_edges]
+    edited = g.indices.copy()
+    edited[33] = g.num_nodes  # a value that changed on disk after the dataset was verified
+    bad = Graph(g.indptr, edited, validate="structure")
+    for _ in range(2):  # a bad range is never remembered as good
+        with pytest.raises(GraphError, match="at edge 33"):
+            csc.check_edge_ids(bad)
+    csc.check_edge_ids(bad, 0, 33)
+    assert scans[-1] == 33
