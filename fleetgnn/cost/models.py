@@ -695,16 +695,19 @@ def predict_minibatch(
         loads = _store_loads(wl, world, per_host, steps, mean, store)
         device, host = store[1], store[2]
     link = "peer" if world <= int(hw.num_devices) else "net"
-    traffic = {k: int(v) for k, v in loads.items()}
-    traffic[link] += _allreduce_bytes(m, world) * steps
+    loaded = {k: int(v) for k, v in loads.items()}
+    # the gradient all-reduce, one per step: its own link time and latency, not the gather's
+    sync_bytes = {link: _allreduce_bytes(m, world) * steps} if world > 1 else {}
+    traffic = {k: loaded.get(k, 0) + sync_bytes.get(k, 0) for k in {*loaded, *sync_bytes}}
     layers = m.num_layers
     spmm, gemm = m.forward_flops(mean["nodes"] / layers, mean["edges"] / layers)
     compute = steps * _compute_s(hw, spmm, gemm)
     sample = steps * mean["edges"] / SAMPLE_RATE[hw.kind]
-    latency = steps * COLLECTIVE_LATENCY[hw.kind] * (1 if world > 1 else 0)
-    comm = latency + _link_seconds(hw, traffic, world)
+    gather = _link_seconds(hw, loaded, world)
+    sync = _link_seconds(hw, sync_bytes, world)
     rows = [mean["input_rows"]] + [mean["nodes"] / layers] * (layers - 1)
-    fixed = {k: steps * v for k, v in _fixed_s(hw, m, rows).items()}
+    collectives = 1 if world > 1 else 0
+    fixed = {k: steps * v for k, v in _fixed_s(hw, m, rows, collectives=collectives).items()}
     workspace = (
         peak["input_rows"] * wl.num_features * m.elem
         + m.activation_bytes(peak["nodes"] / layers, peak["edges"] / layers)
@@ -717,7 +720,7 @@ def predict_minibatch(
     pred = Prediction(
         "minibatch",
         True,
-        compute + comm + sample + sum(fixed.values()),
+        compute + gather + sync + sample + sum(fixed.values()),
         traffic,
         {"device": int(device), "host": int(host)},
         {
@@ -731,7 +734,7 @@ def predict_minibatch(
             **(cache_knobs if wl.graph is None else {}),
         },
         steps,
-        {"compute": compute, "sample": sample, "gather": comm, **fixed},
+        {"compute": compute, "sample": sample, "gather": gather, link: sync, **fixed},
         workspace={"device": int(workspace)},
     )
     _check_memory(pred, hw, world, host_shared=True)

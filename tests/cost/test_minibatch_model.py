@@ -125,3 +125,26 @@ def test_shape_models_state_their_assumptions():
     # graph first: the topology (about 267 MB) takes the 4 x 64 MiB of device budget
     assert mb.traffic["h2d"] > 0 and mb.traffic["local"] > 0 and mb.traffic["peer"] > 0
     assert mb.workspace["device"] > 0 and mb.fits and sp.fits
+
+
+def test_gradient_all_reduce_is_charged_to_its_link_not_to_the_gather():
+    """The breakdown's ``gather`` is the store's loads alone; the all-reduce is the link's."""
+    g = _community_graph()
+    hw = PROFILES["dgx-a100"]
+
+    def pred(hidden, world):
+        cfg = load_config(None, ["model.name=sage", *SETS, f"model.hidden={hidden}"])
+        return predict_engine("minibatch", workload_from_config(cfg, graph=g), hw, world)
+
+    small, big = pred(16, 2), pred(256, 2)
+    # wider layers: more gradient bytes to all-reduce, the same feature rows to gather
+    assert big.breakdown["gather"] == pytest.approx(small.breakdown["gather"])
+    assert big.breakdown["peer"] > small.breakdown["peer"] > 0
+    sync = big.traffic["peer"] - small.traffic["peer"]  # the all-reduces' extra bytes
+    extra = big.breakdown["peer"] - small.breakdown["peer"]
+    assert extra == pytest.approx(sync / 2 / hw.min_peer_bandwidth())
+    assert small.breakdown["latency"] > 0
+    one = pred(16, 1)  # nothing to all-reduce on one rank
+    assert one.breakdown.get("peer", 0.0) == 0.0 and one.breakdown["latency"] == 0.0
+    total = sum(v for k, v in small.breakdown.items() if k != "hidden")
+    assert small.epoch_s == pytest.approx(total)
