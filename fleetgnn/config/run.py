@@ -74,6 +74,7 @@ LINK_ENGINES: tuple[tuple[str, str], ...] = (
     ("reference", "full"),
     ("reference", "minibatch"),
     ("minibatch", "minibatch"),
+    ("fullgraph", "full"),
 )
 #: Why each engine outside :data:`LINK_ENGINES` refuses ``train.task=link`` (one clause).
 LINK_REFUSALS: dict[str, str] = {
@@ -81,16 +82,13 @@ LINK_REFUSALS: dict[str, str] = {
         "a pair's endpoints may be owned by different ranks, and the split engine does not "
         "exchange endpoint embeddings yet"
     ),
-    "fullgraph": (
-        "scoring pairs over its distributed output rows needs the remote endpoints' embeddings "
-        "exchanged with gradients flowing back, which it does not do yet"
-    ),
     "offload": (
         "its decoder and loss would have to run on the last layer held in host memory with the "
         "chunked backward seeded from there, which it does not do yet"
     ),
     "reference": "",
     "minibatch": "",
+    "fullgraph": "",
 }
 
 

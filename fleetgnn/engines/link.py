@@ -18,6 +18,12 @@ every engine, mode and world size draws the same negatives for the same edge in 
   blocks unless the task keeps them (``train.keep_target_edges``). Each rank's loss is its
   positives' summed loss over the step's positives on every rank, so the summed gradient is the
   gradient of the step's mean loss.
+- Distributed full graph (``fullgraph``, :class:`OwnedPairs`): rank ``r`` scores the training
+  pairs whose source it owns; the destinations' and negatives' rows are fetched from their
+  owners once per step (:func:`owner_rows`: an all-to-all of IDs, then a differentiable
+  all-to-all of rows whose backward returns the gradients), and the loss is divided by every
+  rank's pairs. Its evaluation sums the owned rows into every node's embedding
+  (:func:`full_embeddings`) and scores each rank's share of the pairs, as below.
 - Evaluation of the sampled engines (:func:`sampled_link_metrics`): streaming layer-wise
   inference gives each rank its node range's embeddings, the ranges are summed into every node's
   embedding on every rank (one all-reduce of ``[N, link_dim]``), and each rank scores its share
@@ -209,3 +215,85 @@ def sampled_link_metrics(engine: Any) -> dict[str, float]:
         if world == 1:
             return engine.task.evaluate(h, decoder)
         return engine.task.evaluate(h, decoder, comm.all_reduce_sum, share=(comm.rank, world))
+
+
+def owner_rows(
+    comm: Any, h_own: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor
+) -> torch.Tensor:
+    """Rows ``[len(ids), D]`` of nodes ``ids`` from their owners' ``h_own``, differentiably.
+
+    Rank ``r`` owns the (new) IDs ``[offsets[r], offsets[r + 1])`` and holds their rows
+    ``h_own``. Each distinct ID is requested once from its owner (one all-to-all of IDs) and its
+    row comes back in a second, differentiable all-to-all
+    (:meth:`~fleetgnn.distributed.Communicator.all_to_all`), whose backward returns the rows'
+    gradients to their owners. Collective: every rank calls it, also with no ``ids``.
+    """
+    world = comm.world_size if comm is not None else 1
+    lo = int(offsets[comm.rank if comm is not None else 0])
+    if world == 1:
+        return h_own[ids - lo]
+    uniq, inv = torch.unique(ids.cpu(), return_inverse=True)  # sorted: grouped by owner
+    owner = torch.searchsorted(offsets[1:].cpu(), uniq, right=True)
+    send = torch.bincount(owner, minlength=world).tolist()
+    req, recv = comm.all_to_all(uniq.to(h_own.device), send)
+    rows = h_own[req.to(h_own.device) - lo]
+    back, _ = comm.all_to_all(rows, recv, recv_counts=send)
+    return back[inv.to(back.device)]
+
+
+class OwnedPairs:
+    """The training pairs a rank scores in a distributed full-graph step (it owns the source).
+
+    Args:
+        task: The link task (its training pairs, in original IDs).
+        inv_perm: ``[N]`` original -> new IDs (``None``: the identity).
+        offsets: int64 ``[W + 1]`` new-ID ranges of the ranks.
+        rank: This rank.
+    """
+
+    def __init__(
+        self, task: LinkPrediction, inv_perm: Any, offsets: torch.Tensor, rank: int
+    ) -> None:
+        self.task = task
+        self.inv = None if inv_perm is None else torch.from_numpy(inv_perm.astype("int64"))
+        self.offsets = offsets.cpu().to(torch.int64)
+        src, dst = task.train_pairs()
+        mine = self.owner(self.new(src)) == rank
+        self.src, self.dst = src[mine], dst[mine]  # original IDs (the negatives' keys)
+        self.total = int(src.numel())
+
+    def new(self, ids: torch.Tensor) -> torch.Tensor:
+        """New IDs of original ``ids``."""
+        return ids if self.inv is None else self.inv[ids]
+
+    def owner(self, new_ids: torch.Tensor) -> torch.Tensor:
+        """The rank owning each new ID."""
+        return torch.searchsorted(self.offsets[1:], new_ids, right=True)
+
+    def loss(self, model: Any, comm: Any, h_own: torch.Tensor, loss: Any, epoch: int) -> StepLoss:
+        """This rank's share of the full-graph link loss (over every rank's training pairs)."""
+        neg = self.task.sampler.sample(self.src, self.dst, epoch)  # [P, K], original IDs
+        p, k = neg.shape
+        rank = comm.rank if comm is not None else 0
+        dev = h_own.device
+        lo = int(self.offsets[rank])
+        far = owner_rows(
+            comm, h_own, torch.cat([self.new(self.dst), self.new(neg).reshape(-1)]), self.offsets
+        )
+        table = torch.cat([h_own[(self.new(self.src) - lo).to(dev)], far])
+        ar = torch.arange(p, device=dev)
+        scores = pair_scores(
+            model.decoder, table, ar, p + ar, 2 * p + torch.arange(p * k, device=dev).view(p, k)
+        )
+        return StepLoss.of(loss, scores, None, self.total, self.task)  # type: ignore[arg-type]
+
+
+def full_embeddings(
+    comm: Any, h_own: torch.Tensor, orig_ids: torch.Tensor, num_nodes: int
+) -> torch.Tensor:
+    """Every node's row ``[N, D]`` (original IDs) on every rank, from each rank's owned rows."""
+    h = torch.zeros(num_nodes, h_own.shape[1], dtype=h_own.dtype, device=h_own.device)
+    h[orig_ids.to(h.device)] = h_own
+    if comm is not None and comm.world_size > 1:
+        h = comm.all_reduce_sum(h)
+    return h

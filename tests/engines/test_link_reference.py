@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from fleetgnn.config import (
-    FullGraphEngineConfig,
     OffloadEngineConfig,
     ReferenceEngineConfig,
     SplitEngineConfig,
@@ -61,7 +60,7 @@ def test_a_full_graph_link_step_is_the_gae_loss_on_training_edges(split):
 
 CAN = (
     r"link prediction runs on: reference \(mode=full\), reference \(mode=minibatch\), "
-    r"minibatch \(mode=minibatch\)$"
+    r"minibatch \(mode=minibatch\), fullgraph \(mode=full\)$"
 )
 
 
@@ -69,10 +68,9 @@ CAN = (
     "cfg, why",
     [
         (SplitEngineConfig(fanouts=(5, 5)), "endpoints may be owned by different ranks"),
-        (FullGraphEngineConfig(), "remote endpoints' embeddings"),
         (OffloadEngineConfig(), "last layer held in host memory"),
     ],
-    ids=["split", "fullgraph", "offload"],
+    ids=["split", "offload"],
 )
 def test_engines_without_link_prediction_refuse_it_in_one_line(split, cfg, why):
     graph = split.train_graph
