@@ -61,6 +61,9 @@ NOT_RUN = {
     "fleetgnn train --engine split --nproc 2 --dataset data/cora --model sage --epochs 50 "
     "--set data.feature_norm=row --set train.fanouts=[10,10] --set train.batch_size=32": "starts "
     "2 processes (15 s); tests/engines/test_split.py::test_split_engine_through_the_cli runs it",
+    "fleetgnn train --task link --engine fullgraph --nproc 2 --dataset data/cora --model gcn": (
+        "starts 2 processes; tests/engines/test_link_fullgraph.py runs the engine at W = 1..3"
+    ),
     "fleetgnn train --engine fullgraph --nproc 4 --model gcn --dataset data/products-0.05": (
         "starts 4 processes (over 30 s on 2 cores); tests/engines/test_fullgraph.py runs the engine"
     ),

@@ -408,6 +408,10 @@ class TaskKnobs(Knobs):
             their Hadamard product, ``"distmult"``.
         link_loss: ``"bce"`` (binary cross-entropy on logits) or ``"bpr"`` (link).
         link_dim: Width of the node embeddings, the model's last layer (link).
+        keep_target_edges: In edge mini-batches, keep a batch's target edges (and their
+            reverses) in its own message passing (link; default ``false``: they are dropped
+            from the batch's sampled blocks, so an edge cannot be read off its own
+            neighbourhood).
     """
 
     task: str = "node"
@@ -418,6 +422,7 @@ class TaskKnobs(Knobs):
     decoder: str = "dot"
     link_loss: str = "bce"
     link_dim: int = 16
+    keep_target_edges: bool = False
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "task": TASKS,

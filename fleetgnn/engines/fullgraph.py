@@ -75,11 +75,13 @@ from fleetgnn.engines.halo import (
     build_plan,
     exchange_need_lists,
 )
+from fleetgnn.engines.link import OwnedPairs, check_link_model, check_task, full_embeddings
 from fleetgnn.engines.step import StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import check_model
 from fleetgnn.partition.chunks import contiguous_book
+from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 
 
 # ---------------------------------------------------------------------------------- tuner
@@ -264,7 +266,13 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
             exchange of the backward pass too; ``False``: one synchronous transposed exchange
             per chunk, same gradients).
         optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
-        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy).
+        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy; for a
+            link task, the task's pair loss).
+        task: What to train (``None``: node classification). A
+            :class:`~fleetgnn.tasks.LinkPrediction` runs on its split's message-passing graph;
+            each rank scores the training pairs whose source it owns, the other endpoints'
+            rows fetched from their owners once per step (differentiably; see
+            :class:`~fleetgnn.engines.link.OwnedPairs`).
     """
 
     name = "fullgraph"
@@ -278,8 +286,16 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         *,
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
+        task: Task | None = None,
     ) -> None:
         check_model(model, self.name)
+        check_task(self.name, "full", task)
+        self.task = task if task is not None else NODE_CLASSIFICATION
+        self.link = isinstance(task, LinkPrediction)
+        if self.link:  # message passing on the training edges only
+            check_link_model(model)
+            graph = task.split.train_graph  # type: ignore[union-attr]
+            loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
         dist = setup_distributed(self.name, graph, config, FullGraphEngineConfig, ctx)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         fc: FullGraphEngineConfig = dist.config
@@ -306,6 +322,15 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         self.num_classes = num_classes_of(graph)
         self.module = setup_model(self, model, optimizer, loss)
         self.model = self.module
+        if self.link:
+            offsets = torch.from_numpy(np.asarray(self.book.offsets, dtype=np.int64))
+            inv = None if identity else np.asarray(self.book.inv_perm)
+            self.pairs = OwnedPairs(self.task, inv, offsets, self.rank)  # type: ignore[arg-type]
+            self.own_ids = (
+                torch.arange(lo, hi)
+                if identity
+                else torch.from_numpy(np.asarray(self.book.perm[lo:hi], dtype=np.int64))
+            )
         self.comm_stream = torch.cuda.Stream() if self.device.type == "cuda" else None
         # ---- knobs
         num_chunks, depth = fc.num_chunks, fc.depth
@@ -388,6 +413,9 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
 
         def forward() -> StepLoss:
             logits = self.module([agg] * self.num_layers, self.x, step=epoch)
+            if self.link:  # one step per epoch: negatives keyed by the epoch
+                comm = self.comm if self.world_size > 1 else None
+                return self.pairs.loss(self.module, comm, logits, self.loss, epoch)
             logits_t = logits.index_select(0, self.train_idx)
             target = self.y.index_select(0, self.train_idx)
             return StepLoss.of(self.loss, logits_t, target, self.global_train)
@@ -448,6 +476,12 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         """Accuracy per split and validation loss, summed over ranks (numerators/denominators)."""
         logits = self.infer()
         reduce = self.comm.all_reduce_sum if self.world_size > 1 else None
+        if self.link:  # every node's embedding on every rank; each rank scores its share
+            comm = self.comm if self.world_size > 1 else None
+            h = full_embeddings(comm, logits, self.own_ids, self.graph.num_nodes)
+            share = (self.rank, self.world_size)
+            with torch.no_grad():
+                return self.task.evaluate(h, self.module.decoder, reduce, share)  # type: ignore[call-arg]
         return split_metrics(logits, self.y, self.masks, reduce)
 
     # ------------------------------------------------------------------ state

@@ -1,33 +1,55 @@
-"""Link prediction on the engines: which engines train it, and the full-graph step and evaluation.
+"""Link prediction on the engines: which engines train it, its steps and its evaluation.
 
-So far the ``reference`` engine in ``full`` mode trains ``train.task=link``
-(:data:`~fleetgnn.config.run.LINK_ENGINES`); every other engine refuses a link task in one line
-naming it (:func:`check_task`). A full-graph link step runs the encoder over the message-passing
-graph of training edges, scores every training edge and its keyed negatives
-(:class:`~fleetgnn.tasks.NegativeSampler`, keyed by the global step) with the model's decoder,
-and trains on the task's loss, averaged over the training edges.
+The engines and modes of :data:`~fleetgnn.config.run.LINK_ENGINES` train ``train.task=link``;
+every other one refuses a link task in one line naming them (:func:`check_task`).
+
+Negatives are keyed by ``(seed, epoch, src, dst)`` (:class:`~fleetgnn.tasks.NegativeSampler`
+with the epoch as its step): each training edge is a positive once per epoch in either mode, so
+every engine, mode and world size draws the same negatives for the same edge in the same epoch.
+
+- Full graph (:func:`full_graph_link_loss`): the encoder runs over the message-passing graph of
+  training edges; every training edge and its negatives are scored with the model's decoder and
+  the task's loss is averaged over the training edges.
+- Edge mini-batches (:class:`EdgeBatches`): the seeds of a step are a batch of training edges,
+  dealt like node seeds (:class:`~fleetgnn.sampling.SeedLoader` over edge positions: a keyed
+  order per epoch, equal slots per rank). The sampler samples the neighbourhoods of the union of
+  the endpoints of the positives and their negatives (deduplicated; PyG's ``sample_from_edges``,
+  GraphBolt's ``MiniBatch``), with the batch's target edges and their reverses dropped from its
+  blocks unless the task keeps them (``train.keep_target_edges``). Each rank's loss is its
+  positives' summed loss over the step's positives on every rank, so the summed gradient is the
+  gradient of the step's mean loss.
+- Distributed full graph (``fullgraph``, :class:`OwnedPairs`): rank ``r`` scores the training
+  pairs whose source it owns; the destinations' and negatives' rows are fetched from their
+  owners once per step (:func:`owner_rows`: an all-to-all of IDs, then a differentiable
+  all-to-all of rows whose backward returns the gradients), and the loss is divided by every
+  rank's pairs. Its evaluation sums the owned rows into every node's embedding
+  (:func:`full_embeddings`) and scores each rank's share of the pairs, as below.
+- Evaluation of the sampled engines (:func:`sampled_link_metrics`): streaming layer-wise
+  inference gives each rank its node range's embeddings, the ranges are summed into every node's
+  embedding on every rank (one all-reduce of ``[N, link_dim]``), and each rank scores its share
+  of the fixed evaluation pairs into the task's summable metric sums, all-reduced.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 
-from fleetgnn.config.run import LINK_ENGINES
+from fleetgnn.config.run import LINK_ENGINES, link_refusal
+from fleetgnn.engines.chunks import Chunking
+from fleetgnn.engines.inference import layer_widths, stream_inference
 from fleetgnn.engines.step import StepLoss
 from fleetgnn.errors import ConfigError
+from fleetgnn.sampling import Block, NeighborSampler, SeedLoader, edge_keys
 from fleetgnn.tasks import LinkPrediction, Task
 
 
 def check_task(engine: str, mode: str, task: Task | None) -> None:
     """Raise :class:`ConfigError` if ``engine`` in ``mode`` cannot train ``task``."""
     if isinstance(task, LinkPrediction) and (engine, mode) not in LINK_ENGINES:
-        can = ", ".join(f"{e} (mode {m})" for e, m in LINK_ENGINES)
-        raise ConfigError(
-            f"the {engine} engine (mode {mode}) does not train link prediction yet; "
-            f"link prediction runs on: {can}"
-        )
+        raise ConfigError(link_refusal(engine, mode))
 
 
 def check_link_model(model: torch.nn.Module) -> None:
@@ -54,7 +76,224 @@ def full_graph_link_loss(
 ) -> StepLoss:
     """The step's loss over every training edge and its negatives, from all embeddings ``h``."""
     src, dst = task.train_pairs()
-    neg = task.sampler.sample(src, dst, step)
+    neg = task.sampler.sample(src, dst, step)  # one step per epoch: step == epoch
     dev = h.device
     scores = pair_scores(model.decoder, h, src.to(dev), dst.to(dev), neg.to(dev))
     return StepLoss.of(loss, scores, None, int(src.numel()), task)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass(frozen=True)
+class EdgeBatch:
+    """One rank's edge mini-batch of a step.
+
+    Attributes:
+        seeds: int64 ``[S]`` sorted distinct endpoints of the positives and negatives (the
+            output nodes of the blocks).
+        src: int64 ``[P]`` positions in ``seeds`` of the positives' sources.
+        dst: int64 ``[P]`` positions of their destinations.
+        neg: int64 ``[P, K]`` positions of their negative destinations.
+        blocks: The sampled blocks (``blocks[-1].dst_ids == seeds``).
+        global_count: Positives of the step over every rank.
+    """
+
+    seeds: torch.Tensor
+    src: torch.Tensor
+    dst: torch.Tensor
+    neg: torch.Tensor
+    blocks: list[Block]
+    global_count: int
+
+
+class EdgeBatches:
+    """Batches of training edges for one rank, and the blocks each one samples.
+
+    Args:
+        task: The link task (training pairs, negatives, ``keep_target_edges``).
+        sampler: The neighbour sampler (over the message-passing graph).
+        batch_size: Positive edges per rank per step.
+        rank: This rank.
+        world_size: Data-parallel ranks.
+        seed: Run seed (the per-epoch order of the edges).
+    """
+
+    def __init__(
+        self,
+        task: LinkPrediction,
+        sampler: NeighborSampler,
+        batch_size: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+    ) -> None:
+        self.task, self.sampler = task, sampler
+        self.src, self.dst = task.train_pairs()
+        self.loader = SeedLoader(
+            torch.arange(self.src.numel()),
+            batch_size,
+            rank=rank,
+            world_size=world_size,
+            seed=seed,
+        )
+        self.rank, self.world_size = rank, world_size
+
+    @property
+    def num_batches(self) -> int:
+        """Steps per epoch (equal on every rank)."""
+        return self.loader.num_batches
+
+    def global_count(self, step: int) -> int:
+        """Positives of ``step`` over every rank (no communication)."""
+        bounds = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
+        return int(sum(hi - lo for lo, hi in bounds))
+
+    def batch(self, epoch: int, step: int, stream: int | None = None) -> EdgeBatch:
+        """This rank's edge batch of ``(epoch, step)``, blocks sampled with ``stream``.
+
+        ``stream`` (``None``: the rank) keys the neighbour sampling, as node batches do.
+        """
+        idx = self.loader.batch(epoch, step)
+        src, dst = self.src[idx], self.dst[idx]
+        neg = self.task.sampler.sample(src, dst, epoch)
+        seeds = torch.unique(torch.cat([src, dst, neg.reshape(-1)]))
+        n = self.sampler.topology.num_nodes
+        exclude = None if self.task.keep_target_edges else edge_keys(src, dst, n)
+        blocks = self.sampler.sample(
+            seeds, epoch, step, stream=self.rank if stream is None else stream, exclude=exclude
+        )
+
+        def pos(ids: torch.Tensor) -> torch.Tensor:
+            return torch.searchsorted(seeds, ids)
+
+        return EdgeBatch(seeds, pos(src), pos(dst), pos(neg), blocks, self.global_count(step))
+
+
+def edge_batch_loss(
+    model: Any, task: LinkPrediction, h: torch.Tensor, batch: EdgeBatch, loss: Any
+) -> StepLoss:
+    """The step loss of an edge batch from its seeds' output rows ``h`` ``[S, D]``."""
+    dev = h.device
+    scores = pair_scores(model.decoder, h, batch.src.to(dev), batch.dst.to(dev), batch.neg.to(dev))
+    return StepLoss.of(loss, scores, None, batch.global_count, task)  # type: ignore[arg-type]
+
+
+def sampled_link_metrics(engine: Any) -> dict[str, float]:
+    """Link metrics of a sampled engine (see the module docstring); collective over ranks.
+
+    ``engine``: a sampled engine training a link task (its ``module``, ``graph``,
+    ``eval_topology``, ``_features``, ``comm``, ``device``, ``dtype``, ``chunking`` and config).
+    """
+    graph, comm, module = engine.graph, engine.comm, engine.module
+    in_width = int(graph.num_features)
+    width = layer_widths(
+        module, in_width, module.num_layers, device=engine.device, dtype=engine.dtype
+    )[-1]
+    h = torch.zeros(graph.num_nodes, width, dtype=engine.dtype, device=engine.device)
+
+    def sink(ids: Any, rows: torch.Tensor) -> None:
+        h[torch.from_numpy(ids).to(h.device)] = rows
+
+    stream_inference(
+        module,
+        engine.eval_topology,
+        engine._features,
+        graph.indptr,
+        sink,
+        in_width=in_width,
+        comm=comm,
+        device=engine.device,
+        dtype=engine.dtype,
+        chunking=getattr(engine, "chunking", None) or Chunking(),
+        scratch_dir=engine.config.scratch_dir,
+        same_host=engine.ctx.same_host,
+    )
+    world = comm.world_size if comm is not None else 1
+    if world > 1:  # each rank wrote its range only: the sum is every node's row
+        h = comm.all_reduce_sum(h)
+    decoder = module.decoder
+    with torch.no_grad():
+        if world == 1:
+            return engine.task.evaluate(h, decoder)
+        return engine.task.evaluate(h, decoder, comm.all_reduce_sum, share=(comm.rank, world))
+
+
+def owner_rows(
+    comm: Any, h_own: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor
+) -> torch.Tensor:
+    """Rows ``[len(ids), D]`` of nodes ``ids`` from their owners' ``h_own``, differentiably.
+
+    Rank ``r`` owns the (new) IDs ``[offsets[r], offsets[r + 1])`` and holds their rows
+    ``h_own``. Each distinct ID is requested once from its owner (one all-to-all of IDs) and its
+    row comes back in a second, differentiable all-to-all
+    (:meth:`~fleetgnn.distributed.Communicator.all_to_all`), whose backward returns the rows'
+    gradients to their owners. Collective: every rank calls it, also with no ``ids``.
+    """
+    world = comm.world_size if comm is not None else 1
+    lo = int(offsets[comm.rank if comm is not None else 0])
+    if world == 1:
+        return h_own[ids - lo]
+    uniq, inv = torch.unique(ids.cpu(), return_inverse=True)  # sorted: grouped by owner
+    owner = torch.searchsorted(offsets[1:].cpu(), uniq, right=True)
+    send = torch.bincount(owner, minlength=world).tolist()
+    req, recv = comm.all_to_all(uniq.to(h_own.device), send)
+    rows = h_own[req.to(h_own.device) - lo]
+    back, _ = comm.all_to_all(rows, recv, recv_counts=send)
+    return back[inv.to(back.device)]
+
+
+class OwnedPairs:
+    """The training pairs a rank scores in a distributed full-graph step (it owns the source).
+
+    Args:
+        task: The link task (its training pairs, in original IDs).
+        inv_perm: ``[N]`` original -> new IDs (``None``: the identity).
+        offsets: int64 ``[W + 1]`` new-ID ranges of the ranks.
+        rank: This rank.
+    """
+
+    def __init__(
+        self, task: LinkPrediction, inv_perm: Any, offsets: torch.Tensor, rank: int
+    ) -> None:
+        self.task = task
+        self.inv = None if inv_perm is None else torch.from_numpy(inv_perm.astype("int64"))
+        self.offsets = offsets.cpu().to(torch.int64)
+        src, dst = task.train_pairs()
+        mine = self.owner(self.new(src)) == rank
+        self.src, self.dst = src[mine], dst[mine]  # original IDs (the negatives' keys)
+        self.total = int(src.numel())
+
+    def new(self, ids: torch.Tensor) -> torch.Tensor:
+        """New IDs of original ``ids``."""
+        return ids if self.inv is None else self.inv[ids]
+
+    def owner(self, new_ids: torch.Tensor) -> torch.Tensor:
+        """The rank owning each new ID."""
+        return torch.searchsorted(self.offsets[1:], new_ids, right=True)
+
+    def loss(self, model: Any, comm: Any, h_own: torch.Tensor, loss: Any, epoch: int) -> StepLoss:
+        """This rank's share of the full-graph link loss (over every rank's training pairs)."""
+        neg = self.task.sampler.sample(self.src, self.dst, epoch)  # [P, K], original IDs
+        p, k = neg.shape
+        rank = comm.rank if comm is not None else 0
+        dev = h_own.device
+        lo = int(self.offsets[rank])
+        far = owner_rows(
+            comm, h_own, torch.cat([self.new(self.dst), self.new(neg).reshape(-1)]), self.offsets
+        )
+        table = torch.cat([h_own[(self.new(self.src) - lo).to(dev)], far])
+        ar = torch.arange(p, device=dev)
+        scores = pair_scores(
+            model.decoder, table, ar, p + ar, 2 * p + torch.arange(p * k, device=dev).view(p, k)
+        )
+        return StepLoss.of(loss, scores, None, self.total, self.task)  # type: ignore[arg-type]
+
+
+def full_embeddings(
+    comm: Any, h_own: torch.Tensor, orig_ids: torch.Tensor, num_nodes: int
+) -> torch.Tensor:
+    """Every node's row ``[N, D]`` (original IDs) on every rank, from each rank's owned rows."""
+    h = torch.zeros(num_nodes, h_own.shape[1], dtype=h_own.dtype, device=h_own.device)
+    h[orig_ids.to(h.device)] = h_own
+    if comm is not None and comm.world_size > 1:
+        h = comm.all_reduce_sum(h)
+    return h

@@ -62,6 +62,14 @@ from fleetgnn.engines.common import (
     setup_distributed,
     setup_model,
 )
+from fleetgnn.engines.link import (
+    EdgeBatch,
+    EdgeBatches,
+    check_link_model,
+    check_task,
+    edge_batch_loss,
+    sampled_link_metrics,
+)
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError
@@ -77,6 +85,7 @@ from fleetgnn.store import (
     parse_bytes,
 )
 from fleetgnn.store.hotness import hotness_order
+from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 
 _UNLIMITED = 1 << 62  # bytes: a budget of ``None`` means "no limit"
 _LINKS: tuple[str, ...] = tuple(SOURCE_LINKS.values())
@@ -120,8 +129,9 @@ class _Batch:
     seeds: torch.Tensor
     t_sample: float
     t_gather: float
-    global_count: int  # training nodes in this step over all ranks
+    global_count: int  # training nodes (link: positive edges) in this step over all ranks
     traffic: dict[str, int]
+    edges: EdgeBatch | None = None  # a link task's edge batch (its seeds are ``seeds``)
 
 
 class MinibatchEngine(SampledEngine):
@@ -136,7 +146,11 @@ class MinibatchEngine(SampledEngine):
             :func:`~fleetgnn.distributed.init` from the environment).
         config: A :class:`~fleetgnn.config.MinibatchEngineConfig`.
         optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
-        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy).
+        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy; for a
+            link task, the task's pair loss).
+        task: What to train (``None``: node classification). A
+            :class:`~fleetgnn.tasks.LinkPrediction` trains on batches of its split's training
+            edges over its message-passing graph (:class:`~fleetgnn.engines.link.EdgeBatches`).
     """
 
     name = "minibatch"
@@ -150,7 +164,15 @@ class MinibatchEngine(SampledEngine):
         *,
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
+        task: Task | None = None,
     ) -> None:
+        mode = getattr(config, "mode", None) or "minibatch"
+        check_task(self.name, mode, task)
+        self.task = task if task is not None else NODE_CLASSIFICATION
+        self.link = isinstance(task, LinkPrediction)
+        if self.link:  # message passing on the training edges only
+            graph = task.split.train_graph  # type: ignore[union-attr]
+            loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
         dist = setup_distributed(self.name, graph, config, MinibatchEngineConfig, ctx)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         sc: MinibatchEngineConfig = dist.config
@@ -183,8 +205,9 @@ class MinibatchEngine(SampledEngine):
             topology=sc.topology,
             hosts=self.hosts,
         )
-        self.num_classes = num_classes_of(graph)
-        self.y = LabelRows(graph.y, self.num_classes)  # each batch reads its own (no [N] copy)
+        if not self.link:
+            self.num_classes = num_classes_of(graph)
+            self.y = LabelRows(graph.y, self.num_classes)  # each batch reads its own rows
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
         self.module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere
@@ -194,6 +217,16 @@ class MinibatchEngine(SampledEngine):
             train_ids, sc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
         )
         self.sampler = NeighborSampler(self.store, list(sc.fanouts), seed=self.seed)
+        if self.link:
+            check_link_model(self.module)
+            self.edges = EdgeBatches(
+                self.task,  # type: ignore[arg-type]
+                self.sampler,
+                sc.batch_size,
+                rank=self.rank,
+                world_size=self.world_size,
+                seed=self.seed,
+            )
         self.eval_topology = self.store
         self.prefetcher: Prefetcher[_Batch] = Prefetcher(
             self.prepare, enabled=sc.prefetch, name="fleetgnn-prefetch"
@@ -221,7 +254,7 @@ class MinibatchEngine(SampledEngine):
     # ------------------------------------------------------------------ batches
     def steps_per_epoch(self) -> int:
         """Batches per epoch, equal on every rank."""
-        return self.loader.num_batches
+        return self.edges.num_batches if self.link else self.loader.num_batches
 
     def _global_count(self, step: int) -> int:
         lo_hi = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
@@ -235,13 +268,19 @@ class MinibatchEngine(SampledEngine):
         """
         before = self.store_meter.snapshot()  # only this thread reads the store meanwhile
         t0 = time.perf_counter()
-        seeds = self.loader.batch(epoch, step)
-        blocks = self.sampler.sample(seeds, epoch, step, stream=self.rank)
+        edges = None
+        if self.link:
+            edges = self.edges.batch(epoch, step)
+            seeds, blocks, count = edges.seeds, edges.blocks, edges.global_count
+        else:
+            seeds = self.loader.batch(epoch, step)
+            blocks = self.sampler.sample(seeds, epoch, step, stream=self.rank)
+            count = self._global_count(step)
         t1 = time.perf_counter()
         x = self._features(blocks[0].src_ids)
         t2 = time.perf_counter()
         traffic = {k: v["bytes"] for k, v in self.store_meter.delta(before).items()}
-        return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, self._global_count(step), traffic)
+        return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, count, traffic, edges)
 
     # ------------------------------------------------------------------ training
     def _epoch_start(self) -> None:
@@ -300,6 +339,9 @@ class MinibatchEngine(SampledEngine):
                 for b in batch.blocks
             ]
             logits = self.module(aggs, batch.x, step=epoch * self.steps_per_epoch() + step)
+            if batch.edges is not None:
+                task = self.task
+                return edge_batch_loss(self.module, task, logits, batch.edges, self.loss)  # type: ignore[arg-type]
             target = self.y[batch.seeds].to(self.device)
             return StepLoss.of(self.loss, logits, target, batch.global_count)
 
@@ -313,6 +355,12 @@ class MinibatchEngine(SampledEngine):
         )
 
     # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict[str, float]:
+        """Node task: accuracies (streaming); link task: AUC/AP/MRR/Hits from summed sums."""
+        if self.link:
+            return sampled_link_metrics(self)
+        return super().evaluate()
+
     def _features(self, ids: torch.Tensor) -> torch.Tensor:
         """Input rows through the store, cast and normalised like the reference engine's."""
         x = self.store.gather(ids).to(device=self.device, dtype=self.dtype)

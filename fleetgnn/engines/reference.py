@@ -6,7 +6,8 @@ Two modes over the same model objects:
   is the mean cross-entropy over all training nodes.
 - ``minibatch``: the training nodes are shuffled by ``(seed, epoch)`` and cut into batches;
   each step samples blocks with :class:`~fleetgnn.sampling.NeighborSampler` (randomness keyed
-  by ``(seed, epoch, step)``), gathers the input rows and trains on the batch's mean loss.
+  by ``(seed, epoch, step)``), gathers the input rows and trains on the batch's mean loss. A
+  link task's batches are training edges instead (:class:`~fleetgnn.engines.link.EdgeBatches`).
 
 Dropout masks are keyed by ``(seed, global step, layer, node ID, feature)`` where the global step
 is ``epoch * steps_per_epoch + step``, so a resumed run draws exactly the masks of an
@@ -42,7 +43,13 @@ from fleetgnn.engines.common import (
     split_metrics,
 )
 from fleetgnn.engines.inference import streaming_metrics
-from fleetgnn.engines.link import check_link_model, check_task, full_graph_link_loss
+from fleetgnn.engines.link import (
+    EdgeBatches,
+    check_link_model,
+    check_task,
+    edge_batch_loss,
+    full_graph_link_loss,
+)
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
@@ -65,8 +72,9 @@ class ReferenceEngine(EngineBase):
         loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy; for a
             link task, the task's pair loss).
         task: What to train (``None``: node classification). A
-            :class:`~fleetgnn.tasks.LinkPrediction` trains in ``full`` mode on its split's
-            message-passing graph (:mod:`fleetgnn.engines.link`).
+            :class:`~fleetgnn.tasks.LinkPrediction` trains on its split's message-passing
+            graph, in ``full`` mode on every training edge, in ``minibatch`` mode on edge
+            batches (:mod:`fleetgnn.engines.link`).
     """
 
     name = "reference"
@@ -120,6 +128,13 @@ class ReferenceEngine(EngineBase):
                 self.train_ids, config.batch_size, seed=self.seed, shuffle=True
             )
             self.sampler = NeighborSampler(self.topology, list(config.fanouts), seed=self.seed)
+            if self.link:
+                self.edges = EdgeBatches(
+                    self.task,  # type: ignore[arg-type]
+                    self.sampler,
+                    config.batch_size,
+                    seed=self.seed,
+                )
         self._full_agg: LocalAggregator | None = None
         self._memory: dict[str, int] = {}
         #: How mini-batch-mode evaluation cuts the nodes into chunks (bounds its memory).
@@ -141,7 +156,9 @@ class ReferenceEngine(EngineBase):
 
     def steps_per_epoch(self) -> int:
         """One step per epoch in full mode; the number of batches in mini-batch mode."""
-        return 1 if self.mode == "full" else self.loader.num_batches
+        if self.mode == "full":
+            return 1
+        return self.edges.num_batches if self.link else self.loader.num_batches
 
     def _global_step(self, epoch: int, step: int) -> int:
         return epoch * self.steps_per_epoch() + step
@@ -175,18 +192,41 @@ class ReferenceEngine(EngineBase):
 
     def train_step(self, epoch: int, step: int) -> StepStats:
         """One optimisation step (:func:`~fleetgnn.engines.step.train_step`; no gradient sync)."""
+        if self.link and self.mode == "minibatch":
+            return self._edge_step(epoch, step)
         t_start = self.clock()
         aggs, x, seeds, t_sample = self.batch(epoch, step)
         t_gather = self.clock() - t_start - t_sample
 
         def forward() -> StepLoss:
             logits = self.model(aggs, x, step=self._global_step(epoch, step))
-            if self.link:
-                g_step = self._global_step(epoch, step)
-                return full_graph_link_loss(self.model, self.task, logits, self.loss, g_step)
+            if self.link:  # full mode: one step per epoch, negatives keyed by the epoch
+                task = self.task
+                return full_graph_link_loss(self.model, task, logits, self.loss, epoch)
             if self.mode == "full":
                 logits = logits[seeds]
             return StepLoss.of(self.loss, logits, self.y[seeds], int(seeds.numel()))
+
+        prepared = Prepared(
+            t_sample,
+            t_gather,
+            inline=t_sample + t_gather,
+            traffic={"local": int(x.numel() * x.element_size())},
+        )
+        return run_step(self, forward, prepared=prepared)
+
+    def _edge_step(self, epoch: int, step: int) -> StepStats:
+        """One step on a batch of training edges (:class:`~fleetgnn.engines.link.EdgeBatches`)."""
+        t0 = self.clock()
+        batch = self.edges.batch(epoch, step)
+        t_sample = self.clock() - t0
+        x = self.x[batch.blocks[0].src_ids.to(self.device)]
+        t_gather = self.clock() - t0 - t_sample
+        aggs = [self._local(b) for b in batch.blocks]
+
+        def forward() -> StepLoss:
+            h = self.model(aggs, x, step=self._global_step(epoch, step))
+            return edge_batch_loss(self.model, self.task, h, batch, self.loss)  # type: ignore[arg-type]
 
         prepared = Prepared(
             t_sample,

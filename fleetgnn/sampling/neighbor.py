@@ -38,6 +38,7 @@ __all__ = [
     "NeighborSampler",
     "TopologySource",
     "append_unique",
+    "edge_keys",
     "full_neighbor_block",
     "sample_neighbors",
     "sample_neighbors_from",
@@ -499,9 +500,21 @@ def _make_block(
     fanout: int,
     rng: np.random.Generator,
     with_edge_weight: bool,
+    exclude: Tensor | None = None,
 ) -> tuple[Block, Tensor]:
-    """One hop: sample, deduplicate, build the block; also returns the sources' int64 degrees."""
+    """One hop: sample, deduplicate, build the block; also returns the sources' int64 degrees.
+
+    ``exclude``: sorted keys (:func:`edge_keys`) of edges dropped from the sampled ones.
+    """
     indptr_s, nbrs, weight = _sample_hop(topo, dst, dst_degree, fanout, rng, with_edge_weight)
+    if exclude is not None and exclude.numel() and nbrs.numel():
+        row = torch.repeat_interleave(torch.arange(dst.numel()), indptr_s[1:] - indptr_s[:-1])
+        keep = ~_isin_sorted(dst[row] * topo.num_nodes + nbrs, exclude)
+        if not bool(keep.all()):  # drop them; edges stay grouped by destination
+            nbrs, row = nbrs[keep], row[keep]
+            weight = weight[keep] if weight is not None else None
+            indptr_s = torch.zeros_like(indptr_s)
+            indptr_s[1:] = torch.cumsum(torch.bincount(row, minlength=dst.numel()), 0)
     src_ids, local, _ = append_unique(dst, nbrs)
     new_degree = topo.in_degree(src_ids[dst.numel() :])
     src_degree = np.concatenate([dst_degree.cpu().numpy(), new_degree.cpu().numpy()])
@@ -514,6 +527,25 @@ def _make_block(
         edge_weight=weight,
     )
     return block, torch.from_numpy(src_degree.astype(np.int64, copy=False))
+
+
+def edge_keys(src: Tensor, dst: Tensor, num_nodes: int, *, reverse: bool = True) -> Tensor:
+    """Sorted unique keys ``dst * N + src`` of edges ``src -> dst`` (and ``dst -> src``).
+
+    What :meth:`NeighborSampler.sample`'s ``exclude`` takes: a link batch's target pairs and
+    their reverses, so neither carries a message in the batch's own blocks.
+    """
+    src, dst = src.cpu().long(), dst.cpu().long()
+    keys = dst * int(num_nodes) + src
+    if reverse:
+        keys = torch.cat([keys, src * int(num_nodes) + dst])
+    return torch.unique(keys)
+
+
+def _isin_sorted(values: Tensor, sorted_keys: Tensor) -> Tensor:
+    """``values[i] in sorted_keys`` for each ``i`` (``sorted_keys`` ascending, non-empty)."""
+    pos = torch.searchsorted(sorted_keys, values).clamp_(max=sorted_keys.numel() - 1)
+    return sorted_keys[pos] == values
 
 
 def full_neighbor_block(topology: TopologySource | Graph, dst_ids: Tensor) -> Block:
@@ -587,7 +619,13 @@ class NeighborSampler:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
 
     def sample(
-        self, seeds: Tensor, epoch: int = 0, step: int = 0, *, stream: int = 0
+        self,
+        seeds: Tensor,
+        epoch: int = 0,
+        step: int = 0,
+        *,
+        stream: int = 0,
+        exclude: Tensor | None = None,
     ) -> list[Block]:
         """Sample the blocks of one mini-batch.
 
@@ -596,6 +634,9 @@ class NeighborSampler:
             epoch: Epoch index (>= 0), part of the random key.
             step: Step index within the epoch (>= 0), part of the random key.
             stream: Extra key, e.g. the data-parallel rank (>= 0).
+            exclude: Sorted edge keys (:func:`edge_keys`) dropped from every hop's sampled
+                edges after sampling (a link batch's target edges; ``None``: none). A hop then
+                holds up to ``fanout`` edges per destination; the draws are unchanged.
 
         Returns:
             ``num_layers`` blocks from the input layer to the output layer;
@@ -610,7 +651,9 @@ class NeighborSampler:
         deg = self.topology.in_degree(dst)
         for hop, fanout in enumerate(self.fanouts):
             rng = self.generator(key[0], key[1], hop, key[2])
-            block, deg = _make_block(self.topology, dst, deg, fanout, rng, self.with_edge_weight)
+            block, deg = _make_block(
+                self.topology, dst, deg, fanout, rng, self.with_edge_weight, exclude
+            )
             blocks.append(block)
             dst = block.src_ids
         blocks.reverse()

@@ -122,6 +122,9 @@ class LinkPrediction:
         sampler: ``"uniform"`` or ``"degree"`` (:class:`NegativeSampler`).
         loss: ``"bce"`` or ``"bpr"``.
         seed: Run seed (negatives are keyed by it).
+        keep_target_edges: In edge mini-batches, keep a batch's target edges (and their
+            reverses) in its own message passing (default: excluded, so the model cannot read
+            an edge's existence off its own neighbourhood).
 
     Evaluation reports ``{val,test}_auc``, ``_ap`` (GAE protocol negatives) and ``_mrr``,
     ``_hits@K`` (OGB protocol negatives); the best epoch is selected on ``val_auc``.
@@ -138,12 +141,14 @@ class LinkPrediction:
         sampler: str = "uniform",
         loss: str = "bce",
         seed: int = 0,
+        keep_target_edges: bool = False,
     ) -> None:
         if loss not in LOSSES:
             raise ConfigError(f"link loss {loss!r} is unknown; use one of {', '.join(LOSSES)}")
         self.split = split
         self.loss_name = loss
         self.loss_fn: LinkLossFn = LOSSES[loss]
+        self.keep_target_edges = bool(keep_target_edges)
         graph = split.train_graph
         self.sampler = NegativeSampler(
             graph.num_nodes,
@@ -182,23 +187,31 @@ class LinkPrediction:
 
     # ------------------------------------------------------------------ evaluation
     def metric_sums(
-        self, h: torch.Tensor, decoder: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+        self,
+        h: torch.Tensor,
+        decoder: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        share: tuple[int, int] = (0, 1),
     ) -> dict[str, torch.Tensor]:
         """Per evaluation split, the summable histogram and ranking sums of its fixed pairs.
 
         ``h`` ``[N, D]``: every node's embedding (from the message-passing graph of training
         edges). Returns ``{"val_hist", "val_rank", "test_hist", "test_rank"}``
         (:func:`~fleetgnn.tasks.link_metrics.histogram_sums`, :func:`...ranking_sums`).
+        ``share=(r, W)``: only part ``r`` of ``W`` contiguous, near-equal parts of each split's
+        pairs (rank ``r``'s; the parts' sums add up to the whole's).
         """
         out: dict[str, torch.Tensor] = {}
         dev = h.device
+        r, w = share
         for s in ("val", "test"):
-            pos = torch.from_numpy(self.split.pos[s]).to(dev)
-            neg = torch.from_numpy(self.split.neg[s]).to(dev)
+            n = self.split.pos[s].shape[1]
+            lo, hi = n * r // w, n * (r + 1) // w
+            pos = torch.from_numpy(self.split.pos[s][:, lo:hi]).to(dev)
+            neg = torch.from_numpy(self.split.neg[s][:, lo:hi]).to(dev)
             ps = decoder(h[pos[0]], h[pos[1]])
             ns = decoder(h[neg[0]], h[neg[1]])
             out[f"{s}_hist"] = histogram_sums(ps, ns)
-            nd = torch.from_numpy(self.split.neg_dst[s]).to(dev)  # [P, K]
+            nd = torch.from_numpy(self.split.neg_dst[s][lo:hi]).to(dev)  # [P, K]
             k = nd.shape[1]
             src = pos[0].repeat_interleave(k)
             rank_neg = decoder(h[src], h[nd.reshape(-1)]).view(-1, k)
@@ -220,9 +233,13 @@ class LinkPrediction:
         h: torch.Tensor,
         decoder: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        share: tuple[int, int] = (0, 1),
     ) -> dict[str, float]:
-        """The evaluation metrics of embeddings ``h`` (``reduce`` sums a tensor over ranks)."""
-        sums = self.metric_sums(h, decoder)
+        """The evaluation metrics of embeddings ``h`` (``reduce`` sums a tensor over ranks).
+
+        With ``reduce``, each rank scores its ``share`` of the pairs (:meth:`metric_sums`).
+        """
+        sums = self.metric_sums(h, decoder, share)
         if reduce is not None:
             sums = {k: reduce(v) for k, v in sums.items()}
         return self.metrics_from_sums(sums)

@@ -72,7 +72,14 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
     if t.task != "link":
         return NODE_CLASSIFICATION
     split = edge_split_for(graph, cfg.data.dataset, t.val_edges, t.test_edges, int(t.seed))
-    return LinkPrediction(split, t.negatives, t.negative_sampler, t.link_loss, int(t.seed))
+    return LinkPrediction(
+        split,
+        t.negatives,
+        t.negative_sampler,
+        t.link_loss,
+        int(t.seed),
+        keep_target_edges=bool(t.keep_target_edges),
+    )
 
 
 def optimizer_from_config(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from fleetgnn.config import (
-    MinibatchEngineConfig,
+    OffloadEngineConfig,
     ReferenceEngineConfig,
+    SplitEngineConfig,
     load_config,
 )
 from fleetgnn.engines import build_engine
@@ -57,14 +58,30 @@ def test_a_full_graph_link_step_is_the_gae_loss_on_training_edges(split):
     assert 0.0 <= ev["val_auc"] <= 1.0 and eng.task.select_metric == "val_auc"
 
 
-def test_engines_without_link_prediction_refuse_it_in_one_line(split):
+CAN = (
+    r"link prediction runs on: reference \(mode=full\), reference \(mode=minibatch\), "
+    r"minibatch \(mode=minibatch\), fullgraph \(mode=full\)$"
+)
+
+
+@pytest.mark.parametrize(
+    "cfg, why",
+    [
+        (SplitEngineConfig(fanouts=(5, 5)), "endpoints may be owned by different ranks"),
+        (OffloadEngineConfig(), "last layer held in host memory"),
+    ],
+    ids=["split", "offload"],
+)
+def test_engines_without_link_prediction_refuse_it_in_one_line(split, cfg, why):
     graph = split.train_graph
-    task = LinkPrediction(split)
-    for cfg in (MinibatchEngineConfig(fanouts=(5, 5)), ReferenceEngineConfig(mode="minibatch")):
-        with pytest.raises(ConfigError, match=r"link prediction runs on: reference \(mode full\)"):
-            build_engine(_model(graph), graph, cfg, task=task)
-    with pytest.raises(ConfigError, match="train.task=link is not supported by"):
-        load_config(overrides=["train.task=link", "train.engine=minibatch"]).validate()
+    with pytest.raises(ConfigError, match=why + ".*" + CAN) as err:
+        build_engine(_model(graph), graph, cfg, task=LinkPrediction(split))
+    assert "\n" not in str(err.value)
+    engine = type(cfg).__name__.removesuffix("EngineConfig").lower()
+    over = ["train.task=link", f"train.engine={engine}"]
+    with pytest.raises(ConfigError, match="train.task=link: .*" + why) as err:
+        load_config(overrides=over).validate()
+    assert "\n" not in str(err.value) and "reference (train.mode=minibatch)" in str(err.value)
 
 
 @pytest.mark.slow
