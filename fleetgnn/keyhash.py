@@ -12,7 +12,8 @@ the statistical tests) and ``sampling`` (the neighbour sampler's Fisher-Yates dr
   hash ``y = (a ^ c_f) * m; y ^= y >> 15; h = y * 0x846CA68B`` (all mod ``2^32``), computed in
   int32 torch ops on the rows' device;
 - :func:`bounded_draws`: integers uniform in ``[0, n)`` from the element hashes by Lemire's
-  multiply-shift, ``(h * n) >> 32``.
+  multiply-shift, ``(h * n) >> 32``; :func:`mix64_numpy` and :func:`bounded_draws_numpy` are the
+  same functions in numpy (bit-identical; numpy never spawns threads, see :func:`serial`).
 
 The module imports only torch and the errors, so every layer may use it
 (``tests/test_architecture.py`` lists it with the base modules).
@@ -20,6 +21,10 @@ The module imports only torch and the errors, so every layer may use it
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -31,10 +36,13 @@ __all__ = [
     "Keys",
     "base_key",
     "bounded_draws",
+    "bounded_draws_numpy",
     "hash32",
     "lsr",
     "mix64",
+    "mix64_numpy",
     "mix64_tensor",
+    "serial",
     "signed",
     "signed32",
     "to_int32",
@@ -143,3 +151,60 @@ def bounded_draws(rows: Tensor, bounds: Tensor) -> Tensor:
     if h.numel():
         Keys(rows, width).hash_(0, num_rows, h, torch.empty_like(h))
     return (h.long() & MASK32).mul_(bounds) >> 32
+
+
+def mix64_numpy(z: np.ndarray) -> np.ndarray:
+    """:func:`mix64_tensor` on a uint64 array (numpy's uint64 products wrap mod ``2^64``)."""
+    z = z ^ (z >> np.uint64(30))
+    z = z * np.uint64(C1)
+    z = z ^ (z >> np.uint64(27))
+    z = z * np.uint64(C2)
+    return z ^ (z >> np.uint64(31))
+
+
+def bounded_draws_numpy(rows: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """:func:`bounded_draws` in numpy: ``rows`` uint64 ``[S]``, ``bounds`` int64 ``[S, M]``.
+
+    In place where it can be (fresh large temporaries cost more in page faults than the
+    arithmetic).
+    """
+    width = bounds.shape[1]
+    a = (rows & np.uint64(MASK32)).astype(np.uint32)[:, None]  # [S, 1]
+    m = ((rows >> np.uint64(32)) | np.uint64(1)).astype(np.uint32)[:, None]
+    c = np.arange(width, dtype=np.uint32) * np.uint32(GOLDEN32)  # [M], wraps mod 2^32
+    y = a ^ c  # [S, M]
+    y *= m
+    y ^= y >> np.uint32(15)
+    y *= np.uint32(MULT32)
+    out = y.astype(np.uint64)
+    out *= bounds.astype(np.uint64, copy=False)
+    out >>= np.uint64(32)
+    return out.view(np.int64)
+
+
+#: One-off ops over fewer elements than this run on one thread (see :func:`serial`).
+SERIAL_ROWS = 1 << 20
+
+
+@contextlib.contextmanager
+def serial(device: torch.device, rows: int = 0) -> Iterator[None]:
+    """Run the block on one intra-op thread (CPU), for loops of small element-wise ops.
+
+    Each op of such a loop is a parallel region of ~0.1 ms: with two threads the wake-up and
+    barrier of each region cost more than they save, and when another process holds the second
+    core each region waits for it to be scheduled (measured on 2 cores with a compiler running:
+    keyed dropout of Cora's input 548 ms at 2 threads vs 12 ms at 1; a 100k x 256 layer 7.4 s
+    vs 69 ms; the torch sampler on products-like 0.05 at 2 threads on a loaded machine 0.14 vs
+    2.1 M edges/s). ``rows``: the size of a one-off op; at :data:`SERIAL_ROWS` and above it
+    keeps every thread. ``torch.set_num_threads`` sets the calling thread's OpenMP team size,
+    so other threads' ops are unaffected.
+    """
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    if threads == 1 or rows >= SERIAL_ROWS:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -42,9 +42,7 @@ reproduced across engines. A ``torch.compile``d fused mask was slower here (and 
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -56,6 +54,7 @@ from fleetgnn.keyhash import Keys as _Keys
 from fleetgnn.keyhash import base_key, mix64_tensor
 from fleetgnn.keyhash import hash32 as hash32  # re-exported: the Python reference
 from fleetgnn.keyhash import mix64 as mix64  # re-exported: the Python reference
+from fleetgnn.keyhash import serial as _serial
 from fleetgnn.keyhash import signed as _signed
 
 _SALT_NODE = 0x6E6F6465  # "node"
@@ -75,34 +74,6 @@ def _ids(name: str, ids: Tensor) -> Tensor:
             f"{type(ids).__name__} {getattr(ids, 'dtype', '')} {tuple(getattr(ids, 'shape', ()))})"
         )
     return ids.long()
-
-
-#: Row-key mixes over fewer elements than this run on one thread (see :func:`_serial`).
-_SERIAL_ROWS = 1 << 20
-
-
-@contextlib.contextmanager
-def _serial(device: torch.device, rows: int = 0) -> Iterator[None]:
-    """Run the block on one intra-op thread (CPU), for loops of small element-wise ops.
-
-    Each chunk is cache-sized (:data:`_CHUNK_CPU` elements), so every element-wise op of the
-    loop is a parallel region of ~0.1 ms: with two threads the wake-up and barrier of each
-    region cost more than they save, and when another process holds the second core each
-    region waits for it to be scheduled (measured on 2 cores with a compiler running: Cora's
-    input 548 ms at 2 threads vs 12 ms at 1; a 100k x 256 layer 7.4 s vs 69 ms). ``rows``: the
-    size of a one-off op; at :data:`_SERIAL_ROWS` and above it keeps every thread.
-    ``torch.set_num_threads`` sets the calling thread's OpenMP team size, so other threads'
-    ops are unaffected.
-    """
-    threads = torch.get_num_threads() if device.type == "cpu" else 1
-    if threads == 1 or rows >= _SERIAL_ROWS:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _rows_per_chunk(n: int, width: int, device: torch.device) -> int:
