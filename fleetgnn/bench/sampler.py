@@ -48,11 +48,13 @@ def run(
     batch: int = BATCH,
     batches_per_call: int | None = None,
     device: torch.device | str = "cpu",
+    peers: bool = True,
 ) -> list[dict[str, Any]]:
     """The sampler measurement on ``graph`` (named ``name`` in the table), on ``device``.
 
     Seeds are drawn from the training nodes (every node when ``graph`` has no training mask);
-    ``batches_per_call`` defaults to 5 (2 with ``opts.quick``). Peers run on the CPU only.
+    ``batches_per_call`` defaults to 5 (2 with ``opts.quick``). Peers (PyG, the per-seed loop)
+    run on the CPU, and only with ``peers``.
     """
     device = torch.device(device)
     fanouts = tuple(fanouts)
@@ -92,14 +94,17 @@ def run(
     calls["fleetgnn torch (CPU)"] = counted("torch_cpu", lambda: sample_all(cpu_torch, batches))
     kinds["fleetgnn torch (CPU)"] = "baseline"
     skipped = {}
-    pyg = pyg_sampler(graph, fanouts)
-    if pyg is None:
+    pyg = pyg_sampler(graph, fanouts) if peers else None
+    if not peers:
+        skipped["peers"] = "not asked for (peers=False)"
+    elif pyg is None:
         skipped["PyG sampler"] = neighbor_loader_missing() or "neither pyg-lib nor torch-sparse"
     else:
         backend, sample = pyg
         calls[f"PyG sampler ({backend})"] = counted("pyg", lambda: sum(sample(s) for s in batches))
-    loop = python_sampler(graph, fanouts, seed=0)
-    calls["per-seed Python loop (1 batch)"] = counted("python", lambda: loop(batches[0]))
+    if peers:
+        loop = python_sampler(graph, fanouts, seed=0)
+        calls["per-seed Python loop (1 batch)"] = counted("python", lambda: loop(batches[0]))
     times = interleaved(calls, opts.repeat, device)
     work = {
         name_: statistics.fmean(edges[key]) / 1e6 for name_, key in zip(calls, edges, strict=True)
