@@ -16,7 +16,8 @@ tail and the next step runs):
   same engine on the CPU).
 - ``bench``: full-graph GCN / SAGE epochs against PyG (edge_index, CSR adj_t), gspmm and feature
   gather GB/s as fractions of a device-to-device copy, host-to-device GB/s (pinned, pageable),
-  all with :mod:`fleetgnn.bench` in one child process on the device.
+  sampled edges/s of the torch sampler on the device against the CPU path (numpy), all with
+  :mod:`fleetgnn.bench` in one child process on the device.
 - ``plan``: ``fleetgnn plan --hardware h100`` (one device: W = 1), its predicted epoch of every
   engine against the epoch measured in ``engines``.
 
@@ -794,7 +795,7 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
 
     import torch
 
-    from fleetgnn.bench import epoch, gather, ops
+    from fleetgnn.bench import epoch, gather, ops, sampler
     from fleetgnn.bench.report import progress_line
     from fleetgnn.graph import open_dataset
 
@@ -876,6 +877,19 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
                 if v.get("kind") != "limit" and v.get("rate")
             }
 
+    def sampling() -> None:
+        # fanouts 15,10,5, batch 1024: the torch sampler on the device (topology copied there)
+        # against this code's CPU path (numpy), and the torch backend on the CPU
+        (row,) = sampler.run(
+            opts, threads, log, graph, name, batches_per_call=2, device=device, peers=False
+        )
+        out["rows"].append(row)
+        figs["sampler"] = {
+            "case": row["case"],
+            "m_edges_per_s": {k: v.get("rate") for k, v in row["impls"].items()},
+            "speedup": row["speedup"],
+        }
+
     def epochs() -> None:
         figs["epochs"] = {}
         for model in ("gcn", "sage"):
@@ -896,6 +910,7 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
     part("h2d", h2d)
     part("gspmm", gspmm)
     part("gather", feature_gather)
+    part("sampler", sampling)
     part("epochs", epochs)
     if device.type == "cuda":
         figs["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)

@@ -7,6 +7,12 @@ them imports, and against a per-seed Python loop (``rng.choice`` per node; one b
 it is slow). Rates are sampled edges (sum over hops) per second of each call. The row also keeps
 the last hop's time split into its phases (:func:`last_hop_phases`: draws, WholeGraph's
 Algorithm 1, neighbour reads, AppendUnique).
+
+fleetgnn's sampler has two backends giving identical blocks: numpy on the host and torch on the
+seeds' device. On the CPU ``fleetgnn`` is the default (numpy) and the torch backend on the CPU is
+a ``baseline``; on a CUDA device (``device=``) ``fleetgnn`` is the torch backend over the topology
+copied to the device (:class:`~fleetgnn.sampling.DeviceTopology`) with seeds there, and the
+CPU's numpy backend is the ``baseline`` (the issue's "sampled edges/s on CUDA vs the CPU path").
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ from fleetgnn.bench.peers import neighbor_loader_missing, pyg_sampler, python_sa
 from fleetgnn.bench.report import measurement, progress_line
 from fleetgnn.bench.timing import interleaved
 from fleetgnn.graph import Graph
-from fleetgnn.sampling import GraphTopology, NeighborSampler, append_unique
-from fleetgnn.sampling.neighbor import _draws, _offsets_numpy, _sample_offsets
+from fleetgnn.sampling import DeviceTopology, GraphTopology, NeighborSampler, append_unique
+from fleetgnn.sampling.neighbor import _draws_numpy, _offsets_numpy, _sample_offsets
 
 SECTION = "sampler"
 FANOUTS = (15, 10, 5)
@@ -41,12 +47,16 @@ def run(
     fanouts: Sequence[int] = FANOUTS,
     batch: int = BATCH,
     batches_per_call: int | None = None,
+    device: torch.device | str = "cpu",
+    peers: bool = True,
 ) -> list[dict[str, Any]]:
-    """The sampler measurement on ``graph`` (named ``name`` in the table).
+    """The sampler measurement on ``graph`` (named ``name`` in the table), on ``device``.
 
     Seeds are drawn from the training nodes (every node when ``graph`` has no training mask);
-    ``batches_per_call`` defaults to 5 (2 with ``opts.quick``).
+    ``batches_per_call`` defaults to 5 (2 with ``opts.quick``). Peers (PyG, the per-seed loop)
+    run on the CPU, and only with ``peers``.
     """
+    device = torch.device(device)
     fanouts = tuple(fanouts)
     mask = graph.train_mask
     train = np.arange(graph.num_nodes) if mask is None else np.flatnonzero(np.asarray(mask))
@@ -56,43 +66,61 @@ def run(
         torch.from_numpy(rng.choice(train, min(batch, train.size), replace=False))
         for _ in range(n_batches)
     ]
-    sampler = NeighborSampler(graph, list(fanouts), seed=0)
+    sampler = NeighborSampler(graph, list(fanouts), seed=0)  # numpy on the CPU
+    cpu_torch = NeighborSampler(graph, list(fanouts), seed=0, backend="torch")
+    on_device = device.type != "cpu"
+    if on_device:
+        dev_sampler = NeighborSampler(DeviceTopology.from_graph(graph, device), list(fanouts))
+        dev_batches = [b.to(device) for b in batches]
     edges: dict[str, list[int]] = {}
 
     def counted(key: str, fn: Callable[[], int]) -> Callable[[], None]:
         edges[key] = []
         return lambda: edges[key].append(fn())
 
-    def fleet() -> int:
+    def sample_all(s: NeighborSampler, seeds_list: list[torch.Tensor]) -> int:
         total = 0
-        for step, seeds in enumerate(batches):
-            total += sum(b.num_edges for b in sampler.sample(seeds, 0, step))
+        for step, seeds in enumerate(seeds_list):
+            total += sum(b.num_edges for b in s.sample(seeds, 0, step))
         return total
 
-    calls = {"fleetgnn": counted("fleetgnn", fleet)}
+    kinds = {}
+    if on_device:
+        calls = {"fleetgnn": counted("fleetgnn", lambda: sample_all(dev_sampler, dev_batches))}
+        calls["fleetgnn numpy (CPU)"] = counted("numpy", lambda: sample_all(sampler, batches))
+        kinds["fleetgnn numpy (CPU)"] = "baseline"
+    else:
+        calls = {"fleetgnn": counted("fleetgnn", lambda: sample_all(sampler, batches))}
+    calls["fleetgnn torch (CPU)"] = counted("torch_cpu", lambda: sample_all(cpu_torch, batches))
+    kinds["fleetgnn torch (CPU)"] = "baseline"
     skipped = {}
-    pyg = pyg_sampler(graph, fanouts)
-    if pyg is None:
+    pyg = pyg_sampler(graph, fanouts) if peers else None
+    if not peers:
+        skipped["peers"] = "not asked for (peers=False)"
+    elif pyg is None:
         skipped["PyG sampler"] = neighbor_loader_missing() or "neither pyg-lib nor torch-sparse"
     else:
         backend, sample = pyg
         calls[f"PyG sampler ({backend})"] = counted("pyg", lambda: sum(sample(s) for s in batches))
-    loop = python_sampler(graph, fanouts, seed=0)
-    calls["per-seed Python loop (1 batch)"] = counted("python", lambda: loop(batches[0]))
-    times = interleaved(calls, opts.repeat)
+    if peers:
+        loop = python_sampler(graph, fanouts, seed=0)
+        calls["per-seed Python loop (1 batch)"] = counted("python", lambda: loop(batches[0]))
+    times = interleaved(calls, opts.repeat, device)
     work = {
         name_: statistics.fmean(edges[key]) / 1e6 for name_, key in zip(calls, edges, strict=True)
     }
     row = measurement(
         SECTION,
         f"{len(fanouts)}-hop sampling, fanouts {','.join(map(str, fanouts))}, batch {batch}, "
-        f"{name}",
+        f"{name}" + (f", on {device}" if on_device else ""),
         threads,
         times,
         work=work,
         unit="M edges/s",
         skipped=skipped,
+        kinds=kinds,
         extra={
+            "device": str(device),
             "num_nodes": graph.num_nodes,
             "num_edges": graph.num_edges,
             "batches_per_call": n_batches,
@@ -118,16 +146,16 @@ def last_hop_phases(graph: Graph, blocks: Sequence[Any], fanout: int) -> dict[st
     frontier = blocks[1].src_ids if len(blocks) > 1 else blocks[0].dst_ids
     deg = topo.in_degree(frontier).numpy()
     big = deg > fanout
-    gen = np.random.default_rng(0)
+    key = 0
     phases: dict[str, Any] = {"frontier": int(frontier.numel())}
     t = time.perf_counter()
-    r = _draws(gen, deg[big], fanout)
+    r = _draws_numpy(frontier.numpy()[big], deg[big], fanout, key)
     phases["draws"] = time.perf_counter() - t
     t = time.perf_counter()
     _offsets_numpy(r, deg[big])
     phases["alg1"] = time.perf_counter() - t
     t = time.perf_counter()
-    _, row, off = _sample_offsets(deg, fanout, gen)
+    _, row, off = _sample_offsets(frontier.numpy(), deg, fanout, key)
     phases["offsets_total"] = time.perf_counter() - t
     t = time.perf_counter()
     nbrs = topo.neighbors_at(frontier[torch.from_numpy(row)], torch.from_numpy(off))

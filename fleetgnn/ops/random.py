@@ -27,6 +27,8 @@ spreads the difference to every higher bit. ``tests/ops/test_random.py`` checks 
 bits, correlations between neighbouring rows, columns, steps and layers, and that the mask of a
 subset of rows or columns is the matching slice of the full mask.
 
+The integer primitives live in :mod:`fleetgnn.keyhash`, shared with the neighbour sampler.
+
 The element hash runs as six int32 torch ops over cache-sized chunks of rows (reused scratch
 buffers; fresh large temporaries cost more in page faults than the arithmetic) and is fused with
 the mask application per chunk. Dropout is a custom autograd function that saves the mask as
@@ -40,9 +42,7 @@ reproduced across engines. A ``torch.compile``d fused mask was slower here (and 
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -50,68 +50,21 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.keyhash import Keys as _Keys
+from fleetgnn.keyhash import base_key, mix64_tensor
+from fleetgnn.keyhash import hash32 as hash32  # re-exported: the Python reference
+from fleetgnn.keyhash import mix64 as mix64  # re-exported: the Python reference
+from fleetgnn.keyhash import serial as _serial
+from fleetgnn.keyhash import signed as _signed
 
-_MASK32 = (1 << 32) - 1
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-_C1 = 0xBF58476D1CE4E5B9
-_C2 = 0x94D049BB133111EB
-_GOLDEN32 = 0x9E3779B9  # column Weyl key (odd)
-_MULT32 = 0x846CA68B  # element multiplier (odd; the second constant of Wellons' lowbias32)
 _SALT_NODE = 0x6E6F6465  # "node"
 _SALT_EDGE = 0x65646765  # "edge"
 _CHUNK_CPU = 1 << 18  # elements per chunk on CPU (int32 scratch of 1 MiB, reused)
 _CHUNK_DEVICE = 1 << 26
 
 
-def _signed(v: int) -> int:
-    v &= _MASK64
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
-def _signed32(v: int) -> int:
-    v &= _MASK32
-    return v - (1 << 32) if v >= 1 << 31 else v
-
-
-def mix64(z: int) -> int:
-    """SplitMix64 finaliser on a Python int (reference for the tensor version)."""
-    z &= _MASK64
-    z = ((z ^ (z >> 30)) * _C1) & _MASK64
-    z = ((z ^ (z >> 27)) * _C2) & _MASK64
-    return z ^ (z >> 31)
-
-
-def hash32(row_key: int, column: int) -> int:
-    """The 32-bit element hash ``h`` of a 64-bit row key and a column (Python reference).
-
-    Steps 2-4 of the module docstring; the dropout draw is ``(h >> 8) ^ 2^23``.
-    """
-    row_key &= _MASK64
-    a, m = row_key & _MASK32, (row_key >> 32) | 1
-    y = ((a ^ ((column * _GOLDEN32) & _MASK32)) * m) & _MASK32
-    y ^= y >> 15
-    return (y * _MULT32) & _MASK32
-
-
-def _lsr(z: Tensor, k: int) -> Tensor:
-    return (z >> k) & ((1 << (64 - k)) - 1)
-
-
-def mix64_tensor(z: Tensor) -> Tensor:
-    """SplitMix64 finaliser applied elementwise to an int64 tensor (bit pattern as uint64)."""
-    z = z ^ _lsr(z, 30)
-    z = z * _signed(_C1)
-    z = z ^ _lsr(z, 27)
-    z = z * _signed(_C2)
-    return z ^ _lsr(z, 31)
-
-
 def _base_key(salt: int, seed: int, step: int, layer: int) -> int:
-    k = mix64(salt)
-    for part in (seed, step, layer):
-        k = mix64(k ^ (int(part) & _MASK64))
-    return k
+    return base_key(salt, seed, step, layer)
 
 
 def _ids(name: str, ids: Tensor) -> Tensor:
@@ -121,61 +74,6 @@ def _ids(name: str, ids: Tensor) -> Tensor:
             f"{type(ids).__name__} {getattr(ids, 'dtype', '')} {tuple(getattr(ids, 'shape', ()))})"
         )
     return ids.long()
-
-
-def _to_int32(z: Tensor) -> Tensor:
-    """The low 32 bits of an int64 tensor as int32 (two's complement)."""
-    return ((z & _MASK32) ^ (1 << 31)).sub_(1 << 31).to(torch.int32)
-
-
-class _Keys:
-    """Per-row and per-column keys of one draw: int32 ``a``, ``m`` ``[N]`` and ``c`` ``[F]``."""
-
-    __slots__ = ("a", "c", "m")
-
-    def __init__(self, rows: Tensor, width: int) -> None:
-        if width < 0:
-            raise GraphError(f"'width' must be >= 0 (got {width})")
-        self.a = _to_int32(rows)
-        self.m = _to_int32(_lsr(rows, 32) | 1)
-        cols = torch.arange(width, dtype=torch.int64, device=rows.device)
-        self.c = _to_int32(cols * _GOLDEN32)
-
-    def hash_(self, r0: int, r1: int, out: Tensor, tmp: Tensor) -> Tensor:
-        """Write the element hashes of rows ``[r0, r1)`` into ``out`` (int32 ``[r1 - r0, F]``)."""
-        torch.bitwise_xor(self.a[r0:r1, None], self.c[None, :], out=out)
-        out.mul_(self.m[r0:r1, None])
-        torch.bitwise_right_shift(out, 15, out=tmp)
-        out.bitwise_xor_(tmp.bitwise_and_((1 << 17) - 1))
-        return out.mul_(_signed32(_MULT32))
-
-
-#: Row-key mixes over fewer elements than this run on one thread (see :func:`_serial`).
-_SERIAL_ROWS = 1 << 20
-
-
-@contextlib.contextmanager
-def _serial(device: torch.device, rows: int = 0) -> Iterator[None]:
-    """Run the block on one intra-op thread (CPU), for loops of small element-wise ops.
-
-    Each chunk is cache-sized (:data:`_CHUNK_CPU` elements), so every element-wise op of the
-    loop is a parallel region of ~0.1 ms: with two threads the wake-up and barrier of each
-    region cost more than they save, and when another process holds the second core each
-    region waits for it to be scheduled (measured on 2 cores with a compiler running: Cora's
-    input 548 ms at 2 threads vs 12 ms at 1; a 100k x 256 layer 7.4 s vs 69 ms). ``rows``: the
-    size of a one-off op; at :data:`_SERIAL_ROWS` and above it keeps every thread.
-    ``torch.set_num_threads`` sets the calling thread's OpenMP team size, so other threads'
-    ops are unaffected.
-    """
-    threads = torch.get_num_threads() if device.type == "cpu" else 1
-    if threads == 1 or rows >= _SERIAL_ROWS:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _rows_per_chunk(n: int, width: int, device: torch.device) -> int:

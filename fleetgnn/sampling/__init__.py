@@ -3,6 +3,7 @@
 from fleetgnn.sampling.block import Block
 from fleetgnn.sampling.loader import SeedLoader
 from fleetgnn.sampling.neighbor import (
+    DeviceTopology,
     GraphTopology,
     NeighborSampler,
     TopologySource,
@@ -15,6 +16,7 @@ from fleetgnn.sampling.neighbor import (
 
 __all__ = [
     "Block",
+    "DeviceTopology",
     "GraphTopology",
     "NeighborSampler",
     "SeedLoader",

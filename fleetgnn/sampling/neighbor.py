@@ -1,10 +1,10 @@
 """Uniform neighbour sampling without replacement, AppendUnique, and the multi-layer sampler.
 
 Sampling is vectorised over all seeds of a batch at once. For a seed with in-degree ``N`` and
-fanout ``M < N`` it draws ``r_i`` uniformly from ``[0, N - 1 - i]`` for ``i < M`` and turns the
-draws into ``M`` distinct edge offsets with WholeGraph's Algorithm 1 (after Rajan et al.): a stable
-sort of the draws plus a path-doubling pass yields exactly what the sequential partial
-Fisher-Yates shuffle produces for the same draws::
+fanout ``M < N`` it draws ``r_i`` uniformly from ``[0, N - 1 - i]`` for ``i < M`` (keyed draws,
+below) and turns the draws into ``M`` distinct edge offsets with WholeGraph's Algorithm 1 (after
+Rajan et al.): a stable sort of the draws plus a path-doubling pass yields exactly what the
+sequential partial Fisher-Yates shuffle produces for the same draws::
 
     A = [0, 1, ..., N - 1]
     for i in range(M):
@@ -15,15 +15,39 @@ so every ``M``-subset of the ``N`` in-edges is equally likely. A seed with ``N <
 ``-1``) takes all its in-edges in CSC order. Offsets are edge positions, so a multigraph's parallel
 edges can both be sampled (distinct edges, repeated source ID).
 
+The draws are keyed, not streamed: ``r_i = (h_i * (N - i)) >> 32`` with ``h_i`` the 32-bit
+element hash of :mod:`fleetgnn.keyhash` (the hash of keyed dropout) for row key
+``mix64(k ^ node ID)`` and column ``i``, where ``k`` mixes ``(seed, epoch, step, stream, hop)``.
+A seed's sample is a pure function of its key and its node ID, whatever the device, the order of
+the seeds or the batch it lands in (a node listed twice in one call gets the same sample twice).
+Multiply-shift keeps each value's probability within ``N / 2^32`` (relative) of uniform.
+
+Two implementations give identical blocks (``tests/sampling/test_neighbor.py``): numpy (the CPU
+default; its sorts and fancy indexing are the faster ones there) and torch (every step on the
+seeds' device; the default for seeds or topology off the CPU, selectable on the CPU with
+``backend="torch"``; on the CPU both run on one intra-op thread, see
+:func:`fleetgnn.keyhash.serial`):
+
+==================  =========================================  ===============================
+step                numpy backend                              torch backend
+==================  =========================================  ===============================
+draws               keyed hash in numpy                        keyed hash on the device
+Algorithm 1         ``_offsets_numpy``                         ``_offsets_torch``
+neighbour reads     the topology's reads, on the host          the topology's reads, moved to
+                                                               the device if they are not there
+AppendUnique        ``_append_unique_numpy``                   ``_append_unique_torch``
+==================  =========================================  ===============================
+
 Topology is read through the small :class:`TopologySource` protocol, implemented here by
-:class:`GraphTopology` for an in-memory or memory-mapped :class:`~fleetgnn.graph.Graph`; a
-distributed store implements the same four reads.
+:class:`GraphTopology` for an in-memory or memory-mapped :class:`~fleetgnn.graph.Graph` (numpy
+reads on the host) and :class:`DeviceTopology` for CSC tensors on a device (torch reads there);
+a distributed store implements the same four reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -31,9 +55,19 @@ from torch import Tensor
 
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph, check_edge_ids, check_ids
+from fleetgnn.keyhash import (
+    base_key,
+    bounded_draws,
+    bounded_draws_numpy,
+    mix64_numpy,
+    mix64_tensor,
+    serial,
+    signed,
+)
 from fleetgnn.sampling.block import Block
 
 __all__ = [
+    "DeviceTopology",
     "GraphTopology",
     "NeighborSampler",
     "TopologySource",
@@ -45,6 +79,9 @@ __all__ = [
 ]
 
 RandomSource = np.random.Generator | int
+Backend = Literal["auto", "numpy", "torch"]
+BACKENDS = ("auto", "numpy", "torch")
+_SALT_SAMPLE = 0x73616D70  # "samp"
 
 
 # ---------------------------------------------------------------------------------- topology
@@ -167,6 +204,110 @@ class GraphTopology:
         return f"GraphTopology({self.graph!r})"
 
 
+class DeviceTopology:
+    """:class:`TopologySource` over CSC tensors on one device (the torch sampler's topology).
+
+    Every read is torch indexing on :attr:`device`: IDs from elsewhere are moved there, results
+    stay there, so sampling with seeds on the same device never leaves it.
+
+    Args:
+        indptr: int64 ``[N + 1]`` CSC offsets.
+        indices: int ``[E]`` in-neighbours grouped by destination (int32 or int64).
+        edge_weight: Optional ``[E]`` weights.
+
+    Raises:
+        GraphError: If the tensors' shapes, dtypes or devices disagree.
+    """
+
+    def __init__(self, indptr: Tensor, indices: Tensor, edge_weight: Tensor | None = None) -> None:
+        for name, t in (("indptr", indptr), ("indices", indices)):
+            if not isinstance(t, Tensor) or t.dim() != 1 or t.is_floating_point():
+                raise GraphError(
+                    f"'{name}' must be a 1-D integer tensor (got {type(t).__name__} "
+                    f"{getattr(t, 'dtype', '')} with shape {tuple(getattr(t, 'shape', ()))})"
+                )
+        if indptr.dtype != torch.int64 or indptr.numel() < 1:
+            raise GraphError(
+                f"'indptr' must be int64 with N + 1 >= 1 entries (got {indptr.dtype} "
+                f"[{indptr.numel()}])"
+            )
+        tensors = [indptr, indices] + ([] if edge_weight is None else [edge_weight])
+        if len({t.device for t in tensors}) != 1:
+            raise GraphError(
+                f"'indptr', 'indices' and 'edge_weight' must be on one device (got "
+                f"{[str(t.device) for t in tensors]}); move them with .to(device)"
+            )
+        if int(indptr[-1]) != indices.numel() or (
+            edge_weight is not None and edge_weight.shape != indices.shape
+        ):
+            raise GraphError(
+                f"'indptr[-1]' ({int(indptr[-1])}) must equal the number of 'indices' "
+                f"({indices.numel()}), and 'edge_weight' must be aligned with them"
+            )
+        self.indptr = indptr
+        self.indices = indices
+        self.edge_weight = edge_weight
+
+    @classmethod
+    def from_graph(cls, graph: Graph, device: torch.device | str = "cpu") -> DeviceTopology:
+        """Copy ``graph``'s CSC arrays (and edge weights) to ``device``."""
+        if not isinstance(graph, Graph):
+            raise GraphError(f"'graph' must be a fleetgnn Graph (got {type(graph).__name__})")
+        check_edge_ids(graph)
+
+        def move(a: np.ndarray | None) -> Tensor | None:
+            return None if a is None else torch.from_numpy(np.asarray(a)).to(device)
+
+        return cls(move(graph.indptr), move(graph.indices), move(graph.edge_weight))  # type: ignore[arg-type]
+
+    @property
+    def device(self) -> torch.device:
+        """Where the topology lives and every read runs."""
+        return self.indptr.device
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes ``N``."""
+        return self.indptr.numel() - 1
+
+    @property
+    def has_edge_weight(self) -> bool:
+        """Whether edge weights were given."""
+        return self.edge_weight is not None
+
+    def in_degree(self, ids: Tensor) -> Tensor:
+        """In-degree of each node in ``ids``, int64, on :attr:`device`."""
+        i = ids.to(self.device)
+        return self.indptr[i + 1] - self.indptr[i]
+
+    def _positions(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        return self.indptr[ids.to(self.device)] + offsets.to(self.device)
+
+    def neighbors_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``indices[indptr[ids] + offsets]`` as int64, on :attr:`device`."""
+        return self.indices[self._positions(ids, offsets)].long()
+
+    def all_neighbors(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """Every in-neighbour of each ID: ``(counts [len(ids)], nbrs [counts.sum()])``."""
+        i = ids.to(self.device)
+        counts = self.in_degree(i)
+        return counts, self.neighbors_at(
+            torch.repeat_interleave(i, counts), _segment_arange(counts)
+        )
+
+    def edge_weight_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``edge_weight[indptr[ids] + offsets]``, on :attr:`device`."""
+        if self.edge_weight is None:
+            raise GraphError("the topology has no 'edge_weight'; check has_edge_weight first")
+        return self.edge_weight[self._positions(ids, offsets)]
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceTopology(num_nodes={self.num_nodes}, num_edges={self.indices.numel()}, "
+            f"device={self.device})"
+        )
+
+
 def _as_topology(topology: TopologySource | Graph) -> TopologySource:
     if isinstance(topology, Graph):
         return GraphTopology(topology)
@@ -180,22 +321,53 @@ def _as_topology(topology: TopologySource | Graph) -> TopologySource:
 
 # ---------------------------------------------------------------------------------- helpers
 def _segment_arange(counts: Tensor) -> Tensor:
-    """``cat([arange(c) for c in counts])`` without a Python loop."""
+    """``cat([arange(c) for c in counts])`` without a Python loop, on ``counts``' device."""
     total = int(counts.sum())
     starts = torch.cumsum(counts, 0) - counts
-    return torch.arange(total, dtype=torch.int64) - torch.repeat_interleave(starts, counts)
+    dev = counts.device
+    return torch.arange(total, dtype=torch.int64, device=dev) - torch.repeat_interleave(
+        starts, counts, output_size=total
+    )
 
 
-def _as_ids(name: str, ids: object, num_nodes: int) -> Tensor:
+def _as_ids(name: str, ids: object, num_nodes: int, device: torch.device | None = None) -> Tensor:
+    """``ids`` as int64 on ``device`` (the CPU when None), checked to lie in ``[0, N)``."""
     t = torch.as_tensor(ids) if not isinstance(ids, Tensor) else ids
     if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
         raise GraphError(
             f"'{name}' must be a 1-D integer tensor of node IDs (got {t.dtype} with shape "
             f"{tuple(t.shape)})"
         )
-    t = t.to("cpu", torch.int64)
-    check_ids(name, t.numpy(), num_nodes, hint="pass global IDs of this graph")
+    t = t.to(device or "cpu", torch.int64)
+    if t.device.type == "cpu":
+        check_ids(name, t.numpy(), num_nodes, hint="pass global IDs of this graph")
+    elif t.numel():
+        lo, hi = torch.aminmax(t)  # one synchronisation for both bounds
+        check_ids(name, np.array([int(lo), int(hi)]), num_nodes, "pass global IDs of this graph")
     return t
+
+
+def _check_backend(backend: object) -> str:
+    if backend not in BACKENDS:
+        raise ConfigError(
+            f"'backend' must be one of {', '.join(map(repr, BACKENDS))} (got {backend!r}); "
+            f"'auto' samples with torch where the seeds or the topology are off the CPU"
+        )
+    return str(backend)
+
+
+def _work_device(topo: TopologySource, seeds: object, backend: str) -> torch.device | None:
+    """The device the torch backend samples on, or None for the numpy backend.
+
+    ``auto`` picks torch when the seeds, or else the topology (a :class:`DeviceTopology`), are
+    off the CPU; the torch backend then runs there (on the CPU when both are on it).
+    """
+    dev = seeds.device if isinstance(seeds, Tensor) else torch.device("cpu")
+    if dev.type == "cpu":
+        dev = getattr(topo, "device", dev)
+    if backend == "numpy" or (backend == "auto" and dev.type == "cpu"):
+        return None
+    return dev
 
 
 def _check_fanout(name: str, fanout: object) -> int:
@@ -207,22 +379,34 @@ def _check_fanout(name: str, fanout: object) -> int:
     return int(fanout)
 
 
-def _as_generator(rng: RandomSource) -> np.random.Generator:
+def _as_key(rng: RandomSource) -> int:
+    """The 64-bit key of a call's draws: from a seed int, or drawn from a numpy Generator."""
     if isinstance(rng, np.random.Generator):
-        return rng
+        return base_key(_SALT_SAMPLE, int(rng.integers(0, 1 << 63)))
     if isinstance(rng, bool) or not isinstance(rng, (int, np.integer)) or rng < 0:
         raise ConfigError(
             f"'rng' must be a numpy Generator or a seed int >= 0 (got {rng!r}); "
             f"e.g. rng=np.random.default_rng(0)"
         )
-    return np.random.default_rng(int(rng))
+    return base_key(_SALT_SAMPLE, int(rng))
 
 
 # ---------------------------------------------------------------------------------- Alg. 1
-def _draws(rng: np.random.Generator, deg: np.ndarray, fanout: int) -> np.ndarray:
-    """``r[s, i]`` uniform in ``[0, deg[s] - 1 - i]``, int64 ``[len(deg), fanout]``."""
-    high = deg[:, None] - np.arange(fanout, dtype=np.int64)  # [S, M] exclusive bounds
-    return rng.integers(0, high, dtype=np.int64)
+def _draws(ids: Tensor, deg: Tensor, fanout: int, key: int) -> Tensor:
+    """``r[s, i]`` uniform in ``[0, deg[s] - 1 - i]``, keyed by ``(key, ids[s], i)``.
+
+    int64 ``[len(ids), fanout]`` on ``ids``' device; the same keys give the same draws on every
+    device (exact integer arithmetic, see the module docstring). Degrees must be at most ``2^31``.
+    """
+    rows = mix64_tensor(ids.long() ^ signed(key))  # [S] row keys
+    step = torch.arange(fanout, dtype=torch.int64, device=ids.device)
+    return bounded_draws(rows, deg.to(ids.device)[:, None] - step)  # [S, M]
+
+
+def _draws_numpy(ids: np.ndarray, deg: np.ndarray, fanout: int, key: int) -> np.ndarray:
+    """:func:`_draws` in numpy (bit-identical): int64 ``[len(ids), fanout]``."""
+    rows = mix64_numpy(ids.astype(np.int64).view(np.uint64) ^ np.uint64(key))  # [S] row keys
+    return bounded_draws_numpy(rows, deg[:, None] - np.arange(fanout, dtype=np.int64))
 
 
 def _offsets_from_draws(r: Tensor, deg: Tensor) -> Tensor:
@@ -307,7 +491,7 @@ def _offsets_torch(r: Tensor, deg: Tensor) -> Tensor:
 
 
 def _sample_offsets(
-    deg: np.ndarray, fanout: int, rng: np.random.Generator
+    seeds: np.ndarray, deg: np.ndarray, fanout: int, key: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-seed counts, seed row of each sampled edge and its offset within the seed's edges.
 
@@ -322,9 +506,34 @@ def _sample_offsets(
     if fanout > 0:
         big = np.flatnonzero(deg > fanout)
         if big.size:
-            chosen = _offsets_numpy(_draws(rng, deg[big], fanout), deg[big])  # [B, M]
+            r = _draws_numpy(seeds[big], deg[big], fanout, key)
+            chosen = _offsets_numpy(r, deg[big])  # [B, M]
             pos = indptr_s[big][:, None] + np.arange(fanout, dtype=np.int64)
             offsets[pos.ravel()] = chosen.ravel()
+    return indptr_s, row, offsets
+
+
+def _sample_offsets_torch(
+    seeds: Tensor, deg: Tensor, fanout: int, key: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_sample_offsets` in torch on ``seeds``' device (identical results).
+
+    Synchronises twice with the device: for the number of sampled edges and of seeds drawing.
+    """
+    dev = seeds.device
+    counts = deg if fanout < 0 else deg.clamp(max=fanout)
+    indptr_s = torch.zeros(deg.numel() + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(counts, 0, out=indptr_s[1:])
+    total = int(indptr_s[-1])
+    seq = torch.arange(deg.numel(), dtype=torch.int64, device=dev)
+    row = torch.repeat_interleave(seq, counts, output_size=total)
+    offsets = torch.arange(total, dtype=torch.int64, device=dev) - indptr_s[row]
+    if fanout > 0:
+        big = torch.nonzero(deg > fanout).squeeze(1)
+        if big.numel():
+            chosen = _offsets_torch(_draws(seeds[big], deg[big], fanout, key), deg[big])
+            step = torch.arange(fanout, dtype=torch.int64, device=dev)
+            offsets[(indptr_s[big][:, None] + step).ravel()] = chosen.ravel()
     return indptr_s, row, offsets
 
 
@@ -335,32 +544,41 @@ def sample_neighbors_from(
     rng: RandomSource = 0,
     *,
     with_edge_weight: bool = False,
+    backend: Backend = "auto",
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Sample ``min(deg, fanout)`` distinct in-edges of every seed, uniformly, all seeds at once.
 
     Args:
         topology: Where the CSC topology is read from (a :class:`Graph` is wrapped).
-        seeds: int64 ``[S]`` global IDs of the nodes whose in-neighbours are sampled.
+        seeds: int64 ``[S]`` global IDs of the nodes whose in-neighbours are sampled; a repeated
+            ID gets the same sample each time (the draws are keyed by node ID).
         fanout: Edges per seed; ``-1`` takes all.
-        rng: A numpy Generator (advanced by the call) or an int seed.
+        rng: The key of the draws: an int seed, or a numpy Generator (one 63-bit key is drawn
+            from it, advancing it).
         with_edge_weight: Also return the sampled edges' weights.
+        backend: ``"numpy"``, ``"torch"`` (on the seeds' device) or ``"auto"`` (see the module
+            docstring); every backend gives identical results.
 
     Returns:
         ``(indptr_s, nbr_ids, edge_weight)``: int64 ``[S + 1]`` offsets, int64 ``[E_s]`` global
         IDs of the sampled in-neighbours grouped by seed, and their weights ``[E_s]`` (or None).
-        Seeds with ``deg <= fanout`` list all their neighbours in CSC order.
+        Seeds with ``deg <= fanout`` list all their neighbours in CSC order. On the CPU with
+        the numpy backend, else on the torch backend's device.
 
     Raises:
         GraphError: If a seed ID is out of range.
-        ConfigError: If ``fanout`` or ``rng`` is invalid.
+        ConfigError: If ``fanout``, ``rng`` or ``backend`` is invalid.
     """
     topo = _as_topology(topology)
-    seeds = _as_ids("seeds", seeds, topo.num_nodes)
+    dev = _work_device(topo, seeds, _check_backend(backend))
+    seeds = _as_ids("seeds", seeds, topo.num_nodes, dev)
     fanout = _check_fanout("fanout", fanout)
-    gen = _as_generator(rng)
+    key = _as_key(rng)
     if with_edge_weight and not topo.has_edge_weight:
         raise GraphError("with_edge_weight=True but the graph has no 'edge_weight'")
-    return _sample_hop(topo, seeds, topo.in_degree(seeds), fanout, gen, with_edge_weight)
+    with serial(dev or torch.device("cpu")):
+        deg = topo.in_degree(seeds)
+        return _sample_hop(topo, seeds, deg, fanout, key, with_edge_weight, dev)
 
 
 def _sample_hop(
@@ -368,17 +586,25 @@ def _sample_hop(
     seeds: Tensor,
     deg: Tensor,
     fanout: int,
-    rng: np.random.Generator,
+    key: int,
     with_edge_weight: bool,
+    device: torch.device | None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    indptr_s, row, offsets = _sample_offsets(
-        deg.cpu().numpy().astype(np.int64, copy=False), fanout, rng
-    )
-    ids = torch.from_numpy(seeds.numpy()[row])  # numpy indexing: faster on CPU
-    off = torch.from_numpy(offsets)
-    nbrs = topo.neighbors_at(ids, off)
-    weight = topo.edge_weight_at(ids, off) if with_edge_weight else None
-    return torch.from_numpy(indptr_s), nbrs, weight
+    """One hop's sampled edges: numpy on the host when ``device`` is None, else torch there."""
+    if device is None:
+        indptr_s, row, offsets = _sample_offsets(
+            seeds.numpy(), deg.cpu().numpy().astype(np.int64, copy=False), fanout, key
+        )
+        ids = torch.from_numpy(seeds.numpy()[row])  # numpy indexing: faster on CPU
+        off = torch.from_numpy(offsets)
+        nbrs = topo.neighbors_at(ids, off)
+        weight = topo.edge_weight_at(ids, off) if with_edge_weight else None
+        return torch.from_numpy(indptr_s), nbrs, weight
+    indptr_t, row_t, off = _sample_offsets_torch(seeds, deg.to(device), fanout, key)
+    ids = seeds[row_t]
+    nbrs = topo.neighbors_at(ids, off).to(device)
+    weight = topo.edge_weight_at(ids, off).to(device) if with_edge_weight else None
+    return indptr_t, nbrs, weight
 
 
 def sample_neighbors(
@@ -387,6 +613,8 @@ def sample_neighbors(
     seeds: Tensor,
     fanout: int,
     rng: RandomSource = 0,
+    *,
+    backend: Backend = "auto",
 ) -> tuple[Tensor, Tensor]:
     """Sample in-neighbours without replacement from raw CSC arrays.
 
@@ -397,13 +625,14 @@ def sample_neighbors(
         indices: int ``[E]`` in-neighbours grouped by destination.
         seeds: int64 ``[S]`` node IDs.
         fanout: Edges per seed; ``-1`` takes all.
-        rng: A numpy Generator or an int seed.
+        rng: An int seed or a numpy Generator (the key of the draws).
+        backend: ``"auto"``, ``"numpy"`` or ``"torch"``, as in :func:`sample_neighbors_from`.
 
     Returns:
         ``(indptr_s [S + 1], nbr_ids [E_s])``, both int64.
     """
     topo = GraphTopology.from_csc(indptr, indices)
-    indptr_s, nbrs, _ = sample_neighbors_from(topo, seeds, fanout, rng)
+    indptr_s, nbrs, _ = sample_neighbors_from(topo, seeds, fanout, rng, backend=backend)
     return indptr_s, nbrs
 
 
@@ -498,35 +727,48 @@ def _make_block(
     dst: Tensor,
     dst_degree: Tensor,
     fanout: int,
-    rng: np.random.Generator,
+    key: int,
     with_edge_weight: bool,
+    device: torch.device | None,
     exclude: Tensor | None = None,
 ) -> tuple[Block, Tensor]:
     """One hop: sample, deduplicate, build the block; also returns the sources' int64 degrees.
 
-    ``exclude``: sorted keys (:func:`edge_keys`) of edges dropped from the sampled ones.
+    numpy on the host when ``device`` is None, else torch on ``device`` (identical blocks).
+    ``exclude``: sorted keys (:func:`edge_keys`) of edges dropped from the sampled ones (after
+    the draws, so the draws of the other edges do not change).
     """
-    indptr_s, nbrs, weight = _sample_hop(topo, dst, dst_degree, fanout, rng, with_edge_weight)
+    indptr_s, nbrs, weight = _sample_hop(
+        topo, dst, dst_degree, fanout, key, with_edge_weight, device
+    )
+    num_dst = int(dst.numel())
     if exclude is not None and exclude.numel() and nbrs.numel():
-        row = torch.repeat_interleave(torch.arange(dst.numel()), indptr_s[1:] - indptr_s[:-1])
-        keep = ~_isin_sorted(dst[row] * topo.num_nodes + nbrs, exclude)
+        counts = indptr_s[1:] - indptr_s[:-1]
+        row = torch.repeat_interleave(torch.arange(num_dst, device=nbrs.device), counts)
+        keys = dst.to(nbrs.device)[row] * topo.num_nodes + nbrs
+        keep = ~_isin_sorted(keys, exclude.to(nbrs.device))
         if not bool(keep.all()):  # drop them; edges stay grouped by destination
             nbrs, row = nbrs[keep], row[keep]
             weight = weight[keep] if weight is not None else None
             indptr_s = torch.zeros_like(indptr_s)
-            indptr_s[1:] = torch.cumsum(torch.bincount(row, minlength=dst.numel()), 0)
-    src_ids, local, _ = append_unique(dst, nbrs)
-    new_degree = topo.in_degree(src_ids[dst.numel() :])
-    src_degree = np.concatenate([dst_degree.cpu().numpy(), new_degree.cpu().numpy()])
+            indptr_s[1:] = torch.cumsum(torch.bincount(row, minlength=num_dst), 0)
+    if device is None:
+        src_ids, local, _ = _append_unique_numpy(dst, nbrs)
+        new_degree = topo.in_degree(src_ids[num_dst:]).cpu()
+        src_degree = torch.cat([dst_degree.cpu(), new_degree])
+    else:
+        src_ids, local, _ = _append_unique_torch(dst, nbrs)
+        new_degree = topo.in_degree(src_ids[num_dst:]).to(device)
+        src_degree = torch.cat([dst_degree.to(device), new_degree])
     block = Block(
         indptr=indptr_s,
         indices=local,
         src_ids=src_ids,
-        num_dst=int(dst.numel()),
-        src_degree=torch.from_numpy(src_degree.astype(np.float32)),
+        num_dst=num_dst,
+        src_degree=src_degree.to(torch.float32),
         edge_weight=weight,
     )
-    return block, torch.from_numpy(src_degree.astype(np.int64, copy=False))
+    return block, src_degree
 
 
 def edge_keys(src: Tensor, dst: Tensor, num_nodes: int, *, reverse: bool = True) -> Tensor:
@@ -548,7 +790,9 @@ def _isin_sorted(values: Tensor, sorted_keys: Tensor) -> Tensor:
     return sorted_keys[pos] == values
 
 
-def full_neighbor_block(topology: TopologySource | Graph, dst_ids: Tensor) -> Block:
+def full_neighbor_block(
+    topology: TopologySource | Graph, dst_ids: Tensor, *, backend: Backend = "auto"
+) -> Block:
     """The block of all in-edges of ``dst_ids`` (sampling with fanout ``-1``; no randomness).
 
     Used for layer-wise inference. Edge weights are carried when the graph has them.
@@ -556,14 +800,17 @@ def full_neighbor_block(topology: TopologySource | Graph, dst_ids: Tensor) -> Bl
     Args:
         topology: The topology (a :class:`Graph` is wrapped).
         dst_ids: int64 ``[D]`` distinct destination IDs.
+        backend: ``"auto"``, ``"numpy"`` or ``"torch"``, as in :func:`sample_neighbors_from`.
 
     Returns:
         A :class:`Block` with ``dst_ids`` as destinations and every in-neighbour as a source.
     """
     topo = _as_topology(topology)
-    dst = _as_ids("dst_ids", dst_ids, topo.num_nodes)
-    rng = np.random.default_rng(0)  # unused: fanout -1 draws nothing
-    block, _ = _make_block(topo, dst, topo.in_degree(dst), -1, rng, topo.has_edge_weight)
+    dev = _work_device(topo, dst_ids, _check_backend(backend))
+    dst = _as_ids("dst_ids", dst_ids, topo.num_nodes, dev)
+    with serial(dev or torch.device("cpu")):
+        deg = topo.in_degree(dst)
+        block, _ = _make_block(topo, dst, deg, -1, 0, topo.has_edge_weight, dev)  # no draws
     return block
 
 
@@ -583,20 +830,32 @@ class NeighborSampler:
     ``blocks[0]``           ``fanouts[L - 1]``  gather features of ``blocks[0].src_ids``
     ======================  ==================  ===========================
 
-    Randomness: hop ``h`` of ``sample(seeds, epoch, step, stream=k)`` draws from a fresh
-    ``np.random.Generator`` seeded with ``(seed, epoch, step, k, h)``; the global RNG is never
-    touched, so a batch's sample is reproducible and independent of which batches ran before.
-    Data-parallel ranks sampling the same step should pass their rank as ``stream``.
+    Randomness: hop ``h`` of ``sample(seeds, epoch, step, stream=k)`` draws from the keyed hash
+    with the key :meth:`key` ``(epoch, step, h, k)`` and each node's global ID (module
+    docstring); no generator state exists and the global RNGs are never touched, so a batch's
+    sample is reproducible, independent of which batches ran before, and the same on every
+    device and backend. Data-parallel ranks sampling the same step should pass their rank as
+    ``stream``.
+
+    Where it runs (``backend``): ``"auto"`` samples with torch on the seeds' device when they
+    are off the CPU (or on a :class:`DeviceTopology`'s device), with numpy on the host
+    otherwise; ``"numpy"`` and ``"torch"`` force one. Blocks come back where they were built.
 
     Args:
         topology: A :class:`TopologySource` or a :class:`Graph` (wrapped in
             :class:`GraphTopology`).
         fanouts: Neighbours per node for each hop, ``-1`` = all.
         seed: Base seed (>= 0).
+        backend: ``"auto"``, ``"numpy"`` or ``"torch"``.
     """
 
     def __init__(
-        self, topology: TopologySource | Graph, fanouts: Sequence[int], seed: int = 0
+        self,
+        topology: TopologySource | Graph,
+        fanouts: Sequence[int],
+        seed: int = 0,
+        *,
+        backend: Backend = "auto",
     ) -> None:
         self.topology = _as_topology(topology)
         if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence) or not fanouts:
@@ -606,6 +865,7 @@ class NeighborSampler:
             )
         self.fanouts = tuple(_check_fanout(f"fanouts[{i}]", f) for i, f in enumerate(fanouts))
         self.seed = _check_key("seed", seed)
+        self.backend = _check_backend(backend)
         self.with_edge_weight = self.topology.has_edge_weight
 
     @property
@@ -613,10 +873,9 @@ class NeighborSampler:
         """Number of blocks each sample returns."""
         return len(self.fanouts)
 
-    def generator(self, epoch: int, step: int, hop: int, stream: int = 0) -> np.random.Generator:
-        """The generator hop ``hop`` of batch ``(epoch, step, stream)`` draws from."""
-        key = [self.seed, epoch, step, stream, hop]
-        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
+    def key(self, epoch: int, step: int, hop: int, stream: int = 0) -> int:
+        """The 64-bit key hop ``hop`` of batch ``(epoch, step, stream)`` draws with."""
+        return base_key(_SALT_SAMPLE, self.seed, epoch, step, stream, hop)
 
     def sample(
         self,
@@ -646,23 +905,24 @@ class NeighborSampler:
             GraphError: If a seed is out of range or repeats.
         """
         key = [_check_key(n, v) for n, v in (("epoch", epoch), ("step", step), ("stream", stream))]
-        dst = _as_ids("seeds", seeds, self.topology.num_nodes)
+        dev = _work_device(self.topology, seeds, self.backend)
+        dst = _as_ids("seeds", seeds, self.topology.num_nodes, dev)
         blocks: list[Block] = []
-        deg = self.topology.in_degree(dst)
-        for hop, fanout in enumerate(self.fanouts):
-            rng = self.generator(key[0], key[1], hop, key[2])
-            block, deg = _make_block(
-                self.topology, dst, deg, fanout, rng, self.with_edge_weight, exclude
-            )
-            blocks.append(block)
-            dst = block.src_ids
+        with serial(dev or torch.device("cpu")):  # small ops: one thread on the CPU
+            deg = self.topology.in_degree(dst)
+            for hop, fanout in enumerate(self.fanouts):
+                k = self.key(key[0], key[1], hop, key[2])
+                topo, weighted = self.topology, self.with_edge_weight
+                block, deg = _make_block(topo, dst, deg, fanout, k, weighted, dev, exclude)
+                blocks.append(block)
+                dst = block.src_ids
         blocks.reverse()
         return blocks
 
     def __repr__(self) -> str:
         return (
             f"NeighborSampler(fanouts={list(self.fanouts)}, seed={self.seed}, "
-            f"num_nodes={self.topology.num_nodes})"
+            f"backend={self.backend!r}, num_nodes={self.topology.num_nodes})"
         )
 
 

@@ -549,15 +549,23 @@ class UnifiedStore:
             "disk": tier == DISK,
         }
 
-    def _account(self, tier: np.ndarray, owner: np.ndarray, nbytes: int, kind: str) -> None:
+    def _account(
+        self,
+        tier: np.ndarray,
+        owner: np.ndarray,
+        nbytes: int,
+        kind: str,
+        sources: dict[str, np.ndarray] | None = None,
+    ) -> None:
         """Record ``nbytes`` bytes served per entry, per link kind (one message per owner).
 
-        Device-tier bytes are also added to ``kind``'s reads per source rank.
+        Device-tier bytes are also added to ``kind``'s reads per source rank. ``sources``:
+        :meth:`_sources` of ``(tier, owner)`` when the caller has it already.
         """
         dev = tier == DEVICE
         self._reads[kind][1] += np.bincount(owner[dev], minlength=self.world_size) * nbytes
         served = self._bytes[kind]
-        for source, mask in self._sources(tier, owner).items():
+        for source, mask in (sources or self._sources(tier, owner)).items():
             count = int(mask.sum())
             if count == 0:
                 continue
@@ -566,7 +574,13 @@ class UnifiedStore:
             self.meter.record(link, count * nbytes, messages=msgs)
             served[link] += count * nbytes
 
-    def _count_hits(self, tier: np.ndarray, owner: np.ndarray, kind: str = "topology") -> None:
+    def _count_hits(
+        self,
+        tier: np.ndarray,
+        owner: np.ndarray,
+        kind: str = "topology",
+        sources: dict[str, np.ndarray] | None = None,
+    ) -> None:
         """Add the requests per source (``local``/``peer``/``net``/``host``/``disk``) to ``kind``.
 
         Device-tier requests are also added to ``kind``'s rows read per source rank.
@@ -574,8 +588,31 @@ class UnifiedStore:
         dev = tier == DEVICE
         self._reads[kind][0] += np.bincount(owner[dev], minlength=self.world_size)
         h = self._hits[kind]
-        for source, mask in self._sources(tier, owner).items():
+        for source, mask in (sources or self._sources(tier, owner)).items():
             h[source] += int(mask.sum())
+
+    def _own_shard_rows(self, idn: np.ndarray) -> np.ndarray | None:
+        """Rows of ``idn`` in this process's device shard when every ID is there, else None.
+
+        The fast path of one process (``world_size == 1``, no placement): its shard holds the
+        ``num_device`` hottest rows at their hotness rank, so one ``rank_of`` lookup and one
+        maximum decide it, instead of :meth:`TierPlan.locate`'s passes over the IDs.
+        """
+        fp = self.plan.features
+        if self.world_size != 1 or fp is None or fp.placement is not None or not idn.size:
+            return None
+        if self._feat_device is None:
+            return None
+        k = fp.rank_of[idn]  # hotness rank == row of the one shard
+        return k if int(k.max()) < fp.num_device else None
+
+    def _record_own_shard(self, n: int, nbytes: int, kind: str) -> None:
+        """:meth:`_account` and :meth:`_count_hits` of ``n`` rows all read from this rank."""
+        self._reads[kind][:, self.rank] += (n, n * nbytes)
+        self._hits[kind]["local"] += n
+        link = SOURCE_LINKS["local"]
+        self.meter.record(link, n * nbytes, messages=1)
+        self._bytes[kind][link] += n * nbytes
 
     # ------------------------------------------------------------------ features
     @property
@@ -590,7 +627,10 @@ class UnifiedStore:
         device shards through one :meth:`ShardedTensor.gather`, the host tier with one
         ``index_select``, disk with sorted, coalesced ``pread`` calls from the file or one
         numpy fancy index of a mapping advised random access (see the module docstring).
-        Duplicates and empty input are fine. Records
+        One process whose shard holds every requested row skips the bucketing: one
+        ``rank_of`` lookup, then one ``index_select`` (``fleetgnn bench``'s gather section
+        compares it with a bare ``index_select``). The output is allocated only when rows come
+        from several tiers. Duplicates and empty input are fine. Records
         ``F * itemsize`` bytes per row on ``local``/``peer``/``h2d``/``disk``.
         Two-sided mode: a collective.
 
@@ -607,31 +647,49 @@ class UnifiedStore:
         if x is None or fp is None:
             raise GraphError("the graph has no node features 'x'; nothing to gather")
         idn = self._ids("ids", ids)
-        tier, owner, local = fp.locate(idn, self.rank)
+        row_bytes = x.shape[1] * x.dtype.itemsize
         dtype = torch.from_numpy(np.empty(0, dtype=x.dtype)).dtype
-        out = torch.empty((idn.size, x.shape[1]), dtype=dtype)
-        self._account(tier, owner, x.shape[1] * x.dtype.itemsize, "features")
-        self._count_hits(tier, owner, "features")
+        if not idn.size and self._feat_device is None:
+            return torch.empty((0, x.shape[1]), dtype=dtype)
+        own = self._own_shard_rows(idn)
+        if own is not None:  # every row in this process's shard: one index_select
+            assert self._feat_device is not None
+            self._record_own_shard(idn.size, row_bytes, "features")
+            owner0 = torch.zeros(idn.size, dtype=torch.int64)
+            return self._feat_device.gather(owner0, torch.from_numpy(own.astype(np.int64)))
+        tier, owner, local = fp.locate(idn, self.rank)
+        sources = self._sources(tier, owner)
+        self._account(tier, owner, row_bytes, "features", sources)
+        self._count_hits(tier, owner, "features", sources)
+        out: Tensor | None = None  # allocated only when rows come from more than one tier
+
+        def scatter(sel: np.ndarray, rows: Tensor) -> None:
+            nonlocal out
+            if out is None:
+                out = torch.empty((idn.size, x.shape[1]), dtype=dtype)
+            out[torch.from_numpy(sel)] = rows.to(out.device)
+
         if self._feat_device is not None:  # every rank calls it (two-sided is collective)
             sel = np.flatnonzero(tier == DEVICE)
             rows = self._feat_device.gather(
                 torch.from_numpy(owner[sel]), torch.from_numpy(local[sel])
             )
             if sel.size == idn.size:  # all hits: no scatter
-                return rows.to(out.device)
-            out[torch.from_numpy(sel)] = rows.to(out.device)
+                return rows.cpu()
+            scatter(sel, rows)
         sel = np.flatnonzero(tier == HOST)
         if sel.size:
             assert self._feat_host is not None  # planned rows exist
             rows = self._feat_host.index_select(0, torch.from_numpy(local[sel]))
             if sel.size == idn.size:  # all from the host tier: no scatter
                 return rows
-            out[torch.from_numpy(sel)] = rows
+            scatter(sel, rows)
         sel = np.flatnonzero(tier == DISK)
-        if sel.size == idn.size and sel.size:  # all from disk: no scatter
+        if sel.size == idn.size:  # all from disk: no scatter
             return torch.from_numpy(self._disk_rows(idn))
         if sel.size:
-            out[torch.from_numpy(sel)] = torch.from_numpy(self._disk_rows(idn[sel]))
+            scatter(sel, torch.from_numpy(self._disk_rows(idn[sel])))
+        assert out is not None
         return out
 
     def _disk_rows(self, ids: np.ndarray) -> np.ndarray:

@@ -81,6 +81,8 @@ def test_quick_cpu_dry_run_passes_every_step(dry_run):
     assert len(figs["gspmm"]) == 4
     assert all(0 < g["fraction_of_copy"] for g in figs["gspmm"].values())
     assert len(figs["gather"]) == 2
+    rates = figs["sampler"]["m_edges_per_s"]  # on the CPU: numpy, and the torch backend there
+    assert set(rates) == {"fleetgnn", "fleetgnn torch (CPU)"} and all(r > 0 for r in rates.values())
     cases = list(figs["epochs"])
     assert len(cases) == 2 and cases[0].startswith("GCN") and cases[1].startswith("SAGE")
     pyg = res["host"]["torch_geometric"] is not None

@@ -11,7 +11,9 @@ from scipy import stats
 
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph import Graph, from_edges, open_dataset, write_dataset
+from fleetgnn.keyhash import base_key, hash32, mix64
 from fleetgnn.sampling import (
+    DeviceTopology,
     GraphTopology,
     NeighborSampler,
     TopologySource,
@@ -20,7 +22,13 @@ from fleetgnn.sampling import (
     sample_neighbors,
     sample_neighbors_from,
 )
-from fleetgnn.sampling.neighbor import _append_unique_torch, _offsets_from_draws, _offsets_torch
+from fleetgnn.sampling.neighbor import (
+    _SALT_SAMPLE,
+    BACKENDS,
+    _append_unique_torch,
+    _offsets_from_draws,
+    _offsets_torch,
+)
 
 SAMPLING_DIR = Path(__file__).resolve().parents[2] / "fleetgnn" / "sampling"
 
@@ -125,35 +133,48 @@ def test_sampled_are_distinct_true_neighbors(fanout: int) -> None:
             assert sampled == nbrs[v]  # take all, CSC order
 
 
-def test_sample_matches_fisher_yates_with_same_generator() -> None:
-    """End to end: the sampler's neighbours are the FY picks for the generator's draws."""
+def keyed_draws_reference(key: int, v: int, deg: int, fanout: int) -> list[int]:
+    """The documented draws, in Python integers: ``(hash32(mix64(k ^ v), i) * (deg - i)) >> 32``."""
+    row = mix64(key ^ v)
+    return [(hash32(row, i) * (deg - i)) >> 32 for i in range(fanout)]
+
+
+def test_sample_matches_fisher_yates_with_keyed_draws() -> None:
+    """End to end: the sampler's neighbours are the FY picks for the documented keyed draws."""
     g = random_graph(seed=3)
     seeds = torch.tensor([0, 1, 2, 54, 3, 0])  # includes a degree-1 node, repeats allowed here
     fanout = 4
-    indptr_s, got = sample_neighbors(g.indptr, g.indices, seeds, fanout, np.random.default_rng(7))
-    deg = np.diff(g.indptr)[seeds.numpy()]
-    big = deg > fanout
-    rng = np.random.default_rng(7)
-    r = rng.integers(0, deg[big][:, None] - np.arange(fanout))
     nbrs = neighbor_lists(g)
-    k = 0
-    for i, v in enumerate(seeds.tolist()):
-        sampled = got[indptr_s[i] : indptr_s[i + 1]].tolist()
-        if big[i]:
-            want = [nbrs[v][o] for o in fisher_yates(r[k].tolist(), int(deg[i]))]
-            k += 1
-        else:
-            want = nbrs[v]
-        assert sampled == want
+    for backend in ("numpy", "torch"):
+        indptr_s, got = sample_neighbors(g.indptr, g.indices, seeds, fanout, 7, backend=backend)
+        for i, v in enumerate(seeds.tolist()):
+            sampled = got[indptr_s[i] : indptr_s[i + 1]].tolist()
+            deg = len(nbrs[v])
+            if deg > fanout:
+                r = keyed_draws_reference(base_key(_SALT_SAMPLE, 7), v, deg, fanout)
+                assert all(0 <= x < deg - i for i, x in enumerate(r))
+                assert sampled == [nbrs[v][o] for o in fisher_yates(r, deg)]
+            else:
+                assert sampled == nbrs[v]
+    # a Generator is a source of one key, drawn from it
+    gen_got = sample_neighbors(g.indptr, g.indices, seeds, fanout, np.random.default_rng(7))
+    key = int(np.random.default_rng(7).integers(0, 1 << 63))
+    assert torch.equal(gen_got[1], sample_neighbors(g.indptr, g.indices, seeds, fanout, key)[1])
+
+
+def fan_in_graph(trials: int, deg: int) -> Graph:
+    """``trials`` destinations (IDs ``deg + 1 ...``), each with in-neighbours ``1..deg``."""
+    dst = np.repeat(np.arange(trials) + deg + 1, deg)
+    src = np.tile(np.arange(1, deg + 1), trials)
+    return from_edges(src, dst, trials + deg + 1)
 
 
 def test_inclusion_is_uniform_chi_square() -> None:
-    # one node with 10 distinct in-neighbours, sampled 20000 times with fanout 3
-    g = from_edges(np.arange(1, 11), np.zeros(10, dtype=np.int64), 11)
+    # 20000 nodes with the same 10 distinct in-neighbours, each sampled with fanout 3 (the
+    # draws are keyed by node ID: distinct nodes are independent trials)
     trials, fanout = 20000, 3
-    _, got = sample_neighbors(
-        g.indptr, g.indices, torch.zeros(trials, dtype=torch.int64), fanout, 5
-    )
+    g = fan_in_graph(trials, 10)
+    _, got = sample_neighbors(g.indptr, g.indices, torch.arange(11, 11 + trials), fanout, 5)
     counts = np.bincount(got.numpy(), minlength=11)[1:]
     assert counts.sum() == trials * fanout
     p = stats.chisquare(counts, np.full(10, trials * fanout / 10)).pvalue
@@ -162,9 +183,9 @@ def test_inclusion_is_uniform_chi_square() -> None:
 
 def test_subsets_are_uniform_chi_square() -> None:
     # deg 5, fanout 2: all 10 unordered pairs equally likely
-    g = from_edges(np.arange(1, 6), np.zeros(5, dtype=np.int64), 6)
     trials = 20000
-    _, got = sample_neighbors(g.indptr, g.indices, torch.zeros(trials, dtype=torch.int64), 2, 11)
+    g = fan_in_graph(trials, 5)
+    _, got = sample_neighbors(g.indptr, g.indices, torch.arange(6, 6 + trials), 2, 11)
     pairs = got.view(trials, 2).sort(dim=1).values.numpy()
     assert (pairs[:, 0] != pairs[:, 1]).all()
     code = (pairs[:, 0] - 1) * 5 + (pairs[:, 1] - 1)
@@ -172,6 +193,14 @@ def test_subsets_are_uniform_chi_square() -> None:
     counts = counts[[a * 5 + b for a, b in itertools.combinations(range(5), 2)]]
     assert counts.sum() == trials
     assert stats.chisquare(counts).pvalue > 1e-3, counts
+
+
+def test_draws_are_keyed_by_node_not_position() -> None:
+    g = random_graph()
+    a_ptr, a = sample_neighbors(g.indptr, g.indices, torch.tensor([0, 1, 0]), 3, 2)
+    b_ptr, b = sample_neighbors(g.indptr, g.indices, torch.tensor([1, 0]), 3, 2)
+    assert a[0:3].tolist() == a[6:9].tolist() == b[3:6].tolist()  # node 0 (degree > 3)
+    assert a[3:6].tolist() == b[0:3].tolist()
 
 
 def test_deterministic_for_seed() -> None:
@@ -372,6 +401,105 @@ def test_full_neighbor_block_equals_fanout_minus_one() -> None:
     for f in ("indptr", "indices", "src_ids", "src_degree", "edge_weight"):
         assert torch.equal(getattr(b, f), getattr(c, f))
     check_blocks(g, [b], dst, [-1])
+
+
+# ------------------------------------------------------------------ numpy vs torch backends
+BLOCK_FIELDS = ("indptr", "indices", "src_ids", "src_degree", "edge_weight")
+
+
+def assert_same_blocks(a: list, b: list) -> None:
+    """Every tensor of every block equal (values, dtypes and shapes), compared on the CPU."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.num_dst == y.num_dst
+        for f in BLOCK_FIELDS:
+            u, v = getattr(x, f), getattr(y, f)
+            assert (u is None) == (v is None), f
+            if u is not None:
+                assert u.dtype == v.dtype and torch.equal(u.cpu(), v.cpu()), f
+
+
+@pytest.mark.parametrize("graph_seed", [0, 1, 2])
+@pytest.mark.parametrize(
+    "fanouts", [[3, 2], [10, 4, 1], [-1, 3], [0, 5], [1], [25, 25], [4, -1, 2]]
+)
+def test_numpy_and_torch_backends_give_identical_blocks(graph_seed: int, fanouts: list) -> None:
+    g = random_graph(n=80, e=900, seed=graph_seed, weighted=graph_seed == 1)
+    # high-degree, low-degree and zero-degree (75..79) seeds
+    seeds_list = [torch.tensor([0, 75, 3, 79, 12]), torch.arange(80), torch.tensor([77])]
+    for seeds, (epoch, step, stream) in itertools.product(
+        seeds_list, [(0, 0, 0), (1, 2, 0), (3, 7, 1)]
+    ):
+        kw = {"epoch": epoch, "step": step, "stream": stream}
+        a = NeighborSampler(g, fanouts, seed=graph_seed, backend="numpy").sample(seeds, **kw)
+        b = NeighborSampler(g, fanouts, seed=graph_seed, backend="torch").sample(seeds, **kw)
+        c = NeighborSampler(g, fanouts, seed=graph_seed).sample(seeds, **kw)  # auto: numpy
+        assert_same_blocks(a, b)
+        assert_same_blocks(a, c)
+        check_blocks(g, b, seeds, fanouts)
+
+
+def test_backends_agree_on_duplicate_seeds_and_edge_weights() -> None:
+    g = random_graph(weighted=True)
+    seeds = torch.tensor([0, 59, 0, 3, 3, 58, 1])  # repeats, and zero-degree nodes
+    for fanout in (-1, 0, 1, 2, 6, 40):
+        got = [
+            sample_neighbors_from(g, seeds, fanout, 3, with_edge_weight=True, backend=be)
+            for be in ("numpy", "torch")
+        ]
+        for u, v in zip(*got, strict=True):
+            assert u.dtype == v.dtype and torch.equal(u, v)
+    blocks = [full_neighbor_block(g, torch.tensor([4, 1, 59]), backend=be) for be in BACKENDS[1:]]
+    assert_same_blocks([blocks[0]], [blocks[1]])
+
+
+def test_device_topology_reads_equal_graph_topology(device: str) -> None:
+    g = random_graph(weighted=True)
+    topo = DeviceTopology.from_graph(g, device)
+    host = GraphTopology(g)
+    assert topo.num_nodes == host.num_nodes and topo.has_edge_weight
+    assert topo.device.type == device and device in repr(topo)
+    ids = torch.tensor([0, 3, 59, 0])
+    off = torch.tensor([1, 0, 0, 2])
+    sub = torch.tensor([0, 3, 1, 0])
+    assert torch.equal(topo.in_degree(ids).cpu(), host.in_degree(ids))
+    assert torch.equal(topo.neighbors_at(sub, off).cpu(), host.neighbors_at(sub, off))
+    assert torch.equal(topo.edge_weight_at(sub, off).cpu(), host.edge_weight_at(sub, off))
+    for u, v in zip(topo.all_neighbors(ids.to(device)), host.all_neighbors(ids), strict=True):
+        assert u.device.type == device and torch.equal(u.cpu(), v)
+
+
+def test_device_sampling_equals_numpy_sampling(device: str) -> None:
+    """Seeds and topology on ``device``: the torch backend runs there, blocks equal numpy's."""
+    g = random_graph(n=80, e=900, seed=4, weighted=True)
+    seeds = torch.tensor([5, 0, 77, 41, 3, 79])
+    want = NeighborSampler(g, [6, 3, -1], seed=9, backend="numpy").sample(seeds, 2, 3, stream=1)
+    topo = DeviceTopology.from_graph(g, device)
+    for source in (topo, g):  # device-resident topology, and host topology with device seeds
+        got = NeighborSampler(source, [6, 3, -1], seed=9).sample(seeds.to(device), 2, 3, stream=1)
+        assert all(b.src_ids.device.type == device for b in got)
+        assert_same_blocks(want, got)
+    # a device topology with host seeds samples on the topology's device too
+    got = NeighborSampler(topo, [6, 3, -1], seed=9).sample(seeds, 2, 3, stream=1)
+    assert got[0].src_ids.device.type == device
+    assert_same_blocks(want, got)
+
+
+def test_device_topology_errors() -> None:
+    g = random_graph()
+    ip, ix = torch.from_numpy(g.indptr), torch.from_numpy(g.indices)
+    with pytest.raises(GraphError, match="'indptr' must be int64"):
+        DeviceTopology(ip.int(), ix)
+    with pytest.raises(GraphError, match="'indices' must be a 1-D integer"):
+        DeviceTopology(ip, ix.double())
+    with pytest.raises(GraphError, match=r"'indptr\[-1\]'"):
+        DeviceTopology(ip, ix[:-1])
+    with pytest.raises(GraphError, match="no 'edge_weight'"):
+        DeviceTopology(ip, ix).edge_weight_at(torch.tensor([0]), torch.tensor([0]))
+    with pytest.raises(ConfigError, match="'backend' must be one of 'auto', 'numpy', 'torch'"):
+        NeighborSampler(g, [2], backend="cuda")  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match="outside the valid interval"):
+        NeighborSampler(g, [2], backend="torch").sample(torch.tensor([0, 60]))
 
 
 def test_sampler_errors() -> None:

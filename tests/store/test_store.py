@@ -15,6 +15,7 @@ from fleetgnn.graph.loaders._io import memory_total
 from fleetgnn.sampling.neighbor import GraphTopology, NeighborSampler, TopologySource
 from fleetgnn.store import (
     TierBudgets,
+    TierPlan,
     UnifiedStore,
     feature_row_bytes,
     hotness_order,
@@ -354,3 +355,51 @@ def test_segments_copied_in_blocks_equal_one_copy(monkeypatch):
         np.testing.assert_array_equal(
             weight[a:b].numpy(), g.edge_weight[g.indptr[r] : g.indptr[r + 1]]
         )
+
+
+def test_own_shard_fast_path_equals_the_bucketed_gather(monkeypatch):
+    """One process, every requested row in its shard: one lookup and one ``index_select``, with
+    the same rows and every counter equal to the bucketed path's."""
+    g = _graph()
+    ids = torch.from_numpy(np.random.default_rng(3).integers(0, g.num_nodes, 200))
+    ids[:5] = ids[0]  # duplicates
+
+    def run(fast):
+        store = UnifiedStore.build(g, None, _budgets(g, 1.0, 0.0), meter=TrafficMeter())
+        if not fast:
+            monkeypatch.setattr(store, "_own_shard_rows", lambda idn: None)
+        rows = [store.gather(ids), store.gather(ids[:7]), store.gather(ids.int())]
+        stats = (
+            store.hit_rates(),
+            store.requests("features"),
+            store.bytes_served("features"),
+            store.reads_by_source(),
+            store.traffic,
+        )
+        store.close()
+        return rows, stats
+
+    located = []
+    monkeypatch.setattr(TierPlan, "locate", _spy(TierPlan.locate, located))
+    fast_rows, fast_stats = run(fast=True)
+    assert located == []  # the fast path never bucketed
+    slow_rows, slow_stats = run(fast=False)
+    assert len(located) == 3
+    for a, b in zip(fast_rows, slow_rows, strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(fast_rows[0], torch.from_numpy(g.x[ids.numpy()]))
+    assert fast_stats == slow_stats
+    # a row off the device tier leaves the fast path
+    store = UnifiedStore.build(g, None, _budgets(g, 0.3, 0.2))
+    cold = int(store.plan.features.order[-1])
+    assert store._own_shard_rows(np.array([cold])) is None
+    assert torch.equal(store.gather(torch.tensor([cold, 0])), torch.from_numpy(g.x[[cold, 0]]))
+    store.close()
+
+
+def _spy(fn, calls):
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        return fn(*args, **kwargs)
+
+    return wrapped
