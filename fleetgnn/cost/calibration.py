@@ -25,6 +25,7 @@ import torch
 
 from fleetgnn.cost.hardware import (
     FIXED_OVERHEADS,
+    NARROW_GEMM_WIDTHS,
     HardwareProfile,
     MiB,
     count_arg,
@@ -45,12 +46,13 @@ class _Sizes:
     spmm_nodes: int
     spmm_edges: int
     gemm_n: int  # n x n @ n x n
+    narrow_rows: int  # [rows, k] @ [k, 16], k = gemm_n: a GNN layer's narrow transform
     disk_bytes: int
     repeats: int
 
 
-_FULL = _Sizes(64 * MiB, 64 * MiB, 131072, 64, 100_000, 1_000_000, 1024, 64 * MiB, 3)
-_QUICK = _Sizes(4 * MiB, 4 * MiB, 8192, 64, 8_000, 50_000, 256, 4 * MiB, 2)
+_FULL = _Sizes(64 * MiB, 64 * MiB, 131072, 64, 100_000, 1_000_000, 1024, 8192, 64 * MiB, 3)
+_QUICK = _Sizes(4 * MiB, 4 * MiB, 8192, 64, 8_000, 50_000, 256, 2048, 4 * MiB, 2)
 
 
 def _best_time(fn: Callable[[], object], repeats: int) -> float:
@@ -96,6 +98,19 @@ def _measure_gemm(n: int, repeats: int) -> float:
     g = torch.Generator().manual_seed(0)
     a, b = torch.rand(n, n, generator=g), torch.rand(n, n, generator=g)
     return 2.0 * n**3 / _best_time(lambda: torch.mm(a, b), repeats)
+
+
+def _measure_narrow_gemm(rows: int, k: int, repeats: int) -> float:
+    """Flop/s of a layer's transform to 16 columns and of its weight gradient.
+
+    ``[rows, k] @ [k, 16]`` and ``[k, rows] @ [rows, 16]`` (``2 x 2 rows k 16`` flop) over an
+    input beyond the caches, as a layer's is; per flop slower than a square product on CPUs.
+    """
+    g = torch.Generator().manual_seed(0)
+    w = NARROW_GEMM_WIDTHS[0]
+    a, b = torch.rand(rows, k, generator=g), torch.rand(k, w, generator=g)
+    gy = torch.rand(rows, w, generator=g)
+    return 4.0 * rows * k * w / _best_time(lambda: (a @ b, a.t() @ gy), repeats)
 
 
 def _measure_overheads(repeats: int) -> dict[str, float]:
@@ -196,6 +211,7 @@ def _calibrate(sizes: _Sizes, directory: Path) -> dict[str, Any]:
     gather = _measure_gather(sizes.table_bytes, sizes.gather_rows, sizes.width, sizes.repeats)
     spmm = _measure_spmm(sizes.spmm_nodes, sizes.spmm_edges, sizes.width, sizes.repeats)
     gemm = _measure_gemm(sizes.gemm_n, sizes.repeats)
+    narrow = _measure_narrow_gemm(sizes.narrow_rows, sizes.gemm_n, sizes.repeats)
     disk, disk_note = _measure_disk(sizes.disk_bytes, directory)
     fixed = _measure_overheads(sizes.repeats)
     return {
@@ -204,6 +220,7 @@ def _calibrate(sizes: _Sizes, directory: Path) -> dict[str, Any]:
         "gather": gather,
         "spmm": spmm,
         "gemm": gemm,
+        "narrow_gemm": narrow,
         "disk": disk,
         "disk_note": disk_note,
         "sizes": dataclasses.asdict(sizes),
@@ -301,7 +318,16 @@ def _read_cache(path: Path, key: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("key") != dict(key):
         return None
     m = data.get("measurements")
-    needed = ("copy", "gather", "spmm", "gemm", "disk", "keyed_dropout", "layer_overhead")
+    needed = (
+        "copy",
+        "gather",
+        "spmm",
+        "gemm",
+        "narrow_gemm",
+        "disk",
+        "keyed_dropout",
+        "layer_overhead",
+    )
     if not isinstance(m, dict) or not all(
         isinstance(m.get(k), (int, float)) and m[k] > 0 for k in needed
     ):
@@ -352,6 +378,8 @@ def _local_from(
         f"{sizes.get('gather_rows', 0)} random rows of {4 * sizes.get('width', 0)} B; spmm = "
         f"fleetgnn.ops.gspmm sum over {sizes.get('spmm_edges', 0):,} random edges x width "
         f"{sizes.get('width', 0)}; gemm = torch.mm of {sizes.get('gemm_n', 0)}^2 float32; "
+        f"narrow gemm = [{sizes.get('narrow_rows', 0)}, {sizes.get('gemm_n', 0)}] @ "
+        f"[{sizes.get('gemm_n', 0)}, 16] and its weight gradient; "
         "elementwise = keyed dropout of 2048^2 float32; layer_overhead = forward + backward of "
         "a 32-node layer; param_overhead = Adam's step per parameter tensor; "
         f"disk = {m.get('disk_note', '?')}; {peer_note} (one host, no NIC between its "
@@ -377,6 +405,7 @@ def _local_from(
         gather_rate=float(m["gather"]),
         spmm_rate=float(m["spmm"]),
         gemm_rate=float(m["gemm"]),
+        narrow_gemm_rate=float(m["narrow_gemm"]),
         elementwise_rate=float(m["keyed_dropout"]),
         layer_overhead=float(m["layer_overhead"]),
         param_overhead=float(m.get("param_overhead", FIXED_OVERHEADS["cpu"]["param_overhead"])),

@@ -26,6 +26,9 @@ field               meaning
                     few hundred bytes), counting each gathered byte once
 ``spmm_rate``       multiply-adds/s of sparse aggregation: edges x feature width per second
 ``gemm_rate``       flop/s of dense float32 matrix products (``2 m n k`` flop each)
+``narrow_gemm_rate`` flop/s of a GNN layer's transform to a narrow output (``[n, k] @ [k, 16]``
+                   and its weight gradient), slower per flop than a square product on CPUs;
+                   widths between 16 and 256 interpolate geometrically (default: ``gemm_rate``)
 ``elementwise_rate`` elements/s of fleetgnn's keyed dropout on a large tensor (hashing each
                     element's key; default ``local / 12``: read, write, one mask byte)
 ``layer_overhead``  seconds of framework work per layer and step whatever its size: the
@@ -58,6 +61,10 @@ from fleetgnn.config.suggest import nearest
 from fleetgnn.config.textfile import load_yaml_file
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
+
+#: Output widths where :meth:`HardwareProfile.gemm_rate_at` is the narrow rate (at or below
+#: the first) and the square-product rate (at or above the second).
+NARROW_GEMM_WIDTHS = (16, 256)
 
 #: Link kinds of the traffic meter, in report order (the same tuple as
 #: :data:`fleetgnn.distributed.traffic.LINK_KINDS`, which this layer may not import).
@@ -276,6 +283,8 @@ class HardwareProfile:
         gather_rate: Bytes/s of random row gathers from device memory.
         spmm_rate: Multiply-adds/s of sparse aggregation (edges x feature width per second).
         gemm_rate: Flop/s of dense float32 matrix products.
+        narrow_gemm_rate: Flop/s of a transform to 16 output columns (forward and weight
+            gradient); ``None``: ``gemm_rate`` (see :meth:`gemm_rate_at`).
         source: Where the numbers come from.
 
     Example:
@@ -298,6 +307,7 @@ class HardwareProfile:
     gather_rate: float
     spmm_rate: float
     gemm_rate: float
+    narrow_gemm_rate: float | None = None
     elementwise_rate: float | None = None
     layer_overhead: float | None = None
     param_overhead: float | None = None
@@ -340,6 +350,9 @@ class HardwareProfile:
         set_(self, "gather_rate", positive_arg("gather_rate", self.gather_rate, "bytes/s"))
         set_(self, "spmm_rate", positive_arg("spmm_rate", self.spmm_rate, "multiply-adds/s"))
         set_(self, "gemm_rate", positive_arg("gemm_rate", self.gemm_rate, "flop/s"))
+        if self.narrow_gemm_rate is not None:
+            rate = positive_arg("narrow_gemm_rate", self.narrow_gemm_rate, "flop/s")
+            set_(self, "narrow_gemm_rate", rate)
         if self.elementwise_rate is None:
             set_(self, "elementwise_rate", bw["local"] / 12.0)
         set_(
@@ -384,6 +397,20 @@ class HardwareProfile:
             return self.bandwidth["local"]
         direct = self.peer[i][j]
         return direct if direct > 0 else _staged(self.bandwidth)
+
+    def gemm_rate_at(self, width: int) -> float:
+        """Flop/s of a transform to ``width`` output columns (and its weight gradient).
+
+        :attr:`narrow_gemm_rate` at 16 columns or fewer, :attr:`gemm_rate` at 256 or more,
+        geometric interpolation in ``log2(width)`` between (``gemm_rate`` alone when no narrow
+        rate was measured).
+        """
+        narrow, wide = self.narrow_gemm_rate, float(self.gemm_rate)
+        if narrow is None or width >= NARROW_GEMM_WIDTHS[1]:
+            return wide
+        lo, hi = NARROW_GEMM_WIDTHS
+        t = max(0.0, math.log2(max(width, 1) / lo) / math.log2(hi / lo))
+        return float(narrow) * (wide / float(narrow)) ** t
 
     def min_peer_bandwidth(self) -> float:
         """The slowest device-to-device rate over all ordered pairs (``local`` for one device)."""
@@ -460,6 +487,7 @@ class HardwareProfile:
             "gather_rate": self.gather_rate,
             "spmm_rate": self.spmm_rate,
             "gemm_rate": self.gemm_rate,
+            "narrow_gemm_rate": self.narrow_gemm_rate,
             "elementwise_rate": self.elementwise_rate,
             "layer_overhead": self.layer_overhead,
             "param_overhead": self.param_overhead,
@@ -491,8 +519,8 @@ class HardwareProfile:
         if missing:
             raise ConfigError(
                 f"hardware profile field {missing[0]!r} is missing; required fields: "
-                f"{', '.join(cls.REQUIRED)} (optional: num_hosts, peer, elementwise_rate, "
-                f"layer_overhead, param_overhead, source)"
+                f"{', '.join(cls.REQUIRED)} (optional: num_hosts, peer, narrow_gemm_rate, "
+                f"elementwise_rate, layer_overhead, param_overhead, source)"
             )
         return cls(**{str(k): v for k, v in d.items()})
 

@@ -82,9 +82,16 @@ def _bw(hw: Any, kind: str) -> float:
     return float(value)
 
 
-def _compute_s(hw: Any, spmm: float, gemm: float, passes: float = 3.0) -> float:
-    """Forward + backward (twice the forward) compute seconds."""
-    return passes * (spmm / float(hw.spmm_rate) + gemm / float(hw.gemm_rate))
+def _compute_s(hw: Any, m: ModelShape, nodes: float, edges: float, passes: float = 3.0) -> float:
+    """Forward + backward (twice the forward) compute seconds over ``nodes`` and ``edges``.
+
+    Each layer's transform at the rate of its output width
+    (:meth:`~fleetgnn.cost.hardware.HardwareProfile.gemm_rate_at`: narrow transforms run
+    slower per flop than square products on CPUs).
+    """
+    spmm, _ = m.forward_flops(nodes, edges)
+    gemm = sum(f / hw.gemm_rate_at(w) for f, w in m.gemm_layers(nodes))
+    return passes * (spmm / float(hw.spmm_rate) + gemm)
 
 
 def _fixed_s(
@@ -179,8 +186,7 @@ def predict_reference(wl: Workload, hw: Any, world: int = 1, **knobs: Any) -> Pr
     """
     m = wl.model
     n, e = wl.num_nodes, wl.num_edges
-    spmm, gemm = m.forward_flops(n, e)
-    compute = _compute_s(hw, spmm, gemm)
+    compute = _compute_s(hw, m, n, e)
     fixed = _fixed_s(hw, m, [n] * m.num_layers)
     parts = reference_parts(
         m, n, e, wl.num_features, wl.num_train, _dataset_masks(wl.graph), cpu=hw.kind == "cpu"
@@ -267,8 +273,8 @@ def predict_fullgraph(
     traffic = {kind: int(exchange + allreduce)} if world > 1 else {}
     n_r = float(owned.max())
     e_r = wl.num_edges / world
-    spmm, gemm = m.forward_flops(n_r, e_r)
-    compute = _compute_s(hw, spmm, gemm)
+    spmm, _ = m.forward_flops(n_r, e_r)
+    compute = _compute_s(hw, m, n_r, e_r)
     bw = float(hw.min_peer_bandwidth()) if kind == "peer" else _bw(hw, "net")
     comm = (per_rank_exchange + allreduce / max(world, 1)) / bw if world > 1 else 0.0
     agg_compute = 3.0 * spmm / float(hw.spmm_rate)
@@ -446,8 +452,7 @@ def predict_offload(
     device = _offload_device_peak(m, c, hybrid)
     host = n / world * (sum(m.widths) + sum(m.widths[1:-1])) * e
     host += sum(n / world * m.widths[i] * e for i in range(m.num_layers) if hybrid[i])
-    spmm, gemm = m.forward_flops(n / world, wl.num_edges / world)
-    compute = _compute_s(hw, spmm, gemm, passes=2.0 + loads / m.num_layers)
+    compute = _compute_s(hw, m, n / world, wl.num_edges / world, 2.0 + loads / m.num_layers)
     per_rank = {k: v / world for k, v in traffic.items()}
     peer_bw = float(hw.min_peer_bandwidth()) if world > 1 else _bw(hw, "local")
     comm = {
@@ -700,8 +705,7 @@ def predict_minibatch(
     sync_bytes = {link: _allreduce_bytes(m, world) * steps} if world > 1 else {}
     traffic = {k: loaded.get(k, 0) + sync_bytes.get(k, 0) for k in {*loaded, *sync_bytes}}
     layers = m.num_layers
-    spmm, gemm = m.forward_flops(mean["nodes"] / layers, mean["edges"] / layers)
-    compute = steps * _compute_s(hw, spmm, gemm)
+    compute = steps * _compute_s(hw, m, mean["nodes"] / layers, mean["edges"] / layers)
     sample = steps * mean["edges"] / SAMPLE_RATE[hw.kind]
     gather = _link_seconds(hw, loaded, world)
     sync = _link_seconds(hw, sync_bytes, world)
@@ -822,8 +826,9 @@ def predict_split(
     if world > 1:
         traffic[link] = int(_split_shuffle(m, rows)) + _allreduce_bytes(m, world) * steps
     layers = m.num_layers
-    spmm, gemm = m.forward_flops(mean["nodes"] / layers / world, mean["edges"] / layers)
-    compute = steps * _compute_s(hw, spmm / world, gemm)
+    compute = steps * _compute_s(
+        hw, m, mean["nodes"] / layers / world, mean["edges"] / layers / world
+    )
     sample = steps * mean["edges"] / SAMPLE_RATE[hw.kind]  # every rank samples the global batch
     # per layer: rows forward and backward; plus the gradient all-reduce (none on one rank)
     collectives = (2 * layers + 1) if world > 1 else 0

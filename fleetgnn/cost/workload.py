@@ -105,6 +105,20 @@ class ModelShape:
             gemm += 2.0 * nodes * w_in * w_out * (2 if self.name == "gin" else 1)
         return spmm, gemm
 
+    def gemm_layers(self, nodes: float) -> list[tuple[float, int]]:
+        """``(flops, output width)`` of each layer's dense transform over ``nodes`` rows."""
+        return [
+            (
+                2.0
+                * nodes
+                * self.widths[i]
+                * self.widths[i + 1]
+                * (2 if self.name == "gin" else 1),
+                int(self.widths[i + 1]),
+            )
+            for i in range(self.num_layers)
+        ]
+
     def activation_bytes(self, nodes: float, edges: float) -> float:
         """Autograd's saved activations of one forward pass (per node and per edge terms)."""
         per_layer = 0.0

@@ -349,3 +349,17 @@ def test_local_profile_refresh_and_keys(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="nproc"):
         local_profile(0, cache_dir=tmp_path)
     assert p.with_devices(1).device_memory == p.host_memory  # CPU: processes share host memory
+
+
+def test_narrow_transforms_run_at_the_narrow_rate_and_interpolate_to_the_square_one():
+    """16 columns or fewer: the narrow rate; 256 or more: gemm_rate; geometric between."""
+    base = PROFILES["dgx-a100"]
+    assert base.gemm_rate_at(16) == base.gemm_rate  # no narrow rate measured: one rate
+    p = dataclasses.replace(base, narrow_gemm_rate=base.gemm_rate / 4)
+    assert p.gemm_rate_at(8) == p.gemm_rate_at(16) == pytest.approx(base.gemm_rate / 4)
+    assert p.gemm_rate_at(64) == pytest.approx(base.gemm_rate / 2)  # halfway in log2(width)
+    assert p.gemm_rate_at(256) == p.gemm_rate_at(4096) == base.gemm_rate
+    again = type(p).from_dict(p.to_dict())
+    assert again.narrow_gemm_rate == p.narrow_gemm_rate
+    with pytest.raises(ConfigError, match="narrow_gemm_rate"):
+        dataclasses.replace(base, narrow_gemm_rate=-1.0)
