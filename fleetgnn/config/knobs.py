@@ -185,8 +185,8 @@ class Precision(Knobs):
             raise KnobError(
                 "autocast",
                 self.autocast,
-                f"needs float32 master weights (dtype={self.dtype!r}); set dtype=float32 or "
-                "autocast=null",
+                f"needs float32 master weights (train.dtype={self.dtype!r}); set "
+                "train.dtype=float32 or train.autocast=null",
             )
 
 
