@@ -6,6 +6,10 @@
   (PyG's fused sparse-matrix path, its fastest on CPU) and, on Cora only, with an
   ``edge_index`` (gather-scatter message passing, PyG's default; 5-10x slower than CSR on the
   large graph, where it would take most of the section's time).
+  Each full-graph row also times fleetgnn's own mixed-precision variant (``fleetgnn bf16``:
+  ``train.autocast=bf16``, the same weights; kind ``baseline``), interleaved with the float32
+  epochs; ``extra.bf16_over_float32`` is its median epoch time over float32's (above 1: slower;
+  bf16 matrix products are not faster than float32 on every CPU).
 - ``sage-minibatch``: GraphSAGE (mean; 3 layers, hidden 128, fanouts 15,10,5 by hop from the
   seeds, batch 1,024, dropout 0.5, Adam) on ``products-like``, sampling and gathering included,
   against PyG's ``NeighborLoader`` + ``SAGEConv`` when ``NeighborLoader`` can sample (it needs
@@ -24,6 +28,7 @@ engine's own step phases (sample, gather, forward, backward, optimizer) is kept 
 
 from __future__ import annotations
 
+import statistics
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,6 +54,8 @@ from fleetgnn.graph import Graph
 from fleetgnn.train import Config, engine_from_config, load_config
 
 SECTION = "epoch"
+#: The mixed-precision variant of fleetgnn's full-graph epoch (``train.autocast=bf16``).
+BF16 = "fleetgnn bf16"
 #: PyG's graph formats: table name -> :func:`~fleetgnn.bench.peers.csc_to_pyg` format.
 PYG_FORMATS = {"PyG GCNConv, edge_index": "edge_index", "PyG GCNConv, CSR adj_t": "csr"}
 
@@ -152,21 +159,21 @@ def full_epoch(
     A PyG peer that fails on its first (untimed) epoch is listed under ``skipped`` with the
     error instead of failing the row.
     """
-    engine, cfg = reference_engine(
-        graph,
-        [
-            f"model.name={model}",
-            "train.mode=full",
-            "model.num_layers=2",
-            f"model.hidden={hidden}",
-            "model.dropout=0.5",
-            f"train.device={device}",
-        ],
-    )
+    overrides = [
+        f"model.name={model}",
+        "train.mode=full",
+        "model.num_layers=2",
+        f"model.hidden={hidden}",
+        "model.dropout=0.5",
+        f"train.device={device}",
+    ]
+    engine, cfg = reference_engine(graph, overrides)
+    mixed, _ = reference_engine(graph, [*overrides, "train.autocast=bf16"])
+    mixed.model.load_state_dict(engine.model.state_dict())
     dims = [engine.x.shape[1], hidden, engine.num_classes]
     conv = PYG_CONVS[model]
     fleet = _Epochs(engine, per_call)
-    calls: dict[str, Callable[[], None]] = {"fleetgnn": fleet}
+    calls: dict[str, Callable[[], None]] = {"fleetgnn": fleet, BF16: _Epochs(mixed, per_call)}
     diffs: dict[str, float] = {}
     skipped = {}
     if has_pyg():
@@ -203,6 +210,7 @@ def full_epoch(
         skipped[f"PyG {conv}"] = NO_PYG
     times = interleaved(calls, opts.repeat, engine.device)
     times = {k: [t / per_call for t in v] for k, v in times.items()}  # seconds per epoch
+    bf16_ratio = statistics.median(times[BF16]) / statistics.median(times["fleetgnn"])
     return measurement(
         SECTION,
         f"{model.upper()} full-graph epoch, {name}, 2 layers, hidden {hidden}"
@@ -210,7 +218,9 @@ def full_epoch(
         threads,
         times,
         skipped=skipped,
+        kinds={BF16: "baseline"},
         extra={
+            "bf16_over_float32": bf16_ratio,
             "max_abs_logit_diff": diffs,
             "fleetgnn_phases_s": fleet.phases(),
             "epochs_per_call": per_call,

@@ -45,6 +45,7 @@ from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 
 DTYPES: tuple[str, ...] = ("float32", "float64")
+AUTOCASTS: tuple[str | None, ...] = (None, "bf16")
 FEATURE_NORMS: tuple[str, ...] = ("none", "row")
 PLACEMENTS: tuple[str, ...] = ("degree", "presample")
 ORDERS: tuple[str, ...] = ("graph_first", "features_first")
@@ -155,12 +156,22 @@ class Precision(Knobs):
             engines run on their rank's device and refuse a context on another device type;
             ``config.yaml`` records the device that ran.
         dtype: Floating-point type of features and parameters.
+        autocast: ``"bf16"``: mixed precision. Every training step's forward (and the
+            ``offload`` engine's recomputing backward) runs under ``torch.autocast`` in
+            bfloat16 on the CPU and on CUDA; parameters, optimizer state, the loss and the
+            graph reductions (``gspmm``, ``edge_softmax``) stay float32; rows that travel
+            (halo and shuffle rows of ``fullgraph`` and ``split`` and their gradients,
+            ``offload``'s host vertex rows) are bfloat16, half the bytes, in training and
+            evaluation; ``minibatch`` reads its feature store as stored. Evaluation computes in
+            float32. Needs ``dtype=float32``.
+            ``null``: no autocast.
     """
 
     device: str = "auto"
     dtype: str = "float32"
+    autocast: str | None = None
 
-    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"dtype": DTYPES}
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"dtype": DTYPES, "autocast": AUTOCASTS}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -170,6 +181,13 @@ class Precision(Knobs):
             self.device,
             "must be 'cpu', 'cuda', 'cuda:N' or 'auto'",
         )
+        if self.autocast is not None and self.dtype != "float32":
+            raise KnobError(
+                "autocast",
+                self.autocast,
+                f"needs float32 master weights (train.dtype={self.dtype!r}); set "
+                "train.dtype=float32 or train.autocast=null",
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,27 @@ from fleetgnn.tasks.node import cross_entropy as cross_entropy
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
 SPLITS: tuple[str, ...] = ("train", "val", "test")
+#: The compute dtype of each ``autocast`` setting (:class:`~fleetgnn.config.knobs.Precision`).
+AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16}
+
+
+def autocast_dtype(config: Any) -> torch.dtype | None:
+    """The dtype ``config.autocast`` computes in and rows travel in (``None``: no autocast)."""
+    setting = getattr(config, "autocast", None)
+    return None if setting is None else AUTOCAST_DTYPES[setting]
+
+
+def autocast(device: torch.device | str, config: Any) -> contextlib.AbstractContextManager[Any]:
+    """The mixed-precision context of a training step on ``device`` (a no-op without autocast).
+
+    ``torch.autocast`` in :func:`autocast_dtype` of ``config``: matrix products run in bfloat16
+    on float32 parameters; fleetgnn's graph ops cast their inputs back to float32 and reduce
+    there (:func:`fleetgnn.ops.float32_inputs`).
+    """
+    dtype = autocast_dtype(config)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
 
 
 def resolve_device(device: str | torch.device, key: str = "device") -> torch.device:

@@ -59,6 +59,7 @@ from fleetgnn.engines.base import DistributedEngine, FullGraphEngineBase, StepSt
 from fleetgnn.engines.common import (
     HeldBytes,
     LossFn,
+    autocast_dtype,
     labels_and_masks,
     normalize_rows,
     num_classes_of,
@@ -386,6 +387,7 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
                 device=self.device,
                 comm_stream=self.comm_stream,
                 overlap_backward=self.overlap_backward,
+                wire_dtype=autocast_dtype(self.config),
             )
         return self._aggs[key]
 

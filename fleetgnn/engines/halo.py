@@ -229,6 +229,8 @@ class HaloAggregator:
         overlap_backward: Pipeline the backward of ``sum``/``mean`` (chunked reverse exchanges
             overlapped with the local backward); ``False``: backpropagate through each chunk's
             differentiable all-to-all (the synchronous baseline, same gradients).
+        wire_dtype: The dtype halo rows (and their gradients) travel in (mixed precision:
+            ``torch.bfloat16``, half the bytes); ``None``: the rows' own.
     """
 
     def __init__(
@@ -243,6 +245,7 @@ class HaloAggregator:
         device: torch.device | str = "cpu",
         comm_stream: Any = None,
         overlap_backward: bool = True,
+        wire_dtype: torch.dtype | None = None,
     ) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ConfigError(f"'depth' (chunks in flight) must be an int >= 0 (got {depth!r})")
@@ -253,7 +256,13 @@ class HaloAggregator:
         self.comm_stream = comm_stream
         self.overlap_backward = bool(overlap_backward)
         self.spmm = HaloSpmm(
-            layout, plan, comm, depth=depth, device=self.device, comm_stream=comm_stream
+            layout,
+            plan,
+            comm,
+            depth=depth,
+            device=self.device,
+            comm_stream=comm_stream,
+            wire_dtype=wire_dtype,
         )
         self.times: ExchangeTimes = self.spmm.times
         self.volume: HaloVolume = self.spmm.volume

@@ -68,6 +68,7 @@ from fleetgnn.engines.base import DistributedEngine, FullGraphEngineBase, StepSt
 from fleetgnn.engines.collectives import agreed
 from fleetgnn.engines.common import (
     LossFn,
+    autocast_dtype,
     labels_and_masks,
     loss_sum,
     normalize_rows,
@@ -225,6 +226,10 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         self.hybrid = self._hybrid_layers(oc.cache_aggregates)
         self.widths = self._probe_widths(int(x.shape[1]))
         self.elem = torch.empty(0, dtype=self.dtype).element_size()
+        # mixed precision: vertex rows (H^l, the transition buffers) are kept and moved in the
+        # autocast dtype, half the bytes; gradient rows (G^l, staging) stay in self.dtype
+        self.row_dtype = autocast_dtype(self.config) or self.dtype
+        self.row_elem = torch.empty(0, dtype=self.row_dtype).element_size()
         self.budget = self._budget(oc.device_budget)
         # ---- chunks, plan, this rank's hops
         self.num_chunks = self._choose_chunks(g, oc.chunks)
@@ -247,8 +252,8 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         self.probe_s = self.clock() - t1
         self.preprocess_s = self.clock() - t0
         # ---- host-resident vertex data (this rank's rows only: one copy per machine)
-        self.H: list[torch.Tensor] = [normalize_rows(x, oc.feature_norm)]
-        self.H += [torch.zeros(self.hi - self.lo, w, dtype=self.dtype) for w in self.widths[1:]]
+        self.H: list[torch.Tensor] = [normalize_rows(x, oc.feature_norm).to(self.row_dtype)]
+        self.H += [torch.zeros(self.hi - self.lo, w, dtype=self.row_dtype) for w in self.widths[1:]]
         self.G: list[torch.Tensor | None] = [None] + [
             torch.zeros(self.hi - self.lo, w, dtype=self.dtype) for w in self.widths[1:-1]
         ]
@@ -616,7 +621,7 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
 
     def _allocate_buffers(self) -> None:
         r, cap = self.rank, int(self.plan.capacity[self.rank])
-        tbuf = torch.zeros(cap, self._hmax, dtype=self.dtype, device=self.device)
+        tbuf = torch.zeros(cap, self._hmax, dtype=self.row_dtype, device=self.device)
         rows = int(self.stage_offsets[r, -1])
         stage = torch.zeros(rows, self._gmax, dtype=self.dtype, device=self.device)
         self._shared: list[ShardedTensor] = []
@@ -632,18 +637,22 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
             self.tbuf, self.stage = tbuf, stage
             self.tbufs, self.stages = [tbuf], [stage]
         self.gbuf = torch.zeros(cap, self._gmax, dtype=self.dtype, device=self.device)
-        live = self.tbuf.numel() + self.gbuf.numel() + self.stage.numel()
-        self.static_bytes = live * self.elem
+        live = self.gbuf.numel() + self.stage.numel()
+        self.static_bytes = live * self.elem + self.tbuf.numel() * self.row_elem
 
     # ------------------------------------------------------------------ accounting
     @staticmethod
     def _zero_rows() -> dict[str, int]:
         return {"h2d": 0, "reuse": 0, "local": 0, "peer": 0, "d2h": 0}
 
-    def _count(self, kind: str, rows: int, width: int) -> None:
+    def _count(self, kind: str, rows: int, width: int, elem: int | None = None) -> None:
+        """Count ``rows`` rows of ``width`` moved over ``kind``.
+
+        ``elem``: bytes per element (``None``: a vertex row's, :attr:`row_elem`).
+        """
         self._rows[kind] += int(rows)
         if kind != "reuse" and rows:
-            self.meter.record(kind, int(rows) * width * self.elem)
+            self.meter.record(kind, int(rows) * width * (self.row_elem if elem is None else elem))
 
     def _live(self, nbytes: int) -> None:
         self._peak = max(self._peak, self.static_bytes + int(nbytes))
@@ -682,7 +691,7 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         if len(pulls) == 1 and pulls[0][1].numel() == self.hops[j].rows.size:
             k, _, slots = pulls[0]  # one owner (positions in order): no scatter
             return self.tbufs[k][:, :d].index_select(0, slots)
-        out = torch.empty(self.hops[j].rows.size, d, dtype=self.dtype, device=self.device)
+        out = torch.empty(self.hops[j].rows.size, d, dtype=self.row_dtype, device=self.device)
         for k, pos, slots in pulls:
             out.index_copy_(0, pos, self.tbufs[k][:, :d].index_select(0, slots))
         return out
@@ -703,7 +712,7 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
             assert g is not None
             g.index_add_(0, rows.cpu(), self.gbuf[slots, :d].cpu())
             self.gbuf[slots, :d] = 0
-            self._count("d2h", rows.numel(), d)
+            self._count("d2h", rows.numel(), d, self.elem)
 
     def _push(self, layer: int, j: int, grad: torch.Tensor) -> None:
         """Neighbour gradients to the owners' gradient buffers (collective: two barriers)."""
@@ -711,11 +720,11 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         for k, pos, slots in self.pulls[j]:
             if k == r:
                 self.gbuf[:, :d].index_add_(0, slots, grad[pos])
-                self._count("local", pos.numel(), d)
+                self._count("local", pos.numel(), d, self.elem)
             else:
                 o = int(self.stage_offsets[r, k])
                 self.stage[o : o + pos.numel(), :d] = grad[pos]
-                self._count("peer", pos.numel(), d)
+                self._count("peer", pos.numel(), d, self.elem)
         self._barrier()
         for s, slots in self.incoming[j]:
             o = int(self.stage_offsets[s, r])
@@ -733,6 +742,8 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
                 nbr = self._load_neighbours(layer, j)
                 if hop.num_dst == 0:
                     continue
+                if not training:  # evaluation computes in self.dtype (rows may be bfloat16)
+                    nbr = nbr.to(self.dtype)
                 agg: Any = self.aggs[j]
                 record = training and self.hybrid[layer]
                 if record:
@@ -744,13 +755,14 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
                 if record:
                     self.cache[(layer, j)] = [a.cpu() for a in agg.outputs]
                     for a in agg.outputs:
-                        self._count("d2h", a.shape[0], a[0].numel() if a.shape[0] else 0)
+                        width = a[0].numel() if a.shape[0] else 0
+                        self._count("d2h", a.shape[0], width, a.element_size())
                 self.H[layer + 1][hop.lo - self.lo : hop.hi - self.lo] = out.cpu()
                 self._count("d2h", hop.num_dst, d_out)
                 if layer == last and training:
                     idx = self.hop_train[j]
                     if idx.numel():
-                        logits = out.index_select(0, idx.to(self.device))
+                        logits = out.index_select(0, idx.to(self.device)).to(self.dtype)
                         target = self.y[hop.lo - self.lo : hop.hi - self.lo][idx].to(self.device)
                         loss_total += float(loss_sum(self.loss, logits, target))
                         correct += int((logits.argmax(1) == target).sum())
@@ -770,7 +782,7 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
                 if self.hybrid[layer]:
                     own = self.H[layer][hop.lo - self.lo : hop.hi - self.lo].to(self.device)
                     self._count("h2d", hop.num_dst, d_in)
-                    nbr = torch.zeros(hop.rows.size, d_in, dtype=self.dtype, device=self.device)
+                    nbr = torch.zeros(hop.rows.size, d_in, dtype=self.row_dtype, device=self.device)
                     nbr[: hop.num_dst] = own
                 else:
                     nbr = self._load_neighbours(layer, j)
@@ -787,7 +799,7 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
     ) -> torch.Tensor:
         """Recompute ``layer`` on chunk ``j`` under autograd and back-propagate into ``nbr``."""
         if hop.num_dst == 0:
-            return nbr
+            return nbr.to(self.dtype)
         base = self.aggs[j]
         agg: Any = _Replay(base, self.cache[(layer, j)], layer) if self.hybrid[layer] else base
         h = nbr.requires_grad_(want)
@@ -799,18 +811,20 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
             if layer == self.num_layers - 1:
                 idx = self.hop_train[j].to(self.device)
                 target = self.y[sl].to(self.device).index_select(0, idx)
-                loss = loss_sum(self.loss, out.index_select(0, idx), target)
+                loss = loss_sum(self.loss, out.index_select(0, idx).to(self.dtype), target)
                 seed = None
                 root = loss / max(self.global_train, 1)
             else:
                 root, seed = out, self.G[layer + 1][sl].to(self.device)  # type: ignore[index]
-                self._count("h2d", hop.num_dst, d_out)
+                seed = seed.to(out.dtype)  # mixed precision: the output may be bfloat16
+                self._count("h2d", hop.num_dst, d_out, self.elem)
         self._live(meter.bytes + self._chunk_bytes(hop, self.widths[layer], d_out))
         if root.requires_grad:
             root.backward(seed)
         if not want:
             return nbr
-        return h.grad if h.grad is not None else torch.zeros_like(nbr)
+        grad = h.grad if h.grad is not None else torch.zeros_like(nbr)
+        return grad.to(self.dtype)  # gradient rows are pushed and summed in self.dtype
 
     # ------------------------------------------------------------------ training
 
@@ -868,7 +882,7 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
             self.module.train()
             self._rows = rows
         reduce = self.comm.all_reduce_sum if self.world_size > 1 else None
-        return split_metrics(self.H[-1], self.y, self.masks, reduce)
+        return split_metrics(self.H[-1].to(self.dtype), self.y, self.masks, reduce)
 
     # ------------------------------------------------------------------ reports and state
     def epoch_extra(self) -> dict[str, Any]:

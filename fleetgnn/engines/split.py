@@ -59,6 +59,7 @@ from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
     LabelRows,
     LossFn,
+    autocast_dtype,
     check_fanouts,
     normalize_rows,
     num_classes_of,
@@ -222,6 +223,9 @@ class SplitAggregator:
         comm: The communicator (``None`` or one rank: nothing is exchanged).
         owner: Owner of every ORIGINAL node ID (``book.part_of``).
         dtype: Float dtype of degrees.
+        wire_dtype: The dtype shuffled rows (remote source rows, pre-aggregated partial sums)
+            and their gradients travel in (mixed precision: ``torch.bfloat16``, half the
+            bytes); ``None``: the rows' own.
         device: Where the structures live.
         meter_bytes: A list to append this aggregator's forward shuffle bytes to.
     """
@@ -235,8 +239,10 @@ class SplitAggregator:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         meter_bytes: list[int] | None = None,
+        wire_dtype: torch.dtype | None = None,
     ) -> None:
         self.split = split
+        self.wire_dtype = wire_dtype
         self.comm = comm if comm is not None and comm.world_size > 1 else None
         self.owner = owner
         self.device = torch.device(device)
@@ -274,7 +280,9 @@ class SplitAggregator:
             # one chunk: active iff any edge crosses splits anywhere (the same on every rank)
             crossing = sp.block_local_edges < block.num_edges
             plan = dataclasses.replace(plan, active=(crossing,))
-            self._halo = HaloSpmm(lay, plan, self.comm, depth=1, device=self.device)
+            self._halo = HaloSpmm(
+                lay, plan, self.comm, depth=1, device=self.device, wire_dtype=self.wire_dtype
+            )
         return self._halo
 
     def _check_rows(self, x: Tensor) -> None:
@@ -315,17 +323,20 @@ class SplitAggregator:
         if self.comm is None:
             return out
         partial = gspmm(self._refs, x, "sum")  # [F_out, ...] per outgoing reference vertex
-        self._count(int(partial.shape[0]), x)
+        wire = partial if self.wire_dtype is None else partial.to(self.wire_dtype)
+        self._count(int(partial.shape[0]), wire)
         recv, _ = self.comm.all_to_all(
-            partial,
+            wire,
             self.split.send_counts.tolist(),
             recv_counts=self.split.recv_counts.tolist(),
         )
-        return out.index_add(0, self._recv_rows, recv)
+        return out.index_add(0, self._recv_rows, recv.to(out.dtype))
 
     def _count(self, rows: int, x: Tensor) -> None:
         width = int(np.prod(x.shape[1:], dtype=np.int64))
-        self.shuffle_bytes.append(rows * width * x.element_size())
+        wire = self.wire_dtype
+        elem = wire.itemsize if wire is not None and x.is_floating_point() else x.element_size()
+        self.shuffle_bytes.append(rows * width * elem)
 
     def bipartite(self, x_src: Tensor) -> BipartiteHop:
         """The hop as PyG takes it: owned rows then remote rows, ``edge_index`` over them.
@@ -634,7 +645,13 @@ class SplitEngine(SampledEngine):
         def forward() -> StepLoss:  # the shuffles run inside the aggregators
             aggs = [
                 SplitAggregator(
-                    sp, self.comm, self.owner, dtype=self.dtype, device=self.device, meter_bytes=b
+                    sp,
+                    self.comm,
+                    self.owner,
+                    dtype=self.dtype,
+                    device=self.device,
+                    meter_bytes=b,
+                    wire_dtype=autocast_dtype(self.config),
                 )
                 for sp, b in zip(batch.splits, sent, strict=True)
             ]

@@ -33,6 +33,7 @@ batch still in flight after an early stop.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -42,7 +43,8 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from fleetgnn.engines.base import StepStats
-from fleetgnn.engines.common import LossFn
+from fleetgnn.engines.common import LossFn, autocast
+from fleetgnn.ops import LOW_PRECISION
 from fleetgnn.tasks import NODE_CLASSIFICATION, Task
 
 B = TypeVar("B")
@@ -80,6 +82,8 @@ class StepLoss:
         (over all ranks), so summing every rank's gradient gives the gradient of the step's
         mean loss.
         """
+        if logits.dtype in LOW_PRECISION:  # mixed precision: the loss is float32
+            logits = logits.float()
         terms = task.loss_terms(loss, logits, target)
         total = terms.total
         return cls(total, total / max(int(denominator), 1), terms.correct, terms.count)
@@ -137,6 +141,7 @@ def train_step(
     prepared: Prepared = NOTHING_PREPARED,
     hidden_comm: Callable[[], float] | None = None,
     clip_grad_norm: float | None = None,
+    precision: contextlib.AbstractContextManager[Any] | None = None,
 ) -> StepStats:
     """One optimisation step: forward and loss, backward, gradient sync, clipping, optimizer.
 
@@ -154,18 +159,24 @@ def train_step(
             behind compute (read after the backward), charged to ``communication``.
         clip_grad_norm: Clip the synchronised gradients to this global 2-norm before the
             optimizer step (``None``: no clipping); charged to ``optimizer``.
+        precision: The mixed-precision context the forward runs in, and an engine
+            ``backward`` too (it recomputes forwards); ``None``: none
+            (:func:`~fleetgnn.engines.common.autocast`).
 
     Returns:
         The step's :class:`~fleetgnn.engines.base.StepStats` (``times`` keys from
         :data:`~fleetgnn.engines.base.TIME_KEYS`).
     """
     before = meter.snapshot() if meter is not None else None
+    amp = precision if precision is not None else contextlib.nullcontext()
     t0 = clock()
-    out = forward()
+    with amp:
+        out = forward()
     t1 = clock()
     optimizer.zero_grad(set_to_none=True)
     if backward is not None:
-        backward(out)
+        with amp:
+            backward(out)
     elif out.loss is not None:
         out.loss.backward()
     t2 = clock()
@@ -199,10 +210,11 @@ def train_step(
 def run_step(engine: Any, forward: Callable[[], StepLoss], **kwargs: Any) -> StepStats:
     """:func:`train_step` with the engine's own module, optimizer, clock, comm and meter.
 
-    ``comm`` and ``meter`` are ``None`` on a single-process engine; ``clip_grad_norm`` is the
-    engine config's. ``kwargs``: ``backward``, ``prepared`` or ``hidden_comm`` of
-    :func:`train_step`.
+    ``comm`` and ``meter`` are ``None`` on a single-process engine; ``clip_grad_norm`` and the
+    mixed-precision context (``autocast``) are the engine config's. ``kwargs``: ``backward``,
+    ``prepared`` or ``hidden_comm`` of :func:`train_step`.
     """
+    config = getattr(engine, "config", None)
     return train_step(
         engine.module,
         engine.optimizer,
@@ -210,7 +222,8 @@ def run_step(engine: Any, forward: Callable[[], StepLoss], **kwargs: Any) -> Ste
         forward,
         comm=getattr(engine, "comm", None),
         meter=getattr(engine, "meter", None),
-        clip_grad_norm=getattr(getattr(engine, "config", None), "clip_grad_norm", None),
+        clip_grad_norm=getattr(config, "clip_grad_norm", None),
+        precision=autocast(engine.device, config),
         **kwargs,
     )
 

@@ -120,10 +120,10 @@ class ExchangeTimes:
 class _InFlight:
     """One issued chunk exchange and when it was issued / seen complete."""
 
-    __slots__ = ("done_at", "handle", "issued_at")
+    __slots__ = ("done_at", "dtype", "handle", "issued_at")
 
-    def __init__(self, handle: Any, issued_at: float) -> None:
-        self.handle, self.issued_at = handle, issued_at
+    def __init__(self, handle: Any, issued_at: float, dtype: torch.dtype) -> None:
+        self.handle, self.issued_at, self.dtype = handle, issued_at, dtype
         self.done_at: float | None = None
 
     def poll(self) -> None:
@@ -155,6 +155,10 @@ class ChunkPipeline:
         device: Device of the send-row indices (that of the exchanged rows).
         comm_stream: On CUDA, a separate stream for the exchanges (``None``: the current one).
         times: Counters to accumulate into (``None``: fresh ones; share one to sum several).
+        wire_dtype: The float dtype rows travel in (mixed precision: ``torch.bfloat16``, half
+            the bytes of float32 rows, metered as such), cast back to their own dtype on
+            arrival; forward rows and the backward's gradient rows alike. ``None``: rows travel
+            as they are.
 
     Raises:
         ConfigError: If ``depth`` is not an int ``>= 0``.
@@ -170,8 +174,10 @@ class ChunkPipeline:
         device: torch.device | str = "cpu",
         comm_stream: Any = None,
         times: ExchangeTimes | None = None,
+        wire_dtype: torch.dtype | None = None,
     ) -> None:
         self.depth = _check_depth(depth)
+        self.wire_dtype = wire_dtype
         self.plan, self.comm, self.volume = plan, comm, volume
         self.comm_stream = comm_stream
         self.times = times if times is not None else ExchangeTimes()
@@ -317,7 +323,9 @@ class ChunkPipeline:
         """Add one exchange of ``x``'s rows to :attr:`ExchangeTimes.mgg_bytes` / ``dedup_bytes``."""
         if self.volume is None:
             return
-        row_bytes = x.element_size() * int(np.prod(x.shape[1:], dtype=np.int64))
+        wire = self.wire_dtype
+        elem = wire.itemsize if wire is not None and x.is_floating_point() else x.element_size()
+        row_bytes = elem * int(np.prod(x.shape[1:], dtype=np.int64))
         self.times.mgg_bytes += self.volume.remote_edges * row_bytes
         self.times.dedup_bytes += self.volume.halo_rows * row_bytes
 
@@ -326,8 +334,21 @@ class ChunkPipeline:
         return _Timed(self.times)
 
     # ------------------------------------------------------------------ transport
+    def on_wire(self, buf: Tensor) -> Tensor:
+        """``buf`` as it travels: cast to :attr:`wire_dtype` (a float buffer), else itself.
+
+        Differentiable: rows exchanged through autograd send their gradients back in the wire
+        dtype too.
+        """
+        wire = self.wire_dtype
+        if wire is None or not buf.is_floating_point() or buf.dtype == wire:
+            return buf
+        return buf.to(wire)
+
     def _launch(self, buf: Tensor, send: list[int], recv: list[int]) -> _InFlight:
         """Issue one asynchronous all-to-all of ``buf`` (on the comm stream on CUDA)."""
+        dtype = buf.dtype
+        buf = self.on_wire(buf)
         comm = self.comm
         if comm is None:  # pragma: no cover - run() only launches with a communicator
             raise ConfigError("a single-rank ChunkPipeline (comm=None) exchanges nothing")
@@ -339,7 +360,7 @@ class ChunkPipeline:
                 h = comm.all_to_all(buf, send, recv_counts=recv, async_op=True)
         else:
             h = comm.all_to_all(buf, send, recv_counts=recv, async_op=True)
-        return _InFlight(h, time.perf_counter())
+        return _InFlight(h, time.perf_counter(), dtype)
 
     def _finish(self, f: _InFlight) -> Tensor:
         """Wait for ``f``, account its time, return the received rows."""
@@ -351,7 +372,7 @@ class ChunkPipeline:
             out.record_stream(torch.cuda.current_stream(out.device))
         self.times.wait_s += t1 - t0
         self.times.comm_s += (f.done_at if f.done_at is not None else t1) - f.issued_at
-        return out
+        return out if out.dtype == f.dtype else out.to(f.dtype)
 
     def __repr__(self) -> str:
         return (

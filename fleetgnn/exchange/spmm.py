@@ -36,7 +36,7 @@ from fleetgnn.distributed import Communicator
 from fleetgnn.errors import ConfigError
 from fleetgnn.exchange.pipeline import ChunkPipeline, ExchangeTimes, HaloVolume
 from fleetgnn.exchange.plan import ExchangeLayout, HaloPlan
-from fleetgnn.ops import gsddmm, gspmm
+from fleetgnn.ops import float32_inputs, full_precision, gsddmm, gspmm
 from fleetgnn.ops.adjacency import Structure
 
 
@@ -57,6 +57,8 @@ class HaloSpmm:
         device: Device of the structures and of the exchanged rows.
         comm_stream: On CUDA, a separate stream for the exchanges.
         times: Counters to accumulate into (``None``: fresh ones).
+        wire_dtype: The dtype rows travel in (:class:`ChunkPipeline`; ``None``: as they are).
+            Sums are taken in float32 whatever the rows' dtype (bfloat16 rows are widened).
 
     Attributes:
         pipeline: The :class:`ChunkPipeline` running the exchanges.
@@ -74,6 +76,7 @@ class HaloSpmm:
         device: torch.device | str = "cpu",
         comm_stream: Any = None,
         times: ExchangeTimes | None = None,
+        wire_dtype: torch.dtype | None = None,
     ) -> None:
         to = torch.device(device)
         self.layout, self.plan = layout, plan
@@ -85,6 +88,7 @@ class HaloSpmm:
             device=to,
             comm_stream=comm_stream,
             times=times,
+            wire_dtype=wire_dtype,
         )
         m, r, h = layout.num_dst, layout.num_rows, layout.num_halo
         dst = np.repeat(np.arange(m, dtype=np.int64), np.diff(layout.indptr))
@@ -154,15 +158,17 @@ class HaloSpmm:
             ConfigError: ``x`` or ``edge_weight`` have the wrong number of rows.
         """
         self.check_rows(x)
+        x, edge_weight = float32_inputs(x, edge_weight)  # mixed precision: sum in float32
         if edge_weight is not None and edge_weight.shape[:1] != (self.num_edges,):
             raise ConfigError(
                 f"'edge_weight' must have one row per edge of the layout, {self.num_edges} "
                 f"(got shape {tuple(edge_weight.shape)})"
             )
         w = None if edge_weight is None else edge_weight.to(x.dtype)
-        if overlap_backward:
-            return _HaloSum.apply(self, x, w)
-        out, _ = self._sum_forward(x, w)
+        with full_precision(x.device):
+            if overlap_backward:
+                return _HaloSum.apply(self, x, w)
+            out, _ = self._sum_forward(x, w)
         return out
 
     def halo_rows(self, x: Tensor) -> Tensor:

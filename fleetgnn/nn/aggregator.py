@@ -22,6 +22,7 @@ from fleetgnn.ops import (
     check_adjacency,
     dst_to_edge,
     edge_softmax,
+    float32_inputs,
     gspmm,
     src_to_edge,
     structure,
@@ -254,6 +255,7 @@ class LocalAggregator:
         building it costs more than it saves (measured: a GCN mini-batch step ~10% slower), and
         the rows are scaled around :meth:`aggregate`.
         """
+        (h_src,) = float32_inputs(h_src)  # mixed precision: scale and reduce in float32
         if not self._st.reused:
             return gcn_propagate(self, h_src)
         op = self._gcn.get(h_src.dtype)

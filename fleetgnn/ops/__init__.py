@@ -4,6 +4,7 @@ Nothing here imports ``torch.distributed``; engines wire communication around th
 """
 
 from fleetgnn.ops.adjacency import Adjacency, AdjacencyLike, check_adjacency, structure
+from fleetgnn.ops.precision import LOW_PRECISION, float32_inputs, full_precision
 from fleetgnn.ops.random import (
     hash_uniform,
     hash_uniform_edges,
@@ -15,6 +16,7 @@ from fleetgnn.ops.softmax import edge_softmax
 from fleetgnn.ops.spmm import REDUCES, ScaledSpMM, gspmm, gspmm_vjp
 
 __all__ = [
+    "LOW_PRECISION",
     "REDUCES",
     "Adjacency",
     "AdjacencyLike",
@@ -22,6 +24,8 @@ __all__ = [
     "check_adjacency",
     "dst_to_edge",
     "edge_softmax",
+    "float32_inputs",
+    "full_precision",
     "gsddmm",
     "gspmm",
     "gspmm_vjp",

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from fleetgnn.errors import GraphError
 from fleetgnn.ops.adjacency import Structure, check_rows, structure
+from fleetgnn.ops.precision import float32_inputs, full_precision
 from fleetgnn.ops.spmm import _sddmm_heads, _spmm_sum
 
 SddmmOp = Literal["dot", "add", "mul"]
@@ -82,6 +83,7 @@ def gsddmm(adj: object, a_src: Tensor, b_dst: Tensor, op: SddmmOp = "dot") -> Te
         return a_src.index_select(0, st.indices) + b_dst.index_select(0, st.dst_index())
     if op == "mul":
         return a_src.index_select(0, st.indices) * b_dst.index_select(0, st.dst_index())
+    a_src, b_dst = float32_inputs(a_src, b_dst)  # mixed precision: the dot sums in float32
     if a_src.dim() < 2 or a_src.shape[1:] != b_dst.shape[1:]:
         raise GraphError(
             f"'dot' needs a_src [S, *h, D] and b_dst [M, *h, D] with equal trailing shapes "
@@ -95,4 +97,5 @@ def gsddmm(adj: object, a_src: Tensor, b_dst: Tensor, op: SddmmOp = "dot") -> Te
     k, d = math.prod(heads), a_src.shape[-1]
     a3 = a_src.reshape(st.num_src, k, d)
     b3 = b_dst.reshape(st.num_dst, k, d)
-    return _Dot.apply(st, a3, b3).reshape(st.num_edges, *heads)
+    with full_precision(a3.device):
+        return _Dot.apply(st, a3, b3).reshape(st.num_edges, *heads)

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from fleetgnn.errors import GraphError
 from fleetgnn.ops.adjacency import Structure, check_rows, structure
+from fleetgnn.ops.precision import float32_inputs, full_precision
 
 
 def _segment_sum(st: Structure, t: Tensor) -> Tensor:
@@ -58,7 +59,9 @@ def edge_softmax(adj: object, scores: Tensor) -> Tensor:
         GraphError: If ``scores`` does not have one row per edge.
     """
     st = structure(adj)
+    (scores,) = float32_inputs(scores)  # mixed precision: exp and sums in float32
     check_rows("scores", scores, st.num_edges, "edge")
     if not scores.is_floating_point():
         raise GraphError(f"'scores' must be a float tensor (got {scores.dtype})")
-    return _EdgeSoftmax.apply(st, scores)
+    with full_precision(scores.device):
+        return _EdgeSoftmax.apply(st, scores)

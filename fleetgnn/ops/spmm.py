@@ -19,6 +19,7 @@ from torch import Tensor
 
 from fleetgnn.errors import GraphError
 from fleetgnn.ops.adjacency import Structure, blocked_mm, check_rows, structure
+from fleetgnn.ops.precision import float32_inputs, full_precision
 
 Reduce = Literal["sum", "mean", "max"]
 REDUCES: tuple[str, ...] = ("sum", "mean", "max")
@@ -271,8 +272,9 @@ class ScaledSpMM:
         return blocked_mm(*mats, x)
 
     def __call__(self, x: Tensor) -> Tensor:
-        """``[S, *feat] -> [M, *feat]``, differentiable in ``x``."""
+        """``[S, *feat] -> [M, *feat]``, differentiable in ``x`` (bfloat16 ``x``: widened)."""
         st = self.st
+        (x,) = float32_inputs(x)
         if x.dim() < 1 or x.shape[0] != st.num_src:
             raise GraphError(
                 f"'x' must have one row per source node, {st.num_src} rows (got shape "
@@ -280,7 +282,8 @@ class ScaledSpMM:
             )
         if x.dtype != self.dtype:
             raise GraphError(f"'x' must be {self.dtype}, the scales' dtype (got {x.dtype})")
-        out = _Scaled.apply(self, x.reshape(st.num_src, math.prod(x.shape[1:])))
+        with full_precision(x.device):
+            out = _Scaled.apply(self, x.reshape(st.num_src, math.prod(x.shape[1:])))
         return out.reshape(st.num_dst, *x.shape[1:])
 
 
@@ -370,6 +373,7 @@ def gspmm(
         GraphError: If shapes disagree or ``reduce`` is unknown.
     """
     st = structure(adj)
+    x, edge_weight = float32_inputs(x, edge_weight)  # mixed precision: reduce in float32
     if reduce not in REDUCES:
         raise GraphError(f"'reduce' must be one of {REDUCES} (got {reduce!r})")
     if x.dim() < 1 or x.shape[0] != st.num_src:
@@ -383,4 +387,5 @@ def gspmm(
         check_rows("edge_weight", edge_weight, st.num_edges, "edge")
         edge_weight = edge_weight.to(x.dtype)
     k, r = _split_shape(x, edge_weight, st.num_edges)
-    return _GSpMM.apply(st, reduce, x, edge_weight, k, r)
+    with full_precision(x.device):
+        return _GSpMM.apply(st, reduce, x, edge_weight, k, r)

@@ -73,6 +73,7 @@ def test_bench_epoch_script(tmp_path: Path) -> None:
     (row,) = _check(tmp_path, "epoch")["rows"]
     phases = row["extra"]["fleetgnn_phases_s"]
     assert phases["forward"] > 0 and phases["backward"] > 0
+    assert row["extra"]["bf16_over_float32"] > 0  # the mixed-precision variant ran too
 
 
 def test_results_render_from_json(tmp_path: Path) -> None:
