@@ -1,4 +1,4 @@
-"""``fleetgnn info`` on a typed dataset: the schema, in JSON and as tables."""
+"""Typed datasets on the command line: ``prepare ogb`` on OGB's typed layout, ``info``."""
 
 import json
 
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from fleetgnn.cli.main import main
-from fleetgnn.graph import write_typed_dataset
+from fleetgnn.graph import open_typed_dataset, write_typed_dataset
 from fleetgnn.graph.hetero import HeteroSchema, from_typed_edges
+from tests.graph.test_loaders_ogb_hetero import _write_mag
 
 CITES = ("paper", "cites", "paper")
 WRITES = ("author", "writes", "paper")
@@ -52,3 +53,14 @@ def test_homogeneous_command_refuses_typed_data_in_one_line(typed, capsys):
     assert main(["partition", str(typed), "--parts", "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "typed (heterogeneous) dataset" in err and "'fleetgnn info'" in err
+
+
+def test_prepare_ogb_reads_the_typed_layout(tmp_path, capsys):
+    _write_mag(tmp_path / "ogbn_mag")
+    argv = ["prepare", "ogb", "--root", str(tmp_path / "ogbn_mag"), "--out", str(tmp_path / "d")]
+    assert main([*argv, "--add-reverse"]) == 0
+    assert "rev_writes" in capsys.readouterr().out  # the schema, printed by info
+    g = open_typed_dataset(tmp_path / "d")
+    assert g.schema.target == "paper" and len(g.schema.relations) == 8
+    assert main([*argv, "--overwrite", "--undirected"]) == 2
+    assert "use --add-reverse instead of --undirected" in capsys.readouterr().err
