@@ -163,7 +163,12 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     max_memory(q)
     common(q)
     q = fmt.add_parser("synthetic", help="generated graph with learnable labels")
-    q.add_argument("--preset", default="small", help="tiny | small | products-like | papers-like")
+    q.add_argument(
+        "--preset",
+        default="small",
+        help="tiny | small | products-like | papers-like, or a typed graph: mag-like | igbh-like "
+        "(default: small)",
+    )
     q.add_argument("--scale", type=float, default=1.0, help="multiply nodes and edges by this")
     q.add_argument("--seed", type=int, default=0, help="seed of the generator")
     common(q)
@@ -187,10 +192,17 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
     if args.format == "synthetic":
         from fleetgnn.cli.progress import task_progress
-        from fleetgnn.graph.synthetic import prepare_synthetic
+        from fleetgnn.graph.synthetic import PRESETS, prepare_synthetic
+        from fleetgnn.graph.synthetic_hetero import TYPED_PRESETS, prepare_typed_synthetic
 
+        if args.preset not in PRESETS and args.preset not in TYPED_PRESETS:
+            raise FleetgnnError(
+                f"unknown synthetic preset {args.preset!r}; valid presets: "
+                f"{', '.join([*PRESETS, *TYPED_PRESETS])}"
+            )
+        typed = args.preset in TYPED_PRESETS
         with task_progress(f"generating {args.preset} x{args.scale}") as progress:
-            out = prepare_synthetic(
+            out = (prepare_typed_synthetic if typed else prepare_synthetic)(
                 args.out,
                 preset=args.preset,
                 scale=args.scale,

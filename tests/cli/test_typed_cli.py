@@ -64,3 +64,13 @@ def test_prepare_ogb_reads_the_typed_layout(tmp_path, capsys):
     assert g.schema.target == "paper" and len(g.schema.relations) == 8
     assert main([*argv, "--overwrite", "--undirected"]) == 2
     assert "use --add-reverse instead of --undirected" in capsys.readouterr().err
+
+
+def test_prepare_synthetic_typed_preset(tmp_path, capsys):
+    out = tmp_path / "mag"
+    argv = ["prepare", "synthetic", "--preset", "mag-like", "--scale", "0.001", "--out", str(out)]
+    assert main(argv) == 0
+    assert "learnable embedding" in capsys.readouterr().out
+    assert open_typed_dataset(out).schema.count("paper") == 736
+    assert main(["prepare", "synthetic", "--preset", "nope", "--out", str(tmp_path / "n")]) == 2
+    assert "mag-like, igbh-like" in capsys.readouterr().err
