@@ -49,6 +49,10 @@ NOT_RUN = {
     "fleetgnn prepare ogb --root path/to/ogbn_products --undirected --out data/products": (
         "needs ogbn-products' raw files; tests/graph/test_loaders_ogb.py tests the loader"
     ),
+    "fleetgnn prepare ogb --root path/to/ogbn_mag --add-reverse --out data/mag": (
+        "needs ogbn-mag's raw files; tests/graph/test_loaders_ogb_hetero.py writes the layout and "
+        "tests the loader, tests/cli/test_typed_cli.py the command"
+    ),
     "fleetgnn prepare pyg --root ~/pyg_data --name Cora --out data/cora-pyg": "needs PyG's "
     "processed Cora on disk (PyG downloads it); tests/graph/test_loaders_pyg_dataset.py",
     "fleetgnn train --engine minibatch --nproc 4 --dataset data/products-0.05 "

@@ -122,10 +122,25 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     split_knobs(q)
     max_memory(q)
     common(q)
-    q = fmt.add_parser("ogb", help="OGB node-property raw layout (raw/*.csv.gz, split/*)")
+    q = fmt.add_parser(
+        "ogb",
+        help="OGB node-property raw layout (raw/*.csv.gz, split/*), homogeneous or typed "
+        "(ogbn-mag's)",
+    )
     q.add_argument("--root", required=True, type=Path, help="dataset root with raw/ and split/")
     q.add_argument("--name", default=None, help="split name (auto-detected when there is one)")
     q.add_argument("--undirected", action="store_true", help="also store reverse edges")
+    g = q.add_argument_group(
+        "heterogeneous layout (ogbn-mag: raw/num-node-dict.csv.gz, raw/relations/*; detected)"
+    )
+    g.add_argument(
+        "--add-reverse",
+        action="store_true",
+        help="add each relation's reverse (dst, rev_NAME, src) where absent",
+    )
+    g.add_argument(
+        "--target", default=None, help="labelled node type (needed when several carry labels)"
+    )
     max_memory(q)
     common(q)
     q = fmt.add_parser("edgelist", help="text edge list 'src dst [weight]' per line")
@@ -148,7 +163,12 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     max_memory(q)
     common(q)
     q = fmt.add_parser("synthetic", help="generated graph with learnable labels")
-    q.add_argument("--preset", default="small", help="tiny | small | products-like | papers-like")
+    q.add_argument(
+        "--preset",
+        default="small",
+        help="tiny | small | products-like | papers-like, or a typed graph: mag-like | igbh-like "
+        "(default: small)",
+    )
     q.add_argument("--scale", type=float, default=1.0, help="multiply nodes and edges by this")
     q.add_argument("--seed", type=int, default=0, help="seed of the generator")
     common(q)
@@ -172,10 +192,17 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
     if args.format == "synthetic":
         from fleetgnn.cli.progress import task_progress
-        from fleetgnn.graph.synthetic import prepare_synthetic
+        from fleetgnn.graph.synthetic import PRESETS, prepare_synthetic
+        from fleetgnn.graph.synthetic_hetero import TYPED_PRESETS, prepare_typed_synthetic
 
+        if args.preset not in PRESETS and args.preset not in TYPED_PRESETS:
+            raise FleetgnnError(
+                f"unknown synthetic preset {args.preset!r}; valid presets: "
+                f"{', '.join([*PRESETS, *TYPED_PRESETS])}"
+            )
+        typed = args.preset in TYPED_PRESETS
         with task_progress(f"generating {args.preset} x{args.scale}") as progress:
-            out = prepare_synthetic(
+            out = (prepare_typed_synthetic if typed else prepare_synthetic)(
                 args.out,
                 preset=args.preset,
                 scale=args.scale,
@@ -184,14 +211,39 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 progress=progress,
             )
     elif args.format == "ogb":
-        out = prepare_ogb(
-            args.root,
-            args.out,
-            name=args.name,
-            overwrite=args.overwrite,
-            undirected=args.undirected,
-            max_bytes=max_bytes,
-        )
+        from fleetgnn.errors import ConfigError
+        from fleetgnn.graph.loaders import is_hetero_layout, prepare_ogb_hetero
+
+        if is_hetero_layout(args.root):
+            if args.undirected:
+                raise ConfigError(
+                    f"'{args.root}' holds a heterogeneous (typed) layout, whose relations have a "
+                    f"direction: use --add-reverse instead of --undirected"
+                )
+            out = prepare_ogb_hetero(
+                args.root,
+                args.out,
+                name=args.name,
+                overwrite=args.overwrite,
+                add_reverse=args.add_reverse,
+                target=args.target,
+                max_bytes=max_bytes,
+            )
+        else:
+            if args.add_reverse or args.target is not None:
+                raise ConfigError(
+                    f"--add-reverse and --target apply to a heterogeneous layout (raw/"
+                    f"num-node-dict.csv.gz), which '{args.root}' is not; use --undirected to "
+                    f"store reverse edges of a homogeneous graph"
+                )
+            out = prepare_ogb(
+                args.root,
+                args.out,
+                name=args.name,
+                overwrite=args.overwrite,
+                undirected=args.undirected,
+                max_bytes=max_bytes,
+            )
     else:
         from fleetgnn.graph.loaders import npz, planetoid
 

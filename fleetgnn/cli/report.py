@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fleetgnn.graph.csc import SPLITS
-from fleetgnn.graph.dataset import open_dataset, read_meta, stamp_problem
+from fleetgnn.graph.dataset import TYPED_KIND, dataset_kind, open_dataset, read_meta, stamp_problem
 from fleetgnn.graph.verify import iter_rows
 
 _STAT_BYTES = 32 << 20  # bytes of x read per step for feature statistics
@@ -62,6 +62,8 @@ def dataset_info(
             (compare the stamp, check every value if it does not match).
         progress: ``progress(done_bytes, total_bytes)`` while values are checked.
     """
+    if dataset_kind(path) == TYPED_KIND:
+        return typed_dataset_info(path, verify=verify, progress=progress)
     meta = read_meta(path)
     graph = open_dataset(path, validate="full" if verify else None, progress=progress)
     problem = stamp_problem(Path(path), list(meta["arrays"]))
@@ -119,6 +121,101 @@ def dataset_info(
     return info
 
 
+def typed_dataset_info(
+    path: Path, verify: bool = False, progress: Callable[[int, int], None] | None = None
+) -> dict[str, Any]:
+    """The schema of a typed dataset: node types (counts, feature widths), relations, target.
+
+    Args:
+        path: Typed dataset directory.
+        verify: Check every value and record the verification stamp (as :func:`dataset_info`).
+        progress: ``progress(done_bytes, total_bytes)`` while values are checked.
+    """
+    from fleetgnn.graph.typed_dataset import open_typed_dataset, read_typed_meta
+
+    meta, _ = read_typed_meta(path)
+    graph = open_typed_dataset(path, validate="full" if verify else None, progress=progress)
+    problem = stamp_problem(Path(path), list(meta["arrays"]))
+    s = graph.schema
+    info: dict[str, Any] = {
+        "path": str(path),
+        "name": graph.name,
+        "kind": TYPED_KIND,
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
+        "num_classes": graph.num_classes,
+        "target": s.target,
+        "format_version": meta["format_version"],
+        # a featureless type (features None) gets a learnable embedding table in models
+        "node_types": [
+            {
+                "name": t,
+                "num_nodes": n,
+                "features": graph.feature_width(t),
+                "feature_dtype": str(graph.x[t].dtype) if t in graph.x else None,
+            }
+            for t, n in zip(s.node_types, s.num_nodes, strict=True)
+        ],
+        "relations": [
+            {"src": r[0], "name": r[1], "dst": r[2], "num_edges": graph.num_relation_edges(r)}
+            for r in s.relations
+        ],
+        "stamp_valid": problem is None,
+    }
+    if problem is not None:
+        info["stamp_problem"] = problem
+    for split in SPLITS:
+        mask = getattr(graph, split)
+        info["num_" + split.split("_")[0]] = int(np.count_nonzero(mask)) if mask is not None else 0
+    if graph.y is not None:
+        info["labelled_nodes"] = sum(  # in blocks: no label copy of the whole type
+            int(np.count_nonzero(np.asarray(graph.y[lo : lo + _STAT_ROWS]) >= 0))
+            for lo in range(0, graph.y.shape[0], _STAT_ROWS)
+        )
+    for key in ("source", "preset", "scale", "seed", "reverse_relations"):
+        if key in meta:
+            info[key] = meta[key]
+    return info
+
+
+def render_typed_info(info: dict[str, Any], console: Console | None = None) -> None:
+    """Print ``typed_dataset_info`` as two tables: node types, then relations."""
+    console = console or Console()
+    target = info["target"]
+    types = Table(title=f"typed dataset {escape(str(info['name']))} ({escape(str(info['path']))})")
+    for col in ("node type", "nodes", "features"):
+        types.add_column(col)
+    for t in info["node_types"]:
+        feats = (
+            "learnable embedding"
+            if t["features"] is None
+            else f"{t['features']} ({t['feature_dtype']})"
+        )
+        name = t["name"] + (" (target)" if t["name"] == target else "")
+        types.add_row(escape(name), f"{t['num_nodes']:,}", feats)
+    console.print(types)
+    rels = Table()
+    for col in ("relation (src, name, dst)", "edges"):
+        rels.add_column(col)
+    for r in info["relations"]:
+        rels.add_row(escape(f"{r['src']} -{r['name']}-> {r['dst']}"), f"{r['num_edges']:,}")
+    console.print(rels)
+    console.print(f"{info['num_nodes']:,} nodes, {info['num_edges']:,} edges (directed)")
+    if target is not None:
+        console.print(
+            f"target {escape(target)}: {info['num_classes']} classes, train / val / test "
+            f"{info['num_train']:,} / {info['num_val']:,} / {info['num_test']:,}"
+        )
+    console.print(
+        "verification stamp: "
+        + (
+            "valid (opening skips the value check)"
+            if info.get("stamp_valid", True)
+            else f"none: {escape(str(info.get('stamp_problem', '')))}"
+        )
+    )
+
+
 def degree_histogram(indptr: np.ndarray, block: int | None = None) -> np.ndarray:
     """``hist[d]``: the number of nodes of in-degree ``d``, from ``indptr`` read in blocks.
 
@@ -168,8 +265,11 @@ def _summary(hist: np.ndarray) -> dict[str, float]:
 
 
 def render_info(info: dict[str, Any], console: Console | None = None) -> None:
-    """Print ``dataset_info`` as a table."""
+    """Print ``dataset_info`` as a table (a typed dataset's as :func:`render_typed_info`)."""
     console = console or Console()
+    if info.get("kind") == TYPED_KIND:
+        render_typed_info(info, console)
+        return
     # names and paths are the user's text, not markup: "[/]" in a name is shown, not parsed
     title = f"dataset {escape(str(info['name']))} ({escape(str(info['path']))})"
     table = Table(title=title, show_header=False)

@@ -8,17 +8,30 @@ from fleetgnn.graph.dataset import (
     read_meta,
     write_dataset,
 )
+from fleetgnn.graph.hetero import HeteroGraph, HeteroSchema
+from fleetgnn.graph.typed_dataset import (
+    TypedDatasetWriter,
+    open_typed_dataset,
+    read_typed_meta,
+    write_typed_dataset,
+)
 
 __all__ = [
     "SPLITS",
     "DatasetWriter",
     "Graph",
+    "HeteroGraph",
+    "HeteroSchema",
+    "TypedDatasetWriter",
     "check_ids",
     "coo_to_csc",
     "dataset_feature_norm",
     "from_edges",
     "index_dtype",
     "open_dataset",
+    "open_typed_dataset",
     "read_meta",
+    "read_typed_meta",
     "write_dataset",
+    "write_typed_dataset",
 ]

@@ -72,6 +72,11 @@ MAX_NAME_CHARS = 1000
 MAX_META_BYTES = 16 << 20
 MAX_META_DEPTH = 16
 _NATIVE = "<" if np.little_endian else ">"
+#: ``meta.json``'s ``kind`` of a homogeneous dataset (also when absent) and of a typed one.
+GRAPH_KIND = "graph"
+TYPED_KIND = "typed"
+#: The commands that read typed datasets (named when another command refuses one).
+TYPED_COMMANDS: tuple[str, ...] = ("'fleetgnn info'",)
 ARRAYS: tuple[str, ...] = ("indptr", "indices", "x", "y", *SPLITS, "edge_weight")
 REQUIRED: tuple[str, ...] = ("indptr", "indices")
 _COPY_CHUNK_BYTES = 64 << 20  # bounded memory when copying arrays into a dataset
@@ -372,15 +377,61 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"'{root}' has no {META}: it is not a fleetgnn dataset, or its write was interrupted; "
             f"run 'fleetgnn prepare' again"
         )
+    fix = "re-create the dataset with 'fleetgnn prepare'"
+    meta = read_json_meta(meta_path, version=FORMAT_VERSION, keys=(), error=DatasetError, fix=fix)
+    if dataset_kind_of(meta, meta_path) == TYPED_KIND:
+        raise DatasetError(typed_refusal(root, meta))
+    for key in ("num_nodes", "num_edges", "num_features", "arrays"):
+        if key not in meta:
+            raise DatasetError(f"'{meta_path}' lacks the key {key!r}; {fix}")
+    check_meta(meta, meta_path)
+    return meta
+
+
+def dataset_kind_of(meta: dict[str, Any], where: Path) -> str:
+    """``meta.json``'s ``kind``: ``"graph"`` or ``"typed"`` (:mod:`~fleetgnn.graph.typed_dataset`).
+
+    A ``meta.json`` without the key (every dataset written before typed ones existed) is a graph.
+    """
+    kind = meta.get("kind", GRAPH_KIND)
+    if kind not in (GRAPH_KIND, TYPED_KIND):
+        raise _meta_error(where, "kind", kind, f"expected {GRAPH_KIND!r} or {TYPED_KIND!r}")
+    return str(kind)
+
+
+def dataset_kind(path: str | os.PathLike[str]) -> str:
+    """``"graph"`` or ``"typed"``: which opener reads the dataset directory ``path``.
+
+    Raises:
+        DatasetError: ``path`` is not a dataset directory or its ``meta.json`` is unreadable.
+    """
+    root = Path(path)
+    meta_path = root / META
+    if not meta_path.is_file():
+        read_meta(root)  # the usual one-line refusal (no directory, no meta.json)
     meta = read_json_meta(
         meta_path,
         version=FORMAT_VERSION,
-        keys=("num_nodes", "num_edges", "num_features", "arrays"),
+        keys=(),
         error=DatasetError,
         fix="re-create the dataset with 'fleetgnn prepare'",
     )
-    check_meta(meta, meta_path)
-    return meta
+    return dataset_kind_of(meta, meta_path)
+
+
+def typed_refusal(root: Path, meta: dict[str, Any]) -> str:
+    """The one line a homogeneous-only reader gives for a typed dataset."""
+    schema = meta.get("schema")
+    shown = ""
+    if isinstance(schema, dict):
+        types, rels = schema.get("node_types"), schema.get("relations")
+        if isinstance(types, list) and isinstance(rels, list):
+            shown = f" ({len(types)} node types, {len(rels)} relations)"
+    return (
+        f"'{root}' holds a typed (heterogeneous) dataset{shown}, which this command does not "
+        f"read (it takes one node type and one relation); typed datasets are read by "
+        f"{', '.join(TYPED_COMMANDS)} (and fleetgnn.graph.open_typed_dataset in Python)"
+    )
 
 
 def _meta_error(where: Path, key: str, value: Any, want: str) -> DatasetError:

@@ -351,3 +351,72 @@ def iter_rows(
         r = readers["a"]
         for lo in range(0, rows, step):
             yield lo, r.read(lo, min(rows, lo + step))
+
+
+def check_typed_values(
+    relations: Mapping[str, tuple[str | os.PathLike[str], str | os.PathLike[str], int]],
+    features: Mapping[str, str | os.PathLike[str]],
+    target: Mapping[str, str | os.PathLike[str]],
+    *,
+    num_classes: int | None,
+    block_bytes: int = BLOCK_BYTES,
+    progress: Progress | None = None,
+) -> int:
+    """Check every value of a typed dataset's arrays (what :func:`check_values` checks, per part).
+
+    Each relation's ``indptr`` and ``indices`` are checked like a graph's, with source IDs
+    against the *source* type's count; each type's features are checked finite; the target
+    type's labels and split masks as a graph's node arrays. Memory stays bounded by
+    ``block_bytes`` as in :func:`check_values`.
+
+    Args:
+        relations: Relation label (for messages) -> ``(indptr path, indices path, N_src)``.
+        features: Node type -> its features' ``.npy`` path.
+        target: Any of ``y``, ``train_mask``, ``val_mask``, ``test_mask`` -> path (arrays of the
+            target type).
+        num_classes: ``C``; ``None`` accepts any label ``>= -1``.
+        block_bytes: Bytes read at a time.
+        progress: Called as ``progress(done_bytes, total_bytes)`` after each block.
+
+    Returns:
+        The bytes of array data checked.
+
+    Raises:
+        GraphError: At the first bad value, naming the part (relation or node type), the array,
+            the position and the valid range.
+    """
+    sizes: dict[str, tuple[int, int]] = {}
+    for label, (ptr, idx, _) in relations.items():
+        sizes[f"{label}/indptr"] = _header(Path(ptr))
+        sizes[f"{label}/indices"] = _header(Path(idx))
+    for t, p in features.items():
+        sizes[f"x/{t}"] = _header(Path(p))
+    for k, p in target.items():
+        sizes[k] = _header(Path(p))
+    tick = _Ticks(sum(rows * row for rows, row in sizes.values()), progress)
+    ptr_rows = max(1, block_bytes // 8)
+    for label, (ptr, idx, n_src) in relations.items():
+        try:
+            e = sizes[f"{label}/indices"][0]
+            with _open({"indptr": Path(ptr)}, ptr_rows) as readers:
+                _check_indptr(readers["indptr"], e, ptr_rows, tick)
+            rows = max(1, block_bytes // max(1, sizes[f"{label}/indices"][1]))
+            with _open({"indices": Path(idx)}, rows) as readers:
+                _check_edges(readers, int(n_src), e, rows, tick)
+        except GraphError as err:
+            raise GraphError(f"relation {label}: {err}") from err
+    for t, p in features.items():
+        n, row = sizes[f"x/{t}"]
+        rows = max(1, block_bytes // max(1, row))
+        try:
+            with _open({"x": Path(p)}, rows) as readers:
+                _check_nodes(readers, ["x"], n, None, rows, tick)
+        except GraphError as err:
+            raise GraphError(f"features of node type {t!r}: {err}") from err
+    if target:
+        names = [k for k in ("y", *_MASKS) if k in target]
+        n = sizes[names[0]][0]
+        rows = max(1, block_bytes // max(1, sum(sizes[k][1] for k in names)))
+        with _open({k: Path(target[k]) for k in names}, rows) as readers:
+            _check_nodes(readers, names, n, num_classes, rows, tick)
+    return tick.done

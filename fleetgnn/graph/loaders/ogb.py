@@ -320,7 +320,14 @@ def prepare_ogb(
         )
 
 
-def _write_features(w: DatasetWriter, path: Path, n: int, chunk_rows: int) -> None:
+def _write_features(
+    w: DatasetWriter,
+    path: Path,
+    n: int,
+    chunk_rows: int,
+    name: str = "x",
+    counted: str = "num-node-list.csv.gz",
+) -> None:
     x: np.ndarray | None = None
     table = Table(path, np.dtype(np.float32), 1, ",", None, "comma-separated floats")
     seen = 0
@@ -328,11 +335,9 @@ def _write_features(w: DatasetWriter, path: Path, n: int, chunk_rows: int) -> No
         if x is None:  # the first line fixes the feature width F
             f = len(lines[0].split(","))
             table = Table(path, np.dtype(np.float32), f, ",", None, f"{f} comma-separated floats")
-            x = w.create("x", np.float32, (n, f))
+            x = w.create(name, np.float32, (n, f))
         if seen + len(lines) > n:
-            raise DatasetError(
-                f"'{path}' has more than {n} lines, the node count in num-node-list.csv.gz"
-            )
+            raise DatasetError(f"'{path}' has more than {n} lines, the node count in {counted}")
         arr = table.parse(lines, first)
         finite = np.isfinite(arr)
         if not finite.all():
@@ -345,20 +350,20 @@ def _write_features(w: DatasetWriter, path: Path, n: int, chunk_rows: int) -> No
         seen += arr.shape[0]
     if seen != n:
         raise DatasetError(
-            f"'{path}' has {seen} lines but num-node-list.csv.gz says {n} nodes; one line of "
-            f"features per node is needed (the file may be truncated)"
+            f"'{path}' has {seen} lines but {counted} says {n} nodes; one line of features per "
+            f"node is needed (the file may be truncated)"
         )
 
 
-def _read_labels(path: Path, n: int, chunk_rows: int) -> np.ndarray:
+def _read_labels(
+    path: Path, n: int, chunk_rows: int, counted: str = "num-node-list.csv.gz"
+) -> np.ndarray:
     table = Table(path, np.dtype(np.float64), 1, ",", None, "one label (or nan)")
     y = np.full(n, -1, dtype=np.int64)
     seen = 0
     for first, lines in iter_line_chunks(path, chunk_rows):
         if seen + len(lines) > n:
-            raise DatasetError(
-                f"'{path}' has more than {n} lines, the node count in num-node-list.csv.gz"
-            )
+            raise DatasetError(f"'{path}' has more than {n} lines, the node count in {counted}")
         v = table.parse(lines, first)[:, 0]
         labelled = ~np.isnan(v)
         bad = np.flatnonzero(labelled & ~((v >= 0) & (v < 2**31) & (np.floor(v) == v)))
@@ -372,8 +377,8 @@ def _read_labels(path: Path, n: int, chunk_rows: int) -> np.ndarray:
         seen += v.size
     if seen != n:
         raise DatasetError(
-            f"'{path}' has {seen} lines but num-node-list.csv.gz says {n} nodes; one label per "
-            f"node is needed (the file may be truncated)"
+            f"'{path}' has {seen} lines but {counted} says {n} nodes; one label per node is "
+            f"needed (the file may be truncated)"
         )
     return y
 

@@ -1,0 +1,360 @@
+"""Synthetic typed graphs with learnable labels (``mag-like``, ``igbh-like``), streamed to disk.
+
+The generator is a typed planted-community model:
+
+* every node of every type belongs to one of ``C`` communities (``C`` = the target type's
+  classes): node ``v`` of any type is in community ``v mod C``, so "a node of community ``c``
+  of type ``t``" is ``c + C * k`` for ``k < ceil((N_t - c) / C)`` and no table is needed;
+* each relation ``(s, r, d)`` makes ``E_r`` draws: a destination ``v_d`` of type ``d`` with
+  ``v_d = floor(N_d * u ** skew)`` (low IDs are hubs: degrees are heavy-tailed), then with
+  probability ``homophily`` a source in ``v_d``'s community (``k = floor(count * u' ** skew)``),
+  otherwise any source of type ``s`` (same law). Duplicates are kept, as OGB keeps them; each
+  destination's sources stay in draw order;
+* features of a type with a width ``F_t > 0`` are ``(mu_t[z] + feature_noise * eps) / s`` with
+  one centroid per community ``mu_t[c] ~ N(0, I)`` (unit variance, float32); a type of width 0
+  has no features (models give it a learnable embedding);
+* labels of the target type are the communities, a ``label_noise`` share redrawn uniformly;
+  splits are random (each node's own uniform draw against the split fractions).
+
+Features alone name a paper's community only in part (``feature_noise``); its cited papers, its
+authors' other papers and its topics' papers share it with probability ``homophily``, so a model
+that aggregates over the relations beats one that sees the features alone.
+
+Determinism and memory, as :mod:`fleetgnn.graph.synthetic`: every random number comes from a
+Philox stream keyed by ``(seed, stream, block)`` over fixed-size blocks, so the arrays do not
+depend on ``chunk_edges``; each relation's CSC is built by regenerating its draws twice
+(count, then place at each destination's cursor), holding ``O(N_dst)`` counters plus one chunk;
+features, labels and masks are written in blocks into ``.npy`` memory maps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from fleetgnn.errors import DatasetError, GraphError
+from fleetgnn.graph.csc import index_dtype
+from fleetgnn.graph.hetero import HeteroSchema
+from fleetgnn.graph.synthetic import _check_chunk_edges, _check_seed, _is_real, _rng
+from fleetgnn.graph.typed_dataset import TypedDatasetWriter, relation_key
+
+NODE_BLOCK = 1 << 16
+FEATURE_BLOCK = 1 << 14
+EDGE_BLOCK = 1 << 14
+# Philox stream IDs (first element of the spawn key), apart from the homogeneous generator's
+_SPLIT_STREAM = 100
+_LABEL_STREAM = 101
+_CENTROID_STREAM = 200  # + type index
+_FEATURE_STREAM = 300  # + type index
+_EDGE_STREAM = 1000  # + relation index
+GENERATOR_VERSION = 1
+Progress = Callable[[int, int], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedSyntheticSpec:
+    """The shape and statistics of a synthetic typed graph.
+
+    Args:
+        node_types: ``(name, count, feature width)`` per type; width 0: no features.
+        relations: ``(src, name, dst, draws)`` per relation (``draws`` = stored edges).
+        target: The labelled type.
+        num_classes: Classes (and communities) ``C`` of the target type.
+        train_frac: Expected share of target nodes in the train split.
+        val_frac: Expected share in the validation split.
+        test_frac: Expected share in the test split (the three sum to <= 1).
+        homophily: Probability that a draw's source shares its destination's community.
+        feature_noise: Noise standard deviation around the unit-variance centroids (>= 0).
+        label_noise: Probability that a target label is redrawn uniformly.
+        skew: Exponent ``>= 1`` of the ID law ``floor(N * u ** skew)`` (1: uniform degrees).
+        name: Dataset name.
+    """
+
+    node_types: tuple[tuple[str, int, int], ...]
+    relations: tuple[tuple[str, str, str, int], ...]
+    target: str
+    num_classes: int
+    train_frac: float
+    val_frac: float
+    test_frac: float
+    homophily: float
+    feature_noise: float
+    label_noise: float = 0.0
+    skew: float = 2.0
+    name: str = "typed-synthetic"
+
+    def __post_init__(self) -> None:
+        if int(self.num_classes) < 1:
+            raise DatasetError(f"'num_classes' must be >= 1 (got {self.num_classes!r})")
+        for key in ("train_frac", "val_frac", "test_frac", "homophily", "label_noise"):
+            v = getattr(self, key)
+            if not _is_real(v) or not 0.0 <= float(v) <= 1.0:
+                raise DatasetError(f"'{key}' must be in [0, 1] (got {v!r})")
+        if self.train_frac + self.val_frac + self.test_frac > 1.0 + 1e-9:
+            raise DatasetError("'train_frac' + 'val_frac' + 'test_frac' must be <= 1")
+        if not _is_real(self.feature_noise) or self.feature_noise < 0:
+            raise DatasetError(f"'feature_noise' must be >= 0 (got {self.feature_noise!r})")
+        if not _is_real(self.skew) or self.skew < 1:
+            raise DatasetError(f"'skew' must be >= 1 (got {self.skew!r})")
+        for t, n, f in self.node_types:
+            if int(n) < 1 or int(f) < 0:
+                raise DatasetError(f"node type {t!r}: count must be >= 1 and width >= 0")
+        for rel in self.relations:
+            if int(rel[3]) < 0:
+                raise DatasetError(f"relation {rel[:3]}: draws must be >= 0 (got {rel[3]})")
+        try:
+            self.schema()
+        except GraphError as err:
+            raise DatasetError(f"typed synthetic spec {self.name!r}: {err}") from err
+
+    def schema(self) -> HeteroSchema:
+        """The typed graph's schema."""
+        return HeteroSchema(
+            node_types=tuple(t for t, _, _ in self.node_types),
+            num_nodes=tuple(int(n) for _, n, _ in self.node_types),
+            relations=tuple((s, r, d) for s, r, d, _ in self.relations),
+            target=self.target,
+        )
+
+
+#: ogbn-mag's schema and sizes: 736,389 papers (128 features, 349 venues as classes), 1,134,649
+#: authors, 8,740 institutions, 59,965 fields of study (no features: learnable embeddings),
+#: 5,416,271 cites, 7,145,660 writes, 1,043,998 affiliated_with, 7,505,078 has_topic edges;
+#: its time split holds 629,571 / 64,879 / 41,939 papers.
+_MAG = TypedSyntheticSpec(
+    node_types=(
+        ("paper", 736_389, 128),
+        ("author", 1_134_649, 0),
+        ("institution", 8_740, 0),
+        ("field_of_study", 59_965, 0),
+    ),
+    relations=(
+        ("author", "affiliated_with", "institution", 1_043_998),
+        ("author", "writes", "paper", 7_145_660),
+        ("paper", "cites", "paper", 5_416_271),
+        ("paper", "has_topic", "field_of_study", 7_505_078),
+    ),
+    target="paper",
+    num_classes=349,
+    train_frac=0.855,
+    val_frac=0.088,
+    test_frac=0.057,
+    homophily=0.8,
+    feature_noise=6.0,
+    label_noise=0.1,
+    name="mag-like",
+)
+
+#: IGBH's schema (paper, author, institute, fos; cites, written_by, affiliated_to, topic; the
+#: journal and conference types of its large and full releases are left out), features on every
+#: type (IGBH: 1024 wide, here 128 to keep the preset light) and 19 classes, as IGBH's coarse
+#: labels; sizes in IGBH-tiny's order of magnitude (100k papers).
+_IGBH = TypedSyntheticSpec(
+    node_types=(
+        ("paper", 100_000, 128),
+        ("author", 357_041, 128),
+        ("institute", 8_738, 128),
+        ("fos", 84_220, 128),
+    ),
+    relations=(
+        ("paper", "cites", "paper", 547_416),
+        ("paper", "written_by", "author", 471_443),
+        ("author", "affiliated_to", "institute", 325_410),
+        ("paper", "topic", "fos", 718_445),
+    ),
+    target="paper",
+    num_classes=19,
+    train_frac=0.6,
+    val_frac=0.2,
+    test_frac=0.2,
+    homophily=0.8,
+    feature_noise=6.0,
+    label_noise=0.1,
+    name="igbh-like",
+)
+
+TYPED_PRESETS: dict[str, TypedSyntheticSpec] = {"mag-like": _MAG, "igbh-like": _IGBH}
+
+
+def typed_spec_for(preset: str, scale: float = 1.0) -> TypedSyntheticSpec:
+    """A typed preset with every node count and edge count multiplied by ``scale``.
+
+    Raises:
+        DatasetError: Unknown preset or a scale that is not a finite number > 0.
+    """
+    if preset not in TYPED_PRESETS:
+        raise DatasetError(
+            f"unknown typed synthetic preset {preset!r}; valid: {', '.join(TYPED_PRESETS)}"
+        )
+    if not _is_real(scale) or float(scale) <= 0.0:
+        raise DatasetError(f"'scale' must be a finite number > 0 (got {scale!r})")
+    base, scale = TYPED_PRESETS[preset], float(scale)
+    if scale == 1.0:
+        return base
+    return dataclasses.replace(
+        base,
+        node_types=tuple((t, max(1, round(n * scale)), f) for t, n, f in base.node_types),
+        relations=tuple((s, r, d, round(e * scale)) for s, r, d, e in base.relations),
+        name=f"{preset}@{scale:g}",
+    )
+
+
+def _ids(n: int, u: np.ndarray, skew: float) -> np.ndarray:
+    """``floor(n * u ** skew)``, clipped to ``[0, n)``."""
+    return np.minimum((n * u**skew).astype(np.int64), n - 1)
+
+
+def _draws(
+    spec: TypedSyntheticSpec, seed: int, rid: int, n_src: int, n_dst: int, lo_blk: int, hi_blk: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, dst)`` of relation ``rid``'s draws in blocks ``[lo_blk, hi_blk)``."""
+    e = int(spec.relations[rid][3])
+    c = int(spec.num_classes)
+    srcs, dsts = [], []
+    for b in range(lo_blk, hi_blk):
+        m = min(EDGE_BLOCK, e - b * EDGE_BLOCK)
+        u = _rng(seed, _EDGE_STREAM + rid, b).random((3, m))
+        dst = _ids(n_dst, u[0], spec.skew)
+        comm = dst % c
+        count = (n_src - comm + c - 1) // c  # sources of the destination's community
+        inside = (u[1] < spec.homophily) & (count > 0)
+        k = np.minimum((count * u[2] ** spec.skew).astype(np.int64), np.maximum(count - 1, 0))
+        src = np.where(inside, comm + c * k, _ids(n_src, u[2], spec.skew))
+        srcs.append(src)
+        dsts.append(dst)
+    if not srcs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(srcs), np.concatenate(dsts)
+
+
+def _scatter(out: np.ndarray, cursor: np.ndarray, dst: np.ndarray, src: np.ndarray) -> None:
+    order = np.argsort(dst, kind="stable")
+    d = dst[order]
+    first = np.searchsorted(d, d, side="left")
+    out[cursor[d] + (np.arange(d.size, dtype=np.int64) - first)] = src[order]
+    uniq, cnt = np.unique(d, return_counts=True)
+    cursor[uniq] += cnt
+
+
+def prepare_typed_synthetic(
+    out: str | os.PathLike[str],
+    preset: str | TypedSyntheticSpec = "mag-like",
+    scale: float = 1.0,
+    seed: int = 0,
+    overwrite: bool = False,
+    chunk_edges: int = 4_000_000,
+    progress: Progress | None = None,
+) -> Path:
+    """Generate a synthetic typed graph straight into a typed dataset directory.
+
+    Memory: per relation ``16 * N_dst`` bytes of counters plus about ``60 * chunk_edges``
+    bytes of draws; features, labels, masks and edges go through ``.npy`` memory maps.
+
+    Args:
+        out: Target directory (must not exist unless ``overwrite``).
+        preset: A name of :data:`TYPED_PRESETS` or a :class:`TypedSyntheticSpec`.
+        scale: Size factor of a named preset (see :func:`typed_spec_for`).
+        seed: Random seed (>= 0).
+        overwrite: Replace an existing dataset once the new one is complete.
+        chunk_edges: Edge draws held in memory per step; never changes the result.
+        progress: ``progress(done, total)`` in draws (twice per relation) plus feature rows.
+
+    Returns:
+        The dataset directory (open it with :func:`~fleetgnn.graph.open_typed_dataset`).
+
+    Raises:
+        DatasetError: Unknown preset, invalid scale, seed or chunk size, or ``out`` exists.
+    """
+    if isinstance(preset, TypedSyntheticSpec):
+        if scale != 1.0:
+            raise DatasetError("'scale' applies to named presets only (got a spec and a scale)")
+        spec, name = preset, preset.name
+    else:
+        spec, name = typed_spec_for(preset, scale), str(preset)
+    seed = _check_seed(seed)
+    blocks_per_step = max(1, _check_chunk_edges(chunk_edges) // EDGE_BLOCK)
+    schema = spec.schema()
+    counts = dict(zip(schema.node_types, schema.num_nodes, strict=True))
+    total = sum(2 * int(r[3]) for r in spec.relations)
+    total += sum(int(n) for _, n, f in spec.node_types if f)
+    done = [0]
+
+    def tick(k: int) -> None:
+        done[0] += int(k)
+        if progress is not None:
+            progress(min(done[0], total), total)
+
+    with TypedDatasetWriter(out, schema, name=spec.name, overwrite=overwrite) as w:
+        for rid, (s, r, d, e) in enumerate(spec.relations):
+            n_src, n_dst, e = counts[s], counts[d], int(e)
+            nblk = -(-e // EDGE_BLOCK)
+            steps = [(b, min(nblk, b + blocks_per_step)) for b in range(0, nblk, blocks_per_step)]
+            deg = np.zeros(n_dst, dtype=np.int64)
+            for lo, hi in steps:  # pass 1: in-degrees
+                _, dst = _draws(spec, seed, rid, n_src, n_dst, lo, hi)
+                deg += np.bincount(dst, minlength=n_dst)
+                tick(dst.size)
+            indptr = np.zeros(n_dst + 1, dtype=np.int64)
+            np.cumsum(deg, out=indptr[1:])
+            del deg
+            key = relation_key((s, r, d))
+            w.put(f"rel/{key}/indptr", indptr)
+            indices = w.create(f"rel/{key}/indices", index_dtype(n_src), (e,))
+            cursor = indptr[:-1].copy()
+            for lo, hi in steps:  # pass 2: the same draws, placed at their destination
+                src, dst = _draws(spec, seed, rid, n_src, n_dst, lo, hi)
+                _scatter(indices, cursor, dst, src)
+                tick(dst.size)
+            del cursor, indptr
+        _write_node_data(spec, seed, w, tick)
+        return w.commit(
+            num_classes=int(spec.num_classes),
+            source="synthetic",
+            preset=name,
+            scale=float(scale),
+            seed=seed,
+            generator_version=GENERATOR_VERSION,
+        )
+
+
+def _write_node_data(
+    spec: TypedSyntheticSpec, seed: int, w: TypedDatasetWriter, tick: Callable[[int], None]
+) -> None:
+    c = int(spec.num_classes)
+    s = 1.0 / math.sqrt(1.0 + float(spec.feature_noise) ** 2)
+    for ti, (t, n, f) in enumerate(spec.node_types):
+        n, f = int(n), int(f)
+        if not f:
+            continue
+        mu = _rng(seed, _CENTROID_STREAM + ti, 0).standard_normal((c, f), dtype=np.float32)
+        mu *= np.float32(s)
+        x = w.create(f"x/{t}", np.float32, (n, f))
+        for b, lo in enumerate(range(0, n, FEATURE_BLOCK)):
+            hi = min(n, lo + FEATURE_BLOCK)
+            block = _rng(seed, _FEATURE_STREAM + ti, b).standard_normal((hi - lo, f), np.float32)
+            block *= np.float32(spec.feature_noise * s)
+            block += mu[np.arange(lo, hi) % c]
+            x[lo:hi] = block
+            tick(hi - lo)
+    n = dict((t, int(k)) for t, k, _ in spec.node_types)[spec.target]
+    y = w.create("y", np.int64, (n,))
+    masks = {m: w.create(m, np.bool_, (n,)) for m in ("train_mask", "val_mask", "test_mask")}
+    t1 = spec.train_frac
+    t2 = t1 + spec.val_frac
+    t3 = t2 + spec.test_frac
+    for b, lo in enumerate(range(0, n, NODE_BLOCK)):
+        hi = min(n, lo + NODE_BLOCK)
+        lab = np.arange(lo, hi, dtype=np.int64) % c
+        u = _rng(seed, _LABEL_STREAM, b).random((2, hi - lo))
+        redraw = u[0] < spec.label_noise
+        lab[redraw] = np.minimum((u[1][redraw] * c).astype(np.int64), c - 1)
+        y[lo:hi] = lab
+        v = _rng(seed, _SPLIT_STREAM, b).random(hi - lo)
+        masks["train_mask"][lo:hi] = v < t1
+        masks["val_mask"][lo:hi] = (v >= t1) & (v < t2)
+        masks["test_mask"][lo:hi] = (v >= t2) & (v < t3)
