@@ -115,8 +115,36 @@ def peak_device_memory(device: torch.device | str, *, reset: bool = False) -> di
     return out
 
 
+#: Engines that train typed graphs (:mod:`fleetgnn.engines.typed`).
+TYPED_ENGINES: tuple[str, ...] = ("reference", "minibatch")
+
+
+def refuse_typed(engine: str, graph: Any) -> None:
+    """Raise a one-line :class:`ConfigError` when ``engine`` cannot train the typed ``graph``.
+
+    ``split``, ``fullgraph`` and ``offload`` partition one feature table of one row width and
+    one CSC (their exchange plans, halos and chunks); none has per-relation hops yet.
+    ``reference`` and ``minibatch`` train typed graphs through
+    :func:`~fleetgnn.engines.build_engine` (their typed classes in :mod:`fleetgnn.engines.typed`).
+    """
+    from fleetgnn.graph.hetero import HeteroGraph
+
+    if not isinstance(graph, HeteroGraph):
+        return
+    if engine in TYPED_ENGINES:
+        raise ConfigError(
+            f"typed graph '{graph.name}': build the {engine} engine with "
+            f"fleetgnn.engines.build_engine (or engine_from_config), which picks its typed class"
+        )
+    raise ConfigError(
+        f"the {engine} engine does not train typed graphs ('{graph.name}' has "
+        f"{len(graph.schema.node_types)} node types); use engine {' or '.join(TYPED_ENGINES)}"
+    )
+
+
 def require_trainable(graph: Graph) -> None:
     """Raise :class:`DatasetError` unless ``graph`` has features, labels and a training split."""
+    refuse_typed("reference", graph)
     if graph.y is None or graph.train_mask is None:
         raise DatasetError(
             f"dataset '{graph.name}' has no labels or no train_mask; training needs both"
@@ -354,6 +382,7 @@ def setup_distributed(
         raise ConfigError(
             f"the {name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
         )
+    refuse_typed(name, graph)
     require_trainable(graph)
     wanted = str(cfg.device).split(":", 1)[0]
     if ctx is None:
