@@ -45,6 +45,7 @@ def build_engine(
     optimizer: Any = None,
     loss: LossFn | None = None,
     task: Any = None,
+    fanouts: Any = None,
 ) -> Engine:
     """Construct the engine whose typed config ``config`` is, training ``model`` on ``graph``.
 
@@ -60,6 +61,8 @@ def build_engine(
         loss: ``loss(logits, target) -> per-node losses`` (``None``: cross-entropy).
         task: A :class:`~fleetgnn.tasks.Task` (``None``: node classification); engines that
             cannot train it refuse it in one line naming those that can.
+        fanouts: Typed graphs only: per-relation fanouts (``{relation: [per hop]}``, see
+            :func:`~fleetgnn.sampling.hetero.relation_fanouts`) instead of ``config.fanouts``.
 
     Raises:
         ConfigError: For a config that is no engine's, an engine not in this build, or a task
@@ -72,7 +75,9 @@ def build_engine(
         if task is not None and task.name != "node":
             raise ConfigError("typed graphs train node classification on the target type only")
         typed = {"reference": TypedReferenceEngine, "minibatch": TypedMinibatchEngine}[name]
-        return typed(model, graph, ctx, config, optimizer=optimizer, loss=loss)
+        return typed(model, graph, ctx, config, optimizer=optimizer, loss=loss, fanouts=fanouts)
+    if fanouts is not None:
+        raise ConfigError("'fanouts' per relation is for typed graphs; set config.fanouts")
     cls = engine_class(name)
     if task is None or task.name == "node":
         return cls(model, graph, ctx, config, optimizer=optimizer, loss=loss)

@@ -204,3 +204,52 @@ def test_minibatch_two_ranks_equals_reference_step_for_step(conv):
         for name, value in params.items():
             torch.testing.assert_close(res["params"][name], value, rtol=1e-10, atol=1e-13)
     assert results[0]["eval"] == results[1]["eval"]
+
+
+def _run_config(extra):
+    from fleetgnn.train import load_config
+
+    base = [
+        "train.engine=reference",
+        "train.dtype=float64",
+        "train.batch_size=16",
+        "train.fanouts=[3,2]",
+        "model.hidden=6",
+        "train.seed=7",
+    ]
+    return load_config(None, base + list(extra))
+
+
+@pytest.mark.parametrize("name", ["rgcn", "rgat", "hetero-sage"])
+def test_engine_from_config_builds_typed_models(name):
+    from fleetgnn.train import engine_from_config
+
+    g = _graph()
+    cfg = _run_config([f"model.name={name}", "model.num_bases=2", "model.heads=2"])
+    with engine_from_config(cfg, g) as engine:
+        assert type(engine).__name__ == "TypedReferenceEngine"
+        assert engine.module.conv_name == name
+        if name == "rgcn":
+            assert engine.module.convs[0].num_bases == 2
+        stats = engine.run_epoch(0)
+        assert sum(s.count for s in stats) == int(g.train_mask.sum())
+
+
+def test_typed_model_names_need_typed_graphs_and_back():
+    from fleetgnn.train import engine_from_config
+
+    g = _graph()
+    with pytest.raises(ConfigError, match="is a typed graph: model.name=sage.*rgcn, rgat"):
+        engine_from_config(_run_config(["model.name=sage"]), g)
+    flat, _ = toy_mag(num_papers=20, num_authors=10, num_fields=4).to_homogeneous()
+    with pytest.raises(ConfigError, match="model.name=rgcn needs a typed graph"):
+        engine_from_config(_run_config(["model.name=rgcn"]), flat)
+    with pytest.raises(ConfigError, match="num_bases"):
+        _run_config(["model.num_bases=0"])
+    with pytest.raises(ConfigError, match="per relation is for typed graphs"):
+        build_engine(
+            _model(g),
+            flat,
+            ReferenceEngineConfig(),
+            fanouts={"cites": [1]},
+        )
