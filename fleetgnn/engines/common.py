@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fleetgnn.config import ENGINES
 from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.distributed.context import auto_device_type
 from fleetgnn.errors import ConfigError, DatasetError, GraphError
@@ -115,8 +116,8 @@ def peak_device_memory(device: torch.device | str, *, reset: bool = False) -> di
     return out
 
 
-#: Engines that train typed graphs (:mod:`fleetgnn.engines.typed`).
-TYPED_ENGINES: tuple[str, ...] = ("reference", "minibatch")
+#: Engines that train typed graphs (:mod:`fleetgnn.engines.typed`): the registry's ``typed``.
+TYPED_ENGINES: tuple[str, ...] = tuple(n for n, s in ENGINES.items() if s.typed)
 
 
 def refuse_typed(engine: str, graph: Any) -> None:
