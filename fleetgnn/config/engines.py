@@ -149,6 +149,8 @@ class EngineSpec:
         distributed: Runs one process per device (launched with ``--nproc`` or torchrun).
         impl: ``"module:Class"`` of the implementation (``""``: planned, not in this build).
         summary: One line for ``--help``.
+        typed: Trains typed (heterogeneous) graphs (:mod:`fleetgnn.engines.typed`); the others
+            refuse them and the planner leaves them out for a typed workload.
     """
 
     name: str
@@ -157,6 +159,7 @@ class EngineSpec:
     distributed: bool
     impl: str
     summary: str
+    typed: bool = False
 
     @property
     def available(self) -> bool:
@@ -175,6 +178,7 @@ ENGINES: Mapping[str, EngineSpec] = {
             False,
             "fleetgnn.engines.reference:ReferenceEngine",
             "single process, full-graph or sampled: the ground truth",
+            typed=True,
         ),
         EngineSpec(
             "minibatch",
@@ -183,6 +187,7 @@ ENGINES: Mapping[str, EngineSpec] = {
             True,
             "fleetgnn.engines.minibatch:MinibatchEngine",
             "data-parallel sampled training over the unified store (WholeGraph, XGNN)",
+            typed=True,
         ),
         EngineSpec(
             "split",

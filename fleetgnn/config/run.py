@@ -147,22 +147,32 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "gin": {"hidden_dim": 64, "dropout": 0.5},
 }
 
+#: Per-model defaults of the typed models (:func:`fleetgnn.nn.hetero.build_hetero_model`), for
+#: typed graphs only: R-GCN, R-GAT (MLPerf's GNN reference: 4 heads) and SAGE per relation.
+HETERO_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "rgcn": {"hidden_dim": 64, "dropout": 0.5},
+    "rgat": {"hidden_dim": 64, "heads": 4, "dropout": 0.2},
+    "hetero-sage": {"hidden_dim": 64, "dropout": 0.5},
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(Knobs):
     """The GNN.
 
     Attributes:
-        name: Layer type.
+        name: Layer type (``rgcn``, ``rgat`` and ``hetero-sage`` for typed graphs only).
         hidden: Hidden width (``None``: the model's default).
         num_layers: Number of message-passing layers (>= 1).
         dropout: Dropout probability in [0, 1) (``None``: the model's default).
         heads: Attention heads (GAT; ``None``: the model's default).
         norm: Normalisation between layers (``None``: none).
         residual: Add residual connections between layers of equal width.
+        num_bases: R-GCN basis decomposition: each relation's weight is a learned combination
+            of this many shared bases (``None``: one free weight per relation).
     """
 
-    NAMES: ClassVar[tuple[str, ...]] = tuple(MODEL_DEFAULTS)
+    NAMES: ClassVar[tuple[str, ...]] = tuple(MODEL_DEFAULTS) + tuple(HETERO_MODEL_DEFAULTS)
     NORMS: ClassVar[tuple[str | None, ...]] = (None, "layer")
 
     name: str = "sage"
@@ -172,6 +182,7 @@ class ModelConfig(Knobs):
     heads: int | None = None
     norm: str | None = None
     residual: bool = False
+    num_bases: int | None = None
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"name": NAMES, "norm": NORMS}
 
@@ -188,6 +199,12 @@ class ModelConfig(Knobs):
             "must be in [0, 1) or null",
         )
         check(self.heads is None or self.heads >= 1, "heads", self.heads, "must be >= 1 or null")
+        check(
+            self.num_bases is None or self.num_bases >= 1,
+            "num_bases",
+            self.num_bases,
+            "must be >= 1 or null",
+        )
 
 
 @dataclasses.dataclass(frozen=True)

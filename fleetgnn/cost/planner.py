@@ -165,10 +165,12 @@ class Plan:
         return "\n".join(lines)
 
 
-def _candidates(mode: str, nproc: int, engines: Sequence[str] | None) -> list[str]:
+def _candidates(
+    mode: str, nproc: int, engines: Sequence[str] | None, typed: bool = False
+) -> list[str]:
     names = []
     for name, spec in ENGINES.items():
-        if not spec.available or name not in MODELS:
+        if not spec.available or name not in MODELS or (typed and not spec.typed):
             continue
         if engines and name not in engines:
             continue
@@ -307,7 +309,8 @@ def make_plan(
         hw: The hardware profile (restricted to ``nproc`` devices when it has more).
         nproc: Ranks (devices) to plan for.
         mode: ``auto``, ``full`` or ``minibatch``.
-        engines: Only these engines (``None``: every available engine of the mode).
+        engines: Only these engines (``None``: every available engine of the mode); for a
+            typed workload (``wl.typed``) only those that train typed graphs.
         epochs: Epochs the times are compared over (``auto`` mode mixes full-graph and
             mini-batch epochs).
         knobs: Per-engine fixed knobs (e.g. ``{"offload": {"chunks": 8}}``).
@@ -338,7 +341,13 @@ def make_plan(
     estimates = as_estimates(epochs_to_target)
     if estimates and target_acc is None:
         raise ConfigError("epochs to target need a target accuracy (--target-acc)")
-    names = _candidates(mode, nproc, engines)
+    names = _candidates(mode, nproc, engines, wl.typed)
+    if not names and wl.typed:
+        typed = [n for n, spec in ENGINES.items() if spec.typed]
+        raise ConfigError(
+            f"no engine among {list(engines or ENGINES)} trains typed graphs with mode={mode!r} "
+            f"and {nproc} rank(s); typed graphs train on {' or '.join(typed)}"
+        )
     if not names:
         raise ConfigError(f"no available engine runs mode={mode!r} with {nproc} rank(s)")
     hw_used = hw.with_devices(min(nproc, hw.num_devices)) if hw.num_hosts == 1 else hw

@@ -146,6 +146,8 @@ class Workload:
         fanouts: Sampled neighbours per layer (mini-batch engines).
         graph: The dataset itself, for exact counts (``None``: modelled from the counts).
         source: Where the numbers come from (stated in reports).
+        typed: The graph is typed (node and edge types): only the engines whose registry entry
+            says ``typed`` are planned for (the counts are those of its homogeneous view).
     """
 
     num_nodes: int
@@ -158,6 +160,7 @@ class Workload:
     fanouts: tuple[int, ...] = (10, 10)
     graph: Graph | None = None
     source: str = ""
+    typed: bool = False
 
     @property
     def mean_degree(self) -> float:

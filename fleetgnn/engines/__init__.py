@@ -12,7 +12,8 @@ from typing import Any
 
 from fleetgnn.config import ENGINES, EngineConfig, available_engines, spec_of
 from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, StepStats
-from fleetgnn.engines.common import LossFn, cross_entropy
+from fleetgnn.engines.common import TYPED_ENGINES, LossFn, cross_entropy, refuse_typed
+from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, is_typed
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 
@@ -44,12 +45,15 @@ def build_engine(
     optimizer: Any = None,
     loss: LossFn | None = None,
     task: Any = None,
+    fanouts: Any = None,
 ) -> Engine:
     """Construct the engine whose typed config ``config`` is, training ``model`` on ``graph``.
 
     Args:
         model: A layer-wise ``nn.Module`` (see :mod:`fleetgnn.nn.protocol`).
-        graph: The dataset (arrays may be memory maps).
+        graph: The dataset (arrays may be memory maps); a typed
+            :class:`~fleetgnn.graph.hetero.HeteroGraph` is trained by the typed classes of
+            ``reference`` and ``minibatch`` (:mod:`fleetgnn.engines.typed`), refused by the others.
         config: An engine config, e.g. :class:`~fleetgnn.config.MinibatchEngineConfig`.
         ctx: This process's :class:`~fleetgnn.distributed.DistContext` (distributed engines;
             ``None``: initialised from the environment, a one-rank group without a launcher).
@@ -57,12 +61,23 @@ def build_engine(
         loss: ``loss(logits, target) -> per-node losses`` (``None``: cross-entropy).
         task: A :class:`~fleetgnn.tasks.Task` (``None``: node classification); engines that
             cannot train it refuse it in one line naming those that can.
+        fanouts: Typed graphs only: per-relation fanouts (``{relation: [per hop]}``, see
+            :func:`~fleetgnn.sampling.hetero.relation_fanouts`) instead of ``config.fanouts``.
 
     Raises:
         ConfigError: For a config that is no engine's, an engine not in this build, or a task
             the engine does not train.
     """
     name = spec_of(config).name
+    if is_typed(graph):
+        if name not in TYPED_ENGINES:
+            refuse_typed(name, graph)
+        if task is not None and task.name != "node":
+            raise ConfigError("typed graphs train node classification on the target type only")
+        typed = {"reference": TypedReferenceEngine, "minibatch": TypedMinibatchEngine}[name]
+        return typed(model, graph, ctx, config, optimizer=optimizer, loss=loss, fanouts=fanouts)
+    if fanouts is not None:
+        raise ConfigError("'fanouts' per relation is for typed graphs; set config.fanouts")
     cls = engine_class(name)
     if task is None or task.name == "node":
         return cls(model, graph, ctx, config, optimizer=optimizer, loss=loss)

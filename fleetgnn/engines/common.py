@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fleetgnn.config import ENGINES
 from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.distributed.context import auto_device_type
 from fleetgnn.errors import ConfigError, DatasetError, GraphError
@@ -136,8 +137,36 @@ def peak_device_memory(device: torch.device | str, *, reset: bool = False) -> di
     return out
 
 
+#: Engines that train typed graphs (:mod:`fleetgnn.engines.typed`): the registry's ``typed``.
+TYPED_ENGINES: tuple[str, ...] = tuple(n for n, s in ENGINES.items() if s.typed)
+
+
+def refuse_typed(engine: str, graph: Any) -> None:
+    """Raise a one-line :class:`ConfigError` when ``engine`` cannot train the typed ``graph``.
+
+    ``split``, ``fullgraph`` and ``offload`` partition one feature table of one row width and
+    one CSC (their exchange plans, halos and chunks); none has per-relation hops yet.
+    ``reference`` and ``minibatch`` train typed graphs through
+    :func:`~fleetgnn.engines.build_engine` (their typed classes in :mod:`fleetgnn.engines.typed`).
+    """
+    from fleetgnn.graph.hetero import HeteroGraph
+
+    if not isinstance(graph, HeteroGraph):
+        return
+    if engine in TYPED_ENGINES:
+        raise ConfigError(
+            f"typed graph '{graph.name}': build the {engine} engine with "
+            f"fleetgnn.engines.build_engine (or engine_from_config), which picks its typed class"
+        )
+    raise ConfigError(
+        f"the {engine} engine does not train typed graphs ('{graph.name}' has "
+        f"{len(graph.schema.node_types)} node types); use engine {' or '.join(TYPED_ENGINES)}"
+    )
+
+
 def require_trainable(graph: Graph) -> None:
     """Raise :class:`DatasetError` unless ``graph`` has features, labels and a training split."""
+    refuse_typed("reference", graph)
     if graph.y is None or graph.train_mask is None:
         raise DatasetError(
             f"dataset '{graph.name}' has no labels or no train_mask; training needs both"
@@ -375,6 +404,7 @@ def setup_distributed(
         raise ConfigError(
             f"the {name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
         )
+    refuse_typed(name, graph)
     require_trainable(graph)
     wanted = str(cfg.device).split(":", 1)[0]
     if ctx is None:

@@ -114,12 +114,18 @@ def sync_gradients(module: torch.nn.Module, comm: Any) -> None:
     """Sum every parameter's gradient over ranks with one flat, metered all-reduce.
 
     The gradient sync of every engine (see the module docstring). A parameter without a gradient
-    on this rank counts as zeros (it may have one elsewhere). Collective over ``comm`` (a
+    on this rank counts as zeros (it may have one elsewhere); a sparse gradient (an embedding
+    table's touched rows) is summed densely, so every rank ends with the whole table's gradient.
+    Collective over ``comm`` (a
     multi-rank communicator: :func:`train_step` skips it on one process). Costs one flat copy of
     the gradients; each parameter's gradient is then a view of it.
     """
     params = list(module.parameters())
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    # an embedding table's sparse gradient (its touched rows) is summed as its dense form
+    grads = [
+        torch.zeros_like(p) if p.grad is None else p.grad.to_dense() if p.grad.is_sparse else p.grad
+        for p in params
+    ]
     flat = torch.cat([g.reshape(-1) for g in grads])
     comm.all_reduce_sum(flat)
     off = 0

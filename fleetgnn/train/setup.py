@@ -14,13 +14,16 @@ from typing import Any
 import torch
 
 from fleetgnn.config import Config, ModelConfig, OptimConfig, SplitEngineConfig, engine_spec
+from fleetgnn.config.run import HETERO_MODEL_DEFAULTS, MODEL_DEFAULTS
 from fleetgnn.engines import Engine, build_engine
 from fleetgnn.engines.common import num_classes_of, require_trainable
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.edge_split import edge_split_for
+from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn import build_model
 from fleetgnn.nn.decoders import LinkModel, build_decoder
+from fleetgnn.nn.hetero import build_hetero_model
 from fleetgnn.partition import book_dir
 from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 from fleetgnn.train.resolve import resolve_device_name, resolve_feature_norm
@@ -46,6 +49,9 @@ def model_from_config(cfg: Config, graph: Graph) -> torch.nn.Module:
 
     Identical on every rank (same seed, same initialisation).
     """
+    name = cfg.model.name
+    if isinstance(graph, HeteroGraph) or name in HETERO_MODEL_DEFAULTS:
+        return _typed_model_from_config(cfg, graph)
     require_trainable(graph)
     seed = int(cfg.train.seed)
     torch.manual_seed(seed)  # parameter initialisation only; training draws are keyed
@@ -60,6 +66,32 @@ def model_from_config(cfg: Config, graph: Graph) -> torch.nn.Module:
     if link:  # node embeddings of width train.link_dim, scored in pairs by the decoder
         return LinkModel(model, build_decoder(cfg.train.decoder, cfg.train.link_dim))
     return model
+
+
+def _typed_model_from_config(cfg: Config, graph: Any) -> torch.nn.Module:
+    """A typed model (``model.name`` rgcn | rgat | hetero-sage) for a typed graph."""
+    name, typed = cfg.model.name, tuple(HETERO_MODEL_DEFAULTS)
+    if not isinstance(graph, HeteroGraph):
+        raise ConfigError(
+            f"model.name={name} needs a typed graph (node and edge types); for '{graph.name}' "
+            f"choose one of {', '.join(MODEL_DEFAULTS)}"
+        )
+    if name not in HETERO_MODEL_DEFAULTS:
+        raise ConfigError(
+            f"'{graph.name}' is a typed graph: model.name={name} has one weight for every "
+            f"relation; choose one of {', '.join(typed)}"
+        )
+    if cfg.train.task != "node":
+        raise ConfigError("typed graphs train node classification (train.task=node) only")
+    seed = int(cfg.train.seed)
+    torch.manual_seed(seed)  # parameter initialisation only; training draws are keyed
+    kwargs = {**HETERO_MODEL_DEFAULTS[name], "num_layers": cfg.model.num_layers}
+    for key in ("hidden", "dropout", "heads", "num_bases"):
+        value = getattr(cfg.model, key)
+        if value is not None:
+            kwargs["hidden_dim" if key == "hidden" else key] = value
+    classes = int(graph.num_classes or int(graph.y.max()) + 1)
+    return build_hetero_model(name, graph, classes, seed=seed, **kwargs)
 
 
 def task_from_config(cfg: Config, graph: Graph) -> Task:

@@ -1,0 +1,345 @@
+"""Typed (heterogeneous) graphs on the ``reference`` and ``minibatch`` engines.
+
+Node classification on the schema's target type with a typed model
+(:class:`~fleetgnn.nn.hetero.HeteroGNN`, or any layer-wise model taking dict-valued rows and
+:class:`~fleetgnn.nn.hetero.TypedAggregator` hops):
+
+- :class:`TypedReferenceEngine`: one process; ``minibatch`` mode samples typed blocks
+  (:class:`~fleetgnn.sampling.hetero.HeteroNeighborSampler`, keyed by ``(seed, epoch, step)``)
+  for batches of training nodes, ``full`` mode runs every layer on the whole typed graph.
+- :class:`TypedMinibatchEngine`: ``W`` data-parallel ranks, each sampling its own slot of the
+  step's seeds (:class:`~fleetgnn.sampling.SeedLoader`, ``stream = rank``), the loss of each
+  divided by the step's global seed count and the gradients summed by the engines' one
+  all-reduce, so a step equals the reference's step on the union of the ranks' batches.
+
+Features: each rank reads the typed graph's per-type arrays (memory maps are fine) for the rows
+a batch needs; the unified store's keyed per-type tables are not used yet, so store budgets do
+not apply. Featureless types are the model's embedding tables, trained like every parameter
+(dense gradients unless the model asks for sparse ones).
+
+Evaluation: one full-neighbourhood forward over the whole typed graph in memory (every rank
+computes the same numbers; no collective), metrics on the target type's splits.
+
+``split``, ``fullgraph`` and ``offload`` refuse typed graphs
+(:func:`~fleetgnn.engines.common.refuse_typed`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig
+from fleetgnn.engines.base import DistributedEngine, EngineBase, StepCallback, StepStats
+from fleetgnn.engines.common import (
+    DTYPES,
+    DistSetup,
+    LossFn,
+    device_clock,
+    normalize_rows,
+    resolve_device,
+    setup_model,
+    split_metrics,
+)
+from fleetgnn.engines.step import Prepared, StepLoss, run_step
+from fleetgnn.errors import ConfigError, DatasetError
+from fleetgnn.graph.hetero import HeteroGraph
+from fleetgnn.nn.hetero import TypedAggregator
+from fleetgnn.sampling import SeedLoader
+from fleetgnn.sampling.hetero import HeteroBlock, HeteroNeighborSampler, full_hetero_block
+from fleetgnn.tasks import check_label_range
+
+
+def is_typed(graph: Any) -> bool:
+    """Whether ``graph`` is a typed graph."""
+    return isinstance(graph, HeteroGraph)
+
+
+def _require_typed_trainable(graph: Any) -> HeteroGraph:
+    if not is_typed(graph):
+        raise ConfigError(f"expected a HeteroGraph (got {type(graph).__name__})")
+    if graph.schema.target is None or graph.y is None or graph.train_mask is None:
+        raise DatasetError(
+            f"typed dataset '{graph.name}' has no target type, labels or train_mask; training "
+            f"needs all three"
+        )
+    return graph
+
+
+class _TypedData:
+    """What both typed engines hold: per-type features, labels, splits and the training seeds."""
+
+    graph: HeteroGraph
+    device: torch.device
+    dtype: torch.dtype
+    seed: int
+    num_layers: int
+
+    def _setup_data(self, graph: HeteroGraph, feature_norm: str | None) -> None:
+        s = graph.schema
+        self.schema = s
+        self.feature_norm = feature_norm or "none"
+        self.offsets = {t: s.type_range(t)[0] for t in s.node_types}
+        self.num_classes = int(graph.num_classes or int(np.max(graph.y)) + 1)
+        self.y = torch.from_numpy(np.array(graph.y, dtype=np.int64))
+        self.masks = {
+            m: torch.from_numpy(np.array(getattr(graph, f"{m}_mask"), dtype=bool))
+            for m in ("train", "val", "test")
+            if getattr(graph, f"{m}_mask") is not None
+        }
+        check_label_range(self.y, list(self.masks.values()), self.num_classes)
+        self.target_offset = self.offsets[s.target]  # type: ignore[index]
+        local = np.flatnonzero(np.asarray(graph.train_mask))
+        self.train_ids = torch.from_numpy(local + self.target_offset)
+        self._full: TypedAggregator | None = None
+
+    def features(self, block: HeteroBlock) -> dict[str, torch.Tensor]:
+        """Input rows of a block's featured types (cast, normalised, on the device)."""
+        out = {}
+        for t, arr in self.graph.x.items():
+            local = (block.src_ids[t] - self.offsets[t]).numpy()
+            rows = torch.from_numpy(np.asarray(arr[local]))
+            out[t] = normalize_rows(rows.to(self.device, self.dtype), self.feature_norm)
+        return out
+
+    def labels(self, seeds: torch.Tensor) -> torch.Tensor:
+        """Labels of target-type seeds (global IDs)."""
+        return self.y[seeds - self.target_offset].to(self.device)
+
+    def aggregators(self, blocks: list[HeteroBlock]) -> list[TypedAggregator]:
+        """One typed aggregator per block, on the device."""
+        return [TypedAggregator(b.to(self.device), dtype=self.dtype) for b in blocks]
+
+    @property
+    def full_aggregator(self) -> TypedAggregator:
+        """The whole typed graph as one hop (built once)."""
+        if self._full is None:
+            self._full = TypedAggregator(
+                full_hetero_block(self.graph).to(self.device), dtype=self.dtype
+            )
+        return self._full
+
+    @torch.no_grad()
+    def infer(self) -> torch.Tensor:
+        """Target-type logits ``[N_target, C]`` from a full-neighbourhood forward (eval mode)."""
+        self.module.eval()  # type: ignore[attr-defined]
+        try:
+            full = self.full_aggregator
+            x = self.features(full_hetero_block(self.graph))
+            return self.module([full] * self.num_layers, x)  # type: ignore[attr-defined]
+        finally:
+            self.module.train()  # type: ignore[attr-defined]
+
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy per split and validation loss on the target type (full neighbourhoods)."""
+        logits = self.infer()
+        return split_metrics(
+            logits, self.y.to(self.device), {k: v.to(self.device) for k, v in self.masks.items()}
+        )
+
+
+class TypedReferenceEngine(_TypedData, EngineBase):
+    """Single-process training of a typed model on a typed graph (the typed ground truth).
+
+    Args:
+        model: A typed layer-wise model (:class:`~fleetgnn.nn.hetero.HeteroGNN`).
+        graph: The :class:`~fleetgnn.graph.hetero.HeteroGraph`.
+        ctx: Unused (single process).
+        config: A :class:`~fleetgnn.config.ReferenceEngineConfig`; ``fanouts`` may also be
+            given per relation by :attr:`relation_fanouts` (the Python API).
+        optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
+        loss: Per-node loss (``None``: cross-entropy).
+        fanouts: Per-relation fanouts overriding ``config.fanouts`` (a mapping, see
+            :func:`~fleetgnn.sampling.hetero.relation_fanouts`).
+    """
+
+    name = "reference"
+    world_size = 1
+    rank = 0
+    comm = None
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        graph: HeteroGraph,
+        ctx: Any = None,
+        config: ReferenceEngineConfig | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss: LossFn | None = None,
+        fanouts: Any = None,
+    ) -> None:
+        config = config if config is not None else ReferenceEngineConfig()
+        if not isinstance(config, ReferenceEngineConfig):
+            raise ConfigError(
+                f"the reference engine needs a ReferenceEngineConfig (got {type(config).__name__})"
+            )
+        self.graph = _require_typed_trainable(graph)
+        self.config, self.mode = config, config.mode
+        self.device = resolve_device(config.device)
+        self.clock = device_clock(self.device)
+        self.dtype = DTYPES[config.dtype]
+        self.seed = int(config.seed)
+        self._setup_data(graph, config.feature_norm)
+        self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
+        if self.mode == "minibatch":
+            self.loader = SeedLoader(
+                self.train_ids, config.batch_size, seed=self.seed, shuffle=True
+            )
+            self.sampler = HeteroNeighborSampler(
+                graph, fanouts if fanouts is not None else list(config.fanouts), seed=self.seed
+            )
+            _check_layers(self.sampler, self.module)
+
+    def steps_per_epoch(self) -> int:
+        """One step in full mode; the number of batches in mini-batch mode."""
+        return 1 if self.mode == "full" else self.loader.num_batches
+
+    def run_epoch(
+        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
+    ) -> list[StepStats]:
+        """Run steps ``start_step..`` of ``epoch``."""
+        self.module.train()
+        out = []
+        for step in range(start_step, self.steps_per_epoch()):
+            stats = self.train_step(epoch, step)
+            out.append(stats)
+            if on_step is not None:
+                on_step(step, stats)
+        return out
+
+    def train_step(self, epoch: int, step: int) -> StepStats:
+        """One optimisation step."""
+        t0 = self.clock()
+        g_step = epoch * self.steps_per_epoch() + step
+        if self.mode == "full":
+            aggs = [self.full_aggregator] * self.num_layers
+            x = self.features(full_hetero_block(self.graph))
+            seeds = self.train_ids
+        else:
+            seeds = self.loader.batch(epoch, step)
+            blocks = self.sampler.sample(seeds, epoch, step)
+            aggs = self.aggregators(blocks)
+            x = self.features(blocks[0])
+        t_prep = self.clock() - t0
+
+        def forward() -> StepLoss:
+            logits = self.module(aggs, x, step=g_step)
+            if self.mode == "full":
+                logits = logits[seeds - self.target_offset]
+            return StepLoss.of(self.loss, logits, self.labels(seeds), int(seeds.numel()))
+
+        return run_step(self, forward, prepared=Prepared(t_prep, 0.0, inline=t_prep))
+
+
+class TypedMinibatchEngine(_TypedData, DistributedEngine):
+    """Data-parallel mini-batch training of a typed model (see the module docstring).
+
+    Args:
+        model: A typed layer-wise model; rank 0's parameters are broadcast.
+        graph: The :class:`~fleetgnn.graph.hetero.HeteroGraph` (every rank opens it).
+        ctx: This process's :class:`~fleetgnn.distributed.DistContext` (``None``: from the
+            environment).
+        config: A :class:`~fleetgnn.config.MinibatchEngineConfig` (the store's budgets and
+            placement are not used for typed graphs yet).
+        optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
+        loss: Per-node loss (``None``: cross-entropy).
+        fanouts: Per-relation fanouts overriding ``config.fanouts``.
+    """
+
+    name = "minibatch"
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        graph: HeteroGraph,
+        ctx: Any = None,
+        config: MinibatchEngineConfig | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss: LossFn | None = None,
+        fanouts: Any = None,
+    ) -> None:
+        from fleetgnn.distributed import TrafficMeter, init
+
+        cfg = config if config is not None else MinibatchEngineConfig()
+        if not isinstance(cfg, MinibatchEngineConfig):
+            raise ConfigError(
+                f"the minibatch engine needs a MinibatchEngineConfig (got {type(cfg).__name__})"
+            )
+        _require_typed_trainable(graph)
+        if ctx is None:
+            ctx = init(device=str(cfg.device).split(":", 1)[0])
+        dist = DistSetup(
+            config=cfg,
+            ctx=ctx,
+            clock=device_clock(ctx.device),
+            dtype=DTYPES[cfg.dtype],
+            seed=int(cfg.seed),
+            comm=ctx.communicator(TrafficMeter(), debug=cfg.debug_collectives),
+        )
+        super().__init__(dist, graph)
+        self._setup_data(graph, cfg.feature_norm)
+        self.module = self.model = setup_model(self, model, optimizer, loss)
+        self.loader = SeedLoader(
+            self.train_ids,
+            cfg.batch_size,
+            rank=self.rank,
+            world_size=self.world_size,
+            seed=self.seed,
+        )
+        self.sampler = HeteroNeighborSampler(
+            graph, fanouts if fanouts is not None else list(cfg.fanouts), seed=self.seed
+        )
+        _check_layers(self.sampler, self.module)
+
+    def steps_per_epoch(self) -> int:
+        """Batches per epoch, equal on every rank."""
+        return self.loader.num_batches
+
+    def _global_count(self, step: int) -> int:
+        bounds = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
+        return int(sum(hi - lo for lo, hi in bounds))
+
+    def run_epoch(
+        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
+    ) -> list[StepStats]:
+        """Run steps ``start_step..`` of ``epoch`` (collective: every rank runs every step)."""
+        self.module.train()
+        out = []
+        for step in range(start_step, self.steps_per_epoch()):
+            stats = self.train_step(epoch, step)
+            out.append(stats)
+            if on_step is not None:
+                on_step(step, stats)
+        return out
+
+    def train_step(self, epoch: int, step: int) -> StepStats:
+        """One data-parallel step (gradients summed over ranks after the backward)."""
+        t0 = self.clock()
+        seeds = self.loader.batch(epoch, step)
+        blocks = self.sampler.sample(seeds, epoch, step, stream=self.rank)
+        t1 = self.clock()
+        x = self.features(blocks[0])
+        t2 = self.clock()
+        count = self._global_count(step)
+        g_step = epoch * self.steps_per_epoch() + step
+
+        def forward() -> StepLoss:
+            logits = self.module(self.aggregators(blocks), x, step=g_step)
+            return StepLoss.of(self.loss, logits, self.labels(seeds), count)
+
+        traffic = {"local": int(sum(v.numel() * v.element_size() for v in x.values()))}
+        prepared = Prepared(t1 - t0, t2 - t1, inline=t2 - t0, traffic=traffic)
+        return run_step(self, forward, prepared=prepared)
+
+
+def _check_layers(sampler: HeteroNeighborSampler, model: torch.nn.Module) -> None:
+    n = int(getattr(model, "num_layers", 0))
+    if sampler.num_layers != n:
+        raise ConfigError(
+            f"'fanouts' has {sampler.num_layers} hops but the model has {n} layers; give one "
+            f"fanout per layer, e.g. fanouts={[10] * n}"
+        )

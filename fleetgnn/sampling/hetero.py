@@ -1,0 +1,274 @@
+"""Typed neighbour sampling: per-relation fanouts and :class:`HeteroBlock`, one per layer.
+
+A typed mini-batch is a stack of :class:`HeteroBlock`s. Each holds, per node type, the layer's
+source nodes (global IDs, the destinations of that type first) and, per relation
+``(src_type, name, dst_type)``, the sampled edges in CSC over the destination type's rows with
+local positions into the source type's rows:
+
+=======================  =====================  ==============================================
+field                    dtype / shape          meaning
+=======================  =====================  ==============================================
+``src_ids[t]``           int64 ``[S_t]``        global IDs of type ``t``'s sources; the first
+                                                ``num_dst[t]`` are the destinations
+``num_dst[t]``           int ``D_t``            destinations of type ``t`` (``D_t <= S_t``)
+``edges[r]``             ``(indptr, indices)``  relation ``r = (s, name, d)``: int64
+                                                ``[D_d + 1]`` offsets, int64 ``[E_r]`` positions
+                                                in ``src_ids[s]``
+=======================  =====================  ==============================================
+
+Sampling follows the homogeneous :class:`~fleetgnn.sampling.NeighborSampler`: without
+replacement (WholeGraph's Algorithm 1 on each destination's in-edges of a relation), keyed
+randomness (hop ``h`` of relation ``r`` draws from a generator seeded with
+``(seed, epoch, step, stream, h, r)``), and :func:`~fleetgnn.sampling.append_unique` per source
+type, the relations in schema order. Seeds are global IDs of the target type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.graph.hetero import HeteroGraph, HeteroSchema, Relation
+from fleetgnn.sampling.neighbor import _check_fanout, _check_key, _sample_offsets, append_unique
+
+__all__ = ["HeteroBlock", "HeteroNeighborSampler", "full_hetero_block", "relation_fanouts"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HeteroBlock:
+    """One layer of a typed mini-batch (see the module docstring for the fields)."""
+
+    schema: HeteroSchema
+    src_ids: Mapping[str, Tensor]
+    num_dst: Mapping[str, int]
+    edges: Mapping[Relation, tuple[Tensor, Tensor]]
+
+    def __post_init__(self) -> None:
+        for t in self.schema.node_types:
+            ids = self.src_ids.get(t)
+            if not isinstance(ids, Tensor) or ids.dim() != 1 or ids.dtype != torch.int64:
+                raise GraphError(f"HeteroBlock src_ids[{t!r}] must be a 1-D int64 tensor")
+            if not 0 <= int(self.num_dst.get(t, -1)) <= ids.numel():
+                raise GraphError(
+                    f"HeteroBlock num_dst[{t!r}] must lie in [0, {ids.numel()}] (got "
+                    f"{self.num_dst.get(t)})"
+                )
+        for rel, (indptr, _) in self.edges.items():
+            if indptr.numel() != self.num_dst[rel[2]] + 1:
+                raise GraphError(
+                    f"HeteroBlock edges[{rel}]: indptr must have num_dst[{rel[2]!r}] + 1 = "
+                    f"{self.num_dst[rel[2]] + 1} entries (got {indptr.numel()})"
+                )
+
+    def dst_ids(self, ntype: str) -> Tensor:
+        """Global IDs of type ``ntype``'s destinations (a view)."""
+        return self.src_ids[ntype][: self.num_dst[ntype]]
+
+    @property
+    def num_edges(self) -> int:
+        """Edges of every relation together."""
+        return int(sum(int(ix.numel()) for _, ix in self.edges.values()))
+
+    def to(self, device: torch.device | str) -> HeteroBlock:
+        """A copy with every tensor on ``device``."""
+        return HeteroBlock(
+            self.schema,
+            {t: v.to(device) for t, v in self.src_ids.items()},
+            dict(self.num_dst),
+            {r: (p.to(device), ix.to(device)) for r, (p, ix) in self.edges.items()},
+        )
+
+    def __repr__(self) -> str:
+        dst = {t: n for t, n in self.num_dst.items() if n}
+        src = {t: int(v.numel()) for t, v in self.src_ids.items() if v.numel()}
+        return f"HeteroBlock(num_dst={dst}, num_src={src}, num_edges={self.num_edges})"
+
+
+def full_hetero_block(graph: HeteroGraph) -> HeteroBlock:
+    """The whole typed graph as one block: every node a destination and a source, every edge.
+
+    Used by full-graph training and evaluation (the same block for every layer).
+    """
+    s = graph.schema
+    src_ids = {t: torch.arange(*s.type_range(t), dtype=torch.int64) for t in s.node_types}
+    edges = {
+        rel: (
+            torch.from_numpy(np.array(graph.csc[rel][0], dtype=np.int64)),
+            torch.from_numpy(np.asarray(graph.csc[rel][1]).astype(np.int64)),
+        )
+        for rel in s.relations
+    }
+    return HeteroBlock(s, src_ids, {t: s.count(t) for t in s.node_types}, edges)
+
+
+def relation_fanouts(
+    schema: HeteroSchema,
+    fanouts: Sequence[int] | Mapping[Relation | str, Sequence[int]],
+) -> dict[Relation, tuple[int, ...]]:
+    """Per relation, its fanout per hop: one list for all relations, or one list per relation.
+
+    A mapping is keyed by relation triples or by names unique in the schema, and must name every
+    relation with lists of one length (``0`` samples no edge of that relation at that hop).
+
+    Raises:
+        ConfigError: For a missing or unknown relation, lists of different lengths or a bad
+            fanout.
+    """
+    example = "e.g. fanouts=[15, 10] or {'cites': [15, 10], 'writes': [5, 5], ...}"
+    if isinstance(fanouts, Mapping):
+        out: dict[Relation, tuple[int, ...]] = {}
+        for key, fs in fanouts.items():
+            try:
+                rel = schema.relations[schema.relation_index(key)]  # type: ignore[arg-type]
+            except GraphError as e:
+                raise ConfigError(f"'fanouts': {e}") from None
+            out[rel] = _fanout_list(f"fanouts[{key!r}]", fs, example)
+        missing = [r for r in schema.relations if r not in out]
+        if missing:
+            raise ConfigError(f"'fanouts' gives no fanouts for relations {missing}; {example}")
+        if len({len(v) for v in out.values()}) != 1:
+            lens = {r[1]: len(v) for r, v in out.items()}
+            raise ConfigError(f"'fanouts' must give one length of list per relation (got {lens})")
+        return {r: out[r] for r in schema.relations}
+    one = _fanout_list("fanouts", fanouts, example)
+    return {r: one for r in schema.relations}
+
+
+def _fanout_list(name: str, fanouts: object, example: str) -> tuple[int, ...]:
+    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence) or not fanouts:
+        raise ConfigError(
+            f"'{name}' must be a non-empty list of ints per hop (got {fanouts!r}); {example}"
+        )
+    return tuple(_check_fanout(f"{name}[{i}]", f) for i, f in enumerate(fanouts))
+
+
+class HeteroNeighborSampler:
+    """Multi-layer typed uniform neighbour sampler producing one :class:`HeteroBlock` per layer.
+
+    Hop ``h`` samples, for every relation ``r = (s, name, d)``, ``fanouts[r][h]`` in-edges of
+    each destination of type ``d`` without replacement (``-1``: all), then adds the new sources
+    of each type after that type's destinations (:func:`~fleetgnn.sampling.append_unique`). As
+    in :class:`~fleetgnn.sampling.NeighborSampler`, fanouts are listed from the seeds outwards
+    and the blocks returned from the input layer to the output layer.
+
+    Args:
+        graph: The typed graph (its relations' CSCs are read, never copied).
+        fanouts: One list for every relation, or one list per relation (see
+            :func:`relation_fanouts`).
+        seed: Base seed (>= 0).
+
+    Raises:
+        ConfigError: For bad fanouts or seed.
+        GraphError: If the graph has no target type.
+    """
+
+    def __init__(
+        self,
+        graph: HeteroGraph,
+        fanouts: Sequence[int] | Mapping[Relation | str, Sequence[int]],
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(graph, HeteroGraph):
+            raise GraphError(f"'graph' must be a HeteroGraph (got {type(graph).__name__})")
+        if graph.schema.target is None:
+            raise GraphError("the typed graph names no target type; seeds are target nodes")
+        self.graph = graph
+        self.schema = graph.schema
+        self.fanouts = relation_fanouts(graph.schema, fanouts)
+        self.seed = _check_key("seed", seed)
+        self._offsets = {t: self.schema.type_range(t)[0] for t in self.schema.node_types}
+
+    @property
+    def num_layers(self) -> int:
+        """Number of blocks each sample returns."""
+        return len(next(iter(self.fanouts.values())))
+
+    def generator(
+        self, epoch: int, step: int, hop: int, relation: int, stream: int = 0
+    ) -> np.random.Generator:
+        """The generator relation ``relation`` (its ID) draws from at hop ``hop``."""
+        key = [self.seed, epoch, step, stream, hop, relation]
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
+
+    def sample(
+        self, seeds: Tensor, epoch: int = 0, step: int = 0, *, stream: int = 0
+    ) -> list[HeteroBlock]:
+        """Sample the typed blocks of one mini-batch.
+
+        Args:
+            seeds: int64 ``[B]`` distinct global IDs of target-type nodes.
+            epoch: Epoch index (>= 0), part of the random key.
+            step: Step index (>= 0), part of the random key.
+            stream: Extra key, e.g. the data-parallel rank (>= 0).
+
+        Returns:
+            ``num_layers`` blocks, input layer first; the last block's target destinations are
+            ``seeds``, and ``blocks[i].dst_ids(t) == blocks[i + 1].src_ids[t]`` for every type.
+
+        Raises:
+            GraphError: If a seed is not a node of the target type or repeats.
+        """
+        key = [_check_key(n, v) for n, v in (("epoch", epoch), ("step", step), ("stream", stream))]
+        s = self.schema
+        seeds = torch.as_tensor(seeds).to("cpu", torch.int64)
+        lo, hi = s.type_range(s.target)  # type: ignore[arg-type]
+        if seeds.dim() != 1 or (seeds.numel() and (seeds.min() < lo or seeds.max() >= hi)):
+            raise GraphError(
+                f"'seeds' must be global IDs of the target type {s.target!r}, in [{lo}, {hi})"
+            )
+        empty = torch.zeros(0, dtype=torch.int64)
+        dst = {t: empty for t in s.node_types}
+        dst[s.target] = seeds  # type: ignore[index]
+        blocks = []
+        for hop in range(self.num_layers):
+            fan = {r: f[hop] for r, f in self.fanouts.items()}
+            rngs = {
+                r: self.generator(key[0], key[1], hop, i, key[2]) for i, r in enumerate(s.relations)
+            }
+            block = self._hop(dst, fan, rngs)
+            blocks.append(block)
+            dst = dict(block.src_ids)
+        blocks.reverse()
+        return blocks
+
+    def _hop(
+        self,
+        dst: Mapping[str, Tensor],
+        fanouts: Mapping[Relation, int],
+        rngs: Mapping[Relation, np.random.Generator],
+    ) -> HeteroBlock:
+        s, off = self.schema, self._offsets
+        indptrs: dict[Relation, Tensor] = {}
+        nbrs: dict[Relation, np.ndarray] = {}
+        for rel in s.relations:
+            src_t, _, dst_t = rel
+            d_local = dst[dst_t].numpy() - off[dst_t]
+            indptr, indices = self.graph.csc[rel]
+            deg = np.asarray(indptr[d_local + 1] - indptr[d_local], dtype=np.int64)
+            indptr_s, row, offsets = _sample_offsets(deg, fanouts[rel], rngs[rel])
+            pos = np.asarray(indptr[d_local[row]], dtype=np.int64) + offsets
+            nbrs[rel] = np.asarray(indices[pos], dtype=np.int64) + off[src_t]
+            indptrs[rel] = torch.from_numpy(indptr_s)
+        src_ids: dict[str, Tensor] = {}
+        edges: dict[Relation, tuple[Tensor, Tensor]] = {}
+        for t in s.node_types:
+            rels = [r for r in s.relations if r[0] == t]
+            cat = np.concatenate([nbrs[r] for r in rels]) if rels else np.zeros(0, np.int64)
+            ids, local, _ = append_unique(dst[t], torch.from_numpy(cat))
+            src_ids[t] = ids
+            start = 0
+            for r in rels:
+                n = nbrs[r].size
+                edges[r] = (indptrs[r], local[start : start + n])
+                start += n
+        num_dst = {t: int(dst[t].numel()) for t in s.node_types}
+        return HeteroBlock(s, src_ids, num_dst, {r: edges[r] for r in s.relations})
+
+    def __repr__(self) -> str:
+        fan = {r[1]: list(f) for r, f in self.fanouts.items()}
+        return f"HeteroNeighborSampler(fanouts={fan}, seed={self.seed})"

@@ -1,0 +1,36 @@
+"""The planner on a typed workload: only the engines that train typed graphs are planned for."""
+
+import dataclasses
+
+import pytest
+
+from fleetgnn.config import ENGINES, load_config
+from fleetgnn.cost import PROFILES, make_plan, workload_from_config
+from fleetgnn.errors import ConfigError
+
+SHAPE = {"nodes": 1_939_743, "edges": 21_111_007, "features": 128, "classes": 349}  # ogbn-mag
+
+
+def _wl(typed, mode):
+    cfg = load_config(None, ["model.name=sage", f"train.mode={mode}"])
+    return dataclasses.replace(workload_from_config(cfg, shape=SHAPE), typed=typed)
+
+
+def test_registry_names_the_typed_engines():
+    assert [n for n, s in ENGINES.items() if s.typed] == ["reference", "minibatch"]
+
+
+@pytest.mark.parametrize("nproc", [1, 4])
+def test_typed_workload_plans_only_typed_engines(nproc):
+    hw = PROFILES["4xa100-80g-nvlink"]
+    flat = make_plan(_wl(False, "full"), hw, nproc, mode="auto")
+    typed = make_plan(_wl(True, "full"), hw, nproc, mode="auto")
+    assert set(flat.predictions) - {"reference", "minibatch"}  # others are planned untyped
+    assert set(typed.predictions) <= {"reference", "minibatch"}
+    assert typed.choice in ("reference", "minibatch")
+
+
+def test_typed_workload_refuses_engines_that_do_not_train_it():
+    hw = PROFILES["4xa100-80g-nvlink"]
+    with pytest.raises(ConfigError, match="trains typed graphs.*reference or minibatch"):
+        make_plan(_wl(True, "full"), hw, 4, mode="full", engines=["fullgraph", "offload"])

@@ -1,0 +1,211 @@
+"""Typed layers against dense closed forms in float64, and the typed model on sampled blocks."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fleetgnn.errors import ConfigError
+from fleetgnn.graph.hetero import HeteroSchema, from_typed_edges
+from fleetgnn.graph.hetero_toy import toy_mag
+from fleetgnn.nn import SAGEConv
+from fleetgnn.nn.hetero import (
+    HeteroConv,
+    HeteroGNN,
+    RGATConv,
+    RGCNConv,
+    TypedAggregator,
+    build_hetero_model,
+)
+from fleetgnn.sampling.hetero import HeteroNeighborSampler, full_hetero_block
+
+D = torch.float64
+REL = (("a", "r1", "a"), ("b", "r2", "a"), ("a", "r3", "b"))
+EDGES = {  # (src, dst) type-local; a2 gets nothing from r2, b1 nothing from r3
+    REL[0]: ([1, 2, 0, 2], [0, 0, 1, 1]),
+    REL[1]: ([0, 1, 1], [0, 0, 1]),
+    REL[2]: ([0, 2], [0, 0]),
+}
+
+
+@pytest.fixture()
+def tiny():
+    schema = HeteroSchema(("a", "b"), (3, 2), REL, target="a")
+    g = from_typed_edges(schema, EDGES, y=np.array([0, 1, 0]), train_mask=np.ones(3, bool))
+    torch.manual_seed(0)
+    h = {"a": torch.randn(3, 4, dtype=D), "b": torch.randn(2, 4, dtype=D)}
+    return g, TypedAggregator(full_hetero_block(g), dtype=D), h
+
+
+def _adj(rel):
+    n = {"a": 3, "b": 2}
+    a = torch.zeros(n[rel[2]], n[rel[0]], dtype=D)
+    for s, d in zip(*EDGES[rel], strict=True):
+        a[d, s] += 1
+    return a
+
+
+def _mean(a):
+    deg = a.sum(1, keepdim=True)
+    return torch.where(deg > 0, a / deg.clamp_min(1), 0.0)
+
+
+@pytest.mark.parametrize("num_bases", [None, 2])
+def test_rgcn_equals_dense_formula(tiny, num_bases):
+    _, agg, h = tiny
+    conv = RGCNConv(4, 3, REL, num_bases=num_bases).double()
+    with torch.no_grad():
+        conv.bias.copy_(torch.randn(3, dtype=D))
+    out = conv(agg, h)
+    w = conv.relation_weights()
+    for t in ("a", "b"):
+        want = h[t] @ conv.root.weight.T + conv.bias
+        for r, rel in enumerate(REL):
+            if rel[2] == t:
+                want = want + _mean(_adj(rel)) @ h[rel[0]] @ w[r]
+        torch.testing.assert_close(out[t], want, rtol=1e-12, atol=1e-12)
+
+
+def test_basis_with_one_basis_per_relation_equals_free_weights(tiny):
+    _, agg, h = tiny
+    basis = RGCNConv(4, 3, REL, num_bases=3).double()
+    free = RGCNConv(4, 3, REL).double()
+    with torch.no_grad():
+        basis.comp.copy_(torch.eye(3, dtype=D))
+        free.weight.copy_(basis.bases)
+        free.root.weight.copy_(basis.root.weight)
+    a, b = basis(agg, h), free(agg, h)
+    for t in a:
+        torch.testing.assert_close(a[t], b[t], rtol=1e-12, atol=1e-12)
+    # and a general combination is the weighted sum of the bases
+    with torch.no_grad():
+        basis.comp.copy_(torch.randn(3, 3, dtype=D))
+    w = basis.relation_weights()
+    torch.testing.assert_close(w[1], sum(basis.comp[1, k] * basis.bases[k] for k in range(3)))
+
+
+@pytest.mark.parametrize("concat", [True, False])
+def test_rgat_equals_dense_formula(tiny, concat):
+    _, agg, h = tiny
+    heads, width = 2, 3
+    conv = RGATConv(4, width, REL, heads=heads, concat=concat).double()
+    with torch.no_grad():
+        conv.bias.copy_(torch.randn_like(conv.bias))
+        conv.att_src.mul_(10)  # away from uniform attention
+    out = conv(agg, h)
+    n = {"a": 3, "b": 2}
+    want = {}
+    for r, rel in enumerate(REL):
+        s, _, d = rel
+        gs = (h[s] @ conv.lin[r]).view(-1, heads, width)
+        gd = (h[d] @ conv.lin[r]).view(-1, heads, width)
+        res = torch.zeros(n[d], heads, width, dtype=D)
+        for i in range(n[d]):
+            nbrs = [u for u, v in zip(*EDGES[rel], strict=True) if v == i]
+            if not nbrs:
+                continue
+            sc = torch.stack(
+                [
+                    F.leaky_relu(
+                        (gs[u] * conv.att_src[r]).sum(-1) + (gd[i] * conv.att_dst[r]).sum(-1), 0.2
+                    )
+                    for u in nbrs
+                ]
+            )  # [k, H]
+            alpha = torch.softmax(sc, 0)
+            res[i] = sum(alpha[k][:, None] * gs[u] for k, u in enumerate(nbrs))
+        res = res.reshape(n[d], -1) if concat else res.mean(1)
+        res = res + conv.bias[r]
+        want[d] = want[d] + res if d in want else res
+    assert set(out) == set(want)
+    for t in want:
+        torch.testing.assert_close(out[t], want[t], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("aggr", ["sum", "mean"])
+def test_hetero_conv_of_sage_equals_dense_formula(tiny, aggr):
+    _, agg, h = tiny
+    convs = {rel: SAGEConv(4, 3).double() for rel in REL}
+    out = HeteroConv(convs, aggr=aggr)(agg, h)
+    for t in ("a", "b"):
+        parts = [
+            convs[rel].lin_l(_mean(_adj(rel)) @ h[rel[0]]) + convs[rel].lin_r(h[t])
+            for rel in REL
+            if rel[2] == t
+        ]
+        want = sum(parts) / (len(parts) if aggr == "mean" else 1)
+        torch.testing.assert_close(out[t], want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ConfigError, match="'aggr' must be one of"):
+        HeteroConv(convs, aggr="max")
+
+
+def _x(graph, block):
+    off = {t: graph.schema.type_range(t)[0] for t in graph.schema.node_types}
+    return {t: torch.from_numpy(graph.x[t]).to(D)[block.src_ids[t] - off[t]] for t in graph.x}
+
+
+@pytest.mark.parametrize("conv", ["rgcn", "rgat", "hetero-sage"])
+def test_sampled_with_all_neighbours_equals_full_graph(conv):
+    """Typed blocks (relabelled locally) compute the full graph's rows, dropout included."""
+    g = toy_mag(num_papers=40, num_authors=20, num_fields=5, featureless_fields=True, seed=1)
+    torch.manual_seed(0)
+    model = build_hetero_model(
+        conv,
+        g,
+        4,
+        hidden_dim=6,
+        num_layers=2,
+        dropout=0.3,
+        heads=2,
+        num_bases=2 if conv == "rgcn" else None,
+    ).double()
+    seeds = torch.tensor([3, 9, 17, 30])
+    blocks = HeteroNeighborSampler(g, [-1, -1]).sample(seeds, 0, 0)
+    aggs = [TypedAggregator(b, dtype=D) for b in blocks]
+    part = model(aggs, _x(g, blocks[0]), step=5)
+    full_block = full_hetero_block(g)
+    full = TypedAggregator(full_block, dtype=D)
+    whole = model([full, full], _x(g, full_block), step=5)
+    torch.testing.assert_close(part, whole[seeds], rtol=1e-10, atol=1e-12)
+
+
+def test_featureless_types_train_embedding_rows_sparsely():
+    g = toy_mag(num_papers=40, num_authors=20, num_fields=8, featureless_fields=True, seed=2)
+    torch.manual_seed(0)
+    sparse = build_hetero_model("rgcn", g, 4, hidden_dim=6, num_layers=2, sparse=True).double()
+    dense = build_hetero_model("rgcn", g, 4, hidden_dim=6, num_layers=2).double()
+    dense.load_state_dict(sparse.state_dict())
+    assert set(sparse.embed) == {"field"} and "field" not in sparse.proj
+    assert sparse.embed["field"].weight.shape == (8, 8)  # features of width 8: no projection
+    blocks = HeteroNeighborSampler(g, [2, 2], seed=3).sample(torch.tensor([1, 2]), 0, 0)
+    aggs = [TypedAggregator(b, dtype=D) for b in blocks]
+    for m in (sparse, dense):
+        m(aggs, _x(g, blocks[0])).sum().backward()
+    grad = sparse.embed["field"].weight.grad
+    assert grad.is_sparse
+    rows = set(grad.coalesce().indices()[0].tolist())
+    off = g.schema.type_range("field")[0]
+    assert rows <= set((blocks[0].src_ids["field"] - off).tolist())
+    torch.testing.assert_close(grad.to_dense(), dense.embed["field"].weight.grad)
+    untouched = sorted(set(range(8)) - rows)
+    assert bool((dense.embed["field"].weight.grad[untouched] == 0).all())
+
+
+def test_projections_where_widths_differ_and_errors():
+    g = toy_mag(num_papers=20, num_authors=10, num_fields=4, author_dim=5, seed=0)
+    m = build_hetero_model("rgcn", g, 4, hidden_dim=7)
+    assert {t: lin.in_features for t, lin in m.proj.items()} == {
+        "paper": 8,
+        "author": 5,
+        "field": 8,
+    }
+    assert all(lin.out_features == 7 for lin in m.proj.values())
+    with pytest.raises(ConfigError, match="unknown typed model"):
+        build_hetero_model("gcn", g, 4, hidden_dim=7)
+    schema = HeteroSchema(("a", "b"), (2, 2), (("a", "r", "b"),), target="a")
+    one_way = from_typed_edges(schema, {("a", "r", "b"): ([0, 1], [1, 0])}, y=np.array([0, 1]))
+    m = HeteroGNN(schema, {"a": 3, "b": 3}, 4, 2, num_layers=1, conv="rgat")
+    full = TypedAggregator(full_hetero_block(one_way))
+    x = {t: torch.randn(2, 3) for t in ("a", "b")}
+    with pytest.raises(ConfigError, match="add_reverse_relations"):
+        m([full], x)
