@@ -18,8 +18,9 @@ field                    dtype / shape          meaning
 
 Sampling follows the homogeneous :class:`~fleetgnn.sampling.NeighborSampler`: without
 replacement (WholeGraph's Algorithm 1 on each destination's in-edges of a relation), keyed
-randomness (hop ``h`` of relation ``r`` draws from a generator seeded with
-``(seed, epoch, step, stream, h, r)``), and :func:`~fleetgnn.sampling.append_unique` per source
+randomness (hop ``h`` of relation ``r`` draws from the keyed hash with the key
+``(seed, epoch, step, stream, h, r)`` and each destination's global ID, as the homogeneous
+sampler draws), and :func:`~fleetgnn.sampling.append_unique` per source
 type, the relations in schema order. Seeds are global IDs of the target type.
 """
 
@@ -34,7 +35,14 @@ from torch import Tensor
 
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.hetero import HeteroGraph, HeteroSchema, Relation
-from fleetgnn.sampling.neighbor import _check_fanout, _check_key, _sample_offsets, append_unique
+from fleetgnn.keyhash import base_key
+from fleetgnn.sampling.neighbor import (
+    _SALT_SAMPLE,
+    _check_fanout,
+    _check_key,
+    _sample_offsets,
+    append_unique,
+)
 
 __all__ = ["HeteroBlock", "HeteroNeighborSampler", "full_hetero_block", "relation_fanouts"]
 
@@ -188,12 +196,9 @@ class HeteroNeighborSampler:
         """Number of blocks each sample returns."""
         return len(next(iter(self.fanouts.values())))
 
-    def generator(
-        self, epoch: int, step: int, hop: int, relation: int, stream: int = 0
-    ) -> np.random.Generator:
-        """The generator relation ``relation`` (its ID) draws from at hop ``hop``."""
-        key = [self.seed, epoch, step, stream, hop, relation]
-        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
+    def key(self, epoch: int, step: int, hop: int, relation: int, stream: int = 0) -> int:
+        """The 64-bit key relation ``relation`` (its ID) draws with at hop ``hop``."""
+        return base_key(_SALT_SAMPLE, self.seed, epoch, step, stream, hop, relation)
 
     def sample(
         self, seeds: Tensor, epoch: int = 0, step: int = 0, *, stream: int = 0
@@ -227,10 +232,8 @@ class HeteroNeighborSampler:
         blocks = []
         for hop in range(self.num_layers):
             fan = {r: f[hop] for r, f in self.fanouts.items()}
-            rngs = {
-                r: self.generator(key[0], key[1], hop, i, key[2]) for i, r in enumerate(s.relations)
-            }
-            block = self._hop(dst, fan, rngs)
+            keys = {r: self.key(key[0], key[1], hop, i, key[2]) for i, r in enumerate(s.relations)}
+            block = self._hop(dst, fan, keys)
             blocks.append(block)
             dst = dict(block.src_ids)
         blocks.reverse()
@@ -240,7 +243,7 @@ class HeteroNeighborSampler:
         self,
         dst: Mapping[str, Tensor],
         fanouts: Mapping[Relation, int],
-        rngs: Mapping[Relation, np.random.Generator],
+        keys: Mapping[Relation, int],
     ) -> HeteroBlock:
         s, off = self.schema, self._offsets
         indptrs: dict[Relation, Tensor] = {}
@@ -250,7 +253,8 @@ class HeteroNeighborSampler:
             d_local = dst[dst_t].numpy() - off[dst_t]
             indptr, indices = self.graph.csc[rel]
             deg = np.asarray(indptr[d_local + 1] - indptr[d_local], dtype=np.int64)
-            indptr_s, row, offsets = _sample_offsets(deg, fanouts[rel], rngs[rel])
+            d_global = dst[dst_t].numpy()
+            indptr_s, row, offsets = _sample_offsets(d_global, deg, fanouts[rel], keys[rel])
             pos = np.asarray(indptr[d_local[row]], dtype=np.int64) + offsets
             nbrs[rel] = np.asarray(indices[pos], dtype=np.int64) + off[src_t]
             indptrs[rel] = torch.from_numpy(indptr_s)

@@ -89,7 +89,7 @@ def test_reference_trains_typed_graph(mode):
         engine.optimizer = torch.optim.SGD(engine.module.parameters(), lr=0.3)  # sparse rows
         before = engine.evaluate()
         losses = []
-        for epoch in range(15 if mode == "full" else 4):
+        for epoch in range(15 if mode == "full" else 8):
             stats = engine.run_epoch(epoch)
             losses.append(sum(s.loss_sum for s in stats) / sum(s.count for s in stats))
         after = engine.evaluate()
