@@ -9,8 +9,8 @@ import torch
 
 from fleetgnn.train import engine_from_config
 
-from .test_offload import _config
 from .test_fullgraph import _graph
+from .test_offload import _config
 
 EPOCHS = 2
 CASES = [
