@@ -95,6 +95,8 @@ def sizes(device: str, quick: bool) -> dict[str, Any]:
             "repeat": 1 if device == "cpu" else 3,
             "copy_mb": 32,
             "gspmm": {"nodes": 20_000, "edges": 200_000, "dim": 32},
+            "tier_rows": 20_000,
+            "offload_chunks": 4,
         }
     if device == "cpu":
         return {
@@ -104,6 +106,8 @@ def sizes(device: str, quick: bool) -> dict[str, Any]:
             "repeat": 1,
             "copy_mb": 64,
             "gspmm": {"nodes": 50_000, "edges": 500_000, "dim": 32},
+            "tier_rows": 100_000,
+            "offload_chunks": 4,
         }
     return {
         "engine_data": ("products-like", 0.05),
@@ -112,6 +116,8 @@ def sizes(device: str, quick: bool) -> dict[str, Any]:
         "repeat": 5,
         "copy_mb": 1024,
         "gspmm": {"nodes": 1_000_000, "edges": 16_000_000, "dim": 64},
+        "tier_rows": 1_000_000,
+        "offload_chunks": 8,
     }
 
 
@@ -906,12 +912,104 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
             }
             _atomic_json(path, out)
 
+    def tiers() -> None:
+        # a feature gather from each tier into the device (issue 26, item 7): a device-resident
+        # table (index_select there), pinned host (the gather into a pinned buffer and an async
+        # copy, as the offload engine's overlapped loads run) and pageable host (index_select
+        # and a blocking .to(device), as its blocking loads run)
+        from fleetgnn.distributed.transfer import Transfers
+
+        x = torch.as_tensor(graph.x[:], dtype=torch.float32)
+        n = int(x.shape[0])
+        ids = torch.randint(
+            0, n, (min(n, size["tier_rows"]),), generator=torch.Generator().manual_seed(0)
+        )
+        nbytes = int(ids.numel()) * int(x.shape[1]) * 4
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+        def rate(fn: Callable[[], Any]) -> float:
+            fn()
+            sync()
+            best = float("inf")
+            for _ in range(opts.repeat):
+                t0 = time.perf_counter()
+                fn()
+                sync()
+                best = min(best, time.perf_counter() - t0)
+            return nbytes / best / 1e9
+
+        xd, idsd = x.to(device), ids.to(device)
+        res: dict[str, Any] = {"rows": int(ids.numel()), "row_bytes": int(x.shape[1]) * 4}
+        res["device_gbps"] = rate(lambda: xd.index_select(0, idsd))
+        res["pageable_host_gbps"] = rate(lambda: x.index_select(0, ids).to(device))
+        if device.type == "cuda":
+            xfer = Transfers(device, True)
+            res["pinned_host_gbps"] = rate(lambda: xfer.load(x, ids, key="tier").wait())
+            res["pinned_vs_pageable"] = res["pinned_host_gbps"] / res["pageable_host_gbps"]
+        else:
+            res["pinned_host_gbps"] = {"skipped": "not a CUDA device"}
+        figs["gather_tiers"] = res
+        log(f"gather tiers: {res}")
+
+    def offload_overlap() -> None:
+        # offload's epoch with overlapped (pinned, copy stream, double-buffered chunks) and
+        # blocking copies, in this process; the same losses either way
+        from fleetgnn.config import load_config
+        from fleetgnn.train import engine_from_config
+
+        cfg = load_config(
+            None,
+            [
+                "train.engine=offload",
+                "train.mode=full",
+                f"train.device={device}",
+                "model.name=gcn",
+                f"model.hidden={size['hidden']}",
+            ],
+        )
+        res: dict[str, Any] = {"chunks": size["offload_chunks"], "partition": "range"}
+        for overlap in (False, True):
+            eng = engine_from_config(
+                cfg,
+                graph,
+                None,
+                partition="range",
+                chunks=size["offload_chunks"],
+                overlap_transfers=overlap,
+            )
+            try:
+                times, losses = [], []
+                for ep in range(1 + max(1, min(opts.repeat, 3))):  # the first warms up
+                    sync_t0 = time.perf_counter()
+                    (st,) = eng.run_epoch(ep)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    times.append(time.perf_counter() - sync_t0)
+                    losses.append(st.loss_sum)
+                extra = eng.epoch_extra()
+            finally:
+                eng.close()
+            res["overlap" if overlap else "blocking"] = {
+                "epoch_s": min(times[1:]),
+                "losses": losses,
+                "pinned": extra["pinned"],
+                "transfer_s": extra["transfer_s"],
+                "transfer_wait_s": extra["transfer_wait_s"],
+                "hidden_fraction": extra["hidden_fraction"],
+            }
+        res["speedup"] = res["blocking"]["epoch_s"] / res["overlap"]["epoch_s"]
+        res["same_losses"] = res["blocking"]["losses"] == res["overlap"]["losses"]
+        figs["offload_overlap"] = res
+        log(f"offload overlap: {res}")
+
     part("copy", copy)
     part("h2d", h2d)
+    part("gather_tiers", tiers)
     part("gspmm", gspmm)
     part("gather", feature_gather)
     part("sampler", sampling)
     part("epochs", epochs)
+    part("offload_overlap", offload_overlap)
     if device.type == "cuda":
         figs["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     _atomic_json(path, out)

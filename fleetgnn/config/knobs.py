@@ -646,6 +646,10 @@ class OffloadSection(Knobs):
         cache_aggregates: Cache aggregation outputs in host memory for layers whose aggregation
             has no parameters (``None``: where the model declares it, ``True``: require it for
             every layer, ``False``: always recompute).
+        overlap_transfers: Double-buffer the chunks: load chunk ``j + 1``'s rows while chunk
+            ``j`` computes and write chunk ``j``'s results back while ``j + 1`` computes (CUDA:
+            pinned host vertex data, copies on a side stream with events; the CPU runs the same
+            order synchronously). Results are identical either way; ``false``: blocking copies.
     """
 
     partition: str = "metis"
@@ -653,6 +657,7 @@ class OffloadSection(Knobs):
     device_budget: str | int | None = None
     reorganize: bool = True
     cache_aggregates: bool | None = None
+    overlap_transfers: bool = True
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"partition": PARTITIONS}
 

@@ -212,6 +212,25 @@ class ShardedTensor:
         self._closed = False
         self._rows_t = torch.tensor(rows, dtype=torch.int64)
         self._offsets_t = torch.tensor(offs, dtype=torch.int64)
+        self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _ids_device(self, ids: torch.Tensor) -> torch.device:
+        """Where ids are checked and split: the host, or theirs if this rank's shard is there.
+
+        Ids on the shard's device stay there (no round trip through the host).
+        """
+        shard = self._shards[self.comm.rank]
+        if shard is not None and ids.device == shard.device:
+            return ids.device
+        return torch.device("cpu")
+
+    def _tables_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows per shard and shard offsets on ``device`` (copied there once)."""
+        if device.type == "cpu":
+            return self._rows_t, self._offsets_t
+        if device not in self._tables:
+            self._tables[device] = (self._rows_t.to(device), self._offsets_t.to(device))
+        return self._tables[device]
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -458,15 +477,17 @@ class ShardedTensor:
                 f"gather_global: 'ids' must be a 1-D integer tensor, got "
                 f"{getattr(ids, 'dtype', type(ids).__name__)} {tuple(getattr(ids, 'shape', ()))}."
             )
-        ids_cpu = ids.to("cpu", torch.int64)
-        if ids_cpu.numel() and (int(ids_cpu.min()) < 0 or int(ids_cpu.max()) >= self.num_rows):
-            bad = ids_cpu[(ids_cpu < 0) | (ids_cpu >= self.num_rows)][0].item()
+        dev = self._ids_device(ids)
+        ids_dev = ids.to(dev, torch.int64)
+        if ids_dev.numel() and (int(ids_dev.min()) < 0 or int(ids_dev.max()) >= self.num_rows):
+            bad = ids_dev[(ids_dev < 0) | (ids_dev >= self.num_rows)][0].item()
             raise DistError(
                 f"gather_global: id {bad} is out of range [0, {self.num_rows}) of "
                 f"ShardedTensor {self.name!r}; ids index the concatenation of the shards."
             )
-        owner = torch.searchsorted(self._offsets_t[1:], ids_cpu, right=True)
-        return self.gather(owner, ids_cpu - self._offsets_t[owner])
+        offsets = self._tables_on(dev)[1]
+        owner = torch.searchsorted(offsets[1:], ids_dev, right=True)
+        return self.gather(owner, ids_dev - offsets[owner])
 
     def check_ids(
         self, owner: torch.Tensor, local_index: torch.Tensor
@@ -483,8 +504,9 @@ class ShardedTensor:
                 f"ShardedTensor.gather: 'owner' has {owner.numel()} entries but 'local_index' "
                 f"has {local_index.numel()}; pass one (owner, local index) pair per row."
             )
-        owner = owner.to("cpu", torch.int64)
-        local_index = local_index.to("cpu", torch.int64)
+        dev = self._ids_device(local_index)
+        owner = owner.to(dev, torch.int64)
+        local_index = local_index.to(dev, torch.int64)
         if owner.numel() == 0:
             return owner, local_index
         if int(owner.min()) < 0 or int(owner.max()) >= self.world_size:
@@ -492,7 +514,7 @@ class ShardedTensor:
             raise DistError(
                 f"ShardedTensor.gather: owner {bad} is not a rank in [0, {self.world_size})."
             )
-        limit = self._rows_t[owner]
+        limit = self._tables_on(dev)[0][owner]
         bad_mask = (local_index < 0) | (local_index >= limit)
         if bool(bad_mask.any()):
             i = int(torch.nonzero(bad_mask)[0])

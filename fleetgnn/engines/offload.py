@@ -33,6 +33,13 @@ two on every cached layer and refuses a model whose declaration is wrong
 (:meth:`OffloadEngine._check_cacheable`). One optimizer step per epoch after one all-reduce of
 the parameter gradients.
 
+**Overlapped transfers** (``overlap_transfers``, :class:`~fleetgnn.distributed.transfer.
+Transfers`). The chunks are double-buffered: batch ``j + 1``'s rows are loaded while batch ``j``
+computes, and batch ``j``'s outputs (or the gradients it flushes) return to host while the next
+one computes. On CUDA the vertex data is pinned and the copies run on a side stream with events;
+on the CPU the same order runs synchronously. The epoch reports ``transfer_s``,
+``transfer_wait_s`` and ``hidden_fraction = 1 - wait / transfer``, like ``fullgraph``'s halo.
+
 **Large graphs.** From :data:`FILE_TOPOLOGY_EDGES` edges on, each machine gets one scratch
 directory (``scratch_dir``; ``fleetgnn train``: the run directory) holding the ``metis``
 topology in new IDs, written once by rank 0 in a streamed pass and mapped read-only by every
@@ -62,8 +69,8 @@ import numpy as np
 import torch
 
 from fleetgnn.config import OffloadEngineConfig
-from fleetgnn.config.units import parse_bytes
 from fleetgnn.distributed import DistContext, ShardedTensor
+from fleetgnn.distributed.transfer import Pending, Transfers
 from fleetgnn.engines.base import DistributedEngine, FullGraphEngineBase, StepStats
 from fleetgnn.engines.collectives import agreed
 from fleetgnn.engines.common import (
@@ -77,8 +84,9 @@ from fleetgnn.engines.common import (
     setup_model,
     split_metrics,
 )
+from fleetgnn.engines.offload_budget import OffloadBudget, OffloadBudgetError
 from fleetgnn.engines.step import StepLoss, run_step
-from fleetgnn.errors import ConfigError, FleetgnnError
+from fleetgnn.errors import ConfigError
 from fleetgnn.exchange import HONGTU_BANDWIDTHS, ChunkHop, build_transition_plan
 from fleetgnn.exchange.transition import RankPlan, chunk_hop
 from fleetgnn.graph import Graph
@@ -98,10 +106,6 @@ from fleetgnn.nn.recompute import SavedBytesMeter as _SavedMeter
 from fleetgnn.partition import chunk_partition
 from fleetgnn.partition.chunks import two_level_book
 
-#: Chunk counts tried when none is given: powers of two.
-_MAX_DOUBLINGS = 40
-#: Chunks per part without a budget on CPU.
-DEFAULT_CHUNKS = 4
 #: From this many edges on, the relabelled (``metis``) topology is one file per machine that
 #: every rank maps, written in a streamed pass; smaller graphs keep a copy per rank in memory.
 FILE_TOPOLOGY_EDGES = 4_000_000
@@ -112,27 +116,14 @@ _DISK_FIX = (
 )
 
 
-class OffloadBudgetError(FleetgnnError):
-    """The device budget cannot hold the live buffers of one chunk."""
-
-
 def _in_degree(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """In-degrees of ``rows`` (new IDs) read from ``indptr`` (a memory map is fine)."""
     rows = np.asarray(rows, dtype=np.int64)
     return np.asarray(indptr[rows + 1]) - np.asarray(indptr[rows])
 
 
-def _ratio(hop: ChunkHop, probe: ChunkHop) -> float:
-    """The largest of ``hop``'s rows, edges and destinations relative to ``probe``'s."""
-    return max(
-        hop.rows.size / max(probe.rows.size, 1),
-        hop.num_edges / max(probe.num_edges, 1),
-        hop.num_dst / max(probe.num_dst, 1),
-    )
-
-
 # ---------------------------------------------------------------------------------- engine
-class OffloadEngine(FullGraphEngineBase, DistributedEngine):
+class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
     """Full-graph training with host-resident vertex data, chunk by chunk (HongTu).
 
     Args:
@@ -230,14 +221,19 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         # autocast dtype, half the bytes; gradient rows (G^l, staging) stay in self.dtype
         self.row_dtype = autocast_dtype(self.config) or self.dtype
         self.row_elem = torch.empty(0, dtype=self.row_dtype).element_size()
+        self.overlap = bool(oc.overlap_transfers)
+        self.xfer = Transfers(self.device, self.overlap)
         self.budget = self._budget(oc.device_budget)
         # ---- chunks, plan, this rank's hops
         self.num_chunks = self._choose_chunks(g, oc.chunks)
         self.chunk_book = chunk_partition(g, self.book, self.num_chunks, relabelled=True)
         self.plan = self._rank_plan(self.chunk_book, oc.reorganize)
         if self.budget is not None and oc.reorganize:
-            peak = self._static_bytes(self.plan) + self._dynamic_bound(
-                [self._hop_of(self.chunk_book, c) for c in range(self.num_chunks)]
+            hops = [self._hop_of(self.chunk_book, c) for c in range(self.num_chunks)]
+            peak = (
+                self._static_bytes(self.plan)
+                + self._overlap_bytes(self.plan, hops)
+                + self._dynamic_bound(hops)
             )
             # the reorganised order may need larger buffers: keep the identity order then
             if self._max_over_ranks(peak) > self.budget:
@@ -251,11 +247,14 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         self._check_cacheable()
         self.probe_s = self.clock() - t1
         self.preprocess_s = self.clock() - t0
-        # ---- host-resident vertex data (this rank's rows only: one copy per machine)
-        self.H: list[torch.Tensor] = [normalize_rows(x, oc.feature_norm).to(self.row_dtype)]
-        self.H += [torch.zeros(self.hi - self.lo, w, dtype=self.row_dtype) for w in self.widths[1:]]
+        # ---- host-resident vertex data (this rank's rows only: one copy per machine), pinned
+        # where the copies overlap on a CUDA device
+        n, zeros = self.hi - self.lo, self.xfer.host_zeros
+        x0 = normalize_rows(x, oc.feature_norm).to(self.row_dtype)
+        self.H: list[torch.Tensor] = [x0.pin_memory() if self.xfer.pins else x0]
+        self.H += [zeros(n, w, dtype=self.row_dtype) for w in self.widths[1:]]
         self.G: list[torch.Tensor | None] = [None] + [
-            torch.zeros(self.hi - self.lo, w, dtype=self.dtype) for w in self.widths[1:-1]
+            zeros(n, w, dtype=self.dtype) for w in self.widths[1:-1]
         ]
         self.cache: dict[tuple[int, int], list[torch.Tensor]] = {}
         self._allocate_buffers()
@@ -422,155 +421,11 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
                 widths.append(int(self.module.layer_forward(i, agg, h, step=0).shape[1]))
         return widths
 
-    def _budget(self, value: str | int | None) -> int | None:
-        if value is not None:
-            return parse_bytes(value, "offload.device_budget")
-        if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            return int(free * 0.9)
-        return None
-
     def _hop_of(self, chunks: Any, order_chunk: int) -> ChunkHop:
         return chunk_hop(self.indptr, self.indices, chunks, self.rank, order_chunk)
 
     def _hop(self, j: int) -> ChunkHop:
         return self._hop_of(self.chunk_book, int(self.plan.order[self.rank, j]))
-
-    def _choose_chunks(self, g: Graph, given: int | None) -> int:
-        """The number of chunks per part: ``given`` if it fits, else the smallest that does."""
-        part_nodes = int(np.diff(np.asarray(self.book.offsets)).max()) if g.num_nodes else 1
-        if self.budget is None:
-            return int(given) if given is not None else max(1, min(DEFAULT_CHUNKS, part_nodes))
-        if given is not None:
-            peak = self._predict(g, int(given))
-            if peak <= self.budget:
-                return int(given)
-        m, tried = 1, []
-        for _ in range(_MAX_DOUBLINGS):
-            peak = self._predict(g, m)
-            tried.append((m, peak))
-            if peak <= self.budget:
-                break
-            if m >= part_nodes:
-                m = -1
-                break
-            m = min(2 * m, part_nodes)
-        fits = m if m > 0 and tried[-1][1] <= self.budget else None
-        if given is None and fits is not None:
-            return fits
-        b = self.budget
-        msg = f"offload.device_budget={b} bytes"
-        if given is not None:
-            msg += (
-                f" cannot hold one chunk with offload.chunks={given} (predicted peak "
-                f"{self._predict(g, int(given))} bytes on the fullest rank)"
-            )
-        else:
-            msg += " cannot hold one chunk"
-        if fits is not None:
-            msg += f"; the smallest number of chunks that fits is offload.chunks={fits}"
-        else:
-            smallest = min(p for _, p in tried)
-            msg += (
-                f" even with one node per chunk (peak {smallest} bytes); raise the budget or "
-                f"use more ranks"
-            )
-        raise OffloadBudgetError(msg)
-
-    def _static_bytes(self, plan: RankPlan) -> int:
-        """Buffers that live all epoch: transition, gradient and staging buffers."""
-        cap = int(plan.capacity[self.rank])
-        staging = int(plan.staging_caps()[self.rank].sum())
-        return (cap * self._hmax + (cap + staging) * self._gmax) * self.elem
-
-    @property
-    def _hmax(self) -> int:
-        """Width of the transition buffer: the widest layer input."""
-        return max(self.widths[:-1])
-
-    @property
-    def _gmax(self) -> int:
-        """Width of the gradient and staging buffers: the widest input of layers 1..L-1."""
-        return max(self.widths[1:-1], default=0)
-
-    def _predict(self, g: Graph, m: int) -> int:
-        """Predicted peak live bytes with ``m`` chunks per part (identity order).
-
-        The largest over ranks (collective), so every rank takes the same decision.
-        """
-        chunks = chunk_partition(g, self.book, m, relabelled=True)
-        plan = self._rank_plan(chunks, False)
-        hops = [self._hop_of(chunks, c) for c in range(m)]
-        static = self._static_bytes(plan)
-        exact = max(
-            (
-                self._chunk_bytes(h, self.widths[i], self.widths[i + 1])
-                for h in hops
-                for i in range(self.num_layers)
-            ),
-            default=0,
-        )
-        floor = self._max_over_ranks(static + exact)
-        if floor > (self.budget or 0):
-            return floor  # over without autograd's share: no probe (it would allocate that much)
-        return self._max_over_ranks(static + self._dynamic_bound(hops))
-
-    def _max_over_ranks(self, value: int) -> int:
-        if self.world_size == 1:
-            return int(value)
-        return int(max(self.comm.all_gather_object(int(value))))
-
-    def _dynamic_bound(self, hops: list[ChunkHop]) -> int:
-        """Upper bound of the per-chunk live bytes over ``hops`` and layers.
-
-        Exact for the neighbour rows, their gradient, the outputs and the topology; autograd's
-        saved tensors are measured on the hops with the most rows, edges and destinations and
-        bounded for the others by ``min_p saved_p * max(rows / rows_p, edges / edges_p,
-        dst / dst_p)`` (an upper bound when the saved bytes are linear in the three with
-        non-negative coefficients).
-        """
-        live = [h for h in hops if h.num_dst > 0]
-        if not live:
-            return 0
-        probes = {
-            id(h): h
-            for h in (
-                max(live, key=lambda h: h.rows.size),
-                max(live, key=lambda h: h.num_edges),
-                max(live, key=lambda h: h.num_dst),
-            )
-        }
-        best = 0
-        for layer in range(self.num_layers):
-            d_in, d_out = self.widths[layer], self.widths[layer + 1]
-            saved = [(p, self._probe_saved(p, layer)) for p in probes.values()]
-            for h in live:
-                bound = min(s * _ratio(h, p) for p, s in saved)
-                best = max(best, self._chunk_bytes(h, d_in, d_out) + int(bound))
-        return best
-
-    def _chunk_bytes(self, hop: ChunkHop, d_in: int, d_out: int) -> int:
-        """Neighbour rows and their gradient, outputs and their gradient, topology."""
-        return (2 * hop.rows.size * d_in + 2 * hop.num_dst * d_out) * self.elem + hop.nbytes
-
-    def _probe_saved(self, hop: ChunkHop, layer: int) -> int:
-        """Autograd's saved bytes of ``layer`` on ``hop`` (zeros as inputs; shapes decide)."""
-        agg: Any = self._aggregator(hop)
-        h = torch.zeros(hop.rows.size, self.widths[layer], dtype=self.dtype, device=self.device)
-        if self.hybrid[layer]:  # the backward replays the cached aggregates
-            rec = _Recording(agg)
-            with torch.no_grad():
-                self.module.layer_forward(layer, rec, h, step=0)
-            agg = _Replay(agg, rec.outputs, layer)
-        h.requires_grad_(layer > 0)
-        meter = _SavedMeter([*self.module.parameters(), h])
-        with torch.enable_grad(), meter():
-            out = self.module.layer_forward(layer, agg, h, step=0)
-            if layer == self.num_layers - 1:  # the loss, as if every destination trained
-                target = torch.zeros(out.shape[0], dtype=torch.int64, device=self.device)
-                loss_sum(self.loss, out, target)
-        del out
-        return meter.bytes
 
     def _aggregator(self, hop: ChunkHop) -> LocalAggregator:
         rows = hop.rows if self.orig_ids is None else self.orig_ids[hop.rows]
@@ -611,6 +466,17 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         ]
         self.leave = [
             (t(self.plan.leave[j][r][0] - self.lo), t(self.plan.leave[j][r][1]))
+            for j in range(m + 1)
+        ]
+        # the host side of the copies: rows of H^l loaded per batch, rows of G^l flushed
+        self.fill_rows = [
+            torch.from_numpy(
+                np.asarray(self.plan.trans[j][r][self.plan.load[j][r]] - self.lo, dtype=np.int64)
+            )
+            for j in range(m)
+        ]
+        self.leave_rows = [
+            torch.from_numpy(np.asarray(self.plan.leave[j][r][0] - self.lo, dtype=np.int64))
             for j in range(m + 1)
         ]
         self.aggs = [self._aggregator(h) if h.num_dst else None for h in self.hops]
@@ -655,7 +521,8 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
             self.meter.record(kind, int(rows) * width * (self.row_elem if elem is None else elem))
 
     def _live(self, nbytes: int) -> None:
-        self._peak = max(self._peak, self.static_bytes + int(nbytes))
+        live = self.static_bytes + int(nbytes) + self.xfer.inflight_bytes
+        self._peak = max(self._peak, live)
 
     def _check_budget(self) -> None:
         """Stop every rank if any rank's live bytes exceeded the budget (collective)."""
@@ -673,14 +540,19 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
             self.comm.barrier()
 
     # ------------------------------------------------------------------ data movement
-    def _fill(self, layer: int, j: int) -> None:
+    def _issue_fill(self, layer: int, j: int) -> Pending:
+        """Start loading the rows ``R_j^rank`` of ``H^layer`` that batch ``j`` does not reuse."""
+        return self.xfer.load(self.H[layer], self.fill_rows[j], key=("fill", j % 2))
+
+    def _fill(self, layer: int, j: int, loaded: Pending | None) -> None:
         """Bring ``T_j^rank`` of ``H^layer`` into the transition buffer: reuse D, load R."""
         d = self.widths[layer]
         rows, slots, load = self.trans_rows[j]
-        new = rows[load]
-        self.tbuf[slots[load], :d] = self.H[layer].index_select(0, new.cpu()).to(self.device)
-        self._count("h2d", new.numel(), d)
-        self._count("reuse", rows.numel() - new.numel(), d)
+        new = self.fill_rows[j].numel()
+        loaded = loaded if loaded is not None else self._issue_fill(layer, j)
+        self.tbuf[slots[load], :d] = loaded.wait()
+        self._count("h2d", new, d)
+        self._count("reuse", rows.numel() - new, d)
 
     def _gather(self, layer: int, j: int) -> torch.Tensor:
         """``H^layer[N(S_j)]`` of this rank's chunk, read from the owners' transition buffers."""
@@ -696,23 +568,40 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
             out.index_copy_(0, pos, self.tbufs[k][:, :d].index_select(0, slots))
         return out
 
-    def _load_neighbours(self, layer: int, j: int) -> torch.Tensor:
-        """Deduplicated load of the chunk's rows (collective: two barriers)."""
-        self._fill(layer, j)
+    def _load_neighbours(self, layer: int, j: int, loaded: Pending | None) -> torch.Tensor:
+        """Deduplicated load of the chunk's rows (collective: two barriers).
+
+        ``loaded``: the fill issued ahead (:meth:`_issue_fill`); ``None``: load it now.
+        """
+        self._fill(layer, j, loaded)
         self._barrier()
         nbr = self._gather(layer, j)
         self._barrier()
         return nbr
 
-    def _flush(self, layer: int, rows: torch.Tensor, slots: torch.Tensor) -> None:
-        """Add the gradients of rows leaving the transition set into host ``G^layer``."""
-        if rows.numel():
-            d = self.widths[layer]
-            g = self.G[layer]
-            assert g is not None
-            g.index_add_(0, rows.cpu(), self.gbuf[slots, :d].cpu())
-            self.gbuf[slots, :d] = 0
-            self._count("d2h", rows.numel(), d, self.elem)
+    def _flush(self, layer: int, k: int) -> tuple[int, torch.Tensor, Pending] | None:
+        """Start returning the gradients of rows leaving the transition set before batch ``k``.
+
+        Their slots are zeroed now; :meth:`_settle` adds them into host ``G^layer``.
+        """
+        rows, (_, slots) = self.leave_rows[k], self.leave[k]
+        if not rows.numel():
+            return None
+        d = self.widths[layer]
+        vals = self.gbuf[slots, :d]
+        self.gbuf[slots, :d] = 0
+        self._count("d2h", rows.numel(), d, self.elem)
+        return layer, rows, self.xfer.save(vals, key=("flush", k % 2))
+
+    def _settle(self, flushes: list[tuple[int, torch.Tensor, Pending] | None]) -> None:
+        """Add returned gradients into host ``G`` in the order they were flushed; empty it."""
+        for item in flushes:
+            if item is not None:
+                layer, rows, vals = item
+                g = self.G[layer]
+                assert g is not None
+                g.index_add_(0, rows, vals.wait())
+        flushes.clear()
 
     def _push(self, layer: int, j: int, grad: torch.Tensor) -> None:
         """Neighbour gradients to the owners' gradient buffers (collective: two barriers)."""
@@ -733,13 +622,20 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
 
     # ------------------------------------------------------------------ passes
     def _forward(self, step: int, *, training: bool) -> tuple[float, int, int]:
-        """Layer-by-layer chunked forward writing ``H^1..H^L`` (and cached aggregates)."""
+        """Layer-by-layer chunked forward writing ``H^1..H^L`` (and cached aggregates).
+
+        Double-buffered with ``overlap_transfers``: batch ``j + 1``'s rows load while batch
+        ``j`` computes, and batch ``j``'s outputs return to host while ``j + 1`` computes.
+        """
         loss_total, correct, count = 0.0, 0, 0
-        last = self.num_layers - 1
+        last, m = self.num_layers - 1, self.num_chunks
         for layer in range(self.num_layers):
             d_out = self.widths[layer + 1]
+            ahead = self._issue_fill(layer, 0) if self.overlap and m else None
+            behind: list[Pending] = []  # the previous batch's write-back
             for j, hop in enumerate(self.hops):
-                nbr = self._load_neighbours(layer, j)
+                nbr = self._load_neighbours(layer, j, ahead)
+                ahead = self._issue_fill(layer, j + 1) if self.overlap and j + 1 < m else None
                 if hop.num_dst == 0:
                     continue
                 if not training:  # evaluation computes in self.dtype (rows may be bfloat16)
@@ -752,52 +648,99 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
                     out = self.module.layer_forward(layer, agg, nbr, step=step)
                 cached = sum(a.numel() for a in agg.outputs) if record else 0
                 self._live((nbr.numel() + out.numel() + cached) * self.elem + hop.nbytes)
-                if record:
-                    self.cache[(layer, j)] = [a.cpu() for a in agg.outputs]
+                if record:  # to (pinned) host at once: they are not counted as in flight
+                    saved = [
+                        self.xfer.save(a, key=("cache", layer, j, i))
+                        for i, a in enumerate(agg.outputs)
+                    ]
+                    self.cache[(layer, j)] = [p.wait() for p in saved]
                     for a in agg.outputs:
                         width = a[0].numel() if a.shape[0] else 0
                         self._count("d2h", a.shape[0], width, a.element_size())
-                self.H[layer + 1][hop.lo - self.lo : hop.hi - self.lo] = out.cpu()
+                sl = slice(hop.lo - self.lo, hop.hi - self.lo)
+                for p in behind:
+                    p.wait()
+                behind = [self.xfer.save(out, self.H[layer + 1][sl], key=("out", j % 2))]
+                if not self.overlap:
+                    behind[0].wait()
                 self._count("d2h", hop.num_dst, d_out)
                 if layer == last and training:
                     idx = self.hop_train[j]
                     if idx.numel():
                         logits = out.index_select(0, idx.to(self.device)).to(self.dtype)
-                        target = self.y[hop.lo - self.lo : hop.hi - self.lo][idx].to(self.device)
+                        target = self.y[sl][idx].to(self.device)
                         loss_total += float(loss_sum(self.loss, logits, target))
                         correct += int((logits.argmax(1) == target).sum())
                         count += int(idx.numel())
+            for p in behind:
+                p.wait()
+            self.xfer.drain()
         return loss_total, correct, count
 
+    def _issue_backward(self, layer: int, j: int) -> tuple[Pending, Pending | None]:
+        """Start loading batch ``j``'s inputs of ``layer`` and the gradients of its outputs.
+
+        The inputs are the chunk's own rows (a cached layer) or its transition rows; the
+        gradients are ``None`` for the last layer and for empty chunks.
+        """
+        hop = self.hops[j]
+        sl = slice(hop.lo - self.lo, hop.hi - self.lo)
+        rows = self.xfer.load(self.H[layer][sl]) if self.hybrid[layer] else None
+        rows = rows if rows is not None else self._issue_fill(layer, j)
+        grads = self.G[layer + 1] if layer < self.num_layers - 1 else None
+        seed = self.xfer.load(grads[sl]) if grads is not None and hop.num_dst else None
+        return rows, seed
+
     def _backward(self, step: int) -> None:
-        """Layer-by-layer chunked backward: recompute (or replay), back-propagate, push."""
+        """Layer-by-layer chunked backward: recompute (or replay), back-propagate, push.
+
+        Double-buffered like the forward: batch ``j + 1``'s inputs load while ``j`` computes,
+        and the gradients flushed before ``j`` return to host while ``j`` computes.
+        """
         for g in self.G[1:]:
             if g is not None:
                 g.zero_()
-        last = self.num_layers - 1
+        last, m = self.num_layers - 1, self.num_chunks
         for layer in range(last, -1, -1):
             d_in = self.widths[layer]
             want = layer > 0
+            flushes: list[tuple[int, torch.Tensor, Pending] | None] = []
+            ahead = self._issue_backward(layer, 0) if m else None
             for j, hop in enumerate(self.hops):
+                rows, seed = ahead if ahead is not None else self._issue_backward(layer, j)
                 if self.hybrid[layer]:
-                    own = self.H[layer][hop.lo - self.lo : hop.hi - self.lo].to(self.device)
+                    own = rows.wait()
                     self._count("h2d", hop.num_dst, d_in)
                     nbr = torch.zeros(hop.rows.size, d_in, dtype=self.row_dtype, device=self.device)
                     nbr[: hop.num_dst] = own
                 else:
-                    nbr = self._load_neighbours(layer, j)
+                    nbr = self._load_neighbours(layer, j, rows)
                 if want:
-                    self._flush(layer, *self.leave[j])
-                grad = self._chunk_backward(layer, j, hop, nbr, step, want)
+                    flushes.append(self._flush(layer, j))
+                ahead = self._issue_backward(layer, j + 1) if self.overlap and j + 1 < m else None
+                grad = self._chunk_backward(layer, j, hop, nbr, step, want, seed)
                 if want:
                     self._push(layer, j, grad)
+                    self._settle(flushes)  # returned while the chunk computed
             if want:
-                self._flush(layer, *self.leave[self.num_chunks])
+                flushes.append(self._flush(layer, self.num_chunks))
+                self._settle(flushes)
+            self.xfer.drain()
 
     def _chunk_backward(
-        self, layer: int, j: int, hop: ChunkHop, nbr: torch.Tensor, step: int, want: bool
+        self,
+        layer: int,
+        j: int,
+        hop: ChunkHop,
+        nbr: torch.Tensor,
+        step: int,
+        want: bool,
+        seed_load: Pending | None,
     ) -> torch.Tensor:
-        """Recompute ``layer`` on chunk ``j`` under autograd and back-propagate into ``nbr``."""
+        """Recompute ``layer`` on chunk ``j`` under autograd and back-propagate into ``nbr``.
+
+        ``seed_load``: the copy of the gradients of the chunk's outputs (not the last layer).
+        """
         if hop.num_dst == 0:
             return nbr.to(self.dtype)
         base = self.aggs[j]
@@ -815,7 +758,8 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
                 seed = None
                 root = loss / max(self.global_train, 1)
             else:
-                root, seed = out, self.G[layer + 1][sl].to(self.device)  # type: ignore[index]
+                assert seed_load is not None
+                root, seed = out, seed_load.wait()
                 seed = seed.to(out.dtype)  # mixed precision: the output may be bfloat16
                 self._count("h2d", hop.num_dst, d_out, self.elem)
         self._live(meter.bytes + self._chunk_bytes(hop, self.widths[layer], d_out))
@@ -832,6 +776,7 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         """Chunked forward, chunked backward, one gradient all-reduce, one optimizer step."""
         self._rows = self._zero_rows()
         self._peak = 0
+        self.xfer.times.reset()
 
         def forward() -> StepLoss:  # no graph: the backward recomputes chunk by chunk
             total, correct, count = self._forward(epoch, training=True)
@@ -855,6 +800,7 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
         passes = [self.widths[i] for i in range(self.num_layers)]  # forward loads
         passes += [self.widths[i] for i in range(self.num_layers) if not self.hybrid[i]]
         modelled = sum(self.plan.modelled_seconds(w, self.elem) for w in passes)
+        times = self.xfer.times
         return {
             "chunks": self.num_chunks,
             "partition": self.config.partition,
@@ -868,6 +814,12 @@ class OffloadEngine(FullGraphEngineBase, DistributedEngine):
             "budget_bytes": self.budget,
             "preprocess_s": self.preprocess_s,
             "cacheable_probe_s": self.probe_s,
+            "overlap_transfers": self.overlap,
+            "pinned": self.xfer.pins,
+            "transfer_s": times.transfer_s,
+            "transfer_wait_s": times.wait_s,
+            "hidden_fraction": times.hidden_fraction,
+            "transfers": {"loads": times.loads, "saves": times.saves},
         }
 
     # ------------------------------------------------------------------ evaluation

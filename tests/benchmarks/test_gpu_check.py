@@ -81,6 +81,13 @@ def test_quick_cpu_dry_run_passes_every_step(dry_run):
     assert len(figs["gspmm"]) == 4
     assert all(0 < g["fraction_of_copy"] for g in figs["gspmm"].values())
     assert len(figs["gather"]) == 2
+    tiers = figs["gather_tiers"]  # device and pageable host; pinned needs CUDA
+    assert tiers["device_gbps"] > 0 and tiers["pageable_host_gbps"] > 0
+    assert "skipped" in tiers["pinned_host_gbps"]
+    off = figs["offload_overlap"]  # offload's epoch, overlapped and blocking: the same losses
+    assert off["same_losses"] and len(off["overlap"]["losses"]) >= 2
+    assert off["overlap"]["epoch_s"] > 0 and off["blocking"]["epoch_s"] > 0
+    assert off["blocking"]["hidden_fraction"] == 0.0 and not off["overlap"]["pinned"]
     rates = figs["sampler"]["m_edges_per_s"]  # on the CPU: numpy, and the torch backend there
     assert set(rates) == {"fleetgnn", "fleetgnn torch (CPU)"} and all(r > 0 for r in rates.values())
     cases = list(figs["epochs"])

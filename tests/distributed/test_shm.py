@@ -266,4 +266,18 @@ def _cuda_world(comm) -> bool:
     st = ShardedTensor.create(local, comm, name=f"cuda{uuid.uuid4().hex[:6]}")
     ids = torch.tensor([0, 6, 3, 3, 1])
     out = st.gather_global(ids)
-    return out.is_cuda and torch.equal(out.cpu(), full(2)[ids])
+    # ids on the shard's device are checked and split there (no round trip through the host)
+    dev_ids = ids.cuda()
+    assert st._ids_device(dev_ids) == dev_ids.device and st._ids_device(ids).type == "cpu"
+    out_dev = st.gather_global(dev_ids)
+    bad = False
+    try:
+        st.gather_global(torch.tensor([7], device="cuda"))
+    except DistError as e:
+        bad = "out of range [0, 7)" in str(e)
+    return (
+        out.is_cuda
+        and torch.equal(out.cpu(), full(2)[ids])
+        and torch.equal(out_dev.cpu(), full(2)[ids])
+        and bad
+    )

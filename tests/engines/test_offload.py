@@ -41,6 +41,7 @@ def _cases(world_size: int):
     cases.append(("gcn", "plain", {"chunks": 3, "reorganize": False, "partition": "range"}))
     if world_size == 2:
         cases.append(("gcn", "plain", {"chunks": 30}))
+        cases.append(("gat", "plain", {"chunks": 3, "overlap_transfers": False}))  # blocking
     return cases
 
 
