@@ -204,6 +204,7 @@ class MinibatchEngine(SampledEngine):
             meter=self.store_meter,
             topology=sc.topology,
             hosts=self.hosts,
+            device=self.device,  # gather returns rows there; feature shards live there on CUDA
         )
         if not self.link:
             self.num_classes = num_classes_of(graph)
@@ -363,7 +364,7 @@ class MinibatchEngine(SampledEngine):
 
     def _features(self, ids: torch.Tensor) -> torch.Tensor:
         """Input rows through the store, cast and normalised like the reference engine's."""
-        x = self.store.gather(ids).to(device=self.device, dtype=self.dtype)
+        x = self.store.gather(ids).to(dtype=self.dtype)  # on self.device already
         return normalize_rows(x, self.feature_norm)
 
     # ------------------------------------------------------------------ state

@@ -87,10 +87,12 @@ from torch import Tensor
 from fleetgnn.distributed.comm import Communicator
 from fleetgnn.distributed.shm import ShardedTensor, SharedTensor
 from fleetgnn.distributed.traffic import TrafficMeter
+from fleetgnn.distributed.transfer import Transfers
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph, check_edge_ids
 from fleetgnn.graph.loaders._io import memory_total
 from fleetgnn.graph.rows import RowReader
+from fleetgnn.store.device_read import DeviceIndex, gather_on_device
 from fleetgnn.store.device_topology import TopologySpec, resolve_placement
 from fleetgnn.store.hotness import HotnessRanking, hotness_order
 from fleetgnn.store.placement import PlacementPlan
@@ -290,8 +292,13 @@ class UnifiedStore:
         handles: list[Any],
         hosts: tuple[int, ...] | None = None,
         owned: list[Communicator] | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
         self.graph = graph
+        self.device = torch.device("cpu" if device is None else device)
+        # host- and disk-tier rows to a CUDA device: pinned staging, copies on a copy stream
+        self._transfers = Transfers(self.device, overlap=self.device.type == "cuda")
+        self._index: DeviceIndex | None = None  # the feature plan's lookups on the device
         self.plan = plan
         self.rank = rank
         self.world_size = world_size
@@ -338,6 +345,7 @@ class UnifiedStore:
         name: str = "store",
         topology: TopologySpec | PlacementPlan = None,
         hosts: Sequence[int] | None = None,
+        device: torch.device | str | None = None,
     ) -> UnifiedStore:
         """Plan and place ``graph``'s features and topology. Collective when ``comm`` is given.
 
@@ -384,6 +392,11 @@ class UnifiedStore:
                 Device reads from a rank on this host are ``peer``, from another host ``net``.
                 Default: one host when ``comm.same_host`` (or without ``comm``), else one host
                 per rank.
+            device: The engine's device (default the CPU). On a CUDA device the feature device
+                shards are device memory (peers' mapped through CUDA IPC) and :meth:`gather`
+                takes and returns tensors there (:mod:`~fleetgnn.store.device_read`); topology
+                shards stay in host memory, where the sampler reads them. Pass the same device
+                type on every rank.
 
         Returns:
             The store.
@@ -422,6 +435,7 @@ class UnifiedStore:
                 "pre-sampling pass hotness_order(graph, 'presample', sampler_fn=...)"
             )
         rank, world = (0, 1) if comm is None else (comm.rank, comm.world_size)
+        device = torch.device("cpu" if device is None else device)
         one_host = comm is None or comm.same_host
         if hosts is None:
             hosts = (0,) * world if one_host else tuple(range(world))
@@ -468,7 +482,7 @@ class UnifiedStore:
                 rows = fp.shard_rows(rank)
                 local = torch.from_numpy(
                     np.ascontiguousarray(x[rows]).reshape(rows.size, x.shape[1])
-                )
+                ).to(device)
                 feat_device = sharded(local, "feat")
                 memory["device"] += local.numel() * local.element_size()
             if fp.num_host:
@@ -511,6 +525,7 @@ class UnifiedStore:
             handles=handles,
             hosts=hosts,
             owned=owned,
+            device=device,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -634,14 +649,21 @@ class UnifiedStore:
         ``F * itemsize`` bytes per row on ``local``/``peer``/``h2d``/``disk``.
         Two-sided mode: a collective.
 
+        On a store built for a CUDA ``device`` the ids (on any device) are located, counted
+        and assembled on that device, device-tier rows never leave it, and host and disk rows
+        arrive by async copies from pinned staging (:func:`~fleetgnn.store.device_read.
+        gather_on_device`); the rows and counters are the same.
+
         Shapes:
             - ids: ``[n]`` int
-            - output: ``[n, F]``, dtype of ``graph.x``, on the CPU.
+            - output: ``[n, F]``, dtype of ``graph.x``, on :attr:`device` (the CPU by default).
 
         Raises:
             GraphError: If the graph has no features or an ID is out of range.
         """
         self._check_open()
+        if self.device.type != "cpu":
+            return gather_on_device(self, ids)
         x = self.graph.x
         fp = self.plan.features
         if x is None or fp is None:
@@ -691,6 +713,13 @@ class UnifiedStore:
             scatter(sel, torch.from_numpy(self._disk_rows(idn[sel])))
         assert out is not None
         return out
+
+    def _device_index(self) -> DeviceIndex:
+        """The feature plan's lookups on :attr:`device` (made on the first device read)."""
+        if self._index is None:
+            assert self.plan.features is not None
+            self._index = DeviceIndex(self.plan.features, self.rank, self.device)
+        return self._index
 
     def _disk_rows(self, ids: np.ndarray) -> np.ndarray:
         """Feature rows ``ids`` (any order, repeats) of the disk tier, as a new array."""
@@ -927,6 +956,8 @@ class UnifiedStore:
         for h in self._handles:
             h.close()
         self._handles = []
+        self._transfers.drain()
+        self._index = None
         for c in self._owned:  # the host groups build() created
             c.destroy()
         self._owned = []

@@ -1,0 +1,78 @@
+"""The store's read path on the engine's device: the same rows and counters as the host path."""
+
+import numpy as np
+import pytest
+import torch
+
+from fleetgnn.distributed.traffic import TrafficMeter
+from fleetgnn.errors import GraphError
+from fleetgnn.store import TierBudgets, UnifiedStore, plan_store
+from fleetgnn.store.device_read import DeviceIndex, gather_on_device
+from fleetgnn.store.device_topology import resolve_placement
+from tests.store.test_store import RATIOS, _budgets, _graph
+
+
+def _stats(store):
+    return (
+        store.hit_rates(),
+        store.requests("features"),
+        store.bytes_served("features"),
+        store.reads_by_source(),
+        store.traffic,
+    )
+
+
+@pytest.mark.parametrize("world,topology", [(1, None), (3, None), (4, "dgx1-v100")])
+def test_locate_on_the_device_equals_the_plan(world, topology, device):
+    g = _graph(n=200, e=1500)
+    placement = None if topology is None else resolve_placement(topology, world)
+    budgets = TierBudgets(device=600, host=1500)
+    plan = plan_store(g, budgets, world, order="features_first", placement=placement).features
+    assert plan.num_device and plan.num_host and plan.num_disk  # every tier is read
+    ids = np.random.default_rng(0).integers(0, g.num_nodes, 500)
+    for reader in range(world):
+        want = plan.locate(ids, reader)
+        index = DeviceIndex(plan, reader, torch.device(device))
+        got = index.locate(torch.from_numpy(ids).to(device))
+        for w, t in zip(want, got[:3], strict=True):
+            assert t.device.type == device
+            assert t.cpu().tolist() == w.tolist()
+        code = got[3].cpu().numpy()
+        assert np.array_equal(code[want[0] == 0], want[1][want[0] == 0])
+        assert set(code[want[0] == 1]) <= {world} and set(code[want[0] == 2]) <= {world + 1}
+
+
+@pytest.mark.parametrize("dev,host", RATIOS)
+def test_device_gather_equals_the_host_path(dev, host, device):
+    """Rows on the store's device, bit-exact, with every counter equal to the host path's."""
+    g = _graph()
+    ids = torch.from_numpy(np.random.default_rng(1).integers(0, g.num_nodes, 300))
+    ids[:10] = ids[0]  # duplicates
+    b = _budgets(g, dev, host)
+    cpu = UnifiedStore.build(g, None, b, meter=TrafficMeter())
+    want = [cpu.gather(ids), cpu.gather(ids[:0]), cpu.gather(ids[:7].int())]
+    want_stats = _stats(cpu)
+    cpu.close()
+    store = UnifiedStore.build(g, None, b, meter=TrafficMeter(), device=device)
+    assert store.device.type == device
+    read = store.gather if device != "cpu" else lambda i: gather_on_device(store, i)
+    ids_dev = ids.to(device)
+    got = [read(ids_dev), read(ids_dev[:0]), read(ids_dev[:7].int())]
+    for w, t in zip(want, got, strict=True):
+        assert t.device.type == device and t.dtype == torch.float64
+        assert torch.equal(t.cpu(), w)
+    assert _stats(store) == want_stats
+    if device != "cpu" and store._feat_device is not None:  # the device tier is device memory
+        assert store._feat_device.tensor.device.type == device
+    store.close()
+
+
+def test_device_gather_checks_ids(device):
+    g = _graph()
+    store = UnifiedStore.build(g, None, _budgets(g, 0.5, 0.2), device=device)
+    read = store.gather if device != "cpu" else lambda i: gather_on_device(store, i)
+    with pytest.raises(GraphError, match=r"node ID 80, outside the valid interval \[0, 80\)"):
+        read(torch.tensor([0, 80], device=device))
+    with pytest.raises(GraphError, match="1-D integer tensor"):
+        read(torch.zeros(3, device=device))
+    store.close()
