@@ -230,7 +230,7 @@ class MinibatchEngine(SampledEngine):
             )
         self.eval_topology = self.store
         self.prefetcher: Prefetcher[_Batch] = Prefetcher(
-            self.prepare, enabled=sc.prefetch, name="fleetgnn-prefetch"
+            self.prepare, enabled=sc.prefetch, name="fleetgnn-prefetch", device=self.device
         )
         self._extra: dict[str, Any] = {}
         self._prepared_s = 0.0

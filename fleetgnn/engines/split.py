@@ -461,7 +461,7 @@ class SplitEngine(SampledEngine):
         self._build_cache(graph, sc)
         self.eval_topology = self.topology
         self.prefetcher: Prefetcher[_Batch] = Prefetcher(
-            self.prepare, enabled=sc.prefetch, name="fleetgnn-split"
+            self.prepare, enabled=sc.prefetch, name="fleetgnn-split", device=self.device
         )
         self._extra: dict[str, Any] = {}
         self._mine: dict[str, Any] = {}

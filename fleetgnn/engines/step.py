@@ -247,33 +247,78 @@ class Prefetcher(Generic[B]):
     thread's work is timed by ``prepare`` itself with the host clock (a device synchronise there
     would wait for the step it overlaps).
 
+    ==============  =================================================================
+    device          where the thread's device work runs
+    ==============  =================================================================
+    CPU (``None``)  in the thread, as any host work
+    CUDA            on a side stream of the thread's own: its sampling, gather and
+                    copies queue there while the step's kernels run on the current
+                    stream; an event recorded after ``prepare`` is waited for by the
+                    current stream before the batch is handed out (no host sync), and
+                    the batch's device tensors are recorded on the current stream so
+                    the allocator keeps them until the step's kernels have read them
+    ==============  =================================================================
+
     Args:
         prepare: Builds the batch of ``(epoch, step)``; runs in the thread (or inline for the
             first step of a call, and for every step when not ``enabled``).
         enabled: Prefetch (else every batch is prepared inline).
         name: The thread's name prefix.
+        device: The engine's device (``None``: the CPU).
 
     Attributes:
         waited_s: Seconds the last :meth:`steps` call waited for batches (inline preparation
             included).
     """
 
-    def __init__(self, prepare: Callable[[int, int], B], *, enabled: bool, name: str) -> None:
+    def __init__(
+        self,
+        prepare: Callable[[int, int], B],
+        *,
+        enabled: bool,
+        name: str,
+        device: torch.device | str | None = None,
+    ) -> None:
         self._prepare = prepare
         self.enabled = bool(enabled)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=name)
         self.waited_s = 0.0
+        self.device = torch.device("cpu" if device is None else device)
+        cuda = self.enabled and self.device.type == "cuda"
+        #: The side stream the thread's device work runs on (CUDA; ``None`` elsewhere).
+        self.stream: Any = torch.cuda.Stream(self.device) if cuda else None
+
+    def _prepare_aside(self, epoch: int, step: int) -> tuple[B, Any]:
+        """``prepare`` on the side stream, and the event recorded after it (in the thread)."""
+        if self.stream is None:
+            return self._prepare(epoch, step), None
+        with torch.cuda.stream(self.stream):
+            batch = self._prepare(epoch, step)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return batch, event
+
+    def _hand_over(self, batch: B, event: Any) -> B:
+        """Make the current stream wait for a batch prepared aside (nothing on the CPU)."""
+        if event is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(event)
+            _record_on(batch, current)
+        return batch
 
     def steps(self, epoch: int, start: int, stop: int) -> Iterator[tuple[int, B, float]]:
         """``(step, batch, waited seconds)`` for steps ``start .. stop - 1`` of ``epoch``."""
         self.waited_s = 0.0
-        pending: Future[B] | None = None
+        pending: Future[tuple[B, Any]] | None = None
         for step in range(start, stop):
             t = time.perf_counter()
-            batch = pending.result() if pending is not None else self._prepare(epoch, step)
+            if pending is not None:
+                batch = self._hand_over(*pending.result())
+            else:
+                batch = self._prepare(epoch, step)
             waited = time.perf_counter() - t
             pending = (
-                self._pool.submit(self._prepare, epoch, step + 1)
+                self._pool.submit(self._prepare_aside, epoch, step + 1)
                 if self.enabled and step + 1 < stop
                 else None
             )
@@ -296,3 +341,21 @@ class Prefetcher(Generic[B]):
     def close(self) -> None:
         """Stop the thread (after the batch in flight, if any)."""
         self._pool.shutdown(wait=True)
+
+
+def _record_on(obj: Any, stream: Any, depth: int = 0) -> None:
+    """``record_stream(stream)`` on every CUDA tensor of a batch (dataclasses, sequences, maps)."""
+    if depth > 8:
+        return
+    if isinstance(obj, torch.Tensor):
+        if obj.is_cuda:
+            obj.record_stream(stream)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _record_on(getattr(obj, f.name), stream, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _record_on(v, stream, depth + 1)
+    elif isinstance(obj, Mapping):
+        for v in obj.values():
+            _record_on(v, stream, depth + 1)
