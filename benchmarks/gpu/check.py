@@ -1002,6 +1002,58 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
         figs["offload_overlap"] = res
         log(f"offload overlap: {res}")
 
+    def minibatch_budgets() -> None:
+        # a minibatch SAGE epoch on the device with the store's device tier at several budgets
+        # (issue 26, item 7): 0 (every feature row from the pinned host tier), about half the
+        # graph's bytes, and everything on the device; epoch seconds and the rows' sources
+        from fleetgnn.config import load_config
+        from fleetgnn.store import feature_row_bytes, topology_row_bytes
+        from fleetgnn.train import engine_from_config
+
+        total = int(topology_row_bytes(graph).sum()) + graph.num_nodes * feature_row_bytes(graph)
+        res: dict[str, Any] = {"graph_bytes": total, "fanouts": [10, 10], "batch_size": 1024}
+        losses = {}
+        for label, budget in (("0", 0), ("half", total // 2), ("all", None)):
+            cfg = load_config(
+                None,
+                [
+                    "train.engine=minibatch",
+                    "train.mode=minibatch",
+                    f"train.device={device}",
+                    "model.name=sage",
+                    f"model.hidden={size['hidden']}",
+                    "train.batch_size=1024",
+                    f"store.device_budget={'null' if budget is None else budget}",
+                    "store.host_budget=null",
+                ],
+            )
+            eng = engine_from_config(cfg, graph, None)
+            try:
+                times, run = [], []
+                for ep in range(2):  # the first warms up
+                    t0 = time.perf_counter()
+                    steps = eng.run_epoch(ep)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    times.append(time.perf_counter() - t0)
+                    run.append(sum(st.loss_sum for st in steps))
+                extra = eng.epoch_extra()
+                memory = eng.peak_memory()
+            finally:
+                eng.close()
+            losses[label] = run
+            res[label] = {
+                "device_budget": budget,
+                "epoch_s": times[-1],
+                "hit_rates": extra["hit_rates"],
+                "prefetch_hidden_s": extra["prefetch_hidden_s"],
+                "prefetch_wait_s": extra["prefetch_wait_s"],
+                "store_memory": memory,
+            }
+        res["same_losses"] = len({tuple(v) for v in losses.values()}) == 1
+        figs["minibatch_budgets"] = res
+        log(f"minibatch SAGE by device budget: {res}")
+
     part("copy", copy)
     part("h2d", h2d)
     part("gather_tiers", tiers)
@@ -1010,6 +1062,7 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
     part("sampler", sampling)
     part("epochs", epochs)
     part("offload_overlap", offload_overlap)
+    part("minibatch_budgets", minibatch_budgets)
     if device.type == "cuda":
         figs["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     _atomic_json(path, out)
