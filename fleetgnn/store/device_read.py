@@ -28,7 +28,7 @@ synchronises with the host once for its counts and once per tier it reads (``non
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,8 +37,8 @@ from torch import Tensor
 from fleetgnn.errors import GraphError
 from fleetgnn.store.tiers import DEVICE, DISK, HOST, TierPlan
 
-if TYPE_CHECKING:  # the store imports this module
-    from fleetgnn.store.store import UnifiedStore
+#: A :class:`~fleetgnn.store.UnifiedStore` (the store imports this module, not the reverse).
+UnifiedStore = Any
 
 __all__ = ["DeviceIndex", "gather_on_device", "record_counts"]
 
