@@ -48,16 +48,10 @@ import numpy as np
 
 from fleetgnn.config.knobs import FEATURE_NORMS
 from fleetgnn.config.textfile import parse_json, read_bytes
+from fleetgnn.durable import atomic_write_text, fsync_dir, refresh_free
 from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import SPLITS, Graph, Validation
-from fleetgnn.graph.files import (
-    apply_umask,
-    create_npy,
-    disk_full_as_error,
-    refresh_free,
-    temp_file,
-    temp_prefix,
-)
+from fleetgnn.graph.files import apply_umask, create_npy, temp_prefix
 from fleetgnn.graph.verify import CHECK_VERSION, check_values, fingerprint
 
 FORMAT_VERSION = 1
@@ -229,49 +223,9 @@ class DatasetWriter:
         return self.out
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` atomically.
-
-    A unique temporary file in the same directory is flushed, fsynced and renamed over ``path``;
-    on failure it is removed and ``path`` is left as it was.
-    """
-    p = Path(path)
-    data = text.encode()
-    fix = f"free some space to write '{p}'"
-    with disk_full_as_error(p.parent, len(data), fix):
-        tmp = temp_file(p)
-    try:
-        with disk_full_as_error(p.parent, len(data), fix), open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        apply_umask(tmp)
-        os.replace(tmp, p)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        refresh_free(e)
-        raise
-    fsync_dir(p.parent)
-    return p
-
-
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as JSON to ``path`` atomically (see :func:`atomic_write_text`)."""
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True))
-
-
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """Flush a directory entry to disk (best effort; a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(os.fspath(path), os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - file systems that refuse directory fsync
-        pass
-    finally:
-        os.close(fd)
 
 
 def replace_dir(tmp: Path, out: Path) -> None:
