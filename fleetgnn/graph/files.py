@@ -27,10 +27,12 @@ the permissions any other file the user creates gets.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import re
 import shutil
+import sys
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -67,7 +69,10 @@ _UNSUPPORTED_ERRNOS: frozenset[int] = frozenset(
 LEGACY_AGE_S = 3600.0
 _ZEROS = 1 << 20  # bytes written per call when reserving space without posix_fallocate
 
-_OWNED_DIR = re.compile(r"^\.(?P<name>.+)\.(?:tmp|edges)-(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})-\w+$")
+#: kinds: ``tmp`` (being written), ``edges`` (scratch), ``old`` (a replaced one, being removed)
+_OWNED_DIR = re.compile(
+    r"^\.(?P<name>.+)\.(?P<kind>tmp|edges|old)-(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})-\w+$"
+)
 _OWNED_FILE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})-\w+\.tmp$")
 _LEGACY_DIR = re.compile(r"^\.(?P<name>.+)\.tmp-[a-z0-9_]{8}$")
 _LEGACY_FILE = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
@@ -83,6 +88,55 @@ def temp_prefix(name: str, kind: str = "tmp") -> str:
     ``.cora.tmp-<pid>-<tag>-<random>``.
     """
     return f".{name}.{kind}-{os.getpid()}-{owner_tag()}-"
+
+
+def swap_in_progress(out: Path) -> Path | None:
+    """The previous ``out`` while a live process is replacing it, else ``None``.
+
+    :func:`~fleetgnn.graph.dataset.replace_dir`, where the file system cannot exchange two
+    directories in one rename, moves the old directory aside (``.NAME.old-<pid>-<tag>-<random>/
+    old``) before the new one takes its place: for that moment ``out`` is missing and the old
+    directory, still whole, is here. Only a live owner's is returned (a dead writer's is a
+    leftover for :func:`sweep_stale`, not a swap).
+    """
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(out.parent):
+            owned = _OWNED_DIR.match(entry.name)
+            if (
+                owned is not None
+                and owned.group("kind") == "old"
+                and owned.group("name") == out.name
+                and owned.group("tag") == owner_tag()
+                and process_alive(int(owned.group("pid")))
+                and (Path(entry.path) / "old").is_dir()
+            ):
+                return Path(entry.path) / "old"
+    return None
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def exchange_dirs(a: Path, b: Path) -> bool:
+    """Swap the directories ``a`` and ``b`` in one rename (Linux ``renameat2(RENAME_EXCHANGE)``).
+
+    Returns:
+        ``False`` where the platform, C library or file system cannot (nothing was changed).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _UNSUPPORTED_ERRNOS:
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def process_alive(pid: int) -> bool:
