@@ -112,6 +112,7 @@ def _cases(tmp: Path, tiny: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["alias-bomb-config", "dev-zero-topology", "fifo-config"])
 def test_hostile_input_is_one_line_fast_and_small(case, tiny, tmp_path):
     argv, says = _cases(tmp_path, tiny)[case]

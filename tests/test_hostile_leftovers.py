@@ -57,6 +57,7 @@ def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_sigterm_during_prepare_stops_cleanly(tmp_path):
     done = _python(
         """
@@ -79,6 +80,7 @@ def test_sigterm_during_prepare_stops_cleanly(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no dataset, no temporary directory
 
 
+@pytest.mark.slow
 def test_sigterm_during_train_leaves_a_resumable_run(tiny, tmp_path):
     run = tmp_path / "run"
     done = _python(
@@ -108,6 +110,7 @@ def test_sigterm_during_train_leaves_a_resumable_run(tiny, tmp_path):
     assert (run / "summary.json").is_file()
 
 
+@pytest.mark.slow
 def test_prepare_sweeps_temporary_directories_of_dead_owners(tmp_path, capsys):
     dead, tag = _dead_pid(), owner_tag()
     stale = tmp_path / f".d.tmp-{dead}-{tag}-abcd1234"
@@ -135,6 +138,7 @@ def test_prepare_sweeps_temporary_directories_of_dead_owners(tmp_path, capsys):
     assert left == sorted(["d", live.name, foreign.name, legacy_new.name, legacy_other.name])
 
 
+@pytest.mark.slow
 def test_train_and_resume_sweep_temporary_checkpoints_and_segments(tiny, tmp_path, capsys):
     run = tmp_path / "run"
     argv = ["train", "--dataset", str(tiny), "--epochs", "1", "--run-dir", str(run)]

@@ -108,6 +108,7 @@ def _dump(obj: object, path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ Planetoid
+@pytest.mark.slow
 def test_planetoid_graph_sharing_one_list_is_counted_before_building_edges(tmp_path, capsys):
     _write_citeseer_like(tmp_path)  # 530 nodes
     shared = [1] * 10_000  # one list object under every key: 530 x 10000 = 5.3M edges
@@ -132,6 +133,7 @@ def _reconstruct_pickle(shape: tuple[int, ...], dtype: str) -> bytes:
     ).encode()
 
 
+@pytest.mark.slow
 def test_planetoid_feature_pickle_declaring_a_huge_array_is_refused_while_unpickling(tmp_path):
     _write_citeseer_like(tmp_path)
     data = _reconstruct_pickle((50_000, 10_000), "f4")  # 2.0 GB
@@ -235,6 +237,7 @@ def _graph_members(n: int) -> dict[str, tuple[bytes, int, int]]:
     }
 
 
+@pytest.mark.slow
 def test_npz_with_compressed_dense_features_is_refused_from_the_header(tmp_path):
     n, f = 16384, 16384  # 1.07 GB of float32 zeros in about 1 MB
     members = {**_graph_members(n), "attr_matrix.npy": _zeros_member((n, f), "<f4")}

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fleetgnn.config.textfile import load_json_file
 from fleetgnn.errors import FleetgnnError
 from fleetgnn.graph.dataset import atomic_write_text
 
@@ -138,22 +139,60 @@ def write_results(out_dir: Path, results: Mapping[str, Any]) -> tuple[Path, Path
     return js, md
 
 
+#: The largest ``bench.json`` read back (a full suite's is ~50 kB).
+MAX_RESULTS_BYTES = 64 << 20
+#: Results the benchmark scripts wrote before they wrote :func:`write_results`' format (layout 0:
+#: no ``"format"`` key), told apart by their keys: ``(script, keys that identify it)``.
+_LAYOUT_0 = (
+    ("bench_ops.py", {"gspmm", "keyed_dropout"}),
+    ("bench_dropout.py", {"dropout", "config"}),
+)
+_LAYOUT_0_NAMED = {"epoch": "bench_epoch.py", "sampler": "bench_sampler.py"}
+
+
 def read_results(path: Path) -> dict[str, Any]:
-    """Load a ``bench.json`` written by :func:`write_results`.
+    """Load a ``bench.json`` written by :func:`write_results` (format :data:`RESULTS_FORMAT`).
+
+    Older layouts are refused in one line that names the layout and the command that writes the
+    file again: the scripts' results from before this format (layout 0, no ``"format"`` key)
+    recorded other workloads and settings than the suite's rows, so no conversion is attempted.
 
     Raises:
-        FleetgnnError: The file is missing, not JSON, or not a fleetgnn bench result.
+        FleetgnnError: The file is missing, not JSON, of another layout, or not a fleetgnn bench
+            result.
     """
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FleetgnnError(f"cannot read bench results '{path}': {e}") from e
-    if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
-        raise FleetgnnError(
-            f"'{path}' is not a fleetgnn bench result (format {RESULTS_FORMAT}); write one with "
-            f"fleetgnn bench --out DIR"
+    fix = "write one with 'fleetgnn bench --out DIR'"
+    data = load_json_file(
+        path, "bench results", max_bytes=MAX_RESULTS_BYTES, error=FleetgnnError, fix=fix
+    )
+    if isinstance(data, dict) and data.get("format") == RESULTS_FORMAT:
+        return data
+    raise FleetgnnError(_layout_refusal(Path(path), data, fix))
+
+
+def _layout_refusal(path: Path, data: Any, fix: str) -> str:
+    """Why ``data`` (from ``path``) is not a result this version reads, and what to run."""
+    if not isinstance(data, dict):
+        return f"'{path}' is not a fleetgnn bench result (format {RESULTS_FORMAT}); {fix}"
+    found = data.get("format")
+    if found is not None:
+        return (
+            f"'{path}' is a fleetgnn bench result of format {found!r}; this fleetgnn reads "
+            f"format {RESULTS_FORMAT}; {fix} (or use the fleetgnn that wrote it)"
         )
-    return data
+    keys = set(data)
+    script = _LAYOUT_0_NAMED.get(str(data.get("benchmark")))
+    script = script or next((name for name, want in _LAYOUT_0 if want <= keys), None)
+    if script is not None:
+        return (
+            f"'{path}' is a result of benchmarks/{script} in layout 0 (before bench.json format "
+            f"{RESULTS_FORMAT}), which --from-json cannot read; run 'python benchmarks/{script} "
+            f"--out DIR' to write DIR/bench.json in format {RESULTS_FORMAT}"
+        )
+    return (
+        f"'{path}' is not a fleetgnn bench result (no 'format' key; format {RESULTS_FORMAT} "
+        f"expected); {fix}"
+    )
 
 
 def _finite(obj: Any) -> Any:

@@ -66,6 +66,7 @@ from fleetgnn.config.knobs import (
 )
 from fleetgnn.config.suggest import nearest
 from fleetgnn.config.textfile import decode_utf8, load_yaml_file, parse_yaml
+from fleetgnn.durable import atomic_write_text
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
 
@@ -647,15 +648,12 @@ def config_yaml(cfg: Config, *, recorded: bool = False) -> str:
 def save_config(cfg: Config, path: PathLikeStr, *, recorded: bool = False) -> Path:
     """Write ``cfg`` as YAML (loadable by :func:`load_config`); returns the path.
 
-    ``recorded``: as a run's ``config.yaml`` records it (see :func:`config_yaml`).
+    ``recorded``: as a run's ``config.yaml`` records it (see :func:`config_yaml`). The write is
+    durable (:func:`~fleetgnn.durable.atomic_write_text`: fsynced, renamed into place, the parent
+    directory made if needed); a full disk is a one-line
+    :class:`~fleetgnn.errors.DiskFullError` and leaves an existing file as it was.
     """
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    text = config_yaml(cfg, recorded=recorded)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(p)
-    return p
+    return atomic_write_text(path, config_yaml(cfg, recorded=recorded))
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from fleetgnn.engines.common import SPLITS, check_labels, metrics_from_sums
+from fleetgnn.engines.common import SPLITS, check_labels
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
+from fleetgnn.tasks import NODE_CLASSIFICATION
 
 
 def rows_of(array: Any, ids: np.ndarray) -> np.ndarray:
@@ -29,8 +29,11 @@ class MetricSums:
 
     Per split present (train/val/test masks): correct predictions and masked nodes; and the
     validation loss sum (cross-entropy). Labels and masks are read per chunk from the graph's
-    arrays (memory maps are fine). :meth:`result` all-reduces the sums (float64) and divides,
-    exactly like :func:`~fleetgnn.engines.common.split_metrics` over all nodes at once.
+    arrays (memory maps are fine); each chunk's logits become sums through the task's
+    :meth:`~fleetgnn.tasks.NodeClassification.metric_sums`, the one place logits turn into
+    metrics. :meth:`result` all-reduces the sums (float64) and divides
+    (:meth:`~fleetgnn.tasks.NodeClassification.metrics_from_sums`). Streaming evaluation passes
+    chunks; the reference engine's full mode passes every node's logits at once.
 
     Args:
         graph: The dataset (labels and masks).
@@ -43,26 +46,28 @@ class MetricSums:
         self.graph = graph
         self.keys = [s for s in SPLITS if getattr(graph, f"{s}_mask") is not None]
         self.has_val = "val" in self.keys
-        self.sums = [0.0] * (2 * len(self.keys) + int(self.has_val))
+        self.sums = torch.zeros(2 * len(self.keys) + int(self.has_val), dtype=torch.float64)
         self.device = device
 
     def __call__(self, ids: np.ndarray, logits: torch.Tensor) -> None:
         """Add one chunk's counts and validation loss."""
         dev = logits.device
         y = torch.from_numpy(np.array(rows_of(self.graph.y, ids), dtype=np.int64)).to(dev)
-        pred = logits.argmax(dim=1)
-        for i, s in enumerate(self.keys):
-            m = np.array(rows_of(getattr(self.graph, f"{s}_mask"), ids), dtype=bool)
-            mt = torch.from_numpy(m).to(dev)
-            self.sums[2 * i] += float((pred[mt] == y[mt]).sum())
-            self.sums[2 * i + 1] += float(m.sum())
-            if s == "val" and m.any():
-                check_labels(logits[mt], y[mt])
-                self.sums[-1] += float(F.cross_entropy(logits[mt], y[mt], reduction="sum"))
+        masks = {
+            s: torch.from_numpy(
+                np.array(rows_of(getattr(self.graph, f"{s}_mask"), ids), dtype=bool)
+            ).to(dev)
+            for s in self.keys
+        }
+        val = masks.get("val")
+        if val is not None and bool(val.any()):
+            check_labels(logits[val], y[val])
+        _, sums = NODE_CLASSIFICATION.metric_sums(logits, y, masks)
+        self.sums += sums
 
     def result(self, comm: Any = None) -> dict[str, float]:
         """Accuracy per split and mean validation loss over every rank (collective with comm)."""
-        t = torch.tensor(self.sums, dtype=torch.float64)
+        t = self.sums.clone()
         if comm is not None and comm.world_size > 1:
             t = comm.all_reduce_sum(t.to(self.device)).cpu()
-        return metrics_from_sums(self.keys, t, self.has_val)
+        return NODE_CLASSIFICATION.metrics_from_sums(self.keys, t, self.has_val)

@@ -14,7 +14,8 @@ is ``epoch * steps_per_epoch + step``, so a resumed run draws exactly the masks 
 uninterrupted one. Evaluation in mini-batch mode runs the model layer by layer over all nodes with
 full neighbourhoods (no sampling noise), streaming chunks of destinations through per-layer
 scratch files (:func:`~fleetgnn.engines.inference.streaming_metrics`); in full mode it is one
-full-graph forward pass.
+full-graph forward pass whose logits go to the same metric sink
+(:class:`~fleetgnn.engines.metric_sums.MetricSums`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from fleetgnn.engines.common import (
     require_trainable,
     resolve_device,
     setup_model,
-    split_metrics,
 )
 from fleetgnn.engines.inference import streaming_metrics
 from fleetgnn.engines.link import (
@@ -50,6 +50,7 @@ from fleetgnn.engines.link import (
     edge_batch_loss,
     full_graph_link_loss,
 )
+from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
@@ -305,12 +306,16 @@ class ReferenceEngine(EngineBase):
 
         Full mode: one full-graph forward pass. Mini-batch mode: streaming layer-wise inference
         (:func:`~fleetgnn.engines.inference.streaming_metrics`; ``config.eval_nodes`` chooses the
-        last layer's nodes), input rows taken from the engine's features.
+        last layer's nodes), input rows taken from the engine's features. Both turn logits into
+        metrics in one place: the :class:`~fleetgnn.engines.metric_sums.MetricSums` sink (the
+        task's metric sums), fed chunk by chunk when streaming, all nodes at once in full mode.
         """
         if self.link:
             return self.task.evaluate(self.infer(), self.model.decoder)
-        if self.mode == "full":
-            return split_metrics(self.infer(), self.y, self.masks)
+        if self.mode == "full":  # every node's logits at once, through the streaming sink
+            sums = MetricSums(self.graph, self.device)
+            sums(np.arange(self.graph.num_nodes), self.infer())
+            return sums.result()
         return streaming_metrics(
             self.model,
             self.graph,

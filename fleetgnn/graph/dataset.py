@@ -48,14 +48,14 @@ import numpy as np
 
 from fleetgnn.config.knobs import FEATURE_NORMS
 from fleetgnn.config.textfile import parse_json, read_bytes
+from fleetgnn.durable import atomic_write_text, fsync_dir, refresh_free
 from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import SPLITS, Graph, Validation
 from fleetgnn.graph.files import (
     apply_umask,
     create_npy,
-    disk_full_as_error,
-    refresh_free,
-    temp_file,
+    exchange_dirs,
+    swap_in_progress,
     temp_prefix,
 )
 from fleetgnn.graph.verify import CHECK_VERSION, check_values, fingerprint
@@ -71,6 +71,8 @@ MAX_NAME_CHARS = 1000
 #: Largest and deepest metadata file read (``meta.json``, a partition book's ``book.json``).
 MAX_META_BYTES = 16 << 20
 MAX_META_DEPTH = 16
+#: Opens of a dataset replaced while it was read, before giving up (see :func:`open_dataset`).
+_OPEN_TRIES = 3
 _NATIVE = "<" if np.little_endian else ">"
 #: ``meta.json``'s ``kind`` of a homogeneous dataset (also when absent) and of a typed one.
 GRAPH_KIND = "graph"
@@ -229,64 +231,49 @@ class DatasetWriter:
         return self.out
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` atomically.
-
-    A unique temporary file in the same directory is flushed, fsynced and renamed over ``path``;
-    on failure it is removed and ``path`` is left as it was.
-    """
-    p = Path(path)
-    data = text.encode()
-    fix = f"free some space to write '{p}'"
-    with disk_full_as_error(p.parent, len(data), fix):
-        tmp = temp_file(p)
-    try:
-        with disk_full_as_error(p.parent, len(data), fix), open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        apply_umask(tmp)
-        os.replace(tmp, p)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        refresh_free(e)
-        raise
-    fsync_dir(p.parent)
-    return p
-
-
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as JSON to ``path`` atomically (see :func:`atomic_write_text`)."""
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True))
 
 
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """Flush a directory entry to disk (best effort; a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(os.fspath(path), os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - file systems that refuse directory fsync
-        pass
-    finally:
-        os.close(fd)
-
-
-def replace_dir(tmp: Path, out: Path) -> None:
+def replace_dir(tmp: Path, out: Path, step: Callable[[str], None] | None = None) -> None:
     """Move the finished directory ``tmp`` to ``out``, replacing a directory already there.
 
-    ``tmp`` (private, as ``tempfile.mkdtemp`` makes it) first gets the user's umask.
+    ``tmp`` (private, as ``tempfile.mkdtemp`` makes it) first gets the user's umask. ``out``
+    stays a plain directory (users copy, archive and remove it as one). Replacing one is a single
+    exchange of the two directories where the file system allows it (Linux ``renameat2``,
+    :func:`~fleetgnn.graph.files.exchange_dirs`): ``out`` is never missing. Elsewhere the old
+    directory is moved aside first (``.NAME.old-<pid>-<tag>-<random>/old``), a moment without
+    ``out`` that :func:`open_dataset` covers by reading the old directory there
+    (:func:`~fleetgnn.graph.files.swap_in_progress`). A reader holding the old directory's
+    files keeps them (they are removed from the names, not from its maps); one that read a
+    part of each notices and reads again (see :func:`open_dataset`).
+
+    ``step`` (tests) is called with ``"aside"`` (only without the exchange: the old directory
+    moved aside, ``out`` missing), then ``"swapped"`` (the new directory at ``out``, the old one
+    not yet removed).
     """
     apply_umask(tmp)
-    if out.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.replace(out, trash / "old")
+    if not out.exists():
         os.replace(tmp, out)
-        shutil.rmtree(trash, ignore_errors=True)
+    elif exchange_dirs(tmp, out):
+        if step is not None:
+            step("swapped")
+        shutil.rmtree(tmp, ignore_errors=True)  # the old directory, now under tmp's name
     else:
-        os.replace(tmp, out)
+        trash = Path(tempfile.mkdtemp(prefix=temp_prefix(out.name, "old"), dir=out.parent))
+        os.replace(out, trash / "old")
+        if step is not None:
+            step("aside")
+        try:
+            os.replace(tmp, out)
+        except BaseException:
+            os.replace(trash / "old", out)  # the old one back: a failed write changes nothing
+            shutil.rmtree(trash, ignore_errors=True)
+            raise
+        if step is not None:
+            step("swapped")
+        shutil.rmtree(trash, ignore_errors=True)
     fsync_dir(out.parent)
 
 
@@ -584,10 +571,45 @@ def open_dataset(
             stamp), ``"structure"`` only files, dtypes, shapes and ``indptr``'s ends.
         progress: Called as ``progress(done_bytes, total_bytes)`` while values are checked.
 
+    A dataset replaced while it is opened (``fleetgnn prepare --overwrite``,
+    :func:`replace_dir`) is read whole, the old one or the new one: the directory's identity
+    (device, inode) is compared before and after, and the open starts again when it changed;
+    while the old directory is moved aside, it is read there.
+
     Raises:
         DatasetError: Missing, truncated or inconsistent files, or invalid contents.
     """
     root = Path(path)
+    for _ in range(_OPEN_TRIES):
+        where = root if root.exists() else (swap_in_progress(root) or root)
+        before = _identity(where)
+        try:
+            graph = _open_dataset(where, mmap, validate, progress)
+        except (DatasetError, OSError):
+            if before is None or _identity(where) == before:
+                raise  # not replaced meanwhile: the error is the dataset's
+            continue
+        if _identity(where) == before:
+            return graph
+    raise DatasetError(
+        f"dataset '{root}' was replaced {_OPEN_TRIES} times while it was being opened; "
+        f"open it again once 'fleetgnn prepare' has finished"
+    )
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the directory at ``path``, or ``None`` when nothing is there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _open_dataset(
+    root: Path, mmap: bool, validate: Validation | None, progress: Progress | None
+) -> Graph:
+    """:func:`open_dataset` of the directory ``root`` as it is now (no retry)."""
     meta = read_meta(root)  # checked against the schema: every field below is well-typed
     specs = meta["arrays"]
     for req in REQUIRED:
@@ -613,7 +635,7 @@ def open_dataset(
             warnings.warn(
                 f"checking every value of dataset '{root}' ({shown}) once, "
                 f"because {problem}; later opens skip this until a file changes",
-                stacklevel=2,
+                stacklevel=3,
             )
     if validate == "full":
         verify_dataset(

@@ -27,29 +27,33 @@ the permissions any other file the user creates gets.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
-import hashlib
 import os
 import re
 import shutil
-import socket
-import stat
-import tempfile
+import sys
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fleetgnn.errors import DiskFullError
-
-#: ``errno`` values meaning "the file system (or the user's quota) is full".
-DISK_FULL_ERRNOS: frozenset[int] = frozenset(
-    e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if e is not None
+# the durable-write primitives live in a base module (the config layer writes through them too);
+# they are re-exported here, where the graph layer's writers and their callers import them
+from fleetgnn.durable import (  # noqa: F401
+    apply_umask,
+    disk_full_as_error,
+    disk_full_error,
+    free_bytes,
+    is_disk_full,
+    owner_tag,
+    refresh_free,
+    temp_file,
 )
+
 #: ``errno`` values of a ``posix_fallocate`` the file system does not support.
 _UNSUPPORTED_ERRNOS: frozenset[int] = frozenset(
     e
@@ -65,21 +69,16 @@ _UNSUPPORTED_ERRNOS: frozenset[int] = frozenset(
 LEGACY_AGE_S = 3600.0
 _ZEROS = 1 << 20  # bytes written per call when reserving space without posix_fallocate
 
-_OWNED_DIR = re.compile(r"^\.(?P<name>.+)\.(?:tmp|edges)-(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})-\w+$")
+#: kinds: ``tmp`` (being written), ``edges`` (scratch), ``old`` (a replaced one, being removed)
+_OWNED_DIR = re.compile(
+    r"^\.(?P<name>.+)\.(?P<kind>tmp|edges|old)-(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})-\w+$"
+)
 _OWNED_FILE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-(?P<tag>[0-9a-f]{8})-\w+\.tmp$")
 _LEGACY_DIR = re.compile(r"^\.(?P<name>.+)\.tmp-[a-z0-9_]{8}$")
 _LEGACY_FILE = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 
 
 # ---------------------------------------------------------------------------------- owners
-@lru_cache(maxsize=1)
-def owner_tag() -> str:
-    """8 hex digits naming this host and PID namespace (where a PID names one process)."""
-    try:
-        pidns = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        pidns = ""
-    return hashlib.sha1(f"{socket.gethostname()}\0{pidns}".encode()).hexdigest()[:8]
 
 
 def temp_prefix(name: str, kind: str = "tmp") -> str:
@@ -91,17 +90,53 @@ def temp_prefix(name: str, kind: str = "tmp") -> str:
     return f".{name}.{kind}-{os.getpid()}-{owner_tag()}-"
 
 
-def temp_file(target: Path) -> Path:
-    """Create an empty temporary sibling of ``target`` owned by this process; returns its path.
+def swap_in_progress(out: Path) -> Path | None:
+    """The previous ``out`` while a live process is replacing it, else ``None``.
 
-    The name is ``.NAME.<pid>-<tag>-<random>.tmp`` in ``target``'s directory (created if needed).
+    :func:`~fleetgnn.graph.dataset.replace_dir`, where the file system cannot exchange two
+    directories in one rename, moves the old directory aside (``.NAME.old-<pid>-<tag>-<random>/
+    old``) before the new one takes its place: for that moment ``out`` is missing and the old
+    directory, still whole, is here. Only a live owner's is returned (a dead writer's is a
+    leftover for :func:`sweep_stale`, not a swap).
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(
-        prefix=f".{target.name}.{os.getpid()}-{owner_tag()}-", suffix=".tmp", dir=target.parent
-    )
-    os.close(fd)
-    return Path(name)
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(out.parent):
+            owned = _OWNED_DIR.match(entry.name)
+            if (
+                owned is not None
+                and owned.group("kind") == "old"
+                and owned.group("name") == out.name
+                and owned.group("tag") == owner_tag()
+                and process_alive(int(owned.group("pid")))
+                and (Path(entry.path) / "old").is_dir()
+            ):
+                return Path(entry.path) / "old"
+    return None
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def exchange_dirs(a: Path, b: Path) -> bool:
+    """Swap the directories ``a`` and ``b`` in one rename (Linux ``renameat2(RENAME_EXCHANGE)``).
+
+    Returns:
+        ``False`` where the platform, C library or file system cannot (nothing was changed).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _UNSUPPORTED_ERRNOS:
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def process_alive(pid: int) -> bool:
@@ -248,95 +283,7 @@ def _human(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-# ---------------------------------------------------------------------------------- umask
-def current_umask() -> int:
-    """This process's umask (read from ``/proc`` where possible, else set and restored)."""
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def apply_umask(path: str | os.PathLike[str]) -> None:
-    """Give ``path`` the mode a plain ``mkdir``/``open`` would have (0777/0666 less the umask)."""
-    p = Path(path)
-    with contextlib.suppress(OSError):
-        base = 0o777 if stat.S_ISDIR(p.lstat().st_mode) else 0o666
-        os.chmod(p, base & ~current_umask())
-
-
-# ---------------------------------------------------------------------------------- disk full
-def is_disk_full(err: BaseException) -> bool:
-    """Whether ``err`` is an ``OSError`` saying the file system or the quota is full."""
-    return isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS
-
-
-def free_bytes(path: str | os.PathLike[str]) -> int:
-    """Bytes an unprivileged user may still write on the file system holding ``path``."""
-    p = Path(path).absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    try:
-        st = os.statvfs(p)
-    except OSError:
-        return 0
-    return int(st.f_bavail) * int(st.f_frsize)
-
-
-def device_of(path: str | os.PathLike[str]) -> str:
-    """The file system holding ``path``, for messages: ``"'MOUNT' (SOURCE TYPE)"``."""
-    p = Path(path).absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    mount = p
-    with contextlib.suppress(OSError):
-        while not os.path.ismount(mount) and mount != mount.parent:
-            mount = mount.parent
-    source = ""
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/self/mounts") as f:
-            for line in f:
-                fields = line.split()
-                if len(fields) >= 3 and _unescape_mount(fields[1]) == str(mount):
-                    source = f" ({fields[0]} {fields[2]})"  # the last match is the visible one
-    return f"'{mount}'{source}"
-
-
-def _unescape_mount(text: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
-
-
-def disk_full_error(
-    path: str | os.PathLike[str], need: int, fix: str, checked: bool = False
-) -> DiskFullError:
-    """A :class:`DiskFullError` for a write of ``need`` bytes at ``path``, ending with ``fix``.
-
-    ``checked``: no write failed; a check before writing found less than ``need`` bytes free.
-    """
-    return DiskFullError(
-        device_of(path), int(need), free_bytes(path), fix, path=str(path), checked=checked
-    )
-
-
-def refresh_free(err: BaseException) -> None:
-    """Update a :class:`DiskFullError`'s free bytes (after its partial files were removed)."""
-    if isinstance(err, DiskFullError) and err.path:
-        err.update_free(free_bytes(err.path))
-
-
-@contextlib.contextmanager
-def disk_full_as_error(path: str | os.PathLike[str], need: int, fix: str) -> Iterator[None]:
-    """Turn an ``ENOSPC``/``EDQUOT`` ``OSError`` raised in the block into a DiskFullError."""
-    try:
-        yield
-    except OSError as e:
-        if is_disk_full(e):
-            raise disk_full_error(path, need, fix) from e
-        raise
+# ---------------------------------------------------------------------------------- reserved space
 
 
 def reserve(fd: int, size: int, path: str | os.PathLike[str], fix: str) -> None:

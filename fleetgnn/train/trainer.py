@@ -80,11 +80,11 @@ from rich.progress import (
 from rich.table import Table
 
 from fleetgnn.config import Config, TrainerConfig
-from fleetgnn.config.run import config_yaml
+from fleetgnn.config.run import save_config
+from fleetgnn.durable import atomic_write_text
 from fleetgnn.engines.base import Engine, EpochStats, StepStats
 from fleetgnn.engines.common import device_clock, peak_device_memory
 from fleetgnn.errors import ConfigError, NonFiniteLossError
-from fleetgnn.graph.dataset import atomic_write_text
 from fleetgnn.tasks import task_of
 from fleetgnn.train.callbacks import Callback, callback_states, load_callback_states
 from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, capture_rng, restore_rng
@@ -779,16 +779,18 @@ class Trainer:
         }
 
     def _write_config(self) -> None:
-        """Write ``config.yaml``: the run config as recorded, else the Trainer's and engine's.
+        """Write ``config.yaml`` durably: the run config as recorded, else the engine's settings.
 
-        Written durably (fsync, disk-full as a one-line error) with the run config's YAML text
-        from :func:`~fleetgnn.config.run.config_yaml`, the text ``save_config`` writes.
+        The run config goes through :func:`~fleetgnn.config.run.save_config`, the one writer of
+        config files (the same text, the same fsynced atomic write and one-line disk-full error).
         """
+        path = self.run_dir / "config.yaml"
         if self.run_config is not None:
-            text = config_yaml(self.run_config, recorded=True)
+            save_config(self.run_config, path, recorded=True)
         else:
-            text = yaml.safe_dump(self._config_dict(), sort_keys=False, default_flow_style=None)
-        atomic_write_text(self.run_dir / "config.yaml", text)
+            atomic_write_text(
+                path, yaml.safe_dump(self._config_dict(), sort_keys=False, default_flow_style=None)
+            )
 
     def _summary(self, spe: int) -> dict[str, Any]:
         st = self.state

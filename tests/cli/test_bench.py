@@ -125,3 +125,57 @@ def test_speedups_of_rates_and_limits() -> None:
     assert "0.25 of the limit" in md and "other | skipped: absent" in md
     with pytest.raises(ValueError, match="no 'fleetgnn' timing"):
         measurement("x", "case", 1, {"peer": [1.0]})
+
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@pytest.mark.parametrize(
+    ("committed", "says"),
+    [
+        # the committed results of the scripts before they wrote bench.json format 1
+        ("bench_epoch.json", "benchmarks/bench_epoch.py in layout 0"),
+        ("bench_ops_d64.json", "benchmarks/bench_ops.py in layout 0"),
+        ("bench_sampler.json", "benchmarks/bench_sampler.py in layout 0"),
+        ("bench_dropout.json", "benchmarks/bench_dropout.py in layout 0"),
+        ("bench_partition.json", "not a fleetgnn bench result (no 'format' key"),
+    ],
+)
+def test_old_result_layouts_are_refused_in_one_line_saying_how_to_regenerate(
+    committed: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = RESULTS / committed
+    assert main(["bench", "--from-json", str(path), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fleetgnn bench: error: "), err
+    assert says in err[0], err
+    if "layout 0" in says:
+        script = says.split()[0]
+        assert f"run 'python {script} --out DIR'" in err[0] and (ROOT / script).is_file(), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_result_of_another_format_names_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    newer = tmp_path / "bench.json"
+    committed = json.loads((RESULTS / "bench" / "bench.json").read_text())
+    newer.write_text(json.dumps({**committed, "format": 2}))
+    assert main(["bench", "--from-json", str(newer), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "of format 2; this fleetgnn reads format 1" in err[0], err
+    # the committed suite result itself renders
+    assert (
+        main(
+            [
+                "bench",
+                "--from-json",
+                str(RESULTS / "bench" / "bench.json"),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "o" / "bench.md").is_file()

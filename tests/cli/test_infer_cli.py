@@ -2,6 +2,7 @@
 (equal to the in-memory forward pass), one process and --nproc 2, the Python API, checkpoints of
 any engine (DDP-prefixed weights), and one-line refusals of bad input."""
 
+import functools
 import json
 import re
 import shlex
@@ -13,10 +14,13 @@ import pytest
 import torch
 
 import fleetgnn
+import fleetgnn.graph.dataset as dataset_mod
+import fleetgnn.train.export as export_mod
 from fleetgnn.cli.main import build_parser, main
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import node_features
 from fleetgnn.graph import open_dataset, write_dataset
+from fleetgnn.graph.files import exchange_dirs
 from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.loaders.planetoid import load_planetoid
 from fleetgnn.nn import LocalAggregator
@@ -220,3 +224,34 @@ def test_an_api_run_needs_its_model_and_says_so(tmp_path, capsys):
     assert not torch.equal(
         other.state_dict()[next(iter(other.state_dict()))], next(iter(model.state_dict().values()))
     )  # and the models passed in were not changed
+
+
+@pytest.mark.parametrize("how", ["exchange", "aside"])
+def test_export_overwrite_keeps_a_whole_output_at_every_step(run, tmp_path, monkeypatch, how):
+    """``--overwrite`` of an export: at each step of the swap the output directory holds one
+    whole export (a reader of the files never finds the directory gone where the file system
+    exchanges directories; elsewhere the old one is aside, whole, for ``open``'s retry)."""
+    out = tmp_path / "o"
+    assert main(["embed", str(run), "--layer", "1", "--out", str(out)]) == 0
+    first = json.loads((out / "meta.json").read_text())["files"]
+    if how == "aside":
+        monkeypatch.setattr(dataset_mod, "exchange_dirs", lambda a, b: False)
+    else:
+        (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+        if not exchange_dirs(tmp_path / "a", tmp_path / "b"):
+            pytest.skip("this file system cannot exchange two directories in one rename")
+        (tmp_path / "a").rmdir(), (tmp_path / "b").rmdir()
+    seen = {}
+
+    def step(name):
+        seen[name] = json.loads((out / "meta.json").read_text())["files"] if out.exists() else None
+
+    replace = functools.partial(dataset_mod.replace_dir, step=step)
+    monkeypatch.setattr(export_mod, "replace_dir", replace)
+    assert main(["predict", str(run), "--out", str(out), "--overwrite"]) == 0
+    assert set(seen["swapped"]) == {"predictions.npy", "probabilities.npy"} != set(first)
+    if how == "aside":
+        assert seen["aside"] is None  # the moment without the directory, covered by open's retry
+    else:
+        assert "aside" not in seen
+    assert [p.name for p in tmp_path.iterdir()] == ["o"]

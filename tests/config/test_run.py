@@ -1,9 +1,12 @@
 import dataclasses
+import errno
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
+from fleetgnn import durable
 from fleetgnn.config import (
     ENGINES,
     Config,
@@ -13,7 +16,7 @@ from fleetgnn.config import (
     load_config,
     save_config,
 )
-from fleetgnn.errors import ConfigError, FleetgnnError
+from fleetgnn.errors import ConfigError, DiskFullError, FleetgnnError
 
 
 def test_defaults_match_spec() -> None:
@@ -241,6 +244,27 @@ def test_yaml_round_trip(tmp_path: Path) -> None:
     # defaults round-trip too (None values included)
     save_config(Config(), tmp_path / "d.yaml")
     assert load_config(tmp_path / "d.yaml") == Config()
+
+
+def test_save_config_on_a_full_disk_is_one_line_and_keeps_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``save_config`` writes durably (fsynced: a full disk can surface there) and a full disk is
+    one line naming the file, with the old file intact and no temporary file left."""
+    path = save_config(Config(), tmp_path / "config.yaml")
+    before = path.read_text()
+
+    def enospc(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(durable.os, "fsync", enospc)
+    with pytest.raises(DiskFullError) as err:
+        save_config(apply_overrides(Config(), ["train.epochs=3"]), path)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("no space left on "), line
+    assert f"free some space to write '{path}'" in line and "bytes free" in line, line
+    assert path.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
 
 
 def test_overrides_do_not_mutate_their_input() -> None:

@@ -88,6 +88,7 @@ def _within(pred, want):
     return abs(pred - want) <= 0.10 * want
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("world", "i"),
     [(w, i) for w in sorted(FULLGRAPH) for i in range(len(FULLGRAPH[w]))],

@@ -50,6 +50,7 @@ def measured():
     return peaks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-W{c[1]}-{c[3]}")
 def test_predicted_device_peak_within_10_percent_of_measured(case, measured):
     """The offload model's ``memory["device"]`` within 10% of the engine's measured peak."""

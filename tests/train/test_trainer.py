@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from rich.console import Console
 
 import fleetgnn.train.checkpoint as ckmod
-from fleetgnn.config import Config, load_config
+from fleetgnn.config import Config, load_config, save_config
 from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, StepCallback, StepStats
 from fleetgnn.errors import ConfigError
 from fleetgnn.train.checkpoint import CheckpointDir
@@ -325,6 +325,16 @@ def test_early_stopping_and_best_epoch_match_reference(tmp_path: Path, case: int
             assert r["val_acc"] == vals[r["epoch"]] and r["evaluated"]
         else:
             assert r["val_acc"] is None and r["test_acc"] is None and not r["evaluated"]
+
+
+def test_config_yaml_is_what_save_config_writes(tmp_path: Path) -> None:
+    """One writer of config files: the run's ``config.yaml`` is ``save_config``'s text (as a run
+    records it: a real dataset's run does not claim the synthetic generator's defaults)."""
+    cfg = _cfg("train.epochs=1", "train.checkpoint_every=0", "data.dataset=data/cora")
+    _fit(LogRegEngine(), cfg, tmp_path / "run")
+    written = (tmp_path / "run" / "config.yaml").read_text()
+    assert written == save_config(cfg, tmp_path / "again.yaml", recorded=True).read_text()
+    assert "preset" not in written and load_config(tmp_path / "run" / "config.yaml") == cfg
 
 
 def test_summary_files_and_table(tmp_path: Path) -> None:
