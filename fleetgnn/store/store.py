@@ -338,6 +338,7 @@ class UnifiedStore:
         name: str = "store",
         topology: TopologySpec | PlacementPlan = None,
         hosts: Sequence[int] | None = None,
+        plan: StorePlan | None = None,
     ) -> UnifiedStore:
         """Plan and place ``graph``'s features and topology. Collective when ``comm`` is given.
 
@@ -384,6 +385,10 @@ class UnifiedStore:
                 Device reads from a rank on this host are ``peer``, from another host ``net``.
                 Default: one host when ``comm.same_host`` (or without ``comm``), else one host
                 per rank.
+            plan: A plan made elsewhere for ``world_size`` ranks, without a placement (the
+                keyed store's per-type tables, :class:`~fleetgnn.store.keyed.KeyedStore`):
+                placed as it is; ``budgets``, ``placement``, ``order`` and ``topology`` are then
+                not used.
 
         Returns:
             The store.
@@ -407,7 +412,10 @@ class UnifiedStore:
                 f"'budgets' must be a TierBudgets (got {type(budgets).__name__}); e.g. "
                 "TierBudgets.parse(device='64MB', host='1GiB')"
             )
-        if isinstance(placement, HotnessRanking):
+        hot: HotnessRanking | None = None
+        if plan is not None:
+            pass  # placed as planned
+        elif isinstance(placement, HotnessRanking):
             hot = placement
             if hot.order.shape != (graph.num_nodes,):
                 raise ConfigError(
@@ -438,10 +446,27 @@ class UnifiedStore:
                 host_comm = comm.host_group(hosts, meter=TrafficMeter())  # one tier per host
                 owned.append(host_comm)
         rph = 1 if host_comm is None else host_comm.world_size
-        placed = None if topology is None else resolve_placement(topology, world)
-        plan = plan_store(
-            graph, budgets, world, hotness=hot, order=order, ranks_per_host=rph, placement=placed
-        )
+        if plan is None:
+            placed = None if topology is None else resolve_placement(topology, world)
+            plan = plan_store(
+                graph,
+                budgets,
+                world,
+                hotness=hot,
+                order=order,
+                ranks_per_host=rph,
+                placement=placed,
+            )
+        elif (
+            plan.topology.world_size != world
+            or plan.placement is not None
+            or plan.topology.num_rows != graph.num_nodes
+        ):
+            raise ConfigError(
+                f"'plan' must be made for this graph's {graph.num_nodes} rows and {world} ranks "
+                f"without a placement (got {plan.topology.num_rows} rows, "
+                f"{plan.topology.world_size} ranks)"
+            )
         handles: list[Any] = []
 
         def sharded(local: Tensor, suffix: str) -> _Gatherable:
