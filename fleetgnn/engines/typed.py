@@ -12,13 +12,19 @@ Node classification on the schema's target type with a typed model
   divided by the step's global seed count and the gradients summed by the engines' one
   all-reduce, so a step equals the reference's step on the union of the ranks' batches.
 
-Features: each rank reads the typed graph's per-type arrays (memory maps are fine) for the rows
-a batch needs; the unified store's keyed per-type tables are not used yet, so store budgets do
-not apply. Featureless types are the model's embedding tables, trained like every parameter
-(dense gradients unless the model asks for sparse ones).
+Features: with ``store.device_budget`` or ``store.host_budget`` set, the minibatch engine reads
+each batch's input rows through a :class:`~fleetgnn.store.keyed.KeyedStore` (one table per
+featured type over device shards, the host tier and the dataset's arrays, the budgets shared by
+all types by in-degree over every relation; ``store.gather`` picks one- or two-sided device
+reads; ``store.placement``, ``store.order`` and ``store.topology`` apply to homogeneous graphs
+only). Without budgets, and in the reference engine, each rank reads the typed graph's per-type
+arrays (memory maps are fine) directly. The rows are the same either way, bit for bit.
+Featureless types are the model's embedding tables, trained like every parameter (dense
+gradients unless the model asks for sparse ones).
 
 Evaluation: one full-neighbourhood forward over the whole typed graph in memory (every rank
-computes the same numbers; no collective), metrics on the target type's splits.
+computes the same numbers; no collective; features read directly), metrics on the target type's
+splits.
 
 ``split``, ``fullgraph`` and ``offload`` refuse typed graphs
 (:func:`~fleetgnn.engines.common.refuse_typed`).
@@ -49,6 +55,7 @@ from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.hetero import TypedAggregator
 from fleetgnn.sampling import SeedLoader
 from fleetgnn.sampling.hetero import HeteroBlock, HeteroNeighborSampler, full_hetero_block
+from fleetgnn.store import KeyedStore, TierBudgets, parse_bytes
 from fleetgnn.tasks import check_label_range
 
 
@@ -242,8 +249,8 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
         graph: The :class:`~fleetgnn.graph.hetero.HeteroGraph` (every rank opens it).
         ctx: This process's :class:`~fleetgnn.distributed.DistContext` (``None``: from the
             environment).
-        config: A :class:`~fleetgnn.config.MinibatchEngineConfig` (the store's budgets and
-            placement are not used for typed graphs yet).
+        config: A :class:`~fleetgnn.config.MinibatchEngineConfig`; ``store.device_budget`` /
+            ``store.host_budget`` put the features in a keyed store (see the module docstring).
         optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
         loss: Per-node loss (``None``: cross-entropy).
         fanouts: Per-relation fanouts overriding ``config.fanouts``.
@@ -282,6 +289,10 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
         )
         super().__init__(dist, graph)
         self._setup_data(graph, cfg.feature_norm)
+        self.store: KeyedStore | None = None
+        self.store_comm: Any = None
+        if graph.x and (cfg.device_budget is not None or cfg.host_budget is not None):
+            self._build_store(cfg, TrafficMeter)
         self.module = self.model = setup_model(self, model, optimizer, loss)
         self.loader = SeedLoader(
             self.train_ids,
@@ -294,6 +305,63 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
             graph, fanouts if fanouts is not None else list(cfg.fanouts), seed=self.seed
         )
         _check_layers(self.sampler, self.module)
+
+    def _build_store(self, cfg: MinibatchEngineConfig, meter_cls: Any) -> None:
+        """The keyed store of the features (collective), on a group of its own."""
+        from fleetgnn.engines.minibatch import resolve_gather
+
+        hosts = self.ctx.hosts(self.comm)
+        gather = resolve_gather(cfg.gather, self.ctx, hosts)
+        unlimited = 1 << 62
+        budgets = TierBudgets(
+            parse_bytes(
+                unlimited if cfg.device_budget is None else cfg.device_budget, "device_budget"
+            ),
+            parse_bytes(unlimited if cfg.host_budget is None else cfg.host_budget, "host_budget"),
+        )
+        self.store_comm = self.comm.new_group(backend="gloo", meter=meter_cls())
+        try:
+            self.store = KeyedStore.build(
+                self.graph,
+                self.store_comm,
+                budgets,
+                one_sided=gather == "one_sided",
+                meter=meter_cls(),
+                hosts=hosts,
+            )
+        except BaseException:
+            self.store_comm.destroy()
+            raise
+
+    def train_features(self, block: HeteroBlock) -> dict[str, torch.Tensor]:
+        """A training batch's input rows: through the keyed store when there is one."""
+        if self.store is None:
+            return self.features(block)
+        # every table in schema order on every rank (two-sided reads are collectives)
+        rows = {t: self.store.gather_type(t, block.src_ids[t]) for t in self.store.tables}
+        return {
+            t: normalize_rows(rows[t].to(self.device, self.dtype), self.feature_norm)
+            for t in self.graph.x
+        }
+
+    def peak_memory(self) -> dict[str, int]:
+        """Bytes this rank holds per store tier (all zero without a store)."""
+        if self.store is None:
+            return {"device": 0, "host": 0, "disk": 0}
+        return dict(self.store.memory())
+
+    def rank_extra(self) -> dict[str, Any]:
+        """The keyed store's hit rates of the last epoch (none without a store)."""
+        return {} if self.store is None else {"hit_rates": self.store.hit_rates()}
+
+    def close(self) -> None:
+        """Release the keyed store's shared memory and its group (idempotent)."""
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.store_comm is not None:
+            self.store_comm.destroy()
+            self.store_comm = None
 
     def steps_per_epoch(self) -> int:
         """Batches per epoch, equal on every rank."""
@@ -308,6 +376,8 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
     ) -> list[StepStats]:
         """Run steps ``start_step..`` of ``epoch`` (collective: every rank runs every step)."""
         self.module.train()
+        if self.store is not None:
+            self.store.reset_stats()  # hit rates of this epoch's training
         out = []
         for step in range(start_step, self.steps_per_epoch()):
             stats = self.train_step(epoch, step)
@@ -322,7 +392,8 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
         seeds = self.loader.batch(epoch, step)
         blocks = self.sampler.sample(seeds, epoch, step, stream=self.rank)
         t1 = self.clock()
-        x = self.features(blocks[0])
+        before = None if self.store is None else self.store.meter.snapshot()
+        x = self.train_features(blocks[0])
         t2 = self.clock()
         count = self._global_count(step)
         g_step = epoch * self.steps_per_epoch() + step
@@ -331,7 +402,10 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
             logits = self.module(self.aggregators(blocks), x, step=g_step)
             return StepLoss.of(self.loss, logits, self.labels(seeds), count)
 
-        traffic = {"local": int(sum(v.numel() * v.element_size() for v in x.values()))}
+        if self.store is None or before is None:
+            traffic = {"local": int(sum(v.numel() * v.element_size() for v in x.values()))}
+        else:
+            traffic = {k: v["bytes"] for k, v in self.store.meter.delta(before).items()}
         prepared = Prepared(t1 - t0, t2 - t1, inline=t2 - t0, traffic=traffic)
         return run_step(self, forward, prepared=prepared)
 

@@ -3,13 +3,14 @@
 Where rows go: hotness ranking in :mod:`fleetgnn.store.hotness`, tier plans in
 :mod:`fleetgnn.store.tiers`, XGNN's placement solver in :mod:`fleetgnn.store.placement`, device
 topologies (``store.topology``) in :mod:`fleetgnn.store.device_topology`; the store itself in
-:mod:`fleetgnn.store.store`; PyG
+:mod:`fleetgnn.store.store`, per-type tables of typed graphs in :mod:`fleetgnn.store.keyed`; PyG
 ``FeatureStore``/``GraphStore`` adapters in :mod:`fleetgnn.store.pyg` (optional dependency).
 """
 
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.store.device_topology import TOPOLOGIES, resolve_placement, topology_matrix
 from fleetgnn.store.hotness import HotnessRanking, hotness_order
+from fleetgnn.store.keyed import KeyedPlan, KeyedStore, plan_keyed
 from fleetgnn.store.placement import PlacementPlan, solve_placement
 from fleetgnn.store.store import KINDS, SOURCE_LINKS, SOURCES, UnifiedStore
 from fleetgnn.store.tiers import (
@@ -27,6 +28,8 @@ __all__ = [
     "SOURCES",
     "SOURCE_LINKS",
     "HotnessRanking",
+    "KeyedPlan",
+    "KeyedStore",
     "PlacementPlan",
     "StorePlan",
     "TOPOLOGIES",
@@ -36,6 +39,7 @@ __all__ = [
     "feature_row_bytes",
     "hotness_order",
     "parse_bytes",
+    "plan_keyed",
     "plan_store",
     "plan_tiers",
     "resolve_placement",

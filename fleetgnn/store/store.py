@@ -21,10 +21,11 @@ Features and topology (each node's CSC segment: its in-neighbours and edge weigh
 the same way with their own plans. The disk tier's feature rows are read one of two ways:
 
 - **a** :class:`~fleetgnn.graph.rows.RowReader` when the features are a memory map of a whole
-  ``.npy`` file (a dataset opened with ``open_dataset``) larger than :data:`DISK_MAP_FRACTION` of
-  this machine's memory: a graph whose features may not stay in the page cache. Per call, rows
-  found in the page cache are copied through the reader's mapping and unmapped again, others read
-  with sorted, coalesced ``os.preadv`` calls into the process's own buffers. Nothing of the file
+  ``.npy`` file (a dataset opened with ``open_dataset``) larger than
+  :data:`~fleetgnn.store.disk_tier.DISK_MAP_FRACTION` of this machine's memory: a graph whose
+  features may not stay in the page cache. Per call, rows found in the page cache are copied
+  through the reader's mapping and unmapped again, others read with sorted, coalesced
+  ``os.preadv`` calls into the process's own buffers. Nothing of the file
   stays resident in the process (its file-backed RSS stays flat whatever the graph's size), and a
   cold gather is several times faster than faulting the rows in through a mapping.
 - **a mapping of its own** of the same file, advised ``MADV_RANDOM`` (no readahead; other readers
@@ -76,7 +77,6 @@ collective: all ranks must call the same store methods the same number of times.
 from __future__ import annotations
 
 import dataclasses
-import mmap
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -90,10 +90,9 @@ from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.distributed.transfer import Transfers
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph, check_edge_ids
-from fleetgnn.graph.loaders._io import memory_total
-from fleetgnn.graph.rows import RowReader
 from fleetgnn.store.device_read import DeviceIndex, gather_on_device
 from fleetgnn.store.device_topology import TopologySpec, resolve_placement
+from fleetgnn.store.disk_tier import _advise_random, _file_reader, _map_limit
 from fleetgnn.store.hotness import HotnessRanking, hotness_order
 from fleetgnn.store.placement import PlacementPlan
 from fleetgnn.store.tiers import (
@@ -118,75 +117,6 @@ SOURCE_LINKS: dict[str, str] = {
     "disk": "disk",
 }
 KINDS: tuple[str, ...] = ("features", "topology")
-#: Feature files larger than this fraction of the machine's memory are read with ``pread``
-#: (see the module docstring); smaller ones through a mapping advised ``MADV_RANDOM``.
-DISK_MAP_FRACTION = 0.5
-#: ``madvise`` advice for the disk tier's feature mapping (``None`` where the platform has none).
-_MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
-
-
-def _map_limit() -> int:
-    """Largest feature file (bytes) the disk tier reads through a mapping."""
-    return int(DISK_MAP_FRACTION * memory_total())
-
-
-def _file_reader(x: np.ndarray) -> RowReader | None:
-    """A :class:`RowReader` reading ``x``'s rows from its file, or ``None``.
-
-    ``None`` when ``x`` is not a whole-file memory map (see :func:`~fleetgnn.graph.rows.file_rows`)
-    or the file can no longer be opened, or no longer holds ``x``'s first and last rows (replaced
-    since it was mapped: the caller keeps reading what ``x`` maps).
-    """
-    reader = RowReader(x)
-    if not reader.reads_file:
-        reader.close()
-        return None
-    ends = np.array([0, x.shape[0] - 1], dtype=np.int64)
-    try:
-        same = reader.take(ends).tobytes() == np.asarray(x[ends]).tobytes()
-    except OSError:
-        same = False
-    if not same:
-        reader.close()
-        return None
-    return reader
-
-
-def _advise_random(x: np.ndarray) -> np.ndarray:
-    """A read-only mapping of the file behind ``x``, advised random access, or ``x`` itself.
-
-    Only a whole-file map as ``np.load(mmap_mode="r")`` returns it (an ``np.memmap`` whose buffer is
-    its own ``mmap``, C-contiguous, shared) gets a new mapping: a view or a private
-    (copy-on-write) map is returned as is, as is ``x`` when the platform has no
-    ``madvise(MADV_RANDOM)`` or the kernel refuses it, or when the file no longer holds ``x``'s
-    first and last rows (replaced since it was mapped). The new mapping reads the same pages (the
-    page cache is shared); only its readahead differs.
-    """
-    mm = getattr(x, "_mmap", None)
-    if (
-        _MADV_RANDOM is None
-        or not isinstance(x, np.memmap)
-        or not isinstance(mm, mmap.mmap)
-        or x.base is not mm
-        or not hasattr(mm, "madvise")
-        or x.mode not in ("r", "r+")
-        or x.filename is None
-        or not x.flags.c_contiguous
-    ):
-        return x
-    try:
-        disk = np.memmap(x.filename, dtype=x.dtype, mode="r", offset=x.offset, shape=x.shape)
-        if x.shape[0] and (
-            disk[0].tobytes() != x[0].tobytes() or disk[-1].tobytes() != x[-1].tobytes()
-        ):
-            return x  # the file was replaced since x was mapped: keep reading what x maps
-        advise = getattr(getattr(disk, "_mmap", None), "madvise", None)
-        if advise is None:
-            return x
-        advise(_MADV_RANDOM)
-    except (OSError, ValueError, OverflowError):
-        return x
-    return disk
 
 
 class _Gatherable(Protocol):
@@ -346,6 +276,7 @@ class UnifiedStore:
         topology: TopologySpec | PlacementPlan = None,
         hosts: Sequence[int] | None = None,
         device: torch.device | str | None = None,
+        plan: StorePlan | None = None,
     ) -> UnifiedStore:
         """Plan and place ``graph``'s features and topology. Collective when ``comm`` is given.
 
@@ -397,6 +328,10 @@ class UnifiedStore:
                 takes and returns tensors there (:mod:`~fleetgnn.store.device_read`); topology
                 shards stay in host memory, where the sampler reads them. Pass the same device
                 type on every rank.
+            plan: A plan made elsewhere for ``world_size`` ranks, without a placement (the
+                keyed store's per-type tables, :class:`~fleetgnn.store.keyed.KeyedStore`):
+                placed as it is; ``budgets``, ``placement``, ``order`` and ``topology`` are then
+                not used.
 
         Returns:
             The store.
@@ -420,7 +355,10 @@ class UnifiedStore:
                 f"'budgets' must be a TierBudgets (got {type(budgets).__name__}); e.g. "
                 "TierBudgets.parse(device='64MB', host='1GiB')"
             )
-        if isinstance(placement, HotnessRanking):
+        hot: HotnessRanking | None = None
+        if plan is not None:
+            pass  # placed as planned
+        elif isinstance(placement, HotnessRanking):
             hot = placement
             if hot.order.shape != (graph.num_nodes,):
                 raise ConfigError(
@@ -452,10 +390,27 @@ class UnifiedStore:
                 host_comm = comm.host_group(hosts, meter=TrafficMeter())  # one tier per host
                 owned.append(host_comm)
         rph = 1 if host_comm is None else host_comm.world_size
-        placed = None if topology is None else resolve_placement(topology, world)
-        plan = plan_store(
-            graph, budgets, world, hotness=hot, order=order, ranks_per_host=rph, placement=placed
-        )
+        if plan is None:
+            placed = None if topology is None else resolve_placement(topology, world)
+            plan = plan_store(
+                graph,
+                budgets,
+                world,
+                hotness=hot,
+                order=order,
+                ranks_per_host=rph,
+                placement=placed,
+            )
+        elif (
+            plan.topology.world_size != world
+            or plan.placement is not None
+            or plan.topology.num_rows != graph.num_nodes
+        ):
+            raise ConfigError(
+                f"'plan' must be made for this graph's {graph.num_nodes} rows and {world} ranks "
+                f"without a placement (got {plan.topology.num_rows} rows, "
+                f"{plan.topology.world_size} ranks)"
+            )
         handles: list[Any] = []
 
         def sharded(local: Tensor, suffix: str) -> _Gatherable:

@@ -135,9 +135,11 @@ def _x(g, block):
     return {t: torch.from_numpy(g.x[t]).double()[block.src_ids[t] - off[t]] for t in g.x}
 
 
-def _train_ranks(comm, conv):
+def _train_ranks(comm, conv, store=None):
     g = _graph()
-    cfg = MinibatchEngineConfig(batch_size=8, dtype="float64", seed=SEED, fanouts=(3, 2))
+    cfg = MinibatchEngineConfig(
+        batch_size=8, dtype="float64", seed=SEED, fanouts=(3, 2), **(store or {})
+    )
     model = _model(g, conv)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     with build_engine(model, g, cfg, context_of(comm), optimizer=opt) as engine:
@@ -145,9 +147,10 @@ def _train_ranks(comm, conv):
         for step in range(STEPS):
             stats = engine.train_step(0, step)
             grads = {k: p.grad.detach().clone() for k, p in engine.module.named_parameters()}
-            out.append((stats.loss_sum, stats.count, grads))
+            out.append((stats.loss_sum, stats.count, grads, dict(stats.traffic)))
         params = {k: v.detach().clone() for k, v in engine.module.state_dict().items()}
-        return {"steps": out, "params": params, "eval": engine.evaluate()}
+        extra = {"memory": engine.peak_memory(), **engine.rank_extra()}
+        return {"steps": out, "params": params, "eval": engine.evaluate(), "store": extra}
 
 
 def _reference_union(world_size, conv):
@@ -194,7 +197,7 @@ def test_minibatch_two_ranks_equals_reference_step_for_step(conv):
     steps, params = _reference_union(2, conv)
     for step, (losses, grads) in enumerate(steps):
         for rank, res in enumerate(results):
-            loss_sum, _, rank_grads = res["steps"][step]
+            loss_sum, _, rank_grads, _ = res["steps"][step]
             assert loss_sum == pytest.approx(losses[rank], rel=1e-12)
             for name, g in grads.items():
                 torch.testing.assert_close(rank_grads[name], g, rtol=1e-10, atol=1e-13)
@@ -204,6 +207,53 @@ def test_minibatch_two_ranks_equals_reference_step_for_step(conv):
         for name, value in params.items():
             torch.testing.assert_close(res["params"][name], value, rtol=1e-10, atol=1e-13)
     assert results[0]["eval"] == results[1]["eval"]
+
+
+def _feature_bytes():
+    return sum(int(a.nbytes) for a in _graph().x.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "store",
+    [
+        {"device": 0.15, "host": 0.3},  # rows from own shard, the peer's, host and disk
+        {"device": 0.0, "host": 0.0, "gather": "two_sided"},  # everything from disk
+        {"device": 0.3, "host": None, "gather": "two_sided"},  # the rest on the host tier
+    ],
+    ids=["mixed", "disk", "two-sided"],
+)
+def test_minibatch_through_the_keyed_store_equals_reference(store):
+    """Budgets smaller than the features: the same steps as the reference, rows from the tiers."""
+    fb = _feature_bytes()
+    opts = {
+        "device_budget": int(store["device"] * fb / 2),
+        "host_budget": None if store["host"] is None else int(store["host"] * fb),
+        "gather": store.get("gather", "auto"),
+    }
+    results = run_world(_train_ranks, 2, "rgat", opts, timeout_s=300)
+    steps, params = _reference_union(2, "rgat")
+    for step, (losses, grads) in enumerate(steps):
+        for rank, res in enumerate(results):
+            loss_sum, _, rank_grads, traffic = res["steps"][step]
+            assert loss_sum == pytest.approx(losses[rank], rel=1e-12)
+            for name, g in grads.items():
+                torch.testing.assert_close(rank_grads[name], g, rtol=1e-10, atol=1e-13)
+            assert "disk" in traffic and set(traffic) != {"local"}  # bytes from the store's meter
+    for res in results:
+        for name, value in params.items():
+            torch.testing.assert_close(res["params"][name], value, rtol=1e-10, atol=1e-13)
+        mem, hits = res["store"]["memory"], res["store"]["hit_rates"]
+        assert mem["device"] <= opts["device_budget"]
+        assert mem["disk"] > 0 or store["host"] is None  # budgets smaller than the features
+        if store["device"] == 0 and store["host"] == 0:
+            assert hits["disk"] == 1.0
+        if store["device"] > 0:
+            assert hits["local"] > 0 and hits["peer"] > 0
+        if store["host"] is None:
+            assert hits["disk"] == 0.0 and hits["host"] > 0
+        elif store["host"] > 0:
+            assert mem["host"] <= opts["host_budget"] and hits["host"] > 0 and hits["disk"] > 0
 
 
 def _run_config(extra):

@@ -17,6 +17,7 @@ from fleetgnn.store import (
     TierBudgets,
     TierPlan,
     UnifiedStore,
+    disk_tier,
     feature_row_bytes,
     hotness_order,
     topology_row_bytes,
@@ -277,7 +278,7 @@ def test_disk_tier_reads_features_with_a_row_reader(tmp_path, monkeypatch, cache
     path = (tmp_path / "ds" / "x.npy").resolve()
     advised = []
     monkeypatch.setattr(store_mod, "_advise_random", lambda arr: advised.append(arr) or arr)
-    monkeypatch.setattr(store_mod, "DISK_MAP_FRACTION", mg.x.nbytes / 2 / memory_total())
+    monkeypatch.setattr(disk_tier, "DISK_MAP_FRACTION", mg.x.nbytes / 2 / memory_total())
     store = UnifiedStore.build(mg, None, _budgets(mg, 0.1, 0.1))
     assert store.plan.features.num_disk > 0
     assert store._x_reader is not None and store._x_reader.reads_file and not advised
@@ -315,7 +316,7 @@ def test_disk_tier_falls_back_to_a_mapping_advised_random(tmp_path, monkeypatch)
     want = torch.from_numpy(g.x[ids.numpy()])
     for small in (True, False):
         if not small:  # too large to map, but pread cannot open it
-            monkeypatch.setattr(store_mod, "DISK_MAP_FRACTION", 0.0)
+            monkeypatch.setattr(disk_tier, "DISK_MAP_FRACTION", 0.0)
             monkeypatch.setattr(store_mod, "_file_reader", lambda x: None)
         with UnifiedStore.build(mg, None, _budgets(mg, 0.1, 0.1)) as store:
             assert store.plan.features.num_disk > 0 and store._x_reader is None
@@ -323,11 +324,11 @@ def test_disk_tier_falls_back_to_a_mapping_advised_random(tmp_path, monkeypatch)
             assert torch.equal(store.gather(ids), want)
             if Path("/proc/self/smaps").exists():  # "rr" = random-read advice, on the store's
                 assert sorted("rr" in f for f in _vm_flags(path)) == [False, True]
-    monkeypatch.setattr(store_mod, "_MADV_RANDOM", -1)  # an advice the kernel refuses
+    monkeypatch.setattr(disk_tier, "_MADV_RANDOM", -1)  # an advice the kernel refuses
     with UnifiedStore.build(mg, None, _budgets(mg, 0.1, 0.1)) as again:
         assert again._x_disk is mg.x and torch.equal(again.gather(ids), want)
     monkeypatch.undo()
-    monkeypatch.setattr(store_mod, "DISK_MAP_FRACTION", 0.0)  # pread, were the file unchanged
+    monkeypatch.setattr(disk_tier, "DISK_MAP_FRACTION", 0.0)  # pread, were the file unchanged
     # the dataset's file replaced after it was mapped: keep reading what x maps
     np.save(tmp_path / "other.npy", g.x + 1)
     os.replace(tmp_path / "other.npy", tmp_path / "ds" / "x.npy")
