@@ -206,12 +206,12 @@ class LinkPrediction:
         for s in ("val", "test"):
             n = self.split.pos[s].shape[1]
             lo, hi = n * r // w, n * (r + 1) // w
-            pos = torch.from_numpy(self.split.pos[s][:, lo:hi]).to(dev)
-            neg = torch.from_numpy(self.split.neg[s][:, lo:hi]).to(dev)
+            pos = torch.from_numpy(np.asarray(self.split.pos[s][:, lo:hi], np.int64)).to(dev)
+            neg = torch.from_numpy(np.asarray(self.split.neg[s][:, lo:hi], np.int64)).to(dev)
             ps = decoder(h[pos[0]], h[pos[1]])
             ns = decoder(h[neg[0]], h[neg[1]])
             out[f"{s}_hist"] = histogram_sums(ps, ns)
-            nd = torch.from_numpy(self.split.neg_dst[s][lo:hi]).to(dev)  # [P, K]
+            nd = torch.from_numpy(np.asarray(self.split.neg_dst[s][lo:hi], np.int64)).to(dev)
             k = nd.shape[1]
             src = pos[0].repeat_interleave(k)
             rank_neg = decoder(h[src], h[nd.reshape(-1)]).view(-1, k)
