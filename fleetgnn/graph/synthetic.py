@@ -910,6 +910,7 @@ def prepare_synthetic(
     overwrite: bool = False,
     chunk_edges: int = 4_000_000,
     progress: Progress | None = None,
+    edge_features: int = 0,
 ) -> Path:
     """Generate a synthetic graph straight into a dataset directory, in bounded memory.
 
@@ -930,6 +931,8 @@ def prepare_synthetic(
             memory and speed only, never the result.
         progress: Called as ``progress(done, total)`` after each step; units are edge slots per
             pass plus feature rows, and ``done`` reaches ``total`` at the end.
+        edge_features: Width of the edge features to draw (``SyntheticSpec.edge_features``;
+            0: none, or the spec's own when ``preset`` is a spec).
 
     Returns:
         The dataset directory.
@@ -946,6 +949,8 @@ def prepare_synthetic(
         spec, preset_name = preset, preset.name
     else:
         spec, preset_name = spec_for(preset, scale), str(preset)
+    if edge_features:
+        spec = dataclasses.replace(spec, edge_features=edge_features)
     seed = _check_seed(seed)
     chunk_edges = _check_chunk_edges(chunk_edges)
     with DatasetWriter(out, name=spec.name, overwrite=overwrite) as writer:
