@@ -171,6 +171,13 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument("--scale", type=float, default=1.0, help="multiply nodes and edges by this")
     q.add_argument("--seed", type=int, default=0, help="seed of the generator")
+    q.add_argument(
+        "--edge-features",
+        type=int,
+        default=0,
+        metavar="D",
+        help="also draw D edge features per edge (edge_attr, for model.name=gine; default 0)",
+    )
     common(q)
 
 
@@ -201,6 +208,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 f"{', '.join([*PRESETS, *TYPED_PRESETS])}"
             )
         typed = args.preset in TYPED_PRESETS
+        if typed and args.edge_features:
+            raise FleetgnnError("--edge-features applies to homogeneous presets only")
+        extra = {} if typed else {"edge_features": args.edge_features}
         with task_progress(f"generating {args.preset} x{args.scale}") as progress:
             out = (prepare_typed_synthetic if typed else prepare_synthetic)(
                 args.out,
@@ -209,6 +219,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 overwrite=args.overwrite,
                 progress=progress,
+                **extra,
             )
     elif args.format == "ogb":
         from fleetgnn.errors import ConfigError

@@ -146,6 +146,7 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "activation": "elu",
     },
     "gin": {"hidden_dim": 64, "dropout": 0.5},
+    "gine": {"hidden_dim": 64, "dropout": 0.5},
 }
 
 #: Per-model defaults of the typed models (:func:`fleetgnn.nn.hetero.build_hetero_model`), for

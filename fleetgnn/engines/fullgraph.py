@@ -68,6 +68,7 @@ from fleetgnn.engines.common import (
     setup_model,
     split_metrics,
 )
+from fleetgnn.engines.edges import EdgeRows, needs_edge_attr
 from fleetgnn.engines.halo import (
     HaloAggregator,
     HaloPlan,
@@ -308,6 +309,13 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         self.orig_ids: np.ndarray | None = None if identity else np.asarray(self.book.perm)
         g = graph if identity else self.book.part_graph(graph, self.rank)
         self.layout: RankLayout = build_layout(g, np.asarray(self.book.offsets), self.rank)
+        # edge features of the owned nodes' in-edges, in the layout's (CSC) order: an edge is
+        # its destination's, so they are this rank's rows of the (relabelled) graph
+        self.edge_attr: torch.Tensor | None = None
+        if needs_edge_attr(model):
+            lay = self.layout
+            rows = EdgeRows(g, self.dtype, self.device)
+            self.edge_attr = rows.rows(torch.arange(int(g.indptr[lay.lo]), int(g.indptr[lay.hi])))
         del g
         self._send_rows, self._send_counts = exchange_need_lists(self.layout, self.comm)
         self.preprocess_s = self.clock() - t0
@@ -388,6 +396,7 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
                 comm_stream=self.comm_stream,
                 overlap_backward=self.overlap_backward,
                 wire_dtype=autocast_dtype(self.config),
+                edge_attr=self.edge_attr,
             )
         return self._aggs[key]
 

@@ -53,7 +53,7 @@ from fleetgnn.exchange import (
 from fleetgnn.graph import Graph
 from fleetgnn.graph.csc import check_edge_ids
 from fleetgnn.nn.aggregator import BipartiteHop
-from fleetgnn.ops import edge_softmax, gspmm
+from fleetgnn.ops import edge_reduce, edge_softmax, gspmm
 from fleetgnn.ops.spmm import Reduce
 
 __all__ = [
@@ -231,6 +231,9 @@ class HaloAggregator:
             differentiable all-to-all (the synchronous baseline, same gradients).
         wire_dtype: The dtype halo rows (and their gradients) travel in (mixed precision:
             ``torch.bfloat16``, half the bytes); ``None``: the rows' own.
+        edge_attr: ``[E, D]`` features of the rank's edges in the layout's (CSC) order, served
+            by :meth:`edge_attr`. An edge belongs to its destination's rank, so these rows are
+            local: nothing about them is exchanged (``None``: no edge features).
     """
 
     def __init__(
@@ -246,6 +249,7 @@ class HaloAggregator:
         comm_stream: Any = None,
         overlap_backward: bool = True,
         wire_dtype: torch.dtype | None = None,
+        edge_attr: Tensor | None = None,
     ) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ConfigError(f"'depth' (chunks in flight) must be an int >= 0 (got {depth!r})")
@@ -276,6 +280,14 @@ class HaloAggregator:
         self._src_gid: Tensor | None = None  # int64 [E], built on the first edge_ids() call
         self._dst_gid: Tensor | None = None
         self._edge_index: Tensor | None = None  # int64 [2, E], built on the first bipartite()
+        if edge_attr is not None and (
+            edge_attr.dim() != 2 or edge_attr.shape[0] != layout.num_edges
+        ):
+            raise ConfigError(
+                f"'edge_attr' must hold one row per in-edge of the owned nodes, "
+                f"[{layout.num_edges}, D] (got {tuple(edge_attr.shape)})"
+            )
+        self._edge_attr = edge_attr
 
     # ------------------------------------------------------------------ exchange
     def halo_rows(self, x: Tensor) -> Tensor:
@@ -358,6 +370,27 @@ class HaloAggregator:
     def src_degree(self) -> Tensor:
         """Global in-degree of each owned row, ``[M]`` (``x_src`` holds only owned rows)."""
         return self._in_degree
+
+    def edge_attr(self) -> Tensor:
+        """``[E, D]``: the features of every in-edge of the owned nodes (local, no exchange).
+
+        Raises:
+            ConfigError: The engine built the aggregator without edge features.
+        """
+        if self._edge_attr is None:
+            raise ConfigError(
+                "this full-graph aggregator carries no edge features; the engine adds them for "
+                "a model whose needs_edge_attr is True on a graph with edge_attr"
+            )
+        return self._edge_attr
+
+    def edge_reduce(self, messages: Tensor, reduce: Reduce = "sum") -> Tensor:
+        """``[E, ...] -> [M, ...]``: reduce per-edge messages into the owned destinations.
+
+        Local: every in-edge of an owned node is this rank's, so nothing is exchanged (the
+        messages' source rows came through :meth:`src_to_edge`, which exchanges).
+        """
+        return edge_reduce(self._st, messages, reduce)
 
     def edge_ids(self) -> tuple[Tensor, Tensor]:
         """Original global ``(src_gid, dst_gid)`` of every in-edge, int64 ``[E]`` each (cached)."""

@@ -90,6 +90,7 @@ from fleetgnn.engines.chunks import (
     rank_range,
 )
 from fleetgnn.engines.collectives import agreed, barrier, max_over_ranks, world_of
+from fleetgnn.engines.edges import EdgeRows, block_aggregator
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.rowfiles import MemoryRows, RowFile, ScratchDir, make_scratch
 from fleetgnn.errors import ConfigError
@@ -125,17 +126,22 @@ def layer_widths(
     *,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
+    edges: EdgeRows | None = None,
 ) -> list[int]:
     """``[in_width, width after layer 1, ..., width after layer num_layers]`` (no data needed).
 
-    Runs each layer on an empty block (eval mode, no gradients).
+    Runs each layer on an empty block (eval mode, no gradients), with no edge features of the
+    width of ``edges`` for a model that reads them.
     """
     widths = [int(in_width)]
     was_training = module.training
     module.eval()
     try:
         with torch.no_grad():
-            agg = LocalAggregator(_empty_block().to(device), dtype=dtype, validate=False)
+            attr = None if edges is None else edges.empty()
+            agg = LocalAggregator(
+                _empty_block().to(device), dtype=dtype, validate=False, edge_attr=attr
+            )
             for layer in range(num_layers):
                 h = torch.zeros((0, widths[-1]), dtype=dtype, device=device)
                 widths.append(int(module.layer_forward(layer, agg, h).shape[1]))
@@ -176,6 +182,7 @@ def stream_inference(
     chunking: Chunking | None = None,
     scratch_dir: str | os.PathLike[str] | None = None,
     same_host: bool = True,
+    edges: EdgeRows | None = None,
 ) -> InferenceStats:
     """Run layers ``1..num_layers`` streaming; the last one into ``sink``.
 
@@ -204,6 +211,8 @@ def stream_inference(
         scratch_dir: Where the scratch directory goes (``None``: the system's temporary one).
         same_host: Every rank runs on this host (one shared scratch file per layer); ``False``:
             one file per rank, filled by all-gathers.
+        edges: The graph's edge features by edge ID, for a model that reads them (``None``:
+            none; the topology must then name its edges, as a graph's or a store's does).
 
     Returns:
         This rank's :class:`InferenceStats`.
@@ -224,7 +233,7 @@ def stream_inference(
     lo, hi = rank_range(num_nodes, world, rank)
     np_dtype = _np_dtype(dtype)
     itemsize = np_dtype.itemsize
-    widths = layer_widths(module, in_width, layers, device=device, dtype=dtype)
+    widths = layer_widths(module, in_width, layers, device=device, dtype=dtype, edges=edges)
     shared = same_host or world == 1
     sets: list[NodeSet] = []
     if select is not None:
@@ -284,14 +293,16 @@ def stream_inference(
             if reader is not None:
                 readers.append(reader)
             for ids in in_step(iter_chunks(indptr, lo, hi, max_nodes, max_edges, sel), rounds):
-                block = full_neighbor_block(topology, torch.from_numpy(ids))
+                block = full_neighbor_block(
+                    topology, torch.from_numpy(ids), with_edge_ids=edges is not None
+                )
                 if reader is None:
                     src = features(block.src_ids)
                 else:
                     rows = block.src_ids.numpy()
                     rows = in_pos(rows) if in_pos is not None else rows
                     src = torch.from_numpy(reader.take(rows)).to(device)
-                agg = LocalAggregator(block.to(device), dtype=dtype, validate=False)
+                agg = block_aggregator(block, dtype, device, edges)
                 out = module.layer_forward(layer, agg, src.to(device=device, dtype=dtype))
                 if ids.size == 0:
                     continue
@@ -431,5 +442,6 @@ def streaming_metrics(
         chunking=chunking,
         scratch_dir=scratch_dir,
         same_host=same_host,
+        edges=EdgeRows.of(module, graph, dtype, device),
     )
     return sums.result(comm)

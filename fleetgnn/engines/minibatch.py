@@ -62,6 +62,7 @@ from fleetgnn.engines.common import (
     setup_distributed,
     setup_model,
 )
+from fleetgnn.engines.edges import EdgeRows, block_aggregator
 from fleetgnn.engines.link import (
     EdgeBatch,
     EdgeBatches,
@@ -74,7 +75,6 @@ from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
-from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
 from fleetgnn.store import (
     KINDS,
@@ -213,11 +213,15 @@ class MinibatchEngine(SampledEngine):
         self.chunking = Chunking()
         self.module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere
         self.model = self.module
+        #: The graph's edge features by edge ID, when the model reads them (``None``: not).
+        self.edges = EdgeRows.of(self.module, graph, self.dtype, self.device)
         train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         self.loader = SeedLoader(
             train_ids, sc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
         )
-        self.sampler = NeighborSampler(self.store, list(sc.fanouts), seed=self.seed)
+        self.sampler = NeighborSampler(
+            self.store, list(sc.fanouts), seed=self.seed, with_edge_ids=self.edges is not None
+        )
         if self.link:
             check_link_model(self.module)
             self.edges = EdgeBatches(
@@ -335,10 +339,7 @@ class MinibatchEngine(SampledEngine):
         """One data-parallel step on a prepared batch (gradients summed over ranks after it)."""
 
         def forward() -> StepLoss:
-            aggs = [
-                LocalAggregator(b.to(self.device), dtype=self.dtype, validate=False)
-                for b in batch.blocks
-            ]
+            aggs = [block_aggregator(b, self.dtype, self.device, self.edges) for b in batch.blocks]
             logits = self.module(aggs, batch.x, step=epoch * self.steps_per_epoch() + step)
             if batch.edges is not None:
                 task = self.task

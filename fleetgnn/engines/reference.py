@@ -42,6 +42,7 @@ from fleetgnn.engines.common import (
     resolve_device,
     setup_model,
 )
+from fleetgnn.engines.edges import EdgeRows, block_aggregator
 from fleetgnn.engines.inference import streaming_metrics
 from fleetgnn.engines.link import (
     EdgeBatches,
@@ -121,6 +122,8 @@ class ReferenceEngine(EngineBase):
         self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
         if self.link:
             check_link_model(self.model)
+        #: The graph's edge features by edge ID, when the model reads them (``None``: not).
+        self.edges = EdgeRows.of(self.model, graph, self.dtype, self.device)
         self.topology = GraphTopology(graph)
         self.train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         if self.mode == "minibatch":
@@ -128,7 +131,12 @@ class ReferenceEngine(EngineBase):
             self.loader = SeedLoader(
                 self.train_ids, config.batch_size, seed=self.seed, shuffle=True
             )
-            self.sampler = NeighborSampler(self.topology, list(config.fanouts), seed=self.seed)
+            self.sampler = NeighborSampler(
+                self.topology,
+                list(config.fanouts),
+                seed=self.seed,
+                with_edge_ids=self.edges is not None,
+            )
             if self.link:
                 self.edges = EdgeBatches(
                     self.task,  # type: ignore[arg-type]
@@ -147,13 +155,16 @@ class ReferenceEngine(EngineBase):
         """The whole graph as one aggregator (built once)."""
         if self._full_agg is None:
             self._full_agg = LocalAggregator.from_graph(
-                self.graph, dtype=self.dtype, device=self.device
+                self.graph,
+                dtype=self.dtype,
+                device=self.device,
+                with_edge_attr=self.edges is not None,
             )
         return self._full_agg
 
     def _local(self, block: Any) -> LocalAggregator:
         # sampler blocks are valid by construction; skip the per-edge check
-        return LocalAggregator(block.to(self.device), dtype=self.dtype, validate=False)
+        return block_aggregator(block, self.dtype, self.device, self.edges)
 
     def steps_per_epoch(self) -> int:
         """One step per epoch in full mode; the number of batches in mini-batch mode."""
@@ -255,7 +266,9 @@ class ReferenceEngine(EngineBase):
                 parts = []
                 for lo in range(0, n, chunk_size):
                     ids = torch.arange(lo, min(n, lo + chunk_size))
-                    block = full_neighbor_block(self.topology, ids).to(self.device)
+                    block = full_neighbor_block(
+                        self.topology, ids, with_edge_ids=self.edges is not None
+                    )
                     parts.append(
                         self.model.layer_forward(
                             layer, self._local(block), h[block.src_ids.to(self.device)]

@@ -12,7 +12,12 @@ array          dtype / shape              meaning
 ``y``          int64 ``[N]``              class label in ``[0, C)``, ``-1`` = unlabelled
 ``*_mask``     bool ``[N]``               train / val / test splits, pairwise disjoint
 ``edge_weight`` float ``[E]``             optional, aligned with ``indices``
+``edge_attr``  float ``[E, D]``           optional edge features, aligned with ``indices``
 =============  =========================  ==========================================
+
+An edge's ID is its position in ``indices``: ``edge_weight[e]`` and ``edge_attr[e]`` belong to
+edge ``e``, and every transformation that moves edges (:meth:`Graph.permute`,
+:meth:`Graph.to_undirected`, ...) moves their rows with them.
 
 Arrays may be numpy memory maps (see :func:`fleetgnn.graph.dataset.open_dataset`); methods that
 build new graphs read them in bounded chunks where that matters and never modify them.
@@ -42,7 +47,10 @@ TOPOLOGY_FILES: dict[str, str] = {
     "indptr": "indptr.npy",
     "indices": "indices.npy",
     "edge_weight": "edge_weight.npy",
+    "edge_attr": "edge_attr.npy",
 }
+#: The optional per-edge arrays, aligned with ``indices``.
+EDGE_ARRAYS: tuple[str, ...] = ("edge_weight", "edge_attr")
 _TOPOLOGY_FIX = "free some space there, or write the relabelled topology to another directory"
 
 Validation = Literal["full", "structure", "none"]
@@ -84,7 +92,7 @@ def coo_to_csc(
         )
     for name, arr in (("src", src), ("dst", dst)):
         check_ids(name, arr, num_nodes)
-    order = np.argsort(dst, kind="stable")
+    order = csc_order(dst)
     counts = np.bincount(dst, minlength=num_nodes) if dst.size else np.zeros(num_nodes, np.int64)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
@@ -99,6 +107,37 @@ def coo_to_csc(
             )
         weight = edge_weight[order]
     return indptr, indices, weight
+
+
+def csc_order(dst: np.ndarray) -> np.ndarray:
+    """The edge order :func:`coo_to_csc` puts an edge list in: by destination, stable.
+
+    ``edge_attr[csc_order(dst)]`` is the edge list's ``edge_attr`` aligned with the CSC
+    ``indices`` (the order does not depend on ``src``).
+    """
+    return np.argsort(np.asarray(dst), kind="stable")
+
+
+def check_edge_attr(edge_attr: object, num_edges: int) -> np.ndarray:
+    """``edge_attr`` as an array once its shape and dtype are checked (float ``[E, D]``).
+
+    Raises:
+        GraphError: Not a 2-D float array with one row per edge.
+    """
+    if not isinstance(edge_attr, np.ndarray):
+        raise GraphError(
+            f"'edge_attr' must be a numpy array [num_edges, D] (got {type(edge_attr).__name__})"
+        )
+    if edge_attr.ndim != 2 or edge_attr.shape[0] != num_edges:
+        raise GraphError(
+            f"'edge_attr' must have one row per edge, shape ({num_edges}, D) "
+            f"(got {edge_attr.shape}); reshape 1-D attributes with attr[:, None]"
+        )
+    if not np.issubdtype(edge_attr.dtype, np.floating):
+        raise GraphError(
+            f"'edge_attr' must be a float array (got {edge_attr.dtype}); cast with .astype"
+        )
+    return edge_attr
 
 
 def check_ids(
@@ -171,7 +210,9 @@ def topology_nbytes(graph: Graph) -> int:
     total = 8 * (n + 1) + e * graph.indices.dtype.itemsize
     if graph.edge_weight is not None:
         total += e * graph.edge_weight.dtype.itemsize
-    return total + 3 * 4096  # a .npy header is at most a few hundred bytes; one block each
+    if graph.edge_attr is not None:
+        total += int(graph.edge_attr.nbytes)
+    return total + 4 * 4096  # a .npy header is at most a few hundred bytes; one block each
 
 
 def open_topology(
@@ -180,7 +221,8 @@ def open_topology(
     """A topology-only :class:`Graph` over read-only memory maps of :meth:`Graph.permute`'s files.
 
     Args:
-        directory: Where ``indptr.npy`` and ``indices.npy`` (and ``edge_weight.npy``) are.
+        directory: Where ``indptr.npy`` and ``indices.npy`` (and ``edge_weight.npy``,
+            ``edge_attr.npy``) are.
         num_classes: The class count to carry (the graph has no labels).
         name: The graph's name.
 
@@ -191,7 +233,7 @@ def open_topology(
     arrays: dict[str, np.ndarray] = {}
     for key, file in TOPOLOGY_FILES.items():
         path = root / file
-        if key == "edge_weight" and not path.exists():
+        if key in EDGE_ARRAYS and not path.exists():
             continue
         try:
             arrays[key] = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -263,6 +305,7 @@ class Graph:
         val_mask: Optional bool ``[N]``.
         test_mask: Optional bool ``[N]``.
         edge_weight: Optional float ``[E]``.
+        edge_attr: Optional float ``[E, D]``: edge features, row ``e`` for edge ``e``.
         num_classes: Number of classes ``C``; inferred as ``max(y) + 1`` when omitted.
         name: A short name for reports.
         validate: ``"full"`` checks every value (default); ``"structure"`` checks shapes, dtypes
@@ -279,6 +322,7 @@ class Graph:
     val_mask: np.ndarray | None = None
     test_mask: np.ndarray | None = None
     edge_weight: np.ndarray | None = None
+    edge_attr: np.ndarray | None = None
     num_classes: int | None = None
     name: str = "graph"
     validate: dataclasses.InitVar[Validation] = "full"
@@ -358,6 +402,8 @@ class Graph:
                 )
             if not np.issubdtype(w.dtype, np.floating):
                 raise GraphError(f"'edge_weight' must be a float array (got {w.dtype})")
+        if self.edge_attr is not None:
+            check_edge_attr(self.edge_attr, indices.size)
         if self.num_classes is not None and int(self.num_classes) < 1:
             raise GraphError(f"'num_classes' must be >= 1 (got {self.num_classes})")
 
@@ -415,6 +461,16 @@ class Graph:
                 raise GraphError(
                     f"'edge_weight' holds a non-finite value {self.edge_weight[e]} at edge {e}"
                 )
+        attr = self.edge_attr
+        for start in range(0, 0 if attr is None else attr.shape[0], _CHUNK_ROWS):
+            block = np.asarray(attr[start : start + _CHUNK_ROWS])  # type: ignore[index]
+            finite = np.isfinite(block)
+            if not finite.all():
+                r, c = np.argwhere(~finite)[0]
+                raise GraphError(
+                    f"'edge_attr' holds a non-finite value {block[r, c]} at edge {start + int(r)}, "
+                    f"feature {int(c)}; clean the edge features"
+                )
 
     # ------------------------------------------------------------------ properties
     @property
@@ -431,6 +487,15 @@ class Graph:
     def num_features(self) -> int:
         """Feature dimension ``F`` (0 without features)."""
         return 0 if self.x is None else int(self.x.shape[1])
+
+    @property
+    def num_edge_features(self) -> int:
+        """Edge feature dimension ``D`` (0 without ``edge_attr``)."""
+        return 0 if self.edge_attr is None else int(self.edge_attr.shape[1])
+
+    def edge_data(self) -> dict[str, np.ndarray]:
+        """The present per-edge arrays by name (``edge_weight``, ``edge_attr``)."""
+        return {k: getattr(self, k) for k in EDGE_ARRAYS if getattr(self, k) is not None}
 
     def in_degrees(self) -> np.ndarray:
         """In-degree of every node, int64 ``[N]`` (segment lengths of ``indptr``)."""
@@ -474,6 +539,8 @@ class Graph:
                 parts.append(f"{name.split('_')[0]}={int(np.count_nonzero(m))}")
         if self.edge_weight is not None:
             parts.append("weighted")
+        if self.edge_attr is not None:
+            parts.append(f"edge_attr={tuple(self.edge_attr.shape)}:{self.edge_attr.dtype}")
         return f"Graph({', '.join(parts)})"
 
     # ------------------------------------------------------------------ transforms
@@ -492,16 +559,17 @@ class Graph:
     ) -> Graph:
         """Relabel nodes: new node ``i`` is old node ``perm[i]``.
 
-        Topology, features, labels, masks and edge weights are permuted consistently, so the result
-        is isomorphic to this graph. Each node's neighbour order is kept. The edges are gathered
-        in blocks of about :data:`_PERMUTE_BLOCK_EDGES` edges (and at most
-        :data:`_PERMUTE_BLOCK_NODES` destinations), so besides the result and the inverse
+        Topology, features, labels, masks, edge weights and edge features are permuted
+        consistently, so the result is isomorphic to this graph. Each node's neighbour order is
+        kept. The edges are gathered in blocks of about :data:`_PERMUTE_BLOCK_EDGES` edges (and
+        at most :data:`_PERMUTE_BLOCK_NODES` destinations), so besides the result and the inverse
         permutation the work arrays are bounded (the old arrays may be memory maps).
 
         With ``out_dir`` the topology is written there instead of into memory, block by block:
-        ``indptr.npy``, ``indices.npy`` (and ``edge_weight.npy``), their space reserved first and
-        fsynced at the end; the result is a topology-only graph over read-only memory maps of
-        them (:func:`open_topology`), so the process holds no ``N``- or ``E``-sized array of it.
+        ``indptr.npy``, ``indices.npy`` (and ``edge_weight.npy``, ``edge_attr.npy``), their space
+        reserved first and fsynced at the end; the result is a topology-only graph over read-only
+        memory maps of them (:func:`open_topology`), so the process holds no ``N``- or
+        ``E``-sized array of it.
 
         Args:
             perm: int ``[N]``, a permutation of ``0..N-1``.
@@ -541,18 +609,20 @@ class Graph:
         lo, hi = (0, n) if dst_range is None else (int(dst_range[0]), int(dst_range[1]))
         if not 0 <= lo <= hi <= n:
             raise GraphError(f"'dst_range' must satisfy 0 <= lo <= hi <= {n} (got {dst_range})")
-        weight = self.edge_weight
+        edge_arrays = self.edge_data()
         if out_dir is None:
             indptr = np.zeros(n + 1, dtype=np.int64)
             num_edges = self._permuted_indptr(perm, lo, hi, indptr)
             indices = np.empty(num_edges, dtype=self.indices.dtype)
-            new_weight = None if weight is None else np.empty(num_edges, dtype=weight.dtype)
-            self._permuted_edges(perm, inv, lo, hi, indptr, indices, new_weight)
+            new_edges = {
+                k: np.empty((num_edges, *v.shape[1:]), dtype=v.dtype)
+                for k, v in edge_arrays.items()
+            }
+            self._permuted_edges(perm, inv, lo, hi, indptr, indices, new_edges)
             data: dict[str, object] = {}
             if node_data:
                 data = {k: np.asarray(v)[perm] for k, v in self.node_data().items()}
-            if new_weight is not None:
-                data["edge_weight"] = new_weight
+            data.update(new_edges)
             return Graph(
                 indptr=indptr,
                 indices=indices,
@@ -563,18 +633,19 @@ class Graph:
             )
         root = Path(out_dir)
 
-        def create(key: str, dtype: np.dtype, size: int) -> np.ndarray:
-            return create_npy(root / TOPOLOGY_FILES[key], dtype, (size,), _TOPOLOGY_FIX)
+        def create(key: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+            return create_npy(root / TOPOLOGY_FILES[key], dtype, shape, _TOPOLOGY_FIX)
 
-        ptr_file = create("indptr", np.dtype(np.int64), n + 1)
+        ptr_file = create("indptr", np.dtype(np.int64), (n + 1,))
         num_edges = self._permuted_indptr(perm, lo, hi, ptr_file)
-        idx_file = create("indices", self.indices.dtype, num_edges)
-        w_file = None if weight is None else create("edge_weight", weight.dtype, num_edges)
-        self._permuted_edges(perm, inv, lo, hi, ptr_file, idx_file, w_file)
-        for arr in (ptr_file, idx_file, w_file):
-            if arr is not None:
-                _sync(arr)
-        del ptr_file, idx_file, w_file  # unmapped: the result maps the files read-only
+        idx_file = create("indices", self.indices.dtype, (num_edges,))
+        edge_files = {
+            k: create(k, v.dtype, (num_edges, *v.shape[1:])) for k, v in edge_arrays.items()
+        }
+        self._permuted_edges(perm, inv, lo, hi, ptr_file, idx_file, edge_files)
+        for arr in (ptr_file, idx_file, *edge_files.values()):
+            _sync(arr)
+        del ptr_file, idx_file, edge_files  # unmapped: the result maps the files read-only
         return open_topology(root, num_classes=self.num_classes, name=self.name)
 
     def _permuted_indptr(self, perm: np.ndarray, lo: int, hi: int, indptr: np.ndarray) -> int:
@@ -602,16 +673,15 @@ class Graph:
         hi: int,
         indptr: np.ndarray,
         indices: np.ndarray,
-        new_weight: np.ndarray | None,
+        new_edges: dict[str, np.ndarray],
     ) -> None:
-        """Fill ``indices`` (and ``new_weight``) of :meth:`permute` from the new ``indptr``.
+        """Fill ``indices`` (and the per-edge arrays ``new_edges``, by name) of :meth:`permute`.
 
         Destination blocks of about :data:`_PERMUTE_BLOCK_EDGES` in-edges and at most
         :data:`_PERMUTE_BLOCK_NODES` nodes (at least one node each); every output array may be
         a memory map being written.
         """
         old_ptr = self.indptr
-        weight = self.edge_weight
         num_edges = int(indptr[hi])
         cuts = np.searchsorted(
             indptr[lo : hi + 1], np.arange(0, num_edges, _PERMUTE_BLOCK_EDGES), side="right"
@@ -631,19 +701,26 @@ class Graph:
             old_pos = np.repeat(np.asarray(old_ptr[perm[a:b]]) - (ptr[:-1] - e0), deg)
             old_pos += np.arange(e1 - e0, dtype=np.int64)
             indices[e0:e1] = inv[np.asarray(self.indices[old_pos])]
-            if new_weight is not None and weight is not None:
-                new_weight[e0:e1] = np.asarray(weight[old_pos])
+            for k, out in new_edges.items():
+                out[e0:e1] = np.asarray(getattr(self, k)[old_pos])
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """The edge list ``(src, dst)`` in CSC order."""
         return np.asarray(self.indices), self.dst_of_edges()
 
-    def _with_edges(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray | None) -> Graph:
+    def _with_edges(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        weight: np.ndarray | None,
+        attr: np.ndarray | None = None,
+    ) -> Graph:
         indptr, indices, weight = coo_to_csc(src, dst, self.num_nodes, weight)
         return Graph(
             indptr=indptr,
             indices=indices,
             edge_weight=weight,
+            edge_attr=None if attr is None else attr[csc_order(dst)],
             num_classes=self.num_classes,
             name=self.name,
             validate="structure",
@@ -654,7 +731,7 @@ class Graph:
         """Add every missing reverse edge and drop duplicate edges.
 
         Each node's in-neighbours come out sorted by ID. Where an edge exists in the input, its own
-        weight is kept; an added reverse edge takes the weight of the edge it mirrors.
+        weight and features are kept; an added reverse edge takes those of the edge it mirrors.
         """
         src, dst = self.edges()
         n = self.num_nodes
@@ -671,13 +748,18 @@ class Graph:
         if self.edge_weight is not None:
             w = np.asarray(self.edge_weight)
             weight = np.concatenate([w, w])[order]
-        return self._with_edges(all_src[order], all_dst[order], weight)
+        attr = None
+        if self.edge_attr is not None:
+            a = np.asarray(self.edge_attr)
+            attr = np.concatenate([a, a])[order]
+        return self._with_edges(all_src[order], all_dst[order], weight, attr)
 
-    def add_self_loops(self, fill_weight: float = 1.0) -> Graph:
+    def add_self_loops(self, fill_weight: float = 1.0, fill_attr: float = 0.0) -> Graph:
         """Add a self loop ``v -> v`` to every node that has none (existing loops are kept).
 
         Args:
             fill_weight: Weight of each added loop when the graph is weighted.
+            fill_attr: Every feature of each added loop when the graph has ``edge_attr``.
         """
         src, dst = self.edges()
         n = self.num_nodes
@@ -688,11 +770,16 @@ class Graph:
         if self.edge_weight is not None:
             w = np.asarray(self.edge_weight)
             weight = np.concatenate([w, np.full(new.size, fill_weight, dtype=w.dtype)])
+        attr = None
+        if self.edge_attr is not None:
+            a = np.asarray(self.edge_attr)
+            attr = np.concatenate([a, np.full((new.size, a.shape[1]), fill_attr, dtype=a.dtype)])
         # appended after the existing edges; the stable sort in coo_to_csc keeps loops last
         return self._with_edges(
             np.concatenate([src.astype(np.int64), new]),
             np.concatenate([dst.astype(np.int64), new]),
             weight,
+            attr,
         )
 
 
@@ -702,6 +789,7 @@ def from_edges(
     num_nodes: int | None = None,
     *,
     edge_weight: np.ndarray | None = None,
+    edge_attr: np.ndarray | None = None,
     node_data: Mapping[str, np.ndarray] | None = None,
     num_classes: int | None = None,
     name: str = "graph",
@@ -714,6 +802,7 @@ def from_edges(
         dst: Destination IDs ``[E]``.
         num_nodes: Node count; defaults to ``max ID + 1`` (or the rows of ``node_data['x']``).
         edge_weight: Optional ``[E]``.
+        edge_attr: Optional float ``[E, D]``, row ``i`` for edge ``src[i] -> dst[i]``.
         node_data: Optional ``x``, ``y`` and split masks.
         num_classes: Class count (inferred from ``y`` when omitted).
         name: Graph name.
@@ -726,10 +815,14 @@ def from_edges(
         hi = max(int(src.max()) if src.size else -1, int(dst.max()) if dst.size else -1)
         num_nodes = max([hi + 1, *sizes])
     indptr, indices, weight = coo_to_csc(src, dst, int(num_nodes), edge_weight)
+    attr = None
+    if edge_attr is not None:
+        attr = check_edge_attr(np.asarray(edge_attr), src.size)[csc_order(dst)]
     return Graph(
         indptr=indptr,
         indices=indices,
         edge_weight=weight,
+        edge_attr=attr,
         num_classes=num_classes,
         name=name,
         allow_nonfinite=allow_nonfinite,

@@ -10,6 +10,7 @@ Layout (format version 1)::
     DIR/y.npy            int64 [N]       (optional, -1 = unlabelled)
     DIR/{train,val,test}_mask.npy  bool [N]  (optional)
     DIR/edge_weight.npy  float [E]       (optional)
+    DIR/edge_attr.npy    float [E, D]    (optional) edge features, row e for edge e
     DIR/verified.json    {"check_version", "files": {file: {"bytes", "mtime_ns", "sample"}}}
 
 ``meta.json`` may also say ``"feature_norm"``: the transform the dataset's features customarily
@@ -79,7 +80,7 @@ GRAPH_KIND = "graph"
 TYPED_KIND = "typed"
 #: The commands that read typed datasets (named when another command refuses one).
 TYPED_COMMANDS: tuple[str, ...] = ("'fleetgnn info'",)
-ARRAYS: tuple[str, ...] = ("indptr", "indices", "x", "y", *SPLITS, "edge_weight")
+ARRAYS: tuple[str, ...] = ("indptr", "indices", "x", "y", *SPLITS, "edge_weight", "edge_attr")
 REQUIRED: tuple[str, ...] = ("indptr", "indices")
 _COPY_CHUNK_BYTES = 64 << 20  # bounded memory when copying arrays into a dataset
 #: Elements (``E + N * max(1, F)``) up to which ``open_dataset`` checks every value of a dataset
@@ -346,8 +347,8 @@ def write_dataset(
         w.put("indices", graph.indices)
         for name, arr in graph.node_data().items():
             w.put(name, arr)
-        if graph.edge_weight is not None:
-            w.put("edge_weight", graph.edge_weight)
+        for name, arr in graph.edge_data().items():
+            w.put(name, arr)
         return w.commit(num_classes=graph.num_classes, **extra)
 
 

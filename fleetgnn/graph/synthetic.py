@@ -87,6 +87,7 @@ _CENTROID_STREAM = 1
 _FEATURE_STREAM = 2
 _EDGE_STREAM = 3
 _LABEL_STREAM = 4
+_EDGE_ATTR_STREAM = 5
 
 Progress = Callable[[int, int], None]
 
@@ -120,6 +121,9 @@ class SyntheticSpec:
         class_skew: Exponent of the class sizes, ``p_c ~ (c + 1)^-class_skew`` in ``[0, 10]``:
             0 gives equal classes, 1 a Zipf law (real label sets are skewed like that).
         name: Dataset name.
+        edge_features: Width ``D`` of the edge features ``edge_attr`` (0: none). Column 0 of an
+            edge is 1 when its ends share a community, else 0; every column gets standard normal
+            noise times ``feature_noise / 2``, drawn per block of :data:`EDGE_BLOCK` CSC edges.
     """
 
     num_nodes: int
@@ -135,6 +139,7 @@ class SyntheticSpec:
     label_noise: float = 0.0
     class_skew: float = 0.0
     name: str = "synthetic"
+    edge_features: int = 0
 
     def __post_init__(self) -> None:
         ints = (
@@ -142,6 +147,7 @@ class SyntheticSpec:
             ("num_edges", 0),
             ("num_features", 1),
             ("num_classes", 1),
+            ("edge_features", 0),
         )
         for field, low in ints:
             value = getattr(self, field)
@@ -765,7 +771,9 @@ def _generate(
     _write_features(spec, seed, z, x, tick)
     del x
     nodes = _nodes(spec, z, w)
-    del w, z
+    del w
+    if not spec.edge_features:
+        del z
     chunks = _edge_chunks(spec, chunk_edges) if spec.num_draws else []
 
     # pass 1: in-degree of every node in the symmetrised multigraph, counted into raw_ptr[1:]
@@ -832,9 +840,38 @@ def _generate(
     for lo in range(0, written, step):
         hi = min(written, lo + step)
         indices[lo:hi] = raw[lo:hi]
-    del indices, raw
+    del raw
     sink.drop_scratch()
+    if spec.edge_features:
+        _write_edge_attr(spec, seed, z, indptr, indices, sink)
+    del indices
     tick.to(tick.total)
+
+
+def _write_edge_attr(
+    spec: SyntheticSpec,
+    seed: int,
+    z: np.ndarray,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    sink: _Sink,
+) -> None:
+    """``edge_attr`` ``[E, D]`` float32 (see :class:`SyntheticSpec`), in blocks of CSC edges.
+
+    The noise of block ``b`` (edges ``[b * EDGE_BLOCK, (b + 1) * EDGE_BLOCK)``) comes from its
+    own stream, so any chunking gives the same values.
+    """
+    e, d = int(indices.shape[0]), int(spec.edge_features)
+    attr = sink.create("edge_attr", np.dtype(np.float32), (e, d))
+    scale = np.float32(float(spec.feature_noise) / 2.0)
+    for b, lo in enumerate(range(0, e, EDGE_BLOCK)):
+        hi = min(e, lo + EDGE_BLOCK)
+        dst = np.searchsorted(indptr, np.arange(lo, hi), side="right") - 1
+        same = z[np.asarray(indices[lo:hi])] == z[dst]
+        block = _rng(seed, _EDGE_ATTR_STREAM, b).standard_normal((hi - lo, d), dtype=np.float32)
+        block *= scale
+        block[:, 0] += same
+        attr[lo:hi] = block
 
 
 # ---------------------------------------------------------------------------- public API
@@ -873,6 +910,7 @@ def prepare_synthetic(
     overwrite: bool = False,
     chunk_edges: int = 4_000_000,
     progress: Progress | None = None,
+    edge_features: int = 0,
 ) -> Path:
     """Generate a synthetic graph straight into a dataset directory, in bounded memory.
 
@@ -893,6 +931,8 @@ def prepare_synthetic(
             memory and speed only, never the result.
         progress: Called as ``progress(done, total)`` after each step; units are edge slots per
             pass plus feature rows, and ``done`` reaches ``total`` at the end.
+        edge_features: Width of the edge features to draw (``SyntheticSpec.edge_features``;
+            0: none, or the spec's own when ``preset`` is a spec).
 
     Returns:
         The dataset directory.
@@ -909,6 +949,8 @@ def prepare_synthetic(
         spec, preset_name = preset, preset.name
     else:
         spec, preset_name = spec_for(preset, scale), str(preset)
+    if edge_features:
+        spec = dataclasses.replace(spec, edge_features=edge_features)
     seed = _check_seed(seed)
     chunk_edges = _check_chunk_edges(chunk_edges)
     with DatasetWriter(out, name=spec.name, overwrite=overwrite) as writer:

@@ -13,7 +13,7 @@ array                   checked
 ``indices``             every node ID in ``[0, N)``
 ``y``                   every label in ``[-1, C)`` (``-1`` = unlabelled)
 ``*_mask``              bytes 0 or 1, pairwise disjoint, no unlabelled node in a split
-``x``, ``edge_weight``  every value finite
+``x``, ``edge_weight``  every value finite (``edge_attr`` too)
 ======================  ======================================================================
 
 :func:`fingerprint` summarises one file by its size, modification time and a hash of its header
@@ -173,7 +173,7 @@ def check_values(
     # node arrays side by side (the masks and y are compared row by row), edges likewise; each
     # pass holds its own buffers only while it runs
     node_names = [k for k in ("x", "y", *_MASKS) if k in paths]
-    edge_names = [k for k in ("indices", "edge_weight") if k in paths]
+    edge_names = [k for k in ("indices", "edge_weight", "edge_attr") if k in paths]
     sizes = {k: _header(paths[k]) for k in ("indptr", *node_names, *edge_names)}
     node_rows = max(1, block_bytes // max(1, sum(sizes[k][1] for k in node_names)))
     edge_rows = max(1, block_bytes // max(1, sum(sizes[k][1] for k in edge_names)))
@@ -256,7 +256,7 @@ def _decreasing(v: int, a: int, b: int) -> None:
 
 
 def _check_edges(readers: dict[str, _Rows], n: int, e: int, rows: int, tick: _Ticks) -> None:
-    idx, w = readers["indices"], readers.get("edge_weight")
+    idx = readers["indices"]
     for lo in range(0, e, rows):
         hi = min(e, lo + rows)
         blk = idx.read(lo, hi)
@@ -267,10 +267,11 @@ def _check_edges(readers: dict[str, _Rows], n: int, e: int, rows: int, tick: _Ti
                 f"interval [0, {n}); make sure IDs are 0-based and num_nodes covers every node"
             )
         tick(blk.nbytes)
-        if w is not None:
-            wb = w.read(lo, hi)
-            _check_finite("edge_weight", wb, lo, "edge")
-            tick(wb.nbytes)
+        for name in ("edge_weight", "edge_attr"):
+            if name in readers:
+                wb = readers[name].read(lo, hi)
+                _check_finite(name, wb, lo, "edge")
+                tick(wb.nbytes)
 
 
 def _check_finite(name: str, blk: np.ndarray, lo: int, unit: str) -> None:

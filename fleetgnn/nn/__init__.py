@@ -4,7 +4,14 @@ Nothing here imports ``torch.distributed``: engines provide aggregators with com
 inside, and the same layer code runs on one device or many.
 """
 
-from fleetgnn.nn.aggregator import Aggregator, LocalAggregator
+from fleetgnn.nn.aggregator import (
+    EDGE_FEATURE_ENGINES,
+    Aggregator,
+    LocalAggregator,
+    edge_attr,
+    edge_reduce,
+)
+from fleetgnn.nn.edge_conv import EdgeConditionedConv, GINEConv
 from fleetgnn.nn.gat_conv import GATConv
 from fleetgnn.nn.gcn_conv import GCNConv
 from fleetgnn.nn.gin_conv import GINConv
@@ -15,12 +22,15 @@ from fleetgnn.nn.sage_conv import SAGEConv
 
 __all__ = [
     "CONVS",
+    "EDGE_FEATURE_ENGINES",
     "GNN",
     "MODEL_DEFAULTS",
     "Aggregator",
+    "EdgeConditionedConv",
     "GATConv",
     "GCNConv",
     "GINConv",
+    "GINEConv",
     "KeyedDropout",
     "LayerwiseModel",
     "LayerwiseModule",
@@ -29,5 +39,7 @@ __all__ = [
     "SAGEConv",
     "build_model",
     "check_model",
+    "edge_attr",
+    "edge_reduce",
     "from_pyg",
 ]

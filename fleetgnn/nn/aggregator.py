@@ -10,7 +10,7 @@ remote-row exchange, host offloading) and run the same layer code unchanged.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from fleetgnn.ops import (
     src_to_edge,
     structure,
 )
+from fleetgnn.ops import edge_reduce as _edge_reduce
 from fleetgnn.ops.spmm import Reduce
 
 if TYPE_CHECKING:
@@ -118,6 +119,45 @@ def bipartite(agg: object, x_src: Tensor) -> BipartiteHop:
     return fn(x_src)
 
 
+#: The engines whose aggregators carry edge features (:func:`edge_attr`, :func:`edge_reduce`).
+EDGE_FEATURE_ENGINES: tuple[str, ...] = ("reference", "minibatch", "fullgraph")
+
+
+def _edge_method(agg: object, name: str) -> Any:
+    fn = getattr(agg, name, None)
+    if not callable(fn):
+        raise ConfigError(
+            f"{type(agg).__name__} carries no edge features ({name}); run layers that read "
+            f"edge features on the {', '.join(EDGE_FEATURE_ENGINES)} engine"
+        )
+    return fn
+
+
+def edge_attr(agg: object) -> Tensor:
+    """``agg.edge_attr()``: the hop's edge features ``[E, D]`` in its edge order.
+
+    Optional in the :class:`Aggregator` protocol, like :func:`bipartite`: the local aggregator
+    (reference, minibatch) and the full-graph engine's carry them when the graph has
+    ``edge_attr``; the others refuse in one line.
+
+    Raises:
+        ConfigError: ``agg`` carries no edge features.
+    """
+    return _edge_method(agg, "edge_attr")()  # type: ignore[no-any-return]
+
+
+def edge_reduce(agg: object, messages: Tensor, reduce: Reduce = "sum") -> Tensor:
+    """``agg.edge_reduce(messages, reduce)``: per-edge messages ``[E, ...]`` into ``[M, ...]``.
+
+    The messages are in the order of :func:`edge_attr` and of ``agg.src_to_edge`` /
+    ``agg.dst_to_edge``; optional in the protocol like :func:`edge_attr`.
+
+    Raises:
+        ConfigError: ``agg`` cannot reduce edge messages.
+    """
+    return _edge_method(agg, "edge_reduce")(messages, reduce)  # type: ignore[no-any-return]
+
+
 def aggregates_raw(agg: object) -> bool:
     """Whether ``agg`` asks layers to aggregate their raw (parameter-free) inputs.
 
@@ -164,6 +204,8 @@ class LocalAggregator:
             :meth:`~fleetgnn.ops.adjacency.Structure.column_blocks` and :meth:`gcn_aggregate`).
         dtype: Float dtype of the degree tensors.
         validate: Check every index once (one pass over the edges).
+        edge_attr: Optional ``[E, D]`` edge features in the adjacency's edge order (default:
+            the adjacency's own ``edge_attr``, if any), served by :meth:`edge_attr`.
 
     Index dtype, on every device: int64 ``indptr``/``indices`` (a dataset's int32 ``indices``
     are widened when the aggregator is built), 8 bytes per edge and 8 more for the transpose the
@@ -179,7 +221,14 @@ class LocalAggregator:
         GraphError: If the adjacency is malformed.
     """
 
-    def __init__(self, adj: object, *, dtype: torch.dtype = torch.float32, validate: bool = True):
+    def __init__(
+        self,
+        adj: object,
+        *,
+        dtype: torch.dtype = torch.float32,
+        validate: bool = True,
+        edge_attr: Tensor | None = None,
+    ):
         src_ids = getattr(adj, "src_ids", None)
         if not isinstance(src_ids, Tensor) or src_ids.dim() != 1:
             raise GraphError(
@@ -212,15 +261,42 @@ class LocalAggregator:
         self._edge_ids: tuple[Tensor, Tensor] | None = None
         self._edge_index: Tensor | None = None
         self._gcn: dict[torch.dtype, ScaledSpMM] = {}
+        attr = getattr(adj, "edge_attr", None) if edge_attr is None else edge_attr
+        if attr is not None and (
+            not isinstance(attr, Tensor) or attr.dim() != 2 or attr.shape[0] != self.num_edges
+        ):
+            raise GraphError(
+                f"'edge_attr' must be a tensor [num_edges, D] = [{self.num_edges}, D] "
+                f"(got {tuple(getattr(attr, 'shape', ()))})"
+            )
+        self._edge_attr: Tensor | None = attr
 
     @classmethod
     def from_graph(
-        cls, graph: Graph, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+        cls,
+        graph: Graph,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        *,
+        with_edge_attr: bool = False,
     ) -> LocalAggregator:
         """The full-graph aggregator: ``num_src = num_dst = N``, ``src_ids = arange(N)``.
 
-        ``src_degree`` and ``dst_degree`` are both the graph's in-degrees.
+        ``src_degree`` and ``dst_degree`` are both the graph's in-degrees. With
+        ``with_edge_attr`` the graph's ``edge_attr`` is copied to ``device`` in ``dtype``
+        (``[E, D]``; the graph must have it) and served by :meth:`edge_attr`.
+
+        Raises:
+            GraphError: ``with_edge_attr`` on a graph without ``edge_attr``.
         """
+        attr = None
+        if with_edge_attr:
+            if graph.edge_attr is None:
+                raise GraphError(
+                    f"the model reads edge features but graph '{graph.name}' has no edge_attr; "
+                    f"prepare the dataset with edge features or pick a model without them"
+                )
+            attr = torch.from_numpy(np.asarray(graph.edge_attr)).to(device=device, dtype=dtype)
         indptr = torch.from_numpy(np.array(graph.indptr, dtype=np.int64)).to(device)  # own copy
         indices = torch.from_numpy(np.asarray(graph.indices).astype(np.int64)).to(device)
         n = graph.num_nodes
@@ -232,7 +308,7 @@ class LocalAggregator:
             src_degree=(indptr[1:] - indptr[:-1]).to(dtype),
             reused=True,  # every epoch: cache-sized column blocks pay off
         )
-        return cls(adj, dtype=dtype, validate=False)
+        return cls(adj, dtype=dtype, validate=False, edge_attr=attr)
 
     @property
     def num_edges(self) -> int:
@@ -285,6 +361,23 @@ class LocalAggregator:
     def src_to_edge(self, x_src: Tensor) -> Tensor:
         """See :func:`fleetgnn.ops.src_to_edge`."""
         return src_to_edge(self._st, x_src)
+
+    def edge_attr(self) -> Tensor:
+        """The edge features ``[E, D]``, in edge (CSC) order (optional in the protocol).
+
+        Raises:
+            ConfigError: The aggregator was built without edge features.
+        """
+        if self._edge_attr is None:
+            raise ConfigError(
+                "this hop carries no edge features; build the aggregator with edge_attr "
+                "(engines do so for a model whose needs_edge_attr is True on a graph with them)"
+            )
+        return self._edge_attr
+
+    def edge_reduce(self, messages: Tensor, reduce: Reduce = "sum") -> Tensor:
+        """``[E, ...] -> [M, ...]``: see :func:`fleetgnn.ops.edge_reduce`."""
+        return _edge_reduce(self._st, messages, reduce)
 
     def dst_to_edge(self, x_dst: Tensor) -> Tensor:
         """See :func:`fleetgnn.ops.dst_to_edge`."""

@@ -10,7 +10,8 @@ from torch import Tensor, nn
 
 from fleetgnn.config.run import MODEL_DEFAULTS
 from fleetgnn.errors import ConfigError
-from fleetgnn.nn.aggregator import Aggregator
+from fleetgnn.nn.aggregator import EDGE_FEATURE_ENGINES, Aggregator
+from fleetgnn.nn.edge_conv import GINEConv
 from fleetgnn.nn.gat_conv import GATConv
 from fleetgnn.nn.gcn_conv import GCNConv
 from fleetgnn.nn.gin_conv import GINConv
@@ -19,6 +20,8 @@ from fleetgnn.nn.sage_conv import SAGEConv
 from fleetgnn.ops import keyed_dropout
 
 CONVS: tuple[str, ...] = tuple(MODEL_DEFAULTS)
+#: The convs whose messages read edge features (they need ``edge_dim``).
+EDGE_CONVS: tuple[str, ...] = ("gine",)
 NORMS: tuple[str | None, ...] = (None, "layer")
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 
@@ -52,7 +55,8 @@ class GNN(LayerwiseModule):
         hidden_dim: Hidden width (per head for GAT).
         out_dim: Output width (classes).
         num_layers: Number of graph layers (>= 1).
-        conv: ``"gcn"``, ``"sage"``, ``"gat"`` or ``"gin"``.
+        conv: ``"gcn"``, ``"sage"``, ``"gat"``, ``"gin"`` or ``"gine"`` (GIN with edge features:
+            :class:`~fleetgnn.nn.edge_conv.GINEConv`, needs ``edge_dim``).
         dropout: Dropout on the input of every layer.
         input_dropout: Dropout on the first layer's input (default: ``dropout``).
         norm: ``None`` or ``"layer"``.
@@ -64,6 +68,8 @@ class GNN(LayerwiseModule):
         activation: ``"relu"``, ``"elu"`` or ``"gelu"`` (default ``"elu"`` for GAT, else
             ``"relu"``).
         conv_kwargs: Extra keyword arguments for every conv (e.g. ``{"aggr": "max"}`` for SAGE).
+        edge_dim: Width of the graph's edge features, for a conv that reads them (``"gine"``;
+            the model then sets ``needs_edge_attr`` and names the engines that host it).
 
     Raises:
         ConfigError: For an unknown conv, norm or activation, or non-positive sizes.
@@ -86,6 +92,7 @@ class GNN(LayerwiseModule):
         seed: int = 0,
         activation: str | None = None,
         conv_kwargs: Mapping[str, Any] | None = None,
+        edge_dim: int | None = None,
     ) -> None:
         super().__init__(num_layers if isinstance(num_layers, int) and num_layers >= 1 else 1)
         if conv not in CONVS:
@@ -117,6 +124,15 @@ class GNN(LayerwiseModule):
         ):
             if p is not None and not 0.0 <= float(p) < 1.0:
                 raise ConfigError(f"'{name}' must lie in [0, 1) (got {p!r})")
+        self.needs_edge_attr = conv in EDGE_CONVS
+        if self.needs_edge_attr:
+            if isinstance(edge_dim, bool) or not isinstance(edge_dim, int) or edge_dim < 1:
+                raise ConfigError(
+                    f"conv {conv!r} reads edge features: 'edge_dim' must be their width, a "
+                    f"positive int (got {edge_dim!r}); train it on a graph with edge_attr"
+                )
+            self.hosts = EDGE_FEATURE_ENGINES
+            self.hosts_reason = "its layers read edge features, which that engine does not carry"
         self.conv_name, self.num_layers, self.seed = conv, num_layers, seed
         self.dropout = float(dropout)
         self.input_dropout = float(dropout if input_dropout is None else input_dropout)
@@ -139,6 +155,9 @@ class GNN(LayerwiseModule):
                     **kw,
                 )
                 out_w = layer.out_width  # type: ignore[assignment]
+            elif conv == "gine":
+                out_w = out_dim if last else hidden_dim
+                layer = GINEConv(width, out_w, edge_dim=edge_dim, **kw)  # type: ignore[arg-type]
             else:
                 out_w = out_dim if last else hidden_dim
                 cls = {"gcn": GCNConv, "sage": SAGEConv, "gin": GINConv}[conv]

@@ -11,7 +11,7 @@ from fleetgnn.ops.random import (
     keyed_dropout,
     keyed_edge_dropout,
 )
-from fleetgnn.ops.sddmm import dst_to_edge, gsddmm, src_to_edge
+from fleetgnn.ops.sddmm import dst_to_edge, edge_reduce, gsddmm, src_to_edge
 from fleetgnn.ops.softmax import edge_softmax
 from fleetgnn.ops.spmm import REDUCES, ScaledSpMM, gspmm, gspmm_vjp
 
@@ -23,6 +23,7 @@ __all__ = [
     "ScaledSpMM",
     "check_adjacency",
     "dst_to_edge",
+    "edge_reduce",
     "edge_softmax",
     "float32_inputs",
     "full_precision",

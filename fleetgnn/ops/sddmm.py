@@ -1,4 +1,8 @@
-"""Edge-wise ops: ``gsddmm`` (combine a source and a destination value per edge) and gathers."""
+"""Edge-wise ops: ``gsddmm``, gathers, and the reduction of per-edge messages.
+
+``gsddmm`` combines a source and a destination value per edge, :func:`src_to_edge` and
+:func:`dst_to_edge` gather rows onto edges, :func:`edge_reduce` reduces edges into destinations.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from fleetgnn.errors import GraphError
+from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.ops.adjacency import Structure, check_rows, structure
 from fleetgnn.ops.precision import float32_inputs, full_precision
-from fleetgnn.ops.spmm import _sddmm_heads, _spmm_sum
+from fleetgnn.ops.spmm import REDUCES, Reduce, _sddmm_heads, _spmm_sum
 
 SddmmOp = Literal["dot", "add", "mul"]
 SDDMM_OPS: tuple[str, ...] = ("dot", "add", "mul")
@@ -22,6 +26,43 @@ def src_to_edge(adj: object, x_src: Tensor) -> Tensor:
     st = structure(adj)
     check_rows("x_src", x_src, st.num_src, "source node")
     return x_src.index_select(0, st.indices)
+
+
+def edge_reduce(adj: object, messages: Tensor, reduce: Reduce = "sum") -> Tensor:
+    r"""Reduce per-edge messages into their destinations: ``[E, ...] -> [M, ...]`` (autograd).
+
+    .. math::
+        \mathrm{out}_v = \bigoplus_{e = (u \to v)} m_e, \qquad
+        \oplus \in \{\mathrm{sum}, \mathrm{mean}, \mathrm{max}\}
+
+    The transpose of :func:`dst_to_edge`; a destination without in-edges gets 0. ``sum`` and
+    ``mean`` are one ``index_add`` (``mean`` then divides by the in-degree), ``max`` a
+    ``scatter_reduce`` (its gradient goes to the maximal edges, split evenly among ties).
+    Messages in a low precision are reduced in float32 (:func:`float32_inputs`).
+
+    Shapes:
+        - messages: ``[E, *feat]`` in the adjacency's edge (CSC) order; output: ``[M, *feat]``.
+
+    Raises:
+        ConfigError: ``reduce`` is not one of ``sum``, ``mean``, ``max``.
+        GraphError: ``messages`` has not one row per edge.
+    """
+    st = structure(adj)
+    if reduce not in REDUCES:
+        raise ConfigError(f"'reduce' must be one of {REDUCES} (got {reduce!r})")
+    check_rows("messages", messages, st.num_edges, "edge")
+    (messages,) = float32_inputs(messages)
+    dst = st.dst_index()
+    shape = (st.num_dst, *messages.shape[1:])
+    if reduce == "max":
+        idx = dst.view(-1, *([1] * (messages.dim() - 1))).expand_as(messages)
+        out = messages.new_zeros(shape)
+        return out.scatter_reduce(0, idx, messages, "amax", include_self=False)
+    out = messages.new_zeros(shape).index_add(0, dst, messages)
+    if reduce == "mean":
+        deg = st.in_degree().to(out.dtype).clamp(min=1)
+        out = out / deg.view(-1, *([1] * (out.dim() - 1)))
+    return out
 
 
 def dst_to_edge(adj: object, x_dst: Tensor) -> Tensor:

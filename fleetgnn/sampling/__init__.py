@@ -4,6 +4,7 @@ from fleetgnn.sampling.block import Block
 from fleetgnn.sampling.loader import SeedLoader
 from fleetgnn.sampling.neighbor import (
     DeviceTopology,
+    EdgeIdSource,
     GraphTopology,
     NeighborSampler,
     TopologySource,
@@ -17,6 +18,7 @@ from fleetgnn.sampling.neighbor import (
 __all__ = [
     "Block",
     "DeviceTopology",
+    "EdgeIdSource",
     "GraphTopology",
     "NeighborSampler",
     "SeedLoader",

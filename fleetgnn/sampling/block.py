@@ -14,6 +14,7 @@ field               dtype / shape         meaning
 ``num_dst``         int ``D``             number of destinations, ``D <= S``
 ``src_degree``      float32 ``[S]``       global in-degree of each source (optional)
 ``edge_weight``     float ``[E]``         weight of each edge (optional)
+``edge_ids``        int64 ``[E]``         global ID of each edge, its CSC position (optional)
 ==================  ====================  ==================================================
 
 For example, destinations ``[7, 3]`` sampled with neighbours ``7 <- {3, 9}`` and ``3 <- {9}``
@@ -53,6 +54,8 @@ class Block:
         num_dst: Number of destination nodes.
         src_degree: Optional float32 ``[num_src]``: each source's in-degree in the whole graph.
         edge_weight: Optional float ``[E]`` aligned with ``indices``.
+        edge_ids: Optional int64 ``[E]``: each edge's global ID (its position in the graph's
+            CSC), the row of its features in ``Graph.edge_attr``.
     """
 
     indptr: Tensor
@@ -61,6 +64,7 @@ class Block:
     num_dst: int
     src_degree: Tensor | None = None
     edge_weight: Tensor | None = None
+    edge_ids: Tensor | None = None
 
     def __post_init__(self) -> None:
         for name in ("indptr", "indices", "src_ids"):
@@ -91,6 +95,13 @@ class Block:
             if t.numel() != rows or not t.is_floating_point():
                 raise GraphError(
                     f"Block '{name}' must be a float tensor of shape ({rows},) "
+                    f"(got {t.dtype} with shape {tuple(t.shape)})"
+                )
+        if self.edge_ids is not None:
+            t = _check_tensor("edge_ids", self.edge_ids)
+            if t.dtype != torch.int64 or t.numel() != self.num_edges:
+                raise GraphError(
+                    f"Block 'edge_ids' must be an int64 tensor of shape ({self.num_edges},) "
                     f"(got {t.dtype} with shape {tuple(t.shape)})"
                 )
 
@@ -133,6 +144,7 @@ class Block:
             num_dst=self.num_dst,
             src_degree=move(self.src_degree),
             edge_weight=move(self.edge_weight),
+            edge_ids=move(self.edge_ids),
         )
 
     def validate(self) -> None:
@@ -169,6 +181,8 @@ class Block:
             parts.append("src_degree")
         if self.edge_weight is not None:
             parts.append(f"edge_weight:{self.edge_weight.dtype}")
+        if self.edge_ids is not None:
+            parts.append("edge_ids")
         if self.device.type != "cpu":
             parts.append(f"device={self.device}")
         return f"Block({', '.join(parts)})"

@@ -120,6 +120,19 @@ class TopologySource(Protocol):
         ...
 
 
+@runtime_checkable
+class EdgeIdSource(Protocol):
+    """A topology that also names the global ID of an in-edge (its position in the CSC).
+
+    Edge IDs key per-edge data (``Graph.edge_attr``): a sampler built ``with_edge_ids`` records
+    each sampled edge's ID in :attr:`Block.edge_ids`.
+    """
+
+    def edge_ids_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``indptr[ids] + offsets`` as int64: the global ID of each ``offsets``-th in-edge."""
+        ...
+
+
 class GraphTopology:
     """:class:`TopologySource` over a :class:`~fleetgnn.graph.Graph`'s numpy arrays.
 
@@ -199,6 +212,10 @@ class GraphTopology:
         if self._weight is None:
             raise GraphError("the graph has no 'edge_weight'; check has_edge_weight first")
         return torch.from_numpy(np.asarray(self._weight[self._positions(ids, offsets)]))
+
+    def edge_ids_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``indptr[ids] + offsets`` as int64 (:class:`EdgeIdSource`)."""
+        return torch.from_numpy(np.asarray(self._positions(ids, offsets), dtype=np.int64))
 
     def __repr__(self) -> str:
         return f"GraphTopology({self.graph!r})"
@@ -300,6 +317,10 @@ class DeviceTopology:
         if self.edge_weight is None:
             raise GraphError("the topology has no 'edge_weight'; check has_edge_weight first")
         return self.edge_weight[self._positions(ids, offsets)]
+
+    def edge_ids_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``indptr[ids] + offsets`` as int64, on :attr:`device` (:class:`EdgeIdSource`)."""
+        return self._positions(ids, offsets)
 
     def __repr__(self) -> str:
         return (
@@ -578,7 +599,7 @@ def sample_neighbors_from(
         raise GraphError("with_edge_weight=True but the graph has no 'edge_weight'")
     with serial(dev or torch.device("cpu")):
         deg = topo.in_degree(seeds)
-        return _sample_hop(topo, seeds, deg, fanout, key, with_edge_weight, dev)
+        return _sample_hop(topo, seeds, deg, fanout, key, with_edge_weight, dev)[:3]
 
 
 def _sample_hop(
@@ -589,8 +610,12 @@ def _sample_hop(
     key: int,
     with_edge_weight: bool,
     device: torch.device | None,
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """One hop's sampled edges: numpy on the host when ``device`` is None, else torch there."""
+    with_edge_ids: bool = False,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """One hop's sampled edges: numpy on the host when ``device`` is None, else torch there.
+
+    Returns ``(indptr_s, nbrs, weight, edge_ids)``; the last two ``None`` unless asked for.
+    """
     if device is None:
         indptr_s, row, offsets = _sample_offsets(
             seeds.numpy(), deg.cpu().numpy().astype(np.int64, copy=False), fanout, key
@@ -599,12 +624,14 @@ def _sample_hop(
         off = torch.from_numpy(offsets)
         nbrs = topo.neighbors_at(ids, off)
         weight = topo.edge_weight_at(ids, off) if with_edge_weight else None
-        return torch.from_numpy(indptr_s), nbrs, weight
+        eids = topo.edge_ids_at(ids, off).cpu() if with_edge_ids else None  # type: ignore[attr-defined]
+        return torch.from_numpy(indptr_s), nbrs, weight, eids
     indptr_t, row_t, off = _sample_offsets_torch(seeds, deg.to(device), fanout, key)
     ids = seeds[row_t]
     nbrs = topo.neighbors_at(ids, off).to(device)
     weight = topo.edge_weight_at(ids, off).to(device) if with_edge_weight else None
-    return indptr_t, nbrs, weight
+    eids = topo.edge_ids_at(ids, off).to(device) if with_edge_ids else None  # type: ignore[attr-defined]
+    return indptr_t, nbrs, weight, eids
 
 
 def sample_neighbors(
@@ -731,6 +758,7 @@ def _make_block(
     with_edge_weight: bool,
     device: torch.device | None,
     exclude: Tensor | None = None,
+    with_edge_ids: bool = False,
 ) -> tuple[Block, Tensor]:
     """One hop: sample, deduplicate, build the block; also returns the sources' int64 degrees.
 
@@ -738,8 +766,8 @@ def _make_block(
     ``exclude``: sorted keys (:func:`edge_keys`) of edges dropped from the sampled ones (after
     the draws, so the draws of the other edges do not change).
     """
-    indptr_s, nbrs, weight = _sample_hop(
-        topo, dst, dst_degree, fanout, key, with_edge_weight, device
+    indptr_s, nbrs, weight, eids = _sample_hop(
+        topo, dst, dst_degree, fanout, key, with_edge_weight, device, with_edge_ids
     )
     num_dst = int(dst.numel())
     if exclude is not None and exclude.numel() and nbrs.numel():
@@ -750,6 +778,7 @@ def _make_block(
         if not bool(keep.all()):  # drop them; edges stay grouped by destination
             nbrs, row = nbrs[keep], row[keep]
             weight = weight[keep] if weight is not None else None
+            eids = eids[keep] if eids is not None else None
             indptr_s = torch.zeros_like(indptr_s)
             indptr_s[1:] = torch.cumsum(torch.bincount(row, minlength=num_dst), 0)
     if device is None:
@@ -767,6 +796,7 @@ def _make_block(
         num_dst=num_dst,
         src_degree=src_degree.to(torch.float32),
         edge_weight=weight,
+        edge_ids=eids,
     )
     return block, src_degree
 
@@ -791,7 +821,11 @@ def _isin_sorted(values: Tensor, sorted_keys: Tensor) -> Tensor:
 
 
 def full_neighbor_block(
-    topology: TopologySource | Graph, dst_ids: Tensor, *, backend: Backend = "auto"
+    topology: TopologySource | Graph,
+    dst_ids: Tensor,
+    *,
+    backend: Backend = "auto",
+    with_edge_ids: bool = False,
 ) -> Block:
     """The block of all in-edges of ``dst_ids`` (sampling with fanout ``-1``; no randomness).
 
@@ -801,16 +835,22 @@ def full_neighbor_block(
         topology: The topology (a :class:`Graph` is wrapped).
         dst_ids: int64 ``[D]`` distinct destination IDs.
         backend: ``"auto"``, ``"numpy"`` or ``"torch"``, as in :func:`sample_neighbors_from`.
+        with_edge_ids: Record each edge's global ID (:attr:`Block.edge_ids`); the topology must
+            be an :class:`EdgeIdSource`.
 
     Returns:
         A :class:`Block` with ``dst_ids`` as destinations and every in-neighbour as a source.
     """
     topo = _as_topology(topology)
+    if with_edge_ids:
+        _check_edge_ids(topo)
     dev = _work_device(topo, dst_ids, _check_backend(backend))
     dst = _as_ids("dst_ids", dst_ids, topo.num_nodes, dev)
     with serial(dev or torch.device("cpu")):
         deg = topo.in_degree(dst)
-        block, _ = _make_block(topo, dst, deg, -1, 0, topo.has_edge_weight, dev)  # no draws
+        block, _ = _make_block(  # no draws
+            topo, dst, deg, -1, 0, topo.has_edge_weight, dev, with_edge_ids=with_edge_ids
+        )
     return block
 
 
@@ -847,6 +887,8 @@ class NeighborSampler:
         fanouts: Neighbours per node for each hop, ``-1`` = all.
         seed: Base seed (>= 0).
         backend: ``"auto"``, ``"numpy"`` or ``"torch"``.
+        with_edge_ids: Record every sampled edge's global ID in :attr:`Block.edge_ids` (for
+            edge features); the topology must be an :class:`EdgeIdSource`.
     """
 
     def __init__(
@@ -856,8 +898,12 @@ class NeighborSampler:
         seed: int = 0,
         *,
         backend: Backend = "auto",
+        with_edge_ids: bool = False,
     ) -> None:
         self.topology = _as_topology(topology)
+        self.with_edge_ids = bool(with_edge_ids)
+        if self.with_edge_ids:
+            _check_edge_ids(self.topology)
         if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence) or not fanouts:
             raise ConfigError(
                 f"'fanouts' must be a non-empty sequence of ints, one per layer (got {fanouts!r}); "
@@ -913,7 +959,9 @@ class NeighborSampler:
             for hop, fanout in enumerate(self.fanouts):
                 k = self.key(key[0], key[1], hop, key[2])
                 topo, weighted = self.topology, self.with_edge_weight
-                block, deg = _make_block(topo, dst, deg, fanout, k, weighted, dev, exclude)
+                block, deg = _make_block(
+                    topo, dst, deg, fanout, k, weighted, dev, exclude, self.with_edge_ids
+                )
                 blocks.append(block)
                 dst = block.src_ids
         blocks.reverse()
@@ -923,6 +971,14 @@ class NeighborSampler:
         return (
             f"NeighborSampler(fanouts={list(self.fanouts)}, seed={self.seed}, "
             f"backend={self.backend!r}, num_nodes={self.topology.num_nodes})"
+        )
+
+
+def _check_edge_ids(topo: TopologySource) -> None:
+    if not isinstance(topo, EdgeIdSource):
+        raise GraphError(
+            f"with_edge_ids=True needs a topology that names its edges (edge_ids_at); "
+            f"{type(topo).__name__} does not: sample a Graph, a DeviceTopology or a UnifiedStore"
         )
 
 

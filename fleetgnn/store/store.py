@@ -785,6 +785,17 @@ class UnifiedStore:
         tier, owner, pos = self._positions(ids, offsets)
         return torch.from_numpy(self._read("weight", tier, owner, pos))
 
+    def edge_ids_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``indptr[ids] + offsets``: the global ID (graph CSC position) of each in-edge.
+
+        Keys edge features (``Graph.edge_attr``); reads the graph's ``indptr`` entries, which
+        the :meth:`neighbors_at` call of the same edges has read already (no tier is charged).
+        """
+        self._check_open()
+        idn = self._ids("ids", ids)
+        off = torch.as_tensor(offsets).cpu().numpy().astype(np.int64, copy=False)
+        return torch.from_numpy(np.asarray(self.graph.indptr[idn], dtype=np.int64) + off)
+
     def all_neighbors(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         """``(counts [len(ids)], nbrs [counts.sum()])``: all in-neighbours, in ID then CSC order."""
         self._check_open()

@@ -24,6 +24,7 @@ from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn import build_model
 from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.nn.hetero import build_hetero_model
+from fleetgnn.nn.models import EDGE_CONVS
 from fleetgnn.partition import book_dir
 from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 from fleetgnn.train.resolve import resolve_device_name, resolve_feature_norm
@@ -56,12 +57,21 @@ def model_from_config(cfg: Config, graph: Graph) -> torch.nn.Module:
     seed = int(cfg.train.seed)
     torch.manual_seed(seed)  # parameter initialisation only; training draws are keyed
     link = cfg.train.task == "link"
+    kwargs = model_kwargs(cfg.model)
+    if name in EDGE_CONVS:
+        if graph.edge_attr is None:
+            raise ConfigError(
+                f"model.name={name} reads edge features but '{graph.name}' has no edge_attr; "
+                f"prepare a dataset with them (e.g. 'fleetgnn prepare synthetic "
+                f"--edge-features 4') or pick another model"
+            )
+        kwargs["edge_dim"] = graph.num_edge_features
     model = build_model(
         cfg.model.name,
         graph.num_features,
         cfg.train.link_dim if link else num_classes_of(graph),
         seed=seed,
-        **model_kwargs(cfg.model),
+        **kwargs,
     )
     if link:  # node embeddings of width train.link_dim, scored in pairs by the decoder
         return LinkModel(model, build_decoder(cfg.train.decoder, cfg.train.link_dim))

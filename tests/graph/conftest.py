@@ -5,7 +5,7 @@ import pytest
 
 from fleetgnn.graph import Graph
 
-_OPTIONAL = ("x", "y", "train_mask", "val_mask", "test_mask", "edge_weight")
+_OPTIONAL = ("x", "y", "train_mask", "val_mask", "test_mask", "edge_weight", "edge_attr")
 
 
 def assert_same_graph(a: Graph, b: Graph) -> None:

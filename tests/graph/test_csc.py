@@ -255,3 +255,71 @@ def test_edge_ids_are_checked_once_per_graph(monkeypatch):
             csc.check_edge_ids(bad)
     csc.check_edge_ids(bad, 0, 33)
     assert scans[-1] == 33
+
+
+def _coded_graph(rng: np.random.Generator, n: int = 25, e: int = 90):
+    """A graph whose edge features name their edge: ``edge_attr[e] = (src, dst, k)``."""
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    attr = np.stack([src, dst, np.arange(e)], axis=1).astype(np.float64)
+    w = rng.random(e)
+    return from_edges(src, dst, n, edge_weight=w, edge_attr=attr), w
+
+
+def _assert_coded(g: Graph, w: np.ndarray, perm: np.ndarray | None = None) -> None:
+    """Every edge's features name its own (src, dst), in the IDs before ``perm``, and its
+    weight is the weight of the input edge its features name."""
+    src, dst = g.edges()
+    if perm is not None:
+        src, dst = perm[src], perm[dst]
+    np.testing.assert_array_equal(g.edge_attr[:, 0], src)
+    np.testing.assert_array_equal(g.edge_attr[:, 1], dst)
+    np.testing.assert_array_equal(g.edge_weight, w[g.edge_attr[:, 2].astype(np.int64)])
+
+
+def test_edge_attr_follows_edges_through_csc_and_permute(tmp_path):
+    g, w = _coded_graph(np.random.default_rng(0))
+    assert g.num_edge_features == 3 and "edge_attr=(90, 3)" in repr(g)
+    _assert_coded(g, w)
+    np.testing.assert_array_equal(np.sort(g.edge_attr[:, 2]), np.arange(90))
+    perm = np.random.default_rng(1).permutation(g.num_nodes)
+    p = g.permute(perm)
+    _assert_coded(p, w, perm)
+    part = g.permute(perm, node_data=False, dst_range=(5, 17))
+    _assert_coded(part, w, perm)
+    assert part.num_edges == int(p.indptr[17] - p.indptr[5]) > 0
+    disk = g.permute(perm, node_data=False, out_dir=tmp_path)
+    assert isinstance(disk.edge_attr, np.memmap) and (tmp_path / "edge_attr.npy").is_file()
+    np.testing.assert_array_equal(disk.edge_attr, p.edge_attr)
+
+
+def test_edge_attr_through_undirected_and_self_loops():
+    g, w = _coded_graph(np.random.default_rng(2))
+    u = g.to_undirected()
+    s, d = u.edges()
+    # kept edges keep their own features, added reverse edges mirror the edge they copy
+    fwd = {(int(a), int(b)) for a, b in zip(*g.edges(), strict=True)}
+    for e in range(u.num_edges):
+        a, b = int(s[e]), int(d[e])
+        assert tuple(u.edge_attr[e, :2]) == ((a, b) if (a, b) in fwd else (b, a))
+    loops = g.add_self_loops(fill_attr=-1.0)
+    ls, ld = loops.edges()
+    new = loops.edge_attr[:, 2] == -1.0
+    assert new.sum() == loops.num_edges - g.num_edges > 0
+    assert (ls[new] == ld[new]).all() and (loops.edge_attr[new] == -1.0).all()
+    np.testing.assert_array_equal(loops.edge_attr[~new, 0], ls[~new])
+    np.testing.assert_array_equal(loops.edge_attr[~new, 1], ld[~new])
+
+
+@pytest.mark.parametrize(
+    ("attr", "match"),
+    [
+        (np.zeros(90), r"shape \(90, D\)"),
+        (np.zeros((89, 2)), r"one row per edge, shape \(90, D\)"),
+        (np.zeros((90, 2), np.int64), "must be a float array"),
+        (np.full((90, 2), np.nan), "'edge_attr' holds a non-finite value nan at edge 0"),
+    ],
+)
+def test_edge_attr_is_validated(attr, match):
+    g, _ = _coded_graph(np.random.default_rng(3))
+    with pytest.raises(GraphError, match=match):
+        g.replace(edge_attr=attr)

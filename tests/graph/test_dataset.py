@@ -136,3 +136,21 @@ def test_missing_array_file(graph, tmp_path):
     (out / "val_mask.npy").unlink()
     with pytest.raises(DatasetError, match="missing"):
         open_dataset(out)
+
+
+def test_edge_attr_roundtrip_and_value_check(tmp_path):
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 12, 40), rng.integers(0, 12, 40)
+    attr = rng.standard_normal((40, 3)).astype(np.float32)
+    g = from_edges(src, dst, 12, edge_attr=attr)
+    out = write_dataset(g, tmp_path / "ds")
+    back = open_dataset(out)
+    assert isinstance(back.edge_attr, np.memmap) and read_meta(out)["arrays"]["edge_attr"] == {
+        "dtype": "<f4",
+        "shape": [40, 3],
+    }
+    np.testing.assert_array_equal(back.edge_attr, g.edge_attr)
+    bad = np.array(g.edge_attr)
+    bad[7, 2] = np.inf
+    with pytest.raises(DatasetError, match="'edge_attr' holds a non-finite value inf at edge 7"):
+        write_dataset(g.replace(edge_attr=bad, validate="none"), tmp_path / "bad")

@@ -245,3 +245,26 @@ def test_too_few_labels_names_the_flag(tmp_path):
     assert "--train-mask" in str(exc.value)
     g = load_edgelist(p, labels=labels, num_train_per_class=2, num_val=2, num_test=3)
     assert np.bincount(g.y[g.train_mask]).tolist() == [2, 2, 2]
+
+
+def test_edge_attr_columns(tmp_path):
+    p = tmp_path / "e.csv"
+    p.write_text("# src,dst,a,b\n2,0,0.5,1\n0,1,1.5,2\n1,0,-3,4e2\n")
+    g = load_edgelist(p, edge_attr=True)
+    want = from_edges(
+        [2, 0, 1], [0, 1, 0], 3, edge_attr=np.array([[0.5, 1], [1.5, 2], [-3, 400]], np.float32)
+    )
+    np.testing.assert_array_equal(g.indices, want.indices)
+    np.testing.assert_array_equal(g.edge_attr, want.edge_attr)
+    assert g.edge_weight is None and g.edge_attr.dtype == np.float32
+    und = load_edgelist(p, edge_attr=True, undirected=True)
+    assert und.num_edges == 4 and und.edge_attr.shape == (4, 2)
+    p.write_text("0 1 0.5 1\n1 2 nan 3\n")
+    with pytest.raises(DatasetError, match="line 2: edge feature nan is not finite"):
+        load_edgelist(p, edge_attr=True)
+    p.write_text("0 1 0.5 1\n1 2 3\n")
+    with pytest.raises(DatasetError, match="line 2"):
+        load_edgelist(p, edge_attr=True)
+    p.write_text("0 1\n")
+    with pytest.raises(DatasetError, match="at least one edge feature column"):
+        load_edgelist(p, edge_attr=True)

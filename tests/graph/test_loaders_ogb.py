@@ -32,7 +32,8 @@ def _write_ogb(root: Path, n=23, e=61, f=3, seed=0, split="sales"):
     _gz(raw / "num-edge-list.csv.gz", [e])
     _gz(raw / "node-feat.csv.gz", [",".join(repr(float(v)) for v in row) for row in x])
     _gz(raw / "node-label.csv.gz", ["nan" if i in unlabelled else y[i] for i in range(n)])
-    _gz(raw / "edge-feat.csv.gz", ["0.5"] * e)  # ignored
+    attr = rng.standard_normal((e, 2)).astype(np.float32)
+    _gz(raw / "edge-feat.csv.gz", [",".join(repr(float(v)) for v in row) for row in attr])
     for name, ids in parts.items():
         _gz(root / "split" / split / f"{name}.csv.gz", ids)
     yy = y.copy()
@@ -41,7 +42,7 @@ def _write_ogb(root: Path, n=23, e=61, f=3, seed=0, split="sales"):
     for key, name in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
         masks[key] = np.zeros(n, bool)
         masks[key][parts[name]] = True
-    return src, dst, {"x": x, "y": yy, **masks}, n
+    return src, dst, {"x": x, "y": yy, **masks, "edge_attr": attr}, n
 
 
 @pytest.mark.parametrize("chunk_rows", [7, 1, 10**6])
@@ -49,7 +50,9 @@ def test_directed_matches_in_memory_reference(tmp_path, chunk_rows, same_graph):
     src, dst, data, n = _write_ogb(tmp_path / "ogbn_toy")
     out = prepare_ogb(tmp_path / "ogbn_toy", tmp_path / "ds", chunk_rows=chunk_rows)
     g = open_dataset(out)
-    same_graph(g, from_edges(src, dst, n, node_data=data))
+    attr = data.pop("edge_attr")  # line i of edge-feat.csv.gz belongs to line i of edge.csv.gz
+    same_graph(g, from_edges(src, dst, n, edge_attr=attr, node_data=data))
+    assert g.edge_attr.shape == (61, 2) and g.edge_attr.dtype == np.float32
     meta = read_meta(out)
     assert (meta["name"], meta["source"], meta["split"], meta["undirected"]) == (
         "ogbn_toy",
@@ -63,7 +66,9 @@ def test_directed_matches_in_memory_reference(tmp_path, chunk_rows, same_graph):
 @pytest.mark.parametrize("chunk_rows", [7, 10**6])
 def test_undirected_matches_to_undirected(tmp_path, chunk_rows, same_graph):
     src, dst, data, n = _write_ogb(tmp_path / "r", e=200)
-    out = prepare_ogb(tmp_path / "r", tmp_path / "ds", chunk_rows=chunk_rows, undirected=True)
+    with pytest.warns(UserWarning, match="edge-feat.csv.gz' is ignored"):
+        out = prepare_ogb(tmp_path / "r", tmp_path / "ds", chunk_rows=chunk_rows, undirected=True)
+    del data["edge_attr"]  # merging edges drops their features
     ref = from_edges(src, dst, n, node_data=data).to_undirected()
     same_graph(open_dataset(out), ref)
 
@@ -83,7 +88,8 @@ def test_optional_files_and_split_selection(tmp_path):
     assert g.x is None and g.y is None and int(g.train_mask.sum()) == 6
     with pytest.raises(DatasetError, match="already exists"):
         prepare_ogb(root, tmp_path / "ds", name="time")
-    prepare_ogb(root, tmp_path / "ds", name="sales", overwrite=True, undirected=True)
+    with pytest.warns(UserWarning, match="is ignored"):
+        prepare_ogb(root, tmp_path / "ds", name="sales", overwrite=True, undirected=True)
     assert read_meta(tmp_path / "ds")["split"] == "sales"
 
 

@@ -5,6 +5,7 @@ With plain Glorot attention vectors a 2-layer GAT on products-like started at a 
 sums grow with the degree. Both then trained far worse than GraphSAGE on the same data.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from fleetgnn.graph import Graph
 from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn import CONVS, LocalAggregator, build_model
+from fleetgnn.nn.models import EDGE_CONVS
 
 PLANETOID = DATA_DIR / "planetoid"  # the Cora that ships with fleetgnn
 
@@ -22,8 +24,10 @@ PLANETOID = DATA_DIR / "planetoid"  # the Cora that ships with fleetgnn
 def _train_mode_loss(graph: Graph, name: str, seed: int, x: torch.Tensor) -> float:
     """Cross-entropy over the training nodes of the first step (dropout on), full graph."""
     torch.manual_seed(seed)
-    model = build_model(name, graph.num_features, graph.num_classes, seed=seed).train()
-    agg = LocalAggregator.from_graph(graph)
+    edge = name in EDGE_CONVS
+    kw = {"edge_dim": graph.num_edge_features} if edge else {}
+    model = build_model(name, graph.num_features, graph.num_classes, seed=seed, **kw).train()
+    agg = LocalAggregator.from_graph(graph, with_edge_attr=edge)
     y = torch.from_numpy(np.asarray(graph.y, dtype=np.int64))
     train = torch.from_numpy(np.asarray(graph.train_mask))
     with torch.no_grad():
@@ -33,7 +37,8 @@ def _train_mode_loss(graph: Graph, name: str, seed: int, x: torch.Tensor) -> flo
 
 @pytest.fixture(scope="module")
 def products() -> Graph:
-    return generate_graph(spec_for("products-like", 0.01), seed=0)
+    spec = dataclasses.replace(spec_for("products-like", 0.01), edge_features=4)
+    return generate_graph(spec, seed=0)
 
 
 @pytest.mark.parametrize("name", CONVS)

@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch.autograd import gradcheck
 
-from fleetgnn.errors import GraphError
-from fleetgnn.ops import Adjacency, dst_to_edge, edge_softmax, gsddmm, src_to_edge
+from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.ops import Adjacency, dst_to_edge, edge_reduce, edge_softmax, gsddmm, src_to_edge
 
 
 def random_adj(num_dst, num_src, num_edges, seed=0, empty=(0,)):
@@ -99,3 +99,22 @@ def test_bad_inputs():
         gsddmm(adj, torch.randn(5, 2), torch.randn(5, 2))
     with pytest.raises(GraphError, match="op"):
         gsddmm(adj, torch.randn(5, 2), torch.randn(4, 2), "sub")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_edge_reduce_equals_a_loop_and_gradchecks(reduce):
+    indptr = torch.tensor([0, 3, 3, 5, 6])  # destination 1 has no in-edges
+    adj = Adjacency(indptr, torch.tensor([0, 2, 4, 1, 1, 3]), 5)
+    m = torch.randn(6, 2, 3, dtype=torch.float64, requires_grad=True)
+    out = edge_reduce(adj, m, reduce)
+    for v in range(4):
+        seg = m[indptr[v] : indptr[v + 1]].detach()
+        want = torch.zeros(2, 3, dtype=torch.float64)
+        if seg.numel():
+            want = {"sum": seg.sum(0), "mean": seg.mean(0), "max": seg.amax(0)}[reduce]
+        torch.testing.assert_close(out[v].detach(), want)
+    assert gradcheck(lambda t: edge_reduce(adj, t, reduce), (m,))
+    with pytest.raises(GraphError, match="messages"):
+        edge_reduce(adj, m[:5], reduce)
+    with pytest.raises(ConfigError, match="'reduce' must be one of"):
+        edge_reduce(adj, m, "min")

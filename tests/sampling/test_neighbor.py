@@ -18,6 +18,7 @@ from fleetgnn.sampling import (
     NeighborSampler,
     TopologySource,
     append_unique,
+    edge_keys,
     full_neighbor_block,
     sample_neighbors,
     sample_neighbors_from,
@@ -531,3 +532,48 @@ def test_sampling_layer_imports() -> None:
                 continue
             for name in names:
                 assert not name.startswith(banned), f"{path.name} imports {name}"
+
+
+def test_blocks_carry_the_sampled_edges_ids_on_every_backend_and_topology() -> None:
+    rng = np.random.default_rng(7)
+    n, e = 60, 400
+    g = from_edges(rng.integers(0, n, e), rng.integers(0, n, e), n)
+    seeds = torch.tensor([3, 17, 42, 8, 55])
+    exclude = edge_keys(torch.tensor([int(g.indices[g.indptr[17]])]), torch.tensor([17]), n)
+    dst_of = g.dst_of_edges()
+    runs = []
+    for topo, backend in (
+        (g, "numpy"),
+        (g, "torch"),
+        (DeviceTopology.from_graph(g), "torch"),
+    ):
+        sampler = NeighborSampler(topo, [4, 3], seed=5, backend=backend, with_edge_ids=True)
+        blocks = sampler.sample(seeds, epoch=1, step=2, exclude=exclude)
+        plain = NeighborSampler(topo, [4, 3], seed=5, backend=backend).sample(
+            seeds, epoch=1, step=2, exclude=exclude
+        )
+        for b, p in zip(blocks, plain, strict=True):
+            assert p.edge_ids is None and torch.equal(b.indices, p.indices)  # same sample
+            eid = b.edge_ids.numpy()
+            row = np.repeat(np.arange(b.num_dst), b.dst_in_degree().numpy())
+            # edge e goes indices[e] -> dst_of[e] in the graph: the block's edge, by ID
+            np.testing.assert_array_equal(g.indices[eid], b.src_ids[b.indices].numpy())
+            np.testing.assert_array_equal(dst_of[eid], b.dst_ids[row].numpy())
+            assert np.unique(eid).size == eid.size
+        runs.append([b.edge_ids for b in blocks])
+    for other in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], other, strict=True))
+    full = full_neighbor_block(g, torch.tensor([9, 4]), with_edge_ids=True)
+    np.testing.assert_array_equal(
+        full.edge_ids.numpy(), np.r_[g.indptr[9] : g.indptr[10], g.indptr[4] : g.indptr[5]]
+    )
+
+    class Plain:  # a topology that cannot name its edges
+        def __init__(self, inner: GraphTopology) -> None:
+            self.num_nodes, self.has_edge_weight = inner.num_nodes, inner.has_edge_weight
+            self.in_degree, self.neighbors_at = inner.in_degree, inner.neighbors_at
+            self.all_neighbors, self.edge_weight_at = inner.all_neighbors, inner.edge_weight_at
+
+    assert isinstance(Plain(GraphTopology(g)), TopologySource)
+    with pytest.raises(GraphError, match="with_edge_ids=True needs a topology"):
+        NeighborSampler(Plain(GraphTopology(g)), [2], with_edge_ids=True)

@@ -1,4 +1,7 @@
-"""Edge lists in text form (``src dst [weight]`` per line), with optional ``.npy`` node data."""
+"""Edge lists in text form, with optional ``.npy`` node data.
+
+A line is ``src dst [weight]``, or ``src dst a_1 .. a_D`` with edge features (``edge_attr``).
+"""
 
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ def load_edgelist(
     test_mask: str | os.PathLike[str] | None = None,
     split: str | os.PathLike[str] | None = None,
     name: str | None = None,
+    edge_attr: bool = False,
 ) -> Graph:
     """Load a text edge list and optional ``.npy`` features and labels.
 
@@ -54,6 +58,8 @@ def load_edgelist(
     optionally a third column, the edge weight, which must then be on every line. Text after
     ``comments`` and blank lines are ignored. A ``.gz`` file is decompressed on the fly. Edges
     keep the file's order per destination and are not deduplicated unless ``undirected``.
+    With ``edge_attr`` every column after ``src dst`` is an edge feature instead (``src dst a_1
+    .. a_D``, ``D >= 1`` the same on every line): the graph's ``edge_attr`` ``[E, D]`` (float32).
 
     Edge lists carry no split: without ``labels`` no masks are set. With ``labels`` either the
     split comes from your own mask files (``train_mask`` and optionally ``val_mask`` /
@@ -84,6 +90,7 @@ def load_edgelist(
         split: One ``.npz`` / ``.json`` file holding the train, val and test sets (instead of
             the mask files; needs ``labels``).
         name: Graph name (default: the file name up to its first dot).
+        edge_attr: Read the columns after ``src dst`` as edge features (no weight column).
 
     Returns:
         The validated graph.
@@ -105,30 +112,41 @@ def load_edgelist(
     ):
         raise DatasetError(f"'num_nodes' must be an integer >= 0 (got {num_nodes!r})")
     delim, ncols, first_data = _layout(path, comments)
-    if ncols not in (2, 3):
+    if edge_attr and ncols < 3:
+        raise DatasetError(
+            f"'{path}', line {first_data}: expected 'src dst a_1 .. a_D' with at least one edge "
+            f"feature column (found {ncols} columns); drop edge_attr for a plain edge list"
+        )
+    if not edge_attr and ncols not in (2, 3):
         raise DatasetError(
             f"'{path}', line {first_data}: expected 2 columns 'src dst' or 3 'src dst weight' "
             f"(found {ncols}); fix the file or pass the right 'comments' marker"
         )
-    weighted = ncols == 3
-    what = "'src dst weight'" if weighted else "'src dst'"
-    table = Table(
-        path, _WEIGHTED if weighted else np.dtype(np.int64), ncols, delim, comments, what, True
-    )
+    weighted = ncols == 3 and not edge_attr
+    if edge_attr:
+        what = f"'src dst' and {ncols - 2} edge features"
+        dtype = np.dtype([("src", np.int64), ("dst", np.int64), ("attr", np.float64, (ncols - 2,))])
+    else:
+        what = "'src dst weight'" if weighted else "'src dst'"
+        dtype = _WEIGHTED if weighted else np.dtype(np.int64)
+    table = Table(path, dtype, ncols, delim, comments, what, True)
     srcs, dsts, weights = [], [], []
     max_id = -1
     for first, lines in iter_line_chunks(path, _CHUNK_LINES):
         arr = table.parse(lines, first)
-        if weighted:
-            s, d, w = arr["src"], arr["dst"], arr["weight"]
+        if weighted or edge_attr:
+            s, d = arr["src"], arr["dst"]
+            w = arr["attr"] if edge_attr else arr["weight"]
             if w.size and not np.isfinite(w).all():
-                r = int(np.flatnonzero(~np.isfinite(w))[0])
+                r = int(np.argwhere(~np.isfinite(w))[0][0])
                 line = table.line_of_row(lines, first, r)
+                bad = w[r] if w.ndim == 1 else w[r][~np.isfinite(w[r])][0]
+                kind = "feature" if edge_attr else "weight"
                 raise DatasetError(
-                    f"'{path}', line {line}: edge weight {w[r]} is not finite "
+                    f"'{path}', line {line}: edge {kind} {bad} is not finite "
                     f"({short(lines[line - first])})"
                 )
-            weights.append(w)
+            weights.append(w.astype(np.float32) if edge_attr else w)
         else:
             s, d = arr[:, 0], arr[:, 1]
         for col, ids in (("source", s), ("destination", d)):
@@ -153,6 +171,9 @@ def load_edgelist(
     src = np.concatenate(srcs) if srcs else np.zeros(0, np.int64)
     dst = np.concatenate(dsts) if dsts else np.zeros(0, np.int64)
     weight = (np.concatenate(weights) if weights else np.zeros(0)) if weighted else None
+    attr = None
+    if edge_attr:
+        attr = np.concatenate(weights) if weights else np.zeros((0, ncols - 2), np.float32)
 
     node_data: dict[str, np.ndarray] = {}
     if features is not None:
@@ -217,6 +238,7 @@ def load_edgelist(
             dst,
             n,
             edge_weight=weight,
+            edge_attr=attr,
             node_data=node_data,
             num_classes=num_classes,
             name=name if name is not None else path.name.split(".")[0] or "graph",

@@ -7,7 +7,8 @@ Input layout (as unpacked from the OGB release; ``root`` is e.g. ``.../ogbn_prod
     raw/num-edge-list.csv.gz     one integer: E
     raw/node-feat.csv.gz         optional: N lines of F comma-separated floats
     raw/node-label.csv.gz        optional: N lines, one label each ("nan" = unlabelled)
-    raw/edge-feat.csv.gz         optional, ignored
+    raw/edge-feat.csv.gz         optional: E lines of D comma-separated floats (edge_attr; read
+                                 for a directed prepare, ignored with a warning for undirected)
     split/<split_name>/{train,valid,test}.csv.gz   optional: one node ID per line
 
 Memory stays bounded by ``O(N + chunk_rows * F)`` whatever ``E`` is: edges are parsed in chunks
@@ -25,7 +26,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -183,7 +185,12 @@ def prepare_ogb(
        destination, running cursor per destination);
     3. with ``undirected``, pass 2 also scatters the reverse edges, and a third pass sorts and
        deduplicates each segment in place;
-    4. features, labels and split masks are streamed in the same chunks.
+    4. features, labels and split masks are streamed in the same chunks;
+    5. edge features (``edge-feat.csv.gz``, line ``i`` for edge ``i``) are streamed into a
+       temporary map in file order, and pass 2 scatters each edge's line number beside its
+       source, so ``edge_attr`` is then gathered into CSC order chunk by chunk. An undirected
+       prepare merges edges, whose features would have to be merged too: it ignores them with a
+       warning.
 
     Labels: ``nan`` marks an unlabelled node (``y = -1``); other values must be integers >= 0.
     A malformed line raises :class:`DatasetError` with the file name and line number; counts
@@ -237,6 +244,14 @@ def prepare_ogb(
     split_dir = _split_dir(root, name)
     idt = index_dtype(n)
     total = 2 * e if undirected else e
+    edge_feat = raw / "edge-feat.csv.gz"
+    with_attr = edge_feat.is_file() and not undirected
+    if edge_feat.is_file() and undirected:
+        warnings.warn(
+            f"'{edge_feat}' is ignored: an undirected prepare merges edges and keeps no edge "
+            f"features; prepare without --undirected to keep them as edge_attr",
+            stacklevel=2,
+        )
 
     with DatasetWriter(out, name=dataset_name or root.name, overwrite=overwrite) as w:
         # scratch next to the output, named after this process (swept once it is gone), with
@@ -285,8 +300,28 @@ def prepare_ogb(
             else:
                 target = w.create("indices", idt, (total,))
             cursor = indptr[:-1].copy()
+            start = cursor.copy() if with_attr else None
             for lo, hi in _chunks(e, chunk_rows):
                 _scatter(target, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi]))
+            if with_attr and start is not None:
+                # the line number (edge ID in the file) of every CSC position, scattered alike
+                t_eid = create_npy(Path(tmp) / "eid.npy", np.int64, (e,), fix)
+                for lo, hi in _chunks(e, chunk_rows):
+                    _scatter(t_eid, start, np.asarray(t_dst[lo:hi]), np.arange(lo, hi))
+                del start
+                feat = _write_features(
+                    w,
+                    edge_feat,
+                    e,
+                    chunk_rows,
+                    counted="num-edge-list.csv.gz",
+                    create=lambda shape: create_npy(Path(tmp) / "feat.npy", np.float32, shape, fix),
+                    unit="edge",
+                )
+                attr = w.create("edge_attr", np.float32, feat.shape)
+                for lo, hi in _chunks(e, chunk_rows):
+                    attr[lo:hi] = feat[np.asarray(t_eid[lo:hi])]
+                del t_eid, feat, attr
             if undirected:
                 for lo, hi in _chunks(e, chunk_rows):
                     _scatter(target, cursor, np.asarray(t_src[lo:hi]), np.asarray(t_dst[lo:hi]))
@@ -327,7 +362,13 @@ def _write_features(
     chunk_rows: int,
     name: str = "x",
     counted: str = "num-node-list.csv.gz",
-) -> None:
+    create: Callable[[tuple[int, int]], np.ndarray] | None = None,
+    unit: str = "node",
+) -> np.ndarray:
+    """Stream ``path`` (``n`` lines of ``F`` floats) into a new ``[n, F]`` float32 array.
+
+    The array is the dataset's ``name`` unless ``create(shape)`` makes it (a scratch map).
+    """
     x: np.ndarray | None = None
     table = Table(path, np.dtype(np.float32), 1, ",", None, "comma-separated floats")
     seen = 0
@@ -335,7 +376,7 @@ def _write_features(
         if x is None:  # the first line fixes the feature width F
             f = len(lines[0].split(","))
             table = Table(path, np.dtype(np.float32), f, ",", None, f"{f} comma-separated floats")
-            x = w.create(name, np.float32, (n, f))
+            x = w.create(name, np.float32, (n, f)) if create is None else create((n, f))
         if seen + len(lines) > n:
             raise DatasetError(f"'{path}' has more than {n} lines, the node count in {counted}")
         arr = table.parse(lines, first)
@@ -350,9 +391,10 @@ def _write_features(
         seen += arr.shape[0]
     if seen != n:
         raise DatasetError(
-            f"'{path}' has {seen} lines but {counted} says {n} nodes; one line of features per "
-            f"node is needed (the file may be truncated)"
+            f"'{path}' has {seen} lines but {counted} says {n} {unit}s; one line of features per "
+            f"{unit} is needed (the file may be truncated)"
         )
+    return np.zeros((0, 0), np.float32) if x is None else x  # None: no lines and n == 0
 
 
 def _read_labels(
