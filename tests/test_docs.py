@@ -59,6 +59,9 @@ NOT_RUN = {
     "--set store.device_budget=64MB --set store.host_budget=1GB --set train.fanouts=[15,10,5] "
     "--set model.num_layers=3 --max-restarts 2": "starts 4 processes (over 30 s on 2 cores); "
     "tests/engines/test_minibatch.py and test_fault_tolerance.py run the engine and restarts",
+    "fleetgnn train --dataset data/mag-tiny --model rgat --engine minibatch --nproc 2 --epochs 10 "
+    "--set train.batch_size=256 --run-dir runs/rgat2": "starts 2 processes; "
+    "tests/cli/test_typed_cli.py::test_train_typed_minibatch_at_two_processes runs it",
     "torchrun --nnodes 2 --nproc-per-node 8 ... -m fleetgnn train --engine minibatch ...": (
         "a sketch for two hosts of 8 devices"
     ),

@@ -7,6 +7,11 @@ count, the dataset, the device topology, and that the run directory does not alr
 (``train.threads``, the model's ``null`` fields, ``data.feature_norm``: the transform the
 dataset's ``meta.json`` records) are resolved and recorded in ``config.yaml``.
 
+A typed (heterogeneous) dataset directory trains on ``reference`` or ``minibatch`` with a typed
+model (``model.name`` rgcn, rgat or hetero-sage; node classification on the target type, fanouts
+per relation from ``train.relation_fanouts``); other engines, models and tasks are refused in
+one line before any worker starts, and ``--engine auto`` plans only the typed engines.
+
 Ctrl-C stops the run (every worker, for a distributed one) and prints where it can be resumed
 from; the exit status is 130 (143 for SIGTERM, which stops the run the same way).
 
@@ -38,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgnn.errors import ConfigError, DatasetError, FleetgnnError
-from fleetgnn.graph import Graph, open_dataset
+from fleetgnn.graph import Graph, HeteroGraph, open_any_dataset
 
 
 def default_cache_dir() -> Path:
@@ -47,12 +52,14 @@ def default_cache_dir() -> Path:
     return Path(base) / "fleetgnn"
 
 
-def resolve_dataset(data_cfg: object, show_progress: bool = True) -> tuple[Graph, Path]:
-    """Open ``data.dataset``, or generate (once, cached) the embedded synthetic default."""
+def resolve_dataset(
+    data_cfg: object, show_progress: bool = True
+) -> tuple[Graph | HeteroGraph, Path]:
+    """Open ``data.dataset`` (homogeneous or typed), or generate (once, cached) the default."""
     dataset = getattr(data_cfg, "dataset", None)
     if dataset:
         path = Path(dataset)
-        return open_dataset(path), path
+        return open_any_dataset(path), path
     from fleetgnn.cli.progress import task_progress
     from fleetgnn.graph.synthetic import GENERATOR_VERSION, prepare_synthetic, spec_for
 
@@ -70,7 +77,14 @@ def resolve_dataset(data_cfg: object, show_progress: bool = True) -> tuple[Graph
             except DatasetError:
                 if not (path / "meta.json").is_file():  # another process may have won the race
                     raise
-    return open_dataset(path), path
+    return open_any_dataset(path), path
+
+
+def feature_width(graph: Graph | HeteroGraph) -> int | None:
+    """``F``; for a typed graph its widest feature table (``None``: no features)."""
+    if isinstance(graph, HeteroGraph):
+        return max((int(f.shape[1]) for f in graph.x.values()), default=None)
+    return graph.num_features
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -260,9 +274,10 @@ def record_dataset(run_dir: Path, dataset: Path, resume: bool, accept: bool, qui
             (another ``prepare``, an edit), unless ``accept`` (``--accept-changed-dataset``).
     """
     from fleetgnn.config.textfile import load_json_file
-    from fleetgnn.graph.dataset import atomic_write_text, dataset_fingerprint
+    from fleetgnn.graph import any_dataset_fingerprint
+    from fleetgnn.graph.dataset import atomic_write_text
 
-    current = dataset_fingerprint(dataset)
+    current = any_dataset_fingerprint(dataset)
     path = run_dir / DATASET_RECORD
     if resume and os.path.lexists(path):
         fix = "delete it to resume without the check"
@@ -301,20 +316,67 @@ def _interrupted_note(run_dir: Path) -> str:
     )
 
 
-def _preflight(cfg: Any, graph: Graph) -> None:
+def _preflight(cfg: Any, graph: Graph | HeteroGraph) -> None:
     """Checks that would otherwise fail inside every worker, run once before any starts.
 
     Raises:
         FleetgnnError: The device cannot be used here, or the dataset cannot be trained on (one
             line, naming the key).
     """
+    from fleetgnn.config.run import HETERO_MODEL_DEFAULTS
     from fleetgnn.engines.common import require_trainable
     from fleetgnn.train import check_device
     from fleetgnn.train.hooks import check_trainer_settings
 
     check_device(cfg)
     check_trainer_settings(cfg)
+    if isinstance(graph, HeteroGraph):
+        _typed_preflight(cfg, graph)
+        return
     require_trainable(graph)
+    if cfg.model.name in HETERO_MODEL_DEFAULTS:
+        raise ConfigError(
+            f"model.name={cfg.model.name} is a typed model (one weight per relation) but "
+            f"'{graph.name}' has one node type and one relation; prepare a typed dataset (e.g. "
+            f"'fleetgnn prepare synthetic --preset mag-like'), or pick a homogeneous model"
+        )
+    if cfg.train.relation_fanouts:
+        raise ConfigError(
+            f"train.relation_fanouts is for typed graphs; '{graph.name}' has one relation: set "
+            f"train.fanouts and leave train.relation_fanouts empty"
+        )
+
+
+def _typed_preflight(cfg: Any, graph: HeteroGraph) -> None:
+    """What a typed run needs: a typed engine and model, node classification, a labelled target."""
+    from fleetgnn.config.run import HETERO_MODEL_DEFAULTS
+    from fleetgnn.engines.common import TYPED_ENGINES, refuse_typed
+    from fleetgnn.sampling.hetero import relation_fanouts
+
+    if cfg.train.engine not in TYPED_ENGINES:
+        refuse_typed(cfg.train.engine, graph)  # one line naming the engines that train it
+    if cfg.model.name not in HETERO_MODEL_DEFAULTS:
+        raise ConfigError(
+            f"'{graph.name}' is a typed graph: model.name={cfg.model.name} is homogeneous (one "
+            f"weight for every relation); choose one of {', '.join(HETERO_MODEL_DEFAULTS)} "
+            f"(--model rgcn)"
+        )
+    if cfg.train.task != "node":
+        raise ConfigError(
+            f"train.task={cfg.train.task}: typed graphs train node classification on the target "
+            f"type (train.task=node) only"
+        )
+    s = graph.schema
+    if s.target is None or graph.y is None or graph.train_mask is None:
+        raise DatasetError(
+            f"typed dataset '{graph.name}' has no target type, labels or train_mask; training "
+            f"needs all three (prepare it with labels on one node type)"
+        )
+    if cfg.train.relation_fanouts:
+        try:
+            relation_fanouts(s, cfg.train.relation_fanouts)
+        except ConfigError as e:
+            raise ConfigError(f"train.relation_fanouts: {e}") from None
 
 
 def check_topology(cfg: Any, torchrun: dict[str, int] | None) -> None:
@@ -516,7 +578,8 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     show_log(quiet)
     try:
         graph, path = resolve_dataset(cfg.data, show_progress=progress)
-        if threads_defaulted and small_graph(graph.num_nodes, graph.num_features, cfg.model.hidden):
+        width = feature_width(graph)
+        if threads_defaulted and small_graph(graph.num_nodes, width, cfg.model.hidden):
             cfg = cfg.with_key(
                 "train.threads", 1
             )  # recorded in config.yaml; workers get it in their config
@@ -606,7 +669,7 @@ def run_worker(
     ctx = init(device=str(cfg.train.device).split(":", 1)[0])
     guard = device_memory_guard(cfg.train.engine, ctx.rank, ctx.device)
     try:
-        with guard as phase, engine_from_config(cfg, open_dataset(dataset), ctx) as engine:
+        with guard as phase, engine_from_config(cfg, open_any_dataset(dataset), ctx) as engine:
             restart = restart_info()
             trainer = Trainer.from_config(
                 engine,

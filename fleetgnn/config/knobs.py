@@ -223,11 +223,17 @@ class Sampling(Knobs):
             train/val/test masks. The metrics are the same (only masked nodes count); each
             earlier layer covers only the nodes the next one reads, so ``labelled`` saves work
             and disk where few nodes are labelled. ``fullgraph`` and ``offload`` ignore it.
+        relation_fanouts: Typed graphs only: neighbours sampled per hop for each relation,
+            keyed by relation name (or ``src.name.dst`` where names repeat), every relation
+            named, each list as long as ``fanouts`` (e.g. ``{cites: [15, 10], writes: [5,
+            5], ...}``; ``0`` samples no edge of that relation at that hop). Empty: ``fanouts``
+            for every relation.
     """
 
     batch_size: int = 1024
     fanouts: tuple[int, ...] = (10, 10)
     eval_nodes: str = "all"
+    relation_fanouts: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"eval_nodes": EVAL_NODES}
 
@@ -245,6 +251,22 @@ class Sampling(Knobs):
             self.fanouts,
             "give one fanout per layer, each >= 1 or -1 for all neighbours (e.g. {key}=15,10)",
         )
+        rel = self.relation_fanouts
+        check(
+            isinstance(rel, Mapping)
+            and all(
+                isinstance(k, str)
+                and isinstance(v, (list, tuple))
+                and bool(v)
+                and all(isinstance(f, int) and not isinstance(f, bool) and f >= -1 for f in v)
+                for k, v in rel.items()
+            ),
+            "relation_fanouts",
+            rel,
+            "must map relation names to lists of fanouts per hop, each >= 0 or -1 for all "
+            "neighbours (e.g. {key}={cites: [15, 10], writes: [5, 5]})",
+        )
+        object.__setattr__(self, "relation_fanouts", {k: list(v) for k, v in rel.items()})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -543,6 +543,12 @@ class Config(RunDir):
                 f"model.num_layers={layers}; in minibatch mode give one fanout per layer, e.g. "
                 f"train.fanouts={','.join(['10'] * layers)}"
             )
+        wrong = {k: v for k, v in t.relation_fanouts.items() if len(v) != layers}
+        if self.mode == "minibatch" and wrong:
+            raise ConfigError(
+                f"train.relation_fanouts gives {wrong} but model.num_layers={layers}; in minibatch "
+                f"mode give one fanout per layer for every relation"
+            )
         self.engine_config()  # the typed config checks its own fields
         return self
 

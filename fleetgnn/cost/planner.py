@@ -21,12 +21,15 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from fleetgnn.config import ENGINES
 from fleetgnn.cost.hardware import HardwareProfile
 from fleetgnn.cost.models import MODELS
 from fleetgnn.cost.target import EpochsToTarget, as_estimates, check_target_acc
 from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph.hetero import HeteroGraph
 
 #: Chunk counts the offload model tries, smallest first.
 OFFLOAD_CHUNKS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -581,6 +584,10 @@ def knobs_from_config(cfg: Any) -> dict[str, dict[str, Any]]:
     return {"minibatch": store, "split": split, "fullgraph": fullgraph}
 
 
+#: The homogeneous layer a typed model is priced as (its per-relation weights and sums aside).
+TYPED_MODEL_TWINS: dict[str, str] = {"rgcn": "gcn", "rgat": "gat", "hetero-sage": "sage"}
+
+
 def workload_from_config(
     cfg: Any, graph: Any = None, shape: dict[str, Any] | None = None
 ) -> Workload:
@@ -588,7 +595,9 @@ def workload_from_config(
 
     Args:
         cfg: A :class:`~fleetgnn.config.Config`.
-        graph: The dataset (``None``: use ``shape``).
+        graph: The dataset (``None``: use ``shape``); a typed
+            :class:`~fleetgnn.graph.hetero.HeteroGraph` gives a ``typed`` workload with the
+            counts of its homogeneous view (:data:`TYPED_MODEL_TWINS`).
         shape: ``{"nodes", "edges", "features", "classes"[, "train"]}``.
 
     Raises:
@@ -601,7 +610,22 @@ def workload_from_config(
     if m.heads is not None:
         kwargs["heads"] = m.heads
     elem = 8 if cfg.train.dtype == "float64" else 4
-    if graph is not None:
+    name, typed = m.name, isinstance(graph, HeteroGraph)
+    if typed:  # counts of the homogeneous view, the typed model priced as its homogeneous twin
+        name = TYPED_MODEL_TWINS.get(name, name)
+        widths = [int(f.shape[1]) for f in graph.x.values()]
+        width = max(widths, default=int(m.hidden or 64))  # featureless: embedding rows
+        num_train = int(np.asarray(graph.train_mask).sum()) if graph.train_mask is not None else 0
+        classes = int(graph.num_classes or int(np.max(np.asarray(graph.y))) + 1)
+        counts = (graph.num_nodes, graph.num_edges, width, classes)
+        s = graph.schema
+        source = (
+            f"typed dataset {graph.name!r} ({len(s.node_types)} node types, "
+            f"{len(s.relations)} relations) as its homogeneous view: {m.name} priced as {name}, "
+            f"F = the widest feature table, uniform random neighbours assumed"
+        )
+        graph = None
+    elif graph is not None:
         num_train = int(graph.train_mask.sum()) if graph.train_mask is not None else 0
         counts = (graph.num_nodes, graph.num_edges, graph.num_features, int(graph.num_classes))
         source = f"dataset {graph.name!r}"
@@ -621,7 +645,7 @@ def workload_from_config(
         )
     else:
         raise ConfigError("plan for a dataset (--dataset DIR) or a shape (--shape nodes=...,...)")
-    model = ModelShape.build(m.name, counts[2], counts[3], elem=elem, **kwargs)
+    model = ModelShape.build(name, counts[2], counts[3], elem=elem, **kwargs)
     return Workload(
         num_nodes=counts[0],
         num_edges=counts[1],
@@ -633,4 +657,5 @@ def workload_from_config(
         fanouts=tuple(int(f) for f in cfg.train.fanouts),
         graph=graph,
         source=source,
+        typed=typed,
     )

@@ -62,13 +62,17 @@ def build_engine(
         task: A :class:`~fleetgnn.tasks.Task` (``None``: node classification); engines that
             cannot train it refuse it in one line naming those that can.
         fanouts: Typed graphs only: per-relation fanouts (``{relation: [per hop]}``, see
-            :func:`~fleetgnn.sampling.hetero.relation_fanouts`) instead of ``config.fanouts``.
+            :func:`~fleetgnn.sampling.hetero.relation_fanouts`) instead of ``config.fanouts``
+            (``None``: ``config.relation_fanouts`` where set, ``train.relation_fanouts``).
 
     Raises:
         ConfigError: For a config that is no engine's, an engine not in this build, or a task
             the engine does not train.
     """
     name = spec_of(config).name
+    by_relation = dict(getattr(config, "relation_fanouts", None) or {})
+    if fanouts is None and by_relation:
+        fanouts = by_relation  # train.relation_fanouts
     if is_typed(graph):
         if name not in TYPED_ENGINES:
             refuse_typed(name, graph)
@@ -77,7 +81,10 @@ def build_engine(
         typed = {"reference": TypedReferenceEngine, "minibatch": TypedMinibatchEngine}[name]
         return typed(model, graph, ctx, config, optimizer=optimizer, loss=loss, fanouts=fanouts)
     if fanouts is not None:
-        raise ConfigError("'fanouts' per relation is for typed graphs; set config.fanouts")
+        raise ConfigError(
+            f"'fanouts' per relation is for typed graphs; '{graph.name}' has one relation: set "
+            f"train.fanouts, and leave train.relation_fanouts empty"
+        )
     cls = engine_class(name)
     if task is None or task.name == "node":
         return cls(model, graph, ctx, config, optimizer=optimizer, loss=loss)

@@ -11,6 +11,8 @@ from fleetgnn.graph.dataset import (
 from fleetgnn.graph.hetero import HeteroGraph, HeteroSchema
 from fleetgnn.graph.typed_dataset import (
     TypedDatasetWriter,
+    any_dataset_fingerprint,
+    open_any_dataset,
     open_typed_dataset,
     read_typed_meta,
     write_typed_dataset,
@@ -24,10 +26,12 @@ __all__ = [
     "HeteroSchema",
     "TypedDatasetWriter",
     "check_ids",
+    "any_dataset_fingerprint",
     "coo_to_csc",
     "dataset_feature_norm",
     "from_edges",
     "index_dtype",
+    "open_any_dataset",
     "open_dataset",
     "open_typed_dataset",
     "read_meta",

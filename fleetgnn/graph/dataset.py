@@ -79,7 +79,7 @@ _NATIVE = "<" if np.little_endian else ">"
 GRAPH_KIND = "graph"
 TYPED_KIND = "typed"
 #: The commands that read typed datasets (named when another command refuses one).
-TYPED_COMMANDS: tuple[str, ...] = ("'fleetgnn info'",)
+TYPED_COMMANDS: tuple[str, ...] = ("'fleetgnn info'", "'fleetgnn train'", "'fleetgnn plan'")
 ARRAYS: tuple[str, ...] = ("indptr", "indices", "x", "y", *SPLITS, "edge_weight", "edge_attr")
 REQUIRED: tuple[str, ...] = ("indptr", "indices")
 _COPY_CHUNK_BYTES = 64 << 20  # bounded memory when copying arrays into a dataset
@@ -521,7 +521,14 @@ def dataset_feature_norm(path: str | os.PathLike[str]) -> str:
     Raises:
         DatasetError: The directory is not a dataset, or the recorded value is unknown.
     """
-    meta = read_meta(path)
+    root = Path(path)
+    if dataset_kind(root) == TYPED_KIND:  # a typed dataset records it in the same key
+        fix = "re-create the dataset with 'fleetgnn prepare'"
+        meta = read_json_meta(
+            root / META, version=FORMAT_VERSION, keys=(), error=DatasetError, fix=fix
+        )
+    else:
+        meta = read_meta(root)
     return _check_feature_norm(
         meta.get("feature_norm", "none"), f"'{Path(path) / META}': feature_norm"
     )

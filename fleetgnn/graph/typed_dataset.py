@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
-from fleetgnn.graph.csc import SPLITS, Validation
+from fleetgnn.graph.csc import SPLITS, Graph, Validation
 from fleetgnn.graph.dataset import (
     _FULL_CHECK_LIMIT,
     FORMAT_VERSION,
@@ -58,8 +58,11 @@ from fleetgnn.graph.dataset import (
     _meta_error,
     _meta_int,
     _stamp,
+    dataset_fingerprint,
+    dataset_kind,
     dataset_kind_of,
     fsync_dir,
+    open_dataset,
     read_json_meta,
     replace_dir,
     stamp_problem,
@@ -477,3 +480,30 @@ def typed_dataset_fingerprint(path: str | os.PathLike[str]) -> str:
     for f in sorted(prints):
         h.update(f"{f}:{prints[f]['bytes']}:{prints[f]['sample']};".encode())
     return h.hexdigest()[:32]
+
+
+def open_any_dataset(
+    path: str | os.PathLike[str],
+    mmap: bool = True,
+    validate: Validation | None = None,
+    progress: Progress | None = None,
+) -> Graph | HeteroGraph:
+    """Open a dataset directory of either kind: a :class:`Graph` or a :class:`HeteroGraph`.
+
+    What the commands that train typed and homogeneous data alike (``fleetgnn train``,
+    ``fleetgnn plan``) open; the arguments are :func:`open_typed_dataset`'s.
+
+    Raises:
+        DatasetError: As :func:`~fleetgnn.graph.dataset.open_dataset` or
+            :func:`open_typed_dataset`.
+    """
+    if dataset_kind(path) == TYPED_KIND:
+        return open_typed_dataset(path, mmap=mmap, validate=validate, progress=progress)
+    return open_dataset(path, mmap=mmap, validate=validate, progress=progress)
+
+
+def any_dataset_fingerprint(path: str | os.PathLike[str]) -> str:
+    """:func:`~fleetgnn.graph.dataset.dataset_fingerprint` of a dataset of either kind."""
+    if dataset_kind(path) == TYPED_KIND:
+        return typed_dataset_fingerprint(path)
+    return dataset_fingerprint(path)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleetgnn.config import Config, ModelConfig
-from fleetgnn.config.run import MODEL_DEFAULTS
+from fleetgnn.config.run import HETERO_MODEL_DEFAULTS, MODEL_DEFAULTS
 from fleetgnn.distributed.context import auto_device_type
 from fleetgnn.engines.common import resolve_device
 from fleetgnn.graph import dataset_feature_norm
@@ -27,12 +27,13 @@ def model_section_resolved(model: Mapping[str, Any]) -> dict[str, Any]:
     """A ``model`` config section (as a dict) with ``null`` fields replaced by the values used.
 
     ``hidden``, ``dropout`` and ``heads`` left ``None`` take the model's defaults from
-    :data:`fleetgnn.config.run.MODEL_DEFAULTS` (``heads`` only for models that have heads);
-    other fields and unknown model names are returned unchanged. Building a model from the
-    result gives the same model as building it from the input.
+    :data:`fleetgnn.config.run.MODEL_DEFAULTS` (typed models: ``HETERO_MODEL_DEFAULTS``;
+    ``heads`` only for models that have heads); other fields and unknown model names are
+    returned unchanged. Building a model from the result gives the same model as building it
+    from the input.
     """
     out = dict(model)
-    defaults = MODEL_DEFAULTS.get(str(out.get("name")), {})
+    defaults = {**MODEL_DEFAULTS, **HETERO_MODEL_DEFAULTS}.get(str(out.get("name")), {})
     for key, arg in _DEFAULTED_FIELDS.items():
         if out.get(key) is None and arg in defaults:
             out[key] = defaults[arg]

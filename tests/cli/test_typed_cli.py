@@ -74,3 +74,120 @@ def test_prepare_synthetic_typed_preset(tmp_path, capsys):
     assert open_typed_dataset(out).schema.count("paper") == 736
     assert main(["prepare", "synthetic", "--preset", "nope", "--out", str(tmp_path / "n")]) == 2
     assert "mag-like, igbh-like" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def mag(tmp_path_factory):
+    """A tiny mag-like dataset (736 papers, 4 node types, 4 relations), written once."""
+    out = tmp_path_factory.mktemp("typed") / "mag"
+    argv = ["prepare", "synthetic", "--preset", "mag-like", "--scale", "0.001", "--out", str(out)]
+    assert main(argv) == 0
+    return out
+
+
+def _train(mag, run, *extra):
+    return ["train", "--dataset", str(mag), "--run-dir", str(run), "--quiet", *extra]
+
+
+def _epochs(run):
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines if '"epoch"' in x and '"event"' not in x]
+
+
+@pytest.mark.parametrize("model", ["rgcn", "rgat"])
+def test_train_on_a_typed_dataset_and_resume(mag, tmp_path, model):
+    run = tmp_path / "run"
+    argv = _train(mag, run, "--model", model, "--engine", "reference", "--epochs", "2")
+    assert main(argv) == 0
+    rows = _epochs(run)
+    assert [r["epoch"] for r in rows] == [0, 1] and all(0 <= r["test_acc"] <= 1 for r in rows)
+    cfg = (run / "config.yaml").read_text()
+    assert f"name: {model}" in cfg and "hidden: 64" in cfg  # the typed model's defaults recorded
+    assert main(["train", "--resume", str(run), "--epochs", "3", "--quiet"]) == 0
+    assert [r["epoch"] for r in _epochs(run)] == [0, 1, 2]
+
+
+def test_minibatch_with_relation_fanouts_matches_python_api(mag, tmp_path):
+    """``train.relation_fanouts`` reaches the sampler: the CLI's losses are the API's."""
+    from fleetgnn.graph import open_typed_dataset
+    from fleetgnn.train import engine_from_config, load_config
+
+    fanouts = "{cites: [4, 2], writes: [3, 0], affiliated_with: [0, 2], has_topic: [2, 2]}"
+    sets = ["train.batch_size=200", f"train.relation_fanouts={fanouts}", "train.dtype=float64"]
+    run = tmp_path / "run"
+    extra = ["--model", "rgcn", "--engine", "reference", "--mode", "minibatch", "--epochs", "1"]
+    argv = _train(mag, run, *extra)
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0
+    cli_loss = _epochs(run)[0]["loss"]
+    keys = [f"data.dataset={mag}", "model.name=rgcn", "train.engine=reference"]
+    cfg = load_config(None, [*keys, "train.mode=minibatch", *sets])
+    with engine_from_config(cfg, open_typed_dataset(mag)) as engine:
+        assert engine.sampler.fanouts[("author", "writes", "paper")] == (3, 0)
+        stats = engine.run_epoch(0)
+    api_loss = sum(s.loss_sum for s in stats) / sum(s.count for s in stats)
+    assert api_loss == pytest.approx(cli_loss, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--model", "rgcn", "--engine", "split"], "use engine reference or minibatch"),
+        (["--model", "sage"], "choose one of rgcn, rgat, hetero-sage"),
+        (["--model", "rgcn", "--set", "train.relation_fanouts={cites: [1, 1]}"], "no fanouts"),
+        (["--model", "rgcn", "--task", "link"], "node classification"),
+        (["--model", "rgcn", "--set", "train.relation_fanouts={cites: 3}"], "must map relation"),
+    ],
+)
+def test_typed_run_refusals_are_one_line(mag, tmp_path, capsys, extra, words):
+    assert main(_train(mag, tmp_path / "r", "--epochs", "1", *extra)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and words in err
+
+
+def test_typed_model_on_a_homogeneous_dataset_is_one_line(tmp_path, capsys):
+    out = tmp_path / "tiny"
+    argv = ["prepare", "synthetic", "--preset", "tiny", "--out", str(out)]
+    assert main(argv) == 0
+    assert main(_train(out, tmp_path / "r", "--model", "rgat")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "is a typed model" in err
+
+
+def test_predict_on_a_typed_run_is_refused_in_one_line(mag, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(_train(mag, run, "--model", "rgcn", "--engine", "reference", "--epochs", "1")) == 0
+    assert main(["predict", str(run), "--out", str(tmp_path / "p.npy")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "typed (heterogeneous) dataset" in err and "'fleetgnn train'" in err
+
+
+def test_plan_on_a_typed_dataset_names_only_typed_engines(mag, capsys):
+    assert main(["plan", "--dataset", str(mag), "--model", "rgat", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert plan["choice"] in ("reference", "minibatch")
+    assert set(plan["engines"]) <= {"reference", "minibatch"}
+    assert "homogeneous view" in plan["workload"]["source"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["rgcn", "rgat"])
+def test_train_typed_minibatch_at_two_processes(mag, tmp_path, model):
+    run = tmp_path / "run"
+    extra = ["--model", model, "--engine", "minibatch", "--epochs", "2"]
+    argv = _train(mag, run, *extra, "--nproc", "2", "--set", "train.batch_size=128")
+    assert main(argv) == 0
+    rows = _epochs(run)
+    assert [r["epoch"] for r in rows] == [0, 1] and rows[-1]["world_size"] == 2
+    assert main(["train", "--resume", str(run), "--epochs", "3", "--quiet"]) == 0
+    assert [r["epoch"] for r in _epochs(run)] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_engine_auto_on_a_typed_dataset_plans_a_typed_engine(mag, tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "--dataset", str(mag), "--run-dir", str(run), "--model", "rgcn"]
+    assert main([*argv, "--engine", "auto", "--epochs", "1", "--nproc", "2"]) == 0
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["choice"] in ("reference", "minibatch")
