@@ -214,13 +214,13 @@ class MinibatchEngine(SampledEngine):
         self.module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere
         self.model = self.module
         #: The graph's edge features by edge ID, when the model reads them (``None``: not).
-        self.edges = EdgeRows.of(self.module, graph, self.dtype, self.device)
+        self.edge_rows = EdgeRows.of(self.module, graph, self.dtype, self.device)
         train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         self.loader = SeedLoader(
             train_ids, sc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
         )
         self.sampler = NeighborSampler(
-            self.store, list(sc.fanouts), seed=self.seed, with_edge_ids=self.edges is not None
+            self.store, list(sc.fanouts), seed=self.seed, with_edge_ids=self.edge_rows is not None
         )
         if self.link:
             check_link_model(self.module)
@@ -339,7 +339,9 @@ class MinibatchEngine(SampledEngine):
         """One data-parallel step on a prepared batch (gradients summed over ranks after it)."""
 
         def forward() -> StepLoss:
-            aggs = [block_aggregator(b, self.dtype, self.device, self.edges) for b in batch.blocks]
+            aggs = [
+                block_aggregator(b, self.dtype, self.device, self.edge_rows) for b in batch.blocks
+            ]
             logits = self.module(aggs, batch.x, step=epoch * self.steps_per_epoch() + step)
             if batch.edges is not None:
                 task = self.task

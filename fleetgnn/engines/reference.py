@@ -123,7 +123,7 @@ class ReferenceEngine(EngineBase):
         if self.link:
             check_link_model(self.model)
         #: The graph's edge features by edge ID, when the model reads them (``None``: not).
-        self.edges = EdgeRows.of(self.model, graph, self.dtype, self.device)
+        self.edge_rows = EdgeRows.of(self.model, graph, self.dtype, self.device)
         self.topology = GraphTopology(graph)
         self.train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         if self.mode == "minibatch":
@@ -135,7 +135,7 @@ class ReferenceEngine(EngineBase):
                 self.topology,
                 list(config.fanouts),
                 seed=self.seed,
-                with_edge_ids=self.edges is not None,
+                with_edge_ids=self.edge_rows is not None,
             )
             if self.link:
                 self.edges = EdgeBatches(
@@ -158,13 +158,13 @@ class ReferenceEngine(EngineBase):
                 self.graph,
                 dtype=self.dtype,
                 device=self.device,
-                with_edge_attr=self.edges is not None,
+                with_edge_attr=self.edge_rows is not None,
             )
         return self._full_agg
 
     def _local(self, block: Any) -> LocalAggregator:
         # sampler blocks are valid by construction; skip the per-edge check
-        return block_aggregator(block, self.dtype, self.device, self.edges)
+        return block_aggregator(block, self.dtype, self.device, self.edge_rows)
 
     def steps_per_epoch(self) -> int:
         """One step per epoch in full mode; the number of batches in mini-batch mode."""
@@ -267,7 +267,7 @@ class ReferenceEngine(EngineBase):
                 for lo in range(0, n, chunk_size):
                     ids = torch.arange(lo, min(n, lo + chunk_size))
                     block = full_neighbor_block(
-                        self.topology, ids, with_edge_ids=self.edges is not None
+                        self.topology, ids, with_edge_ids=self.edge_rows is not None
                     )
                     parts.append(
                         self.model.layer_forward(
