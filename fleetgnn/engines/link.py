@@ -11,13 +11,15 @@ every engine, mode and world size draws the same negatives for the same edge in 
   training edges; every training edge and its negatives are scored with the model's decoder and
   the task's loss is averaged over the training edges.
 - Edge mini-batches (:class:`EdgeBatches`): the seeds of a step are a batch of training edges,
-  dealt like node seeds (:class:`~fleetgnn.sampling.SeedLoader` over edge positions: a keyed
-  order per epoch, equal slots per rank). The sampler samples the neighbourhoods of the union of
-  the endpoints of the positives and their negatives (deduplicated; PyG's ``sample_from_edges``,
-  GraphBolt's ``MiniBatch``), with the batch's target edges and their reverses dropped from its
-  blocks unless the task keeps them (``train.keep_target_edges``). Each rank's loss is its
-  positives' summed loss over the step's positives on every rank, so the summed gradient is the
-  gradient of the step's mean loss.
+  dealt like node seeds (:class:`~fleetgnn.sampling.PositionLoader` over edge positions: a
+  keyed bijection per epoch computed slice by slice, equal slots per rank, so the order costs
+  ``O(batch)`` memory; the positives are read from the split's mapped arrays batch by batch).
+  The sampler samples the neighbourhoods of the union of the endpoints of the positives and
+  their negatives (deduplicated; PyG's ``sample_from_edges``, GraphBolt's ``MiniBatch``), with
+  the batch's target edges and their reverses dropped from its blocks unless the task keeps
+  them (``train.keep_target_edges``). Each rank's loss is its positives' summed loss over the
+  step's positives on every rank, so the summed gradient is the gradient of the step's mean
+  loss.
 - Distributed full graph (``fullgraph``, :class:`OwnedPairs`): rank ``r`` scores the training
   pairs whose source it owns; the destinations' and negatives' rows are fetched from their
   owners once per step (:func:`owner_rows`: an all-to-all of IDs, then a differentiable
@@ -42,7 +44,7 @@ from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.inference import layer_widths, stream_inference
 from fleetgnn.engines.step import StepLoss
 from fleetgnn.errors import ConfigError
-from fleetgnn.sampling import Block, NeighborSampler, SeedLoader, edge_keys
+from fleetgnn.sampling import Block, NeighborSampler, PositionLoader, edge_keys
 from fleetgnn.tasks import LinkPrediction, Task
 
 
@@ -127,13 +129,8 @@ class EdgeBatches:
         seed: int = 0,
     ) -> None:
         self.task, self.sampler = task, sampler
-        self.src, self.dst = task.train_pairs()
-        self.loader = SeedLoader(
-            torch.arange(self.src.numel()),
-            batch_size,
-            rank=rank,
-            world_size=world_size,
-            seed=seed,
+        self.loader = PositionLoader(
+            task.num_train_pairs(), batch_size, rank=rank, world_size=world_size, seed=seed
         )
         self.rank, self.world_size = rank, world_size
 
@@ -152,8 +149,7 @@ class EdgeBatches:
 
         ``stream`` (``None``: the rank) keys the neighbour sampling, as node batches do.
         """
-        idx = self.loader.batch(epoch, step)
-        src, dst = self.src[idx], self.dst[idx]
+        src, dst = self.task.train_pair_rows(self.loader.batch(epoch, step))
         neg = self.task.sampler.sample(src, dst, epoch)
         seeds = torch.unique(torch.cat([src, dst, neg.reshape(-1)]))
         n = self.sampler.topology.num_nodes

@@ -169,6 +169,22 @@ class LinkPrediction:
         pos = torch.from_numpy(self.split.pos["train"])
         return pos[0], pos[1]
 
+    def num_train_pairs(self) -> int:
+        """Number of training positives."""
+        return int(self.split.pos["train"].shape[1])
+
+    def train_pair_rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training positives at positions ``idx`` (int64 ``src``, ``dst``), read in place.
+
+        Only those pairs are read from the split's (possibly memory-mapped) array.
+        """
+        at = idx.numpy()
+        order = np.argsort(at, kind="stable")  # ascending reads; results in ``idx`` order
+        rows = np.empty((2, at.size), np.int64)
+        rows[:, order] = self.split.pos["train"][:, at[order]]
+        pos = torch.from_numpy(rows)
+        return pos[0], pos[1]
+
     def loss_terms(
         self, loss: LinkLossFn | None, scores: torch.Tensor, target: Any = None
     ) -> LossTerms:
