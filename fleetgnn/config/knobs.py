@@ -452,6 +452,10 @@ class TaskKnobs(Knobs):
             reverses) in its own message passing (link; default ``false``: they are dropped
             from the batch's sampled blocks, so an edge cannot be read off its own
             neighbourhood).
+        eval_edges: Evaluate link prediction on at most this many pairs of each of val and
+            test, evenly spread over the split, with their fixed negatives (link; ``None``:
+            every pair). Capped, evaluation computes the embeddings of those pairs' endpoints
+            only, not ``[nodes, link_dim]`` on every rank: what a large graph needs.
     """
 
     task: str = "node"
@@ -463,6 +467,7 @@ class TaskKnobs(Knobs):
     link_loss: str = "bce"
     link_dim: int = 16
     keep_target_edges: bool = False
+    eval_edges: int | None = None
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "task": TASKS,
@@ -484,6 +489,7 @@ class TaskKnobs(Knobs):
         )
         _check_int("negatives", self.negatives, 1)
         _check_int("link_dim", self.link_dim, 1)
+        _check_int("eval_edges", self.eval_edges, 1, none_ok=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -489,10 +489,11 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         reduce = self.comm.all_reduce_sum if self.world_size > 1 else None
         if self.link:  # every node's embedding on every rank; each rank scores its share
             comm = self.comm if self.world_size > 1 else None
-            h = full_embeddings(comm, logits, self.own_ids, self.graph.num_nodes)
+            nodes = self.task.eval_nodes()  # type: ignore[union-attr]
+            h = full_embeddings(comm, logits, self.own_ids, self.graph.num_nodes, nodes)
             share = (self.rank, self.world_size)
             with torch.no_grad():
-                return self.task.evaluate(h, self.module.decoder, reduce, share)  # type: ignore[call-arg]
+                return self.task.evaluate(h, self.module.decoder, reduce, share, nodes)  # type: ignore[call-arg]
         return split_metrics(logits, self.y, self.masks, reduce)
 
     # ------------------------------------------------------------------ state

@@ -11,13 +11,15 @@ every engine, mode and world size draws the same negatives for the same edge in 
   training edges; every training edge and its negatives are scored with the model's decoder and
   the task's loss is averaged over the training edges.
 - Edge mini-batches (:class:`EdgeBatches`): the seeds of a step are a batch of training edges,
-  dealt like node seeds (:class:`~fleetgnn.sampling.SeedLoader` over edge positions: a keyed
-  order per epoch, equal slots per rank). The sampler samples the neighbourhoods of the union of
-  the endpoints of the positives and their negatives (deduplicated; PyG's ``sample_from_edges``,
-  GraphBolt's ``MiniBatch``), with the batch's target edges and their reverses dropped from its
-  blocks unless the task keeps them (``train.keep_target_edges``). Each rank's loss is its
-  positives' summed loss over the step's positives on every rank, so the summed gradient is the
-  gradient of the step's mean loss.
+  dealt like node seeds (:class:`~fleetgnn.sampling.PositionLoader` over edge positions: a
+  keyed bijection per epoch computed slice by slice, equal slots per rank, so the order costs
+  ``O(batch)`` memory; the positives are read from the split's mapped arrays batch by batch).
+  The sampler samples the neighbourhoods of the union of the endpoints of the positives and
+  their negatives (deduplicated; PyG's ``sample_from_edges``, GraphBolt's ``MiniBatch``), with
+  the batch's target edges and their reverses dropped from its blocks unless the task keeps
+  them (``train.keep_target_edges``). Each rank's loss is its positives' summed loss over the
+  step's positives on every rank, so the summed gradient is the gradient of the step's mean
+  loss.
 - Distributed full graph (``fullgraph``, :class:`OwnedPairs`): rank ``r`` scores the training
   pairs whose source it owns; the destinations' and negatives' rows are fetched from their
   owners once per step (:func:`owner_rows`: an all-to-all of IDs, then a differentiable
@@ -27,7 +29,10 @@ every engine, mode and world size draws the same negatives for the same edge in 
 - Evaluation of the sampled engines (:func:`sampled_link_metrics`): streaming layer-wise
   inference gives each rank its node range's embeddings, the ranges are summed into every node's
   embedding on every rank (one all-reduce of ``[N, link_dim]``), and each rank scores its share
-  of the fixed evaluation pairs into the task's summable metric sums, all-reduced.
+  of the fixed evaluation pairs into the task's summable metric sums, all-reduced. With
+  ``train.eval_edges`` the pairs are capped (evenly spread over each split) and inference
+  computes, and the all-reduce carries, only their endpoints' rows
+  (:meth:`~fleetgnn.tasks.LinkPrediction.eval_nodes`): ``[endpoints, link_dim]``, not ``N``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import torch
 
 from fleetgnn.config.run import LINK_ENGINES, link_refusal
@@ -42,7 +48,7 @@ from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.inference import layer_widths, stream_inference
 from fleetgnn.engines.step import StepLoss
 from fleetgnn.errors import ConfigError
-from fleetgnn.sampling import Block, NeighborSampler, SeedLoader, edge_keys
+from fleetgnn.sampling import Block, NeighborSampler, PositionLoader, edge_keys
 from fleetgnn.tasks import LinkPrediction, Task
 
 
@@ -127,13 +133,8 @@ class EdgeBatches:
         seed: int = 0,
     ) -> None:
         self.task, self.sampler = task, sampler
-        self.src, self.dst = task.train_pairs()
-        self.loader = SeedLoader(
-            torch.arange(self.src.numel()),
-            batch_size,
-            rank=rank,
-            world_size=world_size,
-            seed=seed,
+        self.loader = PositionLoader(
+            task.num_train_pairs(), batch_size, rank=rank, world_size=world_size, seed=seed
         )
         self.rank, self.world_size = rank, world_size
 
@@ -152,8 +153,7 @@ class EdgeBatches:
 
         ``stream`` (``None``: the rank) keys the neighbour sampling, as node batches do.
         """
-        idx = self.loader.batch(epoch, step)
-        src, dst = self.src[idx], self.dst[idx]
+        src, dst = self.task.train_pair_rows(self.loader.batch(epoch, step))
         neg = self.task.sampler.sample(src, dst, epoch)
         seeds = torch.unique(torch.cat([src, dst, neg.reshape(-1)]))
         n = self.sampler.topology.num_nodes
@@ -188,10 +188,14 @@ def sampled_link_metrics(engine: Any) -> dict[str, float]:
     width = layer_widths(
         module, in_width, module.num_layers, device=engine.device, dtype=engine.dtype
     )[-1]
-    h = torch.zeros(graph.num_nodes, width, dtype=engine.dtype, device=engine.device)
+    nodes = engine.task.eval_nodes()  # None: every node
+    rows = graph.num_nodes if nodes is None else int(nodes.size)
+    h = torch.zeros(rows, width, dtype=engine.dtype, device=engine.device)
+    select = None if nodes is None else node_selector(nodes)
 
-    def sink(ids: Any, rows: torch.Tensor) -> None:
-        h[torch.from_numpy(ids).to(h.device)] = rows
+    def sink(ids: Any, out: torch.Tensor) -> None:
+        at = torch.from_numpy(ids if nodes is None else np.searchsorted(nodes, ids))
+        h[at.to(h.device)] = out
 
     stream_inference(
         module,
@@ -203,18 +207,33 @@ def sampled_link_metrics(engine: Any) -> dict[str, float]:
         comm=comm,
         device=engine.device,
         dtype=engine.dtype,
+        select=select,
         chunking=getattr(engine, "chunking", None) or Chunking(),
         scratch_dir=engine.config.scratch_dir,
         same_host=engine.ctx.same_host,
     )
     world = comm.world_size if comm is not None else 1
-    if world > 1:  # each rank wrote its range only: the sum is every node's row
+    if world > 1:  # each rank wrote its range only: the sum is every (evaluated) node's row
         h = comm.all_reduce_sum(h)
     decoder = module.decoder
     with torch.no_grad():
         if world == 1:
-            return engine.task.evaluate(h, decoder)
-        return engine.task.evaluate(h, decoder, comm.all_reduce_sum, share=(comm.rank, world))
+            return engine.task.evaluate(h, decoder, nodes=nodes)
+        return engine.task.evaluate(
+            h, decoder, comm.all_reduce_sum, share=(comm.rank, world), nodes=nodes
+        )
+
+
+def node_selector(nodes: np.ndarray) -> Any:
+    """A streaming-inference ``select`` keeping the sorted node IDs ``nodes``."""
+
+    def select(a: int, b: int) -> np.ndarray:
+        keep = np.zeros(b - a, dtype=bool)
+        lo, hi = np.searchsorted(nodes, [a, b])
+        keep[nodes[lo:hi] - a] = True
+        return keep
+
+    return select
 
 
 def owner_rows(
@@ -289,11 +308,26 @@ class OwnedPairs:
 
 
 def full_embeddings(
-    comm: Any, h_own: torch.Tensor, orig_ids: torch.Tensor, num_nodes: int
+    comm: Any,
+    h_own: torch.Tensor,
+    orig_ids: torch.Tensor,
+    num_nodes: int,
+    nodes: np.ndarray | None = None,
 ) -> torch.Tensor:
-    """Every node's row ``[N, D]`` (original IDs) on every rank, from each rank's owned rows."""
-    h = torch.zeros(num_nodes, h_own.shape[1], dtype=h_own.dtype, device=h_own.device)
-    h[orig_ids.to(h.device)] = h_own
+    """Every node's row ``[N, D]`` (original IDs) on every rank, from each rank's owned rows.
+
+    With ``nodes`` (sorted original IDs), only theirs ``[len(nodes), D]``, in their order.
+    """
+    if nodes is None:
+        h = torch.zeros(num_nodes, h_own.shape[1], dtype=h_own.dtype, device=h_own.device)
+        h[orig_ids.to(h.device)] = h_own
+    else:
+        table = torch.from_numpy(np.asarray(nodes, np.int64))
+        ids = orig_ids.cpu()
+        at = torch.searchsorted(table, ids).clamp_(max=max(len(nodes) - 1, 0))
+        hit = torch.nonzero(table[at] == ids).flatten() if len(nodes) else at[:0]
+        h = torch.zeros(len(nodes), h_own.shape[1], dtype=h_own.dtype, device=h_own.device)
+        h[at[hit].to(h.device)] = h_own[hit.to(h_own.device)]
     if comm is not None and comm.world_size > 1:
         h = comm.all_reduce_sum(h)
     return h

@@ -1,7 +1,7 @@
 """Sampling layer: neighbour sampling without replacement, AppendUnique, blocks, seed loaders."""
 
 from fleetgnn.sampling.block import Block
-from fleetgnn.sampling.loader import SeedLoader
+from fleetgnn.sampling.loader import PositionLoader, SeedLoader, keyed_positions
 from fleetgnn.sampling.neighbor import (
     DeviceTopology,
     EdgeIdSource,
@@ -21,11 +21,13 @@ __all__ = [
     "EdgeIdSource",
     "GraphTopology",
     "NeighborSampler",
+    "PositionLoader",
     "SeedLoader",
     "TopologySource",
     "append_unique",
     "edge_keys",
     "full_neighbor_block",
+    "keyed_positions",
     "sample_neighbors",
     "sample_neighbors_from",
 ]

@@ -21,6 +21,11 @@ Rank/step layout for ``n = 10, W = 2, B = 4`` (``p`` is the epoch's permutation)
     step 1: rank 0 <- p[6:8]   rank 1 <- p[8:10]
 
 The union over ranks and steps of one epoch is every training ID exactly once.
+
+:class:`PositionLoader` deals positions ``[0, n)`` into the same slots without materialising the
+epoch's order: :func:`keyed_positions`, a keyed bijection (a Feistel network with
+cycle-walking), computes any slice of it on its own, so a batch costs ``O(batch)`` memory however
+large ``n`` is (a large graph's training edges).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import ConfigError
+from fleetgnn.keyhash import base_key, mix64_numpy
 
 
 def _int_arg(name: str, value: object, low: int) -> int:
@@ -169,4 +175,108 @@ class SeedLoader:
             f"SeedLoader(num_seeds={self.num_seeds}, batch_size={self.batch_size}, "
             f"rank={self.rank}, world_size={self.world_size}, num_batches={self.num_batches}, "
             f"shuffle={self.shuffle}, drop_last={self.drop_last})"
+        )
+
+
+#: Feistel rounds of :func:`keyed_positions` (four rounds of a keyed mix make a strong bijection).
+_ORDER_ROUNDS = 4
+_SALT_ORDER = 0x6F72646572  # "order"
+
+
+def keyed_positions(n: int, seed: int, epoch: int, at: np.ndarray) -> np.ndarray:
+    """``pi(at)`` for a keyed bijection ``pi`` of ``[0, n)``, keyed by ``(seed, epoch)``.
+
+    A balanced Feistel network over ``[0, 4^k)`` (``4^k >= n``, the smallest such) with
+    cycle-walking: a value landing at or beyond ``n`` is sent through the network again until it
+    falls inside, which restricts the bijection of ``[0, 4^k)`` to one of ``[0, n)`` (each walk
+    takes under four passes on average, since ``4^k < 4 n``). Memory is ``O(len(at))``: any slice of
+    the epoch's order is computed on its own.
+    """
+    k = max(1, (max(n - 1, 1).bit_length() + 1) // 2)
+    mask = np.uint64((1 << k) - 1)
+    keys = [np.uint64(base_key(_SALT_ORDER, seed, epoch, r)) for r in range(_ORDER_ROUNDS)]
+
+    def rounds(j: np.ndarray) -> np.ndarray:
+        left, right = (j >> np.uint64(k)) & mask, j & mask
+        for key in keys:
+            left, right = right, left ^ (mix64_numpy(right ^ key) & mask)
+        return (left << np.uint64(k)) | right
+
+    out = rounds(np.asarray(at, dtype=np.uint64))
+    walk = np.flatnonzero(out >= np.uint64(n))
+    while walk.size:
+        out[walk] = rounds(out[walk])
+        walk = walk[out[walk] >= np.uint64(n)]
+    return out.astype(np.int64)
+
+
+class PositionLoader:
+    """Random-access batches of positions ``[0, n)`` for one rank, in ``O(batch)`` memory.
+
+    Dealt as :class:`SeedLoader` deals its IDs (the same slots, steps and counts per rank), but
+    each epoch's order is :func:`keyed_positions` keyed by ``(seed, epoch)`` rather than a
+    materialised permutation: a batch computes only its own positions, so ``n`` (a large
+    graph's training edges) costs no memory. Every rank derives the same order without
+    communicating.
+
+    Args:
+        n: Number of positions (>= 1).
+        batch_size: Maximum positions per rank per step (>= 1).
+        rank: This rank, in ``[0, world_size)``.
+        world_size: Number of data-parallel ranks (>= 1).
+        seed: Base seed of the per-epoch order (>= 0).
+
+    Raises:
+        ConfigError: On a bad argument.
+    """
+
+    def __init__(
+        self, n: int, batch_size: int, *, rank: int = 0, world_size: int = 1, seed: int = 0
+    ) -> None:
+        self.n = _int_arg("n", n, 1)
+        self.batch_size = _int_arg("batch_size", batch_size, 1)
+        self.world_size = _int_arg("world_size", world_size, 1)
+        self.rank = _int_arg("rank", rank, 0)
+        if self.rank >= self.world_size:
+            raise ConfigError(
+                f"'rank' must lie in [0, world_size) = [0, {self.world_size}) (got {self.rank})"
+            )
+        self.seed = _int_arg("seed", seed, 0)
+        self.num_batches = -(-self.n // (self.world_size * self.batch_size))
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def slot_bounds(self, step: int, rank: int | None = None) -> tuple[int, int]:
+        """``[start, stop)`` of the slot of ``(step, rank)`` in the epoch's order."""
+        rank = self.rank if rank is None else rank
+        k = step * self.world_size + rank
+        q, r = divmod(self.n, self.num_batches * self.world_size)
+        start = k * q + min(k, r)
+        return start, start + q + (1 if k < r else 0)
+
+    def epoch_order(self, epoch: int, start: int = 0, stop: int | None = None) -> Tensor:
+        """Positions ``[start, stop)`` of epoch ``epoch``'s order (int64; default: all of it)."""
+        epoch = _int_arg("epoch", epoch, 0)
+        stop = self.n if stop is None else stop
+        at = np.arange(start, stop, dtype=np.uint64)
+        return torch.from_numpy(keyed_positions(self.n, self.seed, epoch, at))
+
+    def batch(self, epoch: int, step: int) -> Tensor:
+        """This rank's positions for step ``step`` of epoch ``epoch`` (int64, possibly empty).
+
+        Raises:
+            ConfigError: If ``step`` is outside ``[0, num_batches)``.
+        """
+        step = _int_arg("step", step, 0)
+        if step >= self.num_batches:
+            raise ConfigError(
+                f"'step' must lie in [0, num_batches) = [0, {self.num_batches}) (got {step})"
+            )
+        return self.epoch_order(epoch, *self.slot_bounds(step))
+
+    def __repr__(self) -> str:
+        return (
+            f"PositionLoader(n={self.n}, batch_size={self.batch_size}, rank={self.rank}, "
+            f"world_size={self.world_size}, num_batches={self.num_batches})"
         )

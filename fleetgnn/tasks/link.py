@@ -125,6 +125,9 @@ class LinkPrediction:
         keep_target_edges: In edge mini-batches, keep a batch's target edges (and their
             reverses) in its own message passing (default: excluded, so the model cannot read
             an edge's existence off its own neighbourhood).
+        eval_edges: Evaluate on at most this many pairs of each evaluation split, evenly spread
+            over it (with their fixed negatives); ``None``: every pair. Capped, the engines
+            compute only the embeddings of those pairs' endpoints (:meth:`eval_nodes`).
 
     Evaluation reports ``{val,test}_auc``, ``_ap`` (GAE protocol negatives) and ``_mrr``,
     ``_hits@K`` (OGB protocol negatives); the best epoch is selected on ``val_auc``.
@@ -142,6 +145,7 @@ class LinkPrediction:
         loss: str = "bce",
         seed: int = 0,
         keep_target_edges: bool = False,
+        eval_edges: int | None = None,
     ) -> None:
         if loss not in LOSSES:
             raise ConfigError(f"link loss {loss!r} is unknown; use one of {', '.join(LOSSES)}")
@@ -149,6 +153,11 @@ class LinkPrediction:
         self.loss_name = loss
         self.loss_fn: LinkLossFn = LOSSES[loss]
         self.keep_target_edges = bool(keep_target_edges)
+        if eval_edges is not None and (
+            isinstance(eval_edges, bool) or not isinstance(eval_edges, int) or eval_edges < 1
+        ):
+            raise ConfigError(f"'eval_edges' must be an int >= 1 or None (got {eval_edges!r})")
+        self.eval_edges = eval_edges
         graph = split.train_graph
         self.sampler = NegativeSampler(
             graph.num_nodes,
@@ -169,6 +178,22 @@ class LinkPrediction:
         pos = torch.from_numpy(self.split.pos["train"])
         return pos[0], pos[1]
 
+    def num_train_pairs(self) -> int:
+        """Number of training positives."""
+        return int(self.split.pos["train"].shape[1])
+
+    def train_pair_rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training positives at positions ``idx`` (int64 ``src``, ``dst``), read in place.
+
+        Only those pairs are read from the split's (possibly memory-mapped) array.
+        """
+        at = idx.numpy()
+        order = np.argsort(at, kind="stable")  # ascending reads; results in ``idx`` order
+        rows = np.empty((2, at.size), np.int64)
+        rows[:, order] = self.split.pos["train"][:, at[order]]
+        pos = torch.from_numpy(rows)
+        return pos[0], pos[1]
+
     def loss_terms(
         self, loss: LinkLossFn | None, scores: torch.Tensor, target: Any = None
     ) -> LossTerms:
@@ -186,35 +211,73 @@ class LinkPrediction:
         return LossTerms(per_pos.sum(), correct, int(scores.shape[0]))
 
     # ------------------------------------------------------------------ evaluation
+    def eval_positions(self, s: str, share: tuple[int, int] = (0, 1)) -> np.ndarray:
+        """Positions of split ``s``'s evaluated pairs in part ``share=(r, W)`` (int64).
+
+        Every pair, or ``eval_edges`` of them evenly spread over the split; cut into ``W``
+        contiguous, near-equal parts (rank ``r``'s is part ``r``; the parts make the whole).
+        """
+        n = int(self.split.pos[s].shape[1])
+        c = n if self.eval_edges is None else min(n, self.eval_edges)
+        r, w = share
+        at = np.arange(c * r // w, c * (r + 1) // w, dtype=np.int64)
+        return at if c == n else at * n // c
+
+    def _eval_pairs(self, s: str, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positives ``[2, m]``, GAE ``[2, m]`` and OGB ``[m, K]`` negatives of ``s`` at ``at``."""
+        contiguous = at.size == 0 or int(at[-1]) - int(at[0]) + 1 == at.size
+        cols = slice(int(at[0]), int(at[-1]) + 1) if contiguous and at.size else at
+        pos = np.asarray(self.split.pos[s][:, cols], np.int64)
+        neg = np.asarray(self.split.neg[s][:, cols], np.int64)
+        nd = np.asarray(self.split.neg_dst[s][cols], np.int64)
+        return pos, neg, nd
+
+    def eval_nodes(self) -> np.ndarray | None:
+        """Sorted distinct endpoints of every evaluated pair (``None`` when uncapped: all nodes).
+
+        Every rank derives the same set; it bounds the embeddings evaluation needs.
+        """
+        if self.eval_edges is None:
+            return None
+        parts = []
+        for s in ("val", "test"):
+            pos, neg, nd = self._eval_pairs(s, self.eval_positions(s))
+            parts += [pos.reshape(-1), neg.reshape(-1), nd.reshape(-1)]
+        return np.unique(np.concatenate(parts))
+
     def metric_sums(
         self,
         h: torch.Tensor,
         decoder: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         share: tuple[int, int] = (0, 1),
+        nodes: np.ndarray | None = None,
     ) -> dict[str, torch.Tensor]:
         """Per evaluation split, the summable histogram and ranking sums of its fixed pairs.
 
-        ``h`` ``[N, D]``: every node's embedding (from the message-passing graph of training
-        edges). Returns ``{"val_hist", "val_rank", "test_hist", "test_rank"}``
+        ``h``: the embeddings (from the message-passing graph of training edges) of every node
+        ``[N, D]``, or of ``nodes`` (sorted node IDs, covering :meth:`eval_nodes`) in their
+        order. Returns ``{"val_hist", "val_rank", "test_hist", "test_rank"}``
         (:func:`~fleetgnn.tasks.link_metrics.histogram_sums`, :func:`...ranking_sums`).
-        ``share=(r, W)``: only part ``r`` of ``W`` contiguous, near-equal parts of each split's
-        pairs (rank ``r``'s; the parts' sums add up to the whole's).
+        ``share=(r, W)``: only part ``r`` of the evaluated pairs (:meth:`eval_positions`;
+        the parts' sums add up to the whole's).
         """
         out: dict[str, torch.Tensor] = {}
         dev = h.device
-        r, w = share
+        table = None if nodes is None else torch.from_numpy(np.asarray(nodes, np.int64))
+
+        def rows(ids: np.ndarray) -> torch.Tensor:
+            at = torch.from_numpy(ids)
+            if table is not None:
+                at = torch.searchsorted(table, at)
+            return h[at.to(dev)]
+
         for s in ("val", "test"):
-            n = self.split.pos[s].shape[1]
-            lo, hi = n * r // w, n * (r + 1) // w
-            pos = torch.from_numpy(np.asarray(self.split.pos[s][:, lo:hi], np.int64)).to(dev)
-            neg = torch.from_numpy(np.asarray(self.split.neg[s][:, lo:hi], np.int64)).to(dev)
-            ps = decoder(h[pos[0]], h[pos[1]])
-            ns = decoder(h[neg[0]], h[neg[1]])
+            pos, neg, nd = self._eval_pairs(s, self.eval_positions(s, share))
+            ps = decoder(rows(pos[0]), rows(pos[1]))
+            ns = decoder(rows(neg[0]), rows(neg[1]))
             out[f"{s}_hist"] = histogram_sums(ps, ns)
-            nd = torch.from_numpy(np.asarray(self.split.neg_dst[s][lo:hi], np.int64)).to(dev)
             k = nd.shape[1]
-            src = pos[0].repeat_interleave(k)
-            rank_neg = decoder(h[src], h[nd.reshape(-1)]).view(-1, k)
+            rank_neg = decoder(rows(np.repeat(pos[0], k)), rows(nd.reshape(-1))).view(-1, k)
             out[f"{s}_rank"] = ranking_sums(ps, rank_neg)
         return out
 
@@ -234,12 +297,14 @@ class LinkPrediction:
         decoder: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
         share: tuple[int, int] = (0, 1),
+        nodes: np.ndarray | None = None,
     ) -> dict[str, float]:
         """The evaluation metrics of embeddings ``h`` (``reduce`` sums a tensor over ranks).
 
-        With ``reduce``, each rank scores its ``share`` of the pairs (:meth:`metric_sums`).
+        With ``reduce``, each rank scores its ``share`` of the pairs; ``h`` holds every node's
+        row, or those of ``nodes`` (:meth:`metric_sums`).
         """
-        sums = self.metric_sums(h, decoder, share)
+        sums = self.metric_sums(h, decoder, share, nodes)
         if reduce is not None:
             sums = {k: reduce(v) for k, v in sums.items()}
         return self.metrics_from_sums(sums)

@@ -121,6 +121,7 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
         t.link_loss,
         int(t.seed),
         keep_target_edges=bool(t.keep_target_edges),
+        eval_edges=t.eval_edges,
     )
 
 

@@ -14,7 +14,7 @@ def _graph():
     return generate_graph(spec_for("tiny", 0.3), seed=4).to_undirected()
 
 
-def _config(engine):
+def _config(engine, extra=()):
     return load_config(
         None,
         [
@@ -34,6 +34,7 @@ def _config(engine):
             "optim.weight_decay=0",
             "data.feature_norm=none",
             "train.seed=7",
+            *extra,
         ],
     )
 
@@ -51,9 +52,9 @@ def _run(engine):
     return out
 
 
-def _rank(comm, partition):
+def _rank(comm, partition, extra=()):
     engine = engine_from_config(
-        _config("fullgraph"), _graph(), context_of(comm), partition=partition, num_chunks=2
+        _config("fullgraph", extra), _graph(), context_of(comm), partition=partition, num_chunks=2
     )
     try:
         return _run(engine)
@@ -63,11 +64,18 @@ def _rank(comm, partition):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "world_size, partition", [(1, "range"), (2, "range"), (3, "range"), (3, "metis")]
+    "world_size, partition, extra",
+    [
+        (1, "range", ()),
+        (2, "range", ()),
+        (3, "range", ()),
+        (3, "metis", ()),
+        (2, "range", ("train.eval_edges=7",)),
+    ],
 )
-def test_fullgraph_link_loss_gradients_and_metrics_equal_reference(world_size, partition):
-    results = run_world(_rank, world_size, partition, timeout_s=300)
-    with engine_from_config(_config("reference"), _graph()) as ref:
+def test_fullgraph_link_loss_gradients_and_metrics_equal_reference(world_size, partition, extra):
+    results = run_world(_rank, world_size, partition, extra, timeout_s=300)
+    with engine_from_config(_config("reference", extra), _graph()) as ref:
         want = _run(ref)
     for e in range(EPOCHS):
         # each rank scores the pairs whose source it owns: together, every training pair once

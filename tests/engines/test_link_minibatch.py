@@ -1,5 +1,8 @@
 """Edge mini-batches: the reference engine (mode minibatch) and the minibatch engine at W = 1..3."""
 
+import dataclasses
+import tracemalloc
+
 import numpy as np
 import pytest
 import torch
@@ -46,7 +49,7 @@ def _batches(split, keep, fanouts=(-1, -1)):
 
 def _pairs(batch, edges, epoch, step):
     idx = edges.loader.batch(epoch, step)
-    return edges.src[idx], edges.dst[idx]
+    return edges.task.train_pair_rows(idx)
 
 
 @pytest.mark.parametrize("keep", [False, True])
@@ -64,7 +67,7 @@ def test_a_target_edge_is_absent_from_its_own_blocks_unless_kept(split, keep):
         assert torch.equal(seeds, torch.unique(seeds)) and torch.equal(seeds[batch.src], src)
         assert torch.equal(batch.blocks[-1].dst_ids, seeds)
     if keep:  # full neighbourhoods: every target edge and its reverse reach their own block
-        assert found == 2 * edges.src.numel()
+        assert found == 2 * edges.task.num_train_pairs()
     else:
         assert found == 0
 
@@ -171,6 +174,47 @@ def _reference(world_size, extra):
     return out
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_the_edge_order_of_an_epoch_is_the_same_for_one_rank_and_several(split, world_size):
+    """What the reference engine deals (one rank) and a W-rank engine deals, step by step."""
+    one = _batches(split, False)
+    ranks = [
+        EdgeBatches(
+            one.task, one.sampler, BATCH // world_size, rank=r, world_size=world_size, seed=3
+        )
+        for r in range(world_size)
+    ]
+    for epoch in (0, 1):
+        ref = one.loader.epoch_order(epoch)
+        dealt = torch.cat(
+            [e.loader.batch(epoch, s) for s in range(ranks[0].num_batches) for e in ranks]
+        )
+        assert torch.equal(dealt, ref)  # the same order, dealt into W slots a step
+        assert torch.equal(torch.sort(ref).values, torch.arange(one.task.num_train_pairs()))
+    assert not torch.equal(one.loader.epoch_order(0), one.loader.epoch_order(1))
+
+
+def test_edge_batches_cost_memory_of_the_batch_not_of_the_training_edges(split, tmp_path):
+    """Millions of mapped training pairs: building the batches and one batch stay O(batch)."""
+    p = 4_000_000  # an order or a copy of the positions would be 32 MB
+    big = np.lib.format.open_memmap(tmp_path / "train_pos.npy", "w+", np.int64, (2, p))
+    big[:, :] = np.arange(p) % split.train_graph.num_nodes
+    big.flush()
+    mapped = np.load(tmp_path / "train_pos.npy", mmap_mode="r")
+    task = LinkPrediction(split, negatives=2, seed=3)
+    task.split = dataclasses.replace(split, pos={**split.pos, "train": mapped})
+    sampler = NeighborSampler(GraphTopology(split.train_graph), [2, 2], seed=3)
+    tracemalloc.start()
+    try:
+        edges = EdgeBatches(task, sampler, BATCH, rank=1, world_size=2, seed=3)
+        batch = edges.batch(1, edges.num_batches - 1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert edges.num_batches == -(-p // (2 * BATCH)) and BATCH - 1 <= batch.src.numel() <= BATCH
+    assert peak < 4 << 20
+
+
 def test_reference_engine_minibatch_mode_is_the_one_rank_edge_batch():
     cfg = _config()
     g = _graph()
@@ -198,9 +242,11 @@ def test_reference_engine_minibatch_mode_is_the_one_rank_edge_batch():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_minibatch_engine_link_loss_and_gradients_equal_reference(world_size):
-    extra = ["train.device=cpu"]
+@pytest.mark.parametrize(
+    "world_size, cap", [(1, None), (2, None), (3, None), (2, 7)], ids=["1", "2", "3", "2-capped"]
+)
+def test_minibatch_engine_link_loss_and_gradients_equal_reference(world_size, cap):
+    extra = ["train.device=cpu"] + ([] if cap is None else [f"train.eval_edges={cap}"])
     results = run_world(_rank, world_size, extra, timeout_s=300)
     want = _reference(world_size, extra)
     assert len({r["n"] for r in results}) == 1

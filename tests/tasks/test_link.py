@@ -101,3 +101,32 @@ def test_mrr_and_hits_match_ogbs_definition():
     got = ranking_metrics(ranking_sums(pos, neg, (1, 2)), "val", (1, 2))
     assert got["val_mrr"] == pytest.approx((1 / 2 + 1 / 4 + 1 / 2) / 3)
     assert got["val_hits@1"] == 0.0 and got["val_hits@2"] == pytest.approx(2 / 3)
+
+
+def test_capped_evaluation_scores_spread_pairs_from_their_endpoints_rows_only():
+    from fleetgnn.graph.edge_split import split_edges
+    from fleetgnn.graph.synthetic import generate_graph, spec_for
+    from fleetgnn.nn.decoders import DotDecoder
+    from fleetgnn.tasks import LinkPrediction
+
+    split = split_edges(generate_graph(spec_for("tiny", 0.3), seed=4).to_undirected(), 0.1, 0.1)
+    n = split.train_graph.num_nodes
+    h = torch.randn(n, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    full = LinkPrediction(split)
+    capped = LinkPrediction(split, eval_edges=9)
+    assert full.eval_nodes() is None
+    for s in ("val", "test"):
+        at = capped.eval_positions(s)
+        total = split.pos[s].shape[1]
+        assert at.size == 9 and np.all(np.diff(at) > 0) and at[-1] > total // 2  # spread
+        parts = [capped.eval_positions(s, (r, 3)) for r in range(3)]
+        assert np.array_equal(np.concatenate(parts), at)  # the ranks' shares make the whole
+        assert np.array_equal(full.eval_positions(s), np.arange(total))
+    nodes = capped.eval_nodes()
+    assert 0 < nodes.size < n and np.all(np.diff(nodes) > 0)
+    want = capped.evaluate(h, DotDecoder())  # capped pairs, scored from every node's rows
+    got = capped.evaluate(h[torch.from_numpy(nodes)], DotDecoder(), nodes=nodes)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert want != pytest.approx(full.evaluate(h, DotDecoder()), rel=1e-12)
+    with pytest.raises(ConfigError, match="'eval_edges' must be an int >= 1"):
+        LinkPrediction(split, eval_edges=0)
