@@ -377,6 +377,20 @@ class DistSetup:
         )
 
 
+def engine_config(name: str, config: Any, config_cls: type) -> Any:
+    """``config`` checked to be the engine's ``config_cls`` (``None``: its defaults).
+
+    Raises:
+        ConfigError: If ``config`` is another engine's config.
+    """
+    cfg = config if config is not None else config_cls()
+    if not isinstance(cfg, config_cls):
+        raise ConfigError(
+            f"the {name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
+        )
+    return cfg
+
+
 def setup_distributed(
     name: str, graph: Graph, config: Any, config_cls: type, ctx: Any
 ) -> DistSetup:
@@ -397,15 +411,23 @@ def setup_distributed(
             context's (``"cpu"`` for a rank on a GPU, or ``"cuda"`` for a CPU rank).
         DatasetError: If the graph has no features, labels or training split.
     """
-    from fleetgnn.distributed import TrafficMeter, init
-
-    cfg = config if config is not None else config_cls()
-    if not isinstance(cfg, config_cls):
-        raise ConfigError(
-            f"the {name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
-        )
+    cfg = engine_config(name, config, config_cls)
     refuse_typed(name, graph)
     require_trainable(graph)
+    return dist_setup(name, cfg, ctx)
+
+
+def dist_setup(name: str, cfg: Any, ctx: Any) -> DistSetup:
+    """A checked engine config's :class:`DistSetup` on ``ctx`` (``None``: a new process group).
+
+    The process group is initialised on ``cfg.device`` when ``ctx`` is ``None``; the
+    communicator meters its traffic (``cfg.debug_collectives`` checks every collective).
+
+    Raises:
+        ConfigError: If ``cfg.device`` contradicts the context's device.
+    """
+    from fleetgnn.distributed import TrafficMeter, init
+
     wanted = str(cfg.device).split(":", 1)[0]
     if ctx is None:
         ctx = init(device=wanted)
