@@ -129,6 +129,42 @@ def _dedup_segments(buf: np.ndarray, indptr: np.ndarray, chunk_edges: int) -> np
     return out
 
 
+def _check_edge_count(edge_file: Path, count_file: Path, e: int) -> None:
+    """Refuse an edge count ``e`` that ``edge_file`` cannot hold (before allocating for it)."""
+    size = edge_file.stat().st_size
+    most = _MAX_GZIP_RATIO * size // _MIN_EDGE_LINE + 1
+    if e > most:
+        raise DatasetError(
+            f"'{count_file}' declares {e} edges, but '{edge_file}' ({size} bytes) can hold "
+            f"at most {most} lines 'src,dst'; the files are corrupt or do not belong together"
+        )
+
+
+def _edge_chunks(edge_file: Path, e: int, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first line, int64 [k, 2] src,dst rows)`` per chunk of ``edge_file``, ``e`` lines in all.
+
+    Raises:
+        DatasetError: If the file has more or fewer than ``e`` lines (the count file's).
+    """
+    table = Table(edge_file, np.dtype(np.int64), 2, ",", None, "'src,dst'")
+    seen = 0
+    for first, lines in iter_line_chunks(edge_file, chunk_rows):
+        if seen + len(lines) > e:
+            raise DatasetError(
+                f"'{edge_file}' has more than {e} lines, the edge count in "
+                f"num-edge-list.csv.gz (line {e + 1}: {short(lines[e - seen])}); the "
+                f"files do not belong together"
+            )
+        arr = table.parse(lines, first)
+        yield first, arr
+        seen += arr.shape[0]
+    if seen != e:
+        raise DatasetError(
+            f"'{edge_file}' has {seen} lines but num-edge-list.csv.gz says {e} edges; "
+            f"the file is truncated or the files do not belong together"
+        )
+
+
 def _split_dir(root: Path, name: str | None) -> Path | None:
     split_root = root / "split"
     if name is not None:
@@ -234,13 +270,7 @@ def prepare_ogb(
     n = _read_count(node_file)
     e = _read_count(edge_count_file)
     budget.take(f"'{node_file}' declares {n} nodes", n * NODE_BYTES)
-    size = edge_file.stat().st_size
-    most = _MAX_GZIP_RATIO * size // _MIN_EDGE_LINE + 1
-    if e > most:
-        raise DatasetError(
-            f"'{edge_count_file}' declares {e} edges, but '{edge_file}' ({size} bytes) can hold "
-            f"at most {most} lines 'src,dst'; the files are corrupt or do not belong together"
-        )
+    _check_edge_count(edge_file, edge_count_file, e)
     split_dir = _split_dir(root, name)
     idt = index_dtype(n)
     total = 2 * e if undirected else e
@@ -263,16 +293,8 @@ def prepare_ogb(
             t_src = create_npy(Path(tmp) / "src.npy", idt, (e,), fix)
             t_dst = create_npy(Path(tmp) / "dst.npy", idt, (e,), fix)
             counts = np.zeros(n, dtype=np.int64)
-            table = Table(edge_file, np.dtype(np.int64), 2, ",", None, "'src,dst'")
             seen = 0
-            for first, lines in iter_line_chunks(edge_file, chunk_rows):
-                if seen + len(lines) > e:
-                    raise DatasetError(
-                        f"'{edge_file}' has more than {e} lines, the edge count in "
-                        f"num-edge-list.csv.gz (line {e + 1}: {short(lines[e - seen])}); the "
-                        f"files do not belong together"
-                    )
-                arr = table.parse(lines, first)
+            for first, arr in _edge_chunks(edge_file, e, chunk_rows):
                 bad = np.flatnonzero((arr < 0) | (arr >= n))
                 if bad.size:
                     r, c = divmod(int(bad[0]), 2)
@@ -287,11 +309,6 @@ def prepare_ogb(
                 if undirected:
                     _add_counts(counts, arr[:, 0])
                 seen += arr.shape[0]
-            if seen != e:
-                raise DatasetError(
-                    f"'{edge_file}' has {seen} lines but num-edge-list.csv.gz says {e} edges; "
-                    f"the file is truncated or the files do not belong together"
-                )
             indptr = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(counts, out=indptr[1:])
             del counts

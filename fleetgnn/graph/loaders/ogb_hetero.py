@@ -36,18 +36,17 @@ from fleetgnn.graph.files import create_npy, temp_prefix
 from fleetgnn.graph.hetero import REVERSE_PREFIX, HeteroSchema, Relation
 from fleetgnn.graph.loaders._io import (
     MemoryBudget,
-    Table,
     iter_line_chunks,
     require_file,
     resolve_max_bytes,
     short,
 )
 from fleetgnn.graph.loaders.ogb import (
-    _MAX_GZIP_RATIO,
-    _MIN_EDGE_LINE,
     NODE_BYTES,
     _add_counts,
+    _check_edge_count,
     _chunks,
+    _edge_chunks,
     _read_count,
     _read_labels,
     _scatter,
@@ -160,26 +159,13 @@ def _relation_edges(
     edge_file = require_file(d / "edge.csv.gz", f"OGB edge file of relation {rel}")
     count_file = require_file(d / "num-edge-list.csv.gz", f"OGB edge count file of {rel}")
     e = _read_count(count_file)
-    size = edge_file.stat().st_size
-    most = _MAX_GZIP_RATIO * size // _MIN_EDGE_LINE + 1
-    if e > most:
-        raise DatasetError(
-            f"'{count_file}' declares {e} edges, but '{edge_file}' ({size} bytes) can hold at "
-            f"most {most} lines 'src,dst'; the files are corrupt or do not belong together"
-        )
+    _check_edge_count(edge_file, count_file, e)
     key = relation_key(rel)
     t_src = create_npy(tmp / f"{key}.src.npy", index_dtype(max(n_src, 1)), (e,), fix)
     t_dst = create_npy(tmp / f"{key}.dst.npy", index_dtype(max(n_dst, 1)), (e,), fix)
     counts = np.zeros(n_dst, dtype=np.int64)
-    table = Table(edge_file, np.dtype(np.int64), 2, ",", None, "'src,dst'")
     seen = 0
-    for first, lines in iter_line_chunks(edge_file, chunk_rows):
-        if seen + len(lines) > e:
-            raise DatasetError(
-                f"'{edge_file}' has more than {e} lines, the edge count in num-edge-list.csv.gz "
-                f"(line {e + 1}: {short(lines[e - seen])}); the files do not belong together"
-            )
-        arr = table.parse(lines, first)
+    for first, arr in _edge_chunks(edge_file, e, chunk_rows):
         for c, (end, n) in enumerate(((rel[0], n_src), (rel[2], n_dst))):
             bad = np.flatnonzero((arr[:, c] < 0) | (arr[:, c] >= n))
             if bad.size:
@@ -193,11 +179,6 @@ def _relation_edges(
         t_dst[seen : seen + arr.shape[0]] = arr[:, 1]
         _add_counts(counts, arr[:, 1])
         seen += arr.shape[0]
-    if seen != e:
-        raise DatasetError(
-            f"'{edge_file}' has {seen} lines but num-edge-list.csv.gz says {e} edges; the file "
-            f"is truncated or the files do not belong together"
-        )
     return t_src, t_dst, counts
 
 
