@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetgnn.errors import DatasetError
-from fleetgnn.graph.csc import index_dtype
+from fleetgnn.graph.csc import append_to_segments, index_dtype
 from fleetgnn.graph.dataset import DatasetWriter
 from fleetgnn.graph.files import create_npy, temp_prefix
 from fleetgnn.graph.loaders._io import (
@@ -77,22 +77,6 @@ def _add_counts(counts: np.ndarray, ids: np.ndarray) -> None:
     else:
         uniq, cnt = np.unique(ids, return_counts=True)
         counts[uniq] += cnt
-
-
-def _scatter(out: np.ndarray, cursor: np.ndarray, dst: np.ndarray, src: np.ndarray) -> None:
-    """Append ``src[i]`` to the segment of ``dst[i]`` at ``cursor[dst[i]]``, keeping input order.
-
-    Vectorised, without ``np.add.at``: a stable sort groups the chunk by destination, the rank of
-    an edge inside its group is its offset past the cursor, and each cursor then advances by the
-    group's size.
-    """
-    order = np.argsort(dst, kind="stable")
-    d = dst[order].astype(np.int64)
-    first = np.searchsorted(d, d, side="left")
-    pos = cursor[d] + (np.arange(d.size, dtype=np.int64) - first)
-    out[pos] = src[order]
-    uniq, cnt = np.unique(d, return_counts=True)
-    cursor[uniq] += cnt
 
 
 def _dedup_segments(buf: np.ndarray, indptr: np.ndarray, chunk_edges: int) -> np.ndarray:
@@ -319,12 +303,14 @@ def prepare_ogb(
             cursor = indptr[:-1].copy()
             start = cursor.copy() if with_attr else None
             for lo, hi in _chunks(e, chunk_rows):
-                _scatter(target, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi]))
+                append_to_segments(
+                    target, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi])
+                )
             if with_attr and start is not None:
                 # the line number (edge ID in the file) of every CSC position, scattered alike
                 t_eid = create_npy(Path(tmp) / "eid.npy", np.int64, (e,), fix)
                 for lo, hi in _chunks(e, chunk_rows):
-                    _scatter(t_eid, start, np.asarray(t_dst[lo:hi]), np.arange(lo, hi))
+                    append_to_segments(t_eid, start, np.asarray(t_dst[lo:hi]), np.arange(lo, hi))
                 del start
                 feat = _write_features(
                     w,
@@ -341,7 +327,9 @@ def prepare_ogb(
                 del t_eid, feat, attr
             if undirected:
                 for lo, hi in _chunks(e, chunk_rows):
-                    _scatter(target, cursor, np.asarray(t_src[lo:hi]), np.asarray(t_dst[lo:hi]))
+                    append_to_segments(
+                        target, cursor, np.asarray(t_src[lo:hi]), np.asarray(t_dst[lo:hi])
+                    )
             del cursor
             if undirected:
                 indptr = _dedup_segments(target, indptr, chunk_rows)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetgnn.errors import DatasetError, GraphError
-from fleetgnn.graph.csc import index_dtype
+from fleetgnn.graph.csc import append_to_segments, index_dtype
 from fleetgnn.graph.files import create_npy, temp_prefix
 from fleetgnn.graph.hetero import REVERSE_PREFIX, HeteroSchema, Relation
 from fleetgnn.graph.loaders._io import (
@@ -49,7 +49,6 @@ from fleetgnn.graph.loaders.ogb import (
     _edge_chunks,
     _read_count,
     _read_labels,
-    _scatter,
     _split_dir,
     _write_features,
     _write_splits,
@@ -282,7 +281,9 @@ def prepare_ogb_hetero(
                 indices = w.create(f"rel/{key}/indices", t_src.dtype, (t_src.shape[0],))
                 cursor = indptr[:-1].copy()
                 for lo, hi in _chunks(t_src.shape[0], chunk_rows):
-                    _scatter(indices, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi]))
+                    append_to_segments(
+                        indices, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi])
+                    )
                 del cursor, t_src, t_dst
                 rev = (rel[2], REVERSE_PREFIX + rel[1], rel[0])
                 if rev in reverse:
@@ -365,4 +366,4 @@ def _write_reverse(
     for lo, hi in _chunks(e, chunk_rows):
         # the forward destinations of edges lo..hi: the node whose segment holds each edge
         dst = np.searchsorted(indptr, np.arange(lo, hi, dtype=np.int64), side="right") - 1
-        _scatter(out, cursor, np.asarray(indices[lo:hi], dtype=np.int64), dst)
+        append_to_segments(out, cursor, np.asarray(indices[lo:hi], dtype=np.int64), dst)
