@@ -19,12 +19,13 @@ import torch
 from fleetgnn.config import ENGINES
 from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.distributed.context import auto_device_type
-from fleetgnn.errors import ConfigError, DatasetError, GraphError
+from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn import check_model
 from fleetgnn.tasks import NODE_CLASSIFICATION, check_label_range
 from fleetgnn.tasks.base import LossFn as LossFn
+from fleetgnn.tasks.node import check_label_bounds
 from fleetgnn.tasks.node import cross_entropy as cross_entropy
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
@@ -256,14 +257,7 @@ def check_labels(logits: torch.Tensor, target: torch.Tensor) -> None:
     if target.dtype.is_floating_point or target.dtype == torch.bool:
         return
     lo, hi = (int(v) for v in torch.stack(torch.aminmax(target)).tolist())
-    c = int(logits.shape[1])
-    if lo < 0 or hi >= c:
-        bad = lo if lo < 0 else hi
-        raise GraphError(
-            f"'y' holds label {bad} for a training or validation node, outside the model's "
-            f"{c} classes [0, {c}); the labels changed after their values were checked: run "
-            f"'fleetgnn info DATASET --verify' (or prepare the dataset again)"
-        )
+    check_label_bounds(lo, hi, int(logits.shape[1]))
 
 
 def loss_sum(loss: LossFn, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
