@@ -43,6 +43,23 @@ from typing import Any
 import torch
 
 
+def hidden_fraction_of(busy_s: float, wait_s: float) -> float:
+    """``1 - wait_s / busy_s`` in [0, 1]: the share of copy or exchange time hidden.
+
+    ``busy_s``: time of the copies or exchanges; ``wait_s``: time the computation was blocked
+    waiting for them. 0 when nothing ran (or all blocked).
+    """
+    if busy_s <= 0:
+        return 0.0
+    return float(min(1.0, max(0.0, 1.0 - wait_s / busy_s)))
+
+
+def zero_counters(counters: Any) -> None:
+    """Zero every field of a dataclass of counters (ints and floats)."""
+    for f in dataclasses.fields(counters):
+        setattr(counters, f.name, type(getattr(counters, f.name))(0))
+
+
 @dataclasses.dataclass
 class TransferTimes:
     """Seconds, counts and bytes of :class:`Transfers`' copies (reset per epoch).
@@ -66,14 +83,11 @@ class TransferTimes:
     @property
     def hidden_fraction(self) -> float:
         """``1 - wait_s / transfer_s`` in [0, 1]; 0 when nothing was copied or all blocked."""
-        if self.transfer_s <= 0:
-            return 0.0
-        return float(min(1.0, max(0.0, 1.0 - self.wait_s / self.transfer_s)))
+        return hidden_fraction_of(self.transfer_s, self.wait_s)
 
     def reset(self) -> None:
         """Zero every counter."""
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, type(getattr(self, f.name))(0))
+        zero_counters(self)
 
     def to_dict(self) -> dict[str, float | int]:
         """The counters and ``hidden_fraction``, for an epoch report."""

@@ -260,3 +260,19 @@ class FullGraphEngineBase(EngineBase):
             if on_step is not None:
                 on_step(0, stats)
         return out
+
+
+def run_steps(
+    engine: Any, epoch: int, start_step: int, on_step: StepCallback | None = None
+) -> list[StepStats]:
+    """Steps ``start_step..`` of ``epoch`` through ``engine.train_step``, in order.
+
+    The loop of engines that run each step inline; ``on_step(step, stats)`` after each.
+    """
+    out = []
+    for step in range(start_step, engine.steps_per_epoch()):
+        stats = engine.train_step(epoch, step)
+        out.append(stats)
+        if on_step is not None:
+            on_step(step, stats)
+    return out

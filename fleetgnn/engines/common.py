@@ -19,12 +19,13 @@ import torch
 from fleetgnn.config import ENGINES
 from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.distributed.context import auto_device_type
-from fleetgnn.errors import ConfigError, DatasetError, GraphError
+from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn import check_model
 from fleetgnn.tasks import NODE_CLASSIFICATION, check_label_range
 from fleetgnn.tasks.base import LossFn as LossFn
+from fleetgnn.tasks.node import check_label_bounds
 from fleetgnn.tasks.node import cross_entropy as cross_entropy
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
@@ -256,14 +257,7 @@ def check_labels(logits: torch.Tensor, target: torch.Tensor) -> None:
     if target.dtype.is_floating_point or target.dtype == torch.bool:
         return
     lo, hi = (int(v) for v in torch.stack(torch.aminmax(target)).tolist())
-    c = int(logits.shape[1])
-    if lo < 0 or hi >= c:
-        bad = lo if lo < 0 else hi
-        raise GraphError(
-            f"'y' holds label {bad} for a training or validation node, outside the model's "
-            f"{c} classes [0, {c}); the labels changed after their values were checked: run "
-            f"'fleetgnn info DATASET --verify' (or prepare the dataset again)"
-        )
+    check_label_bounds(lo, hi, int(logits.shape[1]))
 
 
 def loss_sum(loss: LossFn, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -377,6 +371,20 @@ class DistSetup:
         )
 
 
+def engine_config(name: str, config: Any, config_cls: type) -> Any:
+    """``config`` checked to be the engine's ``config_cls`` (``None``: its defaults).
+
+    Raises:
+        ConfigError: If ``config`` is another engine's config.
+    """
+    cfg = config if config is not None else config_cls()
+    if not isinstance(cfg, config_cls):
+        raise ConfigError(
+            f"the {name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
+        )
+    return cfg
+
+
 def setup_distributed(
     name: str, graph: Graph, config: Any, config_cls: type, ctx: Any
 ) -> DistSetup:
@@ -397,15 +405,23 @@ def setup_distributed(
             context's (``"cpu"`` for a rank on a GPU, or ``"cuda"`` for a CPU rank).
         DatasetError: If the graph has no features, labels or training split.
     """
-    from fleetgnn.distributed import TrafficMeter, init
-
-    cfg = config if config is not None else config_cls()
-    if not isinstance(cfg, config_cls):
-        raise ConfigError(
-            f"the {name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
-        )
+    cfg = engine_config(name, config, config_cls)
     refuse_typed(name, graph)
     require_trainable(graph)
+    return dist_setup(name, cfg, ctx)
+
+
+def dist_setup(name: str, cfg: Any, ctx: Any) -> DistSetup:
+    """A checked engine config's :class:`DistSetup` on ``ctx`` (``None``: a new process group).
+
+    The process group is initialised on ``cfg.device`` when ``ctx`` is ``None``; the
+    communicator meters its traffic (``cfg.debug_collectives`` checks every collective).
+
+    Raises:
+        ConfigError: If ``cfg.device`` contradicts the context's device.
+    """
+    from fleetgnn.distributed import TrafficMeter, init
+
     wanted = str(cfg.device).split(":", 1)[0]
     if ctx is None:
         ctx = init(device=wanted)

@@ -38,12 +38,19 @@ import numpy as np
 import torch
 
 from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig
-from fleetgnn.engines.base import DistributedEngine, EngineBase, StepCallback, StepStats
+from fleetgnn.engines.base import (
+    DistributedEngine,
+    EngineBase,
+    StepCallback,
+    StepStats,
+    run_steps,
+)
 from fleetgnn.engines.common import (
     DTYPES,
-    DistSetup,
     LossFn,
     device_clock,
+    dist_setup,
+    engine_config,
     normalize_rows,
     resolve_device,
     setup_model,
@@ -101,6 +108,13 @@ class _TypedData:
         local = np.flatnonzero(np.asarray(graph.train_mask))
         self.train_ids = torch.from_numpy(local + self.target_offset)
         self._full: TypedAggregator | None = None
+
+    def _setup_sampler(self, fanouts: Any, config_fanouts: Any) -> None:
+        """The typed sampler: ``fanouts`` (per relation) if given, else the config's list."""
+        self.sampler = HeteroNeighborSampler(
+            self.graph, fanouts if fanouts is not None else list(config_fanouts), seed=self.seed
+        )
+        _check_layers(self.sampler, self.module)  # type: ignore[attr-defined]
 
     def features(self, block: HeteroBlock) -> dict[str, torch.Tensor]:
         """Input rows of a block's featured types (cast, normalised, on the device)."""
@@ -178,11 +192,7 @@ class TypedReferenceEngine(_TypedData, EngineBase):
         loss: LossFn | None = None,
         fanouts: Any = None,
     ) -> None:
-        config = config if config is not None else ReferenceEngineConfig()
-        if not isinstance(config, ReferenceEngineConfig):
-            raise ConfigError(
-                f"the reference engine needs a ReferenceEngineConfig (got {type(config).__name__})"
-            )
+        config = engine_config(self.name, config, ReferenceEngineConfig)
         self.graph = _require_typed_trainable(graph)
         self.config, self.mode = config, config.mode
         self.device = resolve_device(config.device)
@@ -195,10 +205,7 @@ class TypedReferenceEngine(_TypedData, EngineBase):
             self.loader = SeedLoader(
                 self.train_ids, config.batch_size, seed=self.seed, shuffle=True
             )
-            self.sampler = HeteroNeighborSampler(
-                graph, fanouts if fanouts is not None else list(config.fanouts), seed=self.seed
-            )
-            _check_layers(self.sampler, self.module)
+            self._setup_sampler(fanouts, config.fanouts)
 
     def steps_per_epoch(self) -> int:
         """One step in full mode; the number of batches in mini-batch mode."""
@@ -209,13 +216,7 @@ class TypedReferenceEngine(_TypedData, EngineBase):
     ) -> list[StepStats]:
         """Run steps ``start_step..`` of ``epoch``."""
         self.module.train()
-        out = []
-        for step in range(start_step, self.steps_per_epoch()):
-            stats = self.train_step(epoch, step)
-            out.append(stats)
-            if on_step is not None:
-                on_step(step, stats)
-        return out
+        return run_steps(self, epoch, start_step, on_step)
 
     def train_step(self, epoch: int, step: int) -> StepStats:
         """One optimisation step."""
@@ -269,25 +270,11 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
         loss: LossFn | None = None,
         fanouts: Any = None,
     ) -> None:
-        from fleetgnn.distributed import TrafficMeter, init
+        from fleetgnn.distributed import TrafficMeter
 
-        cfg = config if config is not None else MinibatchEngineConfig()
-        if not isinstance(cfg, MinibatchEngineConfig):
-            raise ConfigError(
-                f"the minibatch engine needs a MinibatchEngineConfig (got {type(cfg).__name__})"
-            )
+        cfg = engine_config(self.name, config, MinibatchEngineConfig)
         _require_typed_trainable(graph)
-        if ctx is None:
-            ctx = init(device=str(cfg.device).split(":", 1)[0])
-        dist = DistSetup(
-            config=cfg,
-            ctx=ctx,
-            clock=device_clock(ctx.device),
-            dtype=DTYPES[cfg.dtype],
-            seed=int(cfg.seed),
-            comm=ctx.communicator(TrafficMeter(), debug=cfg.debug_collectives),
-        )
-        super().__init__(dist, graph)
+        super().__init__(dist_setup(self.name, cfg, ctx), graph)
         self._setup_data(graph, cfg.feature_norm)
         self.store: KeyedStore | None = None
         self.store_comm: Any = None
@@ -301,10 +288,7 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
             world_size=self.world_size,
             seed=self.seed,
         )
-        self.sampler = HeteroNeighborSampler(
-            graph, fanouts if fanouts is not None else list(cfg.fanouts), seed=self.seed
-        )
-        _check_layers(self.sampler, self.module)
+        self._setup_sampler(fanouts, cfg.fanouts)
 
     def _build_store(self, cfg: MinibatchEngineConfig, meter_cls: Any) -> None:
         """The keyed store of the features (collective), on a group of its own."""
@@ -378,13 +362,7 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
         self.module.train()
         if self.store is not None:
             self.store.reset_stats()  # hit rates of this epoch's training
-        out = []
-        for step in range(start_step, self.steps_per_epoch()):
-            stats = self.train_step(epoch, step)
-            out.append(stats)
-            if on_step is not None:
-                on_step(step, stats)
-        return out
+        return run_steps(self, epoch, start_step, on_step)
 
     def train_step(self, epoch: int, step: int) -> StepStats:
         """One data-parallel step (gradients summed over ranks after the backward)."""

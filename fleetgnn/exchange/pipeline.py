@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.distributed import Communicator
+from fleetgnn.distributed.transfer import hidden_fraction_of, zero_counters
 from fleetgnn.errors import ConfigError
 from fleetgnn.exchange.plan import ExchangeLayout, HaloPlan
 
@@ -107,14 +108,11 @@ class ExchangeTimes:
         0 for synchronous exchanges (the computation waits for all of it), 1 when every exchange
         had completed before its rows were needed; 0 when nothing was exchanged.
         """
-        if self.comm_s <= 0:
-            return 0.0
-        return float(min(1.0, max(0.0, 1.0 - self.wait_s / self.comm_s)))
+        return hidden_fraction_of(self.comm_s, self.wait_s)
 
     def reset(self) -> None:
         """Zero every counter."""
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, type(getattr(self, f.name))(0))
+        zero_counters(self)
 
 
 class _InFlight:

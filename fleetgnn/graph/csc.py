@@ -61,6 +61,24 @@ def index_dtype(num_nodes: int) -> np.dtype:
     return np.dtype(np.int32) if num_nodes < 2**31 else np.dtype(np.int64)
 
 
+def append_to_segments(
+    out: np.ndarray, cursor: np.ndarray, dst: np.ndarray, src: np.ndarray
+) -> None:
+    """Append ``src[i]`` to the segment of ``dst[i]`` at ``cursor[dst[i]]``, keeping input order.
+
+    Vectorised, without ``np.add.at``: a stable sort groups the chunk by destination, the rank of
+    an edge inside its group is its offset past the cursor, and each cursor then advances by the
+    group's size.
+    """
+    order = np.argsort(dst, kind="stable")
+    d = dst[order].astype(np.int64)
+    first = np.searchsorted(d, d, side="left")
+    pos = cursor[d] + (np.arange(d.size, dtype=np.int64) - first)
+    out[pos] = src[order]
+    uniq, cnt = np.unique(d, return_counts=True)
+    cursor[uniq] += cnt
+
+
 def coo_to_csc(
     src: np.ndarray,
     dst: np.ndarray,

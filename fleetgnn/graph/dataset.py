@@ -193,10 +193,7 @@ class DatasetWriter:
         for req in REQUIRED:
             if req not in self._arrays:
                 raise DatasetError(f"dataset is missing required array {req!r}")
-        arrays = {}
-        for name, arr in self._arrays.items():
-            arr.flush()
-            arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
+        arrays = self._flush()
         indptr = self._arrays["indptr"]
         x = self._arrays.get("x")
         meta = {
@@ -220,9 +217,26 @@ class DatasetWriter:
             )
         except GraphError as err:
             raise DatasetError(f"the dataset written to '{self.out}' is invalid: {err}") from err
-        seconds = time.perf_counter() - t0
+        return self._publish(meta, arrays, time.perf_counter() - t0)
+
+    def _flush(self) -> dict[str, dict[str, Any]]:
+        """Flush every array written; their ``{"dtype", "shape"}`` specs by name."""
+        arrays = {}
+        for name, arr in self._arrays.items():
+            arr.flush()
+            arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
+        return arrays
+
+    def _publish(self, meta: dict[str, Any], arrays: dict[str, Any], seconds: float) -> Path:
+        """Write the checked dataset's ``meta.json`` and stamp, and move it in place.
+
+        ``seconds``: how long checking its values took (recorded in the stamp). Every directory
+        of the dataset is made durable before the move.
+        """
         write_json_atomic(self.tmp / META, meta)
         write_json_atomic(self.tmp / STAMP, _stamp(_fingerprints(self.tmp, arrays), seconds))
+        for d in sorted(p for p in self.tmp.rglob("*") if p.is_dir()):
+            fsync_dir(d)
         fsync_dir(self.tmp)
         if self.out.exists() and not self.overwrite:
             self.abort()
@@ -352,8 +366,19 @@ def write_dataset(
         return w.commit(num_classes=graph.num_classes, **extra)
 
 
-def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and check ``meta.json`` of a dataset directory."""
+_META_FIX = "re-create the dataset with 'fleetgnn prepare'"
+
+
+def open_meta(path: str | os.PathLike[str]) -> tuple[Path, Path, dict[str, Any]]:
+    """``(root, meta.json path, meta)`` of a dataset directory of either kind.
+
+    Checks only that the directory and its ``meta.json`` exist and that the file is a JSON
+    object of this format version; :func:`read_meta` and
+    :func:`~fleetgnn.graph.typed_dataset.read_typed_meta` check the rest.
+
+    Raises:
+        DatasetError: No directory at ``path``, no ``meta.json`` in it, or an unreadable one.
+    """
     root = Path(path)
     if not root.is_dir():
         raise DatasetError(
@@ -365,13 +390,25 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"'{root}' has no {META}: it is not a fleetgnn dataset, or its write was interrupted; "
             f"run 'fleetgnn prepare' again"
         )
-    fix = "re-create the dataset with 'fleetgnn prepare'"
-    meta = read_json_meta(meta_path, version=FORMAT_VERSION, keys=(), error=DatasetError, fix=fix)
+    meta = read_json_meta(
+        meta_path, version=FORMAT_VERSION, keys=(), error=DatasetError, fix=_META_FIX
+    )
+    return root, meta_path, meta
+
+
+def require_meta_keys(meta: dict[str, Any], meta_path: Path, keys: Iterable[str]) -> None:
+    """Refuse, in one line, a ``meta.json`` that lacks one of ``keys``."""
+    for key in keys:
+        if key not in meta:
+            raise DatasetError(f"'{meta_path}' lacks the key {key!r}; {_META_FIX}")
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check ``meta.json`` of a dataset directory."""
+    root, meta_path, meta = open_meta(path)
     if dataset_kind_of(meta, meta_path) == TYPED_KIND:
         raise DatasetError(typed_refusal(root, meta))
-    for key in ("num_nodes", "num_edges", "num_features", "arrays"):
-        if key not in meta:
-            raise DatasetError(f"'{meta_path}' lacks the key {key!r}; {fix}")
+    require_meta_keys(meta, meta_path, ("num_nodes", "num_edges", "num_features", "arrays"))
     check_meta(meta, meta_path)
     return meta
 
@@ -393,17 +430,7 @@ def dataset_kind(path: str | os.PathLike[str]) -> str:
     Raises:
         DatasetError: ``path`` is not a dataset directory or its ``meta.json`` is unreadable.
     """
-    root = Path(path)
-    meta_path = root / META
-    if not meta_path.is_file():
-        read_meta(root)  # the usual one-line refusal (no directory, no meta.json)
-    meta = read_json_meta(
-        meta_path,
-        version=FORMAT_VERSION,
-        keys=(),
-        error=DatasetError,
-        fix="re-create the dataset with 'fleetgnn prepare'",
-    )
+    _, meta_path, meta = open_meta(path)
     return dataset_kind_of(meta, meta_path)
 
 
@@ -746,8 +773,12 @@ def dataset_fingerprint(path: str | os.PathLike[str]) -> str:
         DatasetError: ``meta.json`` or an array cannot be read.
     """
     root = Path(path)
-    names = sorted(read_meta(root)["arrays"])
-    prints = _fingerprints(root, names)
+    return files_fingerprint(root, read_meta(root)["arrays"])
+
+
+def files_fingerprint(root: Path, names: Iterable[str]) -> str:
+    """One hash of the sizes and sampled contents of ``meta.json`` and arrays ``names``."""
+    prints = _fingerprints(root, sorted(names))
     h = hashlib.sha256()
     for f in sorted(prints):
         h.update(f"{f}:{prints[f]['bytes']}:{prints[f]['sample']};".encode())

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetgnn.errors import DatasetError, GraphError
-from fleetgnn.graph.csc import index_dtype
+from fleetgnn.graph.csc import append_to_segments, index_dtype
 from fleetgnn.graph.hetero import HeteroSchema
 from fleetgnn.graph.synthetic import _check_chunk_edges, _check_seed, _is_real, _rng
 from fleetgnn.graph.typed_dataset import TypedDatasetWriter, relation_key
@@ -232,15 +232,6 @@ def _draws(
     return np.concatenate(srcs), np.concatenate(dsts)
 
 
-def _scatter(out: np.ndarray, cursor: np.ndarray, dst: np.ndarray, src: np.ndarray) -> None:
-    order = np.argsort(dst, kind="stable")
-    d = dst[order]
-    first = np.searchsorted(d, d, side="left")
-    out[cursor[d] + (np.arange(d.size, dtype=np.int64) - first)] = src[order]
-    uniq, cnt = np.unique(d, return_counts=True)
-    cursor[uniq] += cnt
-
-
 def prepare_typed_synthetic(
     out: str | os.PathLike[str],
     preset: str | TypedSyntheticSpec = "mag-like",
@@ -308,7 +299,7 @@ def prepare_typed_synthetic(
             cursor = indptr[:-1].copy()
             for lo, hi in steps:  # pass 2: the same draws, placed at their destination
                 src, dst = _draws(spec, seed, rid, n_src, n_dst, lo, hi)
-                _scatter(indices, cursor, dst, src)
+                append_to_segments(indices, cursor, dst, src)
                 tick(dst.size)
             del cursor, indptr
         _write_node_data(spec, seed, w, tick)

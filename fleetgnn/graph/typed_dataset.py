@@ -31,7 +31,6 @@ typed directory in one line naming the commands that read typed data.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import warnings
@@ -61,10 +60,10 @@ from fleetgnn.graph.dataset import (
     dataset_fingerprint,
     dataset_kind,
     dataset_kind_of,
-    fsync_dir,
+    files_fingerprint,
     open_dataset,
-    read_json_meta,
-    replace_dir,
+    open_meta,
+    require_meta_keys,
     stamp_problem,
     write_json_atomic,
 )
@@ -163,10 +162,7 @@ class TypedDatasetWriter(DatasetWriter):
                 ``[-1, num_classes)``, a NaN feature, overlapping splits, ...).
         """
         s = self.schema
-        arrays: dict[str, dict[str, Any]] = {}
-        for name, arr in self._arrays.items():
-            arr.flush()
-            arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
+        arrays = self._flush()
         self._arrays.clear()
         meta = {
             "format_version": FORMAT_VERSION,
@@ -189,21 +185,7 @@ class TypedDatasetWriter(DatasetWriter):
             _check_values(self.tmp, s, list(arrays), meta["num_classes"])
         except (DatasetError, GraphError) as err:
             raise DatasetError(f"the dataset written to '{self.out}' is invalid: {err}") from err
-        seconds = time.perf_counter() - t0
-        write_json_atomic(self.tmp / META, meta)
-        write_json_atomic(self.tmp / STAMP, _stamp(_fingerprints(self.tmp, arrays), seconds))
-        for sub in ("rel", "x"):
-            if (self.tmp / sub).is_dir():
-                for d in [self.tmp / sub, *(self.tmp / sub).iterdir()]:
-                    if d.is_dir():
-                        fsync_dir(d)
-        fsync_dir(self.tmp)
-        if self.out.exists() and not self.overwrite:
-            self.abort()
-            raise DatasetError(f"output directory '{self.out}' appeared while writing")
-        replace_dir(self.tmp, self.out)
-        self._done = True
-        return self.out
+        return self._publish(meta, arrays, time.perf_counter() - t0)
 
 
 def write_typed_dataset(
@@ -241,34 +223,12 @@ def read_typed_meta(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Heter
         DatasetError: No dataset at ``path``, a homogeneous one, or a malformed ``meta.json``
             (each one line naming the key and the fix).
     """
-    root = Path(path)
-    if not root.is_dir():
-        raise DatasetError(
-            f"dataset directory '{root}' does not exist; create one with 'fleetgnn prepare'"
-        )
-    meta_path = root / META
-    if not meta_path.is_file():
-        raise DatasetError(
-            f"'{root}' has no {META}: it is not a fleetgnn dataset, or its write was interrupted; "
-            f"run 'fleetgnn prepare' again"
-        )
-    meta = read_json_meta(
-        meta_path,
-        version=FORMAT_VERSION,
-        keys=(),
-        error=DatasetError,
-        fix="re-create the dataset with 'fleetgnn prepare'",
-    )
+    root, meta_path, meta = open_meta(path)
     if dataset_kind_of(meta, meta_path) != TYPED_KIND:
         raise DatasetError(
             f"'{root}' holds a homogeneous dataset (one node type); open it with open_dataset"
         )
-    for key in ("schema", "num_nodes", "num_edges", "arrays"):
-        if key not in meta:
-            raise DatasetError(
-                f"'{meta_path}' lacks the key {key!r}; re-create the dataset with "
-                f"'fleetgnn prepare'"
-            )
+    require_meta_keys(meta, meta_path, ("schema", "num_nodes", "num_edges", "arrays"))
     schema = _check_schema(meta["schema"], meta_path)
     _meta_int(meta, "num_nodes", meta_path, 0, MAX_NODES)
     _meta_int(meta, "num_edges", meta_path, 0, MAX_EDGES)
@@ -475,11 +435,7 @@ def typed_dataset_fingerprint(path: str | os.PathLike[str]) -> str:
     """One hash of a typed dataset's files, as ``dataset_fingerprint`` hashes a graph's."""
     root = Path(path)
     meta, _ = read_typed_meta(root)
-    prints = _fingerprints(root, sorted(meta["arrays"]))
-    h = hashlib.sha256()
-    for f in sorted(prints):
-        h.update(f"{f}:{prints[f]['bytes']}:{prints[f]['sample']};".encode())
-    return h.hexdigest()[:32]
+    return files_fingerprint(root, meta["arrays"])
 
 
 def open_any_dataset(

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from fleetgnn.errors import ConfigError
 from fleetgnn.nn.aggregator import Aggregator, edge_attr, edge_reduce
+from fleetgnn.nn.gin_conv import gin_mlp, set_gin_eps
 from fleetgnn.ops.spmm import REDUCES, Reduce
 
 
@@ -64,20 +65,10 @@ class GINEConv(nn.Module):
         for name, v in (("in_channels", in_channels), ("out_channels", out_channels)):
             _positive(name, v)
         self.edge_dim = _positive("edge_dim", edge_dim)
-        hidden = out_channels if hidden is None else hidden
         self.in_channels, self.out_channels = in_channels, out_channels
         self.edge_lin = nn.Linear(edge_dim, in_channels)
-        self.mlp = nn.Sequential(
-            nn.Linear(in_channels, hidden),
-            nn.LayerNorm(hidden) if norm and hidden > 1 else nn.Identity(),
-            nn.ReLU(),
-            nn.Linear(hidden, out_channels),
-        )
-        eps_t = torch.tensor([float(eps)])
-        if train_eps:
-            self.eps = nn.Parameter(eps_t)
-        else:
-            self.register_buffer("eps", eps_t)
+        self.mlp = gin_mlp(in_channels, out_channels, hidden, norm)
+        set_gin_eps(self, eps, train_eps)
 
     def forward(self, agg: Aggregator, x_src: Tensor, *, step: int = 0, layer: int = 0) -> Tensor:
         """Apply the layer; ``step``/``layer`` are unused (no randomness)."""

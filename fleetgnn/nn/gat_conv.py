@@ -14,6 +14,11 @@ _EXP_CLAMP = 30.0  # exp(30) ~ 1e13: beyond it the self weight is below 1e-13 an
 ATT_INIT_GAIN = 0.1
 
 
+def head_width(heads: int, out_channels: int, concat: bool) -> int:
+    """Attention output width: ``heads * out_channels`` if ``concat``, else ``out_channels``."""
+    return heads * out_channels if concat else out_channels
+
+
 class GATConv(nn.Module):
     r"""Multi-head graph attention over :math:`N(i) \cup \{i\}`.
 
@@ -78,8 +83,7 @@ class GATConv(nn.Module):
         self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
         self.att_src = nn.Parameter(torch.empty(heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(heads, out_channels))
-        width = heads * out_channels if concat else out_channels
-        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+        self.bias = nn.Parameter(torch.zeros(self.out_width)) if bias else None
         nn.init.xavier_uniform_(self.lin.weight)
         nn.init.xavier_uniform_(self.att_src, gain=ATT_INIT_GAIN)
         nn.init.xavier_uniform_(self.att_dst, gain=ATT_INIT_GAIN)
@@ -87,7 +91,7 @@ class GATConv(nn.Module):
     @property
     def out_width(self) -> int:
         """Output width: ``heads * out_channels`` if ``concat`` else ``out_channels``."""
-        return self.heads * self.out_channels if self.concat else self.out_channels
+        return head_width(self.heads, self.out_channels, self.concat)
 
     def _attention(self, agg: Aggregator, h: Tensor) -> tuple[Tensor, Tensor]:
         m = agg.num_dst

@@ -44,19 +44,9 @@ class GINConv(nn.Module):
         norm: bool = True,
     ) -> None:
         super().__init__()
-        hidden = out_channels if hidden is None else hidden
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.mlp = nn.Sequential(
-            nn.Linear(in_channels, hidden),
-            nn.LayerNorm(hidden) if norm and hidden > 1 else nn.Identity(),
-            nn.ReLU(),
-            nn.Linear(hidden, out_channels),
-        )
-        eps_t = torch.tensor([float(eps)])
-        if train_eps:
-            self.eps = nn.Parameter(eps_t)
-        else:
-            self.register_buffer("eps", eps_t)
+        self.mlp = gin_mlp(in_channels, out_channels, hidden, norm)
+        set_gin_eps(self, eps, train_eps)
 
     def forward(self, agg: Aggregator, x_src: Tensor, *, step: int = 0, layer: int = 0) -> Tensor:
         """Apply the layer; ``step``/``layer`` are unused (no randomness)."""
@@ -66,3 +56,23 @@ class GINConv(nn.Module):
     def extra_repr(self) -> str:
         """Widths."""
         return f"{self.in_channels}, {self.out_channels}"
+
+
+def gin_mlp(in_channels: int, out_channels: int, hidden: int | None, norm: bool) -> nn.Sequential:
+    """GIN's two-layer MLP (hidden width ``out_channels`` unless given; see :class:`GINConv`)."""
+    hidden = out_channels if hidden is None else hidden
+    return nn.Sequential(
+        nn.Linear(in_channels, hidden),
+        nn.LayerNorm(hidden) if norm and hidden > 1 else nn.Identity(),
+        nn.ReLU(),
+        nn.Linear(hidden, out_channels),
+    )
+
+
+def set_gin_eps(module: nn.Module, eps: float, train_eps: bool) -> None:
+    """Give ``module`` GIN's ``eps``: a learnt parameter, or a fixed buffer."""
+    eps_t = torch.tensor([float(eps)])
+    if train_eps:
+        module.eps = nn.Parameter(eps_t)
+    else:
+        module.register_buffer("eps", eps_t)

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from fleetgnn.errors import ConfigError
 from fleetgnn.nn.aggregator import LocalAggregator
+from fleetgnn.nn.gat_conv import ATT_INIT_GAIN, head_width
 from fleetgnn.nn.protocol import LayerwiseModule
 from fleetgnn.nn.sage_conv import SAGEConv
 from fleetgnn.ops import keyed_dropout, keyed_edge_dropout
@@ -245,17 +246,16 @@ class RGATConv(nn.Module):
         self.lin = nn.Parameter(torch.empty(n_rel, in_channels, heads * out_channels))
         self.att_src = nn.Parameter(torch.empty(n_rel, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(n_rel, heads, out_channels))
-        width = self.out_width
-        self.bias = nn.Parameter(torch.zeros(n_rel, width)) if bias else None
+        self.bias = nn.Parameter(torch.zeros(n_rel, self.out_width)) if bias else None
         for r in range(n_rel):
             nn.init.xavier_uniform_(self.lin[r])
-            nn.init.xavier_uniform_(self.att_src[r], gain=0.1)
-            nn.init.xavier_uniform_(self.att_dst[r], gain=0.1)
+            nn.init.xavier_uniform_(self.att_src[r], gain=ATT_INIT_GAIN)
+            nn.init.xavier_uniform_(self.att_dst[r], gain=ATT_INIT_GAIN)
 
     @property
     def out_width(self) -> int:
         """``heads * out_channels`` if ``concat`` else ``out_channels``."""
-        return self.heads * self.out_channels if self.concat else self.out_channels
+        return head_width(self.heads, self.out_channels, self.concat)
 
     def forward(
         self, agg: TypedAggregator, h: Mapping[str, Tensor], *, step: int = 0, layer: int = 0

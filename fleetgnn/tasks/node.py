@@ -40,7 +40,14 @@ def check_label_range(y: Any, masks: Sequence[Any], num_classes: int) -> None:
     vals = yn[used]
     if vals.size == 0:
         return
-    lo, hi = int(vals.min()), int(vals.max())
+    check_label_bounds(int(vals.min()), int(vals.max()), num_classes)
+
+
+def check_label_bounds(lo: int, hi: int, num_classes: int) -> None:
+    """Raise :class:`~fleetgnn.errors.GraphError` unless labels ``lo..hi`` lie in ``[0, C)``.
+
+    ``lo``/``hi``: the smallest and largest label used (training or validation nodes').
+    """
     c = int(num_classes)
     if lo < 0 or hi >= c:
         bad = lo if lo < 0 else hi

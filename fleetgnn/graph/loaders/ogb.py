@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetgnn.errors import DatasetError
-from fleetgnn.graph.csc import index_dtype
+from fleetgnn.graph.csc import append_to_segments, index_dtype
 from fleetgnn.graph.dataset import DatasetWriter
 from fleetgnn.graph.files import create_npy, temp_prefix
 from fleetgnn.graph.loaders._io import (
@@ -79,22 +79,6 @@ def _add_counts(counts: np.ndarray, ids: np.ndarray) -> None:
         counts[uniq] += cnt
 
 
-def _scatter(out: np.ndarray, cursor: np.ndarray, dst: np.ndarray, src: np.ndarray) -> None:
-    """Append ``src[i]`` to the segment of ``dst[i]`` at ``cursor[dst[i]]``, keeping input order.
-
-    Vectorised, without ``np.add.at``: a stable sort groups the chunk by destination, the rank of
-    an edge inside its group is its offset past the cursor, and each cursor then advances by the
-    group's size.
-    """
-    order = np.argsort(dst, kind="stable")
-    d = dst[order].astype(np.int64)
-    first = np.searchsorted(d, d, side="left")
-    pos = cursor[d] + (np.arange(d.size, dtype=np.int64) - first)
-    out[pos] = src[order]
-    uniq, cnt = np.unique(d, return_counts=True)
-    cursor[uniq] += cnt
-
-
 def _dedup_segments(buf: np.ndarray, indptr: np.ndarray, chunk_edges: int) -> np.ndarray:
     """Sort every CSC segment of ``buf`` and drop repeated sources, compacting ``buf`` in place.
 
@@ -127,6 +111,42 @@ def _dedup_segments(buf: np.ndarray, indptr: np.ndarray, chunk_edges: int) -> np
     out = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(new_deg, out=out[1:])
     return out
+
+
+def _check_edge_count(edge_file: Path, count_file: Path, e: int) -> None:
+    """Refuse an edge count ``e`` that ``edge_file`` cannot hold (before allocating for it)."""
+    size = edge_file.stat().st_size
+    most = _MAX_GZIP_RATIO * size // _MIN_EDGE_LINE + 1
+    if e > most:
+        raise DatasetError(
+            f"'{count_file}' declares {e} edges, but '{edge_file}' ({size} bytes) can hold "
+            f"at most {most} lines 'src,dst'; the files are corrupt or do not belong together"
+        )
+
+
+def _edge_chunks(edge_file: Path, e: int, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first line, int64 [k, 2] src,dst rows)`` per chunk of ``edge_file``, ``e`` lines in all.
+
+    Raises:
+        DatasetError: If the file has more or fewer than ``e`` lines (the count file's).
+    """
+    table = Table(edge_file, np.dtype(np.int64), 2, ",", None, "'src,dst'")
+    seen = 0
+    for first, lines in iter_line_chunks(edge_file, chunk_rows):
+        if seen + len(lines) > e:
+            raise DatasetError(
+                f"'{edge_file}' has more than {e} lines, the edge count in "
+                f"num-edge-list.csv.gz (line {e + 1}: {short(lines[e - seen])}); the "
+                f"files do not belong together"
+            )
+        arr = table.parse(lines, first)
+        yield first, arr
+        seen += arr.shape[0]
+    if seen != e:
+        raise DatasetError(
+            f"'{edge_file}' has {seen} lines but num-edge-list.csv.gz says {e} edges; "
+            f"the file is truncated or the files do not belong together"
+        )
 
 
 def _split_dir(root: Path, name: str | None) -> Path | None:
@@ -234,13 +254,7 @@ def prepare_ogb(
     n = _read_count(node_file)
     e = _read_count(edge_count_file)
     budget.take(f"'{node_file}' declares {n} nodes", n * NODE_BYTES)
-    size = edge_file.stat().st_size
-    most = _MAX_GZIP_RATIO * size // _MIN_EDGE_LINE + 1
-    if e > most:
-        raise DatasetError(
-            f"'{edge_count_file}' declares {e} edges, but '{edge_file}' ({size} bytes) can hold "
-            f"at most {most} lines 'src,dst'; the files are corrupt or do not belong together"
-        )
+    _check_edge_count(edge_file, edge_count_file, e)
     split_dir = _split_dir(root, name)
     idt = index_dtype(n)
     total = 2 * e if undirected else e
@@ -263,16 +277,8 @@ def prepare_ogb(
             t_src = create_npy(Path(tmp) / "src.npy", idt, (e,), fix)
             t_dst = create_npy(Path(tmp) / "dst.npy", idt, (e,), fix)
             counts = np.zeros(n, dtype=np.int64)
-            table = Table(edge_file, np.dtype(np.int64), 2, ",", None, "'src,dst'")
             seen = 0
-            for first, lines in iter_line_chunks(edge_file, chunk_rows):
-                if seen + len(lines) > e:
-                    raise DatasetError(
-                        f"'{edge_file}' has more than {e} lines, the edge count in "
-                        f"num-edge-list.csv.gz (line {e + 1}: {short(lines[e - seen])}); the "
-                        f"files do not belong together"
-                    )
-                arr = table.parse(lines, first)
+            for first, arr in _edge_chunks(edge_file, e, chunk_rows):
                 bad = np.flatnonzero((arr < 0) | (arr >= n))
                 if bad.size:
                     r, c = divmod(int(bad[0]), 2)
@@ -287,11 +293,6 @@ def prepare_ogb(
                 if undirected:
                     _add_counts(counts, arr[:, 0])
                 seen += arr.shape[0]
-            if seen != e:
-                raise DatasetError(
-                    f"'{edge_file}' has {seen} lines but num-edge-list.csv.gz says {e} edges; "
-                    f"the file is truncated or the files do not belong together"
-                )
             indptr = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(counts, out=indptr[1:])
             del counts
@@ -302,12 +303,14 @@ def prepare_ogb(
             cursor = indptr[:-1].copy()
             start = cursor.copy() if with_attr else None
             for lo, hi in _chunks(e, chunk_rows):
-                _scatter(target, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi]))
+                append_to_segments(
+                    target, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi])
+                )
             if with_attr and start is not None:
                 # the line number (edge ID in the file) of every CSC position, scattered alike
                 t_eid = create_npy(Path(tmp) / "eid.npy", np.int64, (e,), fix)
                 for lo, hi in _chunks(e, chunk_rows):
-                    _scatter(t_eid, start, np.asarray(t_dst[lo:hi]), np.arange(lo, hi))
+                    append_to_segments(t_eid, start, np.asarray(t_dst[lo:hi]), np.arange(lo, hi))
                 del start
                 feat = _write_features(
                     w,
@@ -324,7 +327,9 @@ def prepare_ogb(
                 del t_eid, feat, attr
             if undirected:
                 for lo, hi in _chunks(e, chunk_rows):
-                    _scatter(target, cursor, np.asarray(t_src[lo:hi]), np.asarray(t_dst[lo:hi]))
+                    append_to_segments(
+                        target, cursor, np.asarray(t_src[lo:hi]), np.asarray(t_dst[lo:hi])
+                    )
             del cursor
             if undirected:
                 indptr = _dedup_segments(target, indptr, chunk_rows)

@@ -31,26 +31,24 @@ from pathlib import Path
 import numpy as np
 
 from fleetgnn.errors import DatasetError, GraphError
-from fleetgnn.graph.csc import index_dtype
+from fleetgnn.graph.csc import append_to_segments, index_dtype
 from fleetgnn.graph.files import create_npy, temp_prefix
 from fleetgnn.graph.hetero import REVERSE_PREFIX, HeteroSchema, Relation
 from fleetgnn.graph.loaders._io import (
     MemoryBudget,
-    Table,
     iter_line_chunks,
     require_file,
     resolve_max_bytes,
     short,
 )
 from fleetgnn.graph.loaders.ogb import (
-    _MAX_GZIP_RATIO,
-    _MIN_EDGE_LINE,
     NODE_BYTES,
     _add_counts,
+    _check_edge_count,
     _chunks,
+    _edge_chunks,
     _read_count,
     _read_labels,
-    _scatter,
     _split_dir,
     _write_features,
     _write_splits,
@@ -160,26 +158,13 @@ def _relation_edges(
     edge_file = require_file(d / "edge.csv.gz", f"OGB edge file of relation {rel}")
     count_file = require_file(d / "num-edge-list.csv.gz", f"OGB edge count file of {rel}")
     e = _read_count(count_file)
-    size = edge_file.stat().st_size
-    most = _MAX_GZIP_RATIO * size // _MIN_EDGE_LINE + 1
-    if e > most:
-        raise DatasetError(
-            f"'{count_file}' declares {e} edges, but '{edge_file}' ({size} bytes) can hold at "
-            f"most {most} lines 'src,dst'; the files are corrupt or do not belong together"
-        )
+    _check_edge_count(edge_file, count_file, e)
     key = relation_key(rel)
     t_src = create_npy(tmp / f"{key}.src.npy", index_dtype(max(n_src, 1)), (e,), fix)
     t_dst = create_npy(tmp / f"{key}.dst.npy", index_dtype(max(n_dst, 1)), (e,), fix)
     counts = np.zeros(n_dst, dtype=np.int64)
-    table = Table(edge_file, np.dtype(np.int64), 2, ",", None, "'src,dst'")
     seen = 0
-    for first, lines in iter_line_chunks(edge_file, chunk_rows):
-        if seen + len(lines) > e:
-            raise DatasetError(
-                f"'{edge_file}' has more than {e} lines, the edge count in num-edge-list.csv.gz "
-                f"(line {e + 1}: {short(lines[e - seen])}); the files do not belong together"
-            )
-        arr = table.parse(lines, first)
+    for first, arr in _edge_chunks(edge_file, e, chunk_rows):
         for c, (end, n) in enumerate(((rel[0], n_src), (rel[2], n_dst))):
             bad = np.flatnonzero((arr[:, c] < 0) | (arr[:, c] >= n))
             if bad.size:
@@ -193,11 +178,6 @@ def _relation_edges(
         t_dst[seen : seen + arr.shape[0]] = arr[:, 1]
         _add_counts(counts, arr[:, 1])
         seen += arr.shape[0]
-    if seen != e:
-        raise DatasetError(
-            f"'{edge_file}' has {seen} lines but num-edge-list.csv.gz says {e} edges; the file "
-            f"is truncated or the files do not belong together"
-        )
     return t_src, t_dst, counts
 
 
@@ -301,7 +281,9 @@ def prepare_ogb_hetero(
                 indices = w.create(f"rel/{key}/indices", t_src.dtype, (t_src.shape[0],))
                 cursor = indptr[:-1].copy()
                 for lo, hi in _chunks(t_src.shape[0], chunk_rows):
-                    _scatter(indices, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi]))
+                    append_to_segments(
+                        indices, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi])
+                    )
                 del cursor, t_src, t_dst
                 rev = (rel[2], REVERSE_PREFIX + rel[1], rel[0])
                 if rev in reverse:
@@ -384,4 +366,4 @@ def _write_reverse(
     for lo, hi in _chunks(e, chunk_rows):
         # the forward destinations of edges lo..hi: the node whose segment holds each edge
         dst = np.searchsorted(indptr, np.arange(lo, hi, dtype=np.int64), side="right") - 1
-        _scatter(out, cursor, np.asarray(indices[lo:hi], dtype=np.int64), dst)
+        append_to_segments(out, cursor, np.asarray(indices[lo:hi], dtype=np.int64), dst)
