@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import dense_adjacency, full_block
+from nn_graphs import dense_adjacency, full_block
 
 from fleetgnn.errors import GraphError
 from fleetgnn.nn import Aggregator, LocalAggregator

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import random_graph
+from nn_graphs import random_graph
 from torch.autograd import gradcheck
 
 from fleetgnn.errors import ConfigError, GraphError

@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import full_block, random_graph
+from nn_graphs import full_block, random_graph
 
 from fleetgnn.errors import ConfigError
 from fleetgnn.nn import GNN, MODEL_DEFAULTS, GATConv, LocalAggregator, build_model

@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import dense_adjacency, full_block
+from nn_graphs import dense_adjacency, full_block
 from torch.autograd import gradcheck
 
 from fleetgnn.errors import ConfigError
