@@ -132,6 +132,11 @@ class Workload:
         fanouts: Sampled neighbours per layer (mini-batch engines).
         graph: The dataset itself, for exact counts (``None``: modelled from the counts).
         source: Where the numbers come from (stated in reports).
+        task: ``"node"`` (classification) or ``"link"`` (link prediction: ``num_train`` is
+            then the training edges, ``batch_size`` edges per step, ``model``'s last width
+            the embeddings' ``train.link_dim``).
+        negatives: Negatives per positive (link).
+        decoder: The pair decoder (link): ``dot``, ``mlp`` or ``distmult``.
     """
 
     num_nodes: int
@@ -144,11 +149,33 @@ class Workload:
     fanouts: tuple[int, ...] = (10, 10)
     graph: Graph | None = None
     source: str = ""
+    task: str = "node"
+    negatives: int = 1
+    decoder: str = "dot"
 
     @property
     def mean_degree(self) -> float:
         """``E / N``."""
         return self.num_edges / max(self.num_nodes, 1)
+
+    @property
+    def seeds_per_item(self) -> int:
+        """Seed nodes per training item: 1 per node, ``2 + negatives`` per edge.
+
+        An edge's two endpoints and its negatives' destinations (a corrupted pair keeps the
+        source), not deduplicated: an upper bound, close on large sparse graphs.
+        """
+        return 1 if self.task != "link" else 2 + int(self.negatives)
+
+    def decoder_flops(self) -> float:
+        """Forward flops of the decoder over one epoch's pairs (positives and negatives)."""
+        if self.task != "link":
+            return 0.0
+        d = float(self.model.widths[-1])
+        per_pair = {"dot": 2 * d, "distmult": 3 * d, "mlp": 2 * d * d + 5 * d}.get(
+            self.decoder, 2 * d
+        )
+        return float(self.num_train) * (1 + int(self.negatives)) * per_pair
 
 
 @dataclasses.dataclass
