@@ -162,8 +162,7 @@ def _loader_steps(engine: Any, cfg: Config, dims: list[int], steps: int) -> Call
     loader = LinkNeighborLoader(
         data,
         num_neighbors=list(cfg.train.fanouts),
-        edge_label_index=torch.stack([src, dst]),
-        edge_label=torch.ones(src.numel()),
+        edge_label_index=torch.stack([src, dst]),  # labels made by PyG: 1 positive, 0 negative
         neg_sampling_ratio=float(cfg.train.negatives),
         batch_size=cfg.train.batch_size,
         shuffle=True,
