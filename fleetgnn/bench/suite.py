@@ -1,7 +1,8 @@
 """The suite behind ``fleetgnn bench``: every section, at every thread count, into one result.
 
 Sections (``--only`` picks some): ``ops`` (``gspmm``, keyed dropout), ``sampler``, ``gather``
-(the unified store), ``epoch`` (reference engine vs PyG, full-graph and mini-batch), ``trainer``
+(the unified store), ``epoch`` (reference engine vs PyG, full-graph and mini-batch), ``link``
+(link-prediction steps, reference engine vs PyG's ``LinkNeighborLoader``), ``trainer``
 (a whole ``Trainer.fit`` epoch, evaluation included, vs PyG's loop) and ``engines`` (every
 distributed engine with 2 processes vs the reference). The single-process sections run once per
 thread count (``torch.set_num_threads``; by default 1 and all usable cores); ``engines`` runs once,
@@ -23,7 +24,7 @@ from typing import Any
 
 import torch
 
-from fleetgnn.bench import engines, epoch, gather, ops, sampler, trainer
+from fleetgnn.bench import engines, epoch, gather, link, ops, sampler, trainer
 from fleetgnn.bench.data import cached_dataset, cora, cora_sized, dataset_dir, default_cache_dir
 from fleetgnn.bench.machine import loadavg, machine_info, usable_cpus
 from fleetgnn.bench.report import RESULTS_FORMAT
@@ -31,7 +32,7 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 
 #: Every section, in the order they run.
-SECTIONS: tuple[str, ...] = ("ops", "sampler", "gather", "epoch", "trainer", "engines")
+SECTIONS: tuple[str, ...] = ("ops", "sampler", "gather", "epoch", "link", "trainer", "engines")
 #: Sections that run once (their own processes), not once per thread count.
 ONCE: frozenset[str] = frozenset({"engines"})
 
@@ -135,7 +136,7 @@ def run_suite(
     datasets: dict[str, Any] = {}
     large: tuple[Graph, str] | None = None
     small: tuple[Graph, str] | None = None
-    if {"sampler", "gather", "epoch", "engines"} & set(sections):
+    if {"sampler", "gather", "epoch", "link", "engines"} & set(sections):
         graph, gen_s = cached_dataset(opts.cache_dir, "products-like", opts.large_scale)
         large = (graph, f"products-like x{opts.large_scale:g}")
         datasets["large"] = describe(graph, large[1], gen_s)
@@ -297,4 +298,6 @@ def _run_section(
         assert small is not None
         return epoch.run(opts, threads, log, small, large)
     path = dataset_dir(opts.cache_dir, "products-like", opts.large_scale)
+    if section == "link":
+        return link.run(opts, threads, log, large, path)
     return engines.run(opts, log, large[0], path, large[1])

@@ -1,5 +1,7 @@
 """``fleetgnn predict`` and ``fleetgnn embed``: a trained run's outputs for every node.
 
+For a link-prediction run ``predict --task link --pairs FILE`` scores the given node pairs.
+
 Both check everything before any worker starts (the run directory, its config and checkpoint,
 the dataset, ``--layer``, that ``--out`` is free) and print one line per error; the work itself
 is :func:`fleetgnn.train.export.predict` / :func:`~fleetgnn.train.export.embed`: streaming
@@ -41,18 +43,41 @@ def _common(p: argparse.ArgumentParser) -> None:
         "against speed (default 32MiB)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument(
+        "--edges",
+        default="train",
+        choices=["train", "all"],
+        help="link runs: the message-passing graph; train: the training edges of the run's edge "
+        "split (default; held-out edges stay held out), all: every edge of the dataset",
+    )
 
 
 def add_predict(sub: Any) -> None:
     """Register ``fleetgnn predict``."""
     p = sub.add_parser(
         "predict",
-        help="predict every node's class with a trained run",
+        help="predict every node's class (or score node pairs) with a trained run",
         description="Write predictions.npy (int64 class per node), probabilities.npy (float32 "
         "[N, C]) and meta.json to --out. Row i is node i of the dataset. Layer-wise "
-        "full-neighbour inference, streamed in bounded memory.",
+        "full-neighbour inference, streamed in bounded memory. A link-prediction run "
+        "(--task link) scores the node pairs of --pairs: pairs.npy, logits.npy and "
+        "probabilities.npy (sigmoid), row i for pair i.",
     )
     _common(p)
+    p.add_argument(
+        "--task",
+        default=None,
+        choices=["node", "link"],
+        help="the run's task (default: the one it trained; a different one is refused)",
+    )
+    p.add_argument(
+        "--pairs",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="link runs: node pairs to score, .npy [P, 2] or text/CSV with two columns of node "
+        "IDs (one pair per line; a header line is skipped)",
+    )
 
 
 def add_embed(sub: Any) -> None:
@@ -70,7 +95,8 @@ def add_embed(sub: Any) -> None:
         type=int,
         required=True,
         metavar="K",
-        help="the layer whose output to write, 1..L (L, the last layer, gives the logits)",
+        help="the layer whose output to write, 1..L (L, the last layer, gives the logits; for "
+        "a link run the embeddings its decoder scores)",
     )
 
 
@@ -111,6 +137,9 @@ def run_export(args: argparse.Namespace) -> int:
         args.overwrite,
         args.device,
         run_config=recorded,
+        pairs=getattr(args, "pairs", None),
+        task=getattr(args, "task", None),
+        edges=args.edges,
     )
     out = run_job(dataclasses.replace(job, chunking=chunking), args.nproc)
     if int(os.environ.get("RANK", "0")) == 0:

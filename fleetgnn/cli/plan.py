@@ -122,6 +122,13 @@ def add_plan(sub: Any) -> None:
         choices=list(ModelConfig.NAMES),
         help="model.name (default: the --config file's, else sage)",
     )
+    p.add_argument(
+        "--task",
+        default=None,
+        choices=["node", "link"],
+        help="train.task: node classification or link prediction (only the engines and modes "
+        "that train it; edge batches of train.batch_size edges with train.negatives each)",
+    )
     p.add_argument("--hardware", default="local", help="profile name or YAML file")
     p.add_argument("--nproc", type=int, default=1, help="ranks (devices) to plan for")
     p.add_argument(
@@ -195,13 +202,15 @@ def plan_for(
 def run_plan(args: argparse.Namespace) -> int:
     """Run ``fleetgnn plan``; returns the exit status (1 when nothing fits)."""
     from fleetgnn.graph import open_any_dataset
-    from fleetgnn.train import load_config
+    from fleetgnn.train import load_config, resolve_task_defaults
 
     overrides = list(args.overrides)
     if args.model:
         overrides.append(f"model.name={args.model}")
+    if args.task:
+        overrides.append(f"train.task={args.task}")
     target = target_request(args)  # bad values refused before any work
-    cfg = load_config(args.config, overrides)
+    cfg = resolve_task_defaults(load_config(args.config, overrides))
     if args.nproc < 1:
         raise ConfigError(f"--nproc {args.nproc} must be >= 1")
     check_request(target, args.dataset)

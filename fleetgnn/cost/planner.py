@@ -13,6 +13,15 @@ the mode (``full`` / ``minibatch``) to compare like with like, or give a target 
 accuracy and the epochs each mode needs to reach it (:mod:`fleetgnn.cost.target`): the planner
 then ranks by time to the target, ``epochs_to_target(mode) x epoch_s``, and ranks the engines
 whose mode has no estimate after the others.
+
+Link prediction (``train.task=link``): only the engines and modes that train it are considered
+(:data:`~fleetgnn.config.run.LINK_ENGINES`; the others are named with the reason). Its time
+model is the node model's with an edge batch as the seeds: ``batch_size`` edges per step are
+``batch_size x (2 + negatives)`` seed nodes (the endpoints and the negatives' destinations, not
+deduplicated: an upper bound, close on large sparse graphs), the training edges set the steps,
+and on top come the decoder's flops over every pair (positives and negatives, forward and
+backward) and, on ``fullgraph``, the exchange of the pairs' remote endpoint rows. Mini-batch
+counts are then modelled, not replayed (the replay samples node seeds).
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.config import ENGINES
+from fleetgnn.config.run import LINK_ENGINES, link_refusal
 from fleetgnn.cost.hardware import HardwareProfile
-from fleetgnn.cost.models import MODELS
+from fleetgnn.cost.models import MODELS, _bw
 from fleetgnn.cost.target import EpochsToTarget, as_estimates, check_target_acc
 from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 from fleetgnn.errors import ConfigError
@@ -169,7 +179,11 @@ class Plan:
 
 
 def _candidates(
-    mode: str, nproc: int, engines: Sequence[str] | None, typed: bool = False
+    mode: str,
+    nproc: int,
+    engines: Sequence[str] | None,
+    typed: bool = False,
+    task: str = "node",
 ) -> list[str]:
     names = []
     for name, spec in ENGINES.items():
@@ -179,10 +193,22 @@ def _candidates(
             continue
         if mode != "auto" and mode not in spec.modes:
             continue
+        if task == "link" and not _trains_link(name, mode):
+            continue
         if name == "reference" and nproc > 1:
             continue
         names.append(name)
     return names
+
+
+def _trains_link(name: str, mode: str) -> bool:
+    """Whether engine ``name`` trains link prediction in ``mode``.
+
+    ``auto``: in the mode its cost model is for (``full`` for ``reference``, else its own).
+    """
+    if mode == "auto":
+        mode = "full" if name == "reference" else ENGINES[name].modes[0]
+    return (name, mode) in LINK_ENGINES
 
 
 #: Knobs too long for the table's column (shown by ``--json``; the choice's in its reason).
@@ -245,9 +271,49 @@ def predict_engine(
 ) -> Prediction:
     """One engine's prediction, its knobs searched where the engine has a search."""
     knobs = dict(knobs or {})
+    if wl.task == "link":
+        return _link_prediction(name, wl, hw, nproc, knobs)
     if name == "offload":
         return _offload(wl, hw, nproc, knobs)
     return MODELS[name](wl, hw, nproc, **knobs)
+
+
+def _link_prediction(
+    name: str, wl: Workload, hw: HardwareProfile, nproc: int, knobs: dict[str, Any]
+) -> Prediction:
+    """A link-prediction epoch: the node model on the edge batches' seeds, plus the decoder.
+
+    See the module docstring for the assumptions.
+    """
+    per = wl.seeds_per_item
+    sampled = name in ("minibatch", "split")  # their replay samples node seeds: modelled here
+    seeds = dataclasses.replace(
+        wl,
+        task="node",
+        num_train=wl.num_train * per,
+        batch_size=wl.batch_size * per,
+        graph=None if sampled else wl.graph,
+    )
+    pred = predict_engine(name, seeds, hw, nproc, knobs)
+    # forward and backward (twice the forward) of the decoder's flops, at the dense rate
+    decoder = 3.0 * wl.decoder_flops() / max(nproc, 1) / float(hw.gemm_rate)
+    pred.breakdown["decoder"] = decoder
+    pred.epoch_s += decoder
+    if name == "fullgraph" and nproc > 1:
+        # each rank fetches the rows of its pairs' other endpoints once per step (full mode:
+        # one step), each distinct node once, and returns their gradients: 2 x rows x width
+        pairs = float(wl.num_train) * (1 + int(wl.negatives)) / nproc
+        rows = min(float(wl.num_nodes), pairs) * (nproc - 1) / nproc
+        nbytes = int(2 * rows * wl.model.widths[-1] * wl.model.elem * nproc)
+        link = "peer" if nproc <= int(hw.num_devices) else "net"
+        pred.traffic[link] = pred.traffic.get(link, 0) + nbytes
+        seconds = nbytes / nproc / _bw(hw, link)
+        pred.breakdown["endpoints"] = seconds
+        pred.epoch_s += seconds
+    pred.knobs.update({"task": "link", "negatives": int(wl.negatives), "decoder": wl.decoder})
+    if sampled:
+        pred.knobs["batch_size"] = wl.batch_size  # edges per step, as train.batch_size
+    return pred
 
 
 def _mode_of(name: str, mode: str, pred: Prediction | None = None) -> str:
@@ -344,7 +410,12 @@ def make_plan(
     estimates = as_estimates(epochs_to_target)
     if estimates and target_acc is None:
         raise ConfigError("epochs to target need a target accuracy (--target-acc)")
-    names = _candidates(mode, nproc, engines, wl.typed)
+    if wl.task == "link":
+        for e in engines or ():
+            if not _trains_link(e, mode):
+                asked = mode if mode != "auto" else ENGINES[e].modes[0]
+                raise ConfigError("train.task=link: " + link_refusal(e, asked))
+    names = _candidates(mode, nproc, engines, wl.typed, wl.task)
     if not names and wl.typed:
         typed = [n for n, spec in ENGINES.items() if spec.typed]
         raise ConfigError(
@@ -370,6 +441,7 @@ def make_plan(
         "model": wl.model.name,
         "widths": list(wl.model.widths),
         "source": wl.source,
+        "task": wl.task,
     }
     plan = Plan(
         None,
@@ -640,12 +712,25 @@ def workload_from_config(
         source = (
             "shape "
             + ",".join(f"{k}={v}" for k, v in shape.items())
-            + ("" if "train" in shape else f" (train={num_train}: 10% of nodes, assumed)")
+            + (
+                ""
+                if "train" in shape or cfg.train.task == "link"
+                else f" (train={num_train}: 10% of nodes, assumed)"
+            )
             + "; uniform random neighbours assumed for halo and chunk counts"
         )
     else:
         raise ConfigError("plan for a dataset (--dataset DIR) or a shape (--shape nodes=...,...)")
-    model = ModelShape.build(name, counts[2], counts[3], elem=elem, **kwargs)
+    t = cfg.train
+    link = t.task == "link"
+    out_width = int(t.link_dim) if link else counts[3]
+    if link:  # the training edges: one per undirected pair, less the held-out fractions
+        num_train = max(1, int(counts[1] // 2 * (1.0 - float(t.val_edges) - float(t.test_edges))))
+        source += (
+            f"; link prediction: {num_train} training edges (undirected pairs, assumed, less "
+            f"val/test), {int(t.negatives)} negative(s) each, decoder {t.decoder}"
+        )
+    model = ModelShape.build(name, counts[2], out_width, elem=elem, **kwargs)
     return Workload(
         num_nodes=counts[0],
         num_edges=counts[1],
@@ -658,4 +743,7 @@ def workload_from_config(
         graph=graph,
         source=source,
         typed=typed,
+        task=str(t.task),
+        negatives=int(t.negatives),
+        decoder=str(t.decoder),
     )

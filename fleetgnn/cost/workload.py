@@ -148,6 +148,11 @@ class Workload:
         source: Where the numbers come from (stated in reports).
         typed: The graph is typed (node and edge types): only the engines whose registry entry
             says ``typed`` are planned for (the counts are those of its homogeneous view).
+        task: ``"node"`` (classification) or ``"link"`` (link prediction: ``num_train`` is
+            then the training edges, ``batch_size`` edges per step, ``model``'s last width
+            the embeddings' ``train.link_dim``).
+        negatives: Negatives per positive (link).
+        decoder: The pair decoder (link): ``dot``, ``mlp`` or ``distmult``.
     """
 
     num_nodes: int
@@ -161,11 +166,33 @@ class Workload:
     graph: Graph | None = None
     source: str = ""
     typed: bool = False
+    task: str = "node"
+    negatives: int = 1
+    decoder: str = "dot"
 
     @property
     def mean_degree(self) -> float:
         """``E / N``."""
         return self.num_edges / max(self.num_nodes, 1)
+
+    @property
+    def seeds_per_item(self) -> int:
+        """Seed nodes per training item: 1 per node, ``2 + negatives`` per edge.
+
+        An edge's two endpoints and its negatives' destinations (a corrupted pair keeps the
+        source), not deduplicated: an upper bound, close on large sparse graphs.
+        """
+        return 1 if self.task != "link" else 2 + int(self.negatives)
+
+    def decoder_flops(self) -> float:
+        """Forward flops of the decoder over one epoch's pairs (positives and negatives)."""
+        if self.task != "link":
+            return 0.0
+        d = float(self.model.widths[-1])
+        per_pair = {"dot": 2 * d, "distmult": 3 * d, "mlp": 2 * d * d + 5 * d}.get(
+            self.decoder, 2 * d
+        )
+        return float(self.num_train) * (1 + int(self.negatives)) * per_pair
 
 
 @dataclasses.dataclass

@@ -77,7 +77,7 @@ from fleetgnn.engines.halo import (
     build_plan,
     exchange_need_lists,
 )
-from fleetgnn.engines.link import OwnedPairs, check_link_model, check_task, full_embeddings
+from fleetgnn.engines.link import OwnedPairs, check_link_model, check_task, owned_link_metrics
 from fleetgnn.engines.step import StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
@@ -487,13 +487,17 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         """Accuracy per split and validation loss, summed over ranks (numerators/denominators)."""
         logits = self.infer()
         reduce = self.comm.all_reduce_sum if self.world_size > 1 else None
-        if self.link:  # every node's embedding on every rank; each rank scores its share
+        if self.link:  # each rank scores the pairs whose source it owns
             comm = self.comm if self.world_size > 1 else None
-            nodes = self.task.eval_nodes()  # type: ignore[union-attr]
-            h = full_embeddings(comm, logits, self.own_ids, self.graph.num_nodes, nodes)
-            share = (self.rank, self.world_size)
             with torch.no_grad():
-                return self.task.evaluate(h, self.module.decoder, reduce, share, nodes)  # type: ignore[call-arg]
+                return owned_link_metrics(
+                    self.task,  # type: ignore[arg-type]
+                    self.module.decoder,
+                    comm,
+                    logits,
+                    self.pairs.offsets,
+                    self.pairs.inv,
+                )
         return split_metrics(logits, self.y, self.masks, reduce)
 
     # ------------------------------------------------------------------ state

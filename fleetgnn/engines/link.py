@@ -24,15 +24,13 @@ every engine, mode and world size draws the same negatives for the same edge in 
   pairs whose source it owns; the destinations' and negatives' rows are fetched from their
   owners once per step (:func:`owner_rows`: an all-to-all of IDs, then a differentiable
   all-to-all of rows whose backward returns the gradients), and the loss is divided by every
-  rank's pairs. Its evaluation sums the owned rows into every node's embedding
-  (:func:`full_embeddings`) and scores each rank's share of the pairs, as below.
-- Evaluation of the sampled engines (:func:`sampled_link_metrics`): streaming layer-wise
-  inference gives each rank its node range's embeddings, the ranges are summed into every node's
-  embedding on every rank (one all-reduce of ``[N, link_dim]``), and each rank scores its share
-  of the fixed evaluation pairs into the task's summable metric sums, all-reduced. With
-  ``train.eval_edges`` the pairs are capped (evenly spread over each split) and inference
-  computes, and the all-reduce carries, only their endpoints' rows
-  (:meth:`~fleetgnn.tasks.LinkPrediction.eval_nodes`): ``[endpoints, link_dim]``, not ``N``.
+  rank's pairs. Its evaluation scores the pairs as below (:func:`owned_link_metrics`).
+- Evaluation (:func:`owned_link_metrics`; the sampled engines get their rows from streaming
+  layer-wise inference, :func:`sampled_link_metrics`): each rank holds only the embeddings of the
+  nodes it owns and scores the fixed evaluation pairs whose source it owns (a positive with its
+  OGB-protocol negatives, and the GAE-protocol negative pairs), fetching the other endpoints'
+  rows from their owners, each distinct node once per split (:func:`owner_rows`). The task's
+  summable metric sums are then all-reduced. No rank holds every node's embedding.
 """
 
 from __future__ import annotations
@@ -40,16 +38,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
 import torch
 
 from fleetgnn.config.run import LINK_ENGINES, link_refusal
-from fleetgnn.engines.chunks import Chunking
+from fleetgnn.engines.chunks import Chunking, rank_range
 from fleetgnn.engines.inference import layer_widths, stream_inference
 from fleetgnn.engines.step import StepLoss
 from fleetgnn.errors import ConfigError
 from fleetgnn.sampling import Block, NeighborSampler, PositionLoader, edge_keys
 from fleetgnn.tasks import LinkPrediction, Task
+from fleetgnn.tasks.link_metrics import histogram_sums, ranking_sums
 
 
 def check_task(engine: str, mode: str, task: Task | None) -> None:
@@ -188,14 +186,16 @@ def sampled_link_metrics(engine: Any) -> dict[str, float]:
     width = layer_widths(
         module, in_width, module.num_layers, device=engine.device, dtype=engine.dtype
     )[-1]
-    nodes = engine.task.eval_nodes()  # None: every node
-    rows = graph.num_nodes if nodes is None else int(nodes.size)
-    h = torch.zeros(rows, width, dtype=engine.dtype, device=engine.device)
-    select = None if nodes is None else node_selector(nodes)
+    world = comm.world_size if comm is not None else 1
+    rank = comm.rank if comm is not None else 0
+    n = int(graph.num_nodes)
+    bounds = [rank_range(n, world, r) for r in range(world)]
+    offsets = torch.tensor([b[0] for b in bounds] + [n], dtype=torch.int64)
+    lo, hi = bounds[rank]
+    h_own = torch.zeros(hi - lo, width, dtype=engine.dtype, device=engine.device)
 
-    def sink(ids: Any, out: torch.Tensor) -> None:
-        at = torch.from_numpy(ids if nodes is None else np.searchsorted(nodes, ids))
-        h[at.to(h.device)] = out
+    def sink(ids: Any, rows: torch.Tensor) -> None:  # this rank's range [lo, hi) only
+        h_own[torch.from_numpy(ids).to(h_own.device) - lo] = rows
 
     stream_inference(
         module,
@@ -207,33 +207,76 @@ def sampled_link_metrics(engine: Any) -> dict[str, float]:
         comm=comm,
         device=engine.device,
         dtype=engine.dtype,
-        select=select,
         chunking=getattr(engine, "chunking", None) or Chunking(),
         scratch_dir=engine.config.scratch_dir,
         same_host=engine.ctx.same_host,
     )
-    world = comm.world_size if comm is not None else 1
-    if world > 1:  # each rank wrote its range only: the sum is every (evaluated) node's row
-        h = comm.all_reduce_sum(h)
-    decoder = module.decoder
     with torch.no_grad():
-        if world == 1:
-            return engine.task.evaluate(h, decoder, nodes=nodes)
-        return engine.task.evaluate(
-            h, decoder, comm.all_reduce_sum, share=(comm.rank, world), nodes=nodes
+        return owned_link_metrics(
+            engine.task, module.decoder, comm if world > 1 else None, h_own, offsets
         )
 
 
-def node_selector(nodes: np.ndarray) -> Any:
-    """A streaming-inference ``select`` keeping the sorted node IDs ``nodes``."""
+def owned_link_metrics(
+    task: LinkPrediction,
+    decoder: Any,
+    comm: Any,
+    h_own: torch.Tensor,
+    offsets: torch.Tensor,
+    inv: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """The evaluation metrics, each rank scoring the pairs whose source it owns.
 
-    def select(a: int, b: int) -> np.ndarray:
-        keep = np.zeros(b - a, dtype=bool)
-        lo, hi = np.searchsorted(nodes, [a, b])
-        keep[nodes[lo:hi] - a] = True
-        return keep
+    Rank ``r`` holds the rows ``h_own`` ``[offsets[r+1] - offsets[r], D]`` of the (new) IDs
+    ``[offsets[r], offsets[r + 1])``. For each evaluation split it scores the positives whose
+    source it owns with their OGB-protocol negatives, and the GAE-protocol negative pairs whose
+    source it owns; the other endpoints' rows come from their owners, each distinct node once
+    (:func:`owner_rows`). The task's metric sums (integer histograms, ranking sums) are then
+    all-reduced, so the result is the one-process computation's.
 
-    return select
+    Collective (every rank calls it): per split one all-to-all of IDs and one of rows, then
+    the all-reduce of the sums. Memory: the rows of the distinct other endpoints of the rank's
+    pairs (at most the split's pairs x ``(2 + K)``), never ``[N, D]``.
+
+    Args:
+        task: The link task (its split's fixed evaluation pairs, in original IDs; with
+            ``train.eval_edges``, that many of each split's, evenly spread).
+        decoder: The model's pair decoder.
+        comm: The communicator (``None``: one process, ``h_own`` is every node's row).
+        h_own: This rank's rows.
+        offsets: int64 ``[W + 1]`` new-ID ranges of the ranks.
+        inv: int64 ``[N]`` original -> new IDs (``None``: the identity).
+    """
+    rank = comm.rank if comm is not None else 0
+    offsets = offsets.cpu().to(torch.int64)
+    lo = int(offsets[rank])
+    dev = h_own.device
+
+    def new(ids: Any) -> torch.Tensor:
+        t = torch.from_numpy(ids).to(torch.int64)
+        return t if inv is None else inv[t]
+
+    def mine(ids: torch.Tensor) -> torch.Tensor:
+        return torch.searchsorted(offsets[1:], ids, right=True) == rank
+
+    sums: dict[str, torch.Tensor] = {}
+    for s in ("val", "test"):
+        p_all, n_all, nd_all = task.eval_pairs(s)  # every pair, or train.eval_edges of them
+        pos, neg, nd = new(p_all), new(n_all), new(nd_all)  # [2, P], [2, P], [P, K]
+        keep_p, keep_n = mine(pos[0]), mine(neg[0])
+        p_src, p_dst, n_src, n_dst = pos[0][keep_p], pos[1][keep_p], neg[0][keep_n], neg[1][keep_n]
+        nd = nd[keep_p]
+        p, m, k = int(p_src.numel()), int(n_src.numel()), int(nd.shape[1])
+        far = owner_rows(comm, h_own, torch.cat([p_dst, n_dst, nd.reshape(-1)]), offsets)
+        src_rows = h_own[(p_src - lo).to(dev)]
+        ps = decoder(src_rows, far[:p])
+        ns = decoder(h_own[(n_src - lo).to(dev)], far[p : p + m])
+        rank_neg = decoder(src_rows.repeat_interleave(k, dim=0), far[p + m :]).view(p, k)
+        sums[f"{s}_hist"] = histogram_sums(ps, ns)
+        sums[f"{s}_rank"] = ranking_sums(ps, rank_neg)
+    if comm is not None and comm.world_size > 1:
+        sums = {key: comm.all_reduce_sum(v.to(dev)) for key, v in sums.items()}
+    return task.metrics_from_sums({key: v.cpu() for key, v in sums.items()})
 
 
 def owner_rows(
@@ -305,29 +348,3 @@ class OwnedPairs:
             model.decoder, table, ar, p + ar, 2 * p + torch.arange(p * k, device=dev).view(p, k)
         )
         return StepLoss.of(loss, scores, None, self.total, self.task)  # type: ignore[arg-type]
-
-
-def full_embeddings(
-    comm: Any,
-    h_own: torch.Tensor,
-    orig_ids: torch.Tensor,
-    num_nodes: int,
-    nodes: np.ndarray | None = None,
-) -> torch.Tensor:
-    """Every node's row ``[N, D]`` (original IDs) on every rank, from each rank's owned rows.
-
-    With ``nodes`` (sorted original IDs), only theirs ``[len(nodes), D]``, in their order.
-    """
-    if nodes is None:
-        h = torch.zeros(num_nodes, h_own.shape[1], dtype=h_own.dtype, device=h_own.device)
-        h[orig_ids.to(h.device)] = h_own
-    else:
-        table = torch.from_numpy(np.asarray(nodes, np.int64))
-        ids = orig_ids.cpu()
-        at = torch.searchsorted(table, ids).clamp_(max=max(len(nodes) - 1, 0))
-        hit = torch.nonzero(table[at] == ids).flatten() if len(nodes) else at[:0]
-        h = torch.zeros(len(nodes), h_own.shape[1], dtype=h_own.dtype, device=h_own.device)
-        h[at[hit].to(h.device)] = h_own[hit.to(h_own.device)]
-    if comm is not None and comm.world_size > 1:
-        h = comm.all_reduce_sum(h)
-    return h

@@ -232,6 +232,14 @@ class LinkPrediction:
         nd = np.asarray(self.split.neg_dst[s][cols], np.int64)
         return pos, neg, nd
 
+    def eval_pairs(self, s: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Split ``s``'s evaluated pairs: positives ``[2, m]``, GAE ``[2, m]``, OGB ``[m, K]``.
+
+        Every pair, or ``eval_edges`` of them evenly spread over the split (the pairs every
+        rank's share of :meth:`eval_positions` makes up).
+        """
+        return self._eval_pairs(s, self.eval_positions(s))
+
     def eval_nodes(self) -> np.ndarray | None:
         """Sorted distinct endpoints of every evaluated pair (``None`` when uncapped: all nodes).
 

@@ -1,5 +1,7 @@
 """Inference and export from a finished run: ``predict`` (classes, probabilities) and ``embed``.
 
+For a link-prediction run ``predict`` scores given node pairs instead (below).
+
 Both rebuild the run's model from ``RUN_DIR/config.yaml``, load its weights from a checkpoint
 (``best``: ``checkpoints/best.pt``, the best-validation epoch; ``last``: ``checkpoints/last.pt``,
 else ``prev.pt``) written by any engine, and run streaming layer-wise full-neighbour inference
@@ -15,6 +17,25 @@ predictions.npy    ``[N]`` int64         the predicted class (argmax of the logi
 probabilities.npy  ``[N, C]`` float32    softmax of the logits
 embeddings.npy     ``[N, W_K]``          layer ``K``'s output (``embed``; the model's dtype)
 =================  ====================  =====================================================
+
+A link-prediction run (``train.task=link``): its model is the encoder with the decoder on top.
+``embed --layer L`` writes the encoder's output, the embeddings the decoder scores (with the
+``dot`` decoder an edge's logit is the inner product of two rows: retrieval is an
+inner-product search over ``embeddings.npy``). ``predict`` takes the node pairs to score
+(``pairs``, a file: :func:`~fleetgnn.graph.pairs.read_pairs`), computes every node's embedding
+as ``embed`` does, and writes for pair ``i``:
+
+=================  ====================  =====================================================
+pairs.npy          ``[P, 2]`` int64      the pairs, as read
+logits.npy         ``[P]`` float32       the decoder's score
+probabilities.npy  ``[P]`` float32       its sigmoid (calibrated under ``link_loss=bce``;
+                                         under ``bpr`` only the order means something)
+=================  ====================  =====================================================
+
+Both run the encoder on the run's message-passing graph by default (``edges="train"``: the
+training edges of its edge split, the graph it was trained and evaluated on, so held-out edges
+stay held out), or on every edge of the dataset (``edges="all"``: scoring new pairs with every
+known edge).
 
 With ``nproc > 1`` the work is spread over that many processes on this host (torch's elastic
 launcher, as ``fleetgnn train --nproc``); under ``torchrun`` every rank runs the call and the
@@ -40,6 +61,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from fleetgnn.config import Config
 from fleetgnn.config.textfile import load_yaml_file
@@ -50,9 +72,12 @@ from fleetgnn.engines.rowfiles import RowFile, RowWriter
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph, open_dataset
 from fleetgnn.graph.dataset import fsync_dir, replace_dir, write_json_atomic
+from fleetgnn.graph.edge_split import edge_split_for
 from fleetgnn.graph.files import apply_umask, sweep_stale, temp_prefix
+from fleetgnn.graph.pairs import read_pairs
 from fleetgnn.graph.rows import RowReader
-from fleetgnn.nn import GNN, build_model
+from fleetgnn.nn import build_model
+from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.sampling import GraphTopology
 from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, load_checkpoint
 from fleetgnn.train.resolve import resolve_feature_norm, resolve_threads
@@ -63,6 +88,10 @@ from fleetgnn.types import PathLikeStr
 CHECKPOINTS: tuple[str, ...] = ("best", "last")
 #: Version of the output's ``meta.json`` layout.
 EXPORT_FORMAT = 1
+#: The message-passing graph of a link run's inference: its training edges, or every edge.
+EDGES: tuple[str, ...] = ("train", "all")
+#: Pairs scored at once by ``predict`` on a link run.
+PAIR_CHUNK = 1 << 16
 _DISK_FIX = "free some space there, or write the output to another file system (--out)"
 
 
@@ -87,6 +116,12 @@ class ExportJob:
             model the run's config builds.
         weights: The model's weights as :func:`prepare_job` loaded them, reused by a rank that
             runs in the same process; ``None`` in a job sent to workers (each loads the file).
+        task: ``"node"`` or ``"link"`` (the run's ``train.task``, or a :class:`LinkModel`).
+        pairs: ``predict`` on a link run: the file of node pairs to score.
+        edges: A link run's message-passing graph: ``"train"`` (its edge split's training
+            edges) or ``"all"`` (every edge of the dataset).
+        pair_array: The pairs as :func:`prepare_job` read them (``None`` in a job sent to
+            workers: rank 0 reads the file again).
     """
 
     kind: str
@@ -104,6 +139,10 @@ class ExportJob:
     weights: dict[str, torch.Tensor] | None = dataclasses.field(
         default=None, compare=False, repr=False
     )
+    task: str = "node"
+    pairs: str | None = None
+    edges: str = "train"
+    pair_array: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +172,12 @@ def predict(
     device: str | None = None,
     chunking: Chunking | None = None,
     model: torch.nn.Module | None = None,
+    pairs: PathLikeStr | None = None,
+    edges: str = "train",
 ) -> Path:
     """Write every node's predicted class and class probabilities (see the module docstring).
+
+    For a link-prediction run: the scores of the node pairs of ``pairs`` instead.
 
     Args:
         run_dir: A run directory written by ``fleetgnn train`` (its ``config.yaml`` and
@@ -153,16 +196,30 @@ def predict(
             loaded into a copy of it (it must be built as for training); ``dataset`` is then
             required unless the run's config names one. ``None``: the model the run's config
             builds (a run of ``fleetgnn train``).
+        pairs: A link-prediction run: the file of node pairs to score (``.npy`` ``[P, 2]``, or
+            text/CSV with two columns; :func:`~fleetgnn.graph.pairs.read_pairs`); required
+            there, refused for node classification.
+        edges: A link run's message-passing graph: ``"train"`` or ``"all"`` (module docstring).
 
     Returns:
         ``out``.
 
     Raises:
         FleetgnnError: One line: no run or checkpoint there, a dataset that does not fit the
-            model, an existing ``out``, a full disk.
+            model, an existing ``out``, a full disk, a bad pairs file.
     """
     job = prepare_job(
-        "predict", run_dir, out, None, checkpoint, dataset, overwrite, device, model=model
+        "predict",
+        run_dir,
+        out,
+        None,
+        checkpoint,
+        dataset,
+        overwrite,
+        device,
+        model=model,
+        pairs=pairs,
+        edges=edges,
     )
     return run_job(dataclasses.replace(job, chunking=chunking or Chunking()), nproc)
 
@@ -179,8 +236,11 @@ def embed(
     device: str | None = None,
     chunking: Chunking | None = None,
     model: torch.nn.Module | None = None,
+    edges: str = "train",
 ) -> Path:
     """Write every node's layer-``layer`` output, ``embeddings.npy`` (see the module docstring).
+
+    For a link-prediction run ``layer = L`` gives the embeddings its decoder scores.
 
     Args:
         run_dir: A run directory written by ``fleetgnn train``.
@@ -197,6 +257,7 @@ def embed(
             loaded into a copy of it (it must be built as for training); ``dataset`` is then
             required unless the run's config names one. ``None``: the model the run's config
             builds (a run of ``fleetgnn train``).
+        edges: A link run's message-passing graph: ``"train"`` or ``"all"`` (module docstring).
 
     Returns:
         ``out``.
@@ -205,7 +266,16 @@ def embed(
         FleetgnnError: One line, as :func:`predict`; also a layer outside ``[1, L]``.
     """
     job = prepare_job(
-        "embed", run_dir, out, layer, checkpoint, dataset, overwrite, device, model=model
+        "embed",
+        run_dir,
+        out,
+        layer,
+        checkpoint,
+        dataset,
+        overwrite,
+        device,
+        model=model,
+        edges=edges,
     )
     return run_job(dataclasses.replace(job, chunking=chunking or Chunking()), nproc)
 
@@ -248,7 +318,7 @@ def _checkpoint_file(run_dir: Path, which: str) -> Path:
         if not ckdir.best.is_file():
             raise CheckpointError(
                 f"run '{run_dir}' has no best checkpoint ('{ckdir.best}'; it is written when an "
-                f"evaluation improves the validation accuracy); use --checkpoint last"
+                f"evaluation improves the validation metric); use --checkpoint last"
             )
         return ckdir.best
     found = ckdir.candidates()
@@ -308,13 +378,17 @@ def prepare_job(
     *,
     model: torch.nn.Module | None = None,
     run_config: RunConfig | None = None,
+    pairs: PathLikeStr | None = None,
+    task: str | None = None,
+    edges: str = "train",
 ) -> ExportJob:
     """Check a request before any worker starts; every refusal is one line.
 
     Reads the run's config (unless ``run_config`` is that, already read), loads the checkpoint
     (weights only) and checks that the model built from the config accepts its weights, opens
-    the dataset, checks ``layer`` and that ``out`` is free (or ``overwrite``). Also sweeps what
-    killed exports left next to ``out``.
+    the dataset, checks ``layer`` and that ``out`` is free (or ``overwrite``); for a link run's
+    ``predict``, reads and checks ``pairs``. ``task`` (``"node"``/``"link"``, ``None``: the
+    run's) must be the run's. Also sweeps what killed exports left next to ``out``.
 
     Raises:
         FleetgnnError: What is wrong, naming the argument.
@@ -349,7 +423,10 @@ def prepare_job(
         )
     data_path = Path(data).absolute()
     graph = open_dataset(data_path)
-    built = _build_model(cfg, graph) if model is None else copy.deepcopy(model)
+    link = cfg.train.task == "link" or isinstance(model, LinkModel)
+    run_task = "link" if link else "node"
+    _check_task(run, kind, run_task, task, pairs, edges, recorded.api)
+    built = _build_model(cfg, graph, link) if model is None else copy.deepcopy(model)
     _load_weights(built, state, path)
     num_layers = int(getattr(built, "num_layers", 0))
     if num_layers < 1:
@@ -359,12 +436,14 @@ def prepare_job(
         )
     if kind == "embed":
         if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= num_layers:
+            last = "the embeddings the decoder scores" if link else "the logits"
             raise ConfigError(
                 f"--layer {layer!r} is outside [1, {num_layers}]: the model has {num_layers} "
-                f"layers (--layer {num_layers} is the logits)"
+                f"layers (--layer {num_layers} is {last})"
             )
     else:
         layer = num_layers
+    pair_array = read_pairs(pairs, graph.num_nodes) if kind == "predict" and link else None
     dest = Path(out).absolute()
     if dest.exists() and not overwrite:
         raise ConfigError(
@@ -395,10 +474,63 @@ def prepare_job(
         overwrite=overwrite,
         model=model,
         weights=state,
+        task=run_task,
+        pairs=None if pairs is None else str(Path(pairs).absolute()),
+        edges=edges,
+        pair_array=pair_array,
     )
 
 
-def _build_model(cfg: Config, graph: Graph) -> GNN:
+def _check_task(
+    run: Path,
+    kind: str,
+    run_task: str,
+    task: str | None,
+    pairs: PathLikeStr | None,
+    edges: str,
+    api: bool,
+) -> None:
+    """Refuse a ``task``, ``pairs`` or ``edges`` that does not fit the run (one line)."""
+    if task is not None and task not in ("node", "link"):
+        raise ConfigError(f"--task {task!r} is not one of node, link")
+    if task is not None and task != run_task:
+        trained = "link prediction" if run_task == "link" else "node classification"
+        raise ConfigError(
+            f"--task {task}: run '{run}' trained {trained} (train.task={run_task}); pass "
+            f"--task {run_task} or a run of that task"
+        )
+    if edges not in EDGES:
+        raise ConfigError(f"--edges {edges!r} is not one of {', '.join(EDGES)}")
+    if run_task == "node":
+        if pairs is not None:
+            raise ConfigError(
+                f"--pairs scores node pairs of a link-prediction run; run '{run}' trained node "
+                f"classification (train.task=node)"
+            )
+        return
+    if kind == "predict" and pairs is None:
+        raise ConfigError(
+            f"run '{run}' trained link prediction: pass the node pairs to score (--task link "
+            f"--pairs FILE: two columns of node IDs); its embeddings are 'fleetgnn embed'"
+        )
+    if api and edges == "train":
+        raise ConfigError(
+            f"run '{run}' was trained through the Python API and does not record its edge "
+            f"split; pass edges='all' (every edge of the dataset is message passing)"
+        )
+
+
+def _build_model(cfg: Config, graph: Graph, link: bool = False) -> nn.Module:
+    if link:  # as train.setup.model_from_config: encoder of width link_dim, and the decoder
+        if graph.x is None:
+            raise DatasetError(
+                f"dataset '{graph.name}' has no node features (x); the model needs them"
+            )
+        t = cfg.train
+        encoder = build_model(
+            cfg.model.name, graph.num_features, int(t.link_dim), seed=0, **model_kwargs(cfg.model)
+        )
+        return LinkModel(encoder, build_decoder(t.decoder, int(t.link_dim)))
     if graph.x is None:
         raise DatasetError(f"dataset '{graph.name}' has no node features (x); the model needs them")
     classes = graph.num_classes
@@ -446,7 +578,8 @@ def run_job(job: ExportJob, nproc: int = 1) -> Path:
 
     try:
         # each worker loads the weights itself: the job travels without them
-        launch(_worker, args=(dataclasses.replace(job, weights=None), nproc), nproc=nproc)
+        sent = dataclasses.replace(job, weights=None, pair_array=None)
+        launch(_worker, args=(sent, nproc), nproc=nproc)
     finally:
         # a killed worker leaves its temporary output behind: its owner is gone now
         out = Path(job.out)
@@ -489,8 +622,12 @@ def _reload_weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _output_files(job: ExportJob, graph: Graph, widths: list[int], dtype: Any) -> dict[str, Any]:
+    """The files the inference writes: ``name -> (RowWriter kind, dtype, shape)``.
+
+    A link run's ``predict`` writes the embeddings first (scored, then removed by rank 0).
+    """
     n = graph.num_nodes
-    if job.kind == "predict":
+    if job.kind == "predict" and job.task != "link":
         return {
             "predictions.npy": ("class", np.int64, (n,)),
             "probabilities.npy": ("prob", np.float32, (n, widths[-1])),
@@ -526,9 +663,10 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
     if ctx is not None and device.type == "cuda":
         device = ctx.device  # this rank's GPU
     dtype = DTYPES[cfg.train.dtype]
-    graph = open_dataset(job.dataset)
+    graph = _message_passing_graph(job, cfg)
     ckpt_path = Path(job.checkpoint_path)
-    model = _build_model(cfg, graph) if job.model is None else copy.deepcopy(job.model)
+    link = job.task == "link"
+    model = _build_model(cfg, graph, link) if job.model is None else copy.deepcopy(job.model)
     state = job.weights if job.weights is not None else _reload_weights(ckpt_path)
     _load_weights(model, state, ckpt_path)
     model = model.to(device=device, dtype=dtype).eval()
@@ -565,7 +703,10 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
         if comm is not None and world > 1:
             comm.barrier()  # every rank's rows are written
         if rank == 0:
-            _publish(job, tmp, files, widths, world, cfg)
+            summary: dict[str, Any] = {}
+            if link and job.kind == "predict":
+                files, summary = _score_pairs(job, tmp, model, device, dtype)
+            _publish(job, tmp, files, widths, world, cfg, graph.num_nodes, summary)
         done = True
     finally:
         if writer is not None:
@@ -574,8 +715,80 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _message_passing_graph(job: ExportJob, cfg: Config) -> Graph:
+    """The dataset, or for a link run with ``edges="train"`` its edge split's training graph."""
+    graph = open_dataset(job.dataset)
+    if job.task != "link" or job.edges == "all":
+        return graph
+    t = cfg.train
+    # the split the run trained on (saved with the dataset; drawn identically if absent)
+    return edge_split_for(graph, job.dataset, t.val_edges, t.test_edges, int(t.seed)).train_graph
+
+
+def _score_pairs(
+    job: ExportJob, tmp: Path, model: nn.Module, device: torch.device, dtype: torch.dtype
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Rank 0: score the job's pairs from ``tmp/embeddings.npy`` (then removed).
+
+    Reads only the pairs' endpoint rows, :data:`PAIR_CHUNK` pairs at a time.
+
+    Returns:
+        The files written (as :func:`_output_files`) and the summary for ``meta.json``.
+    """
+    pairs = job.pair_array
+    if pairs is None:  # a worker's job travels without them
+        pairs = read_pairs(str(job.pairs), int(RowFile(tmp / "embeddings.npy").shape[0]))
+    num = int(pairs.shape[0])
+    files: dict[str, Any] = {
+        "pairs.npy": ("pairs", np.int64, (num, 2)),
+        "logits.npy": ("logit", np.float32, (num,)),
+        "probabilities.npy": ("prob", np.float32, (num,)),
+    }
+    for name, (_, dt, shape) in files.items():
+        RowFile.create(tmp / name, dt, shape, _DISK_FIX)
+    out = {kind: RowFile(tmp / name) for name, (kind, _, _) in files.items()}
+    emb = RowReader(np.load(tmp / "embeddings.npy", mmap_mode="r"))
+    decoder = model.decoder if isinstance(model, LinkModel) else getattr(model, "decoder", None)
+    if decoder is None:
+        raise ConfigError(f"model= {type(model).__name__} has no decoder; pass a LinkModel")
+    prob_sum, above = 0.0, 0
+    try:
+        with torch.no_grad():
+            for a in range(0, num, PAIR_CHUNK):
+                chunk = pairs[a : a + PAIR_CHUNK]
+                ids, inverse = np.unique(chunk.reshape(-1), return_inverse=True)
+                rows = torch.from_numpy(emb.take(ids)).to(device=device, dtype=dtype)
+                inverse_t = torch.from_numpy(inverse.reshape(-1, 2)).to(device)
+                logits = decoder(rows[inverse_t[:, 0]], rows[inverse_t[:, 1]]).float()
+                probs = torch.sigmoid(logits)
+                prob_sum += float(probs.double().sum())
+                above += int((probs > 0.5).sum())
+                out["pairs"].write(a, chunk)
+                out["logit"].write(a, logits.cpu().numpy())
+                out["prob"].write(a, probs.cpu().numpy())
+    finally:
+        for f in out.values():
+            f.close()
+    (tmp / "embeddings.npy").unlink()
+    summary = {
+        "task": "link",
+        "pairs_file": job.pairs,
+        "pairs": num,
+        "mean_probability": prob_sum / num,
+        "above_half": above / num,
+    }
+    return files, summary
+
+
 def _publish(
-    job: ExportJob, tmp: Path, files: dict[str, Any], widths: list[int], world: int, cfg: Config
+    job: ExportJob,
+    tmp: Path,
+    files: dict[str, Any],
+    widths: list[int],
+    world: int,
+    cfg: Config,
+    num_nodes: int,
+    summary: dict[str, Any] | None = None,
 ) -> None:
     """Rank 0: fsync the files, write ``meta.json`` and move the directory to ``out``."""
     for name in files:
@@ -593,13 +806,20 @@ def _publish(
         "checkpoint_path": job.checkpoint_path,
         **job.config.get("_checkpoint_info", {}),
         "dataset": job.dataset,
-        "num_nodes": int(files[next(iter(files))][2][0]),
+        "num_nodes": int(num_nodes),
         "model": cfg.model.name,
         "num_layers": int(cfg.model.num_layers),
         "layer": int(job.layer),
         "feature_norm": cfg.data.feature_norm,
         "world_size": world,
-        "ids": "row i is node i of the dataset (its original numbering)",
+        "task": job.task,
+        **_link_meta(job, cfg),
+        **(summary or {}),
+        "ids": (
+            "row i is pair i of the pairs file; node IDs are the dataset's"
+            if summary
+            else "row i is node i of the dataset (its original numbering)"
+        ),
         "files": {
             name: {"shape": list(shape), "dtype": np.dtype(dtype).name}
             for name, (_, dtype, shape) in files.items()
@@ -616,13 +836,35 @@ def _publish(
     fsync_dir(out)
 
 
+def _link_meta(job: ExportJob, cfg: Config) -> dict[str, Any]:
+    """A link run's entries of ``meta.json``: the graph and how to use the embeddings."""
+    if job.task != "link":
+        return {}
+    out: dict[str, Any] = {"edges": job.edges, "decoder": cfg.train.decoder}
+    if job.kind == "embed" and job.layer == int(cfg.model.num_layers):
+        out["retrieval"] = (
+            "the decoder's input: a pair's logit is the inner product of its two rows "
+            "(inner-product search)"
+            if cfg.train.decoder == "dot"
+            else f"the decoder's input (decoder {cfg.train.decoder}, which has weights: score "
+            f"pairs with 'fleetgnn predict --task link --pairs FILE')"
+        )
+    return out
+
+
 def describe(out: PathLikeStr) -> str:
     """One line about a finished export (for the CLI)."""
     meta = json.loads((Path(out) / "meta.json").read_text())
     parts = [f"{n} {tuple(f['shape'])} {f['dtype']}" for n, f in meta["files"].items()]
     epoch = meta.get("epoch")
     at = f", epoch {epoch}" if epoch is not None else ""
-    return f"wrote {', '.join(parts)} to '{out}' (checkpoint {meta['checkpoint']}{at})"
+    line = f"wrote {', '.join(parts)} to '{out}' (checkpoint {meta['checkpoint']}{at})"
+    if "pairs" in meta and "mean_probability" in meta:
+        line += (
+            f"; {meta['pairs']} pairs scored, mean probability {meta['mean_probability']:.4f}, "
+            f"{100 * meta['above_half']:.1f}% above 0.5"
+        )
+    return line
 
 
 __all__ = ["CHECKPOINTS", "ExportJob", "embed", "predict", "prepare_job", "run_job"]

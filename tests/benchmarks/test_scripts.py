@@ -76,6 +76,35 @@ def test_bench_epoch_script(tmp_path: Path) -> None:
     assert row["extra"]["bf16_over_float32"] > 0  # the mixed-precision variant ran too
 
 
+def test_bench_link_script(tmp_path: Path) -> None:
+    """The link section: the issue's workload shape at a small size; PyG's layers on fleetgnn's
+    edge batches compute the same embeddings; PyG's LinkNeighborLoader runs where it can sample,
+    and is listed as skipped with the reason where it cannot."""
+    from fleetgnn.bench.link import BLOCKS_PEER, LOADER_PEER
+    from fleetgnn.bench.peers import has_pyg, neighbor_loader_missing
+
+    argv = ["--scale", "0.002", "--repeat", "1", "--hidden", "8", "--steps", "2"]
+    _script("bench_link").main(
+        [*argv, "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path)]
+    )
+    (row,) = _check(tmp_path, "link")["rows"]
+    assert "fanouts 15,10, batch 1024 edges, 1 negative(s)" in row["case"]
+    assert "(2 of " in row["case"] and row["extra"]["steps_timed"] == 2
+    (split,) = (tmp_path / "cache").glob("*/edge_splits/*/meta.json")  # kept with the data
+    train_edges = json.loads(split.read_text())["counts"]["train"]
+    steps = row["extra"]["steps_per_epoch"]
+    assert steps == -(-train_edges // 1024)  # every training edge once per epoch
+    est = row["extra"]["epoch_s_estimate"]["fleetgnn"]
+    assert est == pytest.approx(row["impls"]["fleetgnn"]["median_s"] * steps / 2)
+    if has_pyg():
+        assert row["extra"]["max_abs_embedding_diff"][BLOCKS_PEER] < 1e-4
+        missing = neighbor_loader_missing()
+        if missing is None:
+            assert LOADER_PEER in row["impls"]
+        else:
+            assert row["skipped"][LOADER_PEER] == missing
+
+
 def test_results_render_from_json(tmp_path: Path) -> None:
     """What a script wrote is what `fleetgnn bench --from-json` reads."""
     from fleetgnn.cli.main import main
@@ -99,7 +128,7 @@ def test_bench_imports_and_runs_without_pyg(monkeypatch: pytest.MonkeyPatch) -> 
     ]:
         monkeypatch.delitem(sys.modules, name)
     bench = importlib.import_module("fleetgnn.bench")
-    for section in ("epoch", "ops", "sampler", "gather", "trainer", "engines", "peers"):
+    for section in ("epoch", "link", "ops", "sampler", "gather", "trainer", "engines", "peers"):
         importlib.import_module(f"fleetgnn.bench.{section}")
     peers = sys.modules["fleetgnn.bench.peers"]
     assert not peers.has_pyg()
