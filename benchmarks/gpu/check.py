@@ -908,6 +908,7 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
                 "median_s": {k: v["median_s"] for k, v in row["impls"].items()},
                 "speedup": row["speedup"],
                 "max_abs_logit_diff": row["extra"]["max_abs_logit_diff"],
+                "bf16_over_float32": row["extra"]["bf16_over_float32"],
                 "skipped": row["skipped"],
             }
             _atomic_json(path, out)

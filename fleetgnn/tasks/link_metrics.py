@@ -51,6 +51,7 @@ def auc_ap(hist: torch.Tensor) -> tuple[float, float]:
     ``nan`` for both when there are no positives or no negatives.
     """
     h = hist.to(torch.float64)
+    h = h[:, (h[0] + h[1]) > 0]  # the occupied bins only: empty ones add nothing to any sum
     pos, neg = h[0], h[1]
     p, n = float(pos.sum()), float(neg.sum())
     if p == 0 or n == 0:
