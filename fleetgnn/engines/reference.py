@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from fleetgnn.config import ReferenceEngineConfig
-from fleetgnn.engines.base import EngineBase, StepCallback, StepStats
+from fleetgnn.engines.base import EngineBase, StepCallback, StepStats, run_steps
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
     DTYPES,
@@ -181,13 +181,7 @@ class ReferenceEngine(EngineBase):
     ) -> list[StepStats]:
         """Run steps ``start_step..`` of ``epoch``; see :class:`~fleetgnn.engines.base.Engine`."""
         self.model.train()
-        out = []
-        for step in range(start_step, self.steps_per_epoch()):
-            stats = self.train_step(epoch, step)
-            out.append(stats)
-            if on_step is not None:
-                on_step(step, stats)
-        return out
+        return run_steps(self, epoch, start_step, on_step)
 
     def batch(self, epoch: int, step: int) -> tuple[list[Any], torch.Tensor, torch.Tensor, float]:
         """Aggregators, input features and seeds of one step, plus the sampling time."""
