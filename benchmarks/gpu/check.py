@@ -37,6 +37,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -181,7 +182,7 @@ class Check:
 
     def step_deadline(self, name: str) -> float:
         """The global deadline less the shares of the steps after ``name``."""
-        later = STEPS[STEPS.index(name) + 1 :]
+        later = [s for s in STEPS[STEPS.index(name) + 1 :] if s in self.args.steps]
         return self.deadline - self.args.budget_s * sum(SHARES[s] for s in later)
 
     def run(
@@ -322,6 +323,7 @@ class Check:
             "no:cacheprovider",
             f"--maxfail={self.args.pytest_maxfail}",
             f"--junitxml={junit}",
+            *shlex.split(self.args.pytest_args),
         ]
         ignored = [] if _version("hypothesis") else _hypothesis_modules(REPO / "tests")
         argv += [f"--ignore={p}" for p in ignored]
@@ -390,16 +392,15 @@ class Check:
         runs: list[dict[str, Any]] = []
         rec["runs"] = runs
         rec["tolerance"] = f"|loss - baseline| <= {LOSS_RTOL:g} * max(1, |baseline|) per epoch"
+        engines = self.args.engines
+        modes = [m for m in ("minibatch", "full") if m in {MODES[e] for e in engines}]
         plan: list[tuple[str, str, str, int, str | None]] = [  # name, engine, mode, W, device
-            ("cpu:reference-minibatch", "reference", "minibatch", 1, "cpu"),
-            ("cpu:reference-full", "reference", "full", 1, "cpu"),
+            (f"cpu:reference-{m}", "reference", m, 1, "cpu") for m in modes
         ]
         if dev != "cpu":
-            plan += [
-                (f"{dev}:reference-{m}", "reference", m, 1, dev) for m in ("minibatch", "full")
-            ]
+            plan += [(f"{dev}:reference-{m}", "reference", m, 1, dev) for m in modes]
         for w in self.args.worlds:
-            for e in ENGINES:
+            for e in engines:
                 if e == "minibatch" and w > 1 and dev != "cpu":
                     plan.append((f"cpu:minibatch-w{w}", e, MODES[e], w, "cpu"))
                 plan.append((f"{dev}:{e}-w{w}", e, MODES[e], w, dev))
@@ -1125,6 +1126,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="extra --set for the device's engine runs (repeatable)",
     )
     p.add_argument("--pytest-maxfail", type=int, default=10)
+    p.add_argument(
+        "--pytest-args",
+        default="",
+        help="extra pytest arguments, one string (test paths, -k EXPR) for a targeted rerun",
+    )
+    p.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"engines the engines step runs (default {','.join(ENGINES)})",
+    )
     p.add_argument("--pytest-timeout", type=float, default=150)
     p.add_argument(
         "--run-timeout",
@@ -1157,6 +1168,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.run_timeout is None:
         args.run_timeout = 90.0 if args.device == "cuda" else 120.0
     args.steps = [s for s in args.steps.split(",") if s]
+    args.engines = [e for e in args.engines.split(",") if e]
+    if set(args.engines) - set(ENGINES):
+        p.error(f"unknown engine(s) {sorted(set(args.engines) - set(ENGINES))}")
     unknown = set(args.steps) - set(STEPS)
     if unknown:
         p.error(f"unknown step(s) {sorted(unknown)}; choose from {','.join(STEPS[1:])}")

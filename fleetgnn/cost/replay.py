@@ -215,7 +215,7 @@ def presample_hotness(
 
     def sampled(i: int) -> np.ndarray:
         seeds = loader.batch(0, i % loader.num_batches)
-        return sampler.sample(seeds, 0, i)[0].src_ids.numpy()
+        return sampler.sample(seeds, 0, i)[0].src_ids.cpu().numpy()
 
     return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
 

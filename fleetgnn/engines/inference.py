@@ -299,7 +299,7 @@ def stream_inference(
                 if reader is None:
                     src = features(block.src_ids)
                 else:
-                    rows = block.src_ids.numpy()
+                    rows = block.src_ids.cpu().numpy()
                     rows = in_pos(rows) if in_pos is not None else rows
                     src = torch.from_numpy(reader.take(rows)).to(device)
                 agg = block_aggregator(block, dtype, device, edges)

@@ -257,13 +257,13 @@ def test_invalid_names_are_rejected_on_every_rank():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_ipc_gather_matches_indexing():
-    results = run_world(_cuda_world, 2, device="cuda")
+    results = run_world(_cuda_world, 2, f"cuda{uuid.uuid4().hex[:6]}", device="cuda")
     assert all(results)
 
 
-def _cuda_world(comm) -> bool:
+def _cuda_world(comm, tag: str) -> bool:
     local = local_part(2, comm.rank).cuda()
-    st = ShardedTensor.create(local, comm, name=f"cuda{uuid.uuid4().hex[:6]}")
+    st = ShardedTensor.create(local, comm, name=tag)  # one name on every rank
     ids = torch.tensor([0, 6, 3, 3, 1])
     out = st.gather_global(ids)
     # ids on the shard's device are checked and split there (no round trip through the host)

@@ -141,10 +141,11 @@ def test_matches_reference(world_size, device):
             assert total == pytest.approx(losses[e], rel=1e-9, abs=1e-12), what
         for r in per_rank:
             for n in grads:
-                torch.testing.assert_close(r["grads"][n], grads[n], rtol=1e-7, atol=1e-9, msg=what)
-                torch.testing.assert_close(
-                    r["params"][n], params[n], rtol=1e-7, atol=1e-9, msg=what
-                )
+                why = f"{what} {n}"
+                for got, want in ((r["grads"][n], grads[n]), (r["params"][n], params[n])):
+                    torch.testing.assert_close(
+                        got, want, rtol=1e-7, atol=1e-9, msg=lambda m, w=why: f"{w}: {m}"
+                    )
             assert r["eval"] == pytest.approx(ev, rel=1e-9), what
             ex = r["extra"][0]
             if world_size == 1 or kind == "split":
