@@ -113,7 +113,7 @@ def _rank(comm, device="cpu"):
 
 @functools.cache
 def _reference(model, kind, epochs):
-    ref = engine_from_config(_config(model), _graph(kind), engine="reference")
+    ref = engine_from_config(_config(model, ["train.device=cpu"]), _graph(kind), engine="reference")
     losses, grads = [], None
     for epoch in range(epochs):
         (st,) = ref.run_epoch(epoch)

@@ -88,7 +88,7 @@ def _rank(comm, device="cpu"):
 
 @functools.cache
 def _reference(model, kind):
-    ref = engine_from_config(_config(model), _graph(kind), engine="reference")
+    ref = engine_from_config(_config(model, ["train.device=cpu"]), _graph(kind), engine="reference")
     losses, grads = [], []
     for epoch in range(EPOCHS):
         (st,) = ref.run_epoch(epoch)

@@ -98,7 +98,7 @@ def _split_rank(comm, device="cpu"):
 
 
 def _reference(model_name):
-    cfg = _config(model_name)
+    cfg = _config(model_name, ["train.device=cpu"])  # the engine under test may be on a GPU
     ref = engine_from_config(cfg, _graph(), engine="reference")
     losses, counts, grads = [], [], None
     for step in range(STEPS):
