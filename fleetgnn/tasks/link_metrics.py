@@ -39,10 +39,8 @@ def histogram_sums(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
 
     Summable over ranks (an all-reduce of ``2 * NUM_BINS`` int64, 16 MiB).
     """
-    out = torch.zeros(2, NUM_BINS, dtype=torch.int64, device=pos.device)
-    out[0] += torch.bincount(score_bins(pos.reshape(-1)), minlength=NUM_BINS)
-    out[1] += torch.bincount(score_bins(neg.reshape(-1)), minlength=NUM_BINS)
-    return out
+    keys = torch.cat([score_bins(pos.reshape(-1)), score_bins(neg.reshape(-1)) + NUM_BINS])
+    return torch.bincount(keys, minlength=2 * NUM_BINS).view(2, NUM_BINS)
 
 
 def auc_ap(hist: torch.Tensor) -> tuple[float, float]:
@@ -50,8 +48,8 @@ def auc_ap(hist: torch.Tensor) -> tuple[float, float]:
 
     ``nan`` for both when there are no positives or no negatives.
     """
-    h = hist.to(torch.float64)
-    h = h[:, (h[0] + h[1]) > 0]  # the occupied bins only: empty ones add nothing to any sum
+    occupied = torch.nonzero((hist[0] + hist[1]) > 0).reshape(-1)
+    h = hist[:, occupied].to(torch.float64)  # empty bins add nothing to any sum
     pos, neg = h[0], h[1]
     p, n = float(pos.sum()), float(neg.sum())
     if p == 0 or n == 0:
