@@ -25,7 +25,7 @@ LAYERS = [
     "bench",  # the benchmark suite (`fleetgnn bench`): may use every layer below the CLI
     "cli",
 ]
-BASE = {"durable", "errors", "keyhash", "types"}
+BASE = {"durable", "errors", "keyhash", "kernels", "types"}
 SINGLE_DEVICE = {"nn", "ops", "cost", "tasks"}  # cost: models only; tasks: sums, not reductions
 
 

@@ -954,9 +954,38 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
                 best = min(best, time.perf_counter() - t0)
             return nbytes / best / 1e9
 
+        from fleetgnn.kernels import KERNELS
+
         xd, idsd = x.to(device), ids.to(device)
         res: dict[str, Any] = {"rows": int(ids.numel()), "row_bytes": int(x.shape[1]) * 4}
         res["device_gbps"] = rate(lambda: xd.index_select(0, idsd))
+        # every gather kernel that runs here, in the copy's unit (bytes read + written) and as
+        # a fraction of the copy (issue 26: >= 0.7 of it from the device tier)
+        kernels: dict[str, Any] = {}
+        for name in KERNELS.names("gather_rows", device.type):
+            fn = KERNELS.impl("gather_rows", name)
+            try:
+                same = torch.equal(fn(xd, idsd, None), xd.index_select(0, idsd))
+                gbps = 2 * rate(lambda fn=fn: fn(xd, idsd, None))
+            except Exception as e:  # e.g. triton absent or failing to compile: say which
+                kernels[name] = {"skipped": f"{type(e).__name__}: {str(e)[:200]}"}
+                continue
+            kernels[name] = {"read_written_gbps": gbps, "equal": same}
+            if _finite_num(figs.get("copy_gbps")):
+                kernels[name]["fraction_of_copy"] = gbps / figs["copy_gbps"]
+        kernels["chosen"] = KERNELS.chosen("gather_rows", device.type)
+        res["kernels"] = kernels
+        if device.type == "cuda":  # the store itself, built on the device, every row there
+            from fleetgnn.store import UnifiedStore
+
+            store = UnifiedStore.build(graph, device=device)
+            try:
+                gbps = 2 * rate(lambda: store.gather(idsd))
+                res["store_device_tier"] = {"read_written_gbps": gbps}
+                if _finite_num(figs.get("copy_gbps")):
+                    res["store_device_tier"]["fraction_of_copy"] = gbps / figs["copy_gbps"]
+            finally:
+                store.close()
         res["pageable_host_gbps"] = rate(lambda: x.index_select(0, ids).to(device))
         if device.type == "cuda":
             xfer = Transfers(device, True)

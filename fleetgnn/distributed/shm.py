@@ -53,6 +53,7 @@ import torch
 from fleetgnn.distributed.comm import Communicator
 from fleetgnn.distributed.errors import DistError
 from fleetgnn.graph.files import owner_tag, process_alive
+from fleetgnn.kernels import gather_rows
 
 #: Every shared-memory segment fleetgnn creates starts with this prefix.
 SHM_PREFIX = "fleetgnn-"
@@ -546,10 +547,10 @@ class ShardedTensor:
             shard = self._shards[p]
             assert shard is not None  # one-sided mode maps every shard
             if single and shard.device == device:  # one shard: read straight into the output
-                torch.index_select(shard, 0, local_index.to(shard.device), out=out)
+                gather_rows(shard, local_index.to(shard.device), out=out)
             else:
                 pos = torch.nonzero(owner == p).squeeze(1)
-                rows = shard.index_select(0, local_index[pos].to(shard.device))
+                rows = gather_rows(shard, local_index[pos].to(shard.device))
                 out.index_copy_(0, pos.to(device), rows.to(device))
             if p == me:
                 self.comm.meter.record("local", c * row_bytes, 1)
@@ -569,7 +570,7 @@ class ShardedTensor:
         # 1) counts, 2) ids to their owners
         recv_ids, recv_counts = comm.all_to_all(ids, send_counts)
         # 3) owners index their shard, 4) rows go back with the splits swapped
-        rows = self.local_shard.index_select(0, recv_ids.to(self.local_shard.device)).to(device)
+        rows = gather_rows(self.local_shard, recv_ids.to(self.local_shard.device)).to(device)
         got, _ = comm.all_to_all(rows, recv_counts, recv_counts=send_counts)
         out = torch.empty_like(got)
         out[order.to(device)] = got

@@ -90,6 +90,7 @@ from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.distributed.transfer import Transfers
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph, check_edge_ids
+from fleetgnn.kernels import gather_rows
 from fleetgnn.store.device_read import DeviceIndex, gather_on_device
 from fleetgnn.store.device_topology import TopologySpec, resolve_placement
 from fleetgnn.store.disk_tier import _advise_random, _file_reader, _map_limit
@@ -132,7 +133,7 @@ class _LocalShard:
         self.tensor = tensor
 
     def gather(self, owner: Tensor, local_index: Tensor) -> Tensor:
-        return self.tensor.index_select(0, local_index)
+        return gather_rows(self.tensor, local_index)
 
     def close(self) -> None:
         self.tensor = torch.empty(0)
@@ -657,7 +658,7 @@ class UnifiedStore:
         sel = np.flatnonzero(tier == HOST)
         if sel.size:
             assert self._feat_host is not None  # planned rows exist
-            rows = self._feat_host.index_select(0, torch.from_numpy(local[sel]))
+            rows = gather_rows(self._feat_host, torch.from_numpy(local[sel]))
             if sel.size == idn.size:  # all from the host tier: no scatter
                 return rows
             scatter(sel, rows)

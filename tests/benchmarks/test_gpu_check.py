@@ -84,6 +84,12 @@ def test_quick_cpu_dry_run_passes_every_step(dry_run):
     tiers = figs["gather_tiers"]  # device and pageable host; pinned needs CUDA
     assert tiers["device_gbps"] > 0 and tiers["pageable_host_gbps"] > 0
     assert "skipped" in tiers["pinned_host_gbps"]
+    kernels = tiers["kernels"]  # every gather kernel of the CPU, equal to index_select
+    assert kernels["chosen"] == "index_select"
+    assert all(
+        kernels[k]["equal"] and kernels[k]["read_written_gbps"] > 0
+        for k in ("index_select", "wide")
+    )
     off = figs["offload_overlap"]  # offload's epoch, overlapped and blocking: the same losses
     assert off["same_losses"] and off["max_rel_loss_diff"] == 0  # the CPU path: bit-identical
     assert len(off["overlap"]["losses"]) >= 2
