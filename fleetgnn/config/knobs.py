@@ -48,6 +48,8 @@ DTYPES: tuple[str, ...] = ("float32", "float64")
 AUTOCASTS: tuple[str | None, ...] = (None, "bf16")
 FEATURE_NORMS: tuple[str, ...] = ("none", "row")
 PLACEMENTS: tuple[str, ...] = ("degree", "presample")
+#: Where the ``minibatch`` engine samples (``store.sampling``).
+SAMPLINGS: tuple[str, ...] = ("auto", "host", "device")
 ORDERS: tuple[str, ...] = ("graph_first", "features_first")
 GATHERS: tuple[str, ...] = ("auto", "one_sided", "two_sided")
 PARTITIONS: tuple[str, ...] = ("range", "metis")
@@ -549,6 +551,11 @@ class TieredStore(Knobs):
         topology: Device link bandwidths for XGNN's placement solver (which device each rank
             reads each hot-row partition from): ``None`` (equally connected), a built-in name
             (``dgx1-v100``), or a YAML/JSON file holding an ``N x N`` matrix.
+        sampling: Where the ``minibatch`` engine samples: ``host`` (numpy, over the store's
+            tiered topology), ``device`` (a replica of the graph's CSC on the rank's device,
+            sampled there with the torch backend: the same blocks; its bytes come out of
+            ``device_budget``), ``auto`` (``device`` on a GPU when the replica takes at most
+            half of ``device_budget``, else ``host``).
     """
 
     host_budget: str | int | None = None
@@ -556,11 +563,13 @@ class TieredStore(Knobs):
     order: str = "graph_first"
     gather: str = "auto"
     topology: str | None = None
+    sampling: str = "auto"
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "placement": PLACEMENTS,
         "order": ORDERS,
         "gather": GATHERS,
+        "sampling": SAMPLINGS,
     }
 
     def __post_init__(self) -> None:

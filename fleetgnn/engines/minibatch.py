@@ -75,7 +75,7 @@ from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
-from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
+from fleetgnn.sampling import Block, DeviceTopology, GraphTopology, NeighborSampler, SeedLoader
 from fleetgnn.store import (
     KINDS,
     SOURCE_LINKS,
@@ -88,6 +88,32 @@ from fleetgnn.store.hotness import hotness_order
 from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 
 _UNLIMITED = 1 << 62  # bytes: a budget of ``None`` means "no limit"
+
+
+def replica_bytes(graph: Graph) -> int:
+    """Bytes of a device replica of ``graph``'s CSC (offsets, neighbours, edge weights)."""
+    arrays = (graph.indptr, graph.indices, graph.edge_weight)
+    return int(sum(a.size * a.dtype.itemsize for a in arrays if a is not None))
+
+
+def sampling_place(choice: str, graph: Graph, device: torch.device, budget: int) -> str:
+    """Resolve ``store.sampling``: ``"device"`` or ``"host"`` (see the config's docstring).
+
+    Raises:
+        ConfigError: ``device`` was asked for and the replica exceeds the device budget.
+    """
+    need = replica_bytes(graph)
+    if choice == "device" and need > budget:
+        raise ConfigError(
+            f"store.sampling=device: the graph's CSC replica takes {need} bytes, more than "
+            f"store.device_budget ({budget} bytes per rank); raise the budget or use "
+            f"store.sampling=host"
+        )
+    if choice == "auto":
+        return "device" if device.type == "cuda" and need <= budget // 2 else "host"
+    return choice
+
+
 _LINKS: tuple[str, ...] = tuple(SOURCE_LINKS.values())
 log = logging.getLogger(__name__)
 
@@ -187,13 +213,21 @@ class MinibatchEngine(SampledEngine):
         self.feature_norm = sc.feature_norm
         # the store meters bytes served per tier; the communicators meter bytes on the wire
         self.store_meter = TrafficMeter()
+        device_budget = parse_bytes(  # errors name the config fields
+            _UNLIMITED if sc.device_budget is None else sc.device_budget, "device_budget"
+        )
+        #: Where batches are sampled (``store.sampling`` resolved): ``host`` or ``device``.
+        self.sampling = sampling_place(sc.sampling, graph, self.device, device_budget)
+        replica = None
+        if self.sampling == "device":
+            replica = DeviceTopology.from_graph(graph, self.device)
+        #: Bytes of the CSC replica the device sampler reads (out of the device budget).
+        self.replica_bytes = replica_bytes(graph) if replica is not None else 0
         self.store = UnifiedStore.build(
             graph,
             self.store_comm,
-            TierBudgets(  # errors name the config fields
-                parse_bytes(
-                    _UNLIMITED if sc.device_budget is None else sc.device_budget, "device_budget"
-                ),
+            TierBudgets(
+                device_budget - self.replica_bytes,
                 parse_bytes(
                     _UNLIMITED if sc.host_budget is None else sc.host_budget, "host_budget"
                 ),
@@ -219,8 +253,13 @@ class MinibatchEngine(SampledEngine):
         self.loader = SeedLoader(
             train_ids, sc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
         )
+        topology = replica if replica is not None else self.store
         self.sampler = NeighborSampler(
-            self.store, list(sc.fanouts), seed=self.seed, with_edge_ids=self.edge_rows is not None
+            topology,
+            list(sc.fanouts),
+            seed=self.seed,
+            with_edge_ids=self.edge_rows is not None,
+            backend="torch" if replica is not None else "auto",  # the same blocks either way
         )
         if self.link:
             check_link_model(self.module)
@@ -232,7 +271,7 @@ class MinibatchEngine(SampledEngine):
                 world_size=self.world_size,
                 seed=self.seed,
             )
-        self.eval_topology = self.store
+        self.eval_topology = topology
         self.prefetcher: Prefetcher[_Batch] = Prefetcher(
             self.prepare, enabled=sc.prefetch, name="fleetgnn-prefetch", device=self.device
         )
@@ -304,6 +343,8 @@ class MinibatchEngine(SampledEngine):
             "prefetch_prepare_s": prepared_s,
             "prefetch_wait_s": waited_s,
             "prefetch_hidden_s": hidden,
+            "sampling": self.sampling,
+            "topology_replica_bytes": self.replica_bytes,
             **self._store_stats(),
         }
 
@@ -390,8 +431,10 @@ class MinibatchEngine(SampledEngine):
         }
 
     def peak_memory(self) -> dict[str, int]:
-        """Bytes this rank holds per store tier."""
-        return dict(self.store.memory())
+        """Bytes this rank holds per store tier (the sampler's CSC replica on the device)."""
+        mem = dict(self.store.memory())
+        mem["device"] = mem.get("device", 0) + self.replica_bytes
+        return mem
 
     def _release(self) -> None:
         """Release the store's shared memory and the store's group (after the prefetch thread)."""

@@ -272,8 +272,13 @@ class DeviceTopology:
             raise GraphError(f"'graph' must be a fleetgnn Graph (got {type(graph).__name__})")
         check_edge_ids(graph)
 
-        def move(a: np.ndarray | None) -> Tensor | None:
-            return None if a is None else torch.from_numpy(np.asarray(a)).to(device)
+        def move(a: np.ndarray | None, step: int = 1 << 24) -> Tensor | None:
+            if a is None:  # chunk by chunk: a memory map never becomes one host copy
+                return None
+            out = torch.empty(len(a), dtype=torch.from_numpy(a[:0].copy()).dtype, device=device)
+            for i in range(0, len(a), step):
+                out[i : i + step] = torch.from_numpy(np.array(a[i : i + step]))
+            return out
 
         return cls(move(graph.indptr), move(graph.indices), move(graph.edge_weight))  # type: ignore[arg-type]
 

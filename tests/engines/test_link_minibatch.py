@@ -243,10 +243,14 @@ def test_reference_engine_minibatch_mode_is_the_one_rank_edge_batch():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "world_size, cap", [(1, None), (2, None), (3, None), (2, 7)], ids=["1", "2", "3", "2-capped"]
+    "world_size, cap",
+    [(1, None), (2, None), (3, None), (2, 7)],
+    ids=["1", "2", "3", "2-capped-device-sampled"],
 )
 def test_minibatch_engine_link_loss_and_gradients_equal_reference(world_size, cap):
-    extra = ["train.device=cpu"] + ([] if cap is None else [f"train.eval_edges={cap}"])
+    extra = ["train.device=cpu"]
+    if cap is not None:  # capped evaluation, and batches sampled from a CSC replica (torch)
+        extra += [f"train.eval_edges={cap}", "store.sampling=device"]
     results = run_world(_rank, world_size, extra, timeout_s=300)
     want = _reference(world_size, extra)
     assert len({r["n"] for r in results}) == 1

@@ -55,6 +55,8 @@ def _train_ranks(comm, extra):
             "traffic": [s.traffic for s in stats],
             "count": [s.count for s in stats],
             "device": on_device,
+            "sampling": engine.sampling,
+            "replica_bytes": engine.replica_bytes,
         }
     finally:
         engine.close()
@@ -106,6 +108,8 @@ CASES = [
     (3, ["store.device_budget=1KB", "store.host_budget=0", "store.gather=two_sided"]),
     (4, ["store.device_budget=3KB", "store.order=features_first", "store.prefetch=false"]),
     (2, ["store.device_budget=2KB", "store.placement=presample", "store.debug_collectives=true"]),
+    # a CSC replica on each rank's device, sampled by the torch backend: the same blocks
+    (2, ["store.sampling=device", "store.device_budget=64KB", "store.host_budget=4KB"]),
 ]
 
 
@@ -118,6 +122,10 @@ def test_parameters_equal_reference_on_union_of_batches(world_size, extra, devic
     extra = [*extra, f"train.device={device}"]
     results = run_world(_train_ranks, world_size, extra, timeout_s=300, device=device)
     assert {r["device"].split(":")[0] for r in results} == {device}
+    if "store.sampling=device" in extra:  # the replica's bytes count against the budget
+        assert all(r["sampling"] == "device" and r["replica_bytes"] > 0 for r in results)
+    elif device == "cpu":  # auto samples on the host on a CPU
+        assert all(r["sampling"] == "host" and r["replica_bytes"] == 0 for r in results)
     ref = _reference(world_size, extra, STEPS)
     for res in results:
         for name, value in ref.items():
@@ -272,3 +280,23 @@ def test_hosts_gather_traffic_and_hit_rates(hosts, extra):
         assert served["topology"]["local"] > 0 and served["topology"]["peer"] > 0
         assert extra0["topology_hit_rates"]["local"] > 0
         assert req["features"]["net"] == req["topology"]["net"] == 0
+
+
+def test_sampling_on_the_device_needs_the_replica_within_the_budget():
+    from fleetgnn.engines.minibatch import replica_bytes, sampling_place
+    from fleetgnn.errors import ConfigError
+
+    g = _graph()
+    need = replica_bytes(g)
+    assert need == g.indptr.nbytes + g.indices.nbytes + (
+        0 if g.edge_weight is None else g.edge_weight.nbytes
+    )
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert sampling_place("auto", g, cpu, 1 << 40) == "host"  # a CPU samples with numpy
+    assert sampling_place("auto", g, cuda, 2 * need) == "device"  # half the budget or less
+    assert sampling_place("auto", g, cuda, 2 * need - 1) == "host"
+    assert sampling_place("host", g, cuda, 1 << 40) == "host"
+    assert sampling_place("device", g, cpu, need) == "device"
+    with pytest.raises(ConfigError, match="store.sampling=host") as err:
+        engine_from_config(_config(["store.sampling=device", "store.device_budget=1KB"]), g)
+    assert "\n" not in str(err.value) and f"takes {need} bytes" in str(err.value)
