@@ -71,6 +71,9 @@ NOT_RUN = {
     "fleetgnn train --task link --engine fullgraph --nproc 2 --dataset data/cora --model gcn": (
         "starts 2 processes; tests/engines/test_link_fullgraph.py runs the engine at W = 1..3"
     ),
+    "fleetgnn train --task link --engine split --nproc 2 --dataset data/cora --model sage "
+    "--set train.fanouts=[10,5] --set train.batch_size=512": "starts 2 processes; "
+    "tests/engines/test_link_split.py runs the engine at W = 1..3 and through the CLI",
     "fleetgnn train --engine fullgraph --nproc 4 --model gcn --dataset data/products-0.05": (
         "starts 4 processes (over 30 s on 2 cores); tests/engines/test_fullgraph.py runs the engine"
     ),

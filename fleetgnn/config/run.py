@@ -76,13 +76,11 @@ LINK_ENGINES: tuple[tuple[str, str], ...] = (
     ("reference", "minibatch"),
     ("minibatch", "minibatch"),
     ("fullgraph", "full"),
+    ("split", "minibatch"),
 )
 #: Why each engine outside :data:`LINK_ENGINES` refuses ``train.task=link`` (one clause).
 LINK_REFUSALS: dict[str, str] = {
-    "split": (
-        "a pair's endpoints may be owned by different ranks, and the split engine does not "
-        "exchange endpoint embeddings yet"
-    ),
+    "split": "",
     "offload": (
         "its decoder and loss would have to run on the last layer held in host memory with the "
         "chunked backward seeded from there, which it does not do yet"

@@ -25,6 +25,11 @@ every engine, mode and world size draws the same negatives for the same edge in 
   owners once per step (:func:`owner_rows`: an all-to-all of IDs, then a differentiable
   all-to-all of rows whose backward returns the gradients), and the loss is divided by every
   rank's pairs. Its evaluation scores the pairs as below (:func:`owned_link_metrics`).
+- Split-parallel edge batches (``split``, :func:`split_edge_batch_loss`): one global edge batch
+  a step, the reference's, drawn by every rank; its seeds are split by owner like node seeds
+  and each rank computes its owned seeds' rows, then scores the positives whose source it owns,
+  the other endpoints' rows fetched once per step (:func:`owner_rows`); the loss is over the
+  batch's positives. Its evaluation is the sampled engines' (:func:`sampled_link_metrics`).
 - Evaluation (:func:`owned_link_metrics`; the sampled engines get their rows from streaming
   layer-wise inference, :func:`sampled_link_metrics`): each rank holds only the embeddings of the
   nodes it owns and scores the fixed evaluation pairs whose source it owns (a positive with its
@@ -172,6 +177,44 @@ def edge_batch_loss(
     """The step loss of an edge batch from its seeds' output rows ``h`` ``[S, D]``."""
     dev = h.device
     scores = pair_scores(model.decoder, h, batch.src.to(dev), batch.dst.to(dev), batch.neg.to(dev))
+    return StepLoss.of(loss, scores, None, batch.global_count, task)  # type: ignore[arg-type]
+
+
+def split_edge_batch_loss(
+    model: Any,
+    task: LinkPrediction,
+    comm: Any,
+    h_own: torch.Tensor,
+    batch: EdgeBatch,
+    seed_owner: torch.Tensor,
+    loss: Any,
+) -> StepLoss:
+    """This rank's share of a split-parallel edge batch's loss (one global batch a step).
+
+    The seeds of ``batch`` are split by owner: rank ``r`` holds ``h_own``, the output rows of
+    the seeds it owns (``seed_owner == r``) in seed order. It scores the positives whose source
+    it owns, with their negatives; the rows of their other endpoints come from their owners once
+    per step (:func:`owner_rows`, each distinct node once, differentiable), and the loss is over
+    the batch's positives, so the summed gradient is the gradient of the step's mean loss.
+    Collective (every rank calls it, also with no pairs of its own).
+    """
+    world = comm.world_size if comm is not None else 1
+    rank = comm.rank if comm is not None else 0
+    own = seed_owner.cpu().to(torch.int64)
+    # the seeds renumbered by (owner, position): a rank's rows are a range, as owner_rows takes
+    offsets = torch.zeros(world + 1, dtype=torch.int64)
+    offsets[1:] = torch.cumsum(torch.bincount(own, minlength=world), 0)
+    new = torch.empty_like(own)
+    new[torch.argsort(own, stable=True)] = torch.arange(own.numel())
+    mine = own[batch.src] == rank
+    src, dst, neg = new[batch.src[mine]], new[batch.dst[mine]], new[batch.neg[mine]]
+    p, k = int(neg.shape[0]), int(neg.shape[1])
+    dev = h_own.device
+    far = owner_rows(comm if world > 1 else None, h_own, torch.cat([dst, neg.reshape(-1)]), offsets)
+    table = torch.cat([h_own[(src - int(offsets[rank])).to(dev)], far])
+    ar = torch.arange(p, device=dev)
+    neg_at = 2 * p + torch.arange(p * k, device=dev).view(p, k)
+    scores = pair_scores(model.decoder, table, ar, p + ar, neg_at)
     return StepLoss.of(loss, scores, None, batch.global_count, task)  # type: ignore[arg-type]
 
 

@@ -37,6 +37,11 @@ call                         exchange
 ``dst_to_edge``
 ===========================  ======================================================================
 
+A link task (``train.task=link``) samples the reference's edge batch instead: its seeds (the
+endpoints of the positives and negatives) are split like node seeds, and each rank scores the
+pairs whose source it owns, the other endpoints' rows fetched from their owners once per step
+(:func:`~fleetgnn.engines.link.split_edge_batch_loss`).
+
 Steps 1-2 of the next step run in a background thread while the current step trains.
 """
 
@@ -66,6 +71,14 @@ from fleetgnn.engines.common import (
     setup_distributed,
     setup_model,
 )
+from fleetgnn.engines.link import (
+    EdgeBatch,
+    EdgeBatches,
+    check_link_model,
+    check_task,
+    sampled_link_metrics,
+    split_edge_batch_loss,
+)
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError, PartitionError
@@ -75,8 +88,9 @@ from fleetgnn.nn.aggregator import BipartiteHop
 from fleetgnn.ops import edge_softmax, gspmm
 from fleetgnn.ops.adjacency import Structure
 from fleetgnn.partition import PartitionBook, partition
-from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
+from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader, edge_keys
 from fleetgnn.store import parse_bytes
+from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 from fleetgnn.types import PathLikeStr
 
 
@@ -407,6 +421,7 @@ class _Batch:
     t_sample: float
     t_gather: float
     counters: dict[str, Any]
+    edges: EdgeBatch | None = None  # a link task's edge batch (its seeds: the last block's)
 
 
 class SplitEngine(SampledEngine):
@@ -421,9 +436,15 @@ class SplitEngine(SampledEngine):
             environment).
         config: A :class:`~fleetgnn.config.SplitEngineConfig`.
         optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
-        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy).
+        loss: Per-node loss ``loss(logits, target) -> [B]`` (``None``: cross-entropy; for a
+            link task, the task's pair loss).
         book: A partition book to use instead of ``config.partition``/``config.book`` (e.g. a
             degenerate one in tests); its parts are the ranks.
+        task: What to train (``None``: node classification). A
+            :class:`~fleetgnn.tasks.LinkPrediction` trains on one global batch of its split's
+            training edges a step, the reference's (:class:`~fleetgnn.engines.link.EdgeBatches`);
+            its seeds are split by owner like node seeds, and each rank scores the pairs whose
+            source it owns (:func:`~fleetgnn.engines.link.split_edge_batch_loss`).
     """
 
     name = "split"
@@ -438,7 +459,14 @@ class SplitEngine(SampledEngine):
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
         book: PartitionBook | None = None,
+        task: Task | None = None,
     ) -> None:
+        check_task(self.name, "minibatch", task)
+        self.task = task if task is not None else NODE_CLASSIFICATION
+        self.link = isinstance(task, LinkPrediction)
+        if self.link:  # message passing on the training edges only
+            graph = task.split.train_graph  # type: ignore[union-attr]
+            loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
         dist = setup_distributed(self.name, graph, config, SplitEngineConfig, ctx)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         sc: SplitEngineConfig = dist.config
@@ -447,10 +475,11 @@ class SplitEngine(SampledEngine):
         self.book = self._book(graph, sc, book)
         self.owner = np.asarray(self.book.part_of)  # the book's int32 array, not a copy
         self.preprocess_s = self.clock() - t0
-        self.y = LabelRows(graph.y, num_classes_of(graph))  # each batch reads its own (no [N] copy)
+        if not self.link:
+            self.y = LabelRows(graph.y, num_classes_of(graph))  # each batch reads its own rows
+            self.num_classes = num_classes_of(graph)
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
-        self.num_classes = num_classes_of(graph)
         self.module = setup_model(self, model, optimizer, loss)
         self.model = self.module
         train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
@@ -458,6 +487,10 @@ class SplitEngine(SampledEngine):
         self.loader = SeedLoader(train_ids, sc.batch_size, seed=self.seed, shuffle=True)
         self.topology = GraphTopology(graph)
         self.sampler = NeighborSampler(self.topology, list(sc.fanouts), seed=self.seed)
+        if self.link:  # the reference's edge batch on every rank (one rank's deal, its stream)
+            check_link_model(self.module)
+            task: Any = self.task
+            self.edges = EdgeBatches(task, self.sampler, sc.batch_size, seed=self.seed)
         self._build_cache(graph, sc)
         self.eval_topology = self.topology
         self.prefetcher: Prefetcher[_Batch] = Prefetcher(
@@ -549,7 +582,7 @@ class SplitEngine(SampledEngine):
     # ------------------------------------------------------------------ batches
     def steps_per_epoch(self) -> int:
         """Mini-batches per epoch (one per step for all ranks)."""
-        return self.loader.num_batches
+        return self.edges.num_batches if self.link else self.loader.num_batches
 
     def prepare(self, epoch: int, step: int) -> _Batch:
         """Sample, split and load one step (no communication; runs in the prefetch thread).
@@ -558,8 +591,14 @@ class SplitEngine(SampledEngine):
         would wait for the training step it overlaps.
         """
         t0 = time.perf_counter()
-        seeds = self.loader.batch(epoch, step)
-        blocks = self.sampler.sample(seeds, epoch, step)
+        edges = None
+        if self.link:
+            edges = self.edges.batch(epoch, step)
+            seeds, blocks, count = edges.seeds, edges.blocks, edges.global_count
+        else:
+            seeds = self.loader.batch(epoch, step)
+            blocks = self.sampler.sample(seeds, epoch, step)
+            count = int(seeds.numel())
         splits = [
             split_block(b, self.owner[b.src_ids.numpy()], self.rank, self.world_size)
             for b in blocks
@@ -573,8 +612,8 @@ class SplitEngine(SampledEngine):
         targets = last.block.src_ids[torch.from_numpy(last.rows[: last.num_dst])]
         counters = self._counters(blocks, splits, hits, misses)
         if self.rank == 0 and self.config.report_dp and self.world_size > 1:
-            counters.update(self._dp_counterfactual(seeds, blocks, epoch, step))
-        return _Batch(splits, x, targets, int(seeds.numel()), t1 - t0, t2 - t1, counters)
+            counters.update(self._dp_counterfactual(seeds, blocks, epoch, step, edges))
+        return _Batch(splits, x, targets, count, t1 - t0, t2 - t1, counters, edges)
 
     def _counters(
         self, blocks: list[Block], splits: list[LayerSplit], hits: int, misses: int
@@ -592,18 +631,31 @@ class SplitEngine(SampledEngine):
         }
 
     def _dp_counterfactual(
-        self, seeds: Tensor, blocks: list[Block], epoch: int, step: int
+        self,
+        seeds: Tensor,
+        blocks: list[Block],
+        epoch: int,
+        step: int,
+        batch: EdgeBatch | None = None,
     ) -> dict[str, Any]:
         """Edges and input rows data parallelism would process for the same targets.
 
         The global batch cut into ``W`` contiguous micro-batches, each sampled on its own stream
-        (as data-parallel ranks sample), counted without training.
+        (as data-parallel ranks sample), counted without training. A link task's micro-batches
+        are slices of its positives, each seeding its own endpoints and negatives.
         """
         edges = rows = 0
-        for r, micro in enumerate(torch.tensor_split(seeds, self.world_size)):
+        parts = seeds if batch is None else torch.arange(batch.src.numel())
+        for r, micro in enumerate(torch.tensor_split(parts, self.world_size)):
             if micro.numel() == 0:
                 continue
-            mb = self.sampler.sample(micro, epoch, step, stream=r)
+            exclude = None
+            if batch is not None:
+                src, dst, neg = (batch.seeds[t[micro]] for t in (batch.src, batch.dst, batch.neg))
+                micro = torch.unique(torch.cat([src, dst, neg.reshape(-1)]))
+                if not self.task.keep_target_edges:  # type: ignore[attr-defined]
+                    exclude = edge_keys(src, dst, self.topology.num_nodes)
+            mb = self.sampler.sample(micro, epoch, step, stream=r, exclude=exclude)
             edges += sum(b.num_edges for b in mb)
             rows += mb[0].num_src
         return {"dp_edges": int(edges), "dp_input_rows": int(rows)}
@@ -656,6 +708,14 @@ class SplitEngine(SampledEngine):
                 for sp, b in zip(batch.splits, sent, strict=True)
             ]
             logits = self.module(aggs, batch.x, step=epoch * self.steps_per_epoch() + step)
+            if batch.edges is not None:  # the owned seeds' rows: score the owned sources' pairs
+                last = batch.splits[-1]
+                owner = torch.from_numpy(last.src_owner[: last.block.num_dst])
+                task: Any = self.task
+                comm = self.comm
+                return split_edge_batch_loss(
+                    self.module, task, comm, logits, batch.edges, owner, self.loss
+                )
             target = self.y[batch.targets].to(self.device)
             return StepLoss.of(self.loss, logits, target, batch.global_count)
 
@@ -700,6 +760,12 @@ class SplitEngine(SampledEngine):
         return extra
 
     # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict[str, float]:
+        """Node task: accuracies (streaming); link task: AUC/AP/MRR/Hits from summed sums."""
+        if self.link:
+            return sampled_link_metrics(self)
+        return super().evaluate()
+
     def _features(self, ids: Tensor) -> Tensor:
         """Input rows of any nodes (evaluation): from this rank's cache or host memory."""
         return self._load(ids.numpy())[0]

@@ -23,13 +23,16 @@ def _wl(sets=(), task="link"):
 def test_only_engines_that_train_links_are_planned():
     hw = PROFILES["dgx-a100"]
     plan = make_plan(_wl(), hw, 2)
-    assert set(plan.predictions) == {"minibatch", "fullgraph"}  # not split, not offload
+    assert set(plan.predictions) == {"minibatch", "fullgraph", "split"}  # not offload
     assert all((n, plan.modes[n]) in LINK_ENGINES for n in plan.predictions)
-    assert set(make_plan(_wl(), hw, 1).predictions) == {"reference", "minibatch", "fullgraph"}
+    one = {"reference", "minibatch", "fullgraph", "split"}
+    assert set(make_plan(_wl(), hw, 1).predictions) == one
     assert set(make_plan(_wl(task="node"), hw, 2).predictions) >= {"split", "offload"}
-    for engine, mode in (("split", "auto"), ("offload", "full")):
-        with pytest.raises(ConfigError, match="does not train link prediction.*fullgraph"):
-            make_plan(_wl(), hw, 2, mode=mode, engines=[engine])
+    assert set(make_plan(_wl(), hw, 2, mode="minibatch", engines=["split"]).predictions) == {
+        "split"
+    }
+    with pytest.raises(ConfigError, match="does not train link prediction.*fullgraph"):
+        make_plan(_wl(), hw, 2, mode="full", engines=["offload"])
 
 
 def test_the_edge_batch_is_the_seeds_and_the_decoder_counts():
@@ -66,12 +69,30 @@ def test_fullgraph_exchanges_the_pairs_endpoint_rows():
     assert two.traffic["peer"] - halo == int(2 * rows * 16 * 4 * 2)  # rows and their gradients
 
 
+def test_split_exchanges_each_steps_endpoint_rows():
+    """Split scores the pairs whose source a rank owns: the other endpoints' rows a step."""
+    hw = PROFILES["dgx-a100"]
+    link = _wl(["train.batch_size=1024", "train.negatives=1"])
+    one = predict_engine("split", link, hw, 1)
+    two = predict_engine("split", link, hw, 2)
+    assert "endpoints" not in one.breakdown and two.breakdown["endpoints"] > 0
+    assert two.steps == one.steps == math.ceil(link.num_train / 1024)  # one global batch a step
+    rows = 1024 * 2 / 2 / 2 * two.steps  # per rank: its half of the pairs, half owned elsewhere
+    assert two.breakdown["endpoints"] * hw.bandwidth["peer"] == pytest.approx(
+        2 * rows * 16 * 4, rel=1e-3
+    )
+
+
 def test_plan_cli_takes_the_task(capsys):
     shape = ",".join(f"{k}={v}" for k, v in PRODUCTS.items())
     args = ["plan", "--shape", shape, "--hardware", "dgx-a100", "--nproc", "2"]
     assert main([*args, "--task", "link", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["workload"]["task"] == "link" and set(out["engines"]) == {"minibatch", "fullgraph"}
+    assert out["workload"]["task"] == "link" and set(out["engines"]) == {
+        "minibatch",
+        "fullgraph",
+        "split",
+    }
     assert "training edges" in out["workload"]["source"]
     assert out["workload"]["widths"] == [100, 32, 16]  # the GAE defaults of --task link
     assert main([*args, "--task", "link", "--engine", "offload"]) == 2

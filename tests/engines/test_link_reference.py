@@ -9,7 +9,6 @@ import torch
 from fleetgnn.config import (
     OffloadEngineConfig,
     ReferenceEngineConfig,
-    SplitEngineConfig,
     load_config,
 )
 from fleetgnn.engines import build_engine
@@ -60,17 +59,16 @@ def test_a_full_graph_link_step_is_the_gae_loss_on_training_edges(split):
 
 CAN = (
     r"link prediction runs on: reference \(mode=full\), reference \(mode=minibatch\), "
-    r"minibatch \(mode=minibatch\), fullgraph \(mode=full\)$"
+    r"minibatch \(mode=minibatch\), fullgraph \(mode=full\), split \(mode=minibatch\)$"
 )
 
 
 @pytest.mark.parametrize(
     "cfg, why",
     [
-        (SplitEngineConfig(fanouts=(5, 5)), "endpoints may be owned by different ranks"),
         (OffloadEngineConfig(), "last layer held in host memory"),
     ],
-    ids=["split", "offload"],
+    ids=["offload"],
 )
 def test_engines_without_link_prediction_refuse_it_in_one_line(split, cfg, why):
     graph = split.train_graph
