@@ -82,23 +82,37 @@ def test_engines_without_link_prediction_refuse_it_in_one_line(split, cfg, why):
     assert "\n" not in str(err.value) and "reference (train.mode=minibatch)" in str(err.value)
 
 
-@pytest.mark.slow
-def test_gae_on_cora_reaches_the_papers_auc_and_ap(tmp_path: Path):
-    """Kipf & Welling 2016 (GAE, Cora): 91.0 AUC / 92.0 AP; done when the mean over seeds 0-4
-    of ``fleetgnn train --task link --model gcn --mode full`` is >= 0.90 / 0.91."""
+def _gae_seeds(seeds: list[int], run_dir: str) -> list[tuple[float, float]]:
+    """Test AUC and AP of ``fleetgnn train --task link --model gcn --mode full`` per seed."""
     from fleetgnn.graph.loaders import load_planetoid
     from fleetgnn.graph.loaders.bundled import planetoid_root
     from fleetgnn.train import Trainer, engine_from_config, resolve_task_defaults
 
+    torch.set_num_threads(1)  # two of these processes share the machine's cores
     graph = load_planetoid(planetoid_root("cora"), "cora")
-    aucs, aps = [], []
-    for seed in range(5):
+    out = []
+    for seed in seeds:
         over = ["train.task=link", "train.mode=full", "model.name=gcn", f"train.seed={seed}"]
         cfg = resolve_task_defaults(load_config(overrides=over).validate())
         cfg = cfg.with_key("train.device", "cpu").with_key("train.checkpoint_interval", 1e9)
         with engine_from_config(cfg, graph) as eng:
-            run = tmp_path / str(seed)
-            s = Trainer.from_config(eng, cfg, run, quiet=True).fit()
-        aucs.append(s["test_auc"])
-        aps.append(s["test_ap"])
+            s = Trainer.from_config(eng, cfg, Path(run_dir) / str(seed), quiet=True).fit()
+        out.append((s["test_auc"], s["test_ap"]))
+    return out
+
+
+@pytest.mark.slow
+def test_gae_on_cora_reaches_the_papers_auc_and_ap(tmp_path: Path):
+    """Kipf & Welling 2016 (GAE, Cora): 91.0 AUC / 92.0 AP; done when the mean over seeds 0-4
+    of ``fleetgnn train --task link --model gcn --mode full`` is >= 0.90 / 0.91 (the seeds in
+    two processes: single-threaded runs of a small graph, twice as many at once)."""
+    import concurrent.futures
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as pool:
+        parts = list(pool.map(_gae_seeds, [[0, 2, 4], [1, 3]], [str(tmp_path)] * 2))
+    aucs = [auc for part in parts for auc, _ in part]
+    aps = [ap for part in parts for _, ap in part]
+    assert len(aucs) == 5
     assert np.mean(aucs) >= 0.90 and np.mean(aps) >= 0.91, (aucs, aps)
