@@ -361,13 +361,18 @@ def _typed_preflight(cfg: Any, graph: HeteroGraph) -> None:
             f"weight for every relation); choose one of {', '.join(HETERO_MODEL_DEFAULTS)} "
             f"(--model rgcn)"
         )
-    if cfg.train.task != "node":
-        raise ConfigError(
-            f"train.task={cfg.train.task}: typed graphs train node classification on the target "
-            f"type (train.task=node) only"
-        )
     s = graph.schema
-    if s.target is None or graph.y is None or graph.train_mask is None:
+    if cfg.train.task == "link":
+        from fleetgnn.graph.typed_edge_split import resolve_relation
+
+        if cfg.train.link_relation is None:
+            rels = ", ".join(",".join(r) for r in s.relations)
+            raise ConfigError(
+                f"train.task=link on the typed graph '{graph.name}' needs train.link_relation: "
+                f"one of {rels}"
+            )
+        resolve_relation(graph, cfg.train.link_relation)  # one line listing the relations
+    elif s.target is None or graph.y is None or graph.train_mask is None:
         raise DatasetError(
             f"typed dataset '{graph.name}' has no target type, labels or train_mask; training "
             f"needs all three (prepare it with labels on one node type)"

@@ -458,6 +458,10 @@ class TaskKnobs(Knobs):
             test, evenly spread over the split, with their fixed negatives (link; ``None``:
             every pair). Capped, evaluation computes the embeddings of those pairs' endpoints
             only, not ``[nodes, link_dim]`` on every rank: what a large graph needs.
+        link_relation: Typed graphs: the relation whose edges are predicted (link), as
+            ``src,name,dst`` (e.g. ``author,writes,paper``) or a name unique in the schema;
+            its edges are split (train/val/test, saved with the dataset), negatives corrupt
+            its destination within the destination type (``reference`` and ``minibatch``).
     """
 
     task: str = "node"
@@ -470,6 +474,7 @@ class TaskKnobs(Knobs):
     link_dim: int = 16
     keep_target_edges: bool = False
     eval_edges: int | None = None
+    link_relation: str | None = None
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "task": TASKS,

@@ -53,7 +53,8 @@ def build_engine(
         model: A layer-wise ``nn.Module`` (see :mod:`fleetgnn.nn.protocol`).
         graph: The dataset (arrays may be memory maps); a typed
             :class:`~fleetgnn.graph.hetero.HeteroGraph` is trained by the typed classes of
-            ``reference`` and ``minibatch`` (:mod:`fleetgnn.engines.typed`), refused by the others.
+            ``reference`` and ``minibatch`` (:mod:`fleetgnn.engines.typed`; link prediction on
+            one relation: :mod:`fleetgnn.engines.typed_link`), refused by the others.
         config: An engine config, e.g. :class:`~fleetgnn.config.MinibatchEngineConfig`.
         ctx: This process's :class:`~fleetgnn.distributed.DistContext` (distributed engines;
             ``None``: initialised from the environment, a one-rank group without a launcher).
@@ -77,9 +78,26 @@ def build_engine(
         if name not in TYPED_ENGINES:
             refuse_typed(name, graph)
         if task is not None and task.name != "node":
-            raise ConfigError("typed graphs train node classification on the target type only")
+            from fleetgnn.engines.typed_link import typed_link_engine
+
+            cls = typed_link_engine(name)
+            return cls(
+                model,
+                graph,
+                ctx,
+                config,
+                optimizer=optimizer,
+                loss=loss,
+                fanouts=fanouts,
+                task=task,
+            )
         typed = {"reference": TypedReferenceEngine, "minibatch": TypedMinibatchEngine}[name]
         return typed(model, graph, ctx, config, optimizer=optimizer, loss=loss, fanouts=fanouts)
+    if getattr(task, "relation", None) is not None:  # a typed link task
+        raise ConfigError(
+            f"link prediction on a relation is for typed graphs; '{graph.name}' has one relation: "
+            f"leave train.link_relation unset"
+        )
     if fanouts is not None:
         raise ConfigError(
             f"'fanouts' per relation is for typed graphs; '{graph.name}' has one relation: set "

@@ -372,7 +372,8 @@ class HeteroGNN(LayerwiseModule):
         seed: Seed of every dropout key.
 
     Raises:
-        ConfigError: For an unknown conv, a schema without target, or bad sizes.
+        ConfigError: For an unknown conv or bad sizes (a schema without target trains
+            embeddings only, e.g. in a :class:`~fleetgnn.nn.decoders.LinkModel`).
     """
 
     hosts = ("reference", "minibatch")
@@ -395,8 +396,6 @@ class HeteroGNN(LayerwiseModule):
         seed: int = 0,
     ) -> None:
         super().__init__(num_layers if isinstance(num_layers, int) and num_layers >= 1 else 1)
-        if schema.target is None:
-            raise ConfigError("a typed model classifies the schema's target type; it names none")
         if isinstance(conv, str) and conv not in HETERO_CONVS:
             raise ConfigError(f"'conv' must be one of {HETERO_CONVS} (got {conv!r})")
         for name, v in (("hidden_dim", hidden_dim), ("out_dim", out_dim), ("heads", heads)):
@@ -491,6 +490,11 @@ class HeteroGNN(LayerwiseModule):
     def forward(self, aggs: Sequence[Any], x: Mapping[str, Tensor], *, step: int = 0) -> Tensor:  # type: ignore[override]
         """All layers; returns the target type's logits ``[D_target, out_dim]``."""
         out = super().forward(aggs, x, step=step)  # type: ignore[arg-type]
+        if self.target is None:
+            raise ConfigError(
+                "a typed model's forward classifies the schema's target type and it names none; "
+                "for embeddings of every type chain layer_forward (LinkModel does)"
+            )
         if self.target not in out:
             raise ConfigError(
                 f"no relation reaches the target type {self.target!r} in the last layer; add "

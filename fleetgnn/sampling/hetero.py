@@ -44,7 +44,13 @@ from fleetgnn.sampling.neighbor import (
     append_unique,
 )
 
-__all__ = ["HeteroBlock", "HeteroNeighborSampler", "full_hetero_block", "relation_fanouts"]
+__all__ = [
+    "HeteroBlock",
+    "HeteroNeighborSampler",
+    "full_hetero_block",
+    "relation_fanouts",
+    "typed_edge_keys",
+]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -172,7 +178,7 @@ class HeteroNeighborSampler:
 
     Raises:
         ConfigError: For bad fanouts or seed.
-        GraphError: If the graph has no target type.
+        GraphError: If ``graph`` is not a typed graph.
     """
 
     def __init__(
@@ -183,8 +189,6 @@ class HeteroNeighborSampler:
     ) -> None:
         if not isinstance(graph, HeteroGraph):
             raise GraphError(f"'graph' must be a HeteroGraph (got {type(graph).__name__})")
-        if graph.schema.target is None:
-            raise GraphError("the typed graph names no target type; seeds are target nodes")
         self.graph = graph
         self.schema = graph.schema
         self.fanouts = relation_fanouts(graph.schema, fanouts)
@@ -201,49 +205,71 @@ class HeteroNeighborSampler:
         return base_key(_SALT_SAMPLE, self.seed, epoch, step, stream, hop, relation)
 
     def sample(
-        self, seeds: Tensor, epoch: int = 0, step: int = 0, *, stream: int = 0
+        self,
+        seeds: Tensor | Mapping[str, Tensor],
+        epoch: int = 0,
+        step: int = 0,
+        *,
+        stream: int = 0,
+        exclude: Mapping[Relation, Tensor] | None = None,
     ) -> list[HeteroBlock]:
         """Sample the typed blocks of one mini-batch.
 
         Args:
-            seeds: int64 ``[B]`` distinct global IDs of target-type nodes.
+            seeds: int64 ``[B]`` distinct global IDs of target-type nodes, or per node type
+                its distinct global IDs (a typed link batch's endpoints of both types).
             epoch: Epoch index (>= 0), part of the random key.
             step: Step index (>= 0), part of the random key.
             stream: Extra key, e.g. the data-parallel rank (>= 0).
+            exclude: Per relation, sorted keys ``dst * N + src`` (global IDs, ``N`` every
+                type's nodes; :func:`typed_edge_keys`) of edges dropped from every hop's
+                sampled edges after the draws (a link batch's target edges), so the other
+                edges' draws do not change.
 
         Returns:
-            ``num_layers`` blocks, input layer first; the last block's target destinations are
-            ``seeds``, and ``blocks[i].dst_ids(t) == blocks[i + 1].src_ids[t]`` for every type.
+            ``num_layers`` blocks, input layer first; the last block's destinations are the
+            seeds, and ``blocks[i].dst_ids(t) == blocks[i + 1].src_ids[t]`` for every type.
 
         Raises:
-            GraphError: If a seed is not a node of the target type or repeats.
+            GraphError: If a seed is not a node of its type or repeats.
         """
         key = [_check_key(n, v) for n, v in (("epoch", epoch), ("step", step), ("stream", stream))]
         s = self.schema
-        seeds = torch.as_tensor(seeds).to("cpu", torch.int64)
-        lo, hi = s.type_range(s.target)  # type: ignore[arg-type]
-        if seeds.dim() != 1 or (seeds.numel() and (seeds.min() < lo or seeds.max() >= hi)):
-            raise GraphError(
-                f"'seeds' must be global IDs of the target type {s.target!r}, in [{lo}, {hi})"
-            )
         empty = torch.zeros(0, dtype=torch.int64)
         dst = {t: empty for t in s.node_types}
-        dst[s.target] = seeds  # type: ignore[index]
+        if isinstance(seeds, Mapping):
+            for t, ids in seeds.items():
+                dst[t] = self._check_seeds(t, ids)
+        elif s.target is None:
+            raise GraphError("the typed graph names no target type; give seeds per node type")
+        else:
+            dst[s.target] = self._check_seeds(s.target, seeds, "target type")
         blocks = []
         for hop in range(self.num_layers):
             fan = {r: f[hop] for r, f in self.fanouts.items()}
             keys = {r: self.key(key[0], key[1], hop, i, key[2]) for i, r in enumerate(s.relations)}
-            block = self._hop(dst, fan, keys)
+            block = self._hop(dst, fan, keys, exclude or {})
             blocks.append(block)
             dst = dict(block.src_ids)
         blocks.reverse()
         return blocks
+
+    def _check_seeds(self, ntype: str, seeds: Tensor, what: str = "node type") -> Tensor:
+        s = self.schema
+        if ntype not in s.node_types:
+            raise GraphError(f"seeds given for unknown node type {ntype!r}; {list(s.node_types)}")
+        ids = torch.as_tensor(seeds).to("cpu", torch.int64)
+        lo, hi = s.type_range(ntype)
+        if ids.dim() != 1 or (ids.numel() and (ids.min() < lo or ids.max() >= hi)):
+            raise GraphError(f"'seeds' must be global IDs of the {what} {ntype!r}, in [{lo}, {hi})")
+        return ids
 
     def _hop(
         self,
         dst: Mapping[str, Tensor],
         fanouts: Mapping[Relation, int],
         keys: Mapping[Relation, int],
+        exclude: Mapping[Relation, Tensor],
     ) -> HeteroBlock:
         s, off = self.schema, self._offsets
         indptrs: dict[Relation, Tensor] = {}
@@ -256,7 +282,16 @@ class HeteroNeighborSampler:
             d_global = dst[dst_t].numpy()
             indptr_s, row, offsets = _sample_offsets(d_global, deg, fanouts[rel], keys[rel])
             pos = np.asarray(indptr[d_local[row]], dtype=np.int64) + offsets
-            nbrs[rel] = np.asarray(indices[pos], dtype=np.int64) + off[src_t]
+            nb = np.asarray(indices[pos], dtype=np.int64) + off[src_t]
+            drop = exclude.get(rel)
+            if drop is not None and drop.numel() and nb.size:  # after the draws
+                n_all = s.total_nodes
+                keep = ~np.isin(d_global[row] * n_all + nb, drop.numpy(), assume_unique=False)
+                if not keep.all():
+                    nb, row = nb[keep], row[keep]
+                    indptr_s = np.zeros_like(indptr_s)
+                    np.cumsum(np.bincount(row, minlength=d_global.size), out=indptr_s[1:])
+            nbrs[rel] = nb
             indptrs[rel] = torch.from_numpy(indptr_s)
         src_ids: dict[str, Tensor] = {}
         edges: dict[Relation, tuple[Tensor, Tensor]] = {}
@@ -276,3 +311,16 @@ class HeteroNeighborSampler:
     def __repr__(self) -> str:
         fan = {r[1]: list(f) for r, f in self.fanouts.items()}
         return f"HeteroNeighborSampler(fanouts={fan}, seed={self.seed})"
+
+
+def typed_edge_keys(
+    num_nodes: int, edges: Mapping[Relation, tuple[Tensor, Tensor]]
+) -> dict[Relation, Tensor]:
+    """Per relation, sorted unique keys ``dst * N + src`` of its edges ``(src, dst)`` (global IDs).
+
+    What :meth:`HeteroNeighborSampler.sample`'s ``exclude`` takes.
+    """
+    return {
+        rel: torch.unique(d.cpu().long() * int(num_nodes) + s.cpu().long())
+        for rel, (s, d) in edges.items()
+    }

@@ -13,6 +13,7 @@ from fleetgnn.tasks.node import (
     check_label_range,
     cross_entropy,
 )
+from fleetgnn.tasks.typed_link import TypedLinkPrediction
 
 
 def task_of(engine: object) -> Task:
@@ -29,6 +30,7 @@ __all__ = [
     "NegativeSampler",
     "NodeClassification",
     "Task",
+    "TypedLinkPrediction",
     "check_label_range",
     "cross_entropy",
     "task_of",

@@ -21,12 +21,13 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.edge_split import edge_split_for
 from fleetgnn.graph.hetero import HeteroGraph
+from fleetgnn.graph.typed_edge_split import typed_edge_split_for
 from fleetgnn.nn import build_model
 from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.nn.hetero import build_hetero_model
 from fleetgnn.nn.models import EDGE_CONVS
 from fleetgnn.partition import book_dir
-from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
+from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task, TypedLinkPrediction
 from fleetgnn.train.resolve import resolve_device_name, resolve_feature_norm
 
 
@@ -91,8 +92,7 @@ def _typed_model_from_config(cfg: Config, graph: Any) -> torch.nn.Module:
             f"'{graph.name}' is a typed graph: model.name={name} has one weight for every "
             f"relation; choose one of {', '.join(typed)}"
         )
-    if cfg.train.task != "node":
-        raise ConfigError("typed graphs train node classification (train.task=node) only")
+    link = cfg.train.task == "link"
     seed = int(cfg.train.seed)
     torch.manual_seed(seed)  # parameter initialisation only; training draws are keyed
     kwargs = {**HETERO_MODEL_DEFAULTS[name], "num_layers": cfg.model.num_layers}
@@ -100,6 +100,9 @@ def _typed_model_from_config(cfg: Config, graph: Any) -> torch.nn.Module:
         value = getattr(cfg.model, key)
         if value is not None:
             kwargs["hidden_dim" if key == "hidden" else key] = value
+    if link:  # embeddings of width train.link_dim for every type, scored in pairs
+        encoder = build_hetero_model(name, graph, cfg.train.link_dim, seed=seed, **kwargs)
+        return LinkModel(encoder, build_decoder(cfg.train.decoder, cfg.train.link_dim))
     classes = int(graph.num_classes or int(graph.y.max()) + 1)
     return build_hetero_model(name, graph, classes, seed=seed, **kwargs)
 
@@ -108,11 +111,36 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
     """The task of ``train.task`` for ``graph``.
 
     For ``link``: over the edge split of ``(train.val_edges, train.test_edges, train.seed)``
-    saved with ``data.dataset`` (drawn, and saved there, if absent).
+    saved with ``data.dataset`` (drawn, and saved there, if absent); on a typed graph, of the
+    edges of ``train.link_relation`` (:mod:`fleetgnn.graph.typed_edge_split`).
     """
     t = cfg.train
     if t.task != "link":
         return NODE_CLASSIFICATION
+    if isinstance(graph, HeteroGraph):
+        if t.link_relation is None:
+            rels = ", ".join(",".join(r) for r in graph.schema.relations)
+            raise ConfigError(
+                f"train.task=link on the typed graph '{graph.name}' needs train.link_relation: "
+                f"one of {rels}"
+            )
+        typed = typed_edge_split_for(
+            graph, cfg.data.dataset, t.link_relation, t.val_edges, t.test_edges, int(t.seed)
+        )
+        return TypedLinkPrediction(
+            typed,
+            t.negatives,
+            t.negative_sampler,
+            t.link_loss,
+            int(t.seed),
+            keep_target_edges=bool(t.keep_target_edges),
+            eval_edges=t.eval_edges,
+        )
+    if t.link_relation is not None:
+        raise ConfigError(
+            f"train.link_relation={t.link_relation} is for typed graphs; '{graph.name}' has one "
+            f"relation: leave it unset"
+        )
     split = edge_split_for(graph, cfg.data.dataset, t.val_edges, t.test_edges, int(t.seed))
     return LinkPrediction(
         split,

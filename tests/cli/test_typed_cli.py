@@ -136,7 +136,7 @@ def test_minibatch_with_relation_fanouts_matches_python_api(mag, tmp_path):
         (["--model", "rgcn", "--engine", "split"], "use engine reference or minibatch"),
         (["--model", "sage"], "choose one of rgcn, rgat, hetero-sage"),
         (["--model", "rgcn", "--set", "train.relation_fanouts={cites: [1, 1]}"], "no fanouts"),
-        (["--model", "rgcn", "--task", "link"], "node classification"),
+        (["--model", "rgcn", "--task", "link"], "needs train.link_relation: one of"),
         (["--model", "rgcn", "--set", "train.relation_fanouts={cites: 3}"], "must map relation"),
     ],
 )

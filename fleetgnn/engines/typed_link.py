@@ -1,0 +1,402 @@
+"""Link prediction on one relation of a typed graph, on the ``reference`` and ``minibatch`` engines.
+
+The typed counterpart of :mod:`fleetgnn.engines.link`, for a
+:class:`~fleetgnn.tasks.typed_link.TypedLinkPrediction` over the target relation
+``(src_type, name, dst_type)``:
+
+- Message passing runs on the split's training graph
+  (:attr:`~fleetgnn.graph.typed_edge_split.TypedEdgeSplit.train_graph`: validation and test
+  pairs removed from the relation and from its reverse), never on the held-out edges.
+- Edge mini-batches (:class:`TypedEdgeBatches`): a step's positives are dealt like the
+  homogeneous ones (:class:`~fleetgnn.sampling.PositionLoader` over the training pairs, equal
+  slots per rank), ``K`` keyed negatives per positive corrupt the destination within the
+  destination type (keyed by ``(seed, epoch, src, dst)``, so every engine and world size draws
+  the same ones), and the typed sampler samples the neighbourhoods of the batch's endpoints as
+  seeds of their types (the source type's sources; the destination type's destinations and
+  negatives), with the batch's target edges and their reverses dropped from its blocks unless
+  the task keeps them (``train.keep_target_edges``). Each rank's loss is its positives' summed
+  loss over the step's positives on every rank, so the summed gradient is the gradient of the
+  step's mean loss, as in the homogeneous engines.
+- Full graph (``reference``, ``mode=full``): every training pair and its negatives scored from
+  one full forward over the training graph, one step per epoch.
+- Evaluation: one full-neighbourhood forward over the training graph (every rank computes the
+  same numbers; no collective), the fixed validation and test pairs scored from the two types'
+  embedding tables, AUC/AP/MRR/Hits from the task's metric sums.
+
+The decoders are the homogeneous ones (:mod:`fleetgnn.nn.decoders`: dot, Hadamard-MLP,
+DistMult with the target relation's diagonal); the loss is the task's (``bce`` or ``bpr``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig
+from fleetgnn.engines.base import DistributedEngine, StepStats
+from fleetgnn.engines.common import (
+    DTYPES,
+    LossFn,
+    device_clock,
+    dist_setup,
+    engine_config,
+    resolve_device,
+    setup_model,
+)
+from fleetgnn.engines.link import check_link_model, pair_scores
+from fleetgnn.engines.step import Prepared, StepLoss, run_step
+from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, _TypedData
+from fleetgnn.errors import ConfigError
+from fleetgnn.graph.hetero import HeteroGraph
+from fleetgnn.nn.protocol import LayerwiseModule
+from fleetgnn.sampling import PositionLoader
+from fleetgnn.sampling.hetero import (
+    HeteroBlock,
+    HeteroNeighborSampler,
+    full_hetero_block,
+    typed_edge_keys,
+)
+from fleetgnn.tasks.typed_link import TypedLinkPrediction
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedEdgeBatch:
+    """One rank's typed edge mini-batch of a step.
+
+    Attributes:
+        seeds: Per endpoint type, int64 sorted distinct global IDs (the blocks' outputs).
+        src: int64 ``[P]`` positions of the positives' sources in ``seeds[src_type]``.
+        dst: int64 ``[P]`` positions of their destinations in ``seeds[dst_type]``.
+        neg: int64 ``[P, K]`` positions of their negative destinations in ``seeds[dst_type]``.
+        blocks: The sampled typed blocks (the last block's destinations are ``seeds``).
+        global_count: Positives of the step over every rank.
+    """
+
+    seeds: dict[str, torch.Tensor]
+    src: torch.Tensor
+    dst: torch.Tensor
+    neg: torch.Tensor
+    blocks: list[HeteroBlock]
+    global_count: int
+
+
+class TypedEdgeBatches:
+    """Batches of a typed relation's training edges for one rank, and their typed blocks.
+
+    Args:
+        task: The typed link task (training pairs, negatives, ``keep_target_edges``).
+        sampler: The typed sampler (over the split's training graph).
+        batch_size: Positive edges per rank per step.
+        rank: This rank.
+        world_size: Data-parallel ranks.
+        seed: Run seed (the per-epoch order of the edges).
+    """
+
+    def __init__(
+        self,
+        task: TypedLinkPrediction,
+        sampler: HeteroNeighborSampler,
+        batch_size: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+    ) -> None:
+        self.task, self.sampler = task, sampler
+        self.loader = PositionLoader(
+            task.num_train_pairs(), batch_size, rank=rank, world_size=world_size, seed=seed
+        )
+        self.rank, self.world_size = rank, world_size
+        schema = sampler.schema
+        self.relation = task.relation
+        self.reverse = task.split.reverse
+        self.src_off = schema.type_range(self.relation[0])[0]
+        self.dst_off = schema.type_range(self.relation[2])[0]
+        self.num_nodes = schema.total_nodes
+
+    @property
+    def num_batches(self) -> int:
+        """Steps per epoch (equal on every rank)."""
+        return self.loader.num_batches
+
+    def global_count(self, step: int) -> int:
+        """Positives of ``step`` over every rank (no communication)."""
+        bounds = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
+        return int(sum(hi - lo for lo, hi in bounds))
+
+    def batch(self, epoch: int, step: int, stream: int | None = None) -> TypedEdgeBatch:
+        """This rank's batch of ``(epoch, step)``, blocks sampled with ``stream`` (the rank)."""
+        src, dst = self.task.train_pair_rows(self.loader.batch(epoch, step))  # type-local
+        neg = self.task.sampler.sample(src, dst, epoch)  # [P, K] destination-type local
+        s_t, _, d_t = self.relation
+        gs, gd, gn = src + self.src_off, dst + self.dst_off, neg + self.dst_off
+        if s_t == d_t:
+            seeds = {s_t: torch.unique(torch.cat([gs, gd, gn.reshape(-1)]))}
+        else:
+            seeds = {s_t: torch.unique(gs), d_t: torch.unique(torch.cat([gd, gn.reshape(-1)]))}
+        exclude = None
+        if not self.task.keep_target_edges:
+            edges = {self.relation: (gs, gd)}
+            if self.reverse is not None:
+                edges[self.reverse] = (gd, gs)
+            exclude = typed_edge_keys(self.num_nodes, edges)
+        blocks = self.sampler.sample(
+            seeds, epoch, step, stream=self.rank if stream is None else stream, exclude=exclude
+        )
+        return TypedEdgeBatch(
+            seeds,
+            torch.searchsorted(seeds[s_t], gs),
+            torch.searchsorted(seeds[d_t], gd),
+            torch.searchsorted(seeds[d_t], gn),
+            blocks,
+            self.global_count(step),
+        )
+
+
+def _endpoint_rows(h: dict[str, torch.Tensor], rel: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    for t in (rel[0], rel[2]):
+        if t not in h:
+            raise ConfigError(
+                f"no relation reaches node type {t!r} (an endpoint of the link relation {rel}) "
+                f"in the model's last layer; add reverse relations (fleetgnn prepare "
+                f"--add-reverse, or fleetgnn.graph.hetero.add_reverse_relations)"
+            )
+    return h[rel[0]], h[rel[2]]
+
+
+def typed_pair_scores(
+    decoder: Any,
+    h: dict[str, torch.Tensor],
+    rel: Any,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    neg: torch.Tensor,
+) -> torch.Tensor:
+    """Scores ``[P, 1 + K]``: rows ``src`` of the source type's ``h`` against ``dst``/``neg``."""
+    hs, hd = _endpoint_rows(h, rel)
+    dev = hs.device
+    src, dst, neg = src.to(dev), dst.to(dev), neg.to(dev)
+    if rel[0] == rel[2]:
+        return pair_scores(decoder, hs, src, dst, neg)
+    n = hs.shape[0]
+    return pair_scores(decoder, torch.cat([hs, hd]), src, dst + n, neg + n)
+
+
+def typed_edge_batch_loss(
+    model: Any,
+    task: TypedLinkPrediction,
+    h: dict[str, torch.Tensor],
+    batch: TypedEdgeBatch,
+    loss: Any,
+) -> StepLoss:
+    """The step loss of a typed edge batch from its seeds' output rows ``h`` (per type)."""
+    scores = typed_pair_scores(model.decoder, h, task.relation, batch.src, batch.dst, batch.neg)
+    return StepLoss.of(loss, scores, None, batch.global_count, task)  # type: ignore[arg-type]
+
+
+def _require_link(graph: Any, task: Any) -> TypedLinkPrediction:
+    if not isinstance(graph, HeteroGraph) or not isinstance(task, TypedLinkPrediction):
+        raise ConfigError(
+            "typed link prediction needs a typed graph and a TypedLinkPrediction task (got "
+            f"{type(graph).__name__} and {type(task).__name__}); set train.link_relation"
+        )
+    return task
+
+
+class _TypedLink(_TypedData):
+    """What both typed link engines hold: the task, the training graph, features, evaluation."""
+
+    task: TypedLinkPrediction
+
+    def _setup_link(self, task: TypedLinkPrediction, feature_norm: str | None) -> None:
+        self.task = task
+        self.graph = task.split.train_graph
+        s = self.graph.schema
+        self.schema = s
+        self.feature_norm = feature_norm or "none"
+        self.offsets = {t: s.type_range(t)[0] for t in s.node_types}
+        self._full = None
+
+    def _embeddings(self, step: int = 0) -> dict[str, torch.Tensor]:
+        """Every type's output rows of one full forward over the training graph."""
+        full = self.full_aggregator
+        x = self.features(full_hetero_block(self.graph))
+        return LayerwiseModule.forward(self.module, [full] * self.num_layers, x, step=step)  # type: ignore[attr-defined,arg-type,return-value]
+
+    @torch.no_grad()
+    def infer(self) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        """Every type's embeddings ``{t: [N_t, D]}`` from a full-neighbourhood forward (eval)."""
+        self.module.eval()  # type: ignore[attr-defined]
+        try:
+            return self._embeddings()
+        finally:
+            self.module.train()  # type: ignore[attr-defined]
+
+    def evaluate(self) -> dict[str, float]:
+        """``{val,test}_{auc,ap,mrr,hits@K}`` of the fixed pairs (full neighbourhoods)."""
+        h = self.infer()
+        hs, hd = _endpoint_rows(h, self.task.relation)
+        with torch.no_grad():
+            sums = self.task.typed_metric_sums(hs, hd, self.module.decoder)  # type: ignore[attr-defined]
+        return self.task.metrics_from_sums({k: v.cpu() for k, v in sums.items()})
+
+
+class TypedLinkReferenceEngine(_TypedLink, TypedReferenceEngine):
+    """Single-process typed link prediction: the ground truth of the typed link engines.
+
+    Args:
+        model: A :class:`~fleetgnn.nn.decoders.LinkModel` over a typed encoder
+            (:class:`~fleetgnn.nn.hetero.HeteroGNN` giving embeddings of width ``D``).
+        graph: The typed graph (its split's training graph is what passes messages).
+        ctx: Unused (single process).
+        config: A :class:`~fleetgnn.config.ReferenceEngineConfig` (``mode`` minibatch or full).
+        optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
+        loss: A link loss on ``[P, 1 + K]`` scores (``None``: the task's).
+        fanouts: Per-relation fanouts overriding ``config.fanouts``.
+        task: The :class:`~fleetgnn.tasks.typed_link.TypedLinkPrediction`.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        graph: HeteroGraph,
+        ctx: Any = None,
+        config: ReferenceEngineConfig | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss: LossFn | None = None,
+        fanouts: Any = None,
+        task: Any = None,
+    ) -> None:
+        config = engine_config(self.name, config, ReferenceEngineConfig)
+        task = _require_link(graph, task)
+        self.config, self.mode = config, config.mode
+        self.device = resolve_device(config.device)
+        self.clock = device_clock(self.device)
+        self.dtype = DTYPES[config.dtype]
+        self.seed = int(config.seed)
+        self._setup_link(task, config.feature_norm)
+        loss = loss if loss is not None else task.loss_fn
+        self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
+        check_link_model(self.module)
+        if self.mode == "minibatch":
+            self._setup_sampler(fanouts, config.fanouts)
+            self.edges = TypedEdgeBatches(task, self.sampler, config.batch_size, seed=self.seed)
+
+    def steps_per_epoch(self) -> int:
+        """One step in full mode; the number of edge batches in mini-batch mode."""
+        return 1 if self.mode == "full" else self.edges.num_batches
+
+    def train_step(self, epoch: int, step: int) -> StepStats:
+        """One optimisation step (full graph, or one edge batch)."""
+        t0 = self.clock()
+        g_step = epoch * self.steps_per_epoch() + step
+        task = self.task
+        if self.mode == "full":
+            src, dst = task.train_pairs()
+            neg = task.sampler.sample(src, dst, epoch)  # one step per epoch: keyed by epoch
+            t_prep = self.clock() - t0
+
+            def forward() -> StepLoss:
+                h = self._embeddings(step=g_step)
+                scores = typed_pair_scores(self.module.decoder, h, task.relation, src, dst, neg)
+                return StepLoss.of(self.loss, scores, None, int(src.numel()), task)  # type: ignore[arg-type]
+
+        else:
+            batch = self.edges.batch(epoch, step)
+            aggs = self.aggregators(batch.blocks)
+            x = self.features(batch.blocks[0])
+            t_prep = self.clock() - t0
+
+            def forward() -> StepLoss:
+                h = self.module(aggs, x, step=g_step)
+                return typed_edge_batch_loss(self.module, task, h, batch, self.loss)
+
+        return run_step(self, forward, prepared=Prepared(t_prep, 0.0, inline=t_prep))
+
+
+class TypedLinkMinibatchEngine(_TypedLink, TypedMinibatchEngine):
+    """Data-parallel typed link prediction on edge mini-batches (see the module docstring).
+
+    Args: as :class:`~fleetgnn.engines.typed.TypedMinibatchEngine`, plus ``task`` (the
+    :class:`~fleetgnn.tasks.typed_link.TypedLinkPrediction`); ``loss`` ``None``: the task's.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        graph: HeteroGraph,
+        ctx: Any = None,
+        config: MinibatchEngineConfig | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss: LossFn | None = None,
+        fanouts: Any = None,
+        task: Any = None,
+    ) -> None:
+        from fleetgnn.distributed import TrafficMeter
+
+        cfg = engine_config(self.name, config, MinibatchEngineConfig)
+        task = _require_link(graph, task)
+        DistributedEngine.__init__(self, dist_setup(self.name, cfg, ctx), task.split.train_graph)
+        self._setup_link(task, cfg.feature_norm)
+        self.store = None
+        self.store_comm = None
+        if self.graph.x and (cfg.device_budget is not None or cfg.host_budget is not None):
+            self._build_store(cfg, TrafficMeter)
+        loss = loss if loss is not None else task.loss_fn
+        self.module = self.model = setup_model(self, model, optimizer, loss)
+        check_link_model(self.module)
+        self._setup_sampler(fanouts, cfg.fanouts)
+        self.edges = TypedEdgeBatches(
+            task,
+            self.sampler,
+            cfg.batch_size,
+            rank=self.rank,
+            world_size=self.world_size,
+            seed=self.seed,
+        )
+
+    def steps_per_epoch(self) -> int:
+        """Edge batches per epoch, equal on every rank."""
+        return self.edges.num_batches
+
+    def train_step(self, epoch: int, step: int) -> StepStats:
+        """One data-parallel step on this rank's edge batch (gradients summed over ranks)."""
+        t0 = self.clock()
+        batch = self.edges.batch(epoch, step)
+        t1 = self.clock()
+        before = None if self.store is None else self.store.meter.snapshot()
+        x = self.train_features(batch.blocks[0])
+        t2 = self.clock()
+        g_step = epoch * self.steps_per_epoch() + step
+        task = self.task
+
+        def forward() -> StepLoss:
+            h = self.module(self.aggregators(batch.blocks), x, step=g_step)
+            return typed_edge_batch_loss(self.module, task, h, batch, self.loss)
+
+        if self.store is None or before is None:
+            traffic = {"local": int(sum(v.numel() * v.element_size() for v in x.values()))}
+        else:
+            traffic = {k: v["bytes"] for k, v in self.store.meter.delta(before).items()}
+        prepared = Prepared(t1 - t0, t2 - t1, inline=t2 - t0, traffic=traffic)
+        return run_step(self, forward, prepared=prepared)
+
+
+def typed_link_engine(name: str) -> type:
+    """The typed link class of engine ``name`` (``reference`` or ``minibatch``)."""
+    return {"reference": TypedLinkReferenceEngine, "minibatch": TypedLinkMinibatchEngine}[name]
+
+
+__all__ = [
+    "TypedEdgeBatch",
+    "TypedEdgeBatches",
+    "TypedLinkMinibatchEngine",
+    "TypedLinkReferenceEngine",
+    "typed_edge_batch_loss",
+    "typed_link_engine",
+    "typed_pair_scores",
+]
