@@ -378,7 +378,9 @@ class ShardedTensor:
         from torch.multiprocessing.reductions import reduce_tensor
 
         local = local.contiguous()
-        handle = reduce_tensor(local) if rows[comm.rank] > 0 else None
+        # a handle only where a peer opens it: an exported handle no process opens leaves the
+        # producer warning at exit that shared CUDA tensors were not released
+        handle = reduce_tensor(local) if rows[comm.rank] > 0 and comm.world_size > 1 else None
         handles = comm.all_gather_object(handle)
         shards: list[torch.Tensor | None] = []
         error = None
