@@ -232,11 +232,14 @@ class MinibatchEngine(SampledEngine):
         #: The store's table of edge rows, when the model reads edge features (else ``None``).
         self.edge_table: EdgeTable | None = None
         if self.budget_split is not None:
+            fanouts = [int(f) for f in sc.fanouts]
             self.edge_table = EdgeTable.build(
                 graph,
                 self.store_comm,
                 self.budget_split.edges,
                 node_order=self.store.plan.topology.order,  # the node rows' hotness
+                fanout=-1 if -1 in fanouts else max(fanouts),
+                counts=self._edge_counts(graph, sc) if sc.placement == "presample" else None,
                 one_sided=self.gather == "one_sided",
                 meter=self.store_meter,
                 name="store.edges",
@@ -290,6 +293,26 @@ class MinibatchEngine(SampledEngine):
             return sampler.sample(seeds, 0, i)[0].src_ids.cpu().numpy()
 
         return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
+
+    @staticmethod
+    def _edge_counts(graph: Graph, sc: MinibatchEngineConfig, batches: int = 8) -> np.ndarray:
+        """Reads of each edge over the pre-sampled batches of :meth:`_hotness` (int64 ``[E]``).
+
+        The same keyed draws as :meth:`_hotness` (so the same blocks), with their edge IDs;
+        deterministic and identical on every rank.
+        """
+        train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+        loader = SeedLoader(train_ids, sc.batch_size, seed=sc.seed + 1)
+        sampler = NeighborSampler(
+            GraphTopology(graph), list(sc.fanouts), seed=sc.seed + 1, with_edge_ids=True
+        )
+        counts = np.zeros(graph.num_edges, np.int64)
+        for i in range(batches):
+            seeds = loader.batch(0, i % loader.num_batches)
+            for block in sampler.sample(seeds, 0, i):
+                ids, c = np.unique(block.edge_ids.cpu().numpy(), return_counts=True)
+                counts[ids] += c
+        return counts
 
     # ------------------------------------------------------------------ batches
     def steps_per_epoch(self) -> int:

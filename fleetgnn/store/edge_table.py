@@ -16,12 +16,18 @@ host        ``[H_dev, H_dev + H_host)`` (one copy a host)  :class:`SharedTensor`
 disk        the rest                                       ``edge_attr.npy`` (``disk``)
 ==========  =============================================  ===========================
 
-Hot order of the edges (:func:`edge_hot_order`): the CSC segments of the nodes in the node
-store's hot order, each segment's edges in ID order. A block reads the in-edges of its
-destinations, and a node is a destination about as often as its node row is read, so the edges
-of the hottest nodes come first, with the same ranking (degree, or pre-sampling counts) as the
-node rows. Placement across devices is the modulo split (no device topology: a table of edge rows
-is planned without XGNN's solver).
+Hot order of the edges (:func:`edge_hot_order`): a sampled block reads ``min(f, deg(v))`` of
+the ``deg(v)`` in-edges of each destination ``v`` (fanout ``f``), so an in-edge of ``v`` is read
+with chance ``min(1, f / deg(v))`` each time ``v`` is a destination: the in-edges of a hub are
+each read rarely, however hot the hub's node row. The edges are ranked by, in turn: their reads
+over pre-sampled batches (``counts``, with ``store.placement=presample``), that chance for the
+largest fanout (``fanout``), and the node store's hot order of their destination (ties: edge
+ID). Measured on the synthetic ``tiny`` and ``small`` graphs (fanouts ``[4, 3]``, ``[10, 5]``),
+the 10% of edge rows first in this order serve 18% and 13% of the reads by the chance alone and
+20% and 30% with 8 pre-sampled batches (counted on other batches than the ones measured), where
+the in-edges of the hottest nodes first would serve 4% and 5% (fewer than a random 10%).
+Placement across devices is the modulo split (no device topology: a table of edge rows is
+planned without XGNN's solver).
 
 Budget split (:func:`split_budgets`), explicit: the node rows (topology and features,
 :class:`~fleetgnn.store.UnifiedStore`) and the edge rows share each tier's budget (device bytes
@@ -159,24 +165,37 @@ def split_budgets(budgets: TierBudgets, graph: Graph, share: float | None = None
     )
 
 
-def edge_hot_order(graph: Graph, node_order: np.ndarray | None = None) -> np.ndarray:
-    """Edge IDs hottest first: the CSC segments of the nodes in ``node_order``, in turn.
+def edge_hot_order(
+    graph: Graph,
+    node_order: np.ndarray | None = None,
+    *,
+    fanout: int | None = None,
+    counts: np.ndarray | None = None,
+) -> np.ndarray:
+    """Edge IDs hottest first (see the module docstring).
+
+    Without ``fanout`` and ``counts``: the CSC segments of the nodes in ``node_order``, in turn,
+    each in edge-ID order. With ``fanout`` the nodes are first sorted (stably) by the chance
+    ``min(1, fanout / deg)`` that a sampled block reads one of their in-edges, highest first;
+    with ``counts`` the edges are then sorted (stably) by their pre-sampled reads.
 
     Args:
         graph: The graph.
         node_order: ``[N]`` nodes hottest first (the node store's ``plan.topology.order``);
             ``None``: by in-degree, highest first (ties by ID), like the default node ranking.
+        fanout: The largest fanout the sampler draws (``-1`` or ``None``: no such key).
+        counts: ``[E]`` reads of each edge over pre-sampled batches (``None``: no such key).
 
     Returns:
         ``[E]`` edge IDs (``id_dtype(E)``), a permutation of ``0..E-1``.
 
     Raises:
-        ConfigError: ``node_order`` of the wrong shape.
+        ConfigError: ``node_order`` or ``counts`` of the wrong shape, or a bad ``fanout``.
     """
     n, e = graph.num_nodes, graph.num_edges
     indptr = np.asarray(graph.indptr)
+    deg = np.diff(indptr.astype(np.int64))
     if node_order is None:
-        deg = np.diff(indptr.astype(np.int64))
         node_order = np.argsort(-deg, kind="stable")
     node_order = np.asarray(node_order)
     if node_order.shape != (n,):
@@ -184,6 +203,18 @@ def edge_hot_order(graph: Graph, node_order: np.ndarray | None = None) -> np.nda
             f"'node_order' must rank all {n} nodes (got shape {node_order.shape}); pass the node "
             "store's plan.topology.order"
         )
+    if fanout is not None and (
+        isinstance(fanout, bool) or not isinstance(fanout, (int, np.integer)) or fanout < -1
+    ):
+        raise ConfigError(f"'fanout' must be an int >= 0, or -1 for all (got {fanout!r})")
+    if counts is not None and np.shape(counts) != (e,):
+        raise ConfigError(
+            f"'counts' must give the reads of each of the {e} edges (got shape {np.shape(counts)})"
+        )
+    if fanout is not None and fanout >= 0:
+        # min(1, f / deg) descending == deg ascending where deg > f; nodes with deg <= f tie
+        key = np.maximum(deg[node_order], max(int(fanout), 1))
+        node_order = node_order[np.argsort(key, kind="stable")]
     out = np.empty(e, dtype=id_dtype(e))
     at = 0
     for a in range(0, n, _ORDER_BLOCK):  # blocks of nodes: temporaries of a block's edges
@@ -194,6 +225,8 @@ def edge_hot_order(graph: Graph, node_order: np.ndarray | None = None) -> np.nda
         first = np.cumsum(deg) - deg  # each segment's first slot within the block
         out[at : at + m] = np.repeat(start - first, deg) + np.arange(m, dtype=np.int64)
         at += m
+    if counts is not None:
+        out = out[np.argsort(-np.asarray(counts)[out], kind="stable")]
     return out
 
 
@@ -203,11 +236,14 @@ def plan_edge_rows(
     world_size: int,
     *,
     node_order: np.ndarray | None = None,
+    fanout: int | None = None,
+    counts: np.ndarray | None = None,
     ranks_per_host: int | None = None,
 ) -> TierPlan:
     """Plan the edge rows over device (modulo split) / host / disk within ``budgets``.
 
-    The rows are ``D * itemsize`` bytes each, in :func:`edge_hot_order`; the device tier is the
+    The rows are ``D * itemsize`` bytes each, in :func:`edge_hot_order` (of ``node_order``,
+    ``fanout`` and ``counts``); the device tier is the
     longest hot prefix whose rows, dealt by hot rank modulo ``world_size``, fit every rank's
     ``budgets.device``, the host tier the next run within ``budgets.host`` (per host).
 
@@ -217,7 +253,7 @@ def plan_edge_rows(
     """
     if graph.edge_attr is None:
         raise GraphError(f"graph '{graph.name}' has no edge_attr; there are no edge rows to plan")
-    order = edge_hot_order(graph, node_order)
+    order = edge_hot_order(graph, node_order, fanout=fanout, counts=counts)
     return plan_tiers(
         graph.num_edges,
         edge_row_bytes(graph),
@@ -272,6 +308,8 @@ class EdgeTable:
         budgets: TierBudgets | None = None,
         *,
         node_order: np.ndarray | None = None,
+        fanout: int | None = None,
+        counts: np.ndarray | None = None,
         one_sided: bool = True,
         meter: TrafficMeter | None = None,
         host_comm: Communicator | None = None,
@@ -285,8 +323,9 @@ class EdgeTable:
         table of ``E`` rows of ``D * itemsize`` bytes: each rank builds its device shard
         (``[m_r, D]``), the owner of each host tier builds it; shared-memory segments are
         named ``{name}.feat`` / ``{name}.feath``. Arguments as :meth:`UnifiedStore.build`;
-        ``node_order`` as :func:`edge_hot_order` (pass the node store's ``plan.topology.order``
-        on every rank).
+        ``node_order``, ``fanout`` and ``counts`` as :func:`edge_hot_order` (pass the node
+        store's ``plan.topology.order``, the sampler's largest fanout and the same counts on
+        every rank).
 
         Raises:
             GraphError: ``graph`` is not a Graph or has no ``edge_attr``.
@@ -301,7 +340,9 @@ class EdgeTable:
                 "TierBudgets.parse(device='64MB', host='1GiB')"
             )
         world = 1 if comm is None else comm.world_size
-        plan = plan_edge_rows(graph, budgets, world, node_order=node_order)
+        plan = plan_edge_rows(
+            graph, budgets, world, node_order=node_order, fanout=fanout, counts=counts
+        )
         # the table has no topology: a plan with every (empty) segment on disk, sharing arrays
         topo = TierPlan(
             kind="topology",

@@ -59,6 +59,32 @@ def test_edge_hot_order_is_the_segments_of_the_node_order():
         edge_hot_order(g, node_order[:5])
 
 
+def test_edge_hot_order_by_the_chance_of_a_read_then_by_presampled_reads():
+    g = _graph()
+    deg = np.diff(g.indptr)
+    node_order = np.random.default_rng(1).permutation(g.num_nodes)
+    f = int(np.median(deg))
+    got = edge_hot_order(g, node_order, fanout=f)
+    # nodes by min(1, f / deg) descending (deg <= f all tie), then by the node order
+    rank = np.empty(g.num_nodes, np.int64)
+    rank[node_order] = np.arange(g.num_nodes)
+    nodes = sorted(range(g.num_nodes), key=lambda v: (-min(1.0, f / max(deg[v], 1)), rank[v]))
+    want = np.concatenate([np.arange(g.indptr[v], g.indptr[v + 1]) for v in nodes])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(edge_hot_order(g, node_order, fanout=-1),
+                                  edge_hot_order(g, node_order))  # fmt: skip
+    counts = np.random.default_rng(2).integers(0, 3, g.num_edges)
+    got = edge_hot_order(g, node_order, fanout=f, counts=counts)
+    pos = np.empty(g.num_edges, np.int64)
+    pos[want] = np.arange(g.num_edges)
+    by_counts = sorted(range(g.num_edges), key=lambda e: (-counts[e], pos[e]))
+    np.testing.assert_array_equal(got, by_counts)
+    with pytest.raises(ConfigError, match="reads of each of the 300 edges"):
+        edge_hot_order(g, counts=counts[:3])
+    with pytest.raises(ConfigError, match="'fanout' must be an int >= 0"):
+        edge_hot_order(g, fanout=-2)
+
+
 def test_budget_split_is_explicit_and_never_exceeds_the_budget():
     g = _graph()
     b = TierBudgets(10_001, 7_777)
