@@ -203,3 +203,21 @@ def test_sharded_across_ranks_like_node_rows():
             assert r["memory"]["host"] <= r["budget"][1]
             assert r["plan"] == (60, 60)  # 30 rows a rank on the device tier, 60 on the host's
             assert all(r["requests"][s] > 0 for s in ("local", "peer", "host", "disk"))
+
+
+def test_rows_on_the_tables_device_equal_the_host_path(device):
+    """Edge rows on the engine's device (CUDA: device shards in device memory), bit-exact,
+    with the same counters as the host path; the CPU runs the device read path too."""
+    from fleetgnn.store.device_read import gather_on_device
+
+    g = _graph()
+    b = TierBudgets(40 * D * 4, 90 * D * 4)
+    ids = torch.from_numpy(np.random.default_rng(4).integers(0, g.num_edges, 400))
+    with EdgeTable.build(g, None, b) as host:
+        want = host.gather(ids)
+        want_req = host.requests()
+    with EdgeTable.build(g, None, b, device=device) as t:
+        read = t.gather if device != "cpu" else lambda i: gather_on_device(t.store, i)
+        got = read(ids.to(device))
+        assert got.device.type == device and torch.equal(got.cpu(), want)
+        assert t.requests() == want_req
