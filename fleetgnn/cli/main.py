@@ -143,8 +143,24 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     )
     max_memory(q)
     common(q)
-    q = fmt.add_parser("edgelist", help="text edge list 'src dst [weight]' per line")
-    q.add_argument("--edges", required=True, type=Path)
+    q = fmt.add_parser(
+        "edgelist",
+        help="text edge list 'src dst [weight]' per line (or 'src dst a_1 .. a_D' with "
+        "--edge-attr)",
+        description="Convert a text edge list: one edge per line, 'src dst' (0-based node IDs) "
+        "separated by whitespace or one comma, optionally a third column, the edge weight. With "
+        "--edge-attr every column after 'src dst' is an edge feature instead: 'src dst a_1 .. "
+        "a_D', the same D >= 1 on every line, finite numbers (stored as edge_attr [E, D] "
+        "float32, for edge-feature models such as model.name=gine). Text after '#' and blank "
+        "lines are ignored; a .gz file is read as it is.",
+    )
+    q.add_argument("--edges", required=True, type=Path, help="the edge-list file (.gz too)")
+    q.add_argument(
+        "--edge-attr",
+        action="store_true",
+        help="read the columns after 'src dst' as D edge features 'a_1 .. a_D' (edge_attr) "
+        "instead of a weight",
+    )
     q.add_argument("--features", type=Path, default=None, help="features .npy [N, F]")
     q.add_argument("--labels", type=Path, default=None, help="labels .npy [N]")
     q.add_argument("--undirected", action="store_true", help="add reverse edges")
@@ -302,6 +318,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 features=args.features,
                 labels=args.labels,
                 undirected=args.undirected,
+                edge_attr=args.edge_attr,
                 num_train_per_class=args.num_train_per_class,
                 num_val=args.num_val,
                 num_test=args.num_test,

@@ -561,6 +561,10 @@ class TieredStore(Knobs):
             sampled there with the torch backend: the same blocks; its bytes come out of
             ``device_budget``), ``auto`` (``device`` on a GPU when the replica takes at most
             half of ``device_budget``, else ``host``).
+        edge_share: Fraction of each tier's budget (device and host) that goes to the edge
+            rows (``edge_attr`` by edge ID) when the model reads edge features; the node rows
+            (topology and features) get the rest. ``None``: in proportion to the bytes of the
+            two (each keeps the same fraction of its rows in a tier too small for both).
     """
 
     host_budget: str | int | None = None
@@ -569,6 +573,7 @@ class TieredStore(Knobs):
     gather: str = "auto"
     topology: str | None = None
     sampling: str = "auto"
+    edge_share: float | None = None
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "placement": PLACEMENTS,
@@ -580,6 +585,15 @@ class TieredStore(Knobs):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_bytes("host_budget", self.host_budget)
+        share = self.edge_share
+        number = isinstance(share, (int, float)) and not isinstance(share, bool)
+        check(
+            share is None or (number and 0 <= share <= 1),
+            "edge_share",
+            share,
+            "must be a fraction in [0, 1] of each tier's budget, e.g. {key}=0.25, or null "
+            "(split by bytes)",
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,15 +3,24 @@
 A model whose layers read edge features (``needs_edge_attr``, e.g. ``GNN(conv="gine")``) gets
 them through its aggregators (:func:`~fleetgnn.nn.aggregator.edge_attr`). Sampled blocks carry
 their edges' global IDs (:attr:`~fleetgnn.sampling.Block.edge_ids`, the positions in the graph's
-CSC), and :class:`EdgeRows` reads those rows of the graph's ``edge_attr``: a memory map for a
-dataset on disk, so only the sampled edges' pages are read. The full-graph engine's edges are
-owned by their destination's rank, so its rows are a local slice (``fullgraph.py``).
+CSC), and :class:`EdgeRows` reads those rows of the graph's ``edge_attr``:
 
-Memory: one ``[E_block, D]`` tensor per block on the device; nothing per graph.
+- ``minibatch``: through the store's edge table (:class:`~fleetgnn.store.edge_table.EdgeTable`:
+  device shards, host, disk, within the store's budgets, ``store.edge_share``), in the prefetch
+  thread with the batch's node rows, and in evaluation;
+- ``reference``: from ``edge_attr`` directly (a memory map for a dataset on disk, so only the
+  sampled edges' pages are read): one process, the ground truth;
+- ``fullgraph``: a local slice of ``edge_attr``, read once (``fullgraph.py``): an edge belongs to
+  its destination's rank, and a rank's node range owns one contiguous run of CSC edges, so no
+  rank reads another's edge rows and no tiering is needed.
+
+Memory: one ``[E_block, D]`` tensor per block on the device; nothing per graph (the store's edge
+table holds what its budgets give it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +30,7 @@ from torch import Tensor
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
+from fleetgnn.store.edge_table import EdgeTable
 
 
 def needs_edge_attr(model: Any) -> bool:
@@ -38,12 +48,21 @@ class EdgeRows:
         graph: A graph with ``edge_attr`` (its CSC positions are the edge IDs).
         dtype: The model's dtype.
         device: Where the rows go.
+        table: The store's :class:`~fleetgnn.store.edge_table.EdgeTable` of ``graph`` to read
+            the rows through (``None``: index ``graph.edge_attr`` directly). Rows are the same
+            bits either way; a two-sided table makes :meth:`rows` a collective.
 
     Raises:
         ConfigError: The graph has no ``edge_attr``.
     """
 
-    def __init__(self, graph: Graph, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        table: EdgeTable | None = None,
+    ) -> None:
         if graph.edge_attr is None:
             raise ConfigError(
                 f"the model reads edge features but graph '{graph.name}' has no edge_attr; "
@@ -51,6 +70,7 @@ class EdgeRows:
                 f"--edge-features 4') or pick a model without them"
             )
         self.attr = graph.edge_attr
+        self.table = table
         self.dtype, self.device = dtype, torch.device(device)
 
     @classmethod
@@ -66,29 +86,49 @@ class EdgeRows:
         return int(self.attr.shape[1])
 
     def rows(self, edge_ids: Tensor) -> Tensor:
-        """``edge_attr[edge_ids]``: ``[len(edge_ids), D]`` on :attr:`device` in :attr:`dtype`."""
-        ids = edge_ids.detach().cpu().numpy()
-        out = torch.from_numpy(np.asarray(self.attr[ids]))
+        """``edge_attr[edge_ids]``: ``[len(edge_ids), D]`` on :attr:`device` in :attr:`dtype`.
+
+        Through :attr:`table` when there is one (its tiers, counters and traffic).
+        """
+        if self.table is not None:
+            out = self.table.gather(edge_ids)
+        else:
+            ids = edge_ids.detach().cpu().numpy()
+            out = torch.from_numpy(np.asarray(self.attr[ids]))
         return out.to(device=self.device, dtype=self.dtype)
+
+    def block_rows(self, blocks: Sequence[Any]) -> list[Tensor]:
+        """:meth:`rows` of every block's ``edge_ids``, in block order (one read per block)."""
+        return [self.rows(_edge_ids(b)) for b in blocks]
 
     def empty(self) -> Tensor:
         """``[0, D]``: the edge features of a block without edges."""
         return torch.zeros((0, self.dim), dtype=self.dtype, device=self.device)
 
 
+def _edge_ids(block: Any) -> Tensor:
+    ids = getattr(block, "edge_ids", None)
+    if ids is None:
+        raise ConfigError(
+            "the model reads edge features but the block carries no edge IDs; sample with "
+            "NeighborSampler(..., with_edge_ids=True)"
+        )
+    return ids  # type: ignore[no-any-return]
+
+
 def block_aggregator(
-    block: Any, dtype: torch.dtype, device: torch.device | str, edges: EdgeRows | None = None
+    block: Any,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    edges: EdgeRows | None = None,
+    attr: Tensor | None = None,
 ) -> LocalAggregator:
     """A sampled block's :class:`LocalAggregator` on ``device``, with its edge features.
 
     ``edges``: the graph's :class:`EdgeRows` (the block must carry ``edge_ids``); ``None``: none.
+    ``attr``: the block's edge rows read already (:meth:`EdgeRows.block_rows`, e.g. by a
+    prefetch thread); then ``edges`` is not read.
     """
-    attr = None
-    if edges is not None:
-        if getattr(block, "edge_ids", None) is None:
-            raise ConfigError(
-                "the model reads edge features but the block carries no edge IDs; sample with "
-                "NeighborSampler(..., with_edge_ids=True)"
-            )
-        attr = edges.rows(block.edge_ids)
+    if attr is None and edges is not None:
+        attr = edges.rows(_edge_ids(block))
     return LocalAggregator(block.to(device), dtype=dtype, validate=False, edge_attr=attr)

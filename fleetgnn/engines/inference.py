@@ -400,6 +400,7 @@ def streaming_metrics(
     chunking: Chunking | None = None,
     scratch_dir: str | os.PathLike[str] | None = None,
     same_host: bool = True,
+    edges: EdgeRows | None = None,
 ) -> dict[str, float]:
     """Accuracy per split and mean validation loss by streaming layer-wise inference.
 
@@ -418,6 +419,9 @@ def streaming_metrics(
         chunking: How ranges are cut into chunks.
         scratch_dir: Where the scratch files go.
         same_host: Every rank runs on this host.
+        edges: Where a model that reads edge features gets them (an engine's store-backed
+            :class:`EdgeRows`; its reads are collective when two-sided); ``None``:
+            ``graph.edge_attr`` directly when the model reads them.
 
     Raises:
         ConfigError: An unknown ``eval_nodes``.
@@ -442,6 +446,6 @@ def streaming_metrics(
         chunking=chunking,
         scratch_dir=scratch_dir,
         same_host=same_host,
-        edges=EdgeRows.of(module, graph, dtype, device),
+        edges=edges if edges is not None else EdgeRows.of(module, graph, dtype, device),
     )
     return sums.result(comm)

@@ -35,8 +35,17 @@ traffic: ``hit_rates`` (feature rows) and ``topology_hit_rates`` (node IDs looke
 ``store_requests`` (the counts behind them) and ``store_bytes`` (bytes served per link kind, per
 kind). For feature rows, ``store_bytes["features"][link] == store_requests["features"][source] *
 F * itemsize`` with ``link = SOURCE_LINKS[source]``; the epoch's ``traffic`` on ``local``, ``h2d``
-and ``disk`` is the sum of both kinds' ``store_bytes`` (``peer``/``net`` add the gradient
+and ``disk`` is the sum of every kind's ``store_bytes`` (``peer``/``net`` add the gradient
 all-reduce).
+
+Edge features (a model whose ``needs_edge_attr`` is True): the graph's ``edge_attr`` rows are a
+table of the store keyed by edge ID (:class:`~fleetgnn.store.edge_table.EdgeTable`), tiered and
+sharded like the node rows; each batch's blocks read theirs in the prefetch thread, right after
+its node rows. The store's budgets are split between node rows and edge rows
+(:func:`~fleetgnn.store.edge_table.split_budgets`, ``store.edge_share``; ``store_budgets`` in
+the epoch's numbers says how), and the epoch reports ``edge_hit_rates`` and the ``"edges"`` kind
+in ``store_requests`` / ``store_bytes`` (``D * itemsize`` bytes a row); ``peak_memory`` counts
+both tables.
 """
 
 from __future__ import annotations
@@ -62,7 +71,7 @@ from fleetgnn.engines.common import (
     setup_distributed,
     setup_model,
 )
-from fleetgnn.engines.edges import EdgeRows, block_aggregator
+from fleetgnn.engines.edges import EdgeRows, block_aggregator, needs_edge_attr
 from fleetgnn.engines.link import (
     EdgeBatch,
     EdgeBatches,
@@ -84,6 +93,7 @@ from fleetgnn.store import (
     UnifiedStore,
     parse_bytes,
 )
+from fleetgnn.store.edge_table import BudgetSplit, EdgeTable, split_budgets
 from fleetgnn.store.hotness import hotness_order
 from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 
@@ -158,6 +168,7 @@ class _Batch:
     global_count: int  # training nodes (link: positive edges) in this step over all ranks
     traffic: dict[str, int]
     edges: EdgeBatch | None = None  # a link task's edge batch (its seeds are ``seeds``)
+    edge_attr: list[torch.Tensor] | None = None  # each block's edge rows (edge-feature models)
 
 
 class MinibatchEngine(SampledEngine):
@@ -223,15 +234,20 @@ class MinibatchEngine(SampledEngine):
             replica = DeviceTopology.from_graph(graph, self.device)
         #: Bytes of the CSC replica the device sampler reads (out of the device budget).
         self.replica_bytes = replica_bytes(graph) if replica is not None else 0
+        budgets = TierBudgets(
+            device_budget - self.replica_bytes,
+            parse_bytes(_UNLIMITED if sc.host_budget is None else sc.host_budget, "host_budget"),
+        )
+        #: How the store's budgets are shared by node rows and edge rows (``None``: the model
+        #: reads no edge features, the node rows get all of them).
+        self.budget_split: BudgetSplit | None = None
+        if needs_edge_attr(model) and graph.edge_attr is not None:
+            self.budget_split = split_budgets(budgets, graph, sc.edge_share)
+            budgets = self.budget_split.nodes
         self.store = UnifiedStore.build(
             graph,
             self.store_comm,
-            TierBudgets(
-                device_budget - self.replica_bytes,
-                parse_bytes(
-                    _UNLIMITED if sc.host_budget is None else sc.host_budget, "host_budget"
-                ),
-            ),
+            budgets,
             placement=self._hotness(graph, sc) if sc.placement == "presample" else "degree",
             order=sc.order,
             one_sided=self.gather == "one_sided",
@@ -247,8 +263,30 @@ class MinibatchEngine(SampledEngine):
         self.chunking = Chunking()
         self.module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere
         self.model = self.module
-        #: The graph's edge features by edge ID, when the model reads them (``None``: not).
-        self.edge_rows = EdgeRows.of(self.module, graph, self.dtype, self.device)
+        #: The store's table of edge rows, when the model reads edge features (else ``None``).
+        self.edge_table: EdgeTable | None = None
+        if self.budget_split is not None:
+            fanouts = [int(f) for f in sc.fanouts]
+            self.edge_table = EdgeTable.build(
+                graph,
+                self.store_comm,
+                self.budget_split.edges,
+                node_order=self.store.plan.topology.order,  # the node rows' hotness
+                fanout=-1 if -1 in fanouts else max(fanouts),
+                counts=self._edge_counts(graph, sc) if sc.placement == "presample" else None,
+                one_sided=self.gather == "one_sided",
+                meter=self.store_meter,
+                name="store.edges",
+                hosts=self.hosts,
+                device=self.device,
+            )
+        #: The graph's edge features by edge ID, read through the store's edge table, when the
+        #: model reads them (``None``: not).
+        self.edge_rows = (
+            EdgeRows(graph, self.dtype, self.device, table=self.edge_table)
+            if self.edge_table is not None
+            else EdgeRows.of(self.module, graph, self.dtype, self.device)  # refuses: no edge_attr
+        )
         train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         self.loader = SeedLoader(
             train_ids, sc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
@@ -295,6 +333,26 @@ class MinibatchEngine(SampledEngine):
 
         return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
 
+    @staticmethod
+    def _edge_counts(graph: Graph, sc: MinibatchEngineConfig, batches: int = 8) -> np.ndarray:
+        """Reads of each edge over the pre-sampled batches of :meth:`_hotness` (int64 ``[E]``).
+
+        The same keyed draws as :meth:`_hotness` (so the same blocks), with their edge IDs;
+        deterministic and identical on every rank.
+        """
+        train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+        loader = SeedLoader(train_ids, sc.batch_size, seed=sc.seed + 1)
+        sampler = NeighborSampler(
+            GraphTopology(graph), list(sc.fanouts), seed=sc.seed + 1, with_edge_ids=True
+        )
+        counts = np.zeros(graph.num_edges, np.int64)
+        for i in range(batches):
+            seeds = loader.batch(0, i % loader.num_batches)
+            for block in sampler.sample(seeds, 0, i):
+                ids, c = np.unique(block.edge_ids.cpu().numpy(), return_counts=True)
+                counts[ids] += c
+        return counts
+
     # ------------------------------------------------------------------ batches
     def steps_per_epoch(self) -> int:
         """Batches per epoch, equal on every rank."""
@@ -322,13 +380,17 @@ class MinibatchEngine(SampledEngine):
             count = self._global_count(step)
         t1 = time.perf_counter()
         x = self._features(blocks[0].src_ids)
+        # edge rows through the store here, on the store's group, like the node rows
+        attr = None if self.edge_rows is None else self.edge_rows.block_rows(blocks)
         t2 = time.perf_counter()
         traffic = {k: v["bytes"] for k, v in self.store_meter.delta(before).items()}
-        return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, count, traffic, edges)
+        return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, count, traffic, edges, attr)
 
     # ------------------------------------------------------------------ training
     def _epoch_start(self) -> None:
         self.store.reset_stats()  # hit rates and reads per source of this epoch's training
+        if self.edge_table is not None:
+            self.edge_table.reset_stats()
         self._prepared_s = 0.0
 
     def _run_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
@@ -351,17 +413,27 @@ class MinibatchEngine(SampledEngine):
     def _store_stats(self) -> dict[str, Any]:
         """The epoch's store requests and bytes served per source, summed over ranks.
 
-        Collective (one ``all_reduce_sum`` of ``2 * (5 + 5)`` int64 counts) in multi-rank runs:
-        every rank calls it at the end of :meth:`run_epoch`.
+        Collective (one ``all_reduce_sum`` of ``2 * (5 + 5)`` int64 counts, ``3 * (5 + 5)``
+        with an edge table) in multi-rank runs: every rank calls it at the end of
+        :meth:`run_epoch`.
         """
-        counts = [self.store.requests(k)[src] for k in KINDS for src in SOURCES]
-        counts += [self.store.bytes_served(k)[link] for k in KINDS for link in _LINKS]
+        table = self.edge_table
+        kinds = KINDS if table is None else (*KINDS, "edges")
+
+        def requests_of(k: str) -> dict[str, int]:
+            return table.requests() if k == "edges" else self.store.requests(k)  # type: ignore[union-attr]
+
+        def served_of(k: str) -> dict[str, int]:
+            return table.bytes_served() if k == "edges" else self.store.bytes_served(k)  # type: ignore[union-attr]
+
+        counts = [requests_of(k)[src] for k in kinds for src in SOURCES]
+        counts += [served_of(k)[link] for k in kinds for link in _LINKS]
         t = torch.tensor(counts, dtype=torch.int64)
         if self.world_size > 1:
             self.comm.all_reduce_sum(t)
         values = iter(t.tolist())
-        requests = {k: {src: next(values) for src in SOURCES} for k in KINDS}
-        served = {k: {link: next(values) for link in _LINKS} for k in KINDS}
+        requests = {k: {src: next(values) for src in SOURCES} for k in kinds}
+        served = {k: {link: next(values) for link in _LINKS} for k in kinds}
 
         def rates(req: dict[str, int]) -> dict[str, float]:
             total = sum(req.values())
@@ -374,14 +446,24 @@ class MinibatchEngine(SampledEngine):
             "store_bytes": served,
             "store_gather": self.gather,
             "hosts": len(set(self.hosts)),
+            **(
+                {}
+                if self.budget_split is None
+                else {
+                    "edge_hit_rates": rates(requests["edges"]),
+                    "store_budgets": self.budget_split.as_dict(),
+                }
+            ),
         }
 
     def train_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
         """One data-parallel step on a prepared batch (gradients summed over ranks after it)."""
 
         def forward() -> StepLoss:
+            attrs = batch.edge_attr or [None] * len(batch.blocks)
             aggs = [
-                block_aggregator(b, self.dtype, self.device, self.edge_rows) for b in batch.blocks
+                block_aggregator(b, self.dtype, self.device, self.edge_rows, attr=a)
+                for b, a in zip(batch.blocks, attrs, strict=True)
             ]
             logits = self.module(aggs, batch.x, step=epoch * self.steps_per_epoch() + step)
             if batch.edges is not None:
@@ -425,18 +507,29 @@ class MinibatchEngine(SampledEngine):
         The Trainer gathers every rank's into ``extra["per_rank"]`` of metrics.jsonl.
         """
         reads = self.store.reads_by_source()
-        return {
+        out: dict[str, Any] = {
             "store_reads": {str(k): dict(v) for k, v in reads.items()},
             "hit_rates": self.store.hit_rates(),
         }
+        if self.edge_table is not None:
+            out["edge_hit_rates"] = self.edge_table.hit_rates()
+        return out
 
     def peak_memory(self) -> dict[str, int]:
-        """Bytes this rank holds per store tier (the sampler's CSC replica on the device)."""
-        mem = dict(self.store.memory())
-        mem["device"] = mem.get("device", 0) + self.replica_bytes
-        return mem
+        """Bytes this rank holds per store tier.
+
+        Node rows, edge rows (with edge features) and the sampler's CSC replica on the device.
+        """
+        out = dict(self.store.memory())
+        if self.edge_table is not None:
+            for tier, b in self.edge_table.memory().items():
+                out[tier] = out.get(tier, 0) + b
+        out["device"] = out.get("device", 0) + self.replica_bytes
+        return out
 
     def _release(self) -> None:
         """Release the store's shared memory and the store's group (after the prefetch thread)."""
+        if self.edge_table is not None:
+            self.edge_table.close()
         self.store.close()
         self.store_comm.destroy()

@@ -88,6 +88,7 @@ class SampledEngine(DistributedEngine):
             chunking=self.chunking,
             scratch_dir=self.config.scratch_dir,
             same_host=self.ctx.same_host,
+            edges=getattr(self, "edge_rows", None),  # the engine's (store-backed) edge rows
         )
 
     # ------------------------------------------------------------------ state

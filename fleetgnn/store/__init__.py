@@ -3,12 +3,14 @@
 Where rows go: hotness ranking in :mod:`fleetgnn.store.hotness`, tier plans in
 :mod:`fleetgnn.store.tiers`, XGNN's placement solver in :mod:`fleetgnn.store.placement`, device
 topologies (``store.topology``) in :mod:`fleetgnn.store.device_topology`; the store itself in
-:mod:`fleetgnn.store.store`, per-type tables of typed graphs in :mod:`fleetgnn.store.keyed`; PyG
+:mod:`fleetgnn.store.store`, per-type tables of typed graphs in :mod:`fleetgnn.store.keyed`, edge
+rows keyed by edge ID in :mod:`fleetgnn.store.edge_table`; PyG
 ``FeatureStore``/``GraphStore`` adapters in :mod:`fleetgnn.store.pyg` (optional dependency).
 """
 
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.store.device_topology import TOPOLOGIES, resolve_placement, topology_matrix
+from fleetgnn.store.edge_table import BudgetSplit, EdgeTable, plan_edge_rows, split_budgets
 from fleetgnn.store.hotness import HotnessRanking, hotness_order
 from fleetgnn.store.keyed import KeyedPlan, KeyedStore, plan_keyed
 from fleetgnn.store.placement import PlacementPlan, solve_placement
@@ -27,6 +29,8 @@ __all__ = [
     "KINDS",
     "SOURCES",
     "SOURCE_LINKS",
+    "BudgetSplit",
+    "EdgeTable",
     "HotnessRanking",
     "KeyedPlan",
     "KeyedStore",
@@ -39,11 +43,13 @@ __all__ = [
     "feature_row_bytes",
     "hotness_order",
     "parse_bytes",
+    "plan_edge_rows",
     "plan_keyed",
     "plan_store",
     "plan_tiers",
     "resolve_placement",
     "solve_placement",
+    "split_budgets",
     "topology_matrix",
     "topology_row_bytes",
 ]

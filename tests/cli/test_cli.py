@@ -187,3 +187,60 @@ def test_partition_refuses_to_overwrite_a_saved_book(tmp_path, capsys):
     assert {p.name: p.stat().st_mtime_ns for p in book.iterdir()} == before
     assert main([*argv, "--overwrite"]) == 0
     assert main([*argv, "--no-save"]) == 0
+
+
+def test_prepare_edgelist_edge_attr(tmp_path, capsys):
+    """--edge-attr: the columns after 'src dst' become edge_attr, aligned with the CSC edges."""
+    edges = tmp_path / "g.txt"
+    rows = [(0, 1, 0.5, -1.0), (2, 1, 1.5, 2.0), (1, 2, 2.5, 3.25), (2, 0, 4.0, 0.0)]
+    edges.write_text("# src dst a1 a2\n" + "".join(f"{s},{d},{a},{b}\n" for s, d, a, b in rows))
+    assert (
+        main(
+            [
+                "prepare",
+                "edgelist",
+                "--edges",
+                str(edges),
+                "--edge-attr",
+                "--out",
+                str(tmp_path / "a"),
+            ]
+        )
+        == 0
+    )
+    g = open_dataset(tmp_path / "a")
+    assert g.edge_attr.dtype == np.float32 and g.edge_attr.shape == (4, 2)
+    src, dst = g.edges()
+    want = {(s, d): (a, b) for s, d, a, b in rows}
+    got = {(int(s), int(d)): tuple(r.tolist()) for s, d, r in zip(src, dst, g.edge_attr)}
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    "text, flag, fragment",
+    [
+        (
+            "0 1 0.5 1\n1 2 0.5\n",
+            True,
+            "line 2: expected 4 column(s) 'src dst' and 2 edge features, found 3",
+        ),
+        ("0 1 0.5 1\n1 2 x 2\n", True, "line 2, column 3: cannot parse 'x' as a number"),
+        ("0 1 0.5 1\n1 2 nan 2\n", True, "line 2: edge feature nan is not finite"),
+        ("0 1\n1 2\n", True, "at least one edge feature column (found 2 columns)"),
+        (
+            "0 1 0.5 1\n",
+            False,
+            "edge features after 'src dst' need edge_attr (prepare --edge-attr)",
+        ),
+    ],
+    ids=["columns", "non-numeric", "nan", "no-features", "flag-missing"],
+)
+def test_prepare_edgelist_edge_attr_errors_one_line(tmp_path, capsys, text, flag, fragment):
+    edges = tmp_path / "g.txt"
+    edges.write_text(text)
+    argv = ["prepare", "edgelist", "--edges", str(edges), "--out", str(tmp_path / "o")]
+    capsys.readouterr()
+    assert main(argv + (["--edge-attr"] if flag else [])) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "o").exists()

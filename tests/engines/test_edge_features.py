@@ -75,10 +75,16 @@ def test_a_graph_without_edge_features_is_refused():
 def _minibatch_ranks(comm, extra):
     engine = engine_from_config(_config("minibatch", extra), _graph(), context_of(comm))
     try:
+        table = engine.edge_table  # the edge rows are read through the store's edge table
         for step in range(STEPS):
             engine.train_step(0, step, engine.prepare(0, step), 0.0)
         params = {k: v.detach().cpu() for k, v in engine.module.state_dict().items()}
-        return {"params": params, "eval": engine.evaluate()}
+        trained = table.requests()
+        out = {"params": params, "eval": engine.evaluate(), "trained": trained}
+        out["evaluated"] = sum(table.requests().values()) - sum(trained.values())
+        out["split"] = engine.budget_split
+        out["memory"] = (engine.store.memory(), table.memory(), engine.peak_memory())
+        return out
     finally:
         engine.close()
 
@@ -120,12 +126,34 @@ def _minibatch_reference(world_size):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "world_size, extra",
-    [(1, []), (2, ["store.device_budget=2KB", "store.host_budget=4KB"]), (3, [])],
+    [
+        (1, []),
+        (2, ["store.device_budget=2KB", "store.host_budget=4KB"]),
+        (3, ["store.placement=presample"]),  # edge rows ranked by pre-sampled reads
+    ],
     ids=str,
 )
 def test_minibatch_gine_equals_reference(world_size, extra):
     results = run_world(_minibatch_ranks, world_size, extra, timeout_s=300)
     want = _minibatch_reference(world_size)
+    for res in results:
+        nodes, edges, total = res["memory"]
+        assert total == {k: nodes[k] + edges[k] for k in total}  # both tables in peak_memory
+        assert res["evaluated"] > 0  # evaluation reads edge rows through the table too
+    if "store.device_budget=2KB" in extra:  # node and edge rows share 2KB device, 4KB host
+        split = results[0]["split"]
+        assert split.nodes.device + split.edges.device == 2000
+        assert split.nodes.host + split.edges.host == 4000
+        assert 0 < split.edges.device < 2000
+        for res in results:
+            nodes, edges, _ = res["memory"]
+            assert 0 < edges["device"] <= split.edges.device
+            assert nodes["device"] + edges["device"] <= 2000
+            assert nodes["host"] + edges["host"] <= 4000
+        for src in ("local", "peer", "host", "disk"):
+            assert sum(r["trained"][src] for r in results) > 0, src
+    else:  # no budget: every edge row on the device tier
+        assert all(r["trained"]["disk"] == r["trained"]["host"] == 0 for r in results)
     for res in results:
         for name, value in want.items():
             torch.testing.assert_close(res["params"][name], value, rtol=1e-9, atol=1e-12)

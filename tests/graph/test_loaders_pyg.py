@@ -54,6 +54,25 @@ def test_from_duck_typed_data_matches_from_edges(same_graph):
     assert g.x.dtype == np.float64 and g.test_mask is None
 
 
+def test_edge_attr_follows_its_edges_into_csc_order(same_graph):
+    ei, x, y, train, val, w = _example(seed=3)
+    attr = torch.randn(30, 3, generator=torch.Generator().manual_seed(5))
+    g = from_pyg(Duck(edge_index=ei, x=x, edge_weight=w, edge_attr=attr))
+    ref = from_edges(
+        ei[0].numpy(), ei[1].numpy(), 9, edge_weight=w.numpy(), edge_attr=attr.numpy(),
+        node_data={"x": x.numpy()},
+    )  # fmt: skip
+    same_graph(g, ref)
+    # row e of edge_attr is CSC edge e's: the edge weight (drawn per edge) tells them apart
+    pos = {float(v): i for i, v in enumerate(w.numpy())}
+    for e in range(g.num_edges):
+        np.testing.assert_array_equal(g.edge_attr[e], attr.numpy()[pos[float(g.edge_weight[e])]])
+    # [E] integer attributes: D = 1, float32
+    one = from_pyg(Duck(edge_index=ei, edge_attr=torch.arange(30)))
+    assert one.edge_attr.dtype == np.float32 and one.edge_attr.shape == (30, 1)
+    assert sorted(one.edge_attr[:, 0].tolist()) == list(range(30))
+
+
 def test_num_nodes_attribute_adds_isolated_nodes_and_numpy_inputs_work():
     ei = np.array([[0, 1], [1, 2]])
     g = from_pyg(Duck(edge_index=ei, num_nodes=6))
@@ -76,6 +95,10 @@ def test_num_nodes_attribute_adds_isolated_nodes_and_numpy_inputs_work():
             "bool",
         ),
         ({"edge_index": torch.tensor([[0], [5]]), "num_nodes": 3}, "node ID 5"),
+        (
+            {"edge_index": torch.tensor([[0, 1], [1, 0]]), "edge_attr": torch.rand(3, 2)},
+            r"one row per edge of 'edge_index', shape \[2, D\] \(got \(3, 2\)\)",
+        ),
         (
             {"edge_index": torch.tensor([[0], [1]]), "x": torch.rand(3, 2), "num_nodes": 2},
             "one row per node",
@@ -111,7 +134,11 @@ def test_to_pyg_roundtrip_with_stand_in_module(monkeypatch, tmp_path, same_graph
     monkeypatch.setitem(sys.modules, "torch_geometric", pkg)
     monkeypatch.setitem(sys.modules, "torch_geometric.data", data_mod)
     ei, x, y, train, val, w = _example(seed=1)
-    g = from_pyg(Duck(edge_index=ei, x=x, y=y, train_mask=train, val_mask=val, edge_weight=w))
+    attr = torch.rand(30, 2, generator=torch.Generator().manual_seed(4))
+    g = from_pyg(
+        Duck(edge_index=ei, x=x, y=y, train_mask=train, val_mask=val, edge_weight=w, edge_attr=attr)
+    )
+    assert g.edge_attr is not None
     mm = open_dataset(write_dataset(g, tmp_path / "ds"))  # read-only memory maps convert too
     d = to_pyg(mm)
     assert isinstance(d, _FakeData) and d.num_nodes == 9

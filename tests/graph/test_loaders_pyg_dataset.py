@@ -93,6 +93,18 @@ def test_several_splits_take_split_zero_and_say_so(tmp_path):
     assert g.indices[g.indptr[:-1]].tolist() == [5, 0, 1, 2, 3, 4]
 
 
+def test_edge_attr_is_carried_in_csc_order(tmp_path):
+    data = _small()
+    data.edge_attr = torch.arange(12, dtype=torch.float32).view(6, 2)  # edge i: i -> i + 1
+    _save(tmp_path, "withattr", [data])
+    assert main(["prepare", "pyg", "--root", str(tmp_path), "--name", "withattr",
+                 "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    g = open_dataset(tmp_path / "out")
+    # node d's one in-edge is edge d - 1 (mod 6), at CSC position d
+    want = data.edge_attr.numpy()[(np.arange(6) - 1) % 6]
+    np.testing.assert_array_equal(g.edge_attr, want)
+
+
 def test_own_split_replaces_the_files_masks_and_no_split_is_warned(tmp_path, capsys):
     _save(tmp_path, "small", [_small()])
     split = tmp_path / "s.json"

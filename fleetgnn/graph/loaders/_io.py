@@ -142,7 +142,18 @@ class Table:
     ) -> None:
         self.path = path
         self.dtype = np.dtype(dtype)
-        self.ncols = len(self.dtype.names) if self.dtype.names else ncols
+        # one dtype per text column: a structured dtype's subarray field (e.g. D edge
+        # features) spans as many columns as it has elements
+        self.columns: list[np.dtype] = (
+            [
+                self.dtype[f].base
+                for f in self.dtype.names
+                for _ in range(int(np.prod(self.dtype[f].shape, dtype=np.int64)))
+            ]
+            if self.dtype.names
+            else [self.dtype] * ncols
+        )
+        self.ncols = len(self.columns)
         self.delimiter = delimiter
         self.comments = comments
         self.what = what
@@ -227,9 +238,8 @@ class Table:
                 f"{where}: expected {self.ncols} column(s) {self.what}, found {len(tokens)} in "
                 f"{short(line)}; fix or remove the line"
             )
-        names = self.dtype.names or ()
         for i, tok in enumerate(tokens):
-            dt = self.dtype[names[i]] if names else self.dtype
+            dt = self.columns[i]
             try:
                 if not tok.strip():
                     raise ValueError("empty value")

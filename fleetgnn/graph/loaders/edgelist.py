@@ -121,6 +121,11 @@ def load_edgelist(
         raise DatasetError(
             f"'{path}', line {first_data}: expected 2 columns 'src dst' or 3 'src dst weight' "
             f"(found {ncols}); fix the file or pass the right 'comments' marker"
+            + (
+                "; edge features after 'src dst' need edge_attr (prepare --edge-attr)"
+                if ncols > 3
+                else ""
+            )
         )
     weighted = ncols == 3 and not edge_attr
     if edge_attr:

@@ -3,7 +3,8 @@
 PyTorch Geometric is an optional dependency (``pip install fleetgnn[pyg]``) and is imported only
 inside :func:`to_pyg` (torch too, so importing the loaders stays cheap). :func:`from_pyg` never
 imports either: it reads attributes, so it also accepts any object with a ``Data``-like interface
-(``edge_index``, ``x``, ``y``, masks, ``edge_weight``) holding torch tensors or numpy arrays.
+(``edge_index``, ``x``, ``y``, masks, ``edge_weight``, ``edge_attr``) holding torch tensors or
+numpy arrays.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ def from_pyg(data: Any, *, name: str = "pyg", num_classes: int | None = None) ->
 
     Reads ``edge_index`` (int ``[2, E]``, row 0 = source, row 1 = destination), and when present
     ``x`` ``[N, F]``, ``y`` ``[N]`` or ``[N, 1]`` (integer classes, ``-1`` = unlabelled),
-    ``train_mask`` / ``val_mask`` / ``test_mask`` (bool ``[N]``) and ``edge_weight`` ``[E]``.
-    ``edge_attr`` (edge features) is not carried over. The node count is ``data.num_nodes`` when
+    ``train_mask`` / ``val_mask`` / ``test_mask`` (bool ``[N]``), ``edge_weight`` ``[E]`` and
+    ``edge_attr`` (edge features ``[E, D]``, or ``[E]`` read as ``D = 1``; integer or bool values
+    become float32), which follows its edges into CSC order (``Graph.edge_attr[e]`` belongs to
+    CSC edge ``e``). The node count is ``data.num_nodes`` when
     the object has it, else inferred from ``x`` or the largest ID. Edges keep their order within
     each destination; nothing is symmetrised or deduplicated.
 
@@ -102,6 +105,21 @@ def from_pyg(data: Any, *, name: str = "pyg", num_classes: int | None = None) ->
         edge_weight = _array(weight, "edge_weight")
         if edge_weight.dtype.kind != "f":
             edge_weight = edge_weight.astype(np.float32)
+    attr = getattr(data, "edge_attr", None)
+    edge_attr = None
+    if attr is not None:
+        edge_attr = _array(attr, "edge_attr")
+        if edge_attr.ndim == 1:
+            edge_attr = edge_attr[:, None]
+        if edge_attr.ndim != 2 or edge_attr.shape[0] != edge_index.shape[1]:
+            raise GraphError(
+                f"'edge_attr' must hold one row per edge of 'edge_index', shape "
+                f"[{edge_index.shape[1]}, D] (got {tuple(edge_attr.shape)})"
+            )
+        if edge_attr.dtype.kind in "biu":
+            edge_attr = edge_attr.astype(np.float32)
+        elif edge_attr.dtype.kind != "f":
+            raise GraphError(f"'edge_attr' must be numeric (got {edge_attr.dtype})")
     num_nodes = getattr(data, "num_nodes", None)
     if num_nodes is not None and (
         isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer))
@@ -112,6 +130,7 @@ def from_pyg(data: Any, *, name: str = "pyg", num_classes: int | None = None) ->
         edge_index[1],
         None if num_nodes is None else int(num_nodes),
         edge_weight=edge_weight,
+        edge_attr=edge_attr,
         node_data=node_data,
         num_classes=num_classes,
         name=name,
@@ -122,8 +141,9 @@ def to_pyg(graph: Graph) -> Any:
     """Convert a :class:`Graph` to ``torch_geometric.data.Data``.
 
     ``edge_index`` (int64 ``[2, E]``, in CSC order: grouped by destination) and ``num_nodes`` are
-    always set; ``x``, ``y``, the split masks and ``edge_weight`` when present. Arrays are copied,
-    so a graph backed by read-only memory maps converts too (at the cost of loading it).
+    always set; ``x``, ``y``, the split masks, ``edge_weight`` and ``edge_attr`` when present.
+    Arrays are copied, so a graph backed by read-only memory maps converts too (at the cost of
+    loading it).
 
     Args:
         graph: The graph.
@@ -152,4 +172,6 @@ def to_pyg(graph: Graph) -> Any:
         kw[key] = torch.from_numpy(np.array(arr))
     if graph.edge_weight is not None:
         kw["edge_weight"] = torch.from_numpy(np.array(graph.edge_weight))
+    if graph.edge_attr is not None:
+        kw["edge_attr"] = torch.from_numpy(np.array(graph.edge_attr))
     return Data(**kw)

@@ -217,8 +217,9 @@ def load_pyg_dataset(
     Finds the file with :func:`find_processed`, reads it with ``torch.load(weights_only=True,
     mmap=True)`` and converts it with :func:`~fleetgnn.graph.loaders.pyg.from_pyg`: edges
     (``edge_index``, row 0 = source) become in-neighbour CSC, ``x``, ``y`` and the split masks
-    are kept, ``edge_weight`` too. A mask with several columns (``[N, K]``: ``K`` alternative
-    splits, e.g. WikiCS or the Geom-GCN splits) gives its column 0, with a warning saying so.
+    are kept, ``edge_weight`` and ``edge_attr`` (edge features, in CSC order) too. A mask with
+    several columns (``[N, K]``: ``K`` alternative splits, e.g. WikiCS or the Geom-GCN splits)
+    gives its column 0, with a warning saying so.
     Your own split (``.npy`` mask files or one ``split`` file, read as
     :func:`~fleetgnn.graph.loaders.splits.user_split` reads them) replaces the file's masks; a
     dataset with neither (e.g. OGB's, whose split lives in ``split/``) gets a warning.
@@ -263,7 +264,7 @@ def load_pyg_dataset(
     import torch
 
     fields: dict[str, Any] = {}
-    for key in ("edge_index", "x", "y", "edge_weight", *SPLITS):
+    for key in ("edge_index", "x", "y", "edge_weight", "edge_attr", *SPLITS):
         if key in data and data[key] is not None:
             fields[key] = data[key]
     several = {}
@@ -294,6 +295,13 @@ def load_pyg_dataset(
         budget.take(
             f"'{path}' declares {' x '.join(map(str, x.shape))} features ({x.dtype})",
             x.numel() * itemsize,
+        )
+    attr = fields.get("edge_attr")
+    if isinstance(attr, torch.Tensor):
+        itemsize = attr.element_size() if attr.is_floating_point() else 4
+        budget.take(
+            f"'{path}' declares {' x '.join(map(str, attr.shape))} edge features ({attr.dtype})",
+            2 * attr.numel() * itemsize,  # the rows and their copy in CSC order
         )
     fields["num_nodes"] = n
     try:
