@@ -62,6 +62,8 @@ def test_h100_takes_the_checks_rates_and_says_which_are_assumed():
     # spmm: 2 E D multiply-adds per forward+backward case (sum, mean) over their medians
     both = [v["median_s"] for k, v in figs["gspmm"].items() if "forward+backward" in k]
     assert len(both) == 2
+    size = json.loads((RESULTS / FULL_CHECK).read_text())["sizes"]["gspmm"]
+    assert (size["edges"], size["dim"]) == (16_000_000, 64)  # as the cases' names say
     assert p.spmm_rate == pytest.approx(2 * 16e6 * 64 * 2 / sum(both), rel=1e-12)
     assert p.elementwise_rate == p.bandwidth["local"] / 12  # follows the measured local
     # what no check measured keeps its built-in figure, named as assumed
