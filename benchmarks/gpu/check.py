@@ -609,6 +609,7 @@ class Check:
         rec["plans"][str(w)] = {
             "choice": plan.get("choice"),
             "reason": plan.get("reason"),
+            "rates_from": plan.get("rates_from"),
             "engines": {
                 e: {k: v.get(k) for k in ("fits", "mode", "epoch_s", "breakdown", "reasons")}
                 for e, v in plan.get("engines", {}).items()

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from fleetgnn.cost.hardware import (
+    DEFAULT_SAMPLE_RATE,
     FIXED_OVERHEADS,
     NARROW_GEMM_WIDTHS,
     HardwareProfile,
@@ -384,8 +385,13 @@ def _local_from(
         "a 32-node layer; param_overhead = Adam's step per parameter tensor; "
         f"disk = {m.get('disk_note', '?')}; {peer_note} (one host, no NIC between its "
         f"processes); device_memory = host_memory / {nproc} (processes share host memory); "
-        f"host_memory from {mem_note}. Rates are one process's alone: concurrent ranks share "
-        "memory bandwidth."
+        f"host_memory from {mem_note}; sample_rate = {DEFAULT_SAMPLE_RATE:.3g} edges/s "
+        "assumed (fleetgnn's numpy sampler, not measured here). Rates are one process's alone: "
+        "concurrent ranks share memory bandwidth."
+    )
+    rates_from = (
+        f"this machine's calibration ({key['hostname']}, torch {key['torch']}, "
+        f"{str(m.get('date', '?'))[:10]}); sample rate assumed"
     )
     return HardwareProfile(
         name="local",
@@ -409,6 +415,8 @@ def _local_from(
         elementwise_rate=float(m["keyed_dropout"]),
         layer_overhead=float(m["layer_overhead"]),
         param_overhead=float(m.get("param_overhead", FIXED_OVERHEADS["cpu"]["param_overhead"])),
+        sample_rate=DEFAULT_SAMPLE_RATE,
+        rates_from=rates_from,
         source=source,
     )
 

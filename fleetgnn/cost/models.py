@@ -28,7 +28,10 @@ The mini-batch replays count every step when the epoch samples at most
 step's rows, activations and the model's state are the prediction's ``workspace``.
 
 Time is compute (sparse aggregation at ``spmm_rate`` edge-features/s, dense transforms at
-``gemm_rate`` flop/s; the backward pass costs twice the forward) plus communication (bytes per
+``gemm_rate`` flop/s; the backward pass costs twice the forward), sampling (the mini-batch
+engines' sampled edges at the profile's ``sample_rate``: fleetgnn's numpy sampler on the host,
+which ``reference`` and ``split`` run on every device and whose reads ``minibatch`` shares, see
+:mod:`fleetgnn.cost.gpu_rates`) plus communication (bytes per
 link kind over the profile's bandwidth), overlapped where the engine overlaps (``fullgraph``'s
 pipelined halo exchange). Traffic is the epoch's total over ranks (as ``metrics.jsonl`` sums it);
 memory is the peak per rank and tier. The link kinds and tiers are those of the engines' reports.
@@ -62,9 +65,6 @@ from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 
-#: Sampled edges per second per rank: fleetgnn's CPU sampler measured 4.7-5.2 M edges/s on a
-#: 2-core EPYC VM (one thread); GPU samplers (WholeGraph, XGNN) draw hundreds of millions.
-SAMPLE_RATE = {"cpu": 5e6, "gpu": 5e8}
 #: Fraction of a sampled layer's edges that cross METIS splits: GSplit Table 5 reports a local-edge
 #: ratio of 0.93-0.94 at 4 splits, fleetgnn's split engine measured 0.84-0.89 (bench_split).
 SPLIT_CUT = 0.13
@@ -706,7 +706,7 @@ def predict_minibatch(
     traffic = {k: loaded.get(k, 0) + sync_bytes.get(k, 0) for k in {*loaded, *sync_bytes}}
     layers = m.num_layers
     compute = steps * _compute_s(hw, m, mean["nodes"] / layers, mean["edges"] / layers)
-    sample = steps * mean["edges"] / SAMPLE_RATE[hw.kind]
+    sample = steps * mean["edges"] / float(hw.sample_rate)  # the host sampler (gpu_rates)
     gather = _link_seconds(hw, loaded, world)
     sync = _link_seconds(hw, sync_bytes, world)
     rows = [mean["input_rows"]] + [mean["nodes"] / layers] * (layers - 1)
@@ -829,7 +829,7 @@ def predict_split(
     compute = steps * _compute_s(
         hw, m, mean["nodes"] / layers / world, mean["edges"] / layers / world
     )
-    sample = steps * mean["edges"] / SAMPLE_RATE[hw.kind]  # every rank samples the global batch
+    sample = steps * mean["edges"] / float(hw.sample_rate)  # each rank samples the global batch
     # per layer: rows forward and backward; plus the gradient all-reduce (none on one rank)
     collectives = (2 * layers + 1) if world > 1 else 0
     between = {link: traffic.get(link, 0)} if world > 1 else {}

@@ -65,6 +65,8 @@ class Plan:
             else ``"epoch_s"``.
         modes: The mode each engine would train in, by engine.
         ranking: The engines that fit, best first.
+        rates_from: Where the profile's rates come from (its ``rates_from``, else a note that
+            they are the built-in figures).
     """
 
     choice: str | None
@@ -80,6 +82,7 @@ class Plan:
     ranked_by: str = "epoch_s"
     modes: dict[str, str] = dataclasses.field(default_factory=dict)
     ranking: list[str] = dataclasses.field(default_factory=list)
+    rates_from: str = ""
 
     def estimate(self, name: str) -> EpochsToTarget | None:
         """The epochs-to-target estimate of ``name``'s mode (``None``: none, or no target)."""
@@ -100,7 +103,7 @@ class Plan:
         Each engine also has ``mode``, ``epochs_to_target`` (an int when its mode reached the
         target, else ``null``) and ``time_to_target_s``; the top level has ``target_acc``,
         ``ranked_by`` (``"epoch_s"`` or ``"time_to_target"``), ``ranking`` and the estimates
-        per mode under ``epochs_to_target``.
+        per mode under ``epochs_to_target``, and ``rates_from``.
         """
         engines = {}
         for n, p in self.predictions.items():
@@ -115,6 +118,7 @@ class Plan:
             "mode": self.mode,
             "reason": self.reason,
             "hardware": self.hardware,
+            "rates_from": self.rates_from,
             "nproc": self.nproc,
             "epochs": self.epochs,
             "workload": dict(self.workload),
@@ -174,6 +178,8 @@ class Plan:
                 f"(ranked after the others)"
             )
         lines.append("device GiB: per rank, what the engine holds plus its step's peak")
+        if self.rates_from:
+            lines.append(f"rates from: {self.rates_from}")
         lines += ["", f"choice: {self.choice or 'none fits'}", self.reason]
         return "\n".join(lines)
 
@@ -210,6 +216,9 @@ def _trains_link(name: str, mode: str) -> bool:
         mode = "full" if name == "reference" else ENGINES[name].modes[0]
     return (name, mode) in LINK_ENGINES
 
+
+#: The plan's ``rates from`` of a profile that names no measurement.
+BUILTIN_RATES = "the profile's built-in figures (datasheets, papers, estimates; see its source)"
 
 #: Knobs too long for the table's column (shown by ``--json``; the choice's in its reason).
 _LONG_KNOBS = frozenset({"order_reason", "stores"})
@@ -457,6 +466,7 @@ def make_plan(
         target_acc=target_acc,
         epochs_to_target=estimates,
         modes={n: _mode_of(n, mode, preds[n]) for n in names},
+        rates_from=hw.rates_from or BUILTIN_RATES,
     )
     if not fitting:
         change = _smallest_change(wl, hw, nproc, names)

@@ -16,6 +16,11 @@ name                   machine
 ``h200``               1x H200 141GB SXM (one GPU's share of an 8-GPU HGX/DGX H200 host)
 =====================  ==========================================================================
 
+Where a committed GPU check measured a profile's GPU (``h100``), its ``local``, pinned ``h2d``,
+``gather_rate``, ``spmm_rate`` and ``sample_rate`` are the check's
+(:mod:`fleetgnn.cost.gpu_rates`, package data copied from ``benchmarks/results/gpu/``), named
+in the profile's ``rates_from`` and ``source``; the other figures stay the built-in ones.
+
 :func:`load_profile` resolves a built-in name, ``"local"`` (measured:
 :func:`~fleetgnn.cost.calibration.local_profile`) or a user-written YAML file
 (:meth:`~fleetgnn.cost.hardware.HardwareProfile.from_yaml`). The fields are described in
@@ -32,7 +37,16 @@ from typing import Any
 
 from fleetgnn.config.topology import DGX1_V100_LINKS
 from fleetgnn.cost.calibration import local_profile
-from fleetgnn.cost.hardware import GB, TFLOPS, GiB, HardwareProfile, MiB, uniform_peer
+from fleetgnn.cost.gpu_rates import measured_rates
+from fleetgnn.cost.hardware import (
+    DEFAULT_SAMPLE_RATE,
+    GB,
+    TFLOPS,
+    GiB,
+    HardwareProfile,
+    MiB,
+    uniform_peer,
+)
 from fleetgnn.errors import ConfigError
 
 # Derating rules shared by the GPU profiles (each number's own source is beside it):
@@ -71,16 +85,52 @@ def _gpu(
     gemm: float,
     source: str,
 ) -> HardwareProfile:
-    bandwidth = {"local": local, "h2d": h2d, "d2h": h2d, "net": net, "disk": disk}
+    """A GPU profile from its built-in figures, with the GPU check's rates where one measured them.
+
+    :func:`~fleetgnn.cost.gpu_rates.measured_rates` gives ``local``, ``h2d``, ``gather_rate``,
+    ``spmm_rate`` and ``sample_rate`` of the profiles a committed check ran on; the rules of
+    this module derive (gather, spmm) or assume (d2h, sample) the others, and ``source`` says
+    which is which.
+    """
+    measured = measured_rates(name)
+    got = dict(measured.values) if measured is not None else {}
+    local = got.get("local", local)
+    bandwidth = {"local": local, "h2d": got.get("h2d", h2d), "d2h": h2d, "net": net, "disk": disk}
+    if peer is not None and "local" in got:  # the diagonal is the device's own bandwidth
+        peer = [[local if i == j else v for j, v in enumerate(row)] for i, row in enumerate(peer)]
     if peer_total is not None:
         bandwidth["peer"] = peer_total
-    derived = (
-        f" Derived: d2h = h2d; gather_rate = {_GATHER_PER_LOCAL} x local (a gather reads and "
-        "writes each row; partial sectors); spmm_rate = local x 1.0e11/1.8e12 MAC/s per B/s, "
-        "calibrated on HongTu Table 5 (DGL GCN on ogbn-products, 1x A100-80GB, 0.27 s/epoch = "
-        "2.4e10 multiply-adds, a lower bound); gemm_rate = float32 without TF32 (PyTorch's "
-        "default), derated from the datasheet peak."
+    rules = {
+        "gather_rate": (
+            f"gather_rate = {_GATHER_PER_LOCAL} x local (a gather reads and writes each row; "
+            "partial sectors)"
+        ),
+        "spmm_rate": (
+            "spmm_rate = local x 1.0e11/1.8e12 MAC/s per B/s, calibrated on HongTu Table 5 (DGL "
+            "GCN on ogbn-products, 1x A100-80GB, 0.27 s/epoch = 2.4e10 multiply-adds, a lower "
+            "bound)"
+        ),
+        "sample_rate": (
+            f"sample_rate = {DEFAULT_SAMPLE_RATE:.3g} edges/s assumed (fleetgnn's numpy sampler "
+            "on one host thread, the engines' path on GPU machines too)"
+        ),
+    }
+    d2h = (
+        f"d2h = the built-in h2d, {h2d / GB:.3g} GB/s (assumed: the GPU check measures "
+        "host-to-device only)"
+        if "h2d" in got
+        else "d2h = h2d"
     )
+    derived = [d2h, *(text for field, text in rules.items() if field not in got)]
+    derived.append(
+        "gemm_rate = float32 without TF32 (PyTorch's default), derated from the datasheet peak"
+    )
+    text = f"{source} Derived or assumed: {'; '.join(derived)}."
+    if measured is not None:
+        text += (
+            f" Measured by the GPU check, replacing the figures above: {measured.rates_from}."
+            f" How: {measured.detail}; elementwise_rate = local / 12 follows the measured local."
+        )
     return HardwareProfile(
         name=name,
         kind="gpu",
@@ -89,10 +139,12 @@ def _gpu(
         host_memory=host_memory,
         bandwidth=bandwidth,
         peer=peer,
-        gather_rate=_GATHER_PER_LOCAL * local,
-        spmm_rate=_SPMM_PER_LOCAL * local,
+        gather_rate=got.get("gather_rate", _GATHER_PER_LOCAL * local),
+        spmm_rate=got.get("spmm_rate", _SPMM_PER_LOCAL * local),
         gemm_rate=gemm,
-        source=source + derived,
+        sample_rate=got.get("sample_rate", DEFAULT_SAMPLE_RATE),
+        rates_from=measured.rates_from if measured is not None else "",
+        source=text,
     )
 
 

@@ -16,6 +16,7 @@ from fleetgnn.cost import (
     load_profile,
     local_profile,
 )
+from fleetgnn.cost.gpu_rates import measured_rates
 from fleetgnn.errors import ConfigError
 
 GB = 1e9
@@ -129,7 +130,8 @@ def test_peer_queries_check_indices():
     with pytest.raises(ConfigError, match="twice"):
         p.mean_peer_bandwidth([1, 1])
     single = PROFILES["h100"]
-    assert single.min_peer_bandwidth() == single.mean_peer_bandwidth() == 3.0e12
+    local = measured_rates("h100").values["local"]  # the GPU check's device copy
+    assert single.min_peer_bandwidth() == single.mean_peer_bandwidth() == local
 
 
 # ---------------------------------------------------------------------------- with_devices
@@ -299,6 +301,7 @@ def test_local_profile_measures_and_caches(tmp_path, monkeypatch):
     assert p.bandwidth["local"] == 2 * p.bandwidth["h2d"]  # bytes read + written
     assert p.peer_bandwidth(0, 1) == p.bandwidth["h2d"] / 2 == p.bandwidth["net"]
     assert "ESTIMATE" in p.source and "share host memory" in p.source and "disk" in p.source
+    assert p.rates_from.startswith("this machine's calibration") and "sample_rate" in p.source
     assert len(list(tmp_path.glob("*.json"))) == 1
     assert HardwareProfile.from_dict(p.to_dict()) == p
 
