@@ -298,6 +298,9 @@ class HardwareProfile:
             gradient); ``None``: ``gemm_rate`` (see :meth:`gemm_rate_at`).
         sample_rate: Sampled edges/s per rank of the host sampler the mini-batch engines run;
             ``None``: :data:`DEFAULT_SAMPLE_RATE`.
+        device_sample_rate: Sampled edges/s per rank of the torch sampler over a CSC replica
+            in device memory (``minibatch`` with ``store.sampling`` resolved to ``device``);
+            ``None``: not measured (the host rate is used).
         rates_from: Where the measured rates come from, in one line (``""``: built-in).
         source: Where the numbers come from.
 
@@ -326,6 +329,7 @@ class HardwareProfile:
     layer_overhead: float | None = None
     param_overhead: float | None = None
     sample_rate: float | None = None
+    device_sample_rate: float | None = None
     rates_from: str = ""
     source: str = ""
 
@@ -381,6 +385,9 @@ class HardwareProfile:
                 raise _fail(name, value, "must be seconds in [0, 10)")
         sample = DEFAULT_SAMPLE_RATE if self.sample_rate is None else self.sample_rate
         set_(self, "sample_rate", positive_arg("sample_rate", sample, "sampled edges/s"))
+        if self.device_sample_rate is not None:
+            rate = positive_arg("device_sample_rate", self.device_sample_rate, "sampled edges/s")
+            set_(self, "device_sample_rate", rate)
         for name in ("rates_from", "source"):
             if not isinstance(getattr(self, name), str):
                 raise _fail(name, getattr(self, name), "must be a string")
@@ -511,6 +518,7 @@ class HardwareProfile:
             "layer_overhead": self.layer_overhead,
             "param_overhead": self.param_overhead,
             "sample_rate": self.sample_rate,
+            "device_sample_rate": self.device_sample_rate,
             "rates_from": self.rates_from,
             "source": self.source,
         }
@@ -541,8 +549,8 @@ class HardwareProfile:
             raise ConfigError(
                 f"hardware profile field {missing[0]!r} is missing; required fields: "
                 f"{', '.join(cls.REQUIRED)} (optional: num_hosts, peer, narrow_gemm_rate, "
-                f"elementwise_rate, layer_overhead, param_overhead, sample_rate, rates_from, "
-                f"source)"
+                f"elementwise_rate, layer_overhead, param_overhead, sample_rate, "
+                f"device_sample_rate, rates_from, source)"
             )
         return cls(**{str(k): v for k, v in d.items()})
 

@@ -653,6 +653,16 @@ def predict_minibatch(
     per_host = min(world, int(hw.num_devices))
     dev_b = _budget(device_budget, int(hw.device_memory) // 2, "device_budget")
     host_b = _budget(knobs.get("host_budget"), int(hw.host_memory) // 2, "host_budget")
+    # store.sampling as the engine resolves it: a CSC replica on the device, out of the budget
+    replica = (wl.num_nodes + 1) * _IDX + wl.num_edges * _IDX
+    sampling = str(knobs.get("sampling") or "auto")
+    room = dev_b // 2 if sampling == "auto" else dev_b if sampling == "device" else -1
+    on_device = hw.kind == "gpu" and replica <= room
+    if on_device:
+        dev_b -= replica
+        if device_budget is not None:
+            device_budget = dev_b
+    rate = hw.device_sample_rate if on_device and hw.device_sample_rate else hw.sample_rate
     placement = str(knobs.get("placement", "degree"))
     order = str(knobs.get("order") or "graph_first")
     if placement not in PLACEMENTS:
@@ -706,7 +716,8 @@ def predict_minibatch(
     traffic = {k: loaded.get(k, 0) + sync_bytes.get(k, 0) for k in {*loaded, *sync_bytes}}
     layers = m.num_layers
     compute = steps * _compute_s(hw, m, mean["nodes"] / layers, mean["edges"] / layers)
-    sample = steps * mean["edges"] / float(hw.sample_rate)  # the host sampler (gpu_rates)
+    sample = steps * mean["edges"] / float(rate)  # the host's or the device's (gpu_rates)
+    device += replica if on_device else 0
     gather = _link_seconds(hw, loaded, world)
     sync = _link_seconds(hw, sync_bytes, world)
     rows = [mean["input_rows"]] + [mean["nodes"] / layers] * (layers - 1)
@@ -734,6 +745,7 @@ def predict_minibatch(
             "host_budget": host_b,
             "placement": placement,
             "order": order,
+            "sampling": "device" if on_device else "host",
             "counts": counts,
             **(cache_knobs if wl.graph is None else {}),
         },

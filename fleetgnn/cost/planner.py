@@ -651,11 +651,12 @@ def knobs_from_config(cfg: Any) -> dict[str, dict[str, Any]]:
     """The engine knobs a run config fixes, for :func:`make_plan`'s ``knobs``.
 
     The run's seed (the replayed samples are the run's), the store's budgets where set (unset
-    ones stay the planner's choice), its placement and topology; split's partition; fullgraph's
+    ones stay the planner's choice), its placement, topology and sampling; split's partition; fullgraph's
     partition, chunks and tuning (the aggregators it holds).
     """
     st, seed = cfg.store, int(cfg.train.seed)
     store: dict[str, Any] = {"seed": seed, "placement": st.placement, "topology": st.topology}
+    store["sampling"] = st.sampling
     for key in ("device_budget", "host_budget"):
         if getattr(st, key) is not None:
             store[key] = getattr(st, key)

@@ -88,7 +88,8 @@ def _gpu(
     """A GPU profile from its built-in figures, with the GPU check's rates where one measured them.
 
     :func:`~fleetgnn.cost.gpu_rates.measured_rates` gives ``local``, ``h2d``, ``gather_rate``,
-    ``spmm_rate`` and ``sample_rate`` of the profiles a committed check ran on; the rules of
+    ``spmm_rate``, ``sample_rate`` and ``device_sample_rate`` of the profiles a committed check
+    ran on; the rules of
     this module derive (gather, spmm) or assume (d2h, sample) the others, and ``source`` says
     which is which.
     """
@@ -113,6 +114,9 @@ def _gpu(
         "sample_rate": (
             f"sample_rate = {DEFAULT_SAMPLE_RATE:.3g} edges/s assumed (fleetgnn's numpy sampler "
             "on one host thread, the engines' path on GPU machines too)"
+        ),
+        "device_sample_rate": (
+            "device_sample_rate not measured: minibatch's device sampling is priced at sample_rate"
         ),
     }
     d2h = (
@@ -143,6 +147,7 @@ def _gpu(
         spmm_rate=got.get("spmm_rate", _SPMM_PER_LOCAL * local),
         gemm_rate=gemm,
         sample_rate=got.get("sample_rate", DEFAULT_SAMPLE_RATE),
+        device_sample_rate=got.get("device_sample_rate"),
         rates_from=measured.rates_from if measured is not None else "",
         source=text,
     )

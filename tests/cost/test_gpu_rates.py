@@ -59,6 +59,7 @@ def test_h100_takes_the_checks_rates_and_says_which_are_assumed():
     sampler = figs["sampler"]["m_edges_per_s"]
     assert p.sample_rate == sampler[HOST_SAMPLER] * 1e6
     assert p.sample_rate < sampler["fleetgnn"] * 1e6 / 10
+    assert p.device_sample_rate == sampler["fleetgnn"] * 1e6  # the torch sampler, CSC on the GPU
     # spmm: 2 E D multiply-adds per forward+backward case (sum, mean) over their medians
     both = [v["median_s"] for k, v in figs["gspmm"].items() if "forward+backward" in k]
     assert len(both) == 2
@@ -108,6 +109,7 @@ def test_derivation_rules():
         "local": 2000e9,
         "h2d": 40e9,
         "gather_rate": 500e9,
+        "device_sample_rate": 90e6,
         "spmm_rate": 2 * 1000 * 8 * 2 / 0.008,  # the two forward+backward cases only
         "sample_rate": 4e6,
     }
@@ -165,8 +167,21 @@ def test_plan_says_where_the_rates_come_from_and_samples_at_the_profiles_rate():
     # sampling time is the sampled edges over the profile's sample_rate
     hw = PROFILES["h100"]
     for engine in ("minibatch", "split"):
-        one = predict_engine(engine, wl, hw, 1).breakdown["sample"]
-        two = predict_engine(engine, wl, dataclasses.replace(hw, sample_rate=2 * hw.sample_rate), 1)
+        knobs = {"sampling": "host"} if engine == "minibatch" else {}
+        one = predict_engine(engine, wl, hw, 1, knobs).breakdown["sample"]
+        faster = dataclasses.replace(hw, sample_rate=2 * hw.sample_rate)
+        two = predict_engine(engine, wl, faster, 1, knobs)
         assert one > 0 and two.breakdown["sample"] == pytest.approx(one / 2, rel=1e-12)
+    # minibatch samples a CSC replica on the GPU when it takes at most half the device budget
+    # (store.sampling=auto): at the device sampler's rate, the replica's bytes on the device
+    host = predict_engine("minibatch", wl, hw, 1, {"sampling": "host"})
+    auto = predict_engine("minibatch", wl, hw, 1)
+    replica = (2_000 + 1) * 8 + 20_000 * 8
+    assert auto.knobs["sampling"] == "device" and host.knobs["sampling"] == "host"
+    ratio = hw.sample_rate / hw.device_sample_rate
+    assert auto.breakdown["sample"] == pytest.approx(host.breakdown["sample"] * ratio, rel=1e-12)
+    assert auto.memory["device"] == host.memory["device"] + replica
+    small = predict_engine("minibatch", wl, hw, 1, {"device_budget": 2 * replica - 1})
+    assert small.knobs["sampling"] == "host"  # the replica would take more than half
     with pytest.raises(ConfigError, match="sample_rate=0 is invalid"):
         dataclasses.replace(hw, sample_rate=0)
