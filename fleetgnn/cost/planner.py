@@ -201,7 +201,9 @@ def _candidates(
             continue
         if task == "link" and not _trains_link(name, mode):
             continue
-        if name == "reference" and nproc > 1:
+        if name == "reference" and (nproc > 1 or mode == "minibatch"):
+            # its cost model is the full-graph mode's; sampled, it does one-rank minibatch's
+            # work (without the store), which the minibatch engine's model prices
             continue
         names.append(name)
     return names

@@ -78,6 +78,8 @@ def test_predicted_traffic_and_memory_equal_measured(world):
                 measured[k] = measured.get(k, 0) + v
         cfg = load_config(None, [f"model.name={model}", "train.mode=minibatch", *SETS])
         wl = workload_from_config(cfg, graph=_community_graph())
+        if engine == "minibatch":  # CPU processes: store.sampling=auto sampled on the host
+            knobs = {"sampling": "host", **knobs}
         pred = predict_engine(engine, wl, hw, world, knobs)
         case = (engine, model, knobs)
         assert pred.knobs["counts"] == "exact", case
@@ -89,7 +91,7 @@ def test_predicted_traffic_and_memory_equal_measured(world):
         for tier in tiers:
             peak = max(r[i][1].get(tier, 0) for r in res)
             assert pred.memory[tier] == pytest.approx(peak, rel=0.10), (case, tier, pred.memory)
-        if engine == "minibatch" and knobs:
+        if engine == "minibatch" and set(knobs) - {"sampling"}:
             assert measured["h2d"] > 0 and measured["disk"] > 0, case  # every tier served
 
 
