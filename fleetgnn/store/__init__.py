@@ -4,13 +4,15 @@ Where rows go: hotness ranking in :mod:`fleetgnn.store.hotness`, tier plans in
 :mod:`fleetgnn.store.tiers`, XGNN's placement solver in :mod:`fleetgnn.store.placement`, device
 topologies (``store.topology``) in :mod:`fleetgnn.store.device_topology`; the store itself in
 :mod:`fleetgnn.store.store`, per-type tables of typed graphs in :mod:`fleetgnn.store.keyed`; PyG
-``FeatureStore``/``GraphStore`` adapters in :mod:`fleetgnn.store.pyg` (optional dependency).
+``FeatureStore``/``GraphStore`` adapters in :mod:`fleetgnn.store.pyg` (optional dependency);
+the partition-aware placement of split-parallel engines in :mod:`fleetgnn.store.partitioned`.
 """
 
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.store.device_topology import TOPOLOGIES, resolve_placement, topology_matrix
 from fleetgnn.store.hotness import HotnessRanking, hotness_order
 from fleetgnn.store.keyed import KeyedPlan, KeyedStore, plan_keyed
+from fleetgnn.store.partitioned import plan_partitioned
 from fleetgnn.store.placement import PlacementPlan, solve_placement
 from fleetgnn.store.store import KINDS, SOURCE_LINKS, SOURCES, UnifiedStore
 from fleetgnn.store.tiers import (
@@ -40,6 +42,7 @@ __all__ = [
     "hotness_order",
     "parse_bytes",
     "plan_keyed",
+    "plan_partitioned",
     "plan_store",
     "plan_tiers",
     "resolve_placement",
