@@ -460,7 +460,6 @@ def test_zero_device_budget_loads_every_row_from_the_host_tier_or_disk(host, lin
         assert batch.counters[f"rows_{source}"] == rows
 
 
-@pytest.mark.slow
 def test_store_placement_follows_the_presampled_ranking():
     """``store.placement=presample`` ranks the part's rows by pre-sampled accesses (one rank
     owns every row: its shard holds the 16 most accessed)."""
