@@ -10,7 +10,9 @@ from its ``metrics.jsonl``:
 - epoch seconds (the slowest rank; best timed epoch), the time breakdown;
 - edges computed per epoch: ``split`` from its splits (every sampled edge once), ``minibatch``
   as the data-parallel counterfactual ``split`` reports for the same targets (GSplit Table 2);
-- input rows per tier and bytes per link kind, summed over ranks (GSplit Table 1's analogue);
+- input rows per store source and bytes per link kind, summed over ranks (GSplit Table 1's
+  analogue); both engines read features through the unified store with the same device budget
+  and ``store.host_budget=0`` (``split``: each rank's shard holds its own part's hottest rows);
 - the split quality: edge skew and local-edge ratio (GSplit Table 5).
 
 Cooperative sampling (every rank samples the global batch itself vs one leader samples and
@@ -67,9 +69,8 @@ def train_run(
         f"train.fanouts=[{args.fanouts}]",
         f"train.batch_size={per_rank}",
         f"store.device_budget={args.budget}",
-        "store.host_budget=0"
-        if engine == "minibatch"
-        else f"split.report_dp={str(report_dp).lower()}",
+        "store.host_budget=0",  # both engines' stores: the rest is read from the dataset
+        *([f"split.report_dp={str(report_dp).lower()}"] if engine == "split" else []),
     ]
     recs, _ = train_epochs(
         dataset, engine, "sage", world, epochs, run_dir, sets=sets, threads=args.threads
@@ -94,8 +95,9 @@ def summarise(engine: str, world: int, recs: list[dict[str, Any]]) -> dict[str, 
         out["edges"] = extra["edges"]
         out["edge_skew"] = extra["edge_skew"]
         out["local_edge_ratio"] = extra["local_edge_ratio"]
-        rows = extra["per_rank"]["input_rows"]
-        out["input_rows"] = {k: sum(r[k] for r in rows) for k in ("cached", "host")}
+        rows = extra["per_rank"]["input_rows"]  # per store source (local: own device hits)
+        out["input_rows"] = {k: sum(r[k] for r in rows) for k in rows[0]}
+        out["hit_rates"] = extra.get("hit_rates")
         out["shuffle_bytes_per_layer"] = [
             sum(v) for v in zip(*extra["per_rank"]["shuffle_bytes_per_layer"], strict=True)
         ]

@@ -30,6 +30,7 @@ from fleetgnn.config.knobs import (
     FeatureNorm,
     FullGraphSection,
     GradClip,
+    KnobError,
     Mode,
     OffloadSection,
     Precision,
@@ -116,13 +117,30 @@ class MinibatchEngineConfig(DebugCollectives, Prefetch, TieredStore, DeviceCache
 
 
 @dataclasses.dataclass(frozen=True)
-class SplitEngineConfig(DebugCollectives, Prefetch, DeviceCache, SplitSection, SampledConfig):
+class SplitEngineConfig(
+    DebugCollectives, Prefetch, TieredStore, DeviceCache, SplitSection, SampledConfig
+):
     """Split-parallel sampled training (GSplit): one mini-batch per step, split across ranks.
 
     ``batch_size`` is the GLOBAL batch (one mini-batch per step for all ranks), as in the
-    reference engine, whose steps this engine reproduces; uncached rows are loaded from host
-    memory (the dataset's map).
+    reference engine, whose steps this engine reproduces. Input rows are read through the
+    unified store with a partition-aware placement: each rank's device shard holds the hottest
+    rows of its own part (``device_budget``), the host tier the next-hottest rows
+    (``host_budget``), the rest stays on disk. ``topology`` must stay ``None`` (the partition
+    decides the placement) and ``order`` has no effect (the store holds features only).
     """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.topology is not None:  # named in full: the engine config has no sections
+            raise KnobError(
+                "topology",
+                self.topology,
+                f"store.topology={self.topology!r} does not apply to the split engine: each row "
+                "sits on its owner's device shard (the partition decides the placement); leave "
+                "store.topology unset",
+                whole=True,
+            )
 
 
 @dataclasses.dataclass(frozen=True)

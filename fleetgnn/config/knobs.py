@@ -527,9 +527,9 @@ class DeviceCache(Knobs):
     Attributes:
         device_budget: Bytes of device memory per rank for hot rows (``"64MB"``, ``"1.5GiB"``,
             an int; ``None``: unlimited). ``minibatch`` keeps the hottest rows of the unified
-            store there; ``split`` the highest-degree rows of the rank's own part (caches are
-            disjoint, so capacity grows with ranks). On a CPU machine this is process memory,
-            so tiering decisions happen there too.
+            store there; ``split`` the hottest rows of the rank's own part (its store's
+            partition-aware placement: shards are disjoint, so capacity grows with ranks). On a
+            CPU machine this is process memory, so tiering decisions happen there too.
     """
 
     device_budget: str | int | None = None
@@ -541,21 +541,23 @@ class DeviceCache(Knobs):
 
 @dataclasses.dataclass(frozen=True)
 class TieredStore(Knobs):
-    """The unified store's host tier and placement (WholeGraph, XGNN; ``minibatch``).
+    """The unified store's host tier and placement (WholeGraph, XGNN; ``minibatch``, ``split``).
 
     Attributes:
         host_budget: Bytes of host memory per host (machine) for the next-hottest rows: one
             copy shared by all the ranks on the host (``None``: unlimited); the rest is read
             from the dataset's memory map on disk.
         placement: Hotness ranking (``presample`` counts accesses over sampled batches).
-        order: Which gets the device budget first (XGNN: graph first).
+        order: Which gets the device budget first (XGNN: graph first; ``split`` keeps only
+            features in its store, so there it has no effect).
         gather: How ranks read each other's device shards: ``one_sided`` (shared memory, every
             rank on one host), ``two_sided`` (all-to-all, works across hosts) or ``auto``
             (one-sided on one host, two-sided when the ranks span hosts; the engine says which
             it picked).
         topology: Device link bandwidths for XGNN's placement solver (which device each rank
             reads each hot-row partition from): ``None`` (equally connected), a built-in name
-            (``dgx1-v100``), or a YAML/JSON file holding an ``N x N`` matrix.
+            (``dgx1-v100``), or a YAML/JSON file holding an ``N x N`` matrix. ``split``
+            refuses one: its partition decides which shard holds a row.
         sampling: Where the ``minibatch`` engine samples: ``host`` (numpy, over the store's
             tiered topology), ``device`` (a replica of the graph's CSC on the rank's device,
             sampled there with the torch backend: the same blocks; its bytes come out of

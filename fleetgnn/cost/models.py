@@ -782,17 +782,20 @@ def predict_split(
     """Split parallelism (GSplit): one global batch, every row loaded and computed by one rank.
 
     ``wl.batch_size`` seeds per step for all ranks. With the dataset the epoch is replayed
-    (:func:`~fleetgnn.cost.replay.split_counts`): input rows from each rank's cache (``local``)
-    or host memory (``h2d``), the shuffles per layer and the gradient all-reduce, as the engine
-    meters them; ``memory["device"]`` is the cache (the engine's ``peak_memory()``), ``host``
-    the dataset the ranks of a host read (one mapping). Without the dataset the sample is
-    modelled and :data:`SPLIT_CUT` of a layer's edges cross splits.
+    (:func:`~fleetgnn.cost.replay.split_counts`): input rows from each rank's store shard
+    (``local``), the host tier (``h2d``) or disk, the shuffles per layer and the gradient
+    all-reduce, as the engine meters them; ``memory["device"]`` is the largest shard (the
+    engine's ``peak_memory()``), ``host`` the rows off the devices and the topology. Without
+    the dataset the sample is modelled and :data:`SPLIT_CUT` of a layer's edges cross splits.
 
-    Knobs: ``device_budget`` (cache bytes per rank, default half the device), ``partition``
-    (``metis``, ``range``, ``hash``, ``random``; default ``metis``), ``seed`` (default 0).
+    Knobs: ``device_budget`` (shard bytes per rank, default half the device), ``host_budget``
+    (host-tier bytes per host, default unlimited, as the engine's), ``partition`` (``metis``,
+    ``range``, ``hash``, ``random``; default ``metis``), ``seed`` (default 0).
     """
     m = wl.model
     dev_b = _budget(device_budget, int(hw.device_memory) // 2, "device_budget")
+    host = knobs.get("host_budget")
+    host_b = None if host is None else _budget(host, 0, "host_budget")
     method = str(knobs.get("partition", "metis"))
     if wl.graph is not None:
         g = wl.graph
@@ -807,6 +810,7 @@ def predict_split(
             seed=int(knobs.get("seed", 0)),
             partition_method=method,
             device_budget=dev_b,
+            host_budget=host_b,
             owner=np.arange(g.num_nodes, dtype=np.int64) % world if modelled_cut else None,
         )
         steps, loads, rows = c.steps, dict(c.loads), c.shuffle_rows
@@ -846,7 +850,7 @@ def predict_split(
     collectives = (2 * layers + 1) if world > 1 else 0
     between = {link: traffic.get(link, 0)} if world > 1 else {}
     within = {k: v for k, v in traffic.items() if k not in between}
-    gather = _link_seconds(hw, within, world)  # input rows from the cache or host memory
+    gather = _link_seconds(hw, within, world)  # input rows from the shard, host tier or disk
     comm = steps * COLLECTIVE_LATENCY[hw.kind] * collectives + _link_seconds(hw, between, world)
     rows = [mean["input_rows"] / world] + [mean["nodes"] / layers / world] * (layers - 1)
     fixed = {k: steps * v for k, v in _fixed_s(hw, m, rows).items()}
@@ -866,6 +870,7 @@ def predict_split(
             "batch_size": wl.batch_size,
             "fanouts": list(wl.fanouts),
             "device_budget": dev_b,
+            **({} if host_b is None else {"host_budget": host_b}),
             "partition": method,
             "counts": counts,
         },

@@ -653,8 +653,8 @@ def knobs_from_config(cfg: Any) -> dict[str, dict[str, Any]]:
     """The engine knobs a run config fixes, for :func:`make_plan`'s ``knobs``.
 
     The run's seed (the replayed samples are the run's), the store's budgets where set (unset
-    ones stay the planner's choice), its placement, topology and sampling; split's partition; fullgraph's
-    partition, chunks and tuning (the aggregators it holds).
+    ones stay the planner's choice), its placement, topology and sampling; split's partition;
+    fullgraph's partition, chunks and tuning (the aggregators it holds).
     """
     st, seed = cfg.store, int(cfg.train.seed)
     store: dict[str, Any] = {"seed": seed, "placement": st.placement, "topology": st.topology}

@@ -16,11 +16,13 @@ minibatch   the store's plan (:func:`~fleetgnn.store.tiers.plan_store`, the engi
             (:data:`~fleetgnn.store.SOURCE_LINKS`: own shard ``local``, another rank's shard on
             this host ``peer``, on another host ``net``, host tier ``h2d``, disk ``disk``)
 split       the global batch (one sample per step), the offline partition
-            (:func:`~fleetgnn.partition.partition`, the engine's method and seed), each rank's
-            cache (the highest-degree rows of its own part within ``device_budget``): input rows
-            from a cache are ``local``, the others ``h2d``; per layer the rows the forward
-            shuffle sends: the partial sums per (destination, sending rank) of the edges that
-            cross splits (pre-aggregation) and the source rows per (source, destination rank)
+            (:func:`~fleetgnn.partition.partition`, the engine's method and seed), the store's
+            partition-aware plan (:func:`~fleetgnn.store.plan_partitioned`: each rank's shard
+            holds the hottest rows of its own part within ``device_budget``, the host tier the
+            next-hottest within ``host_budget``): input rows from the owner's shard are
+            ``local``, from the host tier ``h2d``, the others ``disk``; per layer the rows the
+            forward shuffle sends: the partial sums per (destination, sending rank) of the edges
+            that cross splits (pre-aggregation) and the source rows per (source, destination rank)
             (the halo path of edge-weighted aggregation)
 ==========  =====================================================================================
 
@@ -42,7 +44,7 @@ from torch import Tensor
 from fleetgnn.graph import Graph
 from fleetgnn.partition import partition
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
-from fleetgnn.store import SOURCE_LINKS
+from fleetgnn.store import SOURCE_LINKS, plan_partitioned
 from fleetgnn.store.device_topology import resolve_placement
 from fleetgnn.store.hotness import HotnessRanking, hotness_order
 from fleetgnn.store.tiers import DEVICE, HOST, TierBudgets, TierPlan, plan_store
@@ -77,9 +79,9 @@ class SampledCounts:
         layer_edges: Sampled edges per step and rank of each block (mean; input layer first).
         shuffle_rows: ``split`` only: rows the forward shuffle of each layer sends over the
             epoch, summed over ranks: ``(pre-aggregation, halo)`` per layer.
-        device_bytes: Bytes each rank's store shard (``minibatch``) or cache (``split``) holds.
-        host_bytes: ``minibatch``: bytes of the store's host tier (one per host).
-        disk_bytes: ``minibatch``: bytes left on disk.
+        device_bytes: Bytes each rank's store shard holds.
+        host_bytes: Bytes of the store's host tier (one per host).
+        disk_bytes: Bytes left on disk (``split``: feature rows only).
     """
 
     steps: int
@@ -339,23 +341,6 @@ def split_owner(graph: Graph, method: str, world: int, seed: int = 0) -> np.ndar
     return np.asarray(partition(graph, method, world, seed=seed).part_of, dtype=np.int64)
 
 
-def _split_cache(
-    graph: Graph, owner: np.ndarray, world: int, budget: int | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows cached per rank and the union of the caches as a mask (caches are disjoint)."""
-    row = int(graph.num_features) * graph.x.dtype.itemsize if graph.x is not None else 0
-    deg = np.diff(np.asarray(graph.indptr, dtype=np.int64))
-    cached = np.zeros(graph.num_nodes, dtype=bool)
-    sizes = np.zeros(world, dtype=np.int64)
-    for r in range(world):  # loop over ranks, as each rank builds its own cache
-        mine = np.flatnonzero(owner == r)
-        cap = mine.size if budget is None else min(mine.size, int(budget) // max(row, 1))
-        hot = mine[np.argsort(-deg[mine], kind="stable")[:cap]]
-        cached[hot] = True
-        sizes[r] = hot.size
-    return sizes, cached
-
-
 def _unique_pairs(major: np.ndarray, minor: np.ndarray, span: int) -> int:
     """Number of distinct ``(major, minor)`` pairs, ``0 <= minor < span``."""
     if major.size == 0:
@@ -373,6 +358,8 @@ def split_counts(
     epoch: int = 0,
     partition_method: str = "metis",
     device_budget: int | None = None,
+    host_budget: int | None = None,
+    hotness: HotnessRanking | None = None,
     owner: np.ndarray | None = None,
     max_edges: int = EXACT_EDGES,
     presample_steps: int = PRESAMPLE_STEPS,
@@ -380,8 +367,9 @@ def split_counts(
     """Replay one epoch of the ``split`` engine: input rows per tier, shuffle rows per layer.
 
     One global sample per step (``SeedLoader(batch_size, seed=seed)``, ``stream=0``); the rows
-    of ``blocks[0]`` are loaded once each, by their owner, from its cache (``local``) or from
-    host memory (``h2d``). Layer ``l`` shuffles, for every edge whose source and destination
+    of ``blocks[0]`` are loaded once each, by their owner, through the engine's store plan
+    (:func:`~fleetgnn.store.plan_partitioned`): from its own shard (``local``), the host tier
+    (``h2d``) or disk. Layer ``l`` shuffles, for every edge whose source and destination
     have different owners, one partial sum per distinct (destination, source owner) pair (sum and
     mean aggregation) or one source row per distinct (source, destination owner) pair (the halo
     path). ``input_rows``/``edges``/``nodes`` are the global sample's (every rank draws it).
@@ -394,14 +382,24 @@ def split_counts(
         seed: The run's seed (batches, samples and the partition).
         epoch: Which epoch to replay.
         partition_method: The engine's ``partition``.
-        device_budget: Cache bytes per rank (``None``: its whole part).
+        device_budget: Device bytes per rank (``None``: its whole part).
+        host_budget: Host-tier bytes per host (``None``: every other row).
+        hotness: The store's ranking (default: by degree, the engine's ``placement=degree``).
         owner: The owner of every node (default: :func:`split_owner`).
         max_edges: Sampled edges per epoch above which only a prefix of steps is replayed.
         presample_steps: The prefix's length.
     """
     own = split_owner(graph, partition_method, world, seed) if owner is None else owner
-    sizes, cached = _split_cache(graph, own, world, device_budget)
     row = int(graph.num_features) * graph.x.dtype.itemsize if graph.x is not None else 0
+    fp: TierPlan | None = None
+    if graph.x is not None:
+        unlimited = 1 << 62
+        budgets = TierBudgets(
+            unlimited if device_budget is None else int(device_budget),
+            unlimited if host_budget is None else int(host_budget),
+        )
+        fp = plan_partitioned(graph, own, budgets, world, hotness=hotness).features
+    tiers = np.zeros(3, dtype=np.int64)  # input rows from the device, host and disk tiers
     train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
     loader = SeedLoader(train_ids, batch_size, seed=seed, shuffle=True)
     sampler = NeighborSampler(GraphTopology(graph), list(fanouts), seed=seed)
@@ -409,7 +407,6 @@ def split_counts(
     layers = len(fanouts)
     pre = np.zeros(layers, dtype=np.int64)
     halo = np.zeros(layers, dtype=np.int64)
-    hits = misses = 0
     tally = _Tally()
     replayed = 0
     s = 0
@@ -419,10 +416,9 @@ def split_counts(
             first = sum(int(b.indices.numel()) for b in blocks)
             replayed = _replayed_steps(steps, 1, first, max_edges, presample_steps)
         tally.add(blocks)
-        ids = blocks[0].src_ids.numpy()
-        hit = int(np.count_nonzero(cached[ids]))
-        hits += hit
-        misses += ids.size - hit
+        if fp is not None:  # a device row is on its owner's shard: the owner loads it
+            tier, _, _ = fp.locate(blocks[0].src_ids.numpy().astype(np.int64))
+            tiers += np.bincount(tier, minlength=3)
         if world > 1:
             for i, b in enumerate(blocks):
                 indptr = b.indptr.numpy().astype(np.int64, copy=False)
@@ -441,8 +437,9 @@ def split_counts(
         replayed=replayed,
         exact=replayed == steps,
         loads={
-            "local": int(round(hits * row * scale)),
-            "h2d": int(round(misses * row * scale)),
+            link: int(round(int(c) * row * scale))
+            for link, c in zip(("local", "h2d", "disk"), tiers.tolist(), strict=True)
+            if c or link != "disk"
         },
         input_rows=m["input_rows"],
         edges=m["edges"],
@@ -455,7 +452,9 @@ def split_counts(
             (int(round(int(p) * scale)), int(round(int(h) * scale)))
             for p, h in zip(pre, halo, strict=True)
         ),
-        device_bytes=tuple(int(c) * row for c in sizes),
+        device_bytes=(0,) * world if fp is None else tuple(int(b) for b in fp.device_bytes),
+        host_bytes=0 if fp is None else int(fp.host_bytes),
+        disk_bytes=0 if fp is None else int(fp.disk_bytes),
     )
 
 

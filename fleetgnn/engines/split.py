@@ -16,8 +16,12 @@ itself and nothing is sent):
    (destinations owned elsewhere with an in-edge from an owned source) grouped by the owner, the
    incoming ones and where they add up, and the sampled in-degree of the owned destinations. Both
    sides of every exchange derive the same counts from the shared sample: no count exchange;
-2. load the input rows this rank owns: from its cache (the highest-degree rows of its own part,
-   up to ``device_budget``) or from host memory;
+2. load the input rows this rank owns through the unified store
+   (:class:`~fleetgnn.store.UnifiedStore`) with a partition-aware placement
+   (:func:`~fleetgnn.store.plan_partitioned`): its device shard holds the hottest rows of its
+   own part, up to ``device_budget`` (a hit stays on the device), the host tier the
+   next-hottest rows of every part, up to ``host_budget`` (one copy per host), the rest stays
+   on disk (the dataset's arrays);
 3. forward through :class:`SplitAggregator` (the :class:`~fleetgnn.nn.Aggregator` of the owned
    split), loss on the owned targets divided by the global number of targets, backward, one
    gradient all-reduce (sum), the same optimizer step everywhere.
@@ -43,6 +47,14 @@ pairs whose source it owns, the other endpoints' rows fetched from their owners 
 (:func:`~fleetgnn.engines.link.split_edge_batch_loss`).
 
 Steps 1-2 of the next step run in a background thread while the current step trains.
+
+Input rows (the store's accounting, :meth:`~fleetgnn.store.UnifiedStore.requests`): training reads
+only owned rows, so they come from the rank's own shard (``local``), the host tier (``host``, link
+``h2d``) or disk, never a peer's shard; evaluation reads any row (peers' shards one-sided, or
+two-sided across hosts). ``rank_extra()["input_rows"]`` counts the epoch's training rows per
+source, ``rank_extra()["hit_rates"]`` their fractions (``local``: the device hit rate of the
+rank's own part); ``epoch_extra()`` sums them over ranks (``hit_rates``, ``store_requests``,
+``store_bytes``) as the ``minibatch`` engine reports its store.
 """
 
 from __future__ import annotations
@@ -58,7 +70,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.config import SplitEngineConfig
-from fleetgnn.distributed import Communicator, DistContext
+from fleetgnn.distributed import Communicator, DistContext, TrafficMeter
 from fleetgnn.engines.base import StepStats
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
@@ -79,6 +91,7 @@ from fleetgnn.engines.link import (
     sampled_link_metrics,
     split_edge_batch_loss,
 )
+from fleetgnn.engines.minibatch import MinibatchEngine, resolve_gather
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.errors import ConfigError, PartitionError
@@ -89,7 +102,16 @@ from fleetgnn.ops import edge_softmax, gspmm
 from fleetgnn.ops.adjacency import Structure
 from fleetgnn.partition import PartitionBook, partition
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader, edge_keys
-from fleetgnn.store import parse_bytes
+from fleetgnn.store import (
+    SOURCE_LINKS,
+    SOURCES,
+    TierBudgets,
+    UnifiedStore,
+    feature_row_bytes,
+    hotness_order,
+    parse_bytes,
+    plan_partitioned,
+)
 from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 from fleetgnn.types import PathLikeStr
 
@@ -218,8 +240,8 @@ def split_block(block: Block, src_owner: np.ndarray, rank: int, world_size: int)
     )
 
 
-#: Nodes per block of the hot-row ranking (:meth:`SplitEngine._hottest_own`).
-_HOT_BLOCK = 1 << 20
+#: Bytes: a budget of ``None`` means "no limit".
+_UNLIMITED = 1 << 62
 
 
 # ---------------------------------------------------------------------------------- aggregator
@@ -421,6 +443,7 @@ class _Batch:
     t_sample: float
     t_gather: float
     counters: dict[str, Any]
+    traffic: dict[str, int]  # bytes the store served per link kind
     edges: EdgeBatch | None = None  # a link task's edge batch (its seeds: the last block's)
 
 
@@ -491,7 +514,7 @@ class SplitEngine(SampledEngine):
             check_link_model(self.module)
             task: Any = self.task
             self.edges = EdgeBatches(task, self.sampler, sc.batch_size, seed=self.seed)
-        self._build_cache(graph, sc)
+        self._build_store(graph, sc)
         self.eval_topology = self.topology
         self.prefetcher: Prefetcher[_Batch] = Prefetcher(
             self.prepare, enabled=sc.prefetch, name="fleetgnn-split", device=self.device
@@ -524,60 +547,67 @@ class SplitEngine(SampledEngine):
             )
         return book
 
-    def _build_cache(self, graph: Graph, sc: SplitEngineConfig) -> None:
-        """Cache the highest-degree rows of this rank's OWN part up to the device budget."""
-        row_bytes = int(graph.num_features) * np.dtype(np.asarray(graph.x[:0]).dtype).itemsize
-        budget = None if sc.device_budget is None else parse_bytes(sc.device_budget, "device")
-        cap = None if budget is None else budget // max(row_bytes, 1)
-        hot = self._hottest_own(graph, cap)
-        self.cached_ids = hot  # sorted global IDs
-        dtype = np.asarray(graph.x[:0]).dtype  # an empty cache too: its rows meet the misses'
-        rows = np.asarray(graph.x[hot]) if hot.size else np.zeros((0, graph.num_features), dtype)
-        self.cache = torch.from_numpy(np.ascontiguousarray(rows)).to(self.device)
-        self.row_bytes = row_bytes
+    def _build_store(self, graph: Graph, sc: SplitEngineConfig) -> None:
+        """The unified store over a partition-aware placement (collective: every rank calls it).
 
-    def _hottest_own(self, graph: Graph, cap: int | None) -> np.ndarray:
-        """The ``cap`` highest in-degree nodes of this rank's part (all if ``None``), sorted.
-
-        Ties go to the lower ID. Read in blocks of :data:`_HOT_BLOCK` nodes, keeping the best
-        ``cap`` so far: no ``[N]`` degree, mask or ID array (they cost ~30 bytes a node).
+        Rank ``r``'s device shard holds the hottest rows of its own part within
+        ``device_budget``; the host tier (one per host) the next-hottest within ``host_budget``.
         """
-        n = graph.num_nodes
-        best_ids = np.zeros(0, dtype=np.int64)
-        best_deg = np.zeros(0, dtype=np.int64)
-        for lo in range(0, n, _HOT_BLOCK):
-            hi = min(n, lo + _HOT_BLOCK)
-            local = np.flatnonzero(self.owner[lo:hi] == self.rank)
-            deg = np.diff(np.asarray(graph.indptr[lo : hi + 1], dtype=np.int64))[local]
-            # the best so far have lower IDs than this block: a stable sort keeps ID order on ties
-            ids = np.concatenate((best_ids, local + lo))
-            deg = np.concatenate((best_deg, deg))
-            if cap is not None and ids.size > cap:
-                keep = np.argsort(-deg, kind="stable")[:cap]
-                ids, deg = ids[keep], deg[keep]
-            best_ids, best_deg = ids, deg
-        return np.sort(best_ids)
+        self.hosts = self.ctx.hosts(self.comm)  # one all_gather_object when ranks span hosts
+        self.gather = resolve_gather(sc.gather, self.ctx, self.hosts)
+        budgets = TierBudgets(  # errors name the config fields
+            parse_bytes(
+                _UNLIMITED if sc.device_budget is None else sc.device_budget, "device_budget"
+            ),
+            parse_bytes(_UNLIMITED if sc.host_budget is None else sc.host_budget, "host_budget"),
+        )
+        hot = (
+            MinibatchEngine._hotness(graph, sc)  # type: ignore[arg-type]
+            if sc.placement == "presample"
+            else hotness_order(graph, "degree")
+        )
+        plan = plan_partitioned(
+            graph,
+            self.owner,
+            budgets,
+            self.world_size,
+            hotness=hot,
+            ranks_per_host=self.hosts.count(self.hosts[self.rank]),
+        )
+        # the store's two-sided gathers run in the prefetch thread: their own group (none on
+        # one rank), so they never interleave with the training group's collectives
+        self.store_comm = (
+            self.comm.new_group(backend="gloo", meter=TrafficMeter())
+            if self.world_size > 1
+            else None
+        )
+        self.store_meter = TrafficMeter()  # bytes served per tier (the store's accounting)
+        self.store = UnifiedStore.build(
+            graph,
+            self.store_comm,
+            plan=plan,
+            one_sided=self.gather == "one_sided",
+            meter=self.store_meter,
+            name="split",
+            hosts=self.hosts,
+            device=self.device,  # device-tier rows never leave it; the rest arrive there
+        )
+        self.row_bytes = feature_row_bytes(graph)
 
-    def _load(self, ids: np.ndarray) -> tuple[Tensor, int, int]:
-        """Rows of ``ids`` from this rank's cache or host memory, and the rows each served.
+    def _load(self, ids: Tensor) -> tuple[Tensor, dict[str, int], dict[str, int]]:
+        """Rows of ``ids`` through the store, cast and normalised; requests and bytes per source.
 
-        Training loads only owned rows; evaluation reads any (misses go to host memory).
+        Training loads only owned rows (own shard, host tier or disk); evaluation reads any.
+        The counts are the store's (the delta of its counters: only the thread that loads
+        reads the store meanwhile).
         """
-        pos = np.searchsorted(self.cached_ids, ids)
-        hit = pos < self.cached_ids.size
-        hit[hit] = self.cached_ids[pos[hit]] == ids[hit]
-        out = torch.empty((ids.size, self.graph.num_features), dtype=self.cache.dtype)
-        if hit.any():
-            out[torch.from_numpy(np.flatnonzero(hit))] = self.cache[
-                torch.from_numpy(pos[hit])
-            ].cpu()
-        miss = np.flatnonzero(~hit)
-        if miss.size:
-            order = np.argsort(ids[miss])  # sorted reads from the map
-            rows = np.asarray(self.graph.x[ids[miss][order]])
-            out[torch.from_numpy(miss[order])] = torch.from_numpy(np.ascontiguousarray(rows))
-        x = out.to(device=self.device, dtype=self.dtype)
-        return normalize_rows(x, self.config.feature_norm), int(hit.sum()), int(miss.size)
+        before = self.store.requests("features")
+        served = self.store_meter.snapshot()
+        x = self.store.gather(ids).to(dtype=self.dtype)  # on self.device (ids on any device)
+        after = self.store.requests("features")
+        rows = {src: after[src] - before[src] for src in SOURCES}
+        traffic = {k: v["bytes"] for k, v in self.store_meter.delta(served).items()}
+        return normalize_rows(x, self.config.feature_norm), rows, traffic
 
     # ------------------------------------------------------------------ batches
     def steps_per_epoch(self) -> int:
@@ -606,27 +636,30 @@ class SplitEngine(SampledEngine):
         t1 = time.perf_counter()
         first = splits[0]
         ids = first.block.src_ids.numpy()[first.rows]
-        x, hits, misses = self._load(ids)
+        x, loaded, traffic = self._load(torch.from_numpy(ids))
         t2 = time.perf_counter()
         last = splits[-1]
         targets = last.block.src_ids[torch.from_numpy(last.rows[: last.num_dst])]
-        counters = self._counters(blocks, splits, hits, misses)
+        counters = self._counters(blocks, splits, loaded)
         if self.rank == 0 and self.config.report_dp and self.world_size > 1:
             counters.update(self._dp_counterfactual(seeds, blocks, epoch, step, edges))
-        return _Batch(splits, x, targets, count, t1 - t0, t2 - t1, counters, edges)
+        return _Batch(splits, x, targets, count, t1 - t0, t2 - t1, counters, traffic, edges)
 
     def _counters(
-        self, blocks: list[Block], splits: list[LayerSplit], hits: int, misses: int
+        self, blocks: list[Block], splits: list[LayerSplit], loaded: Mapping[str, int]
     ) -> dict[str, Any]:
-        """GSplit's split-quality numbers (every rank's, from the shared sample) and loads."""
+        """GSplit's split-quality numbers (every rank's, from the shared sample) and loads.
+
+        ``rows_<source>``: this rank's input rows per store source (:data:`~fleetgnn.store.
+        SOURCES`).
+        """
         per_rank = sum(sp.edges_per_rank for sp in splits)
         local = sum(sp.block_local_edges for sp in splits)
         return {
             "edges_per_rank": per_rank,
             "edges": int(per_rank.sum()),
             "local_edges": local,
-            "rows_cached": hits,
-            "rows_host": misses,
+            **{f"rows_{src}": int(loaded[src]) for src in SOURCES},
             "input_rows_total": int(blocks[0].num_src),
         }
 
@@ -662,6 +695,7 @@ class SplitEngine(SampledEngine):
 
     # ------------------------------------------------------------------ training
     def _epoch_start(self) -> None:
+        self.store.reset_stats()  # the store's counters then hold this epoch's training reads
         self._totals = {}
         self._shuffle = np.zeros(self.num_layers, dtype=np.int64)
 
@@ -674,14 +708,34 @@ class SplitEngine(SampledEngine):
 
     def _epoch_end(self) -> None:
         totals = self._totals
-        self._extra = self._epoch_extra(totals, self._shuffle)
+        rows = {src: int(totals.get(f"rows_{src}", 0)) for src in SOURCES}
+        self._extra = {**self._epoch_extra(totals, self._shuffle), **self._store_stats(rows)}
         # this rank's own numbers (the Trainer gathers every rank's into extra["per_rank"])
         self._mine = {
             "shuffle_bytes_per_layer": self._shuffle.tolist(),  # forward; the backward as much
-            "input_rows": {
-                "cached": int(totals.get("rows_cached", 0)),
-                "host": int(totals.get("rows_host", 0)),
-            },
+            "input_rows": rows,  # its own part's rows per store source
+            "hit_rates": _rates(rows),
+        }
+
+    def _store_stats(self, rows: Mapping[str, int]) -> dict[str, Any]:
+        """The epoch's input rows and feature bytes per source, summed over ranks.
+
+        Collective (one ``all_reduce_sum`` of 10 int64 counts) in multi-rank runs: every rank
+        calls it at the end of :meth:`run_epoch`.
+        """
+        links = tuple(SOURCE_LINKS.values())
+        counts = [rows[src] for src in SOURCES] + [rows[s] * self.row_bytes for s in SOURCES]
+        t = torch.tensor(counts, dtype=torch.int64)
+        if self.world_size > 1:
+            self.comm.all_reduce_sum(t)
+        values = t.tolist()
+        requests = dict(zip(SOURCES, values[: len(SOURCES)], strict=True))
+        served = dict(zip(links, values[len(SOURCES) :], strict=True))
+        return {
+            "hit_rates": _rates(requests),
+            "store_requests": {"features": requests},
+            "store_bytes": {"features": served},
+            "store_gather": self.gather,
         }
 
     def train_step(
@@ -723,10 +777,7 @@ class SplitEngine(SampledEngine):
             batch.t_sample,
             batch.t_gather,
             inline=waited,
-            traffic={
-                "local": batch.counters["rows_cached"] * self.row_bytes,
-                "h2d": batch.counters["rows_host"] * self.row_bytes,
-            },
+            traffic=batch.traffic,  # bytes the store served per link kind
         )
         stats = run_step(
             self,
@@ -767,8 +818,8 @@ class SplitEngine(SampledEngine):
         return super().evaluate()
 
     def _features(self, ids: Tensor) -> Tensor:
-        """Input rows of any nodes (evaluation): from this rank's cache or host memory."""
-        return self._load(ids.numpy())[0]
+        """Input rows of any nodes (evaluation), through the store."""
+        return self._load(ids)[0]
 
     # ------------------------------------------------------------------ state
     def epoch_extra(self) -> dict[str, Any]:
@@ -780,18 +831,35 @@ class SplitEngine(SampledEngine):
         return dict(self._extra)
 
     def rank_extra(self) -> dict[str, Any]:
-        """This rank's shuffle bytes per layer and input rows per tier (last epoch)."""
+        """This rank's shuffle bytes per layer and input rows per store source (last epoch).
+
+        ``input_rows``: the epoch's training rows (all of its own part) per source;
+        ``hit_rates``: their fractions (``local``: the rows found in its device shard).
+        """
         return dict(self._mine)
 
     def peak_memory(self) -> dict[str, int]:
-        """Bytes of this rank's cache (its device tier)."""
-        return {"device": int(self.cache.numel() * self.cache.element_size())}
+        """Bytes this rank holds per store tier (its device shard, its host's tier, disk)."""
+        return dict(self.store.memory())
+
+    def _release(self) -> None:
+        """Release the store's shared memory and its group (after the prefetch thread)."""
+        self.store.close()
+        if self.store_comm is not None:
+            self.store_comm.destroy()
 
     def __repr__(self) -> str:
         return (
             f"SplitEngine(rank={self.rank}/{self.world_size}, parts="
-            f"{self.book.part_sizes.tolist()}, cached={self.cached_ids.size})"
+            f"{self.book.part_sizes().tolist()}, device_rows="
+            f"{self.store.plan.features.partition_sizes().tolist()})"  # type: ignore[union-attr]
         )
+
+
+def _rates(rows: Mapping[str, int]) -> dict[str, float]:
+    """Each source's fraction of the rows (all 0 without rows)."""
+    total = sum(rows.values())
+    return {src: (v / total if total else 0.0) for src, v in rows.items()}
 
 
 def agree_on_book(comm: Communicator, book: PartitionBook, path: PathLikeStr) -> None:

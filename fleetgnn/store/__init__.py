@@ -5,7 +5,8 @@ Where rows go: hotness ranking in :mod:`fleetgnn.store.hotness`, tier plans in
 topologies (``store.topology``) in :mod:`fleetgnn.store.device_topology`; the store itself in
 :mod:`fleetgnn.store.store`, per-type tables of typed graphs in :mod:`fleetgnn.store.keyed`, edge
 rows keyed by edge ID in :mod:`fleetgnn.store.edge_table`; PyG
-``FeatureStore``/``GraphStore`` adapters in :mod:`fleetgnn.store.pyg` (optional dependency).
+``FeatureStore``/``GraphStore`` adapters in :mod:`fleetgnn.store.pyg` (optional dependency);
+the partition-aware placement of split-parallel engines in :mod:`fleetgnn.store.partitioned`.
 """
 
 from fleetgnn.config.units import parse_bytes
@@ -13,6 +14,7 @@ from fleetgnn.store.device_topology import TOPOLOGIES, resolve_placement, topolo
 from fleetgnn.store.edge_table import BudgetSplit, EdgeTable, plan_edge_rows, split_budgets
 from fleetgnn.store.hotness import HotnessRanking, hotness_order
 from fleetgnn.store.keyed import KeyedPlan, KeyedStore, plan_keyed
+from fleetgnn.store.partitioned import plan_partitioned
 from fleetgnn.store.placement import PlacementPlan, solve_placement
 from fleetgnn.store.store import KINDS, SOURCE_LINKS, SOURCES, UnifiedStore
 from fleetgnn.store.tiers import (
@@ -45,6 +47,7 @@ __all__ = [
     "parse_bytes",
     "plan_edge_rows",
     "plan_keyed",
+    "plan_partitioned",
     "plan_store",
     "plan_tiers",
     "resolve_placement",

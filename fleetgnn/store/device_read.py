@@ -57,6 +57,8 @@ class DeviceIndex:
         self.world_size = plan.world_size
         self.num_device, self.num_host = plan.num_device, plan.num_host
         self.rank_of = torch.from_numpy(np.array(plan.rank_of)).to(self.device)
+        starts = plan.device_starts  # the block layout (a partition-aware plan), or None
+        self.starts = None if starts is None else torch.from_numpy(np.array(starts)).to(device)
         routes = plan._routes(reader) if plan.placement is not None else None
         self.routes = (
             None if routes is None else tuple(torch.from_numpy(r).to(device) for r in routes)
@@ -72,7 +74,11 @@ class DeviceIndex:
         dev = k < nd
         host = ~dev & (k < nd + self.num_host)
         tier = torch.where(dev, DEVICE, torch.where(host, HOST, DISK))
-        part, row = k % n, torch.div(k, n, rounding_mode="floor")
+        if self.starts is None:
+            part, row = k % n, torch.div(k, n, rounding_mode="floor")
+        else:  # rank r's block of hot ranks [starts[r], starts[r + 1])
+            part = (torch.searchsorted(self.starts, k, right=True) - 1).clamp_(0, n - 1)
+            row = k - self.starts[part]
         if self.routes is None:
             owner, dev_local = part, row
         else:

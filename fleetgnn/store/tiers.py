@@ -140,6 +140,10 @@ class TierPlan:
         host_bytes: Bytes of the host tier (one copy per host).
         disk_bytes: Bytes left on disk.
         placement: The partition placement, or ``None`` for one partition per device.
+        device_starts: int64 ``[N + 1]``, the block layout of a partition-aware plan
+            (:func:`~fleetgnn.store.partitioned.plan_partitioned`): rank ``r``'s shard holds the
+            hot ranks ``[device_starts[r], device_starts[r + 1])``, local row ``k -
+            device_starts[r]``, shards of any sizes; ``None``: the modulo split above.
     """
 
     kind: str
@@ -152,6 +156,7 @@ class TierPlan:
     host_bytes: int
     disk_bytes: int
     placement: PlacementPlan | None = None
+    device_starts: np.ndarray | None = None
 
     @property
     def num_rows(self) -> int:
@@ -168,17 +173,27 @@ class TierPlan:
         return (rank,) if self.placement is None else self.placement.stores[rank]
 
     def partition_sizes(self) -> np.ndarray:
-        """Rows of each logical partition on the device tier, int64 ``[N]`` (differ by <= 1)."""
+        """Rows of each logical partition on the device tier, int64 ``[N]`` (differ by <= 1).
+
+        With :attr:`device_starts` (the block layout) partition ``r`` is rank ``r``'s block, of
+        any size.
+        """
+        if self.device_starts is not None:
+            return np.diff(self.device_starts).astype(np.int64, copy=False)
         n = self.world_size
         p = np.arange(n, dtype=np.int64)
         return np.maximum(self.num_device - p + n - 1, 0) // n
 
     def partition_rows(self, part: int) -> np.ndarray:
         """Node IDs of logical partition ``part`` (hot ranks ``k mod N == part``), in row order."""
+        if self.device_starts is not None:
+            return self.order[int(self.device_starts[part]) : int(self.device_starts[part + 1])]
         return self.order[part : self.num_device : self.world_size]
 
     def shard_rows(self, rank: int) -> np.ndarray:
         """Node IDs stored by ``rank``'s device shard, in local-row order."""
+        if self.device_starts is not None:
+            return self.partition_rows(rank)
         if self.placement is None:
             return self.order[rank : self.num_device : self.world_size]
         return np.concatenate(
@@ -213,8 +228,8 @@ class TierPlan:
 
         ``owner`` is the device rank ``reader`` reads the row from (``-1`` off-device): the
         partition's home ``k mod N`` without a placement, ``placement.sources[reader][k mod N]``
-        with one; ``local`` is the row within that rank's shard, the host tier, or the node ID on
-        disk.
+        with one, the rank whose block holds ``k`` with :attr:`device_starts`; ``local`` is the
+        row within that rank's shard, the host tier, or the node ID on disk.
 
         Args:
             ids: int64 ``[n]`` node IDs.
@@ -231,7 +246,12 @@ class TierPlan:
             k < self.num_device, DEVICE, np.where(k < self.num_device + self.num_host, HOST, DISK)
         ).astype(np.int8)
         dev = tier == DEVICE
-        row, part = np.divmod(k, self.world_size)  # partition k mod N, its row k div N
+        if self.device_starts is not None:  # the block layout: rank r holds its own block
+            part = np.searchsorted(self.device_starts, k, side="right") - 1
+            part = np.minimum(part, self.world_size - 1)
+            row = k - self.device_starts[part]
+        else:
+            row, part = np.divmod(k, self.world_size)  # partition k mod N, its row k div N
         routes = self._routes(reader)
         if routes is None:
             owner, dev_local = part, row

@@ -16,6 +16,7 @@ from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.partition import PartitionBook, partition
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader
+from fleetgnn.store import SOURCES
 from fleetgnn.train import (
     engine_from_config,
     load_config,
@@ -185,42 +186,86 @@ def test_split_invariants(w):
                 assert splits[0].refs_out.num_dst == 0
 
 
-def _cache_rank(comm):
+def _hot_order(graph):
+    """Nodes by in- plus out-degree, descending, ties by ID (the store's degree ranking)."""
+    n = graph.num_nodes
+    score = np.diff(np.asarray(graph.indptr)) + np.bincount(np.asarray(graph.indices), minlength=n)
+    return sorted(range(n), key=lambda v: (-int(score[v]), v))
+
+
+def _tier_rows(graph, owner, w, dev_rows, host_rows):
+    """Each rank's device rows (its part's ``dev_rows`` hottest) and the host tier's rows."""
+    order = _hot_order(graph)
+    dev = [[v for v in order if owner[v] == r][:dev_rows] for r in range(w)]
+    on_dev = {v for d in dev for v in d}
+    return dev, set([v for v in order if v not in on_dev][:host_rows])
+
+
+def _store_rank(comm):
     graph = _graph()
-    cfg = _config("sage", ["store.device_budget=null"])
     book = _book("metis", graph, comm.world_size)
-    model = model_from_config(cfg, graph)
-    with SplitEngine(model, graph, context_of(comm), cfg.engine_config(), book=book) as eng:
-        b = eng.prepare(0, 0)
-        loaded = b.splits[0].block.src_ids.numpy()[b.splits[0].rows]
-        hits, misses = b.counters["rows_cached"], b.counters["rows_host"]
-    cfg = _config("sage", ["store.device_budget=1KB", "split.report_dp=true"])
-    model = model_from_config(cfg, graph)
-    with SplitEngine(model, graph, context_of(comm), cfg.engine_config(), book=book) as eng:
-        b2 = eng.prepare(0, 0)
-        stats, _ = eng.train_step(0, 0, b2)
-        return {
-            "loaded": loaded,
-            "full_cache": (hits, misses),
-            "small_cache": (b2.counters["rows_cached"], b2.counters["rows_host"]),
-            "h2d": stats.traffic.get("h2d", 0),
-            "row_bytes": eng.row_bytes,
-            "dp_rows": b2.counters.get("dp_input_rows"),
-            "total_rows": b2.counters["input_rows_total"],
-        }
+    out = {}
+    # row = 16 float32 = 64 B: 1KiB holds 16 rows per rank, 2KiB 32 rows on the host
+    for name, sets in (
+        ("unlimited", ["store.device_budget=null"]),
+        ("tiered", ["store.device_budget=1KiB", "store.host_budget=2KiB", "split.report_dp=true"]),
+    ):
+        cfg = _config("sage", sets)
+        model = model_from_config(cfg, graph)
+        with SplitEngine(model, graph, context_of(comm), cfg.engine_config(), book=book) as eng:
+            b = eng.prepare(0, 0)
+            stats, _ = eng.train_step(0, 0, b)
+            loaded = b.splits[0].block.src_ids.numpy()[b.splits[0].rows]
+            out[name] = {
+                "loaded": loaded,
+                "x_exact": bool(torch.equal(b.x.cpu(), torch.from_numpy(graph.x[loaded]).double())),
+                "rows": {k[5:]: v for k, v in b.counters.items() if k.startswith("rows_")},
+                "traffic": {k: stats.traffic.get(k, 0) for k in ("local", "h2d", "disk")},
+                "shard": eng.store.plan.features.shard_rows(comm.rank).tolist(),
+                "device_bytes": eng.peak_memory()["device"],
+                "dp_rows": b.counters.get("dp_input_rows"),
+                "total_rows": b.counters["input_rows_total"],
+            }
+    return out
 
 
 @pytest.mark.slow
-def test_each_input_row_is_loaded_once_and_caches_are_disjoint():
-    out = run_world(_cache_rank, 3, timeout_s=300)
-    loaded = np.concatenate([o["loaded"] for o in out])
-    assert loaded.size == np.unique(loaded).size == out[0]["total_rows"]
-    for o in out:
-        assert o["full_cache"][1] == 0  # the whole part cached: no host bytes
-        hits, misses = o["small_cache"]
-        assert misses > 0 and o["h2d"] == misses * o["row_bytes"]
+def test_each_input_row_is_loaded_once_from_its_owners_tiers():
+    """Every input row is loaded once, by its owner, through the store: from the owner's device
+    shard (its own part's hottest rows), the host tier or disk, never a peer's shard; the counts
+    per source are exact and the step's bytes per link are the store's."""
+    w = 3
+    out = run_world(_store_rank, w, timeout_s=300)
+    graph = _graph()
+    owner = np.asarray(_book("metis", graph, w).part_of)
+    row = 64
+    dev, host = _tier_rows(graph, owner, w, 16, 32)
+    for name in ("unlimited", "tiered"):
+        loaded = np.concatenate([o[name]["loaded"] for o in out])
+        assert loaded.size == np.unique(loaded).size == out[0][name]["total_rows"], name
+    for r, o in enumerate(out):
+        full, tiered = o["unlimited"], o["tiered"]
+        assert full["x_exact"] and tiered["x_exact"]
+        assert np.all(owner[full["loaded"]] == r)  # training reads only owned rows
+        # unlimited: the whole part on the device, every row a device hit
+        assert sorted(full["shard"]) == np.flatnonzero(owner == r).tolist()
+        assert full["rows"] == {**dict.fromkeys(SOURCES, 0), "local": full["loaded"].size}
+        assert full["traffic"] == {"local": full["loaded"].size * row, "h2d": 0, "disk": 0}
+        # 1KiB: the part's 16 hottest rows on the device, the next 32 of all parts on the host
+        assert tiered["shard"] == dev[r] and tiered["device_bytes"] == len(dev[r]) * row
+        ids = tiered["loaded"].tolist()
+        want = {
+            "local": sum(v in set(dev[r]) for v in ids),
+            "peer": 0,
+            "net": 0,
+            "host": sum(v in host for v in ids),
+        }
+        want["disk"] = len(ids) - want["local"] - want["host"]
+        assert tiered["rows"] == want and min(want["local"], want["host"], want["disk"]) > 0
+        links = {"local": "local", "host": "h2d", "disk": "disk"}
+        assert tiered["traffic"] == {links[k]: want[k] * row for k in links}
     # split parallelism loads no more input rows than data parallelism on the same targets
-    assert out[0]["total_rows"] <= out[0]["dp_rows"]
+    assert out[0]["tiered"]["total_rows"] <= out[0]["tiered"]["dp_rows"]
 
 
 @pytest.mark.slow
@@ -243,8 +288,11 @@ def test_split_engine_through_the_cli(tmp_path):
     assert 0.0 < extra["local_edge_ratio"] < 1.0 and extra["edge_skew"] >= 0.0
     dp = extra["dp_counterfactual"]
     assert dp["edges"] >= extra["edges"] * 0.5 and dp["input_rows"] >= dp["split_input_rows"]
-    rows = extra["per_rank"]["input_rows"]
-    assert sum(r["cached"] + r["host"] for r in rows) > 0
+    rows = extra["per_rank"]["input_rows"]  # each rank's own part's rows per store source
+    assert all(r["peer"] == r["net"] == 0 for r in rows) and sum(r["local"] for r in rows) > 0
+    for source in SOURCES:  # the epoch's requests are the ranks' rows, summed
+        assert extra["store_requests"]["features"][source] == sum(r[source] for r in rows)
+    assert extra["hit_rates"]["local"] == 1.0  # no budget: every rank holds its whole part
     assert len(extra["per_rank"]["shuffle_bytes_per_layer"]) == 2
 
 
@@ -388,36 +436,46 @@ def test_gradcheck_of_the_shuffles():
             assert analytic == pytest.approx(numeric, rel=1e-6, abs=1e-8)
 
 
-@pytest.mark.parametrize("cap", [None, 0, 1, 7, 40, 10_000])
-def test_hot_rows_stream_and_equal_a_whole_degree_ranking(cap, monkeypatch):
-    """The cached rows: this part's ``cap`` highest in-degrees (lower ID on ties), in blocks."""
-    import types
-
-    import fleetgnn.engines.split as split_mod
-
-    monkeypatch.setattr(split_mod, "_HOT_BLOCK", 13)
-    graph = _graph()
-    owner = (np.arange(graph.num_nodes) * 7 % 3 == 1).astype(np.int32)  # two interleaved parts
-    for rank in (0, 1):
-        me = types.SimpleNamespace(owner=owner, rank=rank)
-        got = SplitEngine._hottest_own(me, graph, cap)
-        mine = np.flatnonzero(owner == rank)
-        deg = np.diff(np.asarray(graph.indptr, dtype=np.int64))[mine]
-        want = np.sort(mine[np.argsort(-deg, kind="stable")[: mine.size if cap is None else cap]])
-        assert got.tolist() == want.tolist()
-
-
-def test_zero_device_budget_loads_every_row_from_host_memory():
-    """``store.device_budget=0``: an empty cache, every row a miss (an empty cache once had
-    float64 rows, and meeting float32 misses, failed with 'Index put requires the source and
+@pytest.mark.parametrize(("host", "link"), [("null", "h2d"), ("0", "disk")])
+def test_zero_device_budget_loads_every_row_from_the_host_tier_or_disk(host, link):
+    """``store.device_budget=0``: an empty device tier, every row from the host tier (or disk
+    with ``store.host_budget=0``), in the rows' own dtype (an empty cache once had float64
+    rows, and meeting float32 misses, failed with 'Index put requires the source and
     destination dtypes match')."""
     from fleetgnn.distributed.testing import context_or_own
 
     graph = _graph()
     assert np.asarray(graph.x).dtype == np.float32
-    cfg = _config("sage", ["store.device_budget=0", "train.dtype=float32"])
+    sets = ["store.device_budget=0", f"store.host_budget={host}", "train.dtype=float32"]
+    cfg = _config("sage", sets)
     with context_or_own(None) as ctx, engine_from_config(cfg, graph, ctx) as eng:
-        assert eng.cache.shape[0] == 0 and eng.cache.dtype == torch.float32
-        st, _ = eng.train_step(0, 0, eng.prepare(0, 0))
+        assert eng.peak_memory()["device"] == 0 and eng.store.plan.features.num_device == 0
+        batch = eng.prepare(0, 0)
+        assert batch.x.dtype == torch.float32
+        st, _ = eng.train_step(0, 0, batch)
         assert st.count > 0 and np.isfinite(st.loss_sum)
-        assert st.traffic.get("local", 0) == 0 and st.traffic["h2d"] > 0  # all from the host
+        rows = batch.splits[0].rows.size  # one rank: it owns every input row
+        assert st.traffic.get("local", 0) == 0 and st.traffic[link] == rows * 64
+        source = "host" if link == "h2d" else "disk"
+        assert batch.counters[f"rows_{source}"] == rows
+
+
+def test_store_placement_follows_the_presampled_ranking():
+    """``store.placement=presample`` ranks the part's rows by pre-sampled accesses (one rank
+    owns every row: its shard holds the 16 most accessed)."""
+    from fleetgnn.distributed.testing import context_or_own
+    from fleetgnn.engines.minibatch import MinibatchEngine
+
+    graph = _graph()
+    cfg = _config("sage", ["store.device_budget=1KiB", "store.placement=presample"])
+    with context_or_own(None) as ctx, engine_from_config(cfg, graph, ctx) as eng:
+        hot = MinibatchEngine._hotness(graph, eng.config)
+        assert hot.policy == "presample"
+        assert eng.store.plan.features.shard_rows(0).tolist() == hot.order[:16].tolist()
+
+
+def test_a_device_topology_is_refused_in_one_line():
+    from fleetgnn.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^store.topology='dgx1-v100' does not apply to the s"):
+        _config("sage", ["store.topology=dgx1-v100"]).engine_config()

@@ -1,7 +1,7 @@
 """``store.device_budget=0`` trains on every engine (GPUs for real, item 3).
 
 A zero device budget leaves the device tier empty: every feature row comes from the host tier
-(``minibatch``'s unified store, ``split``'s cache), so training reads more over the host link
+(of ``minibatch``'s and ``split``'s unified stores), so training reads more over the host link
 but computes the same thing. Each engine trains its first epoch (two steps of the sampled
 engines, the one step of the full-graph ones) with the budget at 0 and unlimited, on two ranks
 for the distributed engines (one process for ``reference``, where the key has no effect), in
@@ -47,13 +47,12 @@ def _config(engine, budget, extra=()):
 
 
 def _device_reads(engine_name, eng, stats):
-    """What the steps read from a device tier: ``minibatch``'s store requests served by a shard
-    (own, peer or remote), ``split``'s bytes from its cache (its ``local`` link); else 0."""
-    if engine_name == "minibatch":
+    """What the steps read from a device tier: the store's requests served by a shard (own, peer
+    or remote) for ``minibatch`` and ``split``, and the bytes the steps metered on ``local``
+    (a device-tier read); else 0."""
+    if engine_name in ("minibatch", "split"):
         req = eng.store.requests("features")
-        return req["local"] + req["peer"] + req["net"]
-    if engine_name == "split":
-        return sum(s.traffic.get("local", 0) for s in stats)
+        return req["local"] + req["peer"] + req["net"] + sum(s.traffic["local"] for s in stats)
     return 0
 
 
