@@ -328,22 +328,68 @@ def owner_rows(
     """Rows ``[len(ids), D]`` of nodes ``ids`` from their owners' ``h_own``, differentiably.
 
     Rank ``r`` owns the (new) IDs ``[offsets[r], offsets[r + 1])`` and holds their rows
-    ``h_own``. Each distinct ID is requested once from its owner (one all-to-all of IDs) and its
-    row comes back in a second, differentiable all-to-all
-    (:meth:`~fleetgnn.distributed.Communicator.all_to_all`), whose backward returns the rows'
-    gradients to their owners. Collective: every rank calls it, also with no ``ids``.
+    ``h_own``. Each distinct ID is requested once from its owner (one all-to-all of IDs,
+    :func:`request_rows`) and its row comes back in a second, differentiable all-to-all
+    (:func:`answer_rows`), whose backward returns the rows' gradients to their owners.
+    Collective: every rank calls it, also with no ``ids``.
     """
     world = comm.world_size if comm is not None else 1
     lo = int(offsets[comm.rank if comm is not None else 0])
     if world == 1:
         return h_own[ids - lo]
+    request = request_rows(comm, ids, offsets, h_own.device)
+    return answer_rows(comm, request, h_own[request.asked.to(h_own.device) - lo])
+
+
+@dataclasses.dataclass(frozen=True)
+class RowRequest:
+    """One rank's side of an exchange of owned rows (:func:`request_rows`).
+
+    Attributes:
+        asked: int64 ``[R]`` (new) IDs this rank owns that the ranks asked for, grouped by the
+            asking rank in rank order (each rank's distinct IDs once, sorted).
+        inverse: int64 ``[len(ids)]`` position of each requested ID among the rows that come
+            back (:func:`answer_rows`).
+        sent: IDs this rank asked of each rank.
+        received: IDs each rank asked of this rank.
+    """
+
+    asked: torch.Tensor
+    inverse: torch.Tensor
+    sent: list[int]
+    received: list[int]
+
+
+def request_rows(
+    comm: Any, ids: torch.Tensor, offsets: torch.Tensor, device: Any = None
+) -> RowRequest:
+    """Ask the owners of ``ids`` for their rows: each distinct ID once (collective).
+
+    One all-to-all of IDs on ``device`` (the communicator's; ``None``: the CPU), none on one
+    process (every ID is this rank's). The owner answers with :func:`answer_rows`, giving the
+    rows of :attr:`RowRequest.asked` in that order.
+    """
+    world = comm.world_size if comm is not None else 1
     uniq, inv = torch.unique(ids.cpu(), return_inverse=True)  # sorted: grouped by owner
+    if world == 1:
+        return RowRequest(uniq, inv, [int(uniq.numel())], [int(uniq.numel())])
     owner = torch.searchsorted(offsets[1:].cpu(), uniq, right=True)
     send = torch.bincount(owner, minlength=world).tolist()
-    req, recv = comm.all_to_all(uniq.to(h_own.device), send)
-    rows = h_own[req.to(h_own.device) - lo]
-    back, _ = comm.all_to_all(rows, recv, recv_counts=send)
-    return back[inv.to(back.device)]
+    req, recv = comm.all_to_all(uniq.to(device or "cpu"), send)
+    return RowRequest(req.cpu(), inv, send, recv)
+
+
+def answer_rows(comm: Any, request: RowRequest, rows: torch.Tensor) -> torch.Tensor:
+    """Rows ``[len(ids), D]`` of a :func:`request_rows` request, given the owned ``rows``.
+
+    ``rows``: ``[len(request.asked), D]``, this rank's rows of :attr:`RowRequest.asked`. One
+    differentiable all-to-all (collective; its backward returns the gradients of the rows to
+    their owners); none on one process.
+    """
+    if comm is None or comm.world_size == 1:
+        return rows[request.inverse.to(rows.device)]
+    back, _ = comm.all_to_all(rows, request.received, recv_counts=request.sent)
+    return back[request.inverse.to(back.device)]
 
 
 class OwnedPairs:
