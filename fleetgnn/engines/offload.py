@@ -47,6 +47,12 @@ rank, and the transition plan, built once by rank 0 (it needs every part's chunk
 handed to each rank as its :class:`~fleetgnn.exchange.transition.RankPlan`. Smaller graphs keep
 a private copy of both per rank.
 
+**Link prediction** (``task``: a :class:`~fleetgnn.tasks.LinkPrediction`). The forward writes
+``H^L`` (the embeddings) to host as above; the decoder and loss then run on it in chunks of the
+training pairs whose source this rank owns, fetching the other endpoints' rows from their
+owners, and their gradient ``G^L`` seeds the chunked backward in place of the node loss
+(:mod:`fleetgnn.engines.offload_link`).
+
 **Device budget.** ``device_budget`` bounds one rank's live device bytes: the transition,
 gradient and staging buffers, the current chunk's topology, neighbour rows, outputs, gradients
 and the autograd saved tensors (counted with ``torch.autograd.graph.saved_tensors_hooks``). The
@@ -846,7 +852,10 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Accuracy per split and validation loss (eval-mode chunked forward; collective)."""
+        """Accuracy per split and validation loss, or a link task's metrics (collective).
+
+        Both from an eval-mode chunked forward.
+        """
         self.module.eval()
         rows, self._rows = self._rows, self._zero_rows()  # the epoch's counts stay the training's
         try:
