@@ -85,7 +85,6 @@ def _rank(comm, model, extra, knobs, params):
 @pytest.mark.parametrize(
     "world_size, model, extra, knobs",
     [
-        (1, "gcn", (), {"chunks": 1}),
         (1, "sage", ("train.decoder=mlp",), {"chunks": 3, "partition": "range"}),
         (2, "sage", (), {"chunks": 3}),
         (3, "gcn", ("train.decoder=mlp",), {"chunks": 4, "cache_aggregates": False}),
