@@ -267,6 +267,9 @@ def owned_link_metrics(
     h_own: torch.Tensor,
     offsets: torch.Tensor,
     inv: torch.Tensor | None = None,
+    *,
+    chunks: int = 1,
+    device: Any = None,
 ) -> dict[str, float]:
     """The evaluation metrics, each rank scoring the pairs whose source it owns.
 
@@ -274,26 +277,31 @@ def owned_link_metrics(
     ``[offsets[r], offsets[r + 1])``. For each evaluation split it scores the positives whose
     source it owns with their OGB-protocol negatives, and the GAE-protocol negative pairs whose
     source it owns; the other endpoints' rows come from their owners, each distinct node once
-    (:func:`owner_rows`). The task's metric sums (integer histograms, ranking sums) are then
-    all-reduced, so the result is the one-process computation's.
+    per chunk (:func:`request_rows`, :func:`answer_rows`). The task's metric sums (integer
+    histograms, ranking sums: they add over pairs) are then all-reduced, so the result is the
+    one-process computation's.
 
-    Collective (every rank calls it): per split one all-to-all of IDs and one of rows, then
-    the all-reduce of the sums. Memory: the rows of the distinct other endpoints of the rank's
-    pairs (at most the split's pairs x ``(2 + K)``), never ``[N, D]``.
+    Collective (every rank calls it): per split and chunk one all-to-all of IDs and one of rows,
+    then the all-reduce of the sums. Memory on ``device``: one chunk's rows, those of its
+    sources and of the distinct other endpoints of the rank's pairs (at most the split's
+    pairs x ``(2 + K) / chunks``), never ``[N, D]``.
 
     Args:
         task: The link task (its split's fixed evaluation pairs, in original IDs; with
             ``train.eval_edges``, that many of each split's, evenly spread).
         decoder: The model's pair decoder.
         comm: The communicator (``None``: one process, ``h_own`` is every node's row).
-        h_own: This rank's rows.
+        h_own: This rank's rows (on ``device``, or in host memory: read chunk by chunk).
         offsets: int64 ``[W + 1]`` new-ID ranges of the ranks.
         inv: int64 ``[N]`` original -> new IDs (``None``: the identity).
+        chunks: Score each split's pairs in this many chunks (the same on every rank).
+        device: Where the rows are scored and the sums reduced (``None``: ``h_own``'s).
     """
     rank = comm.rank if comm is not None else 0
     offsets = offsets.cpu().to(torch.int64)
     lo = int(offsets[rank])
-    dev = h_own.device
+    dev = h_own.device if device is None else torch.device(device)
+    comm = comm if comm is not None and comm.world_size > 1 else None
 
     def new(ids: Any) -> torch.Tensor:
         t = torch.from_numpy(ids).to(torch.int64)
@@ -302,6 +310,9 @@ def owned_link_metrics(
     def mine(ids: torch.Tensor) -> torch.Tensor:
         return torch.searchsorted(offsets[1:], ids, right=True) == rank
 
+    def rows(ids: torch.Tensor) -> torch.Tensor:  # owned rows of new IDs, on dev
+        return h_own[(ids - lo).to(h_own.device)].to(dev)
+
     sums: dict[str, torch.Tensor] = {}
     for s in ("val", "test"):
         p_all, n_all, nd_all = task.eval_pairs(s)  # every pair, or train.eval_edges of them
@@ -309,15 +320,22 @@ def owned_link_metrics(
         keep_p, keep_n = mine(pos[0]), mine(neg[0])
         p_src, p_dst, n_src, n_dst = pos[0][keep_p], pos[1][keep_p], neg[0][keep_n], neg[1][keep_n]
         nd = nd[keep_p]
-        p, m, k = int(p_src.numel()), int(n_src.numel()), int(nd.shape[1])
-        far = owner_rows(comm, h_own, torch.cat([p_dst, n_dst, nd.reshape(-1)]), offsets)
-        src_rows = h_own[(p_src - lo).to(dev)]
-        ps = decoder(src_rows, far[:p])
-        ns = decoder(h_own[(n_src - lo).to(dev)], far[p : p + m])
-        rank_neg = decoder(src_rows.repeat_interleave(k, dim=0), far[p + m :]).view(p, k)
-        sums[f"{s}_hist"] = histogram_sums(ps, ns)
-        sums[f"{s}_rank"] = ranking_sums(ps, rank_neg)
-    if comm is not None and comm.world_size > 1:
+        k = int(nd.shape[1])
+        parts_p = torch.tensor_split(torch.arange(int(p_src.numel())), max(int(chunks), 1))
+        parts_n = torch.tensor_split(torch.arange(int(n_src.numel())), max(int(chunks), 1))
+        for at_p, at_n in zip(parts_p, parts_n, strict=True):
+            p, m = int(at_p.numel()), int(at_n.numel())
+            ids = torch.cat([p_dst[at_p], n_dst[at_n], nd[at_p].reshape(-1)])
+            request = request_rows(comm, ids, offsets, dev)
+            far = answer_rows(comm, request, rows(request.asked))
+            src_rows = rows(p_src[at_p])
+            ps = decoder(src_rows, far[:p])
+            ns = decoder(rows(n_src[at_n]), far[p : p + m])
+            rank_neg = decoder(src_rows.repeat_interleave(k, dim=0), far[p + m :]).view(p, k)
+            hist, ranks = histogram_sums(ps, ns), ranking_sums(ps, rank_neg)
+            sums[f"{s}_hist"] = sums[f"{s}_hist"] + hist if f"{s}_hist" in sums else hist
+            sums[f"{s}_rank"] = sums[f"{s}_rank"] + ranks if f"{s}_rank" in sums else ranks
+    if comm is not None:
         sums = {key: comm.all_reduce_sum(v.to(dev)) for key, v in sums.items()}
     return task.metrics_from_sums({key: v.cpu() for key, v in sums.items()})
 

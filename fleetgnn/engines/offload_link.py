@@ -28,7 +28,8 @@ the parameters' gradients between its forward and backward, and restored before 
 backward (:meth:`OffloadLink.restore`).
 
 Evaluation (:meth:`OffloadLink.evaluate`): the eval-mode chunked forward, then
-:func:`~fleetgnn.engines.link.owned_link_metrics` over the owned rows (moved to the device).
+:func:`~fleetgnn.engines.link.owned_link_metrics` over the owned rows left in host memory, in
+``M`` chunks of each split's pairs (only a chunk's rows on the device).
 """
 
 from __future__ import annotations
@@ -132,7 +133,14 @@ class OffloadLink:
     def evaluate(self) -> dict[str, float]:
         """The link metrics of the owned rows ``H^L`` (after an eval-mode forward; collective)."""
         e = self.engine
-        h_own = e.H[-1].to(e.device, e.dtype)
+        h_own = e.H[-1].to(e.dtype)  # host rows (a copy only under mixed precision)
         return owned_link_metrics(
-            self.task, e.module.decoder, self._comm(), h_own, self.pairs.offsets, self.pairs.inv
+            self.task,
+            e.module.decoder,
+            self._comm(),
+            h_own,
+            self.pairs.offsets,
+            self.pairs.inv,
+            chunks=e.num_chunks,
+            device=e.device,
         )

@@ -110,10 +110,16 @@ def test_offload_link_loss_gradients_and_metrics_equal_reference(world_size, mod
     for res in results:  # the trained weights
         for n, p in want["params"].items():
             torch.testing.assert_close(res["params"][n], p, rtol=1e-9, atol=1e-12)
-        # metric sums over ranks == one process's scores of every pair
+        # metric sums over ranks == one process's scores of every pair. The MLP decoder's
+        # scores change in the last bit with the batch they are computed in (BLAS), and
+        # evaluation scores in chunks of pairs: a positive tied with a negative may then rank
+        # either side of it, so its ranking metrics may differ by one query's share
         assert res["eval"].keys() == want["eval"].keys()
+        mlp = "train.decoder=mlp" in extra
         for k, v in want["eval"].items():
-            assert res["eval"][k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+            ranking = k.endswith("_mrr") or "_hits@" in k
+            tol = 0.02 if mlp and ranking else 1e-12
+            assert res["eval"][k] == pytest.approx(v, rel=1e-9, abs=tol), k
 
 
 def test_link_model_passes_on_the_encoders_cacheable_aggregation():
