@@ -10,6 +10,7 @@ from fleetgnn.cli.main import main
 from fleetgnn.config import load_config
 from fleetgnn.config.run import LINK_ENGINES
 from fleetgnn.cost import PROFILES, make_plan, predict_engine, workload_from_config
+from fleetgnn.errors import ConfigError
 
 PRODUCTS = {"nodes": 2_449_029, "edges": 61_859_140, "features": 100, "classes": 47}
 
