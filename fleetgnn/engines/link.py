@@ -30,12 +30,16 @@ every engine, mode and world size draws the same negatives for the same edge in 
   and each rank computes its owned seeds' rows, then scores the positives whose source it owns,
   the other endpoints' rows fetched once per step (:func:`owner_rows`); the loss is over the
   batch's positives. Its evaluation is the sampled engines' (:func:`sampled_link_metrics`).
+- Offloaded full graph (``offload``, :mod:`fleetgnn.engines.offload_link`): the pairs of
+  :class:`OwnedPairs` scored on the host-resident last layer in chunks of pairs, each chunk's
+  rows exchanged as :func:`owner_rows` does (:func:`request_rows`, :func:`answer_rows`).
 - Evaluation (:func:`owned_link_metrics`; the sampled engines get their rows from streaming
   layer-wise inference, :func:`sampled_link_metrics`): each rank holds only the embeddings of the
   nodes it owns and scores the fixed evaluation pairs whose source it owns (a positive with its
   OGB-protocol negatives, and the GAE-protocol negative pairs), fetching the other endpoints'
-  rows from their owners, each distinct node once per split (:func:`owner_rows`). The task's
-  summable metric sums are then all-reduced. No rank holds every node's embedding.
+  rows from their owners, each distinct node once per split, or per chunk of its pairs
+  (:func:`request_rows`, :func:`answer_rows`). The task's summable metric sums are then
+  all-reduced. No rank holds every node's embedding.
 """
 
 from __future__ import annotations
