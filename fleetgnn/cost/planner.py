@@ -20,8 +20,8 @@ model is the node model's with an edge batch as the seeds: ``batch_size`` edges 
 ``batch_size x (2 + negatives)`` seed nodes (the endpoints and the negatives' destinations, not
 deduplicated: an upper bound, close on large sparse graphs), the training edges set the steps,
 and on top come the decoder's flops over every pair (positives and negatives, forward and
-backward) and, on ``fullgraph`` and ``split``, the exchange of the pairs' remote endpoint rows.
-Mini-batch counts are then modelled, not replayed (the replay samples node seeds).
+backward) and, on ``fullgraph``, ``split`` and ``offload``, the exchange of the pairs' remote
+endpoint rows. Mini-batch counts are then modelled, not replayed (the replay samples node seeds).
 """
 
 from __future__ import annotations
@@ -310,11 +310,11 @@ def _link_prediction(
     decoder = 3.0 * wl.decoder_flops() / max(nproc, 1) / float(hw.gemm_rate)
     pred.breakdown["decoder"] = decoder
     pred.epoch_s += decoder
-    if name in ("fullgraph", "split") and nproc > 1:
-        # each rank fetches the rows of its pairs' other endpoints once per step (fullgraph:
+    if name in ("fullgraph", "split", "offload") and nproc > 1:
+        # each rank fetches the rows of its pairs' other endpoints once per step (full mode:
         # one step; split: a step per global edge batch), each distinct node once, and returns
         # their gradients: 2 x rows x width
-        steps = 1 if name == "fullgraph" else pred.steps
+        steps = 1 if name in ("fullgraph", "offload") else pred.steps
         pairs = float(wl.num_train) / steps * (1 + int(wl.negatives)) / nproc
         rows = min(float(wl.num_nodes), pairs) * (nproc - 1) / nproc
         nbytes = int(2 * rows * wl.model.widths[-1] * wl.model.elem * nproc * steps)

@@ -30,12 +30,16 @@ every engine, mode and world size draws the same negatives for the same edge in 
   and each rank computes its owned seeds' rows, then scores the positives whose source it owns,
   the other endpoints' rows fetched once per step (:func:`owner_rows`); the loss is over the
   batch's positives. Its evaluation is the sampled engines' (:func:`sampled_link_metrics`).
+- Offloaded full graph (``offload``, :mod:`fleetgnn.engines.offload_link`): the pairs of
+  :class:`OwnedPairs` scored on the host-resident last layer in chunks of pairs, each chunk's
+  rows exchanged as :func:`owner_rows` does (:func:`request_rows`, :func:`answer_rows`).
 - Evaluation (:func:`owned_link_metrics`; the sampled engines get their rows from streaming
   layer-wise inference, :func:`sampled_link_metrics`): each rank holds only the embeddings of the
   nodes it owns and scores the fixed evaluation pairs whose source it owns (a positive with its
   OGB-protocol negatives, and the GAE-protocol negative pairs), fetching the other endpoints'
-  rows from their owners, each distinct node once per split (:func:`owner_rows`). The task's
-  summable metric sums are then all-reduced. No rank holds every node's embedding.
+  rows from their owners, each distinct node once per split, or per chunk of its pairs
+  (:func:`request_rows`, :func:`answer_rows`). The task's summable metric sums are then
+  all-reduced. No rank holds every node's embedding.
 """
 
 from __future__ import annotations
@@ -267,6 +271,9 @@ def owned_link_metrics(
     h_own: torch.Tensor,
     offsets: torch.Tensor,
     inv: torch.Tensor | None = None,
+    *,
+    chunks: int = 1,
+    device: Any = None,
 ) -> dict[str, float]:
     """The evaluation metrics, each rank scoring the pairs whose source it owns.
 
@@ -274,26 +281,31 @@ def owned_link_metrics(
     ``[offsets[r], offsets[r + 1])``. For each evaluation split it scores the positives whose
     source it owns with their OGB-protocol negatives, and the GAE-protocol negative pairs whose
     source it owns; the other endpoints' rows come from their owners, each distinct node once
-    (:func:`owner_rows`). The task's metric sums (integer histograms, ranking sums) are then
-    all-reduced, so the result is the one-process computation's.
+    per chunk (:func:`request_rows`, :func:`answer_rows`). The task's metric sums (integer
+    histograms, ranking sums: they add over pairs) are then all-reduced, so the result is the
+    one-process computation's.
 
-    Collective (every rank calls it): per split one all-to-all of IDs and one of rows, then
-    the all-reduce of the sums. Memory: the rows of the distinct other endpoints of the rank's
-    pairs (at most the split's pairs x ``(2 + K)``), never ``[N, D]``.
+    Collective (every rank calls it): per split and chunk one all-to-all of IDs and one of rows,
+    then the all-reduce of the sums. Memory on ``device``: one chunk's rows, those of its
+    sources and of the distinct other endpoints of the rank's pairs (at most the split's
+    pairs x ``(2 + K) / chunks``), never ``[N, D]``.
 
     Args:
         task: The link task (its split's fixed evaluation pairs, in original IDs; with
             ``train.eval_edges``, that many of each split's, evenly spread).
         decoder: The model's pair decoder.
         comm: The communicator (``None``: one process, ``h_own`` is every node's row).
-        h_own: This rank's rows.
+        h_own: This rank's rows (on ``device``, or in host memory: read chunk by chunk).
         offsets: int64 ``[W + 1]`` new-ID ranges of the ranks.
         inv: int64 ``[N]`` original -> new IDs (``None``: the identity).
+        chunks: Score each split's pairs in this many chunks (the same on every rank).
+        device: Where the rows are scored and the sums reduced (``None``: ``h_own``'s).
     """
     rank = comm.rank if comm is not None else 0
     offsets = offsets.cpu().to(torch.int64)
     lo = int(offsets[rank])
-    dev = h_own.device
+    dev = h_own.device if device is None else torch.device(device)
+    comm = comm if comm is not None and comm.world_size > 1 else None
 
     def new(ids: Any) -> torch.Tensor:
         t = torch.from_numpy(ids).to(torch.int64)
@@ -302,6 +314,9 @@ def owned_link_metrics(
     def mine(ids: torch.Tensor) -> torch.Tensor:
         return torch.searchsorted(offsets[1:], ids, right=True) == rank
 
+    def rows(ids: torch.Tensor) -> torch.Tensor:  # owned rows of new IDs, on dev
+        return h_own[(ids - lo).to(h_own.device)].to(dev)
+
     sums: dict[str, torch.Tensor] = {}
     for s in ("val", "test"):
         p_all, n_all, nd_all = task.eval_pairs(s)  # every pair, or train.eval_edges of them
@@ -309,15 +324,22 @@ def owned_link_metrics(
         keep_p, keep_n = mine(pos[0]), mine(neg[0])
         p_src, p_dst, n_src, n_dst = pos[0][keep_p], pos[1][keep_p], neg[0][keep_n], neg[1][keep_n]
         nd = nd[keep_p]
-        p, m, k = int(p_src.numel()), int(n_src.numel()), int(nd.shape[1])
-        far = owner_rows(comm, h_own, torch.cat([p_dst, n_dst, nd.reshape(-1)]), offsets)
-        src_rows = h_own[(p_src - lo).to(dev)]
-        ps = decoder(src_rows, far[:p])
-        ns = decoder(h_own[(n_src - lo).to(dev)], far[p : p + m])
-        rank_neg = decoder(src_rows.repeat_interleave(k, dim=0), far[p + m :]).view(p, k)
-        sums[f"{s}_hist"] = histogram_sums(ps, ns)
-        sums[f"{s}_rank"] = ranking_sums(ps, rank_neg)
-    if comm is not None and comm.world_size > 1:
+        k = int(nd.shape[1])
+        parts_p = torch.tensor_split(torch.arange(int(p_src.numel())), max(int(chunks), 1))
+        parts_n = torch.tensor_split(torch.arange(int(n_src.numel())), max(int(chunks), 1))
+        for at_p, at_n in zip(parts_p, parts_n, strict=True):
+            p, m = int(at_p.numel()), int(at_n.numel())
+            ids = torch.cat([p_dst[at_p], n_dst[at_n], nd[at_p].reshape(-1)])
+            request = request_rows(comm, ids, offsets, dev)
+            far = answer_rows(comm, request, rows(request.asked))
+            src_rows = rows(p_src[at_p])
+            ps = decoder(src_rows, far[:p])
+            ns = decoder(rows(n_src[at_n]), far[p : p + m])
+            rank_neg = decoder(src_rows.repeat_interleave(k, dim=0), far[p + m :]).view(p, k)
+            hist, ranks = histogram_sums(ps, ns), ranking_sums(ps, rank_neg)
+            sums[f"{s}_hist"] = sums[f"{s}_hist"] + hist if f"{s}_hist" in sums else hist
+            sums[f"{s}_rank"] = sums[f"{s}_rank"] + ranks if f"{s}_rank" in sums else ranks
+    if comm is not None:
         sums = {key: comm.all_reduce_sum(v.to(dev)) for key, v in sums.items()}
     return task.metrics_from_sums({key: v.cpu() for key, v in sums.items()})
 
@@ -328,22 +350,68 @@ def owner_rows(
     """Rows ``[len(ids), D]`` of nodes ``ids`` from their owners' ``h_own``, differentiably.
 
     Rank ``r`` owns the (new) IDs ``[offsets[r], offsets[r + 1])`` and holds their rows
-    ``h_own``. Each distinct ID is requested once from its owner (one all-to-all of IDs) and its
-    row comes back in a second, differentiable all-to-all
-    (:meth:`~fleetgnn.distributed.Communicator.all_to_all`), whose backward returns the rows'
-    gradients to their owners. Collective: every rank calls it, also with no ``ids``.
+    ``h_own``. Each distinct ID is requested once from its owner (one all-to-all of IDs,
+    :func:`request_rows`) and its row comes back in a second, differentiable all-to-all
+    (:func:`answer_rows`), whose backward returns the rows' gradients to their owners.
+    Collective: every rank calls it, also with no ``ids``.
     """
     world = comm.world_size if comm is not None else 1
     lo = int(offsets[comm.rank if comm is not None else 0])
     if world == 1:
         return h_own[ids - lo]
+    request = request_rows(comm, ids, offsets, h_own.device)
+    return answer_rows(comm, request, h_own[request.asked.to(h_own.device) - lo])
+
+
+@dataclasses.dataclass(frozen=True)
+class RowRequest:
+    """One rank's side of an exchange of owned rows (:func:`request_rows`).
+
+    Attributes:
+        asked: int64 ``[R]`` (new) IDs this rank owns that the ranks asked for, grouped by the
+            asking rank in rank order (each rank's distinct IDs once, sorted).
+        inverse: int64 ``[len(ids)]`` position of each requested ID among the rows that come
+            back (:func:`answer_rows`).
+        sent: IDs this rank asked of each rank.
+        received: IDs each rank asked of this rank.
+    """
+
+    asked: torch.Tensor
+    inverse: torch.Tensor
+    sent: list[int]
+    received: list[int]
+
+
+def request_rows(
+    comm: Any, ids: torch.Tensor, offsets: torch.Tensor, device: Any = None
+) -> RowRequest:
+    """Ask the owners of ``ids`` for their rows: each distinct ID once (collective).
+
+    One all-to-all of IDs on ``device`` (the communicator's; ``None``: the CPU), none on one
+    process (every ID is this rank's). The owner answers with :func:`answer_rows`, giving the
+    rows of :attr:`RowRequest.asked` in that order.
+    """
+    world = comm.world_size if comm is not None else 1
     uniq, inv = torch.unique(ids.cpu(), return_inverse=True)  # sorted: grouped by owner
+    if world == 1:
+        return RowRequest(uniq, inv, [int(uniq.numel())], [int(uniq.numel())])
     owner = torch.searchsorted(offsets[1:].cpu(), uniq, right=True)
     send = torch.bincount(owner, minlength=world).tolist()
-    req, recv = comm.all_to_all(uniq.to(h_own.device), send)
-    rows = h_own[req.to(h_own.device) - lo]
-    back, _ = comm.all_to_all(rows, recv, recv_counts=send)
-    return back[inv.to(back.device)]
+    req, recv = comm.all_to_all(uniq.to(device or "cpu"), send)
+    return RowRequest(req.cpu(), inv, send, recv)
+
+
+def answer_rows(comm: Any, request: RowRequest, rows: torch.Tensor) -> torch.Tensor:
+    """Rows ``[len(ids), D]`` of a :func:`request_rows` request, given the owned ``rows``.
+
+    ``rows``: ``[len(request.asked), D]``, this rank's rows of :attr:`RowRequest.asked`. One
+    differentiable all-to-all (collective; its backward returns the gradients of the rows to
+    their owners); none on one process.
+    """
+    if comm is None or comm.world_size == 1:
+        return rows[request.inverse.to(rows.device)]
+    back, _ = comm.all_to_all(rows, request.received, recv_counts=request.sent)
+    return back[request.inverse.to(back.device)]
 
 
 class OwnedPairs:

@@ -47,6 +47,12 @@ rank, and the transition plan, built once by rank 0 (it needs every part's chunk
 handed to each rank as its :class:`~fleetgnn.exchange.transition.RankPlan`. Smaller graphs keep
 a private copy of both per rank.
 
+**Link prediction** (``task``: a :class:`~fleetgnn.tasks.LinkPrediction`). The forward writes
+``H^L`` (the embeddings) to host as above; the decoder and loss then run on it in chunks of the
+training pairs whose source this rank owns, fetching the other endpoints' rows from their
+owners, and their gradient ``G^L`` seeds the chunked backward in place of the node loss
+(:mod:`fleetgnn.engines.offload_link`).
+
 **Device budget.** ``device_budget`` bounds one rank's live device bytes: the transition,
 gradient and staging buffers, the current chunk's topology, neighbour rows, outputs, gradients
 and the autograd saved tensors (counted with ``torch.autograd.graph.saved_tensors_hooks``). The
@@ -84,7 +90,9 @@ from fleetgnn.engines.common import (
     setup_model,
     split_metrics,
 )
+from fleetgnn.engines.link import check_link_model, check_task
 from fleetgnn.engines.offload_budget import OffloadBudget, OffloadBudgetError
+from fleetgnn.engines.offload_link import OffloadLink
 from fleetgnn.engines.step import StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.exchange import HONGTU_BANDWIDTHS, ChunkHop, build_transition_plan
@@ -105,6 +113,7 @@ from fleetgnn.nn.recompute import ReplayAggregator as _Replay
 from fleetgnn.nn.recompute import SavedBytesMeter as _SavedMeter
 from fleetgnn.partition import chunk_partition
 from fleetgnn.partition.chunks import two_level_book
+from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 
 #: From this many edges on, the relabelled (``metis``) topology is one file per machine that
 #: every rank maps, written in a streamed pass; smaller graphs keep a copy per rank in memory.
@@ -135,7 +144,11 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
             environment). All ranks must share one host (transition buffers are shared memory).
         config: An :class:`~fleetgnn.config.OffloadEngineConfig`.
         optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
-        loss: Per-node loss (``None``: cross-entropy).
+        loss: Per-node loss (``None``: cross-entropy; for a link task, the task's pair loss).
+        task: What to train (``None``: node classification). A
+            :class:`~fleetgnn.tasks.LinkPrediction` runs on its split's message-passing graph;
+            the decoder and loss run on the last layer held in host memory and the chunked
+            backward is seeded from there (:mod:`fleetgnn.engines.offload_link`).
 
     Raises:
         ConfigError: Ranks on several hosts, or ``cache_aggregates=True`` with a model whose
@@ -155,8 +168,16 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         *,
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
+        task: Task | None = None,
     ) -> None:
         check_model(model, self.name)
+        check_task(self.name, "full", task)
+        self.task = task if task is not None else NODE_CLASSIFICATION
+        self.link = isinstance(task, LinkPrediction)
+        if self.link:  # message passing on the training edges only
+            check_link_model(model)
+            graph = task.split.train_graph  # type: ignore[union-attr]
+            loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
         dist = setup_distributed(self.name, graph, config, OffloadEngineConfig, ctx)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         oc: OffloadEngineConfig = dist.config
@@ -168,6 +189,7 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         self._topology_dir: Path | None = None  # rank 0's, to remove
         try:
             self._setup(graph, oc, model, optimizer, loss)
+            self.linked = OffloadLink(self, task) if self.link else None  # type: ignore[arg-type]
         except BaseException:
             self._remove_topology()
             raise
@@ -253,8 +275,9 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         x0 = normalize_rows(x, oc.feature_norm).to(self.row_dtype)
         self.H: list[torch.Tensor] = [x0.pin_memory() if self.xfer.pins else x0]
         self.H += [zeros(n, w, dtype=self.row_dtype) for w in self.widths[1:]]
+        # G^1..G^(L-1); a link task seeds the backward from G^L (its pair loss's gradient)
         self.G: list[torch.Tensor | None] = [None] + [
-            zeros(n, w, dtype=self.dtype) for w in self.widths[1:-1]
+            zeros(n, w, dtype=self.dtype) for w in self.widths[1 : None if self.link else -1]
         ]
         self.cache: dict[tuple[int, int], list[torch.Tensor]] = {}
         self._allocate_buffers()
@@ -664,7 +687,7 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
                 if not self.overlap:
                     behind[0].wait()
                 self._count("d2h", hop.num_dst, d_out)
-                if layer == last and training:
+                if layer == last and training and not self.link:
                     idx = self.hop_train[j]
                     if idx.numel():
                         logits = out.index_select(0, idx.to(self.device)).to(self.dtype)
@@ -687,7 +710,7 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         sl = slice(hop.lo - self.lo, hop.hi - self.lo)
         rows = self.xfer.load(self.H[layer][sl]) if self.hybrid[layer] else None
         rows = rows if rows is not None else self._issue_fill(layer, j)
-        grads = self.G[layer + 1] if layer < self.num_layers - 1 else None
+        grads = self.G[layer + 1] if layer + 1 < len(self.G) else None
         seed = self.xfer.load(grads[sl]) if grads is not None and hop.num_dst else None
         return rows, seed
 
@@ -697,7 +720,7 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         Double-buffered like the forward: batch ``j + 1``'s inputs load while ``j`` computes,
         and the gradients flushed before ``j`` return to host while ``j`` computes.
         """
-        for g in self.G[1:]:
+        for g in self.G[1 : self.num_layers]:  # G^L of a link task holds the seed
             if g is not None:
                 g.zero_()
         last, m = self.num_layers - 1, self.num_chunks
@@ -751,7 +774,7 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         sl = slice(hop.lo - self.lo, hop.hi - self.lo)
         with torch.enable_grad(), meter():
             out = self.module.layer_forward(layer, agg, h, step=step)
-            if layer == self.num_layers - 1:
+            if layer == self.num_layers - 1 and not self.link:
                 idx = self.hop_train[j].to(self.device)
                 target = self.y[sl].to(self.device).index_select(0, idx)
                 loss = loss_sum(self.loss, out.index_select(0, idx).to(self.dtype), target)
@@ -780,9 +803,13 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
 
         def forward() -> StepLoss:  # no graph: the backward recomputes chunk by chunk
             total, correct, count = self._forward(epoch, training=True)
+            if self.linked is not None:  # pair loss on H^L: fills G^L and the decoder's grads
+                return self.linked.loss(epoch)
             return StepLoss(total, None, correct, count)
 
         def backward(_: StepLoss) -> None:
+            if self.linked is not None:
+                self.linked.restore()
             self._backward(epoch)
             self.cache.clear()
 
@@ -825,7 +852,10 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Accuracy per split and validation loss (eval-mode chunked forward; collective)."""
+        """Accuracy per split and validation loss, or a link task's metrics (collective).
+
+        Both from an eval-mode chunked forward.
+        """
         self.module.eval()
         rows, self._rows = self._rows, self._zero_rows()  # the epoch's counts stay the training's
         try:
@@ -833,6 +863,8 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         finally:
             self.module.train()
             self._rows = rows
+        if self.linked is not None:  # each rank scores the pairs whose source it owns
+            return self.linked.evaluate()
         reduce = self.comm.all_reduce_sum if self.world_size > 1 else None
         return split_metrics(self.H[-1].to(self.dtype), self.y, self.masks, reduce)
 

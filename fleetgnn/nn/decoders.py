@@ -96,3 +96,8 @@ class LinkModel(LayerwiseModule):
     def layer_forward(self, i: int, agg: Aggregator, h_src: Tensor, *, step: int = 0) -> Tensor:
         """The encoder's layer ``i``."""
         return self.encoder.layer_forward(i, agg, h_src, step=step)
+
+    def cacheable_aggregation(self, i: int) -> bool:
+        """The encoder's answer (``False`` if it gives none): see the ``offload`` engine."""
+        probe = getattr(self.encoder, "cacheable_aggregation", None)
+        return bool(probe(i)) if callable(probe) else False

@@ -330,3 +330,26 @@ def test_an_engine_not_in_this_build_is_refused_before_any_work(monkeypatch, cap
     assert main(argv) == 2
     assert "not available" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_offload_engine_trains_link_prediction_through_the_launcher(tmp_path):
+    """``fleetgnn train --task link --engine offload --mode full --nproc 2``: the decoder and
+    loss on the host-resident last layer; every rank scores its owned pairs (all of them
+    together), and the link metrics are reported and select the best epoch."""
+    run = tmp_path / "link"
+    argv = ["train", "--task", "link", "--engine", "offload", "--mode", "full", "--nproc", "2"]
+    argv += ["--epochs", "2", "--model", "sage", "--no-progress", "--run-dir", str(run)]
+    argv += ["--set", "data.preset=tiny", "--set", "data.scale=0.3", "--set", "offload.chunks=2"]
+    argv += ["--set", f"data.cache_dir={tmp_path / 'cache'}"]
+    assert main(argv) == 0
+    summary = _summary(run)
+    assert summary["engine"] == "offload" and summary["world_size"] == 2
+    assert 0.0 <= summary["test_auc"] <= 1.0 and 0.0 < summary["test_mrr"] <= 1.0
+    recs = _records(run)
+    assert len(recs) == 2 and all(r["extra"]["chunks"] == 2 for r in recs)
+    for rec in recs:  # both ranks score pairs; their rows cross between ranks
+        per_rank = rec["extra"]["per_rank"]
+        assert rec["loss"] > 0 and 0.0 <= rec["val_auc"] <= 1.0
+        assert len(per_rank["count"]) == 2 and min(per_rank["count"]) > 0
+        assert sum(r["peer"] for r in per_rank["rows"]) > 0

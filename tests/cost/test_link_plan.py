@@ -23,16 +23,17 @@ def _wl(sets=(), task="link"):
 def test_only_engines_that_train_links_are_planned():
     hw = PROFILES["dgx-a100"]
     plan = make_plan(_wl(), hw, 2)
-    assert set(plan.predictions) == {"minibatch", "fullgraph", "split"}  # not offload
+    every = {"minibatch", "fullgraph", "split", "offload"}
+    assert set(plan.predictions) == every
     assert all((n, plan.modes[n]) in LINK_ENGINES for n in plan.predictions)
-    one = {"reference", "minibatch", "fullgraph", "split"}
-    assert set(make_plan(_wl(), hw, 1).predictions) == one
+    assert set(make_plan(_wl(), hw, 1).predictions) == {"reference", *every}
     assert set(make_plan(_wl(task="node"), hw, 2).predictions) >= {"split", "offload"}
     assert set(make_plan(_wl(), hw, 2, mode="minibatch", engines=["split"]).predictions) == {
         "split"
     }
-    with pytest.raises(ConfigError, match="does not train link prediction.*fullgraph"):
-        make_plan(_wl(), hw, 2, mode="full", engines=["offload"])
+    assert set(make_plan(_wl(), hw, 2, mode="full", engines=["offload"]).predictions) == {"offload"}
+    with pytest.raises(ConfigError, match="does not train link prediction.*offload"):
+        make_plan(_wl(), hw, 2, mode="full", engines=["split"])  # split has no full mode
 
 
 def test_the_edge_batch_is_the_seeds_and_the_decoder_counts():
@@ -54,18 +55,19 @@ def test_the_edge_batch_is_the_seeds_and_the_decoder_counts():
     assert mlp.breakdown["decoder"] > mb.breakdown["decoder"]
 
 
-def test_fullgraph_exchanges_the_pairs_endpoint_rows():
+@pytest.mark.parametrize("engine", ["fullgraph", "offload"])
+def test_full_graph_engines_exchange_the_pairs_endpoint_rows(engine):
     hw = PROFILES["dgx-a100"]
     link = _wl()
-    one = predict_engine("fullgraph", link, hw, 1)
-    two = predict_engine("fullgraph", link, hw, 2)
+    one = predict_engine(engine, link, hw, 1)
+    two = predict_engine(engine, link, hw, 2)
     assert "endpoints" not in one.breakdown and two.breakdown["endpoints"] > 0
     pairs = link.num_train * 2 / 2  # positives and negatives, per rank
     rows = min(PRODUCTS["nodes"], pairs) / 2  # half of them owned elsewhere
     cfg = load_config(None, ["model.name=sage"])
     twin = workload_from_config(cfg, shape={**PRODUCTS, "classes": 16})  # same widths
     assert twin.model.widths == link.model.widths
-    halo = predict_engine("fullgraph", twin, hw, 2).traffic["peer"]
+    halo = predict_engine(engine, twin, hw, 2).traffic["peer"]
     assert two.traffic["peer"] - halo == int(2 * rows * 16 * 4 * 2)  # rows and their gradients
 
 
@@ -88,13 +90,12 @@ def test_plan_cli_takes_the_task(capsys):
     args = ["plan", "--shape", shape, "--hardware", "dgx-a100", "--nproc", "2"]
     assert main([*args, "--task", "link", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["workload"]["task"] == "link" and set(out["engines"]) == {
-        "minibatch",
-        "fullgraph",
-        "split",
-    }
+    every = {"minibatch", "fullgraph", "split", "offload"}
+    assert out["workload"]["task"] == "link" and set(out["engines"]) == every
     assert "training edges" in out["workload"]["source"]
     assert out["workload"]["widths"] == [100, 32, 16]  # the GAE defaults of --task link
-    assert main([*args, "--task", "link", "--engine", "offload"]) == 2
+    assert main([*args, "--task", "link", "--engine", "offload", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)["engines"]) == {"offload"}
+    assert main([*args, "--task", "link", "--engine", "split", "--mode", "full"]) == 2
     err = capsys.readouterr().err
-    assert "offload engine" in err and len(err.strip().splitlines()) == 1
+    assert "split engine" in err and len(err.strip().splitlines()) == 1

@@ -105,3 +105,14 @@ def test_one_process_is_the_tasks_own_evaluation():
         want = task.evaluate(h, decoder)
     assert got == pytest.approx(want, rel=1e-12)
     assert np.isfinite(list(got.values())).all()
+
+
+def test_chunks_of_pairs_add_up_to_the_whole():
+    """Chunked scoring (the offload engine's: host rows, a chunk on the device at once)."""
+    task, h, decoder = _setup()
+    offsets = torch.tensor([0, h.shape[0]])
+    with torch.no_grad():
+        want = owned_link_metrics(task, decoder, None, h, offsets)
+        for chunks in (2, 7):
+            got = owned_link_metrics(task, decoder, None, h, offsets, chunks=chunks, device="cpu")
+            assert got == pytest.approx(want, rel=1e-12), chunks
