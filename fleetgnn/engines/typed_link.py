@@ -45,13 +45,12 @@ from fleetgnn.engines.common import (
     resolve_device,
     setup_model,
 )
-from fleetgnn.engines.link import check_link_model, pair_scores
+from fleetgnn.engines.link import EdgeBatches, check_link_model, pair_scores
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, _TypedData
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.protocol import LayerwiseModule
-from fleetgnn.sampling import PositionLoader
 from fleetgnn.sampling.hetero import (
     HeteroBlock,
     HeteroNeighborSampler,
@@ -82,8 +81,11 @@ class TypedEdgeBatch:
     global_count: int
 
 
-class TypedEdgeBatches:
+class TypedEdgeBatches(EdgeBatches):
     """Batches of a typed relation's training edges for one rank, and their typed blocks.
+
+    The deal of the positives (:class:`~fleetgnn.engines.link.EdgeBatches`: a keyed order per
+    epoch, equal slots per rank) with the relation's endpoints as seeds of their own types.
 
     Args:
         task: The typed link task (training pairs, negatives, ``keep_target_edges``).
@@ -104,11 +106,16 @@ class TypedEdgeBatches:
         world_size: int = 1,
         seed: int = 0,
     ) -> None:
-        self.task, self.sampler = task, sampler
-        self.loader = PositionLoader(
-            task.num_train_pairs(), batch_size, rank=rank, world_size=world_size, seed=seed
+        super().__init__(
+            task,  # type: ignore[arg-type]
+            sampler,  # type: ignore[arg-type]
+            batch_size,
+            rank=rank,
+            world_size=world_size,
+            seed=seed,
         )
-        self.rank, self.world_size = rank, world_size
+        self.task: TypedLinkPrediction = task  # type: ignore[assignment]
+        self.sampler: HeteroNeighborSampler = sampler  # type: ignore[assignment]
         schema = sampler.schema
         self.relation = task.relation
         self.reverse = task.split.reverse
@@ -116,17 +123,9 @@ class TypedEdgeBatches:
         self.dst_off = schema.type_range(self.relation[2])[0]
         self.num_nodes = schema.total_nodes
 
-    @property
-    def num_batches(self) -> int:
-        """Steps per epoch (equal on every rank)."""
-        return self.loader.num_batches
-
-    def global_count(self, step: int) -> int:
-        """Positives of ``step`` over every rank (no communication)."""
-        bounds = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
-        return int(sum(hi - lo for lo, hi in bounds))
-
-    def batch(self, epoch: int, step: int, stream: int | None = None) -> TypedEdgeBatch:
+    def batch(  # type: ignore[override]
+        self, epoch: int, step: int, stream: int | None = None
+    ) -> TypedEdgeBatch:
         """This rank's batch of ``(epoch, step)``, blocks sampled with ``stream`` (the rank)."""
         src, dst = self.task.train_pair_rows(self.loader.batch(epoch, step))  # type-local
         neg = self.task.sampler.sample(src, dst, epoch)  # [P, K] destination-type local
