@@ -146,7 +146,7 @@ def hetero_data(engine: Any) -> Any:
     data = HeteroData()
     for t in s.node_types:
         data[t].num_nodes = s.count(t)
-        rows = torch.from_numpy(np.ascontiguousarray(graph.x[t]))
+        rows = torch.from_numpy(np.array(graph.x[t]))  # a copy: PyG owns its tensors
         data[t].x = normalize_rows(rows.to(engine.dtype), engine.feature_norm)
     data[s.target].y = engine.y
     for rel in s.relations:
