@@ -4,6 +4,8 @@
   with :func:`~fleetgnn.graph.synthetic.prepare_synthetic` under
   ``$XDG_CACHE_HOME/fleetgnn/bench`` and reused; the directory name carries the generator's
   :data:`~fleetgnn.graph.synthetic.GENERATOR_VERSION`, so a new generator never reuses a stale one.
+- :func:`cached_typed_dataset`: a typed synthetic preset (``igbh-like``) with every relation's
+  reverse added (so every type receives messages), generated once into the same cache;
 - :func:`cora`: Cora from a directory the user names: a prepared dataset (``fleetgnn prepare``)
   or the Planetoid ``ind.cora.*`` files (prepared once into the cache).
 - :func:`cora_sized`: a synthetic graph of Cora's shape (2,708 nodes, 10,556 edges, 1,433
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import torch
 
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph import Graph, open_dataset
+from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.graph.synthetic import (
     GENERATOR_VERSION,
     generate_graph,
@@ -66,6 +70,50 @@ def cached_dataset(
                 raise
         gen_s = time.perf_counter() - t0
     return open_dataset(out), gen_s
+
+
+def typed_dataset_dir(cache_dir: Path, preset: str, scale: float, seed: int = 0) -> Path:
+    """Where :func:`cached_typed_dataset` keeps a typed synthetic dataset (reverses added)."""
+    from fleetgnn.graph.synthetic_hetero import GENERATOR_VERSION as TYPED_VERSION
+
+    return Path(cache_dir) / f"{preset}-scale{scale:g}-seed{seed}-rev-t{TYPED_VERSION}"
+
+
+def cached_typed_dataset(
+    cache_dir: Path, preset: str = "igbh-like", scale: float = 0.1, seed: int = 0
+) -> tuple[HeteroGraph, float]:
+    """Open the cached typed synthetic dataset with reverse relations, generating it if absent.
+
+    The preset is written by :func:`~fleetgnn.graph.synthetic_hetero.prepare_typed_synthetic`
+    (``fleetgnn prepare synthetic --preset igbh-like --scale S``), then rewritten with
+    :func:`~fleetgnn.graph.hetero.add_reverse_relations` (the generator's intermediate removed).
+
+    Returns:
+        The typed graph (memory-mapped) and the seconds spent generating it (0 when cached).
+    """
+    from fleetgnn.graph.hetero import add_reverse_relations
+    from fleetgnn.graph.synthetic_hetero import prepare_typed_synthetic
+    from fleetgnn.graph.typed_dataset import open_typed_dataset, write_typed_dataset
+
+    out = typed_dataset_dir(cache_dir, preset, scale, seed)
+    gen_s = 0.0
+    if not (out / "meta.json").is_file():
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        base = out.with_name(f"{out.name}.base-{os.getpid()}")
+        try:
+            prepare_typed_synthetic(base, preset, scale=scale, seed=seed, overwrite=True)
+            graph = add_reverse_relations(open_typed_dataset(base))
+            write_typed_dataset(
+                graph, out, overwrite=out.exists(), source=f"{preset} + reverse relations"
+            )
+        except DatasetError:
+            if not (out / "meta.json").is_file():  # another process may have won the race
+                raise
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        gen_s = time.perf_counter() - t0
+    return open_typed_dataset(out), gen_s
 
 
 def cora(path: Path, cache_dir: Path) -> Graph:

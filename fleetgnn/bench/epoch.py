@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fleetgnn.bench.loops import EngineSteps, optimizer_step, peer_optimizer
 from fleetgnn.bench.peers import (
     NO_PYG,
     PygGCN,
@@ -64,47 +65,6 @@ def reference_engine(graph: Graph, overrides: Sequence[str]) -> Any:
     """The reference engine for ``graph`` with the config ``overrides`` (float32, CPU, seed 0)."""
     cfg = load_config(None, ["train.dtype=float32", "train.seed=0", *overrides])
     return engine_from_config(cfg, graph), cfg
-
-
-def _optim(cfg: Config, model: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.Adam(
-        model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-    )
-
-
-def _pyg_step(
-    model: nn.Module, opt: torch.optim.Optimizer, forward: Callable[[], Tensor], target: Tensor
-) -> None:
-    loss = F.cross_entropy(forward(), target)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-
-
-#: The phases of the engine's step stats that :class:`_Epochs` adds up.
-PHASES: tuple[str, ...] = ("sample", "gather", "forward", "backward", "optimizer")
-
-
-class _Epochs:
-    """A callable running the next epoch(s) of an engine each call (epochs keep counting up).
-
-    Adds up the engine's own step times per phase (:data:`PHASES`) over every epoch it runs.
-    """
-
-    def __init__(self, engine: Any, per_call: int) -> None:
-        self.engine, self.per_call, self.epoch = engine, per_call, 0
-        self.phase_s = dict.fromkeys(PHASES, 0.0)
-
-    def __call__(self) -> None:
-        for _ in range(self.per_call):
-            for step in self.engine.run_epoch(self.epoch):
-                for k in PHASES:
-                    self.phase_s[k] += float(step.times.get(k, 0.0))
-            self.epoch += 1
-
-    def phases(self) -> dict[str, float]:
-        """Seconds per epoch in each phase, the mean over every epoch run (warm-up included)."""
-        return {k: v / max(self.epoch, 1) for k, v in self.phase_s.items()}
 
 
 #: PyG's layer for each full-graph model :func:`full_epoch` runs.
@@ -172,8 +132,11 @@ def full_epoch(
     mixed.model.load_state_dict(engine.model.state_dict())
     dims = [engine.x.shape[1], hidden, engine.num_classes]
     conv = PYG_CONVS[model]
-    fleet = _Epochs(engine, per_call)
-    calls: dict[str, Callable[[], None]] = {"fleetgnn": fleet, BF16: _Epochs(mixed, per_call)}
+    fleet = EngineSteps(engine, per_call=per_call)
+    calls: dict[str, Callable[[], None]] = {
+        "fleetgnn": fleet,
+        BF16: EngineSteps(mixed, per_call=per_call),
+    }
     diffs: dict[str, float] = {}
     skipped = {}
     if has_pyg():
@@ -193,13 +156,13 @@ def full_epoch(
                 with torch.no_grad():
                     diffs[label] = float((peer(engine.x, adj) - ref).abs().max())
                 peer.train()
-                opt = _optim(cfg, peer)
+                opt = peer_optimizer(cfg, peer)
 
                 def pyg_epochs(
                     peer: nn.Module = peer, opt: Any = opt, adj: Tensor = adj, n: int = per_call
                 ) -> None:
                     for _ in range(n):
-                        _pyg_step(peer, opt, lambda: peer(engine.x, adj)[train], target)
+                        optimizer_step(opt, F.cross_entropy(peer(engine.x, adj)[train], target))
 
                 pyg_epochs(n=1)  # fails here, untimed, if PyG cannot train in this format
             except (RuntimeError, NotImplementedError, ValueError, TypeError) as e:
@@ -263,7 +226,7 @@ def sage_minibatch(
         ],
     )
     dims = [engine.x.shape[1], *[hidden] * (len(fanouts) - 1), engine.num_classes]
-    fleet = _Epochs(engine, 1)
+    fleet = EngineSteps(engine)
     calls: dict[str, Callable[[], None]] = {"fleetgnn": fleet}
     diffs: dict[str, float] = {}
     skipped = {}
@@ -290,7 +253,7 @@ def sage_minibatch(
         label = "PyG SAGEConv (CSR adj_t) on fleetgnn's samples"
         diffs[label] = float((got - ref).abs().max())
         model.train()
-        calls[label] = _blocks_epoch(engine, model, _optim(cfg, model))
+        calls[label] = _blocks_epoch(engine, model, peer_optimizer(cfg, model))
     times = interleaved(calls, opts.repeat, engine.device)
     return measurement(
         SECTION,
@@ -326,7 +289,7 @@ def _blocks_epoch(engine: Any, model: PygSAGE, opt: torch.optim.Optimizer) -> Ca
             graphs = [block_to_pyg(b, "csr", dev, engine.dtype) for b in blocks]
             x = engine.x[blocks[0].src_ids.to(dev)]
             target = engine.y[seeds.to(dev)]
-            _pyg_step(model, opt, lambda x=x, graphs=graphs: model(x, graphs), target)
+            optimizer_step(opt, F.cross_entropy(model(x, graphs), target))
 
     return epoch
 
@@ -348,18 +311,14 @@ def _neighbor_loader_epoch(engine: Any, cfg: Config, dims: list[int]) -> Callabl
     )
     model = PygSAGEFull(dims, 0.5).to(engine.device)
     copy_weights(engine.model, model, "sage")
-    opt = _optim(cfg, model)
+    opt = peer_optimizer(cfg, model)
 
     def epoch() -> None:
         for batch in loader:
             batch = batch.to(engine.device)
             n = int(batch.batch_size)
-            _pyg_step(
-                model,
-                opt,
-                lambda b=batch, n=n: model(b.x, b.edge_index)[:n],
-                batch.y[:n],
-            )
+            logits = model(batch.x, batch.edge_index)[:n]
+            optimizer_step(opt, F.cross_entropy(logits, batch.y[:n]))
 
     return epoch
 

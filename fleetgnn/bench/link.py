@@ -36,8 +36,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
+from fleetgnn.bench.loops import EngineSteps, optimizer_step, peer_optimizer
 from fleetgnn.bench.peers import (
     NO_PYG,
     PygSAGE,
@@ -97,18 +98,6 @@ def link_engine(
     return engine_from_config(cfg, graph), cfg
 
 
-def _optim(cfg: Config, model: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.Adam(
-        model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-    )
-
-
-def _step(opt: torch.optim.Optimizer, loss: Tensor) -> None:
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-
-
 def _pair_loss(h: Tensor, src: Tensor, dst: Tensor, neg: Tensor) -> Tensor:
     """Mean binary cross-entropy of positives ``(src, dst)`` and negatives ``(src, neg[:, k])``."""
     k = neg.shape[1]
@@ -117,19 +106,6 @@ def _pair_loss(h: Tensor, src: Tensor, dst: Tensor, neg: Tensor) -> Tensor:
     logits = torch.cat([pos, negs])
     labels = torch.cat([torch.ones_like(pos), torch.zeros_like(negs)])
     return F.binary_cross_entropy_with_logits(logits, labels)
-
-
-class _Steps:
-    """A callable running the first ``steps`` steps of the next epoch of the engine."""
-
-    def __init__(self, engine: Any, steps: int) -> None:
-        self.engine, self.steps, self.epoch = engine, steps, 0
-
-    def __call__(self) -> None:
-        self.engine.model.train()
-        for step in range(self.steps):
-            self.engine.train_step(self.epoch, step)
-        self.epoch += 1
 
 
 def _blocks_steps(engine: Any, model: PygSAGE, opt: Any, steps: int) -> Callable[[], None]:
@@ -145,7 +121,7 @@ def _blocks_steps(engine: Any, model: PygSAGE, opt: Any, steps: int) -> Callable
             graphs = [block_to_pyg(b, "csr", dev, engine.dtype) for b in batch.blocks]
             x = engine.x[batch.blocks[0].src_ids.to(dev)]
             h = model(x, graphs)
-            _step(opt, _pair_loss(h, batch.src, batch.dst, batch.neg))
+            optimizer_step(opt, _pair_loss(h, batch.src, batch.dst, batch.neg))
 
     return run
 
@@ -169,7 +145,7 @@ def _loader_steps(engine: Any, cfg: Config, dims: list[int], steps: int) -> Call
     )
     model = PygSAGEFull(dims, 0.0).to(engine.device)
     copy_weights(engine.model.encoder, model, "sage")
-    opt = _optim(cfg, model)
+    opt = peer_optimizer(cfg, model)
 
     def run() -> None:
         model.train()
@@ -180,7 +156,7 @@ def _loader_steps(engine: Any, cfg: Config, dims: list[int], steps: int) -> Call
             h = model(batch.x, batch.edge_index)
             eli = batch.edge_label_index
             logits = (h[eli[0]] * h[eli[1]]).sum(-1)
-            _step(opt, F.binary_cross_entropy_with_logits(logits, batch.edge_label))
+            optimizer_step(opt, F.binary_cross_entropy_with_logits(logits, batch.edge_label))
 
     return run
 
@@ -227,7 +203,7 @@ def sage_link(
     per_epoch = engine.steps_per_epoch()
     steps = min(per_epoch, steps if steps is not None else (3 if opts.quick else 10))
     dims = [engine.x.shape[1], *[hidden] * len(fanouts)]
-    calls: dict[str, Callable[[], None]] = {"fleetgnn": _Steps(engine, steps)}
+    calls: dict[str, Callable[[], None]] = {"fleetgnn": EngineSteps(engine, steps)}
     diffs: dict[str, float] = {}
     skipped = {}
     if not has_pyg():
@@ -249,7 +225,7 @@ def sage_link(
                 x, [block_to_pyg(b, "csr", engine.device, engine.dtype) for b in batch.blocks]
             )
         diffs[BLOCKS_PEER] = float((got - ref).abs().max())
-        calls[BLOCKS_PEER] = _blocks_steps(engine, model, _optim(cfg, model), steps)
+        calls[BLOCKS_PEER] = _blocks_steps(engine, model, peer_optimizer(cfg, model), steps)
     times = interleaved(calls, opts.repeat, engine.device)
     medians = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
     return measurement(

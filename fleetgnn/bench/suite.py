@@ -2,15 +2,18 @@
 
 Sections (``--only`` picks some): ``ops`` (``gspmm``, keyed dropout), ``sampler``, ``gather``
 (the unified store), ``epoch`` (reference engine vs PyG, full-graph and mini-batch), ``link``
-(link-prediction steps, reference engine vs PyG's ``LinkNeighborLoader``), ``trainer``
+(link-prediction steps, reference engine vs PyG's ``LinkNeighborLoader``), ``hetero`` (R-GAT
+mini-batch steps on ``igbh-like``, the typed reference engine vs PyG's ``NeighborLoader`` +
+``HeteroConv``), ``trainer``
 (a whole ``Trainer.fit`` epoch, evaluation included, vs PyG's loop) and ``engines`` (every
 distributed engine with 2 processes vs the reference). The single-process sections run once per
 thread count (``torch.set_num_threads``; by default 1 and all usable cores); ``engines`` runs once,
 with 1 thread per process.
 
-Datasets: ``products-like --scale 0.05`` (``0.005`` with ``--quick``), generated once into the
-cache directory; Cora from ``--cora`` (a prepared dataset or Planetoid's ``ind.cora.*`` files),
-else a synthetic graph of Cora's shape. Nothing is downloaded.
+Datasets: ``products-like --scale 0.05`` (``0.005`` with ``--quick``) and, for ``hetero``,
+``igbh-like --scale 0.1`` (``0.01`` with ``--quick``) with every relation's reverse, generated
+once into the cache directory; Cora from ``--cora`` (a prepared dataset or Planetoid's
+``ind.cora.*`` files), else a synthetic graph of Cora's shape. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -24,15 +27,32 @@ from typing import Any
 
 import torch
 
-from fleetgnn.bench import engines, epoch, gather, link, ops, sampler, trainer
-from fleetgnn.bench.data import cached_dataset, cora, cora_sized, dataset_dir, default_cache_dir
+from fleetgnn.bench import engines, epoch, gather, hetero, link, ops, sampler, trainer
+from fleetgnn.bench.data import (
+    cached_dataset,
+    cached_typed_dataset,
+    cora,
+    cora_sized,
+    dataset_dir,
+    default_cache_dir,
+)
 from fleetgnn.bench.machine import loadavg, machine_info, usable_cpus
 from fleetgnn.bench.report import RESULTS_FORMAT
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
+from fleetgnn.graph.hetero import HeteroGraph
 
 #: Every section, in the order they run.
-SECTIONS: tuple[str, ...] = ("ops", "sampler", "gather", "epoch", "link", "trainer", "engines")
+SECTIONS: tuple[str, ...] = (
+    "ops",
+    "sampler",
+    "gather",
+    "epoch",
+    "link",
+    "hetero",
+    "trainer",
+    "engines",
+)
 #: Sections that run once (their own processes), not once per thread count.
 ONCE: frozenset[str] = frozenset({"engines"})
 
@@ -51,6 +71,7 @@ class BenchOptions:
         cora: Cora (a prepared dataset directory or Planetoid's raw files), or None for a
             Cora-sized synthetic graph.
         scale: ``products-like`` scale of the large graph (default 0.05; 0.005 quick).
+        typed_scale: ``igbh-like`` scale of the typed graph (default 0.1; 0.01 quick).
     """
 
     quick: bool = False
@@ -60,6 +81,7 @@ class BenchOptions:
     cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
     cora: Path | None = None
     scale: float | None = None
+    typed_scale: float | None = None
 
     def __post_init__(self) -> None:
         bad = [s for s in self.only if s not in SECTIONS]
@@ -74,11 +96,22 @@ class BenchOptions:
             raise ConfigError(f"--repeat {self.repeat}: need at least 1 repetition")
         if self.scale is not None and not 0 < self.scale <= 1:
             raise ConfigError(f"--scale {self.scale}: need a products-like scale in (0, 1]")
+        if self.typed_scale is not None and not 0 < self.typed_scale <= 10:
+            raise ConfigError(
+                f"--typed-scale {self.typed_scale}: need an igbh-like scale in (0, 10]"
+            )
 
     @property
     def large_scale(self) -> float:
         """The ``products-like`` scale of the large graph."""
         return self.scale if self.scale is not None else (0.005 if self.quick else 0.05)
+
+    @property
+    def typed_graph_scale(self) -> float:
+        """The ``igbh-like`` scale of the typed graph."""
+        if self.typed_scale is not None:
+            return self.typed_scale
+        return 0.01 if self.quick else 0.1
 
     @property
     def sections(self) -> tuple[str, ...]:
@@ -142,6 +175,16 @@ def run_suite(
         datasets["large"] = describe(graph, large[1], gen_s)
         origin = f"generated in {gen_s:.1f} s" if gen_s else "cached"
         log(f"dataset {large[1]}: {graph!r} ({origin})")
+    typed: tuple[HeteroGraph, str] | None = None
+    if "hetero" in sections:
+        tgraph, gen_s = cached_typed_dataset(opts.cache_dir, "igbh-like", opts.typed_graph_scale)
+        typed = (tgraph, f"igbh-like x{opts.typed_graph_scale:g}")
+        datasets["typed"] = describe(tgraph, typed[1], gen_s)
+        origin = f"generated in {gen_s:.1f} s" if gen_s else "cached"
+        log(
+            f"dataset {typed[1]}: {tgraph.num_nodes:,} nodes, {tgraph.num_edges:,} edges, "
+            f"{len(tgraph.schema.relations)} relations ({origin})"
+        )
     if {"epoch", "trainer"} & set(sections):
         if opts.cora is not None:
             small = (cora(opts.cora, opts.cache_dir), "Cora")
@@ -159,7 +202,11 @@ def run_suite(
             log(f"[{i}/{len(steps)}] {section}, {threads} thread(s) ...")
             torch.set_num_threads(threads)
             t0 = time.perf_counter()
-            rows += _run_section(section, opts, threads, log, small, large)
+            if section == "hetero":
+                assert typed is not None
+                rows += hetero.run(opts, threads, log, typed)
+            else:
+                rows += _run_section(section, opts, threads, log, small, large)
             dt = time.perf_counter() - t0
             section_s[f"{section}@{threads}"] = dt
             log(f"[{i}/{len(steps)}] {section}, {threads} thread(s): {dt:.1f} s")
@@ -173,6 +220,7 @@ def run_suite(
         "cache_dir": str(opts.cache_dir),
         "cora": None if opts.cora is None else str(opts.cora),
         "large_scale": opts.large_scale,
+        "typed_scale": opts.typed_graph_scale if typed is not None else None,
     }
     return results_document(
         rows,
@@ -264,16 +312,27 @@ def script_results(
     return results
 
 
-def describe(graph: Graph, name: str, gen_s: float) -> dict[str, Any]:
-    """A dataset as the results record it (``gen_s``: seconds it took to generate, 0 cached)."""
-    return {
+def describe(graph: Graph | HeteroGraph, name: str, gen_s: float) -> dict[str, Any]:
+    """A dataset as the results record it (``gen_s``: seconds it took to generate, 0 cached).
+
+    A typed graph records its feature width per type and its node and edge counts per type and
+    relation as well.
+    """
+    out = {
         "name": name,
         "num_nodes": graph.num_nodes,
         "num_edges": graph.num_edges,
-        "num_features": graph.num_features,
         "num_classes": graph.num_classes,
         "generate_s": gen_s or None,
     }
+    if isinstance(graph, HeteroGraph):
+        s = graph.schema
+        out["num_features"] = {t: graph.feature_width(t) for t in s.node_types}
+        out["type_nodes"] = {t: s.count(t) for t in s.node_types}
+        out["relation_edges"] = {"__".join(r): graph.num_relation_edges(r) for r in s.relations}
+    else:
+        out["num_features"] = graph.num_features
+    return out
 
 
 def _run_section(

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 _SECTIONS = ("ops", "sampler", "gather", "epoch", "trainer", "engines")  # see fleetgnn.bench
+#: Sections that run only when ``--only`` names them.
+_NAMED_ONLY = ("link", "hetero")
 
 
 def add_bench(sub: argparse._SubParsersAction) -> None:
@@ -23,8 +25,11 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         help="benchmark fleetgnn against PyG and plain torch (JSON + Markdown tables)",
         description="Run fleetgnn's benchmark suite against its peers (PyG when torch_geometric "
         "imports, plain torch, the memcpy limit), interleaved, median of --repeat, at 1 thread "
-        "and all cores. Sections: " + ", ".join(_SECTIONS) + ". The full suite takes about 10 "
-        "minutes on 2 cores; --quick about a minute.",
+        "and all cores. Sections: "
+        + ", ".join(_SECTIONS)
+        + " (and, when --only names them, "
+        + ", ".join(_NAMED_ONLY)
+        + "). The full suite takes about 10 minutes on 2 cores; --quick about a minute.",
     )
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument(
@@ -80,6 +85,12 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="products-like scale of the large graph (default 0.05; --quick 0.005)",
     )
+    p.add_argument(
+        "--typed-scale",
+        type=float,
+        default=None,
+        help="igbh-like scale of the typed graph of --only hetero (default 0.1; --quick 0.01)",
+    )
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -116,6 +127,7 @@ def run_bench(args: argparse.Namespace) -> int:
             cache_dir=args.cache_dir or default_cache_dir(),
             cora=args.cora,
             scale=args.scale,
+            typed_scale=args.typed_scale,
         )
         results = run_suite(opts, log, command=_command(args))
     js, md = write_results(args.out, results)
@@ -131,8 +143,8 @@ def _command(args: argparse.Namespace) -> list[str]:
     out = ["fleetgnn", "bench"]
     if args.quick:
         out.append("--quick")
-    for flag in ("threads", "repeat", "only", "cora", "scale"):
+    for flag in ("threads", "repeat", "only", "cora", "scale", "typed_scale"):
         value = getattr(args, flag)
         if value is not None:
-            out += [f"--{flag}", str(value)]
+            out += [f"--{flag.replace('_', '-')}", str(value)]
     return out

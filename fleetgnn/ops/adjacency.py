@@ -285,6 +285,7 @@ class Structure:
     __slots__ = (
         "_blocks",
         "_dst",
+        "_heads",
         "_in_deg",
         "_t",
         "indices",
@@ -306,6 +307,47 @@ class Structure:
         self._in_deg: Tensor | None = None
         self._t: tuple[Tensor, Tensor, Tensor] | None = None
         self._blocks: dict[bool, ColumnBlocks] = {}
+        self._heads: dict[tuple[bool, int], tuple[Tensor, Tensor, Tensor]] = {}
+
+    def head_layout(self, heads: int, transpose: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """The block-diagonal pattern of ``heads`` copies of ``A`` (``A^T``), one per head.
+
+        Row ``i * heads + k`` of the ``[M * heads, S * heads]`` matrix holds row ``i``'s edges
+        at columns ``j * heads + k``, so one CSR product with a contiguous ``x [S, heads, R]``
+        viewed as ``[S * heads, R]`` gives every head's product (no per-head copy of ``x``).
+
+        Returns:
+            ``(indptr [M * heads + 1], indices [E * heads], order [E * heads])`` with ``order``
+            the position in ``w.reshape(-1)`` of each stored value, for edge weights ``w [E,
+            heads]`` in this structure's (CSC) edge order. Cached per ``(heads, transpose)``.
+        """
+        key = (transpose, heads)
+        hit = self._heads.get(key)
+        if hit is not None:
+            return hit
+        if transpose:
+            indptr, indices, perm = self.transposed()
+        else:
+            indptr, indices = self.indptr, self.indices
+            perm = torch.arange(self.num_edges, device=indptr.device)
+        dev = indptr.device
+        deg = indptr[1:] - indptr[:-1]
+        row = torch.repeat_interleave(torch.arange(deg.numel(), device=dev), deg)
+        start = indptr[:-1].index_select(0, row)  # [E]
+        k = torch.arange(heads, device=dev)
+        # edge e (CSR order) of head k sits at heads * start + k * deg + (e - start)
+        pos = (start * (heads - 1) + torch.arange(row.numel(), device=dev))[:, None] + k * (
+            deg.index_select(0, row)[:, None]
+        )
+        pos = pos.reshape(-1)
+        big_indptr = torch.zeros(deg.numel() * heads + 1, dtype=torch.int64, device=dev)
+        torch.cumsum(deg.repeat_interleave(heads), 0, out=big_indptr[1:])
+        big_indices = torch.empty_like(pos)
+        big_indices[pos] = (indices.long()[:, None] * heads + k).reshape(-1)
+        order = torch.empty_like(pos)
+        order[pos] = (perm[:, None] * heads + k).reshape(-1)
+        self._heads[key] = (big_indptr, big_indices, order)
+        return self._heads[key]
 
     @classmethod
     def from_sorted_edges(

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import GraphError
-from fleetgnn.ops.adjacency import Structure, blocked_mm, check_rows, structure
+from fleetgnn.ops.adjacency import Structure, _sparse_csr, blocked_mm, check_rows, structure
 from fleetgnn.ops.precision import float32_inputs, full_precision
 
 Reduce = Literal["sum", "mean", "max"]
@@ -67,6 +67,15 @@ def _spmm_sum(st: Structure, x3: Tensor, w2: Tensor | None, transpose: bool = Fa
     if k_heads == 1:  # one product, no copy into a preallocated output
         vals = None if w2 is None else w2[:, 0].contiguous()
         return _csr_mm(st, vals, x3[:, 0], transpose).unsqueeze(1)
+    if not st.reused:
+        # one block-diagonal product over [rows * K, R]: no per-head copies (sampled blocks
+        # only: a whole graph kept for every epoch would keep 16 * E * K bytes of pattern)
+        indptr, indices, order = st.head_layout(k_heads, transpose)
+        vals = x3.new_ones(order.numel()) if w2 is None else w2.reshape(-1).index_select(0, order)
+        cols = st.num_dst if transpose else st.num_src
+        mat = _sparse_csr(indptr, indices, vals, (rows * k_heads, cols * k_heads))
+        x2 = x3.reshape(cols * k_heads, x3.shape[2])
+        return blocked_mm([mat], [(0, x2.shape[0])], x2).view(rows, k_heads, x3.shape[2])
     out = x3.new_empty((rows, k_heads, x3.shape[2]))
     for k in range(k_heads):
         vals = None if w2 is None else _head(w2, k)
@@ -82,6 +91,15 @@ def _sddmm_heads(st: Structure, b_dst: Tensor, a_src: Tensor) -> Tensor:
         # pattern, so take the per-edge dot products directly (E * K * R transient elements)
         src, dst = st.indices, st.dst_index()
         return (b_dst.index_select(0, dst) * a_src.index_select(0, src)).sum(-1)
+    if k_heads > 1 and not st.reused:
+        # one sampled product over the block-diagonal pattern of every head: no per-head copies
+        indptr, indices, order = st.head_layout(k_heads, transpose=False)
+        n, r = order.numel(), a_src.shape[2]
+        shape = (st.num_dst * k_heads, st.num_src * k_heads)
+        pattern = _sparse_csr(indptr, indices, a_src.new_zeros(n), shape)
+        b2, a2 = b_dst.reshape(shape[0], r), a_src.reshape(shape[1], r)
+        res = torch.sparse.sampled_addmm(pattern, b2, a2.t(), beta=0.0)
+        return a_src.new_empty(n).index_copy_(0, order, res.values()).view(-1, k_heads)
     out = a_src.new_empty((st.num_edges, k_heads))
     pattern = st.csr(a_src.new_zeros(st.num_edges))
     for k in range(k_heads):

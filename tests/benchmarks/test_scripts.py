@@ -105,6 +105,61 @@ def test_bench_link_script(tmp_path: Path) -> None:
             assert row["skipped"][LOADER_PEER] == missing
 
 
+_HETERO_TINY = ["--scale", "0.005", "--hidden", "4", "--heads", "2", "--fanouts", "3,2,2"]
+_HETERO_TINY += ["--batch-size", "64", "--steps", "2", "--repeat", "1"]
+
+
+@pytest.mark.slow
+def test_bench_hetero_script(tmp_path: Path) -> None:
+    """The hetero section at a tiny size: PyG's R-GAT has fleetgnn's parameter count and, on
+    fleetgnn's samples, its logits; PyG's NeighborLoader runs where it can sample, and is listed
+    as skipped with the reason where it cannot."""
+    from fleetgnn.bench.hetero import BLOCKS_PEER, LOADER_PEER
+    from fleetgnn.bench.peers import has_pyg, neighbor_loader_missing
+
+    _script("bench_hetero").main(
+        [*_HETERO_TINY, "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path)]
+    )
+    data = _check(tmp_path, "hetero")
+    (row,) = data["rows"]
+    assert "8 relations, 3 layers, 2 x 4 hidden, fanouts 3,2,2 per relation" in row["case"]
+    assert row["extra"]["steps_timed"] == 2 and row["extra"]["steps_per_epoch"] == 5
+    assert data["datasets"]["typed"]["type_nodes"]["paper"] == 500  # 100,000 x 0.005
+    phases = row["extra"]["fleetgnn_phases_s"]
+    assert phases["forward"] > 0 and phases["backward"] > 0
+    if has_pyg():
+        params = row["extra"]["parameters"]
+        assert params["PyG"] == params["fleetgnn"] > 0
+        assert row["extra"]["max_abs_logit_diff"][BLOCKS_PEER] < 1e-4
+        missing = neighbor_loader_missing()
+        if missing is None:
+            assert LOADER_PEER in row["impls"]
+        else:
+            assert row["skipped"][LOADER_PEER] == missing
+
+
+@pytest.mark.slow
+def test_bench_hetero_skips_pyg_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without PyG both peers are skipped with the reason; without a sampler for PyG only its
+    loader is, and fleetgnn is timed either way."""
+    import fleetgnn.bench.hetero as hetero
+    from fleetgnn.bench.peers import NO_PYG, has_pyg
+
+    argv = [*_HETERO_TINY, "--cache-dir", str(tmp_path / "cache")]
+    monkeypatch.setattr(hetero, "has_pyg", lambda: False)
+    (row,) = _script("bench_hetero").main(argv)["rows"]
+    assert row["skipped"] == {hetero.LOADER_PEER: NO_PYG, hetero.BLOCKS_PEER: NO_PYG}
+    assert set(row["impls"]) == {"fleetgnn"} and row["impls"]["fleetgnn"]["median_s"] > 0
+    if has_pyg():
+        monkeypatch.setattr(hetero, "has_pyg", lambda: True)
+        monkeypatch.setattr(hetero, "neighbor_loader_missing", lambda: "no sampler here")
+        (row,) = _script("bench_hetero").main(argv)["rows"]
+        assert row["skipped"] == {hetero.LOADER_PEER: "no sampler here"}
+        assert hetero.BLOCKS_PEER in row["impls"]
+
+
 def test_results_render_from_json(tmp_path: Path) -> None:
     """What a script wrote is what `fleetgnn bench --from-json` reads."""
     from fleetgnn.cli.main import main
@@ -128,7 +183,8 @@ def test_bench_imports_and_runs_without_pyg(monkeypatch: pytest.MonkeyPatch) -> 
     ]:
         monkeypatch.delitem(sys.modules, name)
     bench = importlib.import_module("fleetgnn.bench")
-    for section in ("epoch", "link", "ops", "sampler", "gather", "trainer", "engines", "peers"):
+    sections = ("epoch", "link", "hetero", "ops", "sampler", "gather", "trainer", "engines")
+    for section in (*sections, "peers", "loops"):
         importlib.import_module(f"fleetgnn.bench.{section}")
     peers = sys.modules["fleetgnn.bench.peers"]
     assert not peers.has_pyg()
