@@ -168,6 +168,9 @@ def _setup(cwd):
     rng = np.random.default_rng(0)
     n = 1600  # the default split takes 20 per class, 500 and 1000 nodes
     np.savetxt(cwd / "edges.txt", rng.integers(0, n, size=(6000, 2)), fmt="%d")
+    pairs, attr = rng.integers(0, n, size=(6000, 2)), rng.standard_normal((6000, 3))
+    lines = [f"{s} {d} " + " ".join(f"{v:.4f}" for v in a) for (s, d), a in zip(pairs, attr)]
+    (cwd / "edges_attr.txt").write_text("\n".join(lines) + "\n")  # src dst a_1 a_2 a_3
     np.save(cwd / "x.npy", rng.standard_normal((n, 8)).astype(np.float32))
     np.save(cwd / "y.npy", rng.integers(0, 3, size=n))
     (cwd / "my.yaml").write_text("data:\n  dataset: data/cora\nmodel:\n  name: sage\n")

@@ -131,7 +131,10 @@ class _TypedData:
 
     def aggregators(self, blocks: list[HeteroBlock]) -> list[TypedAggregator]:
         """One typed aggregator per block, on the device."""
-        return [TypedAggregator(b.to(self.device), dtype=self.dtype) for b in blocks]
+        # a step's hops: per-step patterns may be cached on them (the whole graph's are not)
+        return [
+            TypedAggregator(b.to(self.device), dtype=self.dtype, transient=True) for b in blocks
+        ]
 
     @property
     def full_aggregator(self) -> TypedAggregator:

@@ -250,6 +250,7 @@ class LocalAggregator:
             check_adjacency(self)
         self._st = structure(self)
         self._st.reused = bool(getattr(adj, "reused", False))
+        self._st.transient = bool(getattr(adj, "transient", False))  # a sampled block
         deg = getattr(adj, "src_degree", None)
         if deg is not None and (not isinstance(deg, Tensor) or deg.shape != (self.num_src,)):
             raise GraphError(

@@ -57,6 +57,8 @@ class TypedAggregator:
             ``num_dst[t]``, ``edges[r] = (indptr, indices)``).
         dtype: Float dtype of the degree tensors.
         validate: Check every index once.
+        transient: The hop lives for one step (a sampled batch's): multi-head products may
+            cache per-step patterns on it (:attr:`fleetgnn.ops.adjacency.Structure.transient`).
 
     Attributes:
         schema: The typed graph's schema.
@@ -65,7 +67,14 @@ class TypedAggregator:
         relations: The relations with edges in this hop, schema order.
     """
 
-    def __init__(self, block: Any, *, dtype: torch.dtype = torch.float32, validate: bool = False):
+    def __init__(
+        self,
+        block: Any,
+        *,
+        dtype: torch.dtype = torch.float32,
+        validate: bool = False,
+        transient: bool = False,
+    ):
         self.schema = block.schema
         self.src_ids: dict[str, Tensor] = dict(block.src_ids)
         self.num_dst: dict[str, int] = {t: int(n) for t, n in block.num_dst.items()}
@@ -82,7 +91,9 @@ class TypedAggregator:
             else:
                 rows = torch.cat([self.src_ids[d][:m], self.src_ids[s]])
                 local = indices + m
-            adj = SimpleNamespace(indptr=indptr, indices=local, src_ids=rows, num_dst=m)
+            adj = SimpleNamespace(
+                indptr=indptr, indices=local, src_ids=rows, num_dst=m, transient=transient
+            )
             self._aggs[rel] = LocalAggregator(adj, dtype=dtype, validate=validate)
 
     @property

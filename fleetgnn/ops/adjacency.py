@@ -280,6 +280,10 @@ class Structure:
             whose source rows exceed :data:`BLOCK_BYTES` then run over cached
             :class:`ColumnBlocks`, built on first use. ``False`` (a sampled block, used once or
             twice): one product, nothing more cached.
+        transient: The adjacency lives for one step (a sampled block): multi-head products then
+            run over its cached block-diagonal pattern (:meth:`head_layout`, ``24 E K`` bytes),
+            freed with it. ``False`` (kept across steps: a whole graph, a full-graph engine's
+            pieces): a product per head, nothing held.
     """
 
     __slots__ = (
@@ -293,6 +297,7 @@ class Structure:
         "num_dst",
         "num_src",
         "reused",
+        "transient",
     )
 
     def __init__(
@@ -303,6 +308,7 @@ class Structure:
         self.num_dst = num_dst
         self.num_src = num_src
         self.reused = reused
+        self.transient = False
         self._dst: Tensor | None = None
         self._in_deg: Tensor | None = None
         self._t: tuple[Tensor, Tensor, Tensor] | None = None

@@ -67,9 +67,9 @@ def _spmm_sum(st: Structure, x3: Tensor, w2: Tensor | None, transpose: bool = Fa
     if k_heads == 1:  # one product, no copy into a preallocated output
         vals = None if w2 is None else w2[:, 0].contiguous()
         return _csr_mm(st, vals, x3[:, 0], transpose).unsqueeze(1)
-    if not st.reused:
+    if st.transient:
         # one block-diagonal product over [rows * K, R]: no per-head copies (sampled blocks
-        # only: a whole graph kept for every epoch would keep 16 * E * K bytes of pattern)
+        # only: a structure kept across steps would hold 24 * E * K bytes of pattern)
         indptr, indices, order = st.head_layout(k_heads, transpose)
         vals = x3.new_ones(order.numel()) if w2 is None else w2.reshape(-1).index_select(0, order)
         cols = st.num_dst if transpose else st.num_src
@@ -91,7 +91,7 @@ def _sddmm_heads(st: Structure, b_dst: Tensor, a_src: Tensor) -> Tensor:
         # pattern, so take the per-edge dot products directly (E * K * R transient elements)
         src, dst = st.indices, st.dst_index()
         return (b_dst.index_select(0, dst) * a_src.index_select(0, src)).sum(-1)
-    if k_heads > 1 and not st.reused:
+    if k_heads > 1 and st.transient:
         # one sampled product over the block-diagonal pattern of every head: no per-head copies
         indptr, indices, order = st.head_layout(k_heads, transpose=False)
         n, r = order.numel(), a_src.shape[2]

@@ -24,6 +24,7 @@ give ``src_ids = [7, 3, 9]``, ``indptr = [0, 2, 3]``, ``indices = [1, 2, 2]``.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -57,6 +58,10 @@ class Block:
         edge_ids: Optional int64 ``[E]``: each edge's global ID (its position in the graph's
             CSC), the row of its features in ``Graph.edge_attr``.
     """
+
+    #: A sampled block lives for one step: its aggregator may cache per-step patterns
+    #: (:attr:`fleetgnn.ops.adjacency.Structure.transient`).
+    transient: ClassVar[bool] = True
 
     indptr: Tensor
     indices: Tensor
