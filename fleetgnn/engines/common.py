@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetgnn.config import ENGINES
+from fleetgnn.config import ENGINES, ReferenceEngineConfig
 from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.distributed.context import auto_device_type
 from fleetgnn.errors import ConfigError, DatasetError
@@ -382,6 +382,25 @@ def engine_config(name: str, config: Any, config_cls: type) -> Any:
         raise ConfigError(
             f"the {name} engine needs a {config_cls.__name__} (got {type(cfg).__name__})"
         )
+    return cfg
+
+
+def one_process_setup(engine: Any, config: Any) -> Any:
+    """The prologue of the one-process engines (``reference``, typed and typed link).
+
+    Checks ``config`` is a :class:`~fleetgnn.config.ReferenceEngineConfig` (``None``: its
+    defaults) and sets ``config``, ``mode``, ``device``, ``clock``, ``dtype`` and ``seed`` on
+    ``engine``; returns the config.
+
+    Raises:
+        ConfigError: If ``config`` is another engine's config.
+    """
+    cfg = engine_config(engine.name, config, ReferenceEngineConfig)
+    engine.config, engine.mode = cfg, cfg.mode
+    engine.device = resolve_device(cfg.device)
+    engine.clock = device_clock(engine.device)
+    engine.dtype = DTYPES[cfg.dtype]
+    engine.seed = int(cfg.seed)
     return cfg
 
 

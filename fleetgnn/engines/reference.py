@@ -29,17 +29,15 @@ from fleetgnn.config import ReferenceEngineConfig
 from fleetgnn.engines.base import EngineBase, StepCallback, StepStats, run_steps
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
-    DTYPES,
     HeldBytes,
     LossFn,
     check_fanouts,
-    device_clock,
     labels_and_masks,
     node_features,
     num_classes_of,
+    one_process_setup,
     process_memory,
     require_trainable,
-    resolve_device,
     setup_model,
 )
 from fleetgnn.engines.edges import EdgeRows, block_aggregator
@@ -53,7 +51,6 @@ from fleetgnn.engines.link import (
 )
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
-from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader, full_neighbor_block
@@ -95,11 +92,7 @@ class ReferenceEngine(EngineBase):
         loss: LossFn | None = None,
         task: Task | None = None,
     ) -> None:
-        config = config if config is not None else ReferenceEngineConfig()
-        if not isinstance(config, ReferenceEngineConfig):
-            raise ConfigError(
-                f"the reference engine needs a ReferenceEngineConfig (got {type(config).__name__})"
-            )
+        config = one_process_setup(self, config)
         check_task(self.name, config.mode, task)
         self.task = task if task is not None else NODE_CLASSIFICATION
         self.link = isinstance(task, LinkPrediction)
@@ -108,12 +101,6 @@ class ReferenceEngine(EngineBase):
             loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
         require_trainable(graph)
         self.graph = graph
-        self.config = config
-        self.mode = config.mode
-        self.device = resolve_device(config.device)
-        self.clock = device_clock(self.device)
-        self.dtype = DTYPES[config.dtype]
-        self.seed = int(config.seed)
         self.x = node_features(graph, self.dtype, config.feature_norm).to(self.device)
         self.num_classes = num_classes_of(graph)
         self.y, self.masks = labels_and_masks(

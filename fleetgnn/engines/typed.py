@@ -46,13 +46,11 @@ from fleetgnn.engines.base import (
     run_steps,
 )
 from fleetgnn.engines.common import (
-    DTYPES,
     LossFn,
-    device_clock,
     dist_setup,
     engine_config,
     normalize_rows,
-    resolve_device,
+    one_process_setup,
     setup_model,
     split_metrics,
 )
@@ -195,13 +193,8 @@ class TypedReferenceEngine(_TypedData, EngineBase):
         loss: LossFn | None = None,
         fanouts: Any = None,
     ) -> None:
-        config = engine_config(self.name, config, ReferenceEngineConfig)
+        config = one_process_setup(self, config)
         self.graph = _require_typed_trainable(graph)
-        self.config, self.mode = config, config.mode
-        self.device = resolve_device(config.device)
-        self.clock = device_clock(self.device)
-        self.dtype = DTYPES[config.dtype]
-        self.seed = int(config.seed)
         self._setup_data(graph, config.feature_norm)
         self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
         if self.mode == "minibatch":

@@ -37,12 +37,10 @@ import torch
 from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig
 from fleetgnn.engines.base import DistributedEngine, StepStats
 from fleetgnn.engines.common import (
-    DTYPES,
     LossFn,
-    device_clock,
     dist_setup,
     engine_config,
-    resolve_device,
+    one_process_setup,
     setup_model,
 )
 from fleetgnn.engines.link import EdgeBatches, check_link_model, pair_scores
@@ -269,13 +267,8 @@ class TypedLinkReferenceEngine(_TypedLink, TypedReferenceEngine):
         fanouts: Any = None,
         task: Any = None,
     ) -> None:
-        config = engine_config(self.name, config, ReferenceEngineConfig)
+        config = one_process_setup(self, config)
         task = _require_link(graph, task)
-        self.config, self.mode = config, config.mode
-        self.device = resolve_device(config.device)
-        self.clock = device_clock(self.device)
-        self.dtype = DTYPES[config.dtype]
-        self.seed = int(config.seed)
         self._setup_link(task, config.feature_norm)
         loss = loss if loss is not None else task.loss_fn
         self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
