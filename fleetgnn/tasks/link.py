@@ -158,14 +158,17 @@ class LinkPrediction:
         ):
             raise ConfigError(f"'eval_edges' must be an int >= 1 or None (got {eval_edges!r})")
         self.eval_edges = eval_edges
-        graph = split.train_graph
-        self.sampler = NegativeSampler(
-            graph.num_nodes,
-            negatives,
-            sampler,
-            graph.in_degrees() if sampler == "degree" else None,
-            seed,
-        )
+        n, degrees = self._destinations(sampler == "degree")
+        self.sampler = NegativeSampler(n, negatives, sampler, degrees, seed)
+
+    def _destinations(self, degree: bool) -> tuple[int, Any]:
+        """The nodes negatives replace destinations with.
+
+        Their count, and their in-degrees in the message-passing graph when the sampler is
+        degree-biased (``degree``).
+        """
+        graph = self.split.train_graph
+        return graph.num_nodes, (graph.in_degrees() if degree else None)
 
     def __repr__(self) -> str:
         return (

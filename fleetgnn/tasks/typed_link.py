@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetgnn.errors import ConfigError
-from fleetgnn.tasks.link import LOSSES, LinkPrediction, NegativeSampler
+from fleetgnn.tasks.link import LinkPrediction
 from fleetgnn.tasks.link_metrics import histogram_sums, ranking_sums
 
 
@@ -36,32 +35,16 @@ class TypedLinkPrediction(LinkPrediction):
         eval_edges: Evaluate on at most this many pairs of each evaluation split.
     """
 
-    def __init__(
-        self,
-        split: Any,
-        negatives: int = 1,
-        sampler: str = "uniform",
-        loss: str = "bce",
-        seed: int = 0,
-        keep_target_edges: bool = False,
-        eval_edges: int | None = None,
-    ) -> None:
-        if loss not in LOSSES:
-            raise ConfigError(f"link loss {loss!r} is unknown; use one of {', '.join(LOSSES)}")
-        if eval_edges is not None and (
-            isinstance(eval_edges, bool) or not isinstance(eval_edges, int) or eval_edges < 1
-        ):
-            raise ConfigError(f"'eval_edges' must be an int >= 1 or None (got {eval_edges!r})")
-        self.split = split
-        self.relation = split.relation
-        self.loss_name, self.loss_fn = loss, LOSSES[loss]
-        self.keep_target_edges = bool(keep_target_edges)
-        self.eval_edges = eval_edges
-        n_dst = split.train_graph.schema.count(self.relation[2])
-        degrees = None
-        if sampler == "degree":  # in-degrees of the destination type in the training relation
-            degrees = np.diff(np.asarray(split.train_graph.csc[self.relation][0]))
-        self.sampler = NegativeSampler(n_dst, negatives, sampler, degrees, seed)
+    @property
+    def relation(self) -> tuple[str, str, str]:
+        """The target relation ``(src_type, name, dst_type)``."""
+        return self.split.relation
+
+    def _destinations(self, degree: bool) -> tuple[int, Any]:
+        """The destination type: its node count, and in-degrees in the training relation."""
+        graph = self.split.train_graph
+        n_dst = graph.schema.count(self.relation[2])
+        return n_dst, (np.diff(np.asarray(graph.csc[self.relation][0])) if degree else None)
 
     def __repr__(self) -> str:
         return (
