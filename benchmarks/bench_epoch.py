@@ -23,19 +23,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import time
 import types
 import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from fleetgnn.bench.data import cached_dataset, default_cache_dir
 from fleetgnn.bench.epoch import SECTION, full_epoch, sage_minibatch
-from fleetgnn.bench.machine import machine_info
 from fleetgnn.bench.report import progress_line
-from fleetgnn.bench.suite import describe, script_results
+from fleetgnn.bench.suite import describe, script_options, script_results, script_start
 
 WORKLOADS: tuple[str, ...] = ("gcn-full", "sage-minibatch")
 
@@ -54,17 +50,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--fanouts", default="15,10,5", help="by hop from the seeds (one per layer)")
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--repeat", type=int, default=3, help="timed epochs per implementation")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--out", type=Path, default=None, help="directory for bench.json and bench.md")
+    script_options(p, "timed epochs per implementation")
     args = p.parse_args(argv)
-    started = time.perf_counter()
+    started, machine, threads = script_start(args)
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    machine = machine_info(args.device)
-    threads = torch.get_num_threads()
     graph, gen_s = cached_dataset(args.cache_dir, args.preset, args.scale, args.seed)
     name = f"{args.preset} x{args.scale:g}"
     print(f"dataset {name}: {graph!r} ({f'generated in {gen_s:.1f} s' if gen_s else 'cached'})")

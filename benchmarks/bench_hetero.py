@@ -23,18 +23,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import time
 import types
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from fleetgnn.bench.data import cached_typed_dataset, default_cache_dir
 from fleetgnn.bench.hetero import SECTION, rgat_minibatch
-from fleetgnn.bench.machine import machine_info
 from fleetgnn.bench.report import progress_line
-from fleetgnn.bench.suite import describe, script_results
+from fleetgnn.bench.suite import describe, script_options, script_results, script_start
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -51,16 +47,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--fanouts", default="15,10,5", help="per relation, by hop from the seeds")
     p.add_argument("--batch-size", type=int, default=1024, help="training nodes per step")
     p.add_argument("--steps", type=int, default=None, help="steps per timed call (an epoch)")
-    p.add_argument("--repeat", type=int, default=3, help="timed calls per implementation")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--out", type=Path, default=None, help="directory for bench.json and bench.md")
+    script_options(p)
     args = p.parse_args(argv)
-    started = time.perf_counter()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    machine = machine_info(args.device)
-    threads = torch.get_num_threads()
+    started, machine, threads = script_start(args)
     graph, gen_s = cached_typed_dataset(args.cache_dir, "igbh-like", args.scale, args.seed)
     name = f"igbh-like x{args.scale:g}"
     origin = f"generated in {gen_s:.1f} s" if gen_s else "cached"

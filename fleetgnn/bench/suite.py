@@ -272,6 +272,32 @@ def results_document(
     }
 
 
+def script_options(p: Any, repeat_help: str = "timed calls per implementation") -> None:
+    """Add the options every ``benchmarks/`` training script takes to parser ``p``.
+
+    ``--repeat``, ``--threads``, ``--device`` and ``--out`` (read back by :func:`script_start`
+    and :func:`script_results`).
+    """
+    p.add_argument("--repeat", type=int, default=3, help=repeat_help)
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", type=Path, default=None, help="directory for bench.json and bench.md")
+
+
+def script_start(args: Any) -> tuple[float, dict[str, Any], int]:
+    """A script's start: its clock, ``--threads`` applied; ``(started, machine, threads)``."""
+    import time
+
+    import torch
+
+    from fleetgnn.bench.machine import machine_info
+
+    started = time.perf_counter()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return started, machine_info(args.device), torch.get_num_threads()
+
+
 def script_results(
     script: str,
     argv: Sequence[str] | None,
