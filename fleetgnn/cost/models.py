@@ -64,6 +64,7 @@ from fleetgnn.cost.workload import IDX_BYTES as _IDX
 from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
+from fleetgnn.store import resolve_sampling
 
 #: Fraction of a sampled layer's edges that cross METIS splits: GSplit Table 5 reports a local-edge
 #: ratio of 0.93-0.94 at 4 splits, fleetgnn's split engine measured 0.84-0.89 (bench_split).
@@ -656,8 +657,7 @@ def predict_minibatch(
     # store.sampling as the engine resolves it: a CSC replica on the device, out of the budget
     replica = (wl.num_nodes + 1) * _IDX + wl.num_edges * _IDX
     sampling = str(knobs.get("sampling") or "auto")
-    room = dev_b // 2 if sampling == "auto" else dev_b if sampling == "device" else -1
-    on_device = hw.kind == "gpu" and replica <= room
+    on_device = hw.kind == "gpu" and resolve_sampling(sampling, "cuda", replica, dev_b) == "device"
     if on_device:
         dev_b -= replica
         if device_budget is not None:

@@ -92,6 +92,7 @@ from fleetgnn.store import (
     TierBudgets,
     UnifiedStore,
     parse_bytes,
+    resolve_sampling,
 )
 from fleetgnn.store.edge_table import BudgetSplit, EdgeTable, split_budgets
 from fleetgnn.store.hotness import hotness_order
@@ -113,15 +114,14 @@ def sampling_place(choice: str, graph: Graph, device: torch.device, budget: int)
         ConfigError: ``device`` was asked for and the replica exceeds the device budget.
     """
     need = replica_bytes(graph)
-    if choice == "device" and need > budget:
+    place = resolve_sampling(choice, device.type, need, budget)
+    if place is None:
         raise ConfigError(
             f"store.sampling=device: the graph's CSC replica takes {need} bytes, more than "
             f"store.device_budget ({budget} bytes per rank); raise the budget or use "
             f"store.sampling=host"
         )
-    if choice == "auto":
-        return "device" if device.type == "cuda" and need <= budget // 2 else "host"
-    return choice
+    return place
 
 
 _LINKS: tuple[str, ...] = tuple(SOURCE_LINKS.values())

@@ -24,6 +24,7 @@ from fleetgnn.store.tiers import (
     feature_row_bytes,
     plan_store,
     plan_tiers,
+    resolve_sampling,
     topology_row_bytes,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "plan_store",
     "plan_tiers",
     "resolve_placement",
+    "resolve_sampling",
     "solve_placement",
     "split_budgets",
     "topology_matrix",

@@ -88,6 +88,20 @@ def _fmt_bytes(n: float) -> str:
     return f"{n}"  # pragma: no cover
 
 
+def resolve_sampling(choice: str, device_type: str, need: int, budget: int) -> str | None:
+    """Where ``store.sampling`` samples, for the engine and its cost model alike.
+
+    ``"device"`` (a CSC replica of ``need`` bytes within the device budget ``budget``) or
+    ``"host"``; ``None``: ``device`` was asked and does not fit. ``auto`` takes the device on a
+    GPU (``device_type`` ``"cuda"``) when the replica is at most half the budget.
+    """
+    if choice == "device":
+        return "device" if need <= budget else None
+    if choice == "auto":
+        return "device" if device_type == "cuda" and need <= budget // 2 else "host"
+    return "host"
+
+
 def feature_row_bytes(graph: Graph) -> int:
     """Bytes of one feature row, ``F * itemsize`` (0 without features)."""
     if graph.x is None:
