@@ -12,19 +12,19 @@ from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.link import EdgeBatches, edge_batch_loss
 from fleetgnn.graph.edge_split import split_edges
-from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn import LocalAggregator, build_model
 from fleetgnn.nn.decoders import DotDecoder, LinkModel
 from fleetgnn.sampling import GraphTopology, NeighborSampler, edge_keys
 from fleetgnn.tasks import LinkPrediction
-from fleetgnn.train import engine_from_config, load_config
+from fleetgnn.train import engine_from_config
 from fleetgnn.train.setup import model_from_config, task_from_config
+
+from .link_setup import link_config, link_graph
 
 BATCH = 48
 
 
-def _graph():
-    return generate_graph(spec_for("tiny", 0.3), seed=4).to_undirected()
+_graph = link_graph
 
 
 @pytest.fixture(scope="module")
@@ -104,25 +104,8 @@ def test_exclusion_drops_edges_after_the_same_draws():
 
 
 def _config(extra=()):
-    base = [
-        "train.task=link",
-        "train.engine=minibatch",
-        "train.dtype=float64",
-        f"train.batch_size={BATCH}",
-        "train.fanouts=[4,3]",
-        "train.negatives=2",
-        "train.val_edges=0.1",
-        "train.test_edges=0.1",
-        "model.name=sage",
-        "model.hidden=8",
-        "model.dropout=0.3",
-        "optim.optimizer=sgd",
-        "optim.lr=0.5",
-        "optim.weight_decay=0",
-        "data.feature_norm=none",
-        "train.seed=7",
-    ]
-    return load_config(None, base + list(extra))
+    sets = [f"train.batch_size={BATCH}", "train.fanouts=[4,3]", "train.negatives=2"]
+    return link_config("train.engine=minibatch", *sets, "model.name=sage", *extra)
 
 
 #: (epoch, step) of the steps compared: two epochs, so the negatives' epoch key changes

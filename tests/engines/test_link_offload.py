@@ -10,41 +10,21 @@ import pytest
 import torch
 
 from fleetgnn.distributed.testing import context_of, run_world
-from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn.decoders import DotDecoder, LinkModel
 from fleetgnn.nn.models import build_model
-from fleetgnn.train import engine_from_config, load_config
+from fleetgnn.train import engine_from_config
+
+from .link_setup import link_config, link_graph
 
 EPOCHS = 2
 
 
-def _graph():
-    return generate_graph(spec_for("tiny", 0.3), seed=4).to_undirected()
+_graph = link_graph
 
 
 def _config(engine, model, extra=()):
-    return load_config(
-        None,
-        [
-            "train.task=link",
-            f"train.engine={engine}",
-            "train.mode=full",
-            "train.dtype=float64",
-            "train.device=cpu",
-            "train.negatives=3",
-            "train.val_edges=0.1",
-            "train.test_edges=0.1",
-            f"model.name={model}",
-            "model.hidden=8",
-            "model.dropout=0.3",
-            "optim.optimizer=sgd",
-            "optim.lr=0.5",
-            "optim.weight_decay=0",
-            "data.feature_norm=none",
-            "train.seed=7",
-            *extra,
-        ],
-    )
+    sets = ["train.mode=full", "train.device=cpu", "train.negatives=3", f"model.name={model}"]
+    return link_config(f"train.engine={engine}", *sets, *extra)
 
 
 def _run(engine, params=None):

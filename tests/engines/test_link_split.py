@@ -14,42 +14,24 @@ import torch
 from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines.link import EdgeBatch, split_edge_batch_loss
 from fleetgnn.engines.split import SplitEngine
-from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn.decoders import DotDecoder
 from fleetgnn.partition import PartitionBook
-from fleetgnn.train import engine_from_config, load_config, model_from_config, optimizer_from_config
+from fleetgnn.train import engine_from_config, model_from_config, optimizer_from_config
 from fleetgnn.train.setup import task_from_config
+
+from .link_setup import link_config, link_graph
 
 BATCH = 40
 #: (epoch, step) of the steps compared: two epochs, so the negatives' epoch key changes
 STEPS = ((0, 0), (0, 1), (1, 0))
 
 
-def _graph():
-    return generate_graph(spec_for("tiny", 0.3), seed=4).to_undirected()
+_graph = link_graph
 
 
 def _config(extra=()):
-    base = [
-        "train.task=link",
-        "train.engine=split",
-        "train.dtype=float64",
-        "train.device=cpu",
-        f"train.batch_size={BATCH}",
-        "train.fanouts=[4,3]",
-        "train.negatives=2",
-        "train.val_edges=0.1",
-        "train.test_edges=0.1",
-        "model.name=sage",
-        "model.hidden=8",
-        "model.dropout=0.3",
-        "optim.optimizer=sgd",
-        "optim.lr=0.5",
-        "optim.weight_decay=0",
-        "data.feature_norm=none",
-        "train.seed=7",
-    ]
-    return load_config(None, base + list(extra))
+    sets = ["train.device=cpu", f"train.batch_size={BATCH}", "train.fanouts=[4,3]"]
+    return link_config("train.engine=split", *sets, "train.negatives=2", "model.name=sage", *extra)
 
 
 def _rank(comm, extra, one_empty):
