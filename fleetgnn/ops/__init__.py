@@ -13,7 +13,7 @@ from fleetgnn.ops.random import (
 )
 from fleetgnn.ops.sddmm import dst_to_edge, edge_reduce, gsddmm, src_to_edge
 from fleetgnn.ops.softmax import edge_softmax
-from fleetgnn.ops.spmm import REDUCES, ScaledSpMM, gspmm, gspmm_vjp
+from fleetgnn.ops.spmm import REDUCES, ScaledSpMM, gspmm, gspmm_heads, gspmm_vjp
 
 __all__ = [
     "LOW_PRECISION",
@@ -29,6 +29,7 @@ __all__ = [
     "full_precision",
     "gsddmm",
     "gspmm",
+    "gspmm_heads",
     "gspmm_vjp",
     "hash_uniform",
     "hash_uniform_edges",

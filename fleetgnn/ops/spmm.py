@@ -354,6 +354,90 @@ def gspmm_vjp(
     return _spmm_sum(st, g, w2, transpose=True).reshape(st.num_src, *grad.shape[1:])
 
 
+class _SharedHeads(torch.autograd.Function):
+    """``out[v, k] = sum_{e = (u -> v)} w[e, k] x[u]``: one set of rows, a weight per head."""
+
+    @staticmethod
+    def forward(ctx: Any, st: Structure, x: Tensor, w: Tensor) -> Tensor:  # type: ignore[override]
+        k_heads, rows = w.shape[1], w.shape[1] * st.num_dst
+        if st.num_edges:
+            indptr, indices, order = st.shared_layout(k_heads, transpose=False)
+            vals = w.reshape(-1).index_select(0, order)
+            mat = _sparse_csr(indptr, indices, vals, (rows, st.num_src))
+            out = blocked_mm([mat], [(0, st.num_src)], x)
+        else:
+            out = x.new_zeros((rows, x.shape[1]))
+        ctx.st = st
+        ctx.save_for_backward(x, w)
+        return out.view(st.num_dst, k_heads, x.shape[1])
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        st: Structure = ctx.st
+        x, w = ctx.saved_tensors
+        k_heads = w.shape[1]
+        grad_x = grad_w = None
+        if st.num_edges == 0:
+            return None, x.new_zeros(x.shape), w.new_zeros(w.shape)
+        # a gradient laid out [K, M, R] (from a batched product per head) is read in place,
+        # through the patterns with the heads stacked, rather than copied to [M, K, R]
+        head_major = not grad.is_contiguous() and grad.transpose(0, 1).is_contiguous()
+        g2 = (grad.transpose(0, 1) if head_major else grad).reshape(-1, x.shape[1])
+        if ctx.needs_input_grad[1]:
+            indptr, indices, order = st.shared_layout(k_heads, True, head_major)
+            vals = w.reshape(-1).index_select(0, order)
+            mat = _sparse_csr(indptr, indices, vals, (st.num_src, g2.shape[0]))
+            grad_x = blocked_mm([mat], [(0, g2.shape[0])], g2)
+        if ctx.needs_input_grad[2]:
+            if st.num_edges > st.num_dst * st.num_src:  # repeated edges: see _sddmm_heads
+                g3 = grad.reshape(st.num_dst, k_heads, x.shape[1])
+                grad_w = (g3[st.dst_index()] * x.index_select(0, st.indices)[:, None]).sum(-1)
+            else:
+                indptr, indices, order = st.shared_layout(k_heads, False, head_major)
+                shape = (g2.shape[0], st.num_src)
+                pattern = _sparse_csr(indptr, indices, x.new_zeros(indices.numel()), shape)
+                res = torch.sparse.sampled_addmm(pattern, g2, x.t(), beta=0.0)
+                grad_w = w.new_empty(order.numel()).index_copy_(0, order, res.values())
+                grad_w = grad_w.view(st.num_edges, k_heads)
+        return None, grad_x, grad_w
+
+
+def gspmm_heads(adj: object, x: Tensor, edge_weight: Tensor) -> Tensor:
+    r"""Aggregate one set of source rows with a weight per edge and head.
+
+    .. math::
+        \mathrm{out}_{v, k} = \sum_{e = (u \to v)} w_{e, k} \, x_u
+
+    The input rows are shared by every head (a layer that projects after aggregating, as
+    :class:`~fleetgnn.nn.hetero.RGATConv` does where a relation has fewer destinations than
+    sources). It runs as one sparse product over the adjacency with every row repeated per head
+    (:meth:`~fleetgnn.ops.adjacency.Structure.shared_layout`), so ``x`` is never copied per
+    head; the backward is one product with its transpose for ``x`` and one sampled product
+    (SDDMM) for the weights.
+
+    Shapes:
+        - x: ``[S, R]``; edge_weight: ``[E, K]``; output: ``[M, K, R]``.
+
+    Raises:
+        GraphError: If shapes disagree.
+    """
+    st = structure(adj)
+    x, edge_weight = float32_inputs(x, edge_weight)
+    if x.dim() != 2 or x.shape[0] != st.num_src:
+        raise GraphError(
+            f"'x' must be [num_src, R] = [{st.num_src}, R] (got shape {tuple(x.shape)})"
+        )
+    if not x.is_floating_point():
+        raise GraphError(f"'x' must be a float tensor (got {x.dtype})")
+    if edge_weight.dim() != 2:
+        raise GraphError(
+            f"'edge_weight' must be [num_edges, heads] (got shape {tuple(edge_weight.shape)})"
+        )
+    check_rows("edge_weight", edge_weight, st.num_edges, "edge")
+    with full_precision(x.device):
+        return _SharedHeads.apply(st, x, edge_weight.to(x.dtype))
+
+
 def gspmm(
     adj: object,
     x: Tensor,

@@ -84,11 +84,14 @@ def test_basis_with_one_basis_per_relation_equals_free_weights(tiny):
     torch.testing.assert_close(w[1], sum(basis.comp[1, k] * basis.bases[k] for k in range(3)))
 
 
+@pytest.mark.parametrize("order", ["project", "aggregate"])
 @pytest.mark.parametrize("concat", [True, False])
-def test_rgat_equals_dense_formula(tiny, concat):
+def test_rgat_equals_dense_formula(tiny, concat, order):
+    """Both orders of a relation's work (project the sources, or aggregate them first)."""
     _, agg, h = tiny
     heads, width = 2, 3
     conv = RGATConv(4, width, REL, heads=heads, concat=concat).double()
+    conv.order = order
     with torch.no_grad():
         conv.bias.copy_(torch.randn_like(conv.bias))
         conv.att_src.mul_(10)  # away from uniform attention
@@ -122,11 +125,13 @@ def test_rgat_equals_dense_formula(tiny, concat):
         torch.testing.assert_close(out[t], want[t], rtol=1e-12, atol=1e-12)
 
 
-def test_rgat_gradients_of_inputs_and_parameters_pass_gradcheck(tiny):
+@pytest.mark.parametrize("order", ["project", "aggregate"])
+def test_rgat_gradients_of_inputs_and_parameters_pass_gradcheck(tiny, order):
     """The backward passes (destination scores through the folded weight included) match
     finite differences of the forward, for every input row and every parameter."""
     _, agg, h = tiny
     conv = RGATConv(4, 3, REL, heads=2).double()
+    conv.order = order
     names = ("lin", "att_src", "att_dst", "bias")
     with torch.no_grad():
         conv.bias.copy_(torch.randn_like(conv.bias))
@@ -142,6 +147,48 @@ def test_rgat_gradients_of_inputs_and_parameters_pass_gradcheck(tiny):
         return tuple(out[t] for t in sorted(out))
 
     assert torch.autograd.gradcheck(run, args)
+
+
+def test_rgat_orders_agree_with_attention_dropout_and_edge_ids_match(tiny):
+    """Both orders draw the same keyed attention masks: the bipartite hop's edge IDs are the
+    relation aggregator's, edge for edge."""
+    _, agg, h = tiny
+    for rel in REL:
+        for a, b in zip(agg.edge_ids(rel), agg.relation(rel).edge_ids(), strict=True):
+            assert torch.equal(a, b)
+    conv = RGATConv(4, 3, REL, heads=2, attn_dropout=0.5, seed=7).double().train()
+    outs = {}
+    for order in ("project", "aggregate"):
+        conv.order = order
+        outs[order] = conv(agg, h, step=3, layer=1)
+    for t in outs["project"]:
+        torch.testing.assert_close(outs["project"][t], outs["aggregate"][t], rtol=1e-12, atol=1e-12)
+    conv.order = "auto"
+    assert not torch.equal(conv(agg, h, step=4, layer=1)["a"], outs["project"]["a"])
+
+
+def test_rgat_order_rule_follows_the_work():
+    """Aggregating first where a relation has far fewer destinations than sources, projecting
+    first where it has fewer sources; the rows' gradient counts on the projecting side."""
+    from fleetgnn.ops.adjacency import Structure
+
+    conv = RGATConv(256, 64, REL, heads=4)
+
+    def hop(m, s, e):
+        indptr = torch.linspace(0, e, m + 1).long()
+        return Structure(indptr, torch.randint(0, s, (e,)), m, s)
+
+    x = torch.zeros(1)
+    assert conv.aggregates_first(hop(1000, 20000, 5000), x)  # authors into few papers
+    assert not conv.aggregates_first(hop(20000, 1000, 5000), x)  # institutes into many authors
+    # near-equal sides: the sparse work of aggregating F-wide rows decides for projecting
+    assert not conv.aggregates_first(hop(10000, 10000, 40000), x)
+    # a hop whose rows need a gradient pays a third dense pass when projecting
+    wide = hop(6000, 10000, 12000)
+    assert not conv.aggregates_first(wide, x)
+    assert conv.aggregates_first(wide, torch.zeros(1, requires_grad=True))
+    conv.order = "project"
+    assert not conv.aggregates_first(hop(1000, 20000, 5000), x)
 
 
 @pytest.mark.parametrize("aggr", ["sum", "mean"])

@@ -5,8 +5,8 @@ import torch
 from torch.autograd import gradcheck
 
 from fleetgnn.errors import GraphError
-from fleetgnn.ops import Adjacency, gspmm, gspmm_vjp
-from fleetgnn.ops.adjacency import structure
+from fleetgnn.ops import Adjacency, gspmm, gspmm_heads, gspmm_vjp
+from fleetgnn.ops.adjacency import Structure, structure
 from fleetgnn.ops.spmm import _chunks
 
 
@@ -187,3 +187,55 @@ def test_bad_inputs_raise_graph_error():
         gspmm(adj, torch.randn(5, 2), "min")  # type: ignore[arg-type]
     with pytest.raises(GraphError, match="outside"):
         Adjacency(torch.tensor([0, 2]), torch.tensor([0, 7]), 5)
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+@pytest.mark.parametrize("shape", [(7, 9, 30), (9, 4, 25)])  # more sources / more destinations
+def test_shared_rows_per_head_match_dense_and_gradcheck(heads, shape):
+    """gspmm_heads: every head aggregates the same rows with its own weights (out [K, M, R])."""
+    num_dst, num_src, num_edges = shape
+    adj, _, _ = random_adj(num_dst, num_src, num_edges, seed=3, empty=(0,))
+    x = torch.randn(num_src, 5, dtype=torch.float64, requires_grad=True)
+    w = (torch.rand(num_edges, heads, dtype=torch.float64) + 0.5).requires_grad_()
+    out = gspmm_heads(adj, x, w)
+    assert out.shape == (num_dst, heads, 5)
+    for k in range(heads):
+        torch.testing.assert_close(out[:, k], dense(adj, w[:, k]) @ x)
+        # equal to the per-head form with the rows copied per head
+        x3 = x.detach()[:, None].expand(-1, heads, -1).contiguous()
+        torch.testing.assert_close(out[:, k], gspmm(adj, x3, "sum", w.detach())[:, k])
+    assert torch.all(out[0] == 0)
+    assert gradcheck(lambda a, b: gspmm_heads(adj, a, b), (x, w))
+    # a gradient laid out [K, M, R] (a batched product per head after it) is read in place
+    proj = torch.randn(heads, 5, 2, dtype=torch.float64)
+    seen = []
+    layout = Structure.shared_layout
+
+    def spy(self, k, transpose, head_major=False):
+        seen.append(head_major)
+        return layout(self, k, transpose, head_major)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Structure, "shared_layout", spy)
+        assert gradcheck(
+            lambda a, b: torch.bmm(gspmm_heads(adj, a, b).transpose(0, 1), proj), (x, w)
+        )
+    assert heads == 1 or True in seen
+
+
+def test_shared_rows_with_repeated_edges_and_no_edges():
+    adj = Adjacency(torch.tensor([0, 5]), torch.tensor([0, 1, 1, 2, 0]), 3)  # 5 edges, 1 x 3
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(5, 2, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda a, b: gspmm_heads(adj, a, b), (x, w))
+    empty = Adjacency(torch.zeros(4, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 2)
+    x = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.zeros(0, 2, dtype=torch.float64, requires_grad=True)
+    out = gspmm_heads(empty, x, w)
+    assert out.shape == (3, 2, 4) and torch.all(out == 0)
+    out.sum().backward()
+    assert torch.all(x.grad == 0) and w.grad.shape == (0, 2)
+    with pytest.raises(GraphError, match=r"'edge_weight' must be \[num_edges, heads\]"):
+        gspmm_heads(adj, torch.randn(3, 4), torch.rand(5))
+    with pytest.raises(GraphError, match=r"'x' must be \[num_src, R\]"):
+        gspmm_heads(adj, torch.randn(3, 2, 4), torch.rand(5, 2))
