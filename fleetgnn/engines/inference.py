@@ -327,7 +327,7 @@ def stream_inference(
                 bounds = [rank_range(num_nodes, world, r) for r in range(world)]
                 if out_pos is not None:
                     bounds = [(int(out_pos([a])[0]), int(out_pos([b])[0])) for a, b in bounds]
-                _fill_other_ranks(out_file, comm, bounds, chunking, device)
+                fill_other_ranks(out_file, comm, bounds, chunking, device)
             out_file.close()
             barrier(comm)  # every rank's rows are in the file; every rank is done with prev
             if reader is not None:
@@ -350,7 +350,7 @@ def stream_inference(
     return stats
 
 
-def _fill_other_ranks(
+def fill_other_ranks(
     out: RowFile,
     comm: Any,
     ranges: list[tuple[int, int]],

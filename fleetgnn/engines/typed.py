@@ -22,9 +22,12 @@ arrays (memory maps are fine) directly. The rows are the same either way, bit fo
 Featureless types are the model's embedding tables, trained like every parameter (dense
 gradients unless the model asks for sparse ones).
 
-Evaluation: one full-neighbourhood forward over the whole typed graph in memory (every rank
-computes the same numbers; no collective; features read directly), metrics on the target type's
-splits.
+Evaluation streams (:func:`~fleetgnn.engines.typed_inference.stream_typed_inference`): layer by
+layer, each rank computes its range of every needed type's nodes in chunks, with all their
+in-edges, hidden rows in per-type scratch files (``scratch_dir``) or in memory when small; the
+target type's logits become the splits' sums chunk by chunk
+(:class:`~fleetgnn.engines.metric_sums.MetricSums`), all-reduced. Features are read from the
+typed graph's arrays directly. ``full`` mode trains on the whole graph in memory.
 
 ``split``, ``fullgraph`` and ``offload`` refuse typed graphs
 (:func:`~fleetgnn.engines.common.refuse_typed`).
@@ -45,6 +48,7 @@ from fleetgnn.engines.base import (
     StepStats,
     run_steps,
 )
+from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
     LossFn,
     dist_setup,
@@ -52,9 +56,10 @@ from fleetgnn.engines.common import (
     normalize_rows,
     one_process_setup,
     setup_model,
-    split_metrics,
 )
+from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
+from fleetgnn.engines.typed_inference import stream_typed_inference
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.hetero import TypedAggregator
@@ -88,6 +93,8 @@ class _TypedData:
     dtype: torch.dtype
     seed: int
     num_layers: int
+    #: How evaluation cuts each rank's nodes into chunks.
+    chunking = Chunking()
 
     def _setup_data(self, graph: HeteroGraph, feature_norm: str | None) -> None:
         s = graph.schema
@@ -116,12 +123,9 @@ class _TypedData:
 
     def features(self, block: HeteroBlock) -> dict[str, torch.Tensor]:
         """Input rows of a block's featured types (cast, normalised, on the device)."""
-        out = {}
-        for t, arr in self.graph.x.items():
-            local = (block.src_ids[t] - self.offsets[t]).numpy()
-            rows = torch.from_numpy(np.asarray(arr[local]))
-            out[t] = normalize_rows(rows.to(self.device, self.dtype), self.feature_norm)
-        return out
+        return {
+            t: self.type_rows(t, (block.src_ids[t] - self.offsets[t]).numpy()) for t in self.graph.x
+        }
 
     def labels(self, seeds: torch.Tensor) -> torch.Tensor:
         """Labels of target-type seeds (global IDs)."""
@@ -145,7 +149,10 @@ class _TypedData:
 
     @torch.no_grad()
     def infer(self) -> torch.Tensor:
-        """Target-type logits ``[N_target, C]`` from a full-neighbourhood forward (eval mode)."""
+        """Target-type logits ``[N_target, C]`` from one full-graph forward in memory (eval mode).
+
+        For small graphs and tests; :meth:`evaluate` streams instead.
+        """
         self.module.eval()  # type: ignore[attr-defined]
         try:
             full = self.full_aggregator
@@ -154,12 +161,31 @@ class _TypedData:
         finally:
             self.module.train()  # type: ignore[attr-defined]
 
+    def type_rows(self, ntype: str, local: np.ndarray) -> torch.Tensor:
+        """Input rows of type-local IDs ``local`` of a featured type (cast, normalised)."""
+        rows = torch.from_numpy(np.asarray(self.graph.x[ntype][local]))
+        return normalize_rows(rows.to(self.device, self.dtype), self.feature_norm)
+
     def evaluate(self) -> dict[str, float]:
-        """Accuracy per split and validation loss on the target type (full neighbourhoods)."""
-        logits = self.infer()
-        return split_metrics(
-            logits, self.y.to(self.device), {k: v.to(self.device) for k, v in self.masks.items()}
+        """Accuracy per split and validation loss on the target type (full neighbourhoods).
+
+        Streaming, the ranks splitting every layer's nodes (collective; see
+        :func:`~fleetgnn.engines.typed_inference.stream_typed_inference`).
+        """
+        sums = MetricSums(self.graph, self.device)
+        stream_typed_inference(
+            self.module,  # type: ignore[attr-defined]
+            self.graph,
+            self.type_rows,
+            sums,
+            comm=self.comm,  # type: ignore[attr-defined]
+            device=self.device,
+            dtype=self.dtype,
+            chunking=self.chunking,
+            scratch_dir=self.config.scratch_dir,  # type: ignore[attr-defined]
+            same_host=bool(getattr(getattr(self, "ctx", None), "same_host", True)),
         )
+        return sums.result(self.comm)  # type: ignore[attr-defined]
 
 
 class TypedReferenceEngine(_TypedData, EngineBase):
