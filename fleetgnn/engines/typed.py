@@ -177,7 +177,7 @@ class _TypedData:
             self.module,  # type: ignore[attr-defined]
             self.graph,
             self.type_rows,
-            sums,
+            lambda _, ids, rows: sums(ids, rows),
             comm=self.comm,  # type: ignore[attr-defined]
             device=self.device,
             dtype=self.dtype,

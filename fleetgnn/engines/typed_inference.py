@@ -3,13 +3,14 @@
 The typed counterpart of :mod:`fleetgnn.engines.inference`, for models over
 :class:`~fleetgnn.nn.hetero.TypedAggregator` hops (:class:`~fleetgnn.nn.hetero.HeteroGNN`).
 One layer at a time, in eval mode, each destination with all its in-edges of every relation, so
-the result is the model's full-graph function; the last layer computes the target type only and
-hands its rows to a sink chunk by chunk (:class:`~fleetgnn.engines.metric_sums.MetricSums` for
+the result is the model's full-graph function; the last layer computes the output types only (the
+target type for node classification, a link relation's two end types for link prediction) and
+hands their rows to a sink chunk by chunk (:class:`~fleetgnn.engines.metric_sums.MetricSums` for
 evaluation).
 
 Per layer and node type:
 
-- **Which types.** Layer ``L - 1`` computes the target type. Layer ``l`` computes the types
+- **Which types.** Layer ``L - 1`` computes the output types. Layer ``l`` computes the types
   layer ``l + 1`` reads: its own destinations' types (their rows are its destination rows) and
   the source types of the relations into them (:func:`needed_types`). A type no later layer
   reads (institutions, two hops from the papers) is not computed.
@@ -33,7 +34,7 @@ prefix sum (8 bytes per node), never a layer's ``[N, width]`` rows nor the whole
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from fleetgnn.engines.chunks import Chunking, iter_chunks, rank_range
 from fleetgnn.engines.collectives import agreed, barrier, world_of
 from fleetgnn.engines.inference import fill_other_ranks
 from fleetgnn.engines.rowfiles import MemoryRows, RowFile, ScratchDir, make_scratch
+from fleetgnn.errors import ConfigError
 from fleetgnn.graph.hetero import HeteroGraph, HeteroSchema
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn.hetero import TypedAggregator
@@ -51,8 +53,8 @@ from fleetgnn.sampling.hetero import HeteroBlock, HeteroNeighborSampler
 
 #: ``features(node_type, local_ids) -> [len(ids), F_t]`` input rows on the device.
 TypedFeatures = Callable[[str, np.ndarray], torch.Tensor]
-#: ``sink(local_ids, rows)``: the last layer's rows of the target type, chunk by chunk.
-TypedSink = Callable[[np.ndarray, torch.Tensor], None]
+#: ``sink(node_type, local_ids, rows)``: the last layer's rows of an output type, chunk by chunk.
+TypedSink = Callable[[str, np.ndarray, torch.Tensor], None]
 
 
 def _empty_block(schema: HeteroSchema) -> HeteroBlock:
@@ -93,14 +95,16 @@ def typed_layer_widths(
     return widths
 
 
-def needed_types(schema: HeteroSchema, produced: list[dict[str, int]]) -> list[list[str]]:
-    """Per layer, the node types it computes: the target at the last, what the next one reads.
+def needed_types(
+    schema: HeteroSchema, produced: list[dict[str, int]], outputs: Sequence[str]
+) -> list[list[str]]:
+    """Per layer, the node types it computes: ``outputs`` at the last, what the next one reads.
 
     Layer ``l + 1`` reads its destination types' own rows and the source types of the relations
     into them; ``produced[l]`` (:func:`typed_layer_widths`) limits layer ``l`` to what it can
     output. Schema order.
     """
-    need = [[schema.target]]
+    need = [[t for t in schema.node_types if t in outputs]]
     for layer in range(len(produced) - 2, -1, -1):
         after = set(need[0])
         reads = after | {s for s, _, d in schema.relations if d in after}
@@ -149,6 +153,7 @@ def stream_typed_inference(
     features: TypedFeatures,
     sink: TypedSink,
     *,
+    outputs: Sequence[str] | None = None,
     comm: Any = None,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
@@ -156,7 +161,7 @@ def stream_typed_inference(
     scratch_dir: str | Path | None = None,
     same_host: bool = True,
 ) -> list[int]:
-    """Run every layer streaming; the target type's last-layer rows go to ``sink``.
+    """Run every layer streaming; the output types' last-layer rows go to ``sink``.
 
     Collective when ``comm`` spans several ranks (every rank calls it with the same arguments
     except ``sink``): barriers between layers and, across hosts (``same_host=False``), bounded
@@ -166,7 +171,8 @@ def stream_typed_inference(
         module: The typed layer-wise model (unwrapped); run in eval mode, its flag restored.
         graph: The typed graph (CSCs, memory maps are fine).
         features: Input rows of the featured types (cast and normalised, on ``device``).
-        sink: Consumes the target type's rows (type-local IDs, ascending), this rank's only.
+        sink: Consumes the output types' rows (type-local IDs, ascending), this rank's only.
+        outputs: The node types of the last layer (``None``: the schema's target).
         comm: The communicator (``None``: one process).
         device: Where the computation runs.
         dtype: The model's dtype (also the scratch files').
@@ -178,6 +184,7 @@ def stream_typed_inference(
         Destinations this rank computed, per layer.
 
     Raises:
+        ConfigError: An output type the model's last layer gives no rows of.
         DiskFullError: Not enough space for the scratch files (on every rank).
     """
     s = graph.schema
@@ -188,7 +195,14 @@ def stream_typed_inference(
     itemsize = np_dtype.itemsize
     produced = typed_layer_widths(module, graph, device=device, dtype=dtype)
     layers = len(produced)
-    need = needed_types(s, produced)
+    outputs = [s.target] if outputs is None else list(outputs)
+    missing = [t for t in outputs if t not in produced[-1]]
+    if missing:
+        raise ConfigError(
+            f"the model's last layer gives no rows of node type(s) {missing}: no relation "
+            f"reaches them; add reverse relations (fleetgnn prepare --add-reverse)"
+        )
+    need = needed_types(s, produced, outputs)
     off = {t: s.type_range(t)[0] for t in s.node_types}
     in_width = max((graph.feature_width(t) or 0) for t in s.node_types)
     layer_bytes = [
@@ -247,7 +261,7 @@ def stream_typed_inference(
                     rows = out[d][: ids.size]
                     rows_done[layer] += int(ids.size)
                     if final:
-                        sink(ids, rows)
+                        sink(d, ids, rows)
                     else:
                         outs[d].write(int(ids[0]), rows.cpu().numpy())
             for r in readers.values():

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import torch
 
 from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig
@@ -46,6 +47,7 @@ from fleetgnn.engines.common import (
 from fleetgnn.engines.link import EdgeBatches, check_link_model, pair_scores
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, _TypedData
+from fleetgnn.engines.typed_inference import stream_typed_inference, typed_layer_widths
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.protocol import LayerwiseModule
@@ -224,17 +226,59 @@ class _TypedLink(_TypedData):
 
     @torch.no_grad()
     def infer(self) -> dict[str, torch.Tensor]:  # type: ignore[override]
-        """Every type's embeddings ``{t: [N_t, D]}`` from a full-neighbourhood forward (eval)."""
+        """Every type's embeddings ``{t: [N_t, D]}`` from one whole-graph forward (eval mode).
+
+        For small graphs and tests; :meth:`evaluate` streams instead.
+        """
         self.module.eval()  # type: ignore[attr-defined]
         try:
             return self._embeddings()
         finally:
             self.module.train()  # type: ignore[attr-defined]
 
+    @torch.no_grad()
+    def endpoint_embeddings(self) -> dict[str, torch.Tensor]:
+        """The link relation's end types' embeddings ``{t: [N_t, D]}``, streamed.
+
+        :func:`~fleetgnn.engines.typed_inference.stream_typed_inference` with the two end
+        types as outputs: each rank computes its share, then one all-reduce gives every rank
+        all the rows (the evaluation pairs may touch any node). Only the last layer's rows of
+        those types are ever held whole. Collective.
+        """
+        rel = self.task.relation
+        widths = typed_layer_widths(self.module, self.graph, device=self.device, dtype=self.dtype)  # type: ignore[attr-defined]
+        _endpoint_rows(widths[-1], rel)  # type: ignore[arg-type]  # the end types have rows
+        rows = {
+            t: torch.zeros(
+                (self.schema.count(t), widths[-1][t]), dtype=self.dtype, device=self.device
+            )
+            for t in dict.fromkeys((rel[0], rel[2]))
+        }
+
+        def sink(t: str, ids: np.ndarray, out: torch.Tensor) -> None:
+            rows[t][torch.from_numpy(ids).to(self.device)] = out
+
+        stream_typed_inference(
+            self.module,  # type: ignore[attr-defined]
+            self.graph,
+            self.type_rows,
+            sink,
+            outputs=list(rows),
+            comm=self.comm,  # type: ignore[attr-defined]
+            device=self.device,
+            dtype=self.dtype,
+            chunking=self.chunking,
+            scratch_dir=self.config.scratch_dir,  # type: ignore[attr-defined]
+            same_host=bool(getattr(getattr(self, "ctx", None), "same_host", True)),
+        )
+        comm = self.comm  # type: ignore[attr-defined]
+        if comm is not None and comm.world_size > 1:
+            rows = {t: comm.all_reduce_sum(v) for t, v in rows.items()}
+        return rows
+
     def evaluate(self) -> dict[str, float]:
-        """``{val,test}_{auc,ap,mrr,hits@K}`` of the fixed pairs (full neighbourhoods)."""
-        h = self.infer()
-        hs, hd = _endpoint_rows(h, self.task.relation)
+        """``{val,test}_{auc,ap,mrr,hits@K}`` of the fixed pairs (full neighbourhoods, streamed)."""
+        hs, hd = _endpoint_rows(self.endpoint_embeddings(), self.task.relation)
         with torch.no_grad():
             sums = self.task.typed_metric_sums(hs, hd, self.module.decoder)  # type: ignore[attr-defined]
         return self.task.metrics_from_sums({k: v.cpu() for k, v in sums.items()})

@@ -15,6 +15,7 @@ from fleetgnn.engines.typed_inference import (
     stream_typed_inference,
     typed_layer_widths,
 )
+from fleetgnn.errors import ConfigError
 from fleetgnn.graph.hetero import HeteroSchema, from_typed_edges
 from fleetgnn.graph.hetero_toy import toy_mag
 from fleetgnn.nn.hetero import build_hetero_model
@@ -35,7 +36,8 @@ def _streamed_logits(engine, chunking, tmp_path):
     n = engine.graph.schema.count(engine.schema.target)
     out = torch.full((n, engine.num_classes), float("nan"), dtype=torch.float64)
 
-    def sink(ids, rows):
+    def sink(ntype, ids, rows):
+        assert ntype == engine.schema.target
         out[torch.from_numpy(ids)] = rows
 
     rows = stream_typed_inference(
@@ -87,12 +89,15 @@ def test_types_no_later_layer_reads_are_not_computed(tmp_path):
     model = build_hetero_model("rgcn", g, 2, hidden_dim=4, num_layers=2).double()
     produced = typed_layer_widths(model, g, dtype=torch.float64)
     assert [sorted(p) for p in produced] == [["a", "b", "c"]] * 2  # R-GCN's self term
-    assert needed_types(schema, produced) == [["b", "c"], ["c"]]
+    assert needed_types(schema, produced, ["c"]) == [["b", "c"], ["c"]]
+    assert needed_types(schema, produced, ["a", "c"]) == [["a", "b", "c"], ["a", "c"]]
     cfg = ReferenceEngineConfig(mode="full", dtype="float64")
     with build_engine(model, g, cfg) as engine:
         got, rows = _streamed_logits(engine, SMALL, tmp_path)
         torch.testing.assert_close(got, engine.infer(), rtol=1e-12, atol=1e-12)
     assert rows == [4 + 3, 3]
+    with pytest.raises(ConfigError, match=r"no rows of node type\(s\) \['x'\]"):
+        stream_typed_inference(model, g, print, print, outputs=["c", "x"], dtype=torch.float64)
 
 
 def _stream_ranks(comm, same_host, conv):
@@ -103,7 +108,7 @@ def _stream_ranks(comm, same_host, conv):
             engine.module,
             engine.graph,
             engine.type_rows,
-            sums,
+            lambda _, ids, rows: sums(ids, rows),
             comm=comm,
             dtype=engine.dtype,
             chunking=SMALL,

@@ -174,6 +174,9 @@ def test_reference_engine_steps(mode):
                 torch.testing.assert_close(p.grad, grads[n], rtol=1e-10, atol=1e-13)
         return
     eng.optimizer = torch.optim.Adam(eng.module.parameters(), lr=0.05)
+    full, streamed = eng.infer(), eng.endpoint_embeddings()
+    assert set(streamed) == {"paper"}  # cites: paper to paper
+    torch.testing.assert_close(streamed["paper"], full["paper"], rtol=1e-12, atol=1e-12)
     ev = eng.evaluate()
     assert set(ev) >= {"val_auc", "val_ap", "val_mrr", "test_auc", "test_hits@10"}
     assert all(0.0 <= v <= 1.0 for v in ev.values())
@@ -194,7 +197,8 @@ def _rank(comm, decoder, rel):
             stats = eng.train_step(epoch, step)
             grads = {n: p.grad.detach().clone() for n, p in eng.module.named_parameters()}
             out.append((stats.loss_sum, grads))
-        return {"steps": out, "eval": eng.evaluate()}
+        full, streamed = eng.infer(), eng.endpoint_embeddings()
+        return {"steps": out, "eval": eng.evaluate(), "rows": (full, streamed)}
 
 
 @pytest.mark.slow
@@ -210,6 +214,11 @@ def test_minibatch_two_ranks_equal_reference_step_for_step(decoder, rel):
                 torch.testing.assert_close(rank_grads[n], g, rtol=1e-10, atol=1e-13)
         assert grads["encoder.embed.field.weight"].abs().sum() > 0
     assert results[0]["eval"] == results[1]["eval"]
+    for res in results:  # each rank streamed its share; the all-reduce gives every row
+        full, streamed = res["rows"]
+        assert set(streamed) == {rel[0], rel[2]}
+        for t, v in streamed.items():
+            torch.testing.assert_close(v, full[t], rtol=1e-12, atol=1e-12)
 
 
 def test_typed_link_refusals_are_one_line():
