@@ -283,7 +283,16 @@ def check_append_unique(targets: torch.Tensor, nbrs: torch.Tensor) -> None:
         assert torch.equal(a, b)
 
 
-def test_append_unique_invariants() -> None:
+@pytest.fixture(params=["sort", "dense"])
+def unique_path(request, monkeypatch):
+    """Both ways of deduplicating on the CPU: a sort, or arrays over the IDs' range."""
+    from fleetgnn.sampling import neighbor
+
+    monkeypatch.setattr(neighbor, "DENSE_RANGE_FACTOR", 0 if request.param == "sort" else 10**9)
+    return request.param
+
+
+def test_append_unique_invariants(unique_path) -> None:
     rng = np.random.default_rng(0)
     for _ in range(50):
         t = int(rng.integers(0, 20))
@@ -292,7 +301,7 @@ def test_append_unique_invariants() -> None:
         check_append_unique(targets, nbrs)
 
 
-def test_append_unique_example_and_edge_cases() -> None:
+def test_append_unique_example_and_edge_cases(unique_path) -> None:
     uniq, local, dup = append_unique(torch.tensor([5, 2, 9]), torch.tensor([2, 7, 7, 1, 5]))
     assert uniq.tolist() == [5, 2, 9, 7, 1]
     assert local.tolist() == [1, 3, 3, 4, 0]
@@ -301,6 +310,8 @@ def test_append_unique_example_and_edge_cases() -> None:
     check_append_unique(torch.tensor([4, 1]), torch.tensor([], dtype=torch.int64))
     with pytest.raises(GraphError, match="ID 1 repeats at position 2"):
         append_unique(torch.tensor([1, 2, 1]), torch.tensor([3]))
+    uniq, local, _ = append_unique(torch.tensor([10**12]), torch.tensor([7, 10**12, 7]))
+    assert uniq.tolist() == [10**12, 7] and local.tolist() == [1, 0, 1]  # a wide range
     with pytest.raises(GraphError, match="ID 1 repeats at position 2"):
         _append_unique_torch(torch.tensor([1, 2, 1]), torch.tensor([3]))
     with pytest.raises(GraphError, match="1-D integer"):
