@@ -149,6 +149,33 @@ def test_rgat_gradients_of_inputs_and_parameters_pass_gradcheck(tiny, order):
     assert torch.autograd.gradcheck(run, args)
 
 
+@pytest.mark.parametrize("order", ["project", "aggregate"])
+def test_rgat_on_the_device_equals_the_cpu(tiny, device, order):
+    """Forward and every gradient of both orders on the device (CUDA: its sparse kernels)."""
+    g, agg, h = tiny
+    conv = RGATConv(4, 3, REL, heads=2).double()
+    conv.order = order
+    with torch.no_grad():
+        conv.att_src.mul_(10)
+    dev_conv = RGATConv(4, 3, REL, heads=2).double().to(device)
+    dev_conv.load_state_dict(conv.state_dict())
+    dev_conv.order = order
+    dev_agg = TypedAggregator(full_hetero_block(g).to(device), dtype=D)
+    outs = []
+    for c, a, rows in (
+        (conv, agg, h),
+        (dev_conv, dev_agg, {t: v.to(device) for t, v in h.items()}),
+    ):
+        rows = {t: v.clone().requires_grad_() for t, v in rows.items()}
+        out = c(a, rows)
+        sum((v * (i + 1)).sum() for i, (_, v) in enumerate(sorted(out.items()))).backward()
+        grads = [rows[t].grad.cpu() for t in sorted(rows)] + [p.grad.cpu() for p in c.parameters()]
+        outs.append(([out[t].detach().cpu() for t in sorted(out)], grads))
+    for want, got in zip(outs[0], outs[1], strict=True):
+        for a, b in zip(want, got, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)
+
+
 def test_rgat_orders_agree_with_attention_dropout_and_edge_ids_match(tiny):
     """Both orders draw the same keyed attention masks: the bipartite hop's edge IDs are the
     relation aggregator's, edge for edge."""

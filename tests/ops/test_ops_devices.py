@@ -78,6 +78,32 @@ def test_gspmm_per_head_weights(device):
         torch.testing.assert_close(out[:, h], _dense(src, dst, 6, 8, w[:, h]) @ x[:, h], **TOL)
 
 
+@pytest.mark.parametrize("transient", [False, True])
+def test_gspmm_heads_shared_rows_and_gradients(device, transient):
+    """One set of rows weighted per head, forward and both gradients; the gradient arriving in
+    the [K, M, R] layout a per-head product leaves (read without a copy) included."""
+    from fleetgnn.ops import gspmm_heads, structure
+
+    adj, src, dst = _adj(7, 9, 30, device, empty=(3,))
+    structure(adj).transient = transient
+    x = torch.randn(9, 5, dtype=torch.float64)
+    w = torch.rand(30, 3, dtype=torch.float64)
+    g = torch.randn(3, 7, 5, dtype=torch.float64)
+    for layout in ("destination-major", "head-major"):
+        xd = x.to(device).clone().requires_grad_()  # a fresh leaf per layout
+        wd = w.to(device).clone().requires_grad_()
+        out = gspmm_heads(adj, xd, wd)
+        grad = g.to(device).transpose(0, 1)  # [M, K, R] whose transpose is contiguous
+        out.backward(grad if layout == "head-major" else grad.contiguous())
+        for k in range(3):
+            a = _dense(src, dst, 7, 9, w[:, k])
+            torch.testing.assert_close(out[:, k].detach().cpu(), a @ x, **TOL)
+        gx = sum(_dense(src, dst, 7, 9, w[:, k]).T @ g[k] for k in range(3))
+        torch.testing.assert_close(xd.grad.cpu(), gx, **TOL)
+        gw = torch.stack([(g[k][dst] * x[src]).sum(1) for k in range(3)], 1)
+        torch.testing.assert_close(wd.grad.cpu(), gw, **TOL)
+
+
 def test_gspmm_max(device):
     adj, src, dst = _adj(7, 8, 30, device, empty=(2,))
     x = -torch.rand(8, 6, dtype=torch.float64) - 1.0  # all negative: an empty row must be 0
