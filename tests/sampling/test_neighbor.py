@@ -26,10 +26,10 @@ from fleetgnn.sampling import (
 from fleetgnn.sampling.neighbor import (
     _SALT_SAMPLE,
     BACKENDS,
-    _append_unique_torch,
     _offsets_from_draws,
     _offsets_torch,
 )
+from fleetgnn.sampling.unique import _append_unique_torch
 
 SAMPLING_DIR = Path(__file__).resolve().parents[2] / "fleetgnn" / "sampling"
 
@@ -286,9 +286,9 @@ def check_append_unique(targets: torch.Tensor, nbrs: torch.Tensor) -> None:
 @pytest.fixture(params=["sort", "dense"])
 def unique_path(request, monkeypatch):
     """Both ways of deduplicating on the CPU: a sort, or arrays over the IDs' range."""
-    from fleetgnn.sampling import neighbor
+    from fleetgnn.sampling import unique
 
-    monkeypatch.setattr(neighbor, "DENSE_RANGE_FACTOR", 0 if request.param == "sort" else 10**9)
+    monkeypatch.setattr(unique, "DENSE_RANGE_FACTOR", 0 if request.param == "sort" else 10**9)
     return request.param
 
 

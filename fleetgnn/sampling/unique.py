@@ -1,0 +1,131 @@
+"""AppendUnique: a hop's sources, the targets first, then each new neighbour once.
+
+Two CPU ways to deduplicate, with identical results: a sort of the IDs, or arrays over the IDs'
+range where that range is small next to the number of IDs (typed batches, small graphs); and a
+torch way on the IDs' device (:func:`_append_unique_torch`). Tested equal in
+``tests/sampling/test_neighbor.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fleetgnn.errors import GraphError
+
+__all__ = ["append_unique"]
+
+
+def append_unique(targets: Tensor, neighbors: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Deduplicate ``targets`` followed by ``neighbors``, keeping targets first and in order.
+
+    New nodes follow the targets in the order of their first appearance in ``neighbors``, so the
+    result depends only on the inputs. Sort-based, ``O(n log n)`` for ``n = T + K`` with one sort
+    and linear passes: sort the concatenation, take each value's first position (the minimum
+    position in its run), mark those positions, and number the marks in position order. CPU
+    tensors go through numpy (faster sorts on CPU), others stay in torch; both give identical
+    results.
+
+    Args:
+        targets: int64 ``[T]`` distinct node IDs (a block's destinations).
+        neighbors: int64 ``[K]`` sampled neighbour IDs (any repeats).
+
+    Returns:
+        ``(unique_ids [U], local_nbr_index [K], dup_counts [U])``: ``unique_ids[:T] == targets``,
+        ``unique_ids[local_nbr_index] == neighbors``, and ``dup_counts[u]`` is how many entries
+        of ``neighbors`` equal ``unique_ids[u]`` (sums to ``K``).
+
+    Raises:
+        GraphError: If ``targets`` repeats an ID or an input is not a 1-D integer tensor.
+    """
+    for name, t in (("targets", targets), ("neighbors", neighbors)):
+        if not isinstance(t, Tensor) or t.dim() != 1 or t.is_floating_point():
+            raise GraphError(
+                f"'{name}' must be a 1-D integer tensor (got {type(t).__name__} "
+                f"{getattr(t, 'dtype', '')} with shape {tuple(getattr(t, 'shape', ()))})"
+            )
+    if targets.device.type == "cpu" and neighbors.device.type == "cpu":
+        return _append_unique_numpy(targets, neighbors)
+    return _append_unique_torch(targets, neighbors.to(targets.device))
+
+
+def _duplicate_target_error(targets: Tensor, is_first: Tensor) -> GraphError:
+    pos = int(torch.nonzero(~is_first[: targets.numel()].cpu())[0])
+    return GraphError(
+        f"'targets' must hold distinct node IDs (ID {int(targets[pos])} repeats at position "
+        f"{pos}); deduplicate the seeds, e.g. with torch.unique"
+    )
+
+
+#: :func:`_append_unique_numpy` maps IDs through arrays over their range when the range is at
+#: most this many times the IDs it dedups (measured, one thread: 0.4 ms against 2.8 ms for the
+#: sort, 45k IDs over a range of 22.5k; 0.85 against 9.6 ms, 125k over 10k).
+DENSE_RANGE_FACTOR = 4
+
+
+def _append_unique_dense(
+    both: np.ndarray, num_targets: int, targets: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_append_unique_numpy` through arrays over the IDs' range (no sort)."""
+    n = both.size
+    lo = int(both.min())
+    rel = both - lo
+    span = int(rel.max()) + 1
+    pos = np.arange(n, dtype=np.int64)
+    first = np.full(span, n, dtype=np.int64)
+    np.minimum.at(first, rel, pos)  # first position of each ID
+    is_first = first[rel] == pos
+    if not is_first[:num_targets].all():
+        raise _duplicate_target_error(targets, torch.from_numpy(is_first))
+    unique_ids = both[is_first]
+    rank_of = np.empty(span, dtype=np.int64)
+    rank_of[rel[is_first]] = np.arange(unique_ids.size, dtype=np.int64)
+    local = rank_of[rel[num_targets:]]
+    dup_counts = np.bincount(local, minlength=unique_ids.size)
+    return torch.from_numpy(unique_ids), torch.from_numpy(local), torch.from_numpy(dup_counts)
+
+
+def _append_unique_numpy(targets: Tensor, neighbors: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    num_targets = targets.numel()
+    both = np.concatenate([targets.numpy(), neighbors.numpy()]).astype(np.int64, copy=False)
+    n = both.size
+    if n and int(both.max()) - int(both.min()) < DENSE_RANGE_FACTOR * n:
+        return _append_unique_dense(both, num_targets, targets)
+    perm = np.argsort(both)  # any sort: first positions come from a min-reduction below
+    sorted_vals = both[perm]
+    new_run = np.ones(n, dtype=bool)
+    np.not_equal(sorted_vals[1:], sorted_vals[:-1], out=new_run[1:])
+    first = np.minimum.reduceat(perm, np.flatnonzero(new_run)) if n else perm  # [U]
+    is_first = np.zeros(n, dtype=bool)
+    is_first[first] = True
+    if not is_first[:num_targets].all():
+        raise _duplicate_target_error(targets, torch.from_numpy(is_first))
+    rank_at = np.cumsum(is_first) - 1  # position -> rank of its value if it is a first position
+    local_sorted = rank_at[first][np.cumsum(new_run) - 1]  # rank of each sorted element's value
+    local_all = np.empty(n, dtype=np.int64)
+    local_all[perm] = local_sorted
+    unique_ids = both[is_first]
+    local = local_all[num_targets:]
+    dup_counts = np.bincount(local, minlength=unique_ids.size)
+    return torch.from_numpy(unique_ids), torch.from_numpy(local), torch.from_numpy(dup_counts)
+
+
+def _append_unique_torch(targets: Tensor, neighbors: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    num_targets = targets.numel()
+    both = torch.cat([targets.long(), neighbors.long()])
+    n = both.numel()
+    dev = both.device
+    uniq, inv = torch.unique(both, sorted=True, return_inverse=True)
+    pos = torch.arange(n, dtype=torch.int64, device=dev)
+    first = torch.full((uniq.numel(),), n, dtype=torch.int64, device=dev)
+    first.scatter_reduce_(0, inv, pos, reduce="amin")  # first position of each value
+    is_first = torch.zeros(n, dtype=torch.bool, device=dev)
+    is_first[first] = True
+    if not bool(is_first[:num_targets].all()):
+        raise _duplicate_target_error(targets, is_first)
+    rank = (torch.cumsum(is_first, 0) - 1)[first]  # [U] rank of each sorted value
+    unique_ids = both[is_first]
+    local = rank[inv[num_targets:]]
+    dup_counts = torch.bincount(local, minlength=unique_ids.numel())
+    return unique_ids, local, dup_counts
