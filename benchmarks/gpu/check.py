@@ -16,8 +16,9 @@ tail and the next step runs):
   same engine on the CPU).
 - ``bench``: full-graph GCN / SAGE epochs against PyG (edge_index, CSR adj_t), gspmm and feature
   gather GB/s as fractions of a device-to-device copy, host-to-device GB/s (pinned, pageable),
-  sampled edges/s of the torch sampler on the device against the CPU path (numpy), all with
-  :mod:`fleetgnn.bench` in one child process on the device.
+  sampled edges/s of the torch sampler on the device against the CPU path (numpy), R-GAT steps
+  in both orders of a relation's work, all with :mod:`fleetgnn.bench` in one child process on
+  the device.
 - ``plan``: ``fleetgnn plan --hardware h100`` (one device: W = 1), its predicted epoch of every
   engine against the epoch measured in ``engines``.
 
@@ -112,6 +113,8 @@ def sizes(device: str, quick: bool) -> dict[str, Any]:
             "gspmm": {"nodes": 20_000, "edges": 200_000, "dim": 32},
             "tier_rows": 20_000,
             "offload_chunks": 4,
+            "typed_scale": 0.005,
+            "rgat_steps": 2,
         }
     if device == "cpu":
         return {
@@ -123,6 +126,8 @@ def sizes(device: str, quick: bool) -> dict[str, Any]:
             "gspmm": {"nodes": 50_000, "edges": 500_000, "dim": 32},
             "tier_rows": 100_000,
             "offload_chunks": 4,
+            "typed_scale": 0.02,
+            "rgat_steps": 3,
         }
     return {
         "engine_data": ("products-like", 0.05),
@@ -133,6 +138,8 @@ def sizes(device: str, quick: bool) -> dict[str, Any]:
         "gspmm": {"nodes": 1_000_000, "edges": 16_000_000, "dim": 64},
         "tier_rows": 1_000_000,
         "offload_chunks": 8,
+        "typed_scale": 0.1,  # the CPU benchmark's graph: 412k edges, 6 steps an epoch
+        "rgat_steps": 6,
     }
 
 
@@ -1110,6 +1117,52 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
         figs["minibatch_budgets"] = res
         log(f"minibatch SAGE by device budget: {res}")
 
+    def rgat_orders() -> None:
+        # R-GAT's two orders of a relation's work (RGATConv.aggregates_first) on the device:
+        # the training steps of a typed batch with every relation projecting first, every one
+        # aggregating first, and the rule; the rule's costs are fitted on a CPU, so this says
+        # whether they hold here (and the losses agree across orders)
+        from fleetgnn.bench.data import cached_typed_dataset
+        from fleetgnn.bench.epoch import reference_engine
+
+        typed, _ = cached_typed_dataset(dataset.parent, "igbh-like", size["typed_scale"], 0)
+        eng, _ = reference_engine(
+            typed,
+            [
+                "model.name=rgat",
+                "train.mode=minibatch",
+                "model.num_layers=3",
+                "model.heads=4",
+                "model.hidden=64",
+                "model.dropout=0.0",
+                "train.fanouts=[15,10,5]",
+                "train.batch_size=1024",
+                f"train.device={device}",
+            ],
+        )
+        steps = min(eng.steps_per_epoch(), size["rgat_steps"])
+        res: dict[str, Any] = {"scale": size["typed_scale"], "steps": steps}
+        state = {k: v.clone() for k, v in eng.module.state_dict().items()}
+        for order in ("project", "aggregate", "auto", "project", "aggregate", "auto"):
+            eng.module.load_state_dict(state)
+            for conv in eng.module.convs:
+                conv.order = order
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            losses = [eng.train_step(0, k).loss_sum for k in range(steps)]
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            dt = (time.perf_counter() - t0) / steps
+            got = res.setdefault(order, {"step_s": dt, "losses": losses})
+            got["step_s"] = min(got["step_s"], dt)  # the second round: warm
+        first = res["project"]["losses"][0]
+        res["max_rel_first_loss_diff"] = max(
+            abs(res[o]["losses"][0] - first) / max(abs(first), 1e-30) for o in ("aggregate", "auto")
+        )
+        figs["rgat_orders"] = res
+        log(f"R-GAT orders: { {o: res[o]['step_s'] for o in ('project', 'aggregate', 'auto')} }")
+
     part("copy", copy)
     part("h2d", h2d)
     part("gather_tiers", tiers)
@@ -1119,6 +1172,7 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
     part("epochs", epochs)
     part("offload_overlap", offload_overlap)
     part("minibatch_budgets", minibatch_budgets)
+    part("rgat_orders", rgat_orders)
     if device.type == "cuda":
         figs["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     _atomic_json(path, out)

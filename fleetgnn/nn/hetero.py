@@ -381,10 +381,15 @@ class RGATConv(nn.Module):
         wrote, the hops near a batch's seeds) is cheaper the second way. The passes counted:
         the forward, and in training the weight's gradient, the attention's, and the rows' where
         ``x_src`` needs one. Sparse and batched multiply-adds are weighed in dense ones by
-        :data:`SPARSE_MAC_COST` and :data:`BMM_MAC_COST`. :attr:`order` forces either way.
+        :data:`SPARSE_MAC_COST` and :data:`BMM_MAC_COST`, fitted on a CPU; on other devices
+        the rule projects first. :attr:`order` forces either way.
         """
         if self.order != "auto":
             return self.order == "aggregate"
+        if st.indptr.device.type != "cpu":
+            # the costs are a CPU's; elsewhere project first until they are measured there
+            # (the GPU check times both orders: figures["rgat_orders"])
+            return False
         grad = torch.is_grad_enabled()
         passes = 1 + grad + (grad and x_src.requires_grad)  # forward, weight, rows
         f, hd = self.in_channels, self.heads * self.out_channels

@@ -102,6 +102,12 @@ def test_quick_cpu_dry_run_passes_every_step(dry_run):
     assert all(mb[k]["steps"] >= 1 for k in ("0", "half", "all"))
     assert mb["0"]["hit_rates"]["local"] == 0 and mb["all"]["hit_rates"]["local"] == 1
     assert mb["0"]["store_memory"]["device"] == 0 < mb["all"]["store_memory"]["device"]
+    rg = figs["rgat_orders"]  # R-GAT's two orders and the rule: step times, the same loss
+    assert all(
+        rg[o]["step_s"] > 0 and len(rg[o]["losses"]) == rg["steps"]
+        for o in ("project", "aggregate", "auto")
+    )
+    assert rg["max_rel_first_loss_diff"] < 1e-5  # float32: the orders sum in other orders
     rates = figs["sampler"]["m_edges_per_s"]  # on the CPU: numpy, and the torch backend there
     assert set(rates) == {"fleetgnn", "fleetgnn torch (CPU)"} and all(r > 0 for r in rates.values())
     cases = list(figs["epochs"])
