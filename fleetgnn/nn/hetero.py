@@ -57,8 +57,11 @@ SPARSE_MAC_COST = (13.5, 7.0)
 #: product is only ``D`` wide, and its gradient runs over that width).
 #: Both fitted (least squares) to the forward and backward times of every relation of one
 #: batch of ``igbh-like`` 0.1 (3 layers, 4 heads x 64, fanouts 15,10,5) in both orders, one CPU
-#: thread, torch 2.13: the rule then picks the faster order for 18 of the 19 relations, and
-#: the one miss costs 7 ms of the batch's ~770.
+#: thread, torch 2.13: the rule then picked the faster order for 18 of the 19 relations, the
+#: miss costing 7 ms of the batch's ~770. The fit itself is loose (one batch's terms are nearly
+#: collinear: a later run of ``benchmarks/fit_rgat_orders.py`` fitted 1.5 / 11.0 / 0.95), and
+#: what matters is the picks: with these constants that run's rule picked the faster order for
+#: all 19.
 BMM_MAC_COST = 1.5
 
 #: Layer names :class:`HeteroGNN` builds.

@@ -160,6 +160,21 @@ def test_bench_hetero_skips_pyg_with_its_reason(
         assert hetero.BLOCKS_PEER in row["impls"]
 
 
+def test_fit_rgat_orders_script(tmp_path: Path) -> None:
+    """Both orders timed on every relation with edges of a batch, the rule's pick recorded."""
+    argv = ["--scale", "0.005", "--repeat", "1", "--fanouts", "4,3", "--batch-size", "64"]
+    argv += ["--hidden", "8", "--heads", "2", "--cache-dir", str(tmp_path / "c")]
+    res = _script("fit_rgat_orders").main([*argv, "--out", str(tmp_path / "fit.json")])
+    rows = res["rows"]
+    assert rows and {r["layer"] for r in rows} == {0, 1}
+    assert all(r["project"] > 0 and r["aggregate"] > 0 for r in rows)
+    assert all(r["rule"] in ("project", "aggregate") for r in rows)
+    totals = res["totals_ms"]
+    assert totals["best"] <= min(totals["rule"], totals["project"], totals["aggregate"])
+    assert set(res["fit"]) == {"dense_gmacs_per_s", "sparse_per_head", "bmm", "sparse_shared"}
+    assert json.loads((tmp_path / "fit.json").read_text())["rule_misses"] == res["rule_misses"]
+
+
 def test_results_render_from_json(tmp_path: Path) -> None:
     """What a script wrote is what `fleetgnn bench --from-json` reads."""
     from fleetgnn.cli.main import main
