@@ -59,7 +59,7 @@ from fleetgnn.engines.common import (
 )
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
-from fleetgnn.engines.typed_inference import stream_typed_inference
+from fleetgnn.engines.typed_inference import TypedSink, stream_typed_inference
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.hetero import TypedAggregator
@@ -173,11 +173,21 @@ class _TypedData:
         :func:`~fleetgnn.engines.typed_inference.stream_typed_inference`).
         """
         sums = MetricSums(self.graph, self.device)
+        self.stream(lambda _, ids, rows: sums(ids, rows))
+        return sums.result(self.comm)  # type: ignore[attr-defined]
+
+    def stream(self, sink: TypedSink, outputs: list[str] | None = None) -> None:
+        """Stream the layers into ``sink`` with this engine's settings (collective).
+
+        :func:`~fleetgnn.engines.typed_inference.stream_typed_inference` with the engine's model,
+        features, communicator, device, chunking and scratch directory.
+        """
         stream_typed_inference(
             self.module,  # type: ignore[attr-defined]
             self.graph,
             self.type_rows,
-            lambda _, ids, rows: sums(ids, rows),
+            sink,
+            outputs=outputs,
             comm=self.comm,  # type: ignore[attr-defined]
             device=self.device,
             dtype=self.dtype,
@@ -185,7 +195,6 @@ class _TypedData:
             scratch_dir=self.config.scratch_dir,  # type: ignore[attr-defined]
             same_host=bool(getattr(getattr(self, "ctx", None), "same_host", True)),
         )
-        return sums.result(self.comm)  # type: ignore[attr-defined]
 
 
 class TypedReferenceEngine(_TypedData, EngineBase):

@@ -47,7 +47,7 @@ from fleetgnn.engines.common import (
 from fleetgnn.engines.link import EdgeBatches, check_link_model, pair_scores
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, _TypedData
-from fleetgnn.engines.typed_inference import stream_typed_inference, typed_layer_widths
+from fleetgnn.engines.typed_inference import typed_layer_widths
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.protocol import LayerwiseModule
@@ -258,19 +258,7 @@ class _TypedLink(_TypedData):
         def sink(t: str, ids: np.ndarray, out: torch.Tensor) -> None:
             rows[t][torch.from_numpy(ids).to(self.device)] = out
 
-        stream_typed_inference(
-            self.module,  # type: ignore[attr-defined]
-            self.graph,
-            self.type_rows,
-            sink,
-            outputs=list(rows),
-            comm=self.comm,  # type: ignore[attr-defined]
-            device=self.device,
-            dtype=self.dtype,
-            chunking=self.chunking,
-            scratch_dir=self.config.scratch_dir,  # type: ignore[attr-defined]
-            same_host=bool(getattr(getattr(self, "ctx", None), "same_host", True)),
-        )
+        self.stream(sink, outputs=list(rows))
         comm = self.comm  # type: ignore[attr-defined]
         if comm is not None and comm.world_size > 1:
             rows = {t: comm.all_reduce_sum(v) for t, v in rows.items()}
