@@ -275,8 +275,12 @@ class _NarrowProduct(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:  # type: ignore[override]
         x, f = ctx.saved_tensors
-        grad_x = grad @ f.t() if ctx.needs_input_grad[0] else None
-        grad_f = torch.mm(grad.t(), x).t() if ctx.needs_input_grad[1] else None
+        # under autocast the product ran in bfloat16 and the inputs may be float32: the
+        # gradients are computed in the wider dtype and returned in each input's
+        dt = torch.promote_types(x.dtype, f.dtype)
+        grad, xd, fd = grad.to(dt), x.to(dt), f.to(dt)
+        grad_x = (grad @ fd.t()).to(x.dtype) if ctx.needs_input_grad[0] else None
+        grad_f = torch.mm(grad.t(), xd).t().to(f.dtype) if ctx.needs_input_grad[1] else None
         return grad_x, grad_f
 
 
@@ -298,12 +302,13 @@ class _HeadProduct(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:  # type: ignore[override]
         z, w = ctx.saved_tensors
-        gh = grad.transpose(0, 1)  # [H, M, D]
+        dt = torch.promote_types(z.dtype, w.dtype)  # autocast: see _NarrowProduct.backward
+        gh, zd, wd = grad.to(dt).transpose(0, 1), z.to(dt), w.to(dt)  # gh: [H, M, D]
         grad_z = grad_w = None
         if ctx.needs_input_grad[0]:
-            grad_z = torch.bmm(gh, w.permute(1, 2, 0).contiguous()).transpose(0, 1)
+            grad_z = torch.bmm(gh, wd.permute(1, 2, 0).contiguous()).transpose(0, 1).to(z.dtype)
         if ctx.needs_input_grad[1]:
-            grad_w = torch.bmm(gh.transpose(1, 2), z.transpose(0, 1)).permute(2, 0, 1)
+            grad_w = torch.bmm(gh.transpose(1, 2), zd.transpose(0, 1)).permute(2, 0, 1).to(w.dtype)
         return grad_z, grad_w
 
 

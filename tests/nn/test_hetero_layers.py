@@ -176,6 +176,28 @@ def test_rgat_on_the_device_equals_the_cpu(tiny, device, order):
             torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("order", ["project", "aggregate"])
+@pytest.mark.parametrize("rows", [torch.float32, torch.bfloat16])
+def test_rgat_trains_under_bfloat16_autocast(tiny, order, rows):
+    """Mixed precision: the products in bfloat16, the graph ops in float32, every gradient in
+    its input's dtype; close to the float32 layer (rows given in float32 or bfloat16)."""
+    _, agg, h = tiny
+    conv = RGATConv(4, 3, REL, heads=2)
+    conv.order = order
+    runs = []
+    for amp in (False, True):
+        x = {t: v.float().to(rows if amp else torch.float32).requires_grad_() for t, v in h.items()}
+        conv.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            out = conv(agg, x)
+        sum(v.float().sum() for v in out.values()).backward()
+        assert all(v.grad.dtype == v.dtype for v in x.values())
+        runs.append(([out[t].float() for t in sorted(out)], conv.lin.grad.clone()))
+    for a, b in zip(runs[0][0], runs[1][0], strict=True):
+        torch.testing.assert_close(b, a, rtol=0.05, atol=0.05)
+    torch.testing.assert_close(runs[1][1], runs[0][1], rtol=0.05, atol=0.05)
+
+
 def test_rgat_orders_agree_with_attention_dropout_and_edge_ids_match(tiny):
     """Both orders draw the same keyed attention masks: the bipartite hop's edge IDs are the
     relation aggregator's, edge for edge."""
