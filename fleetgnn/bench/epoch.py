@@ -49,7 +49,7 @@ from fleetgnn.bench.peers import (
     has_pyg,
     neighbor_loader_missing,
 )
-from fleetgnn.bench.report import measurement, progress_line
+from fleetgnn.bench.report import measurement, on_device, progress_line
 from fleetgnn.bench.timing import interleaved
 from fleetgnn.graph import Graph
 from fleetgnn.train import Config, engine_from_config, load_config
@@ -177,7 +177,7 @@ def full_epoch(
     return measurement(
         SECTION,
         f"{model.upper()} full-graph epoch, {name}, 2 layers, hidden {hidden}"
-        + ("" if engine.device.type == "cpu" else f", {engine.device}"),
+        + on_device(engine.device),
         threads,
         times,
         skipped=skipped,
@@ -259,7 +259,7 @@ def sage_minibatch(
         SECTION,
         f"GraphSAGE mini-batch epoch, {name}, {len(fanouts)} layers, hidden {hidden}, fanouts "
         f"{','.join(map(str, fanouts))}, batch {batch_size} ({engine.steps_per_epoch()} steps)"
-        + ("" if engine.device.type == "cpu" else f", {engine.device}"),
+        + on_device(engine.device),
         threads,
         times,
         skipped=skipped,

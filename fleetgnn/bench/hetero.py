@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from fleetgnn.bench.epoch import reference_engine
 from fleetgnn.bench.loops import EngineSteps, optimizer_step, peer_optimizer
 from fleetgnn.bench.peers import NO_PYG, has_pyg, neighbor_loader_missing
-from fleetgnn.bench.report import measurement, progress_line
+from fleetgnn.bench.report import measurement, on_device, progress_line
 from fleetgnn.bench.timing import interleaved
 from fleetgnn.engines.common import normalize_rows
 from fleetgnn.errors import ConfigError
@@ -306,8 +306,7 @@ def rgat_minibatch(
         SECTION,
         f"R-GAT mini-batch, {name}, {len(s.relations)} relations, {len(fanouts)} layers, "
         f"{heads} x {hidden} hidden, fanouts {','.join(map(str, fanouts))} per relation, batch "
-        f"{batch_size} ({steps} of {per_epoch} steps per epoch)"
-        + ("" if engine.device.type == "cpu" else f", {engine.device}"),
+        f"{batch_size} ({steps} of {per_epoch} steps per epoch)" + on_device(engine.device),
         threads,
         times,
         skipped=skipped,

@@ -49,7 +49,7 @@ from fleetgnn.bench.peers import (
     has_pyg,
     neighbor_loader_missing,
 )
-from fleetgnn.bench.report import measurement, progress_line
+from fleetgnn.bench.report import measurement, on_device, progress_line
 from fleetgnn.bench.timing import interleaved
 from fleetgnn.graph import Graph
 from fleetgnn.train import Config, engine_from_config, load_config
@@ -232,8 +232,7 @@ def sage_link(
         SECTION,
         f"GraphSAGE link prediction, {name}, {len(fanouts)} x {hidden}, fanouts "
         f"{','.join(map(str, fanouts))}, batch {batch_size} edges, {negatives} negative(s), dot "
-        f"decoder ({steps} of {per_epoch} steps per epoch)"
-        + ("" if engine.device.type == "cpu" else f", {engine.device}"),
+        f"decoder ({steps} of {per_epoch} steps per epoch)" + on_device(engine.device),
         threads,
         times,
         skipped=skipped,

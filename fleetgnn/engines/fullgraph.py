@@ -77,13 +77,13 @@ from fleetgnn.engines.halo import (
     build_plan,
     exchange_need_lists,
 )
-from fleetgnn.engines.link import OwnedPairs, check_link_model, check_task, owned_link_metrics
+from fleetgnn.engines.link import OwnedPairs, check_link_model, owned_link_metrics, setup_task
 from fleetgnn.engines.step import StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.nn import check_model
 from fleetgnn.partition.chunks import contiguous_book
-from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
+from fleetgnn.tasks import Task
 
 
 # ---------------------------------------------------------------------------------- tuner
@@ -291,13 +291,9 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         task: Task | None = None,
     ) -> None:
         check_model(model, self.name)
-        check_task(self.name, "full", task)
-        self.task = task if task is not None else NODE_CLASSIFICATION
-        self.link = isinstance(task, LinkPrediction)
-        if self.link:  # message passing on the training edges only
+        graph, loss = setup_task(self, "full", task, graph, loss)
+        if self.link:
             check_link_model(model)
-            graph = task.split.train_graph  # type: ignore[union-attr]
-            loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
         dist = setup_distributed(self.name, graph, config, FullGraphEngineConfig, ctx)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         fc: FullGraphEngineConfig = dist.config

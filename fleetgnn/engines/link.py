@@ -55,7 +55,7 @@ from fleetgnn.engines.inference import layer_widths, stream_inference
 from fleetgnn.engines.step import StepLoss
 from fleetgnn.errors import ConfigError
 from fleetgnn.sampling import Block, NeighborSampler, PositionLoader, edge_keys
-from fleetgnn.tasks import LinkPrediction, Task
+from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 from fleetgnn.tasks.link_metrics import histogram_sums, ranking_sums
 
 
@@ -63,6 +63,23 @@ def check_task(engine: str, mode: str, task: Task | None) -> None:
     """Raise :class:`ConfigError` if ``engine`` in ``mode`` cannot train ``task``."""
     if isinstance(task, LinkPrediction) and (engine, mode) not in LINK_ENGINES:
         raise ConfigError(link_refusal(engine, mode))
+
+
+def setup_task(engine: Any, mode: str, task: Task | None, graph: Any, loss: Any) -> tuple[Any, Any]:
+    """Check and set ``engine.task`` and ``engine.link``; ``(graph, loss)`` the engine trains on.
+
+    Link prediction passes messages on the split's training graph and, without a loss of the
+    user's, takes the task's; any other task keeps both as given (``None``: node classification).
+
+    Raises:
+        ConfigError: The engine in ``mode`` cannot train ``task``.
+    """
+    check_task(engine.name, mode, task)
+    engine.task = task if task is not None else NODE_CLASSIFICATION
+    engine.link = isinstance(task, LinkPrediction)
+    if isinstance(task, LinkPrediction):  # message passing on the training edges only
+        return task.split.train_graph, (loss if loss is not None else task.loss_fn)
+    return graph, loss
 
 
 def check_link_model(model: torch.nn.Module) -> None:

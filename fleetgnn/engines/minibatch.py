@@ -76,9 +76,9 @@ from fleetgnn.engines.link import (
     EdgeBatch,
     EdgeBatches,
     check_link_model,
-    check_task,
     edge_batch_loss,
     sampled_link_metrics,
+    setup_task,
 )
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
@@ -96,7 +96,7 @@ from fleetgnn.store import (
 )
 from fleetgnn.store.edge_table import BudgetSplit, EdgeTable, split_budgets
 from fleetgnn.store.hotness import hotness_order
-from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
+from fleetgnn.tasks import Task
 
 _UNLIMITED = 1 << 62  # bytes: a budget of ``None`` means "no limit"
 
@@ -204,12 +204,7 @@ class MinibatchEngine(SampledEngine):
         task: Task | None = None,
     ) -> None:
         mode = getattr(config, "mode", None) or "minibatch"
-        check_task(self.name, mode, task)
-        self.task = task if task is not None else NODE_CLASSIFICATION
-        self.link = isinstance(task, LinkPrediction)
-        if self.link:  # message passing on the training edges only
-            graph = task.split.train_graph  # type: ignore[union-attr]
-            loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
+        graph, loss = setup_task(self, mode, task, graph, loss)
         dist = setup_distributed(self.name, graph, config, MinibatchEngineConfig, ctx)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         sc: MinibatchEngineConfig = dist.config

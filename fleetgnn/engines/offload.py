@@ -90,7 +90,7 @@ from fleetgnn.engines.common import (
     setup_model,
     split_metrics,
 )
-from fleetgnn.engines.link import check_link_model, check_task
+from fleetgnn.engines.link import check_link_model, setup_task
 from fleetgnn.engines.offload_budget import OffloadBudget, OffloadBudgetError
 from fleetgnn.engines.offload_link import OffloadLink
 from fleetgnn.engines.step import StepLoss, run_step
@@ -113,7 +113,7 @@ from fleetgnn.nn.recompute import ReplayAggregator as _Replay
 from fleetgnn.nn.recompute import SavedBytesMeter as _SavedMeter
 from fleetgnn.partition import chunk_partition
 from fleetgnn.partition.chunks import two_level_book
-from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
+from fleetgnn.tasks import Task
 
 #: From this many edges on, the relabelled (``metis``) topology is one file per machine that
 #: every rank maps, written in a streamed pass; smaller graphs keep a copy per rank in memory.
@@ -171,13 +171,9 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         task: Task | None = None,
     ) -> None:
         check_model(model, self.name)
-        check_task(self.name, "full", task)
-        self.task = task if task is not None else NODE_CLASSIFICATION
-        self.link = isinstance(task, LinkPrediction)
-        if self.link:  # message passing on the training edges only
+        graph, loss = setup_task(self, "full", task, graph, loss)
+        if self.link:
             check_link_model(model)
-            graph = task.split.train_graph  # type: ignore[union-attr]
-            loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
         dist = setup_distributed(self.name, graph, config, OffloadEngineConfig, ctx)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         oc: OffloadEngineConfig = dist.config

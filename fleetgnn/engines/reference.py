@@ -45,16 +45,16 @@ from fleetgnn.engines.inference import streaming_metrics
 from fleetgnn.engines.link import (
     EdgeBatches,
     check_link_model,
-    check_task,
     edge_batch_loss,
     full_graph_link_loss,
+    setup_task,
 )
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader, full_neighbor_block
-from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
+from fleetgnn.tasks import Task
 
 
 class ReferenceEngine(EngineBase):
@@ -93,12 +93,7 @@ class ReferenceEngine(EngineBase):
         task: Task | None = None,
     ) -> None:
         config = one_process_setup(self, config)
-        check_task(self.name, config.mode, task)
-        self.task = task if task is not None else NODE_CLASSIFICATION
-        self.link = isinstance(task, LinkPrediction)
-        if self.link:  # message passing on the training edges only
-            graph = task.split.train_graph  # type: ignore[union-attr]
-            loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
+        graph, loss = setup_task(self, config.mode, task, graph, loss)
         require_trainable(graph)
         self.graph = graph
         self.x = node_features(graph, self.dtype, config.feature_norm).to(self.device)

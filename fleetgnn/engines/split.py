@@ -87,8 +87,8 @@ from fleetgnn.engines.link import (
     EdgeBatch,
     EdgeBatches,
     check_link_model,
-    check_task,
     sampled_link_metrics,
+    setup_task,
     split_edge_batch_loss,
 )
 from fleetgnn.engines.minibatch import MinibatchEngine, resolve_gather
@@ -112,7 +112,7 @@ from fleetgnn.store import (
     parse_bytes,
     plan_partitioned,
 )
-from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
+from fleetgnn.tasks import Task
 from fleetgnn.types import PathLikeStr
 
 
@@ -484,12 +484,7 @@ class SplitEngine(SampledEngine):
         book: PartitionBook | None = None,
         task: Task | None = None,
     ) -> None:
-        check_task(self.name, "minibatch", task)
-        self.task = task if task is not None else NODE_CLASSIFICATION
-        self.link = isinstance(task, LinkPrediction)
-        if self.link:  # message passing on the training edges only
-            graph = task.split.train_graph  # type: ignore[union-attr]
-            loss = loss if loss is not None else task.loss_fn  # type: ignore[union-attr]
+        graph, loss = setup_task(self, "minibatch", task, graph, loss)
         dist = setup_distributed(self.name, graph, config, SplitEngineConfig, ctx)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         sc: SplitEngineConfig = dist.config

@@ -474,11 +474,10 @@ class RGATConv(nn.Module):
                 if self.aggregates_first(st, x_src):
                     z = gspmm_heads(st, x_src, alpha)  # [M, H, in]
                     res = _HeadProduct.apply(z, w3)  # [M, H, D]
-                    res = res.reshape(m, heads * width) if self.concat else res.mean(1)
                 else:
                     g = (x_src @ w).view(-1, heads, width)  # [S, H, D]
                     res = gspmm(st, g, "sum", alpha)  # [M, H, D]
-                    res = res.reshape(m, heads * width) if self.concat else res.mean(1)
+                res = res.reshape(m, heads * width) if self.concat else res.mean(1)
             out[dst_t] = out[dst_t] + res if dst_t in out else res
             rids.setdefault(dst_t, []).append(rid)
         if self.bias is not None:  # the relations' biases, summed first: one add per type

@@ -271,6 +271,47 @@ def blocked_mm(mats: list[Tensor], bounds: list[tuple[int, int]], x: Tensor) -> 
     return out
 
 
+def _rows_per_head(indptr: Tensor, heads: int) -> Tensor:
+    """Offsets of a CSR with every row repeated ``heads`` times (row ``r``'s copies adjacent)."""
+    deg = indptr[1:] - indptr[:-1]
+    out = torch.zeros(deg.numel() * heads + 1, dtype=torch.int64, device=indptr.device)
+    torch.cumsum(deg.repeat_interleave(heads), 0, out=out[1:])
+    return out
+
+
+def _per_head(indptr: Tensor, cols: Tensor, ids: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+    """A CSR's entries repeated per head, each row's ``heads`` runs one after the other.
+
+    Row ``r``'s entry ``j`` (edge ``e``) for head ``k`` is stored at ``heads * start_r +
+    k * deg_r + j``: the layout of :meth:`Structure.head_layout` and
+    :meth:`Structure.shared_layout`, whichever rows the runs are cut into.
+
+    Args:
+        indptr: int64 ``[R + 1]`` offsets of the CSR.
+        cols: ``[E, heads]`` the stored column of each entry and head.
+        ids: ``[E]`` each entry's edge ID (CSC order).
+        heads: ``K``.
+
+    Returns:
+        ``(indices [E * K], order [E * K])``: ``order`` the position in ``w.reshape(-1)`` of
+        each stored value, for edge weights ``w [E, K]``.
+    """
+    dev = indptr.device
+    deg = indptr[1:] - indptr[:-1]
+    row = torch.repeat_interleave(torch.arange(deg.numel(), device=dev), deg)
+    start = indptr[:-1].index_select(0, row)  # [E]
+    k = torch.arange(heads, device=dev)
+    pos = (start * (heads - 1) + torch.arange(row.numel(), device=dev))[:, None] + k * (
+        deg.index_select(0, row)[:, None]
+    )
+    pos = pos.reshape(-1)
+    indices = torch.empty_like(pos)
+    indices[pos] = cols.reshape(-1)
+    order = torch.empty_like(pos)
+    order[pos] = (ids[:, None] * heads + k).reshape(-1)
+    return indices, order
+
+
 class Structure:
     """Derived tensors of one adjacency, computed lazily and cached (internal to the ops).
 
@@ -339,22 +380,9 @@ class Structure:
         else:
             indptr, indices = self.indptr, self.indices
             perm = torch.arange(self.num_edges, device=indptr.device)
-        dev = indptr.device
-        deg = indptr[1:] - indptr[:-1]
-        row = torch.repeat_interleave(torch.arange(deg.numel(), device=dev), deg)
-        start = indptr[:-1].index_select(0, row)  # [E]
-        k = torch.arange(heads, device=dev)
-        # edge e (CSR order) of head k sits at heads * start + k * deg + (e - start)
-        pos = (start * (heads - 1) + torch.arange(row.numel(), device=dev))[:, None] + k * (
-            deg.index_select(0, row)[:, None]
-        )
-        pos = pos.reshape(-1)
-        big_indptr = torch.zeros(deg.numel() * heads + 1, dtype=torch.int64, device=dev)
-        torch.cumsum(deg.repeat_interleave(heads), 0, out=big_indptr[1:])
-        big_indices = torch.empty_like(pos)
-        big_indices[pos] = (indices.long()[:, None] * heads + k).reshape(-1)
-        order = torch.empty_like(pos)
-        order[pos] = (perm[:, None] * heads + k).reshape(-1)
+        k = torch.arange(heads, device=indptr.device)
+        big_indptr = _rows_per_head(indptr, heads)
+        big_indices, order = _per_head(indptr, indices.long()[:, None] * heads + k, perm, heads)
         self._heads[key] = (big_indptr, big_indices, order)
         return self._heads[key]
 
@@ -381,24 +409,13 @@ class Structure:
         hit = self._heads.get(key)
         if hit is not None:
             return hit
-        dev = self.indptr.device
-        k = torch.arange(heads, device=dev)
+        k = torch.arange(heads, device=self.indptr.device)
         e = self.num_edges
         if transpose:
             t_indptr, t_indices, perm = self.transposed()
             if head_major:  # row j: head 0's columns, then head 1's, ...
-                deg = t_indptr[1:] - t_indptr[:-1]
-                row = torch.repeat_interleave(torch.arange(deg.numel(), device=dev), deg)
-                start = t_indptr[:-1].index_select(0, row)
-                pos = (start * (heads - 1) + torch.arange(e, device=dev))[:, None] + k * (
-                    deg.index_select(0, row)[:, None]
-                )
-                pos = pos.reshape(-1)
-                indices = torch.empty_like(pos)
-                indices[pos] = (t_indices[:, None] + k * self.num_dst).reshape(-1)
-                order = torch.empty_like(pos)
-                order[pos] = (perm[:, None] * heads + k).reshape(-1)
-                layout = (t_indptr * heads, indices, order)
+                cols = t_indices[:, None] + k * self.num_dst
+                layout = (t_indptr * heads, *_per_head(t_indptr, cols, perm, heads))
             else:
                 layout = (
                     t_indptr * heads,
@@ -412,15 +429,13 @@ class Structure:
                     self.indptr.new_full((1,), heads * e),
                 ]
             )
-            order = (torch.arange(e, device=dev) * heads + k[:, None]).reshape(-1)
+            order = (torch.arange(e, device=k.device) * heads + k[:, None]).reshape(-1)
             layout = (indptr, self.indices.repeat(heads), order)
-        else:
-            diagonal = ("diagonal", False, heads)
-            kept = diagonal in self._heads
-            indptr, big_indices, order = self.head_layout(heads, transpose=False)
-            layout = (indptr, torch.div(big_indices, heads, rounding_mode="floor"), order)
-            if not kept:
-                del self._heads[diagonal]
+        else:  # the diagonal layout's rows, every head's columns the sources themselves
+            indptr = _rows_per_head(self.indptr, heads)
+            cols = self.indices.long()[:, None].expand(-1, heads)
+            perm = torch.arange(e, device=k.device)
+            layout = (indptr, *_per_head(self.indptr, cols, perm, heads))
         if self.transient:
             self._heads[key] = layout
         return layout
