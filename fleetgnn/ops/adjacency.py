@@ -254,6 +254,27 @@ class ColumnBlocks:
         return out
 
 
+def _overfull(mat: Tensor) -> bool:
+    """More stored entries than the matrix has (repeated edges in a small block).
+
+    cuSPARSE refuses such a CSR ("nnz > matrix size", an invalid-value CUDA error; seen on an
+    H100 in offload's chunks of a multigraph); the CPU kernels sum the repeats.
+    """
+    return mat._nnz() > mat.shape[0] * mat.shape[1]
+
+
+def _dense(mat: Tensor) -> Tensor:
+    """A CSR matrix as a dense one, repeated entries summed.
+
+    For an overfull ``mat`` (:func:`_overfull`) that is fewer elements than its entries.
+    """
+    crow, col, vals = mat.crow_indices(), mat.col_indices(), mat.values()
+    rows, cols = mat.shape
+    row = torch.repeat_interleave(torch.arange(rows, device=crow.device), crow[1:] - crow[:-1])
+    flat = vals.new_zeros(rows * cols).index_put_((row * cols + col,), vals, accumulate=True)
+    return flat.view(rows, cols)
+
+
 def blocked_mm(mats: list[Tensor], bounds: list[tuple[int, int]], x: Tensor) -> Tensor:
     """``sum_b mats[b] @ x[lo_b:hi_b]`` for 2-D ``x`` (see :class:`ColumnBlocks`).
 
@@ -263,8 +284,14 @@ def blocked_mm(mats: list[Tensor], bounds: list[tuple[int, int]], x: Tensor) -> 
     ``addmm`` documents), which saves zeroing it (40k x 128 float32 from 150k edges, one thread:
     3.4 ms against 4.7).
     """
-    if x.device.type != "cpu" and len(mats) == 1:  # accelerators: their own product
-        return mats[0] @ x
+    if x.device.type != "cpu":
+        if len(mats) == 1 and not _overfull(mats[0]):  # accelerators: their own product
+            return mats[0] @ x
+        out = None
+        for mat, (lo, hi) in zip(mats, bounds, strict=True):
+            part = _dense(mat) @ x[lo:hi] if _overfull(mat) else mat @ x[lo:hi]
+            out = part if out is None else out.add_(part)
+        return out
     out = x.new_empty((mats[0].shape[0], x.shape[1]))
     for i, (mat, (lo, hi)) in enumerate(zip(mats, bounds, strict=True)):
         out.addmm_(mat, x[lo:hi], beta=0.0 if i == 0 else 1.0)

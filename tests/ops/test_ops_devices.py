@@ -69,6 +69,46 @@ def test_gspmm_sum_mean_weighted(device, reduce):
     torch.testing.assert_close(wd.grad.cpu(), gw, **TOL)
 
 
+@pytest.mark.parametrize("heads", [1, 3])
+@pytest.mark.parametrize("transient", [False, True])
+def test_products_with_more_edges_than_matrix_entries(device, heads, transient):
+    """A small block of a multigraph: 9 edges in a 2 x 3 matrix (and 3 x 2 transposed).
+
+    cuSPARSE refuses a CSR with more entries than the matrix has; the products sum the repeats
+    there through a dense matrix (found on an H100: offload's chunks of a multigraph failed with
+    an invalid-value CUDA error).
+    """
+    from fleetgnn.ops import gspmm_heads, structure
+
+    adj, src, dst = _adj(2, 3, 9, device, seed=3, empty=())
+    structure(adj).transient = transient
+    x = torch.randn(3, heads, 4, dtype=torch.float64)
+    w = torch.rand(9, heads, dtype=torch.float64)
+    xd, wd = x.to(device).requires_grad_(), w.to(device).requires_grad_()
+    out = gspmm(adj, xd, "sum", wd)
+    g = torch.randn(2, heads, 4, dtype=torch.float64)
+    out.backward(g.to(device))
+    for k in range(heads):
+        a = _dense(src, dst, 2, 3, w[:, k])
+        torch.testing.assert_close(out[:, k].detach().cpu(), a @ x[:, k], **TOL)
+        torch.testing.assert_close(xd.grad[:, k].cpu(), a.T @ g[:, k], **TOL)
+        torch.testing.assert_close(wd.grad[:, k].cpu(), (g[dst, k] * x[src, k]).sum(1), **TOL)
+    x2 = torch.randn(3, 4, dtype=torch.float64)
+    out = gspmm_heads(adj, x2.to(device), w.to(device)).cpu()  # one set of rows per head
+    for k in range(heads):
+        torch.testing.assert_close(out[:, k], _dense(src, dst, 2, 3, w[:, k]) @ x2, **TOL)
+
+
+def test_an_overfull_csr_becomes_its_dense_sum():
+    from fleetgnn.ops.adjacency import _dense as dense_of
+    from fleetgnn.ops.adjacency import _overfull
+
+    crow, col = torch.tensor([0, 4, 5]), torch.tensor([0, 0, 1, 0, 1])
+    mat = torch.sparse_csr_tensor(crow, col, torch.arange(1.0, 6.0), (2, 2))
+    assert _overfull(mat) and not _overfull(torch.eye(3).to_sparse_csr())
+    assert dense_of(mat).tolist() == [[1.0 + 2.0 + 4.0, 3.0], [0.0, 5.0]]
+
+
 def test_gspmm_per_head_weights(device):
     adj, src, dst = _adj(6, 8, 25, device)
     x = torch.randn(8, 3, 4, dtype=torch.float64)
