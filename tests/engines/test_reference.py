@@ -27,7 +27,8 @@ def _config(**over):
 def test_minibatch_full_fanout_equals_full_graph(graph, model, device):
     """Sampled blocks with fanout -1 give the full-graph logits for the batch's seeds; on the
     device, the CPU engine's logits too."""
-    cfg_full = _config(**{"model.name": model, "train.mode": "full"})
+    # the CPU engine (train.device's default, auto, would take the GPU where there is one)
+    cfg_full = _config(**{"model.name": model, "train.mode": "full", "train.device": "cpu"})
     cfg_mb = _config(
         **{
             "model.name": model,
@@ -45,6 +46,7 @@ def test_minibatch_full_fanout_equals_full_graph(graph, model, device):
     aggs, x, seeds, _ = mb.batch(epoch=0, step=1)
     logits_mb = mb.model(aggs, x, step=5)
     assert seeds.numel() > 0 and logits_mb.device.type == device
+    assert logits_full.device.type == "cpu"
     torch.testing.assert_close(logits_mb.cpu(), logits_full[seeds.cpu()], rtol=1e-9, atol=1e-9)
 
 

@@ -350,6 +350,10 @@ def test_sampler_blocks_are_valid(device: str) -> None:
     # seeds on the device: the same keyed draws, the same blocks as from host seeds
     blocks = NeighborSampler(g, fanouts, seed=4).sample(seeds.to(device), epoch=2, step=5)
     assert len(blocks) == 3
+    for b in blocks:  # the blocks stay on the seeds' device and are valid there
+        assert b.src_ids.device.type == b.indices.device.type == device
+        b.validate()
+    blocks = [b.to("cpu") for b in blocks]
     check_blocks(g, blocks, seeds, fanouts)
     for a, b in zip(blocks, NeighborSampler(g, fanouts, seed=4).sample(seeds, 2, 5), strict=True):
         assert torch.equal(a.src_ids.cpu(), b.src_ids) and torch.equal(a.indices.cpu(), b.indices)
