@@ -35,6 +35,9 @@ def test_implementations_equal_index_select(name, width, dtype):
     assert fn(t, ids, out) is out and torch.equal(out.view(torch.uint8), want.view(torch.uint8))
     empty = fn(t, torch.empty(0, dtype=torch.int64), None)
     assert empty.shape == (0, width)
+    via = torch.randperm(50, generator=torch.Generator().manual_seed(width)).int()
+    got = fn(t, ids, None, via=via)  # rows through a lookup: t[via[ids]]
+    assert torch.equal(got.view(torch.uint8), t[via[ids].long()].view(torch.uint8))
 
 
 def test_the_wide_view_is_the_widest_element_dividing_the_row():
@@ -54,7 +57,9 @@ def test_defaults_are_torchs_kernel_and_use_checks_names():
     assert KERNELS.names("gather_rows", "cpu") == ("index_select", "wide")
     assert KERNELS.names("gather_rows", "cuda") == ("index_select", "wide", "triton")
     assert KERNELS.chosen("gather_rows", "cpu") == "index_select"
-    assert KERNELS.chosen("gather_rows", "cuda") == "index_select"  # until a GPU figure says so
+    # on CUDA the measured Triton kernel (kernels.MEASURED), torch's where triton is missing
+    cuda = "triton" if triton_available() else "index_select"
+    assert KERNELS.chosen("gather_rows", "cuda") == cuda
     with pytest.raises(ValueError, match="choose one of index_select, wide"):
         KERNELS.use("gather_rows", "cpu", "triton")
     KERNELS.use("gather_rows", "cpu", "wide")
@@ -64,6 +69,17 @@ def test_defaults_are_torchs_kernel_and_use_checks_names():
         assert torch.equal(gather_rows(t, torch.tensor([3, 1])), t[[3, 1]])
     finally:
         KERNELS.use("gather_rows", "cpu", None)
+    assert KERNELS.chosen("gather_rows", "cpu") == "index_select"
+
+
+def test_a_measured_triton_choice_falls_back_without_triton(monkeypatch):
+    import fleetgnn.kernels as k
+
+    assert k.MEASURED[("gather_rows", "cuda")][0] == "triton"
+    monkeypatch.setattr(k, "triton_available", lambda: False)
+    assert KERNELS.chosen("gather_rows", "cuda") == "index_select"
+    monkeypatch.setattr(k, "triton_available", lambda: True)
+    assert KERNELS.chosen("gather_rows", "cuda") == "triton"
     assert KERNELS.chosen("gather_rows", "cpu") == "index_select"
 
 
@@ -91,6 +107,7 @@ def test_the_triton_kernel_equals_index_select_in_the_interpreter():
     code = (
         "import torch\n"
         "from fleetgnn.kernels import KERNELS\n"
+        "from fleetgnn.kernels import TRITON_SWEEP\n"
         "fn = KERNELS.impl('gather_rows', 'triton')\n"
         "g = torch.Generator().manual_seed(0)\n"
         "for width in (1, 5, 100, 300):\n"
@@ -99,6 +116,13 @@ def test_the_triton_kernel_equals_index_select_in_the_interpreter():
         "    assert torch.equal(fn(t, ids, None), t[ids]), width\n"
         "    out = torch.empty(37, width)\n"
         "    assert fn(t, ids, out) is out and torch.equal(out, t[ids])\n"
+        "    for cfg in TRITON_SWEEP:  # every launch shape the GPU check times\n"
+        "        assert torch.equal(fn(t, ids, None, **cfg), t[ids]), (width, cfg)\n"
+        "    via = torch.randperm(64, generator=g).int()  # table[via[ids]], in one pass\n"
+        "    assert torch.equal(fn(t, ids, None, via=via), t[via[ids].long()]), width\n"
+        "    wide = torch.zeros(37, width + 3)  # rows of an output wider than the table's\n"
+        "    fn(t, ids, wide[:, :width])\n"
+        "    assert torch.equal(wide[:, :width], t[ids]) and not wide[:, width:].any()\n"
         "print('ok')\n"
     )
     env = {**os.environ, "TRITON_INTERPRET": "1"}
@@ -116,3 +140,6 @@ def test_implementations_equal_on_cuda(name):
     ids = torch.randint(0, 1000, (777,), device="cuda")
     fn = KERNELS.impl("gather_rows", name)
     assert torch.equal(fn(t, ids, None).view(torch.int32), t[ids].view(torch.int32))
+    via = torch.randperm(1000, device="cuda").int()
+    got = fn(t, ids, None, via=via)
+    assert torch.equal(got.view(torch.int32), t[via[ids].long()].view(torch.int32))

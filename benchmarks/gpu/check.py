@@ -76,6 +76,19 @@ PYTEST_PATHS = (
 LOSS_RTOL = 1e-6
 EPOCHS = 2
 ENGINES = ("minibatch", "split", "fullgraph", "offload")
+#: The bench step's parts, in the order they run (``--bench-parts`` picks some).
+BENCH_PARTS = (
+    "copy",
+    "h2d",
+    "gather_tiers",
+    "gspmm",
+    "gather",
+    "sampler",
+    "epochs",
+    "offload_overlap",
+    "minibatch_budgets",
+    "rgat_orders",
+)
 MODES = {"minibatch": "minibatch", "split": "minibatch", "fullgraph": "full", "offload": "full"}
 TAIL = 4000
 #: What a subprocess printed is kept in the log up to this many characters (head and tail).
@@ -562,6 +575,8 @@ class Check:
         ]
         if self.args.quick:
             argv.append("--quick")
+        if self.args.bench_parts:
+            argv += ["--bench-parts", ",".join(self.args.bench_parts)]
         res = self.run(
             argv, min(self.args.bench_timeout, self.step_deadline("bench") - _now_m()), "bench"
         )
@@ -817,8 +832,14 @@ def _junit_failures(junit: Path) -> list[dict[str, str]]:
 # ------------------------------------------------------------------------------------ bench child
 
 
-def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int:
-    """Step ``bench`` in its own process: every figure into ``path`` as soon as it is measured."""
+def bench_child(
+    path: Path, dataset: Path, device_name: str, quick: bool, parts: list[str] | None = None
+) -> int:
+    """Step ``bench`` in its own process: every figure into ``path`` as soon as it is measured.
+
+    ``parts``: only these parts (and ``copy``, the unit of the fractions); ``None``: all.
+    """
+    import copy as copy_module
     import types
     import warnings
 
@@ -843,6 +864,8 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
         print(msg, flush=True)
 
     def part(key: str, fn: Callable[[], None]) -> None:
+        if parts is not None and key not in parts and key != "copy":  # copy: the unit
+            return
         t0 = time.monotonic()
         log(f"-- {key} ...")
         try:
@@ -983,13 +1006,37 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
                 kernels[name]["fraction_of_copy"] = gbps / figs["copy_gbps"]
         kernels["chosen"] = KERNELS.chosen("gather_rows", device.type)
         res["kernels"] = kernels
-        if device.type == "cuda":  # the store itself, built on the device, every row there
-            from fleetgnn.store import UnifiedStore
+        if "triton" in KERNELS.names("gather_rows", device.type) and "skipped" not in kernels.get(
+            "triton", {"skipped": 1}
+        ):  # the Triton kernel's launch shapes (kernels.TRITON_SWEEP), to choose its default
+            from fleetgnn.kernels import TRITON_CONFIG, TRITON_SWEEP
 
-            store = UnifiedStore.build(graph, device=device)
+            fn = KERNELS.impl("gather_rows", "triton")
+            sweep = []
+            for cfg in TRITON_SWEEP:
+                got = {**TRITON_CONFIG, **cfg}
+                try:
+                    got["equal"] = torch.equal(fn(xd, idsd, None, **cfg), xd.index_select(0, idsd))
+                    got["read_written_gbps"] = 2 * rate(lambda c=cfg: fn(xd, idsd, None, **c))
+                except Exception as e:  # noqa: BLE001 - one shape failing to compile
+                    got["skipped"] = f"{type(e).__name__}: {str(e)[:200]}"
+                if _finite_num(figs.get("copy_gbps")) and "read_written_gbps" in got:
+                    got["fraction_of_copy"] = got["read_written_gbps"] / figs["copy_gbps"]
+                sweep.append(got)
+            res["triton_sweep"] = sweep
+        if device.type == "cuda":  # the store itself, built on the device, every row there
+            from fleetgnn.store import TierBudgets, UnifiedStore
+
+            # a device budget over the whole graph: the default (0) puts every row on the host
+            # tier, which the stop-34 check measured by mistake (4.5 GB/s: host gather + copy)
+            store = UnifiedStore.build(graph, budgets=TierBudgets(device=1 << 50), device=device)
             try:
                 gbps = 2 * rate(lambda: store.gather(idsd))
-                res["store_device_tier"] = {"read_written_gbps": gbps}
+                res["store_device_tier"] = {
+                    "read_written_gbps": gbps,
+                    "hit_rates": store.hit_rates("features"),
+                    "kernel": KERNELS.chosen("gather_rows", device.type),
+                }
                 if _finite_num(figs.get("copy_gbps")):
                     res["store_device_tier"]["fraction_of_copy"] = gbps / figs["copy_gbps"]
             finally:
@@ -1142,9 +1189,12 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
         )
         steps = min(eng.steps_per_epoch(), size["rgat_steps"])
         res: dict[str, Any] = {"scale": size["typed_scale"], "steps": steps}
-        state = {k: v.clone() for k, v in eng.module.state_dict().items()}
+        state = copy_module.deepcopy(eng.state_dict())  # the model's and the optimizer's
         for order in ("project", "aggregate", "auto", "project", "aggregate", "auto"):
-            eng.module.load_state_dict(state)
+            # every order from the same parameters and the same fresh Adam moments (the
+            # stop-34 check restored only the parameters: each order's losses after the first
+            # step then followed the moments of the order before it, not its own)
+            eng.load_state_dict(copy_module.deepcopy(state))
             for conv in eng.module.convs:
                 conv.order = order
             if device.type == "cuda":
@@ -1160,19 +1210,18 @@ def bench_child(path: Path, dataset: Path, device_name: str, quick: bool) -> int
         res["max_rel_first_loss_diff"] = max(
             abs(res[o]["losses"][0] - first) / max(abs(first), 1e-30) for o in ("aggregate", "auto")
         )
+        res["max_rel_loss_diff"] = max(  # every step: the orders train the same model
+            abs(a - b) / max(abs(b), 1e-30)
+            for o in ("aggregate", "auto")
+            for a, b in zip(res[o]["losses"], res["project"]["losses"], strict=True)
+        )
         figs["rgat_orders"] = res
         log(f"R-GAT orders: { {o: res[o]['step_s'] for o in ('project', 'aggregate', 'auto')} }")
 
-    part("copy", copy)
-    part("h2d", h2d)
-    part("gather_tiers", tiers)
-    part("gspmm", gspmm)
-    part("gather", feature_gather)
-    part("sampler", sampling)
-    part("epochs", epochs)
-    part("offload_overlap", offload_overlap)
-    part("minibatch_budgets", minibatch_budgets)
-    part("rgat_orders", rgat_orders)
+    fns = (copy, h2d, tiers, gspmm, feature_gather, sampling, epochs, offload_overlap)
+    fns += (minibatch_budgets, rgat_orders)
+    for key, fn in zip(BENCH_PARTS, fns, strict=True):
+        part(key, fn)
     if device.type == "cuda":
         figs["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     _atomic_json(path, out)
@@ -1254,6 +1303,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--bench-timeout", type=float, default=150)
     p.add_argument(
+        "--bench-parts",
+        default="",
+        help="the bench step's parts to run, comma-separated (default all: "
+        f"{','.join(BENCH_PARTS)})",
+    )
+    p.add_argument(
         "--jobs",
         type=int,
         default=2,
@@ -1277,6 +1332,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.run_timeout is None:
         args.run_timeout = 90.0 if args.device == "cuda" else 120.0
     args.steps = [s for s in args.steps.split(",") if s]
+    args.bench_parts = [s for s in args.bench_parts.split(",") if s]
+    if set(args.bench_parts) - set(BENCH_PARTS):
+        p.error(
+            f"unknown bench part(s) {sorted(set(args.bench_parts) - set(BENCH_PARTS))}; choose "
+            f"from {','.join(BENCH_PARTS)}"
+        )
     args.engines = [e for e in args.engines.split(",") if e]
     if set(args.engines) - set(ENGINES):
         p.error(f"unknown engine(s) {sorted(set(args.engines) - set(ENGINES))}")
@@ -1290,7 +1351,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the check (or, with ``--bench-child``, step ``bench`` in this process)."""
     args = parse_args(argv)
     if args.bench_child is not None:
-        return bench_child(Path(args.bench_child), Path(args.dataset), args.device, args.quick)
+        return bench_child(
+            Path(args.bench_child),
+            Path(args.dataset),
+            args.device,
+            args.quick,
+            args.bench_parts or None,
+        )
     check = Check(args)
     try:
         check.log(
