@@ -19,11 +19,17 @@ disk       the disk read, staged through a pinned buffer,  the disk tier's node 
            async copy as the host tier
 =========  ==============================================  =====================================
 
-Locating the ids (tier, owner, local row) runs on the device from a copy of the feature plan's
-``rank_of`` (``V`` entries of the plan's ID dtype, made on the first read); one ``bincount`` of
-a per-row code (the owner rank on the device tier, ``N`` for the host tier, ``N + 1`` for disk)
-and one ``.tolist()`` give every counter (requests, bytes, messages, reads per source), so a read
-synchronises with the host once for its counts and once per tier it reads (``nonzero``).
+One rank whose device shard holds every row (one process, a device budget over the whole
+graph) skips locating and counting: its counters are the id count, and the gather reads each
+id's shard row through the plan's ``rank_of`` in the same pass (``gather_rows(..., via=)``), so
+the read synchronises with the host once (the ids' range check).
+
+Otherwise locating the ids (tier, owner, local row) runs on the device from a copy of the
+feature plan's ``rank_of`` (``V`` entries of the plan's ID dtype, made on the first read); one
+``bincount`` of a per-row code (the owner rank on the device tier, ``N`` for the host tier,
+``N + 1`` for disk) and one ``.tolist()`` give every counter (requests, bytes, messages, reads per
+source), so a read synchronises with the host once for its counts and once per tier it reads
+(``nonzero``).
 """
 
 from __future__ import annotations
@@ -62,6 +68,13 @@ class DeviceIndex:
         routes = plan._routes(reader) if plan.placement is not None else None
         self.routes = (
             None if routes is None else tuple(torch.from_numpy(r).to(device) for r in routes)
+        )
+        #: One rank whose shard holds every row: a node's shard row is its hot rank.
+        self.all_local = (
+            plan.world_size == 1
+            and plan.num_device == plan.num_rows
+            and self.routes is None
+            and (starts is None or int(starts[0]) == 0)
         )
 
     def locate(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -152,6 +165,11 @@ def gather_on_device(store: UnifiedStore, ids: object) -> Tensor:
     if not n and feat_device is None:
         return torch.empty((0, width), dtype=dtype, device=dev)
     index = store._device_index()
+    if index.all_local and hasattr(feat_device, "rows_via"):
+        # one rank, every row in its shard: no locating or counting on the device (no sync);
+        # the node -> shard row lookup is read inside the gather (table[rank_of[ids]])
+        record_counts(store, [n, 0, 0], width * x.dtype.itemsize, "features")
+        return feat_device.rows_via(index.rank_of, idt)
     tier, owner, local, code = index.locate(idt)
     counts = (
         torch.bincount(code, minlength=store.world_size + 2).tolist()

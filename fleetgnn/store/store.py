@@ -135,6 +135,10 @@ class _LocalShard:
     def gather(self, owner: Tensor, local_index: Tensor) -> Tensor:
         return gather_rows(self.tensor, local_index)
 
+    def rows_via(self, via: Tensor, ids: Tensor) -> Tensor:
+        """``tensor[via[ids]]`` (every row local): one gather through the lookup ``via``."""
+        return gather_rows(self.tensor, ids, via=via)
+
     def close(self) -> None:
         self.tensor = torch.empty(0)
 

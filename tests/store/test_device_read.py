@@ -58,6 +58,8 @@ def test_device_gather_equals_the_host_path(dev, host, device):
     read = store.gather if device != "cpu" else lambda i: gather_on_device(store, i)
     ids_dev = ids.to(device)
     got = [read(ids_dev), read(ids_dev[:0]), read(ids_dev[:7].int())]
+    # every row on the one rank's device: the read through rank_of, without locating
+    assert store._device_index().all_local == (dev == 1.0)
     for w, t in zip(want, got, strict=True):
         assert t.device.type == device and t.dtype == torch.float64
         assert torch.equal(t.cpu(), w)
