@@ -434,7 +434,9 @@ class ShardedTensor:
             )
         return [s for s in self._shards if s is not None]
 
-    def gather(self, owner: torch.Tensor, local_index: torch.Tensor) -> torch.Tensor:
+    def gather(
+        self, owner: torch.Tensor, local_index: torch.Tensor, *, checked: bool = False
+    ) -> torch.Tensor:
         """Rows ``shard[owner[i]][local_index[i]]`` in input order.
 
         One-sided mode reads the mapped shards directly: no collective, any rank may call it any
@@ -449,6 +451,9 @@ class ShardedTensor:
             - owner, local_index: ``[n]`` (integer)
             - output: ``[n, *trailing_shape]``
 
+        ``checked=True``: the caller guarantees every pair is in range (the store's own
+        lookups), so the range checks, each a host sync on a GPU, are skipped.
+
         Raises:
             DistError: Ids out of range, mismatched shapes or a closed tensor (in two-sided debug
                 mode, on every rank).
@@ -456,7 +461,7 @@ class ShardedTensor:
         self._check_open()
         error = None
         try:
-            owner, local_index = self.check_ids(owner, local_index)
+            owner, local_index = self.check_ids(owner, local_index, ranges=not checked)
         except DistError as e:
             if self.one_sided:
                 raise
@@ -468,6 +473,28 @@ class ShardedTensor:
             if error is not None:
                 raise DistError(error)
             return self._gather_two_sided(owner, local_index)
+
+    def rows_via(self, via: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """``local_shard[via[ids]]`` for a world of one rank, whose shard holds every row.
+
+        One gather through the lookup ``via`` (see :func:`~fleetgnn.kernels.gather_rows`),
+        without :meth:`gather`'s per-call checks and counts (each a host sync on a GPU); the
+        caller's ``via`` maps into the shard. Traffic is recorded as :meth:`gather` records it.
+
+        Raises:
+            DistError: With more than one rank.
+        """
+        self._check_open()
+        if self.world_size != 1:
+            raise DistError(f"rows_via reads one rank's shard; {self.name!r} has {self.world_size}")
+        shard = self.local_shard
+        if not self.one_sided:  # two-sided traffic is its all-to-alls': gather records them
+            local = via.to(ids.device)[ids]
+            return self.gather(torch.zeros_like(local, dtype=torch.int64), local)
+        rows = gather_rows(shard, ids.to(shard.device), via=via.to(shard.device))
+        if ids.numel():
+            self.comm.meter.record("local", ids.numel() * self._row_bytes(), 1)
+        return rows
 
     def gather_global(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` of the logical tensor (the shards concatenated in rank order).
@@ -493,9 +520,12 @@ class ShardedTensor:
         return self.gather(owner, ids_dev - offsets[owner])
 
     def check_ids(
-        self, owner: torch.Tensor, local_index: torch.Tensor
+        self, owner: torch.Tensor, local_index: torch.Tensor, *, ranges: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Validate ``(owner, local_index)`` of :meth:`gather`; returns them as int64 tensors."""
+        """Validate ``(owner, local_index)`` of :meth:`gather`; returns them as int64 tensors.
+
+        ``ranges=False`` checks types and shapes only (no pass over the values).
+        """
         for what, t in (("owner", owner), ("local_index", local_index)):
             if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point():
                 raise DistError(
@@ -510,7 +540,7 @@ class ShardedTensor:
         dev = self._ids_device(local_index)
         owner = owner.to(dev, torch.int64)
         local_index = local_index.to(dev, torch.int64)
-        if owner.numel() == 0:
+        if owner.numel() == 0 or not ranges:
             return owner, local_index
         if int(owner.min()) < 0 or int(owner.max()) >= self.world_size:
             bad = owner[(owner < 0) | (owner >= self.world_size)][0].item()

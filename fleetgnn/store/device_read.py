@@ -19,7 +19,7 @@ disk       the disk read, staged through a pinned buffer,  the disk tier's node 
            async copy as the host tier
 =========  ==============================================  =====================================
 
-One rank whose device shard holds every row (one process, a device budget over the whole
+One rank whose device shard holds every row (a world of one, a device budget over the whole
 graph) skips locating and counting: its counters are the id count, and the gather reads each
 id's shard row through the plan's ``rank_of`` in the same pass (``gather_rows(..., via=)``), so
 the read synchronises with the host once (the ids' range check).
@@ -165,7 +165,7 @@ def gather_on_device(store: UnifiedStore, ids: object) -> Tensor:
     if not n and feat_device is None:
         return torch.empty((0, width), dtype=dtype, device=dev)
     index = store._device_index()
-    if index.all_local and hasattr(feat_device, "rows_via"):
+    if index.all_local and feat_device is not None:
         # one rank, every row in its shard: no locating or counting on the device (no sync);
         # the node -> shard row lookup is read inside the gather (table[rank_of[ids]])
         record_counts(store, [n, 0, 0], width * x.dtype.itemsize, "features")
@@ -179,7 +179,7 @@ def gather_on_device(store: UnifiedStore, ids: object) -> Tensor:
     record_counts(store, counts, width * x.dtype.itemsize, "features")
     on_device = sum(counts[: store.world_size])
     if on_device == n and feat_device is not None:  # all hits (or nothing): no scatter
-        return feat_device.gather(owner, local).to(dev)
+        return feat_device.gather(owner, local, checked=True).to(dev)  # located by the plan
     transfers = store._transfers
     pending = []  # issued before the device tier is read, so the copies overlap it
     if counts[-2]:
@@ -194,7 +194,7 @@ def gather_on_device(store: UnifiedStore, ids: object) -> Tensor:
     out = torch.empty((n, width), dtype=dtype, device=dev)
     if feat_device is not None:
         sel = torch.nonzero(tier == DEVICE).squeeze(1)
-        out[sel] = feat_device.gather(owner[sel], local[sel]).to(dev)
+        out[sel] = feat_device.gather(owner[sel], local[sel], checked=True).to(dev)
     for sel, p in pending:
         out[sel] = p.wait()
     return out

@@ -121,7 +121,7 @@ KINDS: tuple[str, ...] = ("features", "topology")
 
 
 class _Gatherable(Protocol):
-    def gather(self, owner: Tensor, local_index: Tensor) -> Tensor: ...
+    def gather(self, owner: Tensor, local_index: Tensor, *, checked: bool = False) -> Tensor: ...
 
     def close(self) -> None: ...
 
@@ -132,7 +132,7 @@ class _LocalShard:
     def __init__(self, tensor: Tensor) -> None:
         self.tensor = tensor
 
-    def gather(self, owner: Tensor, local_index: Tensor) -> Tensor:
+    def gather(self, owner: Tensor, local_index: Tensor, *, checked: bool = False) -> Tensor:
         return gather_rows(self.tensor, local_index)
 
     def rows_via(self, via: Tensor, ids: Tensor) -> Tensor:

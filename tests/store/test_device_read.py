@@ -78,3 +78,42 @@ def test_device_gather_checks_ids(device):
     with pytest.raises(GraphError, match="1-D integer tensor"):
         read(torch.zeros(3, device=device))
     store.close()
+
+
+def _one_rank_world(comm, one_sided, device):
+    """A world of one rank (a ShardedTensor device tier): the read through rank_of equals the
+    host path's rows and counters, one-sided and two-sided."""
+    g = _graph()
+    ids = torch.from_numpy(np.random.default_rng(2).integers(0, g.num_nodes, 200))
+    ids[:5] = ids[0]
+    b = _budgets(g, 1.0, 0.0)
+    out = []
+    for on_device in (False, True):
+        store = UnifiedStore.build(
+            g,
+            comm,
+            b,
+            one_sided=one_sided,
+            meter=TrafficMeter(),
+            device=device,
+            name=f"s{on_device}",
+        )
+        try:
+            read = (lambda i, s=store: gather_on_device(s, i)) if on_device else store.gather
+            rows = [read(ids.to(device)).cpu(), read(ids[:0].to(device)).cpu()]
+            if on_device:
+                assert store._device_index().all_local
+            out.append((rows, _stats(store)))
+        finally:
+            store.close()
+    (want, want_stats), (got, got_stats) = out
+    assert all(torch.equal(w, t) for w, t in zip(want, got, strict=True))
+    assert got_stats == want_stats
+    return True
+
+
+@pytest.mark.parametrize("one_sided", [True, False])
+def test_one_rank_world_reads_through_rank_of(one_sided, device):
+    from fleetgnn.distributed.testing import run_world
+
+    assert run_world(_one_rank_world, 1, one_sided, device, device=device) == [True]
