@@ -88,6 +88,7 @@ BENCH_PARTS = (
     "offload_overlap",
     "minibatch_budgets",
     "rgat_orders",
+    "minibatch_profile",
 )
 MODES = {"minibatch": "minibatch", "split": "minibatch", "fullgraph": "full", "offload": "full"}
 TAIL = 4000
@@ -1218,8 +1219,73 @@ def bench_child(
         figs["rgat_orders"] = res
         log(f"R-GAT orders: { {o: res[o]['step_s'] for o in ('project', 'aggregate', 'auto')} }")
 
+    def minibatch_profile() -> None:
+        # where a minibatch step's time goes on the device (stop 34 measured 10-13 ms a step,
+        # the plan 1.8 ms): MINIBATCH_STEPS steps of SAGE (fanouts 10,10, batch 1024, every row
+        # on the device) under torch.profiler: kernels launched, host syncs and copies per step,
+        # the host's time against the kernels', and the ops taking the most host time
+        from torch.profiler import ProfilerActivity, profile
+
+        from fleetgnn.config import load_config
+        from fleetgnn.train import engine_from_config
+
+        cfg = load_config(
+            None,
+            [
+                "train.engine=minibatch",
+                "train.mode=minibatch",
+                f"train.device={device}",
+                "model.name=sage",
+                f"model.hidden={size['hidden']}",
+                "train.batch_size=1024",
+                "store.device_budget=null",
+                "store.host_budget=null",
+            ],
+        )
+        eng = engine_from_config(cfg, graph, None)
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        try:
+            start = max(0, eng.steps_per_epoch() - MINIBATCH_STEPS)
+            eng.run_epoch(0, start)  # warm up
+            with profile(activities=activities) as prof:
+                t0 = time.perf_counter()
+                steps = eng.run_epoch(1, start)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                wall = time.perf_counter() - t0
+        finally:
+            eng.close()
+        n = max(len(steps), 1)
+        events = prof.key_averages()
+
+        def count(*names: str) -> float:
+            return sum(e.count for e in events if e.key in names) / n
+
+        kernel_us = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / n
+        top = sorted(events, key=lambda e: -e.cpu_time_total)[:15]
+        figs["minibatch_profile"] = {
+            "steps": len(steps),
+            "step_s": wall / n,
+            "aten_ops_per_step": sum(e.count for e in events if e.key.startswith("aten::")) / n,
+            "kernel_launches_per_step": count(
+                "cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"
+            ),
+            "syncs_per_step": count(
+                "cudaStreamSynchronize", "cudaDeviceSynchronize", "aten::_local_scalar_dense"
+            ),
+            "memcpy_per_step": count("cudaMemcpyAsync", "cudaMemcpy"),
+            "device_kernel_us_per_step": kernel_us,
+            "top_host_ops": [
+                {"op": e.key, "per_step": e.count / n, "host_us_per_step": e.cpu_time_total / n}
+                for e in top
+            ],
+        }
+        log(f"minibatch profile: {figs['minibatch_profile']['step_s'] * 1e3:.1f} ms a step")
+
     fns = (copy, h2d, tiers, gspmm, feature_gather, sampling, epochs, offload_overlap)
-    fns += (minibatch_budgets, rgat_orders)
+    fns += (minibatch_budgets, rgat_orders, minibatch_profile)
     for key, fn in zip(BENCH_PARTS, fns, strict=True):
         part(key, fn)
     if device.type == "cuda":

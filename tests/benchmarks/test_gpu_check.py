@@ -109,6 +109,9 @@ def test_quick_cpu_dry_run_passes_every_step(dry_run):
     )
     assert rg["max_rel_first_loss_diff"] < 1e-5  # float32: the orders sum in other orders
     assert rg["max_rel_loss_diff"] < 1e-4  # every step: each order from the same Adam state
+    prof = figs["minibatch_profile"]  # a minibatch step's work under the profiler
+    assert prof["steps"] >= 1 and prof["step_s"] > 0 and prof["aten_ops_per_step"] > 100
+    assert prof["syncs_per_step"] >= 1 and len(prof["top_host_ops"]) >= 5
     rates = figs["sampler"]["m_edges_per_s"]  # on the CPU: numpy, and the torch backend there
     assert set(rates) == {"fleetgnn", "fleetgnn torch (CPU)"} and all(r > 0 for r in rates.values())
     cases = list(figs["epochs"])
