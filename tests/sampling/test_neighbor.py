@@ -285,10 +285,14 @@ def check_append_unique(targets: torch.Tensor, nbrs: torch.Tensor) -> None:
 
 @pytest.fixture(params=["sort", "dense"])
 def unique_path(request, monkeypatch):
-    """Both ways of deduplicating on the CPU: a sort, or arrays over the IDs' range."""
+    """Both ways of deduplicating (numpy and torch, on every device): a sort, or arrays over the
+    IDs' range."""
     from fleetgnn.sampling import unique
 
-    monkeypatch.setattr(unique, "DENSE_RANGE_FACTOR", 0 if request.param == "sort" else 10**9)
+    factor = 0 if request.param == "sort" else 10**9
+    monkeypatch.setattr(unique, "DENSE_RANGE_FACTOR", factor)
+    monkeypatch.setattr(unique, "DENSE_RANGE_FACTOR_DEVICE", factor)
+    monkeypatch.setitem(unique.DENSE_RANGE_FACTOR_TORCH, "cpu", factor)
     return request.param
 
 
