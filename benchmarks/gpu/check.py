@@ -89,6 +89,7 @@ BENCH_PARTS = (
     "minibatch_budgets",
     "rgat_orders",
     "minibatch_profile",
+    "overheads",
 )
 MODES = {"minibatch": "minibatch", "split": "minibatch", "fullgraph": "full", "offload": "full"}
 TAIL = 4000
@@ -1284,8 +1285,22 @@ def bench_child(
         }
         log(f"minibatch profile: {figs['minibatch_profile']['step_s'] * 1e3:.1f} ms a step")
 
+    def overheads() -> None:
+        # the fixed costs the planner adds to every step (layer_overhead per layer,
+        # param_overhead per parameter tensor), measured on the device as fleetgnn calibrate
+        # measures them on a CPU; the GPU profile takes them from here (cost/gpu_rates.py)
+        from fleetgnn.cost.calibration import measure_overheads
+
+        got = measure_overheads(opts.repeat, device)
+        figs["overheads"] = {
+            "layer_overhead_s": got["layer_overhead"],
+            "param_overhead_s": got["param_overhead"],
+            "keyed_dropout_elements_per_s": got["keyed_dropout"],
+        }
+        log(f"overheads: {figs['overheads']}")
+
     fns = (copy, h2d, tiers, gspmm, feature_gather, sampling, epochs, offload_overlap)
-    fns += (minibatch_budgets, rgat_orders, minibatch_profile)
+    fns += (minibatch_budgets, rgat_orders, minibatch_profile, overheads)
     for key, fn in zip(BENCH_PARTS, fns, strict=True):
         part(key, fn)
     if device.type == "cuda":

@@ -114,34 +114,45 @@ def _measure_narrow_gemm(rows: int, k: int, repeats: int) -> float:
     return 4.0 * rows * k * w / _best_time(lambda: (a @ b, a.t() @ gy), repeats)
 
 
-def _measure_overheads(repeats: int) -> dict[str, float]:
+def measure_overheads(repeats: int, device: torch.device | str = "cpu") -> dict[str, float]:
     """Keyed dropout's elements/s on a 4M-element tensor, and the fixed costs of a step.
 
     ``layer``: forward and backward of one tiny layer (32 nodes, 128 edges, width 16: keyed
     dropout, a dense transform, :func:`fleetgnn.ops.gspmm`, ReLU), where the size costs
     nothing and Python and the framework everything. ``param``: Adam's step and ``zero_grad``
-    over 16 tiny parameter tensors, per tensor.
+    over 16 tiny parameter tensors, per tensor. On ``device`` (the GPU check measures a GPU's
+    with it); each timed call there ends with a synchronisation, so a time is the later of the
+    host's launches and the device's work.
     """
     from fleetgnn.ops.random import keyed_dropout
 
+    dev = torch.device(device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def timed(fn: Callable[[], object], reps: int) -> float:
+        return _best_time(lambda: (fn(), sync()), reps)
+
     g = torch.Generator().manual_seed(0)
-    big = torch.rand(2048, 2048, generator=g)  # 16 MiB: beyond the caches, as features are
-    big_ids = torch.arange(2048)
-    rate = big.numel() / _best_time(lambda: keyed_dropout(big, 0.5, 0, 1, 0, big_ids), repeats)
+    big = torch.rand(2048, 2048, generator=g).to(dev)  # 16 MiB: beyond the caches
+    big_ids = torch.arange(2048, device=dev)
+    rate = big.numel() / timed(lambda: keyed_dropout(big, 0.5, 0, 1, 0, big_ids), repeats)
     n, e, w = 32, 128, 16
     adj = Adjacency.from_edges(
-        torch.randint(0, n, (e,), generator=g), torch.randint(0, n, (e,), generator=g), n, n
+        torch.randint(0, n, (e,), generator=g).to(dev),
+        torch.randint(0, n, (e,), generator=g).to(dev),
+        n,
+        n,
     )
-    x = torch.rand(n, w, generator=g, requires_grad=True)
-    weight = torch.rand(w, w, generator=g, requires_grad=True)
-    ids = torch.arange(n)
+    x = torch.rand(n, w, generator=g).to(dev).requires_grad_()
+    weight = torch.rand(w, w, generator=g).to(dev).requires_grad_()
+    ids = torch.arange(n, device=dev)
 
     def layer() -> None:
         h = keyed_dropout(x, 0.5, 0, 1, 0, ids) @ weight
         gspmm(adj, h, "sum").relu().sum().backward()
 
-    params = [torch.rand(4, generator=g, requires_grad=True) for _ in range(16)]
-    opt = torch.optim.Adam(params)
+    params = [torch.rand(4, generator=g).to(dev).requires_grad_() for _ in range(16)]
+    opt = torch.optim.Adam(params)  # foreach on CUDA, per tensor on the CPU: each its default
     for q in params:
         q.grad = torch.ones_like(q)
 
@@ -152,8 +163,8 @@ def _measure_overheads(repeats: int) -> dict[str, float]:
     reps = max(repeats, 20)  # microsecond timings: more repeats against noise
     return {
         "keyed_dropout": rate,
-        "layer_overhead": _best_time(layer, reps),
-        "param_overhead": _best_time(step, reps) / len(params),
+        "layer_overhead": timed(layer, reps),
+        "param_overhead": timed(step, reps) / len(params),
     }
 
 
@@ -214,7 +225,7 @@ def _calibrate(sizes: _Sizes, directory: Path) -> dict[str, Any]:
     gemm = _measure_gemm(sizes.gemm_n, sizes.repeats)
     narrow = _measure_narrow_gemm(sizes.narrow_rows, sizes.gemm_n, sizes.repeats)
     disk, disk_note = _measure_disk(sizes.disk_bytes, directory)
-    fixed = _measure_overheads(sizes.repeats)
+    fixed = measure_overheads(sizes.repeats)
     return {
         **fixed,
         "copy": copy,

@@ -25,6 +25,11 @@ profile field      the check's figure (``steps.bench.figures.``)    conversion
                    (CPU)"]``: fanouts 15,10,5, batch 1024
 ``device_sample_   ``sampler.m_edges_per_s["fleetgnn"]``: the torch  M edges/s -> edges/s
 rate``             sampler over a device CSC, the same case
+``layer_           ``overheads.layer_overhead_s``: a tiny layer's   s
+overhead``         forward and backward on the device
+                   (``calibration.measure_overheads``)
+``param_           ``overheads.param_overhead_s``: Adam's step      s
+overhead``         per tiny tensor on the device
 =================  ===============================================  ==============================
 
 A figure counts only when its bench part passed; for each field the newest check (by its
@@ -68,6 +73,8 @@ FIELDS: tuple[str, ...] = (
     "spmm_rate",
     "sample_rate",
     "device_sample_rate",
+    "layer_overhead",
+    "param_overhead",
 )
 
 #: The host sampler's entry in the check's sampler figures (the CUDA sampler is ``fleetgnn``).
@@ -80,6 +87,8 @@ _LABELS = {
     "spmm_rate": ("spmm", "MAC/s"),
     "sample_rate": ("sample", "edges/s"),
     "device_sample_rate": ("device sample", "edges/s"),
+    "layer_overhead": ("layer overhead", "s"),
+    "param_overhead": ("param overhead", "s"),
 }
 
 
@@ -191,6 +200,19 @@ def check_rates(check: Mapping[str, Any], file: str) -> dict[str, dict[str, Any]
             1e6,
             "sampler.m_edges_per_s['fleetgnn']",
             what,
+        )
+    if _passed(bench, "overheads"):
+        fixed = figs.get("overheads", {})
+        what = (
+            "forward and backward of a 32-node layer on the device (keyed dropout, transform, "
+            "gspmm, ReLU), synchronised, best of 20"
+        )
+        put(
+            "layer_overhead", fixed.get("layer_overhead_s"), 1.0, "overheads.layer_overhead_s", what
+        )
+        what = "Adam's step and zero_grad over 16 tiny tensors on the device, per tensor"
+        put(
+            "param_overhead", fixed.get("param_overhead_s"), 1.0, "overheads.param_overhead_s", what
         )
     return out
 
@@ -306,6 +328,8 @@ class MeasuredRates:
 
 
 def _fmt(x: float, unit: str) -> str:
+    if unit == "s":  # fixed costs: microseconds
+        return f"{x * 1e6:.3g} us"
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
         if x >= scale:
             return f"{x / scale:.3g} {prefix}{' ' if unit[0].islower() else ''}{unit}"

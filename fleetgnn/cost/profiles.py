@@ -118,6 +118,8 @@ def _gpu(
         "device_sample_rate": (
             "device_sample_rate not measured: minibatch's device sampling is priced at sample_rate"
         ),
+        "layer_overhead": "layer_overhead = 150 us assumed (some 30 kernel launches at ~5 us)",
+        "param_overhead": "param_overhead = 20 us per parameter tensor assumed (Adam, foreach)",
     }
     d2h = (
         f"d2h = the built-in h2d, {h2d / GB:.3g} GB/s (assumed: the GPU check measures "
@@ -148,6 +150,8 @@ def _gpu(
         gemm_rate=gemm,
         sample_rate=got.get("sample_rate", DEFAULT_SAMPLE_RATE),
         device_sample_rate=got.get("device_sample_rate"),
+        layer_overhead=got.get("layer_overhead"),  # None: FIXED_OVERHEADS["gpu"]
+        param_overhead=got.get("param_overhead"),
         rates_from=measured.rates_from if measured is not None else "",
         source=text,
     )

@@ -112,6 +112,8 @@ def test_quick_cpu_dry_run_passes_every_step(dry_run):
     prof = figs["minibatch_profile"]  # a minibatch step's work under the profiler
     assert prof["steps"] >= 1 and prof["step_s"] > 0 and prof["aten_ops_per_step"] > 100
     assert prof["syncs_per_step"] >= 1 and len(prof["top_host_ops"]) >= 5
+    fixed = figs["overheads"]  # the planner's fixed costs, measured where the check runs
+    assert 0 < fixed["layer_overhead_s"] < 1 and 0 < fixed["param_overhead_s"] < 1
     rates = figs["sampler"]["m_edges_per_s"]  # on the CPU: numpy, and the torch backend there
     assert set(rates) == {"fleetgnn", "fleetgnn torch (CPU)"} and all(r > 0 for r in rates.values())
     cases = list(figs["epochs"])

@@ -76,6 +76,8 @@ def test_h100_takes_the_checks_rates_and_says_which_are_assumed():
     assert p.elementwise_rate == p.bandwidth["local"] / 12  # follows the measured local
     # what no check measured keeps its built-in figure, named as assumed
     assert p.bandwidth["d2h"] == 50e9 and p.gemm_rate == 50e12
+    assert "overheads" not in figs and p.layer_overhead == 1.5e-4  # FIXED_OVERHEADS["gpu"]
+    assert "layer_overhead = 150 us assumed" in p.source
     assert re.search(r"d2h = the built-in h2d, 50 GB/s \(assumed", p.source)
     for text in (FULL_CHECK, GATHER_CHECK, "NVIDIA H100 80GB HBM3", "torch 2.11.0+cu130"):
         assert text in p.rates_from and text in p.source
@@ -99,8 +101,10 @@ def _check(gpu="NVIDIA H100 80GB HBM3", date="2026-11-27T12:00:00+00:00", figure
             "gspmm mean forward+backward, x": {"median_s": 0.005},
         },
         "sampler": {"case": "c", "m_edges_per_s": {"fleetgnn": 90.0, HOST_SAMPLER: 4.0}},
+        "overheads": {"layer_overhead_s": 4e-4, "param_overhead_s": 3e-5},
     }
-    parts = {k: {"status": "passed"} for k in ("copy", "h2d", "gather_tiers", "gspmm", "sampler")}
+    names = ("copy", "h2d", "gather_tiers", "gspmm", "sampler", "overheads")
+    parts = {k: {"status": "passed"} for k in names}
     return {
         "device": "cuda",
         "sizes": {"gspmm": {"edges": 1000, "dim": 8}},
@@ -119,6 +123,8 @@ def test_derivation_rules():
         "device_sample_rate": 90e6,
         "spmm_rate": 2 * 1000 * 8 * 2 / 0.008,  # the two forward+backward cases only
         "sample_rate": 4e6,
+        "layer_overhead": 4e-4,  # the fixed costs of a step, measured on the device
+        "param_overhead": 3e-5,
     }
     # a part that failed gives nothing; the newest check wins field by field
     old = _check(date="2026-11-01T00:00:00+00:00")
@@ -132,6 +138,8 @@ def test_derivation_rules():
     m = measured_rates("h100", derive_rates([("new.json", new), ("old.json", old)]))
     assert m is not None and m.values["local"] == 2500e9
     assert "new.json (NVIDIA H100 80GB HBM3, torch 2.x, 2026-11-30): local 2.5 TB/s" in m.rates_from
+    assert "layer overhead 400 us, param overhead 30 us" in m.rates_from
+    assert m.values["layer_overhead"] == 4e-4
     # a check without figures (an engines-only run) contributes nothing
     bare = _check()
     bare["steps"] = {"engines": {}}
