@@ -22,6 +22,7 @@ overrides it for a run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
@@ -173,6 +174,7 @@ def _triton(
         or table.stride(1) != 1
         or table.shape[1] == 0
         or table.dtype == torch.bool
+        or table.is_complex()
         or (out is not None and (out.stride(1) != 1 or out.dtype != table.dtype))
     ):
         return _index_select(table, ids, out, via=via)
@@ -188,6 +190,25 @@ def _triton(
     block_c = cfg["block_cols"] or min(triton.next_power_of_2(width), 128)
     block_r = max(1, cfg["block_values"] // block_c)
     grid = (triton.cdiv(n, block_r),)
+    # Triton launches on the current device: the table's (the interpreter: the CPU)
+    here = torch.cuda.device(table.device) if table.is_cuda else contextlib.nullcontext()
+    with here:
+        _launch(kernel, grid, table, ids, via, out, n, block_r, block_c, cfg["num_warps"])
+    return out
+
+
+def _launch(
+    kernel: Any,
+    grid: tuple[int],
+    table: Tensor,
+    ids: Tensor,
+    via: Tensor | None,
+    out: Tensor,
+    n: int,
+    block_r: int,
+    block_c: int,
+    num_warps: int,
+) -> None:
     kernel[grid](
         table,
         ids,
@@ -196,13 +217,12 @@ def _triton(
         n,
         STRIDE_T=table.stride(0),
         STRIDE_O=out.stride(0),
-        WIDTH=width,
+        WIDTH=int(table.shape[1]),
         BLOCK_R=block_r,
         BLOCK_C=block_c,
         VIA=via is not None,
-        num_warps=cfg["num_warps"],
+        num_warps=num_warps,
     )
-    return out
 
 
 class KernelRegistry:
