@@ -111,7 +111,9 @@ def test_quick_cpu_dry_run_passes_every_step(dry_run):
     assert rg["max_rel_loss_diff"] < 1e-4  # every step: each order from the same Adam state
     prof = figs["minibatch_profile"]  # a minibatch step's work under the profiler
     assert prof["steps"] >= 1 and prof["step_s"] > 0 and prof["aten_ops_per_step"] > 100
-    assert prof["syncs_per_step"] >= 1 and len(prof["top_host_ops"]) >= 5
+    assert prof["scalar_reads_per_step"] >= 1 and len(prof["top_host_ops"]) >= 5
+    sp = figs["sampler_profile"]  # a batch of the sampler on the device, profiled
+    assert sp["steps"] == 4 and sp["step_s"] > 0 and sp["edges_per_batch"] > 0
     fixed = figs["overheads"]  # the planner's fixed costs, measured where the check runs
     assert 0 < fixed["layer_overhead_s"] < 1 and 0 < fixed["param_overhead_s"] < 1
     rates = figs["sampler"]["m_edges_per_s"]  # on the CPU: numpy, and the torch backend there
