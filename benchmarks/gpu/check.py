@@ -1141,32 +1141,28 @@ def bench_child(
         figs["offload_overlap"] = res
         log(f"offload overlap: {res}")
 
+    def sage_minibatch(device_budget: int | None) -> Any:
+        """The minibatch parts' engine: SAGE, fanouts 10,10, batch 1024 (``None``: no limit)."""
+        from fleetgnn.config import load_config
+        from fleetgnn.train import engine_from_config
+
+        budget = "null" if device_budget is None else device_budget
+        sets = ["train.engine=minibatch", "train.mode=minibatch", f"train.device={device}"]
+        sets += ["model.name=sage", f"model.hidden={size['hidden']}", "train.batch_size=1024"]
+        sets += [f"store.device_budget={budget}", "store.host_budget=null"]
+        return engine_from_config(load_config(None, sets), graph, None)
+
     def minibatch_budgets() -> None:
         # a minibatch SAGE epoch on the device with the store's device tier at several budgets
         # (issue 26, item 7): 0 (every feature row from the pinned host tier), about half the
         # graph's bytes, and everything on the device; epoch seconds and the rows' sources
-        from fleetgnn.config import load_config
         from fleetgnn.store import feature_row_bytes, topology_row_bytes
-        from fleetgnn.train import engine_from_config
 
         total = int(topology_row_bytes(graph).sum()) + graph.num_nodes * feature_row_bytes(graph)
         res: dict[str, Any] = {"graph_bytes": total, "fanouts": [10, 10], "batch_size": 1024}
         losses = {}
         for label, budget in (("0", 0), ("half", total // 2), ("all", None)):
-            cfg = load_config(
-                None,
-                [
-                    "train.engine=minibatch",
-                    "train.mode=minibatch",
-                    f"train.device={device}",
-                    "model.name=sage",
-                    f"model.hidden={size['hidden']}",
-                    "train.batch_size=1024",
-                    f"store.device_budget={'null' if budget is None else budget}",
-                    "store.host_budget=null",
-                ],
-            )
-            eng = engine_from_config(cfg, graph, None)
+            eng = sage_minibatch(budget)
             try:
                 times, run = [], []
                 # the last MINIBATCH_STEPS steps of each epoch: the part's time stays bounded
@@ -1258,23 +1254,7 @@ def bench_child(
         # the host's time against the kernels', and the ops taking the most host time
         from torch.profiler import ProfilerActivity, profile
 
-        from fleetgnn.config import load_config
-        from fleetgnn.train import engine_from_config
-
-        cfg = load_config(
-            None,
-            [
-                "train.engine=minibatch",
-                "train.mode=minibatch",
-                f"train.device={device}",
-                "model.name=sage",
-                f"model.hidden={size['hidden']}",
-                "train.batch_size=1024",
-                "store.device_budget=null",
-                "store.host_budget=null",
-            ],
-        )
-        eng = engine_from_config(cfg, graph, None)
+        eng = sage_minibatch(None)
         activities = [ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
