@@ -112,6 +112,7 @@ def _one_rank_world(comm, one_sided, device):
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("one_sided", [True, False])
 def test_one_rank_world_reads_through_rank_of(one_sided, device):
     from fleetgnn.distributed.testing import run_world
