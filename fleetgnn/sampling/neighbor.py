@@ -541,12 +541,20 @@ def _sample_offsets(
     return indptr_s, row, offsets
 
 
+#: Whether the torch sampler draws for every seed of a hop, by device type (default: yes).
+#: Seeds of degree at most the fanout take all their edges and discard their draws, so
+#: nothing has to find the seeds that draw (a ``nonzero``: a host sync on a GPU) at the cost of
+#: draws nobody reads; on the CPU, where a sync is free, only the seeds that draw do.
+DRAW_EVERY_SEED: dict[str, bool] = {"cpu": False}
+
+
 def _sample_offsets_torch(
     seeds: Tensor, deg: Tensor, fanout: int, key: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`_sample_offsets` in torch on ``seeds``' device (identical results).
 
-    Synchronises twice with the device: for the number of sampled edges and of seeds drawing.
+    Synchronises with the device once for the number of sampled edges, and on the CPU once
+    more for the seeds that draw (:data:`DRAW_EVERY_SEED`).
     """
     dev = seeds.device
     counts = deg if fanout < 0 else deg.clamp(max=fanout)
@@ -556,7 +564,15 @@ def _sample_offsets_torch(
     seq = torch.arange(deg.numel(), dtype=torch.int64, device=dev)
     row = torch.repeat_interleave(seq, counts, output_size=total)
     offsets = torch.arange(total, dtype=torch.int64, device=dev) - indptr_s[row]
-    if fanout > 0:
+    if fanout > 0 and total and DRAW_EVERY_SEED.get(dev.type, True):
+        # draws for every seed; one of degree <= fanout draws from fanout slots (valid bounds)
+        # and keeps its take-all offsets. A drawing seed's draws depend on its ID, degree and
+        # the key only, so they equal the draws of the seeds-that-draw path
+        n = deg.clamp(min=fanout)
+        chosen = _offsets_torch(_draws(seeds, n, fanout, key), n)  # [S, fanout]
+        drawn = chosen.view(-1)[row * fanout + offsets]  # offsets: position < count <= fanout
+        offsets = torch.where(deg[row] > fanout, drawn, offsets)
+    elif fanout > 0:
         big = torch.nonzero(deg > fanout).squeeze(1)
         if big.numel():
             chosen = _offsets_torch(_draws(seeds[big], deg[big], fanout, key), deg[big])
@@ -681,12 +697,14 @@ def _make_block(
     device: torch.device | None,
     exclude: Tensor | None = None,
     with_edge_ids: bool = False,
+    distinct: bool = False,
 ) -> tuple[Block, Tensor]:
     """One hop: sample, deduplicate, build the block; also returns the sources' int64 degrees.
 
     numpy on the host when ``device`` is None, else torch on ``device`` (identical blocks).
     ``exclude``: sorted keys (:func:`edge_keys`) of edges dropped from the sampled ones (after
-    the draws, so the draws of the other edges do not change).
+    the draws, so the draws of the other edges do not change). ``distinct``: ``dst`` is known
+    to hold distinct IDs (a later hop's: the previous hop's sources), not checked again.
     """
     indptr_s, nbrs, weight, eids = _sample_hop(
         topo, dst, dst_degree, fanout, key, with_edge_weight, device, with_edge_ids
@@ -708,7 +726,9 @@ def _make_block(
         new_degree = topo.in_degree(src_ids[num_dst:]).cpu()
         src_degree = torch.cat([dst_degree.cpu(), new_degree])
     else:
-        src_ids, local, _ = _append_unique_torch(dst, nbrs)
+        src_ids, local, _ = _append_unique_torch(
+            dst, nbrs, num_nodes=topo.num_nodes, distinct_targets=distinct
+        )
         new_degree = topo.in_degree(src_ids[num_dst:]).to(device)
         src_degree = torch.cat([dst_degree.to(device), new_degree])
     block = Block(
@@ -882,7 +902,7 @@ class NeighborSampler:
                 k = self.key(key[0], key[1], hop, key[2])
                 topo, weighted = self.topology, self.with_edge_weight
                 block, deg = _make_block(
-                    topo, dst, deg, fanout, k, weighted, dev, exclude, self.with_edge_ids
+                    topo, dst, deg, fanout, k, weighted, dev, exclude, self.with_edge_ids, hop > 0
                 )
                 blocks.append(block)
                 dst = block.src_ids

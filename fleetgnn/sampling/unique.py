@@ -122,7 +122,7 @@ def _append_unique_numpy(targets: Tensor, neighbors: Tensor) -> tuple[Tensor, Te
 
 
 def _append_unique_torch_dense(
-    both: Tensor, num_targets: int, targets: Tensor, lo: int, span: int
+    both: Tensor, num_targets: int, targets: Tensor, lo: int, span: int, check: bool = True
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`_append_unique_torch` through arrays over the IDs' range (no sort)."""
     n, dev = both.numel(), both.device
@@ -131,33 +131,48 @@ def _append_unique_torch_dense(
     first = torch.full((span,), n, dtype=torch.int64, device=dev)
     first.scatter_reduce_(0, rel, pos, reduce="amin")  # first position of each ID
     is_first = first[rel] == pos
-    if not bool(is_first[:num_targets].all()):
+    if check and not bool(is_first[:num_targets].all()):
         raise _duplicate_target_error(targets, is_first)
-    unique_ids = both[is_first]
-    rank_of = torch.empty(span, dtype=torch.int64, device=dev)
-    rank_of[rel[is_first]] = torch.arange(unique_ids.numel(), dtype=torch.int64, device=dev)
-    local = rank_of[rel[num_targets:]]
+    unique_ids = both[is_first]  # the one sync this path needs (the count of distinct IDs)
+    rank_at = torch.cumsum(is_first, 0) - 1  # at a first position: the rank of its ID
+    local = rank_at[first[rel[num_targets:]]]
     dup_counts = torch.bincount(local, minlength=unique_ids.numel())
     return unique_ids, local, dup_counts
 
 
-def _append_unique_torch(targets: Tensor, neighbors: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _append_unique_torch(
+    targets: Tensor,
+    neighbors: Tensor,
+    *,
+    num_nodes: int | None = None,
+    distinct_targets: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`append_unique` in torch on the IDs' device.
+
+    ``num_nodes``: every ID is known to lie in ``[0, num_nodes)`` (a sampler's topology), so the
+    arrays over the range need no pass for it (a host sync on a GPU). ``distinct_targets``: the
+    targets are known distinct (a sampler's later hops: the previous hop's unique IDs), so the
+    check, another sync, is skipped.
+    """
     num_targets = targets.numel()
     both = torch.cat([targets.long(), neighbors.long()])
     n = both.numel()
     dev = both.device
-    if n:
+    check = not distinct_targets
+    factor = DENSE_RANGE_FACTOR_TORCH.get(dev.type, DENSE_RANGE_FACTOR_DEVICE)
+    if n and factor > 0:
+        if num_nodes is not None and num_nodes <= factor * n:
+            return _append_unique_torch_dense(both, num_targets, targets, 0, num_nodes, check)
         lo, hi = torch.stack(torch.aminmax(both)).tolist()
-        factor = DENSE_RANGE_FACTOR_TORCH.get(dev.type, DENSE_RANGE_FACTOR_DEVICE)
         if hi - lo < factor * n:
-            return _append_unique_torch_dense(both, num_targets, targets, lo, hi - lo + 1)
+            return _append_unique_torch_dense(both, num_targets, targets, lo, hi - lo + 1, check)
     uniq, inv = torch.unique(both, sorted=True, return_inverse=True)
     pos = torch.arange(n, dtype=torch.int64, device=dev)
     first = torch.full((uniq.numel(),), n, dtype=torch.int64, device=dev)
     first.scatter_reduce_(0, inv, pos, reduce="amin")  # first position of each value
     is_first = torch.zeros(n, dtype=torch.bool, device=dev)
     is_first[first] = True
-    if not bool(is_first[:num_targets].all()):
+    if check and not bool(is_first[:num_targets].all()):
         raise _duplicate_target_error(targets, is_first)
     rank = (torch.cumsum(is_first, 0) - 1)[first]  # [U] rank of each sorted value
     unique_ids = both[is_first]

@@ -439,11 +439,27 @@ def assert_same_blocks(a: list, b: list) -> None:
                 assert u.dtype == v.dtype and torch.equal(u.cpu(), v.cpu()), f
 
 
+@pytest.fixture(params=["draw_where_needed", "draw_every_seed"])
+def torch_ways(request, monkeypatch):
+    """Both ways of the torch sampler on the CPU: the CPU's (the seeds that draw, and the sort),
+    and the accelerators' (every seed draws, arrays over the range, fewer host syncs)."""
+    from fleetgnn.sampling import neighbor, unique
+
+    if request.param == "draw_every_seed":
+        monkeypatch.setitem(neighbor.DRAW_EVERY_SEED, "cpu", True)
+        monkeypatch.setitem(
+            unique.DENSE_RANGE_FACTOR_TORCH, "cpu", unique.DENSE_RANGE_FACTOR_DEVICE
+        )
+    return request.param
+
+
 @pytest.mark.parametrize("graph_seed", [0, 1, 2])
 @pytest.mark.parametrize(
     "fanouts", [[3, 2], [10, 4, 1], [-1, 3], [0, 5], [1], [25, 25], [4, -1, 2]]
 )
-def test_numpy_and_torch_backends_give_identical_blocks(graph_seed: int, fanouts: list) -> None:
+def test_numpy_and_torch_backends_give_identical_blocks(
+    graph_seed: int, fanouts: list, torch_ways
+) -> None:
     g = random_graph(n=80, e=900, seed=graph_seed, weighted=graph_seed == 1)
     # high-degree, low-degree and zero-degree (75..79) seeds
     seeds_list = [torch.tensor([0, 75, 3, 79, 12]), torch.arange(80), torch.tensor([77])]
