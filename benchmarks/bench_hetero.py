@@ -24,28 +24,20 @@ from __future__ import annotations
 
 import argparse
 import types
-from pathlib import Path
 from typing import Any
 
-from fleetgnn.bench.data import cached_typed_dataset, default_cache_dir
-from fleetgnn.bench.hetero import SECTION, rgat_minibatch
+from fleetgnn.bench.data import cached_typed_dataset
+from fleetgnn.bench.hetero import SECTION, add_rgat_workload_options, rgat_minibatch
 from fleetgnn.bench.report import progress_line
 from fleetgnn.bench.suite import describe, script_options, script_results, script_start
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Entry point; returns the results (``fleetgnn bench``'s format)."""
-    cache = default_cache_dir()
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
-    p.add_argument("--scale", type=float, default=0.1, help="igbh-like scale")
-    p.add_argument("--seed", type=int, default=0, help="dataset seed")
-    p.add_argument("--cache-dir", type=Path, default=cache, help=f"default: {cache}")
-    p.add_argument("--hidden", type=int, default=64, help="width per head of the hidden layers")
-    p.add_argument("--heads", type=int, default=4, help="heads of the hidden layers")
-    p.add_argument("--fanouts", default="15,10,5", help="per relation, by hop from the seeds")
-    p.add_argument("--batch-size", type=int, default=1024, help="training nodes per step")
+    add_rgat_workload_options(p)
     p.add_argument("--steps", type=int, default=None, help="steps per timed call (an epoch)")
     script_options(p)
     args = p.parse_args(argv)

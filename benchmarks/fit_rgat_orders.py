@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetgnn.bench.data import cached_typed_dataset, default_cache_dir
+from fleetgnn.bench.data import cached_typed_dataset
 from fleetgnn.bench.epoch import reference_engine
+from fleetgnn.bench.hetero import add_rgat_workload_options
 
 ORDERS = ("project", "aggregate")
 
@@ -148,15 +149,8 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Entry point; returns the rows, the fit and the rule's record."""
-    cache = default_cache_dir()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--scale", type=float, default=0.1, help="igbh-like scale")
-    p.add_argument("--seed", type=int, default=0, help="dataset seed")
-    p.add_argument("--cache-dir", type=Path, default=cache, help=f"default: {cache}")
-    p.add_argument("--hidden", type=int, default=64, help="width per head")
-    p.add_argument("--heads", type=int, default=4, help="heads of the hidden layers")
-    p.add_argument("--fanouts", default="15,10,5", help="per relation, by hop from the seeds")
-    p.add_argument("--batch-size", type=int, default=1024)
+    add_rgat_workload_options(p)
     p.add_argument("--repeat", type=int, default=5, help="timed calls per relation and order")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
     p.add_argument("--device", default="cpu")

@@ -191,38 +191,22 @@ def _triton(
     block_r = max(1, cfg["block_values"] // block_c)
     grid = (triton.cdiv(n, block_r),)
     # Triton launches on the current device: the table's (the interpreter: the CPU)
-    here = torch.cuda.device(table.device) if table.is_cuda else contextlib.nullcontext()
-    with here:
-        _launch(kernel, grid, table, ids, via, out, n, block_r, block_c, cfg["num_warps"])
+    with torch.cuda.device(table.device) if table.is_cuda else contextlib.nullcontext():
+        kernel[grid](
+            table,
+            ids,
+            ids if via is None else via,
+            out,
+            n,
+            STRIDE_T=table.stride(0),
+            STRIDE_O=out.stride(0),
+            WIDTH=width,
+            BLOCK_R=block_r,
+            BLOCK_C=block_c,
+            VIA=via is not None,
+            num_warps=cfg["num_warps"],
+        )
     return out
-
-
-def _launch(
-    kernel: Any,
-    grid: tuple[int],
-    table: Tensor,
-    ids: Tensor,
-    via: Tensor | None,
-    out: Tensor,
-    n: int,
-    block_r: int,
-    block_c: int,
-    num_warps: int,
-) -> None:
-    kernel[grid](
-        table,
-        ids,
-        ids if via is None else via,
-        out,
-        n,
-        STRIDE_T=table.stride(0),
-        STRIDE_O=out.stride(0),
-        WIDTH=int(table.shape[1]),
-        BLOCK_R=block_r,
-        BLOCK_C=block_c,
-        VIA=via is not None,
-        num_warps=num_warps,
-    )
 
 
 class KernelRegistry:

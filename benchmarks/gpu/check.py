@@ -1249,36 +1249,39 @@ def bench_child(
         figs["rgat_orders"] = res
         log(f"R-GAT orders: { {o: res[o]['step_s'] for o in ('project', 'aggregate', 'auto')} }")
 
+    def profiled(fn: Callable[[], Any]) -> tuple[Any, float, Any]:
+        """``fn()`` under torch.profiler (the device's kernels too): its ops, seconds, result."""
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        with profile(activities=activities) as prof:
+            t0 = time.perf_counter()
+            got = fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            wall = time.perf_counter() - t0
+        return prof.key_averages(), wall, got
+
     def minibatch_profile() -> None:
         # where a minibatch step's time goes on the device (stop 34 measured 10-13 ms a step,
         # the plan 1.8 ms): MINIBATCH_STEPS steps of SAGE (fanouts 10,10, batch 1024, every row
         # on the device) under torch.profiler: kernels launched, host syncs and copies per step,
         # the host's time against the kernels', and the ops taking the most host time
-        from torch.profiler import ProfilerActivity, profile
-
         eng = sage_minibatch(None)
-        activities = [ProfilerActivity.CPU]
-        if device.type == "cuda":
-            activities.append(ProfilerActivity.CUDA)
         try:
             start = max(0, eng.steps_per_epoch() - MINIBATCH_STEPS)
             eng.run_epoch(0, start)  # warm up
-            with profile(activities=activities) as prof:
-                t0 = time.perf_counter()
-                steps = eng.run_epoch(1, start)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                wall = time.perf_counter() - t0
+            events, wall, steps = profiled(lambda: eng.run_epoch(1, start))
         finally:
             eng.close()
-        figs["minibatch_profile"] = _profile_figures(prof.key_averages(), len(steps), wall)
+        figs["minibatch_profile"] = _profile_figures(events, len(steps), wall)
         log(f"minibatch profile: {figs['minibatch_profile']['step_s'] * 1e3:.1f} ms a step")
 
     def sampler_profile() -> None:
         # where a batch of the device sampler goes (fanouts 15,10,5, batch 1024: the sampler
         # part's case; stop 34 drew 84 M edges/s, 16.9x the host's numpy, against 20x wanted)
-        from torch.profiler import ProfilerActivity, profile
-
         from fleetgnn.sampling import DeviceTopology, NeighborSampler
 
         topo = DeviceTopology.from_graph(graph, device)
@@ -1287,16 +1290,10 @@ def bench_child(
         batches = [torch.randperm(graph.num_nodes, generator=gen)[:1024] for _ in range(4)]
         batches = [b.to(device) for b in batches]
         s.sample(batches[0], 0, 0)  # warm up
-        activities = [ProfilerActivity.CPU]
-        if device.type == "cuda":
-            activities.append(ProfilerActivity.CUDA)
-        with profile(activities=activities) as prof:
-            t0 = time.perf_counter()
-            edges = sum(b.num_edges for k, sd in enumerate(batches) for b in s.sample(sd, 0, k))
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            wall = time.perf_counter() - t0
-        res = _profile_figures(prof.key_averages(), len(batches), wall)
+        events, wall, edges = profiled(
+            lambda: sum(b.num_edges for k, sd in enumerate(batches) for b in s.sample(sd, 0, k))
+        )
+        res = _profile_figures(events, len(batches), wall)
         res["edges_per_batch"] = edges / len(batches)
         figs["sampler_profile"] = res
         log(f"sampler profile: {res['step_s'] * 1e3:.1f} ms a batch")
@@ -1315,9 +1312,23 @@ def bench_child(
         }
         log(f"overheads: {figs['overheads']}")
 
-    fns = (copy, h2d, tiers, gspmm, feature_gather, sampling, epochs, offload_overlap)
-    fns += (minibatch_budgets, rgat_orders, minibatch_profile, sampler_profile, overheads)
-    for key, fn in zip(BENCH_PARTS, fns, strict=True):
+    fns = {
+        "copy": copy,
+        "h2d": h2d,
+        "gather_tiers": tiers,
+        "gspmm": gspmm,
+        "gather": feature_gather,
+        "sampler": sampling,
+        "epochs": epochs,
+        "offload_overlap": offload_overlap,
+        "minibatch_budgets": minibatch_budgets,
+        "rgat_orders": rgat_orders,
+        "minibatch_profile": minibatch_profile,
+        "sampler_profile": sampler_profile,
+        "overheads": overheads,
+    }
+    assert tuple(fns) == BENCH_PARTS  # the names --bench-parts accepts, in their order
+    for key, fn in fns.items():
         part(key, fn)
     if device.type == "cuda":
         figs["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)

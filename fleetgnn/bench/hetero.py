@@ -29,7 +29,9 @@ time per phase (sample, gather, forward, backward, optimizer) is ``extra.fleetgn
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fleetgnn.bench.data import default_cache_dir
 from fleetgnn.bench.epoch import reference_engine
 from fleetgnn.bench.loops import EngineSteps, optimizer_step, peer_optimizer
 from fleetgnn.bench.peers import NO_PYG, has_pyg, neighbor_loader_missing
@@ -119,6 +122,18 @@ class PygRGAT(nn.Module):
                 out[d] = out[d] + res if d in out else res
             h = {t: F.elu(v) for t, v in out.items()} if i < last else out
         return h
+
+
+def add_rgat_workload_options(p: argparse.ArgumentParser) -> None:
+    """The R-GAT workload's options of the typed benchmark scripts: dataset, model, sampling."""
+    cache = default_cache_dir()
+    p.add_argument("--scale", type=float, default=0.1, help="igbh-like scale")
+    p.add_argument("--seed", type=int, default=0, help="dataset seed")
+    p.add_argument("--cache-dir", type=Path, default=cache, help=f"default: {cache}")
+    p.add_argument("--hidden", type=int, default=64, help="width per head of the hidden layers")
+    p.add_argument("--heads", type=int, default=4, help="heads of the hidden layers")
+    p.add_argument("--fanouts", default="15,10,5", help="per relation, by hop from the seeds")
+    p.add_argument("--batch-size", type=int, default=1024, help="training nodes per step")
 
 
 def copy_rgat_weights(fleet: nn.Module, pyg: PygRGAT) -> None:

@@ -21,11 +21,11 @@ def append_unique(targets: Tensor, neighbors: Tensor) -> tuple[Tensor, Tensor, T
     """Deduplicate ``targets`` followed by ``neighbors``, keeping targets first and in order.
 
     New nodes follow the targets in the order of their first appearance in ``neighbors``, so the
-    result depends only on the inputs. Sort-based, ``O(n log n)`` for ``n = T + K`` with one sort
-    and linear passes: sort the concatenation, take each value's first position (the minimum
-    position in its run), mark those positions, and number the marks in position order. CPU
-    tensors go through numpy (faster sorts on CPU), others stay in torch; both give identical
-    results.
+    result depends only on the inputs. Each ID's first position (a minimum over its positions)
+    is marked and the marks are numbered in position order; the first positions come from
+    arrays over the IDs' range where it is small next to ``n = T + K`` (linear), else from a
+    sort (``O(n log n)``). CPU tensors go through numpy, others stay in torch; every way gives
+    identical results.
 
     Args:
         targets: int64 ``[T]`` distinct node IDs (a block's destinations).
@@ -89,9 +89,8 @@ def _append_unique_dense(
     if not is_first[:num_targets].all():
         raise _duplicate_target_error(targets, torch.from_numpy(is_first))
     unique_ids = both[is_first]
-    rank_of = np.empty(span, dtype=np.int64)
-    rank_of[rel[is_first]] = np.arange(unique_ids.size, dtype=np.int64)
-    local = rank_of[rel[num_targets:]]
+    rank_at = np.cumsum(is_first) - 1  # at a first position: the rank of its ID
+    local = rank_at[first[rel[num_targets:]]]
     dup_counts = np.bincount(local, minlength=unique_ids.size)
     return torch.from_numpy(unique_ids), torch.from_numpy(local), torch.from_numpy(dup_counts)
 
