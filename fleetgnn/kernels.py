@@ -1,4 +1,8 @@
-"""Row gathers ``table[ids]``: one op, an implementation per device type, chosen by measurement.
+"""Ops with several implementations per device type, each chosen by measurement.
+
+Two ops: the feature store's row gathers (:func:`gather_rows`, below) and the sampler's
+Fisher-Yates offsets (:func:`fisher_yates`: torch's ops, or on CUDA one Triton kernel that runs
+each seed's partial shuffle; bit-identical, so the choice changes speed only).
 
 The feature store's reads are row gathers (a shard's rows by local index; WholeGraph's gather
 kernels). :func:`gather_rows` runs the implementation :data:`KERNELS` selects for the table's
@@ -26,11 +30,13 @@ import contextlib
 import functools
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from fleetgnn.keyhash import C1, C2, GOLDEN32, MASK32, MULT32, bounded_draws, mix64_tensor, signed
 
 GatherFn = Callable[..., Tensor]  # (table, ids, out=None, *, via=None) -> rows
 
@@ -190,8 +196,7 @@ def _triton(
     block_c = cfg["block_cols"] or min(triton.next_power_of_2(width), 128)
     block_r = max(1, cfg["block_values"] // block_c)
     grid = (triton.cdiv(n, block_r),)
-    # Triton launches on the current device: the table's (the interpreter: the CPU)
-    with torch.cuda.device(table.device) if table.is_cuda else contextlib.nullcontext():
+    with _on_device(table):
         kernel[grid](
             table,
             ids,
@@ -207,6 +212,189 @@ def _triton(
             num_warps=cfg["num_warps"],
         )
     return out
+
+
+def _on_device(t: Tensor) -> Any:
+    """Where a Triton kernel on ``t`` launches: ``t``'s GPU.
+
+    Triton launches on the current device (the interpreter: the CPU); a no-op context when
+    ``t``'s is already current.
+    """
+    if t.is_cuda and t.device.index != torch.cuda.current_device():
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()
+
+
+# ------------------------------------------------------------ the sampler's Fisher-Yates offsets
+def keyed_draws(ids: Tensor, deg: Tensor, fanout: int, key: int) -> Tensor:
+    """``r[s, i]`` uniform in ``[0, deg[s] - 1 - i]``, keyed by ``(key, ids[s], i)``.
+
+    int64 ``[len(ids), fanout]`` on ``ids``' device; the same keys give the same draws on every
+    device (exact integer arithmetic, see :mod:`fleetgnn.sampling.neighbor`). Degrees must be at
+    most ``2^31``.
+    """
+    rows = mix64_tensor(ids.long() ^ signed(key))  # [S] row keys
+    step = torch.arange(fanout, dtype=torch.int64, device=ids.device)
+    return bounded_draws(rows, deg.to(ids.device)[:, None] - step)  # [S, M]
+
+
+def offsets_torch(r: Tensor, deg: Tensor) -> Tensor:
+    """Distinct offsets from Fisher-Yates draws in torch, vectorised over rows.
+
+    WholeGraph's Algorithm 1; the derivation is
+    :func:`fleetgnn.sampling.neighbor._offsets_from_draws`'s.
+    """
+    num_rows, m = r.shape
+    if num_rows == 0 or m == 0:
+        return r.clone()
+    step = torch.arange(m, dtype=torch.int64, device=r.device)
+    steps = step.expand(num_rows, m)
+    n = deg.long()[:, None]
+    keys, p = torch.sort(r * m + step, dim=1)
+    s = torch.div(keys, m, rounding_mode="floor")
+    q = torch.empty_like(p).scatter_(1, p, steps)
+    new_run = torch.ones_like(s, dtype=torch.bool)
+    torch.ne(s[:, 1:], s[:, :-1], out=new_run[:, 1:])
+    writes = s >= n - m
+    writes[:, :-1] &= new_run[:, 1:]
+    chain = torch.empty((num_rows, m + 1), dtype=torch.int64, device=r.device)
+    chain[:, :m] = step
+    chain.scatter_(1, torch.where(writes, n - s - 1, m), p)
+    chain = chain[:, :m]
+    for _ in range((m - 1).bit_length()):
+        chain = chain.gather(1, chain)
+    first = new_run.gather(1, q)
+    prev = p.gather(1, (q - 1).clamp_(min=0))
+    return torch.where(first, r, n - 1 - chain.gather(1, prev))
+
+
+def _fisher_yates_torch(seeds: Tensor, deg: Tensor, fanout: int, key: int) -> Tensor:
+    n = deg.to(seeds.device).long().clamp(min=fanout)
+    return offsets_torch(keyed_draws(seeds, n, fanout, key), n)
+
+
+@functools.cache
+def _triton_fy_kernel() -> Any:
+    """The Triton Fisher-Yates kernel: a block of seeds a program, one lane a sampled edge.
+
+    Each seed runs the sequential partial shuffle (``out_i = A[r_i]; A[r_i] = A[N - 1 - i]``)
+    over a table of the slots written so far (at most ``fanout``, one per lane: the
+    swap-table form of WholeGraph's sampling without replacement), its draws computed in the
+    same pass from the keyed hash. All arithmetic is int64 with explicit masks (the hash's
+    constants come in as int64 arguments), as the torch ops compute it, so the offsets are
+    bit-identical.
+    """
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def fy_kernel(
+        seeds,
+        deg,
+        out,
+        num_seeds,
+        fanout,
+        key,
+        c1,
+        c2,
+        m30,
+        m27,
+        m31,
+        m32,
+        golden,
+        mult,
+        BLOCK_S: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        s = pid * BLOCK_S + tl.arange(0, BLOCK_S)
+        live = s < num_seeds
+        z = tl.load(seeds + s, mask=live, other=0).to(tl.int64) ^ key
+        n = tl.maximum(tl.load(deg + s, mask=live, other=0).to(tl.int64), fanout)
+        z = z ^ ((z >> 30) & m30)  # SplitMix64's finaliser (logical shifts by masks)
+        z = z * c1
+        z = z ^ ((z >> 27) & m27)
+        z = z * c2
+        z = z ^ ((z >> 31) & m31)
+        a = z & m32  # the row's element-hash keys (keyhash.Keys)
+        m = ((z >> 32) & m32) | 1
+        lanes = tl.arange(0, BLOCK_M)[None, :]
+        slots = tl.full((BLOCK_S, BLOCK_M), -1, tl.int64)  # the written slots of A ...
+        vals = tl.zeros((BLOCK_S, BLOCK_M), tl.int64)  # ... and their values
+        base = s.to(tl.int64) * fanout
+        for i in range(0, fanout):
+            step = tl.zeros((BLOCK_S,), tl.int64) + i
+            y = ((a ^ ((step * golden) & m32)) * m) & m32
+            y = y ^ (y >> 15)
+            r = (((y * mult) & m32) * (n - step)) >> 32  # Lemire's multiply-shift
+            hit = slots == r[:, None]
+            found = tl.max(hit.to(tl.int32), axis=1) > 0
+            got = tl.where(found, tl.sum(tl.where(hit, vals, 0), axis=1), r)  # A[r_i]
+            last = n - 1 - step
+            hit_last = slots == last[:, None]
+            in_table = tl.max(hit_last.to(tl.int32), axis=1) > 0
+            moved = tl.where(in_table, tl.sum(tl.where(hit_last, vals, 0), axis=1), last)
+            fresh = (lanes == i) & ~found[:, None]  # A[r_i] = A[N - 1 - i]
+            slots = tl.where(fresh, r[:, None], slots)
+            vals = tl.where(fresh | hit, moved[:, None], vals)
+            tl.store(out + base + i, got, mask=live)
+
+    return triton, fy_kernel
+
+
+#: The Triton Fisher-Yates kernel's launch shape: seeds per program and warps. Fanouts over
+#: ``max_fanout`` (one lane a sampled edge, the table in registers) go to torch's ops.
+FY_CONFIG: dict[str, Any] = {"block_seeds": 64, "num_warps": 4, "max_fanout": 128}
+
+
+def _fisher_yates_triton(
+    seeds: Tensor, deg: Tensor, fanout: int, key: int, **config: Any
+) -> Tensor:
+    cfg = {**FY_CONFIG, **config}
+    num_seeds = int(seeds.numel())
+    if fanout > cfg["max_fanout"] or num_seeds == 0 or fanout <= 0:
+        return _fisher_yates_torch(seeds, deg, fanout, key)
+    seeds = seeds.contiguous()
+    deg = deg.to(seeds.device).contiguous()
+    out = torch.empty((num_seeds, fanout), dtype=torch.int64, device=seeds.device)
+    triton, kernel = _triton_fy_kernel()
+    block_s = cfg["block_seeds"]
+    with _on_device(seeds):
+        kernel[(triton.cdiv(num_seeds, block_s),)](
+            seeds,
+            deg,
+            out,
+            num_seeds,
+            fanout,
+            signed(key),
+            signed(C1),
+            signed(C2),
+            (1 << 34) - 1,
+            (1 << 37) - 1,
+            (1 << 33) - 1,
+            MASK32,
+            GOLDEN32,
+            MULT32,
+            BLOCK_S=block_s,
+            BLOCK_M=max(2, triton.next_power_of_2(fanout)),
+            num_warps=cfg["num_warps"],
+        )
+    return out
+
+
+def fisher_yates(seeds: Tensor, deg: Tensor, fanout: int, key: int) -> Tensor:
+    """Each seed's ``fanout`` distinct edge offsets by keyed partial Fisher-Yates draws.
+
+    Row ``s`` holds ``fanout`` distinct values in ``[0, max(deg[s], fanout))``, the partial
+    shuffle of that range under the draws of :func:`keyed_draws` (row key ``seeds[s]``, ``key``),
+    bit-identical whichever implementation :data:`KERNELS` chose for the seeds' device type (the
+    sampler keeps them only for seeds of degree above ``fanout``).
+
+    Shapes:
+        - seeds, deg: int64 ``[S]`` (degrees at most ``2^31``).
+        - output: int64 ``[S, fanout]`` on ``seeds``' device.
+    """
+    return KERNELS("fisher_yates", seeds.device.type)(seeds, deg, fanout, key)
 
 
 class KernelRegistry:
@@ -266,6 +454,20 @@ class KernelRegistry:
             raise ValueError(f"{op}={name} needs the triton package, which does not import here")
         self._chosen[key] = name
 
+    @contextlib.contextmanager
+    def using(self, op: str, device_type: str, name: str) -> Iterator[None]:
+        """:meth:`use` ``name`` inside the block, the previous choice after it."""
+        key = (op, device_type)
+        before = self._chosen.get(key)
+        self.use(op, device_type, name)
+        try:
+            yield
+        finally:
+            if before is None:
+                self._chosen.pop(key, None)
+            else:
+                self._chosen[key] = before
+
     def impl(self, op: str, name: str) -> GatherFn:
         """Implementation ``name`` of ``op``."""
         return self._impls[op][name]
@@ -279,6 +481,8 @@ KERNELS = KernelRegistry()
 KERNELS.register("gather_rows", "index_select", _index_select, ("cpu", "cuda"))
 KERNELS.register("gather_rows", "wide", _wide, ("cpu", "cuda"))
 KERNELS.register("gather_rows", "triton", _triton, ("cuda",))
+KERNELS.register("fisher_yates", "torch", _fisher_yates_torch, ("cpu", "cuda"))
+KERNELS.register("fisher_yates", "triton", _fisher_yates_triton, ("cuda",))
 
 
 def _apply_env(spec: str) -> None:

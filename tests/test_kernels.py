@@ -1,13 +1,15 @@
-"""The row-gather kernels: every implementation equals ``index_select`` bit for bit."""
+"""The kernels: every row-gather implementation equals ``index_select`` bit for bit, and every
+Fisher-Yates implementation the numpy sampler's offsets."""
 
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
-from fleetgnn.kernels import KERNELS, _wide_dtype, gather_rows, triton_available
+from fleetgnn.kernels import KERNELS, _wide_dtype, fisher_yates, gather_rows, triton_available
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.uint8]
 
@@ -128,6 +130,98 @@ def test_the_triton_kernel_equals_index_select_in_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_fisher_yates_is_torchs_by_default_and_equals_numpy():
+    """The op's torch kernel gives numpy's offsets: distinct, in range, the same draws."""
+    from fleetgnn.sampling.neighbor import _draws_numpy, _offsets_numpy
+
+    assert KERNELS.names("fisher_yates", "cpu") == ("torch",)
+    assert KERNELS.chosen("fisher_yates", "cuda") == "torch"  # until a GPU measures triton
+    g = torch.Generator().manual_seed(0)
+    for fanout in (1, 5, 15):
+        deg = torch.randint(0, 3 * fanout, (50,), generator=g)
+        seeds = torch.randint(0, 10**9, (50,), generator=g)
+        got = fisher_yates(seeds, deg, fanout, 2**63 + 11)
+        n = deg.clamp(min=fanout).numpy()
+        want = _offsets_numpy(_draws_numpy(seeds.numpy(), n, fanout, 2**63 + 11), n)
+        assert np.array_equal(got.numpy(), want)
+        assert all(len(set(r)) == fanout for r in got.tolist())
+        assert bool((got < torch.from_numpy(n)[:, None]).all())
+
+
+def test_using_restores_the_previous_choice():
+    KERNELS.use("gather_rows", "cpu", "wide")
+    try:
+        with KERNELS.using("gather_rows", "cpu", "index_select"):
+            assert KERNELS.chosen("gather_rows", "cpu") == "index_select"
+        assert KERNELS.chosen("gather_rows", "cpu") == "wide"
+    finally:
+        KERNELS.use("gather_rows", "cpu", None)
+    with KERNELS.using("fisher_yates", "cpu", "torch"):
+        assert KERNELS.chosen("fisher_yates", "cpu") == "torch"
+    with pytest.raises(ValueError, match="choose one of torch"):
+        with KERNELS.using("fisher_yates", "cpu", "triton"):
+            pass
+    assert KERNELS.chosen("fisher_yates", "cpu") == "torch"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not triton_available(), reason="triton does not import here")
+def test_the_triton_fisher_yates_equals_torchs_in_the_interpreter():
+    """Every seed's partial shuffle by the Triton kernel equals the torch ops' and numpy's.
+
+    Degrees below, at and above the fanout (take-all seeds draw from ``fanout`` slots), one near
+    ``2^31``, 64-bit keys above ``2^63``, fanouts from 1 to past a power of two, seeds from one
+    to more than a program's block.
+    """
+    code = (
+        "import numpy as np, torch\n"
+        "from fleetgnn.kernels import KERNELS\n"
+        "from fleetgnn.sampling.neighbor import _draws_numpy, _offsets_numpy\n"
+        "tri = KERNELS.impl('fisher_yates', 'triton')\n"
+        "ref = KERNELS.impl('fisher_yates', 'torch')\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "for fanout in (1, 2, 3, 5, 15, 16, 25, 33):\n"
+        "    for num in (1, 7, 70, 130):\n"
+        "        deg = torch.randint(0, 3 * fanout + 3, (num,), generator=g)\n"
+        "        deg[: num // 3] = fanout + torch.randint(0, 3, (num // 3,), generator=g)\n"
+        "        if num > 5:\n"
+        "            deg[5] = 2**31 - 7\n"
+        "        seeds = torch.randint(0, 10**12, (num,), generator=g)\n"
+        "        key = int(torch.randint(0, 2**62, (1,), generator=g)) * 3 + 1\n"
+        "        got = tri(seeds, deg, fanout, key)\n"
+        "        assert torch.equal(got, ref(seeds, deg, fanout, key)), (fanout, num)\n"
+        "        n = deg.clamp(min=fanout).numpy()\n"
+        "        want = _offsets_numpy(_draws_numpy(seeds.numpy(), n, fanout, key), n)\n"
+        "        assert np.array_equal(got.numpy(), want), (fanout, num)\n"
+        "        assert tri(seeds, deg, fanout, key, block_seeds=16).equal(got)\n"
+        "assert tri(seeds, deg, 200, 5, max_fanout=128).equal(ref(seeds, deg, 200, 5))\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["torch", "triton"])
+def test_fisher_yates_kernels_equal_numpy_on_cuda(name):
+    from fleetgnn.sampling.neighbor import _draws_numpy, _offsets_numpy
+
+    if name == "triton" and not triton_available():
+        pytest.skip("triton does not import here")
+    fn = KERNELS.impl("fisher_yates", name)
+    g = torch.Generator().manual_seed(1)
+    for fanout in (1, 5, 10, 15, 25, 64, 200):
+        deg = torch.randint(0, 4 * fanout, (5000,), generator=g)
+        deg[0] = 2**31 - 3
+        seeds = torch.randint(0, 10**12, (5000,), generator=g)
+        got = fn(seeds.cuda(), deg.cuda(), fanout, 2**63 + 5)
+        n = deg.clamp(min=fanout).numpy()
+        want = _offsets_numpy(_draws_numpy(seeds.numpy(), n, fanout, 2**63 + 5), n)
+        assert got.device.type == "cuda" and np.array_equal(got.cpu().numpy(), want), fanout
 
 
 @pytest.mark.gpu

@@ -60,6 +60,8 @@ STEPS = ("env", "pytest", "data", "engines", "bench", "plan")
 #: Each step's share of the budget (stop 34's H100 run, 460 s: pytest needed ~170 s and got 128,
 #: the W = 1 engine runs ~160 s, the bench 81 s before it gained the profiles and overheads).
 SHARES = {"env": 0.0, "pytest": 0.36, "data": 0.02, "engines": 0.34, "bench": 0.23, "plan": 0.05}
+#: Calls queued behind each other (one sync after them) for the gathers' throughput figures.
+PIPELINE_CALLS = 10
 #: Steps the bench step's minibatch-by-device-budget part times per budget (the epoch's last).
 MINIBATCH_STEPS = 20
 #: The pytest step's test paths, cheapest first: the op, layer, sampler and store tests take
@@ -883,6 +885,7 @@ def bench_child(
     from fleetgnn.bench import epoch, gather, ops, sampler
     from fleetgnn.bench.report import progress_line
     from fleetgnn.graph import open_dataset
+    from fleetgnn.kernels import KERNELS, triton_available
 
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
     warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
@@ -971,11 +974,20 @@ def bench_child(
             opts, threads, log, graph, name, batches_per_call=2, device=device, peers=False
         )
         out["rows"].append(row)
+        rates = {k: v.get("rate") for k, v in row["impls"].items()}
         figs["sampler"] = {
             "case": row["case"],
-            "m_edges_per_s": {k: v.get("rate") for k, v in row["impls"].items()},
+            "m_edges_per_s": rates,
             "speedup": row["speedup"],
+            "fisher_yates": KERNELS.chosen("fisher_yates", device.type),
         }
+        host = rates.get("fleetgnn numpy (CPU)")
+        if _finite_num(host) and host > 0:  # every device variant against the host's numpy
+            figs["sampler"]["over_host_numpy"] = {
+                k: v / host
+                for k, v in rates.items()
+                if _finite_num(v) and (k == "fleetgnn" or k.startswith("fleetgnn, "))
+            }
 
     def epochs() -> None:
         figs["epochs"] = {}
@@ -1009,18 +1021,20 @@ def bench_child(
         nbytes = int(ids.numel()) * int(x.shape[1]) * 4
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-        def rate(fn: Callable[[], Any]) -> float:
+        def rate(fn: Callable[[], Any], calls: int = 1) -> float:
+            # the best of opts.repeat timings of `calls` calls and one sync: with calls=1 the
+            # call's launch and sync latencies are in it (the copy part's 1 GiB hides them), with
+            # more the calls queue behind each other (a training step's reads: throughput)
             fn()
             sync()
             best = float("inf")
             for _ in range(opts.repeat):
                 t0 = time.perf_counter()
-                fn()
+                for _ in range(calls):
+                    fn()
                 sync()
-                best = min(best, time.perf_counter() - t0)
+                best = min(best, (time.perf_counter() - t0) / calls)
             return nbytes / best / 1e9
-
-        from fleetgnn.kernels import KERNELS
 
         xd, idsd = x.to(device), ids.to(device)
         res: dict[str, Any] = {"rows": int(ids.numel()), "row_bytes": int(x.shape[1]) * 4}
@@ -1036,9 +1050,11 @@ def bench_child(
             except Exception as e:  # e.g. triton absent or failing to compile: say which
                 kernels[name] = {"skipped": f"{type(e).__name__}: {str(e)[:200]}"}
                 continue
-            kernels[name] = {"read_written_gbps": gbps, "equal": same}
+            queued = 2 * rate(lambda fn=fn: fn(xd, idsd, None), PIPELINE_CALLS)
+            kernels[name] = {"read_written_gbps": gbps, "queued_gbps": queued, "equal": same}
             if _finite_num(figs.get("copy_gbps")):
                 kernels[name]["fraction_of_copy"] = gbps / figs["copy_gbps"]
+                kernels[name]["queued_fraction_of_copy"] = queued / figs["copy_gbps"]
         kernels["chosen"] = KERNELS.chosen("gather_rows", device.type)
         res["kernels"] = kernels
         if "triton" in KERNELS.names("gather_rows", device.type) and "skipped" not in kernels.get(
@@ -1066,14 +1082,25 @@ def bench_child(
             # tier, which the stop-34 check measured by mistake (4.5 GB/s: host gather + copy)
             store = UnifiedStore.build(graph, budgets=TierBudgets(device=1 << 50), device=device)
             try:
-                gbps = 2 * rate(lambda: store.gather(idsd))
-                res["store_device_tier"] = {
-                    "read_written_gbps": gbps,
+                st: dict[str, Any] = {
+                    # a user's read (the range checked: one sync) and an engine's (checked=True:
+                    # a sampler's IDs), each alone and queued 10 deep
+                    "read_written_gbps": 2 * rate(lambda: store.gather(idsd)),
+                    "checked_ids_gbps": 2 * rate(lambda: store.gather(idsd, checked=True)),
+                    "queued_gbps": 2 * rate(lambda: store.gather(idsd), PIPELINE_CALLS),
+                    "checked_ids_queued_gbps": 2
+                    * rate(lambda: store.gather(idsd, checked=True), PIPELINE_CALLS),
                     "hit_rates": store.hit_rates("features"),
                     "kernel": KERNELS.chosen("gather_rows", device.type),
                 }
                 if _finite_num(figs.get("copy_gbps")):
-                    res["store_device_tier"]["fraction_of_copy"] = gbps / figs["copy_gbps"]
+                    st["fraction_of_copy"] = st["read_written_gbps"] / figs["copy_gbps"]
+                    st["fractions_of_copy"] = {
+                        k[: -len("_gbps")]: v / figs["copy_gbps"]
+                        for k, v in st.items()
+                        if k.endswith("_gbps")
+                    }
+                res["store_device_tier"] = st
             finally:
                 store.close()
         res["pageable_host_gbps"] = rate(lambda: x.index_select(0, ids).to(device))
@@ -1289,14 +1316,26 @@ def bench_child(
         gen = torch.Generator().manual_seed(0)
         batches = [torch.randperm(graph.num_nodes, generator=gen)[:1024] for _ in range(4)]
         batches = [b.to(device) for b in batches]
-        s.sample(batches[0], 0, 0)  # warm up
-        events, wall, edges = profiled(
-            lambda: sum(b.num_edges for k, sd in enumerate(batches) for b in s.sample(sd, 0, k))
-        )
-        res = _profile_figures(events, len(batches), wall)
-        res["edges_per_batch"] = edges / len(batches)
-        figs["sampler_profile"] = res
-        log(f"sampler profile: {res['step_s'] * 1e3:.1f} ms a batch")
+
+        def one(impl: str) -> dict[str, Any]:
+            with KERNELS.using("fisher_yates", device.type, impl):
+                s.sample(batches[0], 0, 0)  # warm up (and compile)
+                events, wall, edges = profiled(
+                    lambda: sum(
+                        b.num_edges for k, sd in enumerate(batches) for b in s.sample(sd, 0, k)
+                    )
+                )
+            res = _profile_figures(events, len(batches), wall)
+            res["edges_per_batch"] = edges / len(batches)
+            log(f"sampler profile (fisher_yates={impl}): {res['step_s'] * 1e3:.1f} ms a batch")
+            return res
+
+        chosen = KERNELS.chosen("fisher_yates", device.type)
+        figs["sampler_profile"] = {**one(chosen), "fisher_yates": chosen}
+        others = [n for n in KERNELS.names("fisher_yates", device.type) if n != chosen]
+        figs["sampler_profile"]["others"] = {
+            n: one(n) for n in others if n != "triton" or triton_available()
+        }
 
     def overheads() -> None:
         # the fixed costs the planner adds to every step (layer_overhead per layer,

@@ -29,6 +29,7 @@ from fleetgnn.bench.peers import neighbor_loader_missing, pyg_sampler, python_sa
 from fleetgnn.bench.report import measurement, progress_line
 from fleetgnn.bench.timing import interleaved
 from fleetgnn.graph import Graph
+from fleetgnn.kernels import KERNELS, triton_available
 from fleetgnn.sampling import DeviceTopology, GraphTopology, NeighborSampler, append_unique
 from fleetgnn.sampling.neighbor import _draws_numpy, _offsets_numpy, _sample_offsets
 
@@ -89,6 +90,20 @@ def run(
         calls = {"fleetgnn": counted("fleetgnn", lambda: sample_all(dev_sampler, dev_batches))}
         calls["fleetgnn numpy (CPU)"] = counted("numpy", lambda: sample_all(sampler, batches))
         kinds["fleetgnn numpy (CPU)"] = "baseline"
+        # the device's other Fisher-Yates kernels (fleetgnn.kernels), so a measurement can
+        # choose between them (the default is torch's until one is measured faster)
+        chosen = KERNELS.chosen("fisher_yates", device.type)
+        for impl in KERNELS.names("fisher_yates", device.type):
+            if impl == chosen or (impl == "triton" and not triton_available()):
+                continue
+            label = f"fleetgnn, fisher_yates={impl}"
+
+            def with_impl(impl: str = impl) -> int:
+                with KERNELS.using("fisher_yates", device.type, impl):
+                    return sample_all(dev_sampler, dev_batches)
+
+            calls[label] = counted(f"fisher_yates={impl}", with_impl)
+            kinds[label] = "baseline"
     else:
         calls = {"fleetgnn": counted("fleetgnn", lambda: sample_all(sampler, batches))}
     calls["fleetgnn torch (CPU)"] = counted("torch_cpu", lambda: sample_all(cpu_torch, batches))

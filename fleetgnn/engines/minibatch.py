@@ -485,7 +485,8 @@ class MinibatchEngine(SampledEngine):
 
     def _features(self, ids: torch.Tensor) -> torch.Tensor:
         """Input rows through the store, cast and normalised like the reference engine's."""
-        x = self.store.gather(ids).to(dtype=self.dtype)  # on self.device already
+        # the sampled blocks' IDs come from the topology (the seeds were checked): no range check
+        x = self.store.gather(ids, checked=True).to(dtype=self.dtype)  # on self.device already
         return normalize_rows(x, self.feature_norm)
 
     # ------------------------------------------------------------------ state

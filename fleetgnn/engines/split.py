@@ -598,7 +598,8 @@ class SplitEngine(SampledEngine):
         """
         before = self.store.requests("features")
         served = self.store_meter.snapshot()
-        x = self.store.gather(ids).to(dtype=self.dtype)  # on self.device (ids on any device)
+        # sampled IDs, from the topology (the seeds were checked): no range check (a GPU sync)
+        x = self.store.gather(ids, checked=True).to(dtype=self.dtype)  # on self.device
         after = self.store.requests("features")
         rows = {src: after[src] - before[src] for src in SOURCES}
         traffic = {k: v["bytes"] for k, v in self.store_meter.delta(served).items()}

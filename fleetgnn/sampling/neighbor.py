@@ -31,8 +31,12 @@ seeds' device; the default for seeds or topology off the CPU, selectable on the 
 ==================  =========================================  ===============================
 step                numpy backend                              torch backend
 ==================  =========================================  ===============================
-draws               keyed hash in numpy                        keyed hash on the device
-Algorithm 1         ``_offsets_numpy``                         ``_offsets_torch``
+draws and           keyed hash in numpy, then                  :func:`~fleetgnn.kernels.
+Algorithm 1         ``_offsets_numpy``                         fisher_yates`` on the device:
+                                                               torch's ops (keyed hash, then
+                                                               ``_offsets_torch``) or one
+                                                               Triton kernel (the partial
+                                                               shuffle itself, per seed)
 neighbour reads     the topology's reads, on the host          the topology's reads, moved to
                                                                the device if they are not there
 AppendUnique        ``_append_unique_numpy``                   ``_append_unique_torch``
@@ -56,14 +60,13 @@ from torch import Tensor
 
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph, check_edge_ids, check_ids
+from fleetgnn.kernels import fisher_yates
+from fleetgnn.kernels import offsets_torch as _offsets_torch
 from fleetgnn.keyhash import (
     base_key,
-    bounded_draws,
     bounded_draws_numpy,
     mix64_numpy,
-    mix64_tensor,
     serial,
-    signed,
 )
 from fleetgnn.sampling.block import Block
 from fleetgnn.sampling.unique import _append_unique_numpy, _append_unique_torch, append_unique
@@ -420,19 +423,8 @@ def _as_key(rng: RandomSource) -> int:
 
 
 # ---------------------------------------------------------------------------------- Alg. 1
-def _draws(ids: Tensor, deg: Tensor, fanout: int, key: int) -> Tensor:
-    """``r[s, i]`` uniform in ``[0, deg[s] - 1 - i]``, keyed by ``(key, ids[s], i)``.
-
-    int64 ``[len(ids), fanout]`` on ``ids``' device; the same keys give the same draws on every
-    device (exact integer arithmetic, see the module docstring). Degrees must be at most ``2^31``.
-    """
-    rows = mix64_tensor(ids.long() ^ signed(key))  # [S] row keys
-    step = torch.arange(fanout, dtype=torch.int64, device=ids.device)
-    return bounded_draws(rows, deg.to(ids.device)[:, None] - step)  # [S, M]
-
-
 def _draws_numpy(ids: np.ndarray, deg: np.ndarray, fanout: int, key: int) -> np.ndarray:
-    """:func:`_draws` in numpy (bit-identical): int64 ``[len(ids), fanout]``."""
+    """:func:`~fleetgnn.kernels.keyed_draws` in numpy (bit-identical): int64 ``[S, fanout]``."""
     rows = mix64_numpy(ids.astype(np.int64).view(np.uint64) ^ np.uint64(key))  # [S] row keys
     return bounded_draws_numpy(rows, deg[:, None] - np.arange(fanout, dtype=np.int64))
 
@@ -493,31 +485,6 @@ def _offsets_numpy(r: np.ndarray, deg: np.ndarray) -> np.ndarray:
     return np.where(first, r, n - 1 - np.take_along_axis(chain, prev, axis=1))
 
 
-def _offsets_torch(r: Tensor, deg: Tensor) -> Tensor:
-    num_rows, m = r.shape
-    if num_rows == 0 or m == 0:
-        return r.clone()
-    step = torch.arange(m, dtype=torch.int64, device=r.device)
-    steps = step.expand(num_rows, m)
-    n = deg.long()[:, None]
-    keys, p = torch.sort(r * m + step, dim=1)
-    s = torch.div(keys, m, rounding_mode="floor")
-    q = torch.empty_like(p).scatter_(1, p, steps)
-    new_run = torch.ones_like(s, dtype=torch.bool)
-    torch.ne(s[:, 1:], s[:, :-1], out=new_run[:, 1:])
-    writes = s >= n - m
-    writes[:, :-1] &= new_run[:, 1:]
-    chain = torch.empty((num_rows, m + 1), dtype=torch.int64, device=r.device)
-    chain[:, :m] = step
-    chain.scatter_(1, torch.where(writes, n - s - 1, m), p)
-    chain = chain[:, :m]
-    for _ in range((m - 1).bit_length()):
-        chain = chain.gather(1, chain)
-    first = new_run.gather(1, q)
-    prev = p.gather(1, (q - 1).clamp_(min=0))
-    return torch.where(first, r, n - 1 - chain.gather(1, prev))
-
-
 def _sample_offsets(
     seeds: np.ndarray, deg: np.ndarray, fanout: int, key: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -569,13 +536,13 @@ def _sample_offsets_torch(
         # and keeps its take-all offsets. A drawing seed's draws depend on its ID, degree and
         # the key only, so they equal the draws of the seeds-that-draw path
         n = deg.clamp(min=fanout)
-        chosen = _offsets_torch(_draws(seeds, n, fanout, key), n)  # [S, fanout]
+        chosen = fisher_yates(seeds, n, fanout, key)  # [S, fanout]
         drawn = chosen.view(-1)[row * fanout + offsets]  # offsets: position < count <= fanout
         offsets = torch.where(deg[row] > fanout, drawn, offsets)
     elif fanout > 0:
         big = torch.nonzero(deg > fanout).squeeze(1)
         if big.numel():
-            chosen = _offsets_torch(_draws(seeds[big], deg[big], fanout, key), deg[big])
+            chosen = fisher_yates(seeds[big], deg[big], fanout, key)
             step = torch.arange(fanout, dtype=torch.int64, device=dev)
             offsets[(indptr_s[big][:, None] + step).ravel()] = chosen.ravel()
     return indptr_s, row, offsets
@@ -727,7 +694,7 @@ def _make_block(
         src_degree = torch.cat([dst_degree.cpu(), new_degree])
     else:
         src_ids, local, _ = _append_unique_torch(
-            dst, nbrs, num_nodes=topo.num_nodes, distinct_targets=distinct
+            dst, nbrs, num_nodes=topo.num_nodes, distinct_targets=distinct, counts=False
         )
         new_degree = topo.in_degree(src_ids[num_dst:]).to(device)
         src_degree = torch.cat([dst_degree.to(device), new_degree])

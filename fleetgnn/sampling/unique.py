@@ -121,8 +121,14 @@ def _append_unique_numpy(targets: Tensor, neighbors: Tensor) -> tuple[Tensor, Te
 
 
 def _append_unique_torch_dense(
-    both: Tensor, num_targets: int, targets: Tensor, lo: int, span: int, check: bool = True
-) -> tuple[Tensor, Tensor, Tensor]:
+    both: Tensor,
+    num_targets: int,
+    targets: Tensor,
+    lo: int,
+    span: int,
+    check: bool = True,
+    counts: bool = True,
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """:func:`_append_unique_torch` through arrays over the IDs' range (no sort)."""
     n, dev = both.numel(), both.device
     rel = both - lo
@@ -135,7 +141,7 @@ def _append_unique_torch_dense(
     unique_ids = both[is_first]  # the one sync this path needs (the count of distinct IDs)
     rank_at = torch.cumsum(is_first, 0) - 1  # at a first position: the rank of its ID
     local = rank_at[first[rel[num_targets:]]]
-    dup_counts = torch.bincount(local, minlength=unique_ids.numel())
+    dup_counts = torch.bincount(local, minlength=unique_ids.numel()) if counts else None
     return unique_ids, local, dup_counts
 
 
@@ -145,13 +151,15 @@ def _append_unique_torch(
     *,
     num_nodes: int | None = None,
     distinct_targets: bool = False,
-) -> tuple[Tensor, Tensor, Tensor]:
+    counts: bool = True,
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """:func:`append_unique` in torch on the IDs' device.
 
     ``num_nodes``: every ID is known to lie in ``[0, num_nodes)`` (a sampler's topology), so the
     arrays over the range need no pass for it (a host sync on a GPU). ``distinct_targets``: the
     targets are known distinct (a sampler's later hops: the previous hop's unique IDs), so the
-    check, another sync, is skipped.
+    check, another sync, is skipped. ``counts=False``: no ``dup_counts`` (``None``; a sampler
+    does not read them, and ``bincount`` finds its output's size with a sync on a GPU).
     """
     num_targets = targets.numel()
     both = torch.cat([targets.long(), neighbors.long()])
@@ -161,10 +169,14 @@ def _append_unique_torch(
     factor = DENSE_RANGE_FACTOR_TORCH.get(dev.type, DENSE_RANGE_FACTOR_DEVICE)
     if n and factor > 0:
         if num_nodes is not None and num_nodes <= factor * n:
-            return _append_unique_torch_dense(both, num_targets, targets, 0, num_nodes, check)
+            return _append_unique_torch_dense(
+                both, num_targets, targets, 0, num_nodes, check, counts
+            )
         lo, hi = torch.stack(torch.aminmax(both)).tolist()
         if hi - lo < factor * n:
-            return _append_unique_torch_dense(both, num_targets, targets, lo, hi - lo + 1, check)
+            return _append_unique_torch_dense(
+                both, num_targets, targets, lo, hi - lo + 1, check, counts
+            )
     uniq, inv = torch.unique(both, sorted=True, return_inverse=True)
     pos = torch.arange(n, dtype=torch.int64, device=dev)
     first = torch.full((uniq.numel(),), n, dtype=torch.int64, device=dev)
@@ -176,5 +188,5 @@ def _append_unique_torch(
     rank = (torch.cumsum(is_first, 0) - 1)[first]  # [U] rank of each sorted value
     unique_ids = both[is_first]
     local = rank[inv[num_targets:]]
-    dup_counts = torch.bincount(local, minlength=unique_ids.numel())
+    dup_counts = torch.bincount(local, minlength=unique_ids.numel()) if counts else None
     return unique_ids, local, dup_counts

@@ -129,8 +129,14 @@ def record_counts(store: UnifiedStore, counts: list[int], nbytes: int, kind: str
         store._bytes[kind][link] += count * nbytes
 
 
-def device_ids(name: str, ids: object, device: torch.device, num_nodes: int) -> Tensor:
-    """``ids`` as int64 on ``device``, checked with one min/max (no copy of the ids to the host)."""
+def device_ids(
+    name: str, ids: object, device: torch.device, num_nodes: int, *, checked: bool = False
+) -> Tensor:
+    """``ids`` as int64 on ``device``, checked with one min/max (no copy of the ids to the host).
+
+    ``checked=True``: the range is known valid (no min/max, no sync); the shape and dtype are
+    still checked.
+    """
     t = ids if isinstance(ids, Tensor) else torch.as_tensor(ids)
     if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
         raise GraphError(
@@ -138,7 +144,7 @@ def device_ids(name: str, ids: object, device: torch.device, num_nodes: int) -> 
             f"{tuple(t.shape)})"
         )
     t = t.detach().to(device, torch.int64)
-    if t.numel():
+    if t.numel() and not checked:
         lo, hi = torch.stack([t.min(), t.max()]).tolist()
         if lo < 0 or hi >= num_nodes:
             raise GraphError(
@@ -148,17 +154,18 @@ def device_ids(name: str, ids: object, device: torch.device, num_nodes: int) -> 
     return t
 
 
-def gather_on_device(store: UnifiedStore, ids: object) -> Tensor:
+def gather_on_device(store: UnifiedStore, ids: object, *, checked: bool = False) -> Tensor:
     """Feature rows of ``ids`` on ``store.device`` (see the module docstring).
 
     Host- and disk-tier rows are copied while the device tier is read; every rank calls the
     device tier's gather once (two-sided mode is collective), as the host path does.
+    ``checked``: the ids' range is known valid (:meth:`UnifiedStore.gather`).
     """
     x, fp = store.graph.x, store.plan.features
     if x is None or fp is None:
         raise GraphError("the graph has no node features 'x'; nothing to gather")
     dev = store.device
-    idt = device_ids("ids", ids, dev, store.graph.num_nodes)
+    idt = device_ids("ids", ids, dev, store.graph.num_nodes, checked=checked)
     dtype = torch.from_numpy(np.empty(0, dtype=x.dtype)).dtype
     feat_device: Any = store._feat_device
     n, width = idt.numel(), int(x.shape[1])

@@ -495,7 +495,7 @@ class UnifiedStore:
         if self._closed:
             raise GraphError("this UnifiedStore is closed; build a new one")
 
-    def _ids(self, name: str, ids: object) -> np.ndarray:
+    def _ids(self, name: str, ids: object, *, checked: bool = False) -> np.ndarray:
         t = torch.as_tensor(ids) if not isinstance(ids, Tensor) else ids
         if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
             raise GraphError(
@@ -504,7 +504,7 @@ class UnifiedStore:
             )
         a = t.detach().cpu().numpy().astype(np.int64, copy=False)
         n = self.graph.num_nodes
-        if a.size and (a.min() < 0 or a.max() >= n):
+        if not checked and a.size and (a.min() < 0 or a.max() >= n):
             bad = int(a.min()) if a.min() < 0 else int(a.max())
             raise GraphError(
                 f"'{name}' holds node ID {bad}, outside the valid interval [0, {n}); pass "
@@ -597,7 +597,7 @@ class UnifiedStore:
         """Feature dimension ``F`` (0 without features)."""
         return 0 if self.graph.x is None else int(self.graph.x.shape[1])
 
-    def gather(self, ids: Tensor) -> Tensor:
+    def gather(self, ids: Tensor, *, checked: bool = False) -> Tensor:
         """Feature rows of ``ids`` in input order, bit-exact with ``graph.x[ids]``.
 
         Buckets the IDs by tier (and owner on the device tier) and reads each tier once:
@@ -616,6 +616,11 @@ class UnifiedStore:
         arrive by async copies from pinned staging (:func:`~fleetgnn.store.device_read.
         gather_on_device`); the rows and counters are the same.
 
+        ``checked=True``: the caller knows every ID lies in ``[0, N)`` (a sampler's, drawn from
+        this graph's topology), so the range is not checked: on a GPU that check is a host
+        sync, the only one of a read from the device tier of one rank. An ID out of range is
+        then undefined behaviour, as for ``index_select``.
+
         Shapes:
             - ids: ``[n]`` int
             - output: ``[n, F]``, dtype of ``graph.x``, on :attr:`device` (the CPU by default).
@@ -625,12 +630,12 @@ class UnifiedStore:
         """
         self._check_open()
         if self.device.type != "cpu":
-            return gather_on_device(self, ids)
+            return gather_on_device(self, ids, checked=checked)
         x = self.graph.x
         fp = self.plan.features
         if x is None or fp is None:
             raise GraphError("the graph has no node features 'x'; nothing to gather")
-        idn = self._ids("ids", ids)
+        idn = self._ids("ids", ids, checked=checked)
         row_bytes = x.shape[1] * x.dtype.itemsize
         dtype = torch.from_numpy(np.empty(0, dtype=x.dtype)).dtype
         if not idn.size and self._feat_device is None:

@@ -153,14 +153,28 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
     )
 
 
-def optimizer_from_config(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
-    """The optimizer named by ``optim.optimizer`` over ``model``'s parameters."""
+def optimizer_from_config(
+    model: torch.nn.Module, cfg: OptimConfig, device: str | torch.device = "cpu"
+) -> torch.optim.Optimizer:
+    """The optimizer named by ``optim.optimizer`` over ``model``'s parameters.
+
+    On CUDA (``device``, where the engine puts the parameters) Adam and AdamW are torch's
+    fused implementations: one kernel a step for every parameter, where the default (foreach)
+    launches several per group of tensors and a minibatch step's is host-bound (stop 35's H100
+    profile: ``Adam.step`` held the host 1.2 ms of a 13 ms step). The results equal the
+    default's up to rounding.
+    """
     classes = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
     if cfg.optimizer not in classes:
         raise ConfigError(
             f"'optim.optimizer' must be one of {', '.join(classes)} (got {cfg.optimizer!r})"
         )
-    return classes[cfg.optimizer](model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    extra = {}
+    if cfg.optimizer != "sgd" and torch.device(device).type == "cuda":
+        extra["fused"] = True
+    return classes[cfg.optimizer](
+        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, **extra
+    )
 
 
 def _other_books_note(dataset: str, method: str, world: int) -> str | None:
@@ -223,6 +237,6 @@ def engine_from_config(
         graph,
         engine_cfg,
         ctx,
-        optimizer=optimizer_from_config(model, cfg.optim),
+        optimizer=optimizer_from_config(model, cfg.optim, cfg.train.device),
         task=task_from_config(cfg, graph),
     )

@@ -521,6 +521,25 @@ def test_device_sampling_equals_numpy_sampling(device: str) -> None:
     assert_same_blocks(want, got)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_every_fisher_yates_kernel_samples_numpys_blocks_on_cuda(impl: str) -> None:
+    """Each registered Fisher-Yates kernel (fleetgnn.kernels) gives numpy's blocks on CUDA."""
+    from fleetgnn.kernels import KERNELS, triton_available
+
+    if impl == "triton" and not triton_available():
+        pytest.skip("triton does not import here")
+    g = random_graph(n=300, e=6000, seed=2, weighted=True)
+    seeds = torch.tensor([5, 0, 77, 41, 3, 79, 299, 150])
+    topo = DeviceTopology.from_graph(g, "cuda")
+    with KERNELS.using("fisher_yates", "cuda", impl):
+        for fanouts in ([6, 3, -1], [25, 1, 40], [200, 2]):
+            want = NeighborSampler(g, fanouts, seed=9, backend="numpy").sample(seeds, 2, 3)
+            got = NeighborSampler(topo, fanouts, seed=9).sample(seeds.cuda(), 2, 3)
+            assert_same_blocks(want, got)
+
+
 def test_device_topology_errors() -> None:
     g = random_graph()
     ip, ix = torch.from_numpy(g.indptr), torch.from_numpy(g.indices)

@@ -80,6 +80,46 @@ def test_device_gather_checks_ids(device):
     store.close()
 
 
+@pytest.mark.parametrize("dev,host", [(1.0, 0.0), (0.5, 0.2)])
+def test_checked_ids_skip_the_range_check_and_read_the_same(dev, host, device):
+    """``gather(ids, checked=True)`` (a sampler's IDs): the same rows and counters, and one rank
+    holding every row reads them without a single host sync (no range check)."""
+    from torch.overrides import TorchFunctionMode
+
+    syncs = []
+
+    class Syncs(TorchFunctionMode):  # the calls that read a device value on the host
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if name in {"item", "tolist", "__int__", "__bool__", "__index__", "nonzero", "cpu"}:
+                syncs.append(name)
+            return func(*args, **(kwargs or {}))
+
+    g = _graph()
+    ids = torch.from_numpy(np.random.default_rng(3).integers(0, g.num_nodes, 300)).to(device)
+    stores = [
+        UnifiedStore.build(g, None, _budgets(g, dev, host), meter=TrafficMeter(), device=device)
+        for _ in range(2)
+    ]
+    reads = []
+    for checked, store in zip((False, True), stores, strict=True):
+        read = (
+            store.gather if device != "cpu" else lambda i, s=store, **k: gather_on_device(s, i, **k)
+        )
+        read(ids[:1], checked=checked)  # builds the device index
+        syncs.clear()
+        with Syncs():
+            reads.append(read(ids, checked=checked))
+        if dev == 1.0:
+            assert syncs == ([] if checked else ["tolist"]), syncs
+    assert torch.equal(reads[0], reads[1]) and torch.equal(
+        reads[1].cpu(), torch.from_numpy(np.asarray(g.x))[ids.cpu()]
+    )
+    assert _stats(stores[0]) == _stats(stores[1])
+    for store in stores:
+        store.close()
+
+
 def _one_rank_world(comm, one_sided, device):
     """A world of one rank (a ShardedTensor device tier): the read through rank_of equals the
     host path's rows and counters, one-sided and two-sided."""

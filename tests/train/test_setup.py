@@ -26,3 +26,20 @@ def test_split_says_it_computes_a_book_when_only_other_part_counts_are_saved(tmp
     with context_or_own(None) as ctx:
         engine_from_config(cfg, open_dataset(data), ctx).close()
     assert "no saved" not in capsys.readouterr().err
+
+
+def test_adam_is_torchs_fused_one_on_cuda_only():
+    """Adam and AdamW take torch's fused kernel where the engine runs on CUDA (one launch a step
+    for every parameter); elsewhere, and for SGD, each optimizer's default."""
+    import torch
+
+    from fleetgnn.config import OptimConfig
+    from fleetgnn.train import optimizer_from_config
+
+    model = torch.nn.Linear(3, 2)
+    for name in ("adam", "adamw", "sgd"):
+        cfg = OptimConfig(optimizer=name)
+        assert not optimizer_from_config(model, cfg).defaults.get("fused")
+        assert not optimizer_from_config(model, cfg, "cpu").defaults.get("fused")
+        fused = optimizer_from_config(model, cfg, "cuda:0").defaults.get("fused")
+        assert bool(fused) == (name != "sgd"), name
