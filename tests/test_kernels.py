@@ -4,6 +4,7 @@ Fisher-Yates implementation the numpy sampler's offsets."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,6 +84,12 @@ def test_a_measured_triton_choice_falls_back_without_triton(monkeypatch):
     monkeypatch.setattr(k, "triton_available", lambda: True)
     assert KERNELS.chosen("gather_rows", "cuda") == "triton"
     assert KERNELS.chosen("gather_rows", "cpu") == "index_select"
+    assert k.MEASURED[("fisher_yates", "cuda")][0] == "triton"
+    assert KERNELS.chosen("fisher_yates", "cuda") == "triton"
+    monkeypatch.setattr(k, "triton_available", lambda: False)
+    assert KERNELS.chosen("fisher_yates", "cuda") == "torch"
+    for source in {src for _, src in k.MEASURED.values()}:  # each choice's committed figure
+        assert (Path(__file__).resolve().parents[1] / source).is_file(), source
 
 
 @pytest.mark.slow
@@ -132,12 +139,14 @@ def test_the_triton_kernel_equals_index_select_in_the_interpreter():
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
-def test_fisher_yates_is_torchs_by_default_and_equals_numpy():
+def test_fisher_yates_defaults_and_torchs_kernel_equals_numpy():
     """The op's torch kernel gives numpy's offsets: distinct, in range, the same draws."""
     from fleetgnn.sampling.neighbor import _draws_numpy, _offsets_numpy
 
     assert KERNELS.names("fisher_yates", "cpu") == ("torch",)
-    assert KERNELS.chosen("fisher_yates", "cuda") == "torch"  # until a GPU measures triton
+    # on CUDA the measured Triton kernel (kernels.MEASURED), torch's where triton is missing
+    cuda = "triton" if triton_available() else "torch"
+    assert KERNELS.chosen("fisher_yates", "cuda") == cuda
     g = torch.Generator().manual_seed(0)
     for fanout in (1, 5, 15):
         deg = torch.randint(0, 3 * fanout, (50,), generator=g)

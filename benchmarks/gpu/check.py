@@ -16,7 +16,8 @@ tail and the next step runs):
   same engine on the CPU).
 - ``bench``: full-graph GCN / SAGE epochs against PyG (edge_index, CSR adj_t), gspmm and feature
   gather GB/s as fractions of a device-to-device copy, host-to-device GB/s (pinned, pageable),
-  sampled edges/s of the torch sampler on the device against the CPU path (numpy), R-GAT steps
+  sampled edges/s of the torch sampler on the device (under each Fisher-Yates kernel of
+  :mod:`fleetgnn.kernels`) against the CPU path (numpy), R-GAT steps
   in both orders of a relation's work, all with :mod:`fleetgnn.bench` in one child process on
   the device.
 - ``plan``: ``fleetgnn plan --hardware h100`` (one device: W = 1), its predicted epoch of every
@@ -1308,7 +1309,7 @@ def bench_child(
 
     def sampler_profile() -> None:
         # where a batch of the device sampler goes (fanouts 15,10,5, batch 1024: the sampler
-        # part's case; stop 34 drew 84 M edges/s, 16.9x the host's numpy, against 20x wanted)
+        # part's case), under each Fisher-Yates kernel
         from fleetgnn.sampling import DeviceTopology, NeighborSampler
 
         topo = DeviceTopology.from_graph(graph, device)
@@ -1319,7 +1320,11 @@ def bench_child(
 
         def one(impl: str) -> dict[str, Any]:
             with KERNELS.using("fisher_yates", device.type, impl):
-                s.sample(batches[0], 0, 0)  # warm up (and compile)
+                # warm up every batch first: a Triton kernel compiles once per specialisation
+                # of its integer arguments (stop 35's profile of the Triton sampler warmed one
+                # batch up and took 103 ms a batch against 9.9 for torch's: compiles)
+                for k, sd in enumerate(batches):
+                    s.sample(sd, 0, k)
                 events, wall, edges = profiled(
                     lambda: sum(
                         b.num_edges for k, sd in enumerate(batches) for b in s.sample(sd, 0, k)

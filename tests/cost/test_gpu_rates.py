@@ -29,8 +29,10 @@ from fleetgnn.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "gpu"
 FULL_CHECK = "gpu-check-h100-stop34.json"  # the newest H100 check whose whole bench step ran
-#: a later bench of two parts (copy, gather_tiers): the newest figures for those
-GATHER_CHECK = "gpu-check-h100-stop34-gather.json"
+#: a later bench of seven parts, the first to time the fixed costs (part overheads)
+BENCH_CHECK = "gpu-check-h100-stop35-bench.json"
+#: the newest bench (copy, gather_tiers, sampler, ...): the newest figures for those
+GATHER_CHECK = "gpu-check-h100-stop35-sampler.json"
 
 
 def _figures(name=FULL_CHECK):
@@ -45,12 +47,23 @@ def test_package_data_equals_what_the_committed_checks_give():
     assert dumps(derived) == DATA_FILE.read_text()
     section = (ROOT / "pyproject.toml").read_text().split("[tool.setuptools.package-data]")[1]
     assert '"cost/gpu_rates.json"' in section.split("\n[")[0]
-    # per field the newest check that measured it: the later gather bench's copy and gather,
-    # the full check's others (the engines-only and pytest-only checks measured nothing)
+    # per field the newest check that measured it: the newest bench's copy, gather and sampler,
+    # the one before's fixed costs, the full check's others (the engines-only and pytest-only
+    # checks measured nothing)
     h100 = derived["profiles"]["h100"]
-    assert set(h100["checks"]) == {FULL_CHECK, GATHER_CHECK}
+    assert set(h100["checks"]) == {FULL_CHECK, BENCH_CHECK, GATHER_CHECK}
     by_check = {f: r["check"] for f, r in h100["rates"].items()}
-    assert {f for f, c in by_check.items() if c == GATHER_CHECK} == {"local", "gather_rate"}
+    assert {f for f, c in by_check.items() if c == GATHER_CHECK} == {
+        "local",
+        "gather_rate",
+        "sample_rate",
+        "device_sample_rate",
+    }
+    assert {f for f, c in by_check.items() if c == BENCH_CHECK} == {
+        "layer_overhead",
+        "param_overhead",
+    }
+    assert {f for f, c in by_check.items() if c == FULL_CHECK} == {"h2d", "spmm_rate"}
 
 
 def test_h100_takes_the_checks_rates_and_says_which_are_assumed():
@@ -63,10 +76,13 @@ def test_h100_takes_the_checks_rates_and_says_which_are_assumed():
     assert p.gather_rate == kernels["triton"]["read_written_gbps"] / 2 * 1e9
     assert p.gather_rate > kernels["index_select"]["read_written_gbps"] / 2 * 1e9
     # the engines sample on the host: the numpy path's rate, not the CUDA sampler's
-    sampler = figs["sampler"]["m_edges_per_s"]
+    sampler = gather["sampler"]["m_edges_per_s"]
     assert p.sample_rate == sampler[HOST_SAMPLER] * 1e6
     assert p.sample_rate < sampler["fleetgnn"] * 1e6 / 10
-    assert p.device_sample_rate == sampler["fleetgnn"] * 1e6  # the torch sampler, CSC on the GPU
+    # the torch sampler, CSC on the GPU, under its fastest Fisher-Yates kernel (kernels.MEASURED)
+    assert gather["sampler"]["fisher_yates"] == "torch"  # the default when the check ran
+    fastest = sampler["fleetgnn, fisher_yates=triton"]
+    assert fastest > sampler["fleetgnn"] and p.device_sample_rate == fastest * 1e6
     # spmm: 2 E D multiply-adds per forward+backward case (sum, mean) over their medians
     both = [v["median_s"] for k, v in figs["gspmm"].items() if "forward+backward" in k]
     assert len(both) == 2
@@ -76,10 +92,12 @@ def test_h100_takes_the_checks_rates_and_says_which_are_assumed():
     assert p.elementwise_rate == p.bandwidth["local"] / 12  # follows the measured local
     # what no check measured keeps its built-in figure, named as assumed
     assert p.bandwidth["d2h"] == 50e9 and p.gemm_rate == 50e12
-    assert "overheads" not in figs and p.layer_overhead == 1.5e-4  # FIXED_OVERHEADS["gpu"]
-    assert "layer_overhead = 150 us assumed" in p.source
+    fixed = _figures(BENCH_CHECK)["overheads"]  # measured since stop 35
+    assert p.layer_overhead == fixed["layer_overhead_s"]
+    assert "layer_overhead = 150 us" not in p.source
+    assert p.param_overhead == fixed["param_overhead_s"]
     assert re.search(r"d2h = the built-in h2d, 50 GB/s \(assumed", p.source)
-    for text in (FULL_CHECK, GATHER_CHECK, "NVIDIA H100 80GB HBM3", "torch 2.11.0+cu130"):
+    for text in (FULL_CHECK, BENCH_CHECK, GATHER_CHECK, "NVIDIA H100 80GB HBM3", "torch 2.11"):
         assert text in p.rates_from and text in p.source
     # h200: no check ran on it; its rates are the built-in rules, the sampler's assumed
     q = PROFILES["h200"]
