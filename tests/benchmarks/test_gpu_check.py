@@ -179,6 +179,14 @@ def test_cuda_runs_and_their_baselines(tmp_path, monkeypatch):
         "cuda:reference-full",
     ]
     assert ran.index("cpu:minibatch-w2") < ran.index("cuda:minibatch-w2")
+    # at W = 2 the runs whose baseline already ran come first, minibatch and its CPU run last
+    assert ran[-5:] == [
+        "cuda:split-w2",
+        "cuda:fullgraph-w2",
+        "cuda:offload-w2",
+        "cpu:minibatch-w2",
+        "cuda:minibatch-w2",
+    ]
     assert len(ran) == 13  # 3 CPU baselines, the reference in 2 modes, 4 engines x W = 1, 2
     runs = {r["name"]: r for r in rec["runs"]}
     assert runs["cuda:split-w2"]["baseline"] == "cpu:reference-minibatch"
