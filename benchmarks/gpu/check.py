@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -339,7 +340,11 @@ class Check:
             k: os.environ.get(k)
             for k in ("PYTHONPATH", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG")
         }
+        # the working tree travels to a device machine without its history: git_commit names
+        # what that copy's .git says (stop 35's checks named the session's first commit), the
+        # digest the sources that ran (`check.py --source-digest` prints a checkout's)
         host["git_commit"] = _git_commit()
+        host["source_digest"] = source_digest()
         host["fleetgnn_from"] = str(Path(__import__("fleetgnn").__file__).parent)
         self.result["host"] = host
         rec["gpu"] = host.get("gpu")
@@ -780,6 +785,21 @@ def _nvidia_smi() -> str | None:
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{type(e).__name__}: {e}"
     return (out.stdout or out.stderr).strip()
+
+
+#: What :func:`source_digest` reads: the package and the check, the code a check's figures
+#: come from.
+DIGEST_GLOBS = ("fleetgnn/**/*.py", "fleetgnn/**/*.json", "benchmarks/gpu/*.py")
+
+
+def source_digest(root: Path = REPO) -> str:
+    """SHA-256 of the sources under ``root`` that a check runs, over their paths and bytes."""
+    h = hashlib.sha256()
+    files = sorted({p for g in DIGEST_GLOBS for p in root.glob(g) if p.is_file()})
+    for path in files:
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def _git_commit() -> str | None:
@@ -1475,9 +1495,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=",".join(STEPS[1:]),
         help=f"steps to run (env always runs): {','.join(STEPS[1:])}",
     )
+    p.add_argument(
+        "--source-digest",
+        action="store_true",
+        help="print this checkout's source digest (a check's host.source_digest) and exit",
+    )
     p.add_argument("--bench-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--dataset", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.source_digest:
+        print(source_digest())
+        raise SystemExit(0)
     if args.bench_child is None and args.out is None:
         p.error("OUT_DIR is required")
     if args.budget_s is None:

@@ -56,6 +56,14 @@ def test_quick_cpu_dry_run_passes_every_step(dry_run):
     for key in ("gpu", "torch", "cuda", "python", "cpu_model", "pymetis", "nvidia_smi"):
         assert key in host, key
     assert host["fleetgnn_from"] == str(REPO / "fleetgnn")
+    # the sources that ran, as this checkout's `check.py --source-digest` prints them
+    digest = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks/gpu/check.py"), "--source-digest"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert host["source_digest"] == digest and len(digest) == 64
 
     # pytest -m gpu ran: every selected test skips on the CPU, none failed
     counts = res["steps"]["pytest"]["counts"]
