@@ -109,6 +109,13 @@ def test_the_environment_chooses_and_a_bad_entry_warns_in_one_line():
         assert says in out.stderr and "ignored" in out.stderr
 
 
+def _in_the_interpreter(code: str) -> None:
+    """Run ``code`` with Triton's interpreter (kernels on the CPU); it prints ``ok`` at its end."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not triton_available(), reason="triton does not import here")
 def test_the_triton_kernel_equals_index_select_in_the_interpreter():
@@ -134,9 +141,7 @@ def test_the_triton_kernel_equals_index_select_in_the_interpreter():
         "    assert torch.equal(wide[:, :width], t[ids]) and not wide[:, width:].any()\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+    _in_the_interpreter(code)
 
 
 def test_fisher_yates_defaults_and_torchs_kernel_equals_numpy():
@@ -208,9 +213,7 @@ def test_the_triton_fisher_yates_equals_torchs_in_the_interpreter():
         "assert tri(seeds, deg, 200, 5, max_fanout=128).equal(ref(seeds, deg, 200, 5))\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+    _in_the_interpreter(code)
 
 
 @pytest.mark.gpu
