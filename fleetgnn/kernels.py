@@ -38,7 +38,9 @@ from torch import Tensor
 
 from fleetgnn.keyhash import C1, C2, GOLDEN32, MASK32, MULT32, bounded_draws, mix64_tensor, signed
 
-GatherFn = Callable[..., Tensor]  # (table, ids, out=None, *, via=None) -> rows
+#: An implementation: gather_rows (table, ids, out=None, *, via=None) -> rows; fisher_yates
+#: (seeds, deg, fanout, key) -> offsets [S, fanout]
+KernelFn = Callable[..., Tensor]
 
 #: Integer dtypes by element bytes, widest first (complex128 moves 16 bytes as one element).
 _WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.int16))
@@ -412,11 +414,11 @@ class KernelRegistry:
     """
 
     def __init__(self) -> None:
-        self._impls: dict[str, dict[str, GatherFn]] = {}
+        self._impls: dict[str, dict[str, KernelFn]] = {}
         self._devices: dict[tuple[str, str], tuple[str, ...]] = {}
         self._chosen: dict[tuple[str, str], str] = {}
 
-    def register(self, op: str, name: str, fn: GatherFn, device_types: tuple[str, ...]) -> None:
+    def register(self, op: str, name: str, fn: KernelFn, device_types: tuple[str, ...]) -> None:
         """Register ``fn`` as implementation ``name`` of ``op`` on ``device_types``."""
         self._impls.setdefault(op, {})[name] = fn
         for d in device_types:
@@ -475,11 +477,11 @@ class KernelRegistry:
             else:
                 self._chosen[key] = before
 
-    def impl(self, op: str, name: str) -> GatherFn:
+    def impl(self, op: str, name: str) -> KernelFn:
         """Implementation ``name`` of ``op``."""
         return self._impls[op][name]
 
-    def __call__(self, op: str, device_type: str) -> GatherFn:
+    def __call__(self, op: str, device_type: str) -> KernelFn:
         """The implementation ``op`` uses on ``device_type``."""
         return self._impls[op][self.chosen(op, device_type)]
 
