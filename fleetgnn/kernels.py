@@ -433,13 +433,18 @@ class KernelRegistry:
         """The implementations of ``op`` that run on ``device_type`` (torch's first)."""
         return self._devices.get((op, device_type), ())
 
+    def available(self, op: str, device_type: str) -> tuple[str, ...]:
+        """:meth:`names` less those that cannot run here (``triton`` where it does not import)."""
+        names = self.names(op, device_type)
+        return names if triton_available() else tuple(n for n in names if n != "triton")
+
     def chosen(self, op: str, device_type: str) -> str:
         """The implementation ``op`` uses on ``device_type``."""
         key = (op, device_type)
         if key in self._chosen:
             return self._chosen[key]
         measured = MEASURED.get(key)
-        if measured is not None and (measured[0] != "triton" or triton_available()):
+        if measured is not None and measured[0] in self.available(op, device_type):
             return measured[0]  # (a measured Triton kernel where triton is missing: the default)
         return self.names(op, device_type)[0]
 

@@ -88,6 +88,8 @@ def test_a_measured_triton_choice_falls_back_without_triton(monkeypatch):
     assert KERNELS.chosen("fisher_yates", "cuda") == "triton"
     monkeypatch.setattr(k, "triton_available", lambda: False)
     assert KERNELS.chosen("fisher_yates", "cuda") == "torch"
+    assert KERNELS.available("fisher_yates", "cuda") == ("torch",)
+    assert KERNELS.names("fisher_yates", "cuda") == ("torch", "triton")
     for source in {src for _, src in k.MEASURED.values()}:  # each choice's committed figure
         assert (Path(__file__).resolve().parents[1] / source).is_file(), source
 

@@ -910,7 +910,7 @@ def bench_child(
     from fleetgnn.bench import epoch, gather, ops, sampler
     from fleetgnn.bench.report import progress_line
     from fleetgnn.graph import open_dataset
-    from fleetgnn.kernels import KERNELS, triton_available
+    from fleetgnn.kernels import KERNELS
 
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
     warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
@@ -1361,10 +1361,8 @@ def bench_child(
 
         chosen = KERNELS.chosen("fisher_yates", device.type)
         figs["sampler_profile"] = {**one(chosen), "fisher_yates": chosen}
-        others = [n for n in KERNELS.names("fisher_yates", device.type) if n != chosen]
-        figs["sampler_profile"]["others"] = {
-            n: one(n) for n in others if n != "triton" or triton_available()
-        }
+        others = [n for n in KERNELS.available("fisher_yates", device.type) if n != chosen]
+        figs["sampler_profile"]["others"] = {n: one(n) for n in others}
 
     def overheads() -> None:
         # the fixed costs the planner adds to every step (layer_overhead per layer,

@@ -29,7 +29,7 @@ from fleetgnn.bench.peers import neighbor_loader_missing, pyg_sampler, python_sa
 from fleetgnn.bench.report import measurement, progress_line
 from fleetgnn.bench.timing import interleaved
 from fleetgnn.graph import Graph
-from fleetgnn.kernels import KERNELS, triton_available
+from fleetgnn.kernels import KERNELS
 from fleetgnn.sampling import DeviceTopology, GraphTopology, NeighborSampler, append_unique
 from fleetgnn.sampling.neighbor import _draws_numpy, _offsets_numpy, _sample_offsets
 
@@ -93,8 +93,8 @@ def run(
         # the device's other Fisher-Yates kernels (fleetgnn.kernels), so a measurement can
         # choose between them (the default is torch's until one is measured faster)
         chosen = KERNELS.chosen("fisher_yates", device.type)
-        for impl in KERNELS.names("fisher_yates", device.type):
-            if impl == chosen or (impl == "triton" and not triton_available()):
+        for impl in KERNELS.available("fisher_yates", device.type):
+            if impl == chosen:
                 continue
             label = f"fleetgnn, fisher_yates={impl}"
 

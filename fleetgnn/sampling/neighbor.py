@@ -532,11 +532,11 @@ def _sample_offsets_torch(
     row = torch.repeat_interleave(seq, counts, output_size=total)
     offsets = torch.arange(total, dtype=torch.int64, device=dev) - indptr_s[row]
     if fanout > 0 and total and DRAW_EVERY_SEED.get(dev.type, True):
-        # draws for every seed; one of degree <= fanout draws from fanout slots (valid bounds)
-        # and keeps its take-all offsets. A drawing seed's draws depend on its ID, degree and
-        # the key only, so they equal the draws of the seeds-that-draw path
-        n = deg.clamp(min=fanout)
-        chosen = fisher_yates(seeds, n, fanout, key)  # [S, fanout]
+        # draws for every seed; one of degree <= fanout draws from fanout slots (fisher_yates
+        # clamps the degrees: valid bounds) and keeps its take-all offsets. A drawing seed's
+        # draws depend on its ID, degree and the key only, so they equal the draws of the
+        # seeds-that-draw path
+        chosen = fisher_yates(seeds, deg, fanout, key)  # [S, fanout]
         drawn = chosen.view(-1)[row * fanout + offsets]  # offsets: position < count <= fanout
         offsets = torch.where(deg[row] > fanout, drawn, offsets)
     elif fanout > 0:
