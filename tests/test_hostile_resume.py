@@ -5,6 +5,7 @@ line, unless ``--accept-changed-dataset`` says to continue on purpose."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from fleetgnn.cli.main import main
 from fleetgnn.graph import write_dataset
 from fleetgnn.graph.dataset import dataset_fingerprint
 from fleetgnn.graph.synthetic import generate_graph, spec_for
+from fleetgnn.train import checkpoint
 
 TRAIN = ["--quiet", "--set", "model.hidden=8", "--set", "train.checkpoint_interval=0"]
 
@@ -73,3 +75,62 @@ def test_resume_falls_back_to_prev_when_last_is_foreign_or_corrupt(
 
 def _wider(argv: list[str]) -> list[str]:
     return [a.replace("model.hidden=8", "model.hidden=32") for a in argv]
+
+
+def test_resume_in_a_run_dir_whose_name_is_not_utf8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Issue 42, finding 1: a run directory named with bytes that are not UTF-8 resumes (the
+    checkpoints are opened bytes-safe), so nothing is called corrupt and nothing is lost."""
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d")
+    run = tmp_path / os.fsdecode(b"bad\xff")
+    argv = ["train", "--dataset", str(data), "--run-dir", str(run), "--epochs", "2", *TRAIN]
+    assert main(argv) == 0
+    before = (run / "metrics.jsonl").read_text().splitlines()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--epochs", "3", *TRAIN]) == 0
+    assert capsys.readouterr().err == ""
+    after = (run / "metrics.jsonl").read_text().splitlines()
+    assert after[: len(before)] == before and len(after) > len(before)
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 3
+    assert {p.name for p in (run / "checkpoints").iterdir()} >= {"last.pt", "prev.pt", "best.pt"}
+
+
+def test_a_checkpoint_that_cannot_be_opened_is_not_called_corrupt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 42, finding 1: when the path, not the file, is at fault (here torch's memory map
+    refusing a name it cannot encode), the one line says so and advises keeping the checkpoints."""
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d")
+    run = tmp_path / os.fsdecode(b"bad\xff")
+    argv = ["train", "--dataset", str(data), "--run-dir", str(run), "--epochs", "2", *TRAIN]
+    assert main(argv) == 0
+    saved = {p.name: p.read_bytes() for p in (run / "checkpoints").iterdir()}
+    monkeypatch.setattr(checkpoint, "_utf8_path", lambda path: True)  # as before the fix
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--epochs", "3", *TRAIN]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "last.pt' cannot be read (UnicodeEncodeError: 'utf-8' codec can't encode" in err[0]
+    assert "its contents were not checked and may be intact, so keep it" in err[0]
+    assert "corrupt" not in err[0] and "delete" not in err[0], err
+    assert {p.name: p.read_bytes() for p in (run / "checkpoints").iterdir()} == saved
+
+
+def test_a_dataset_path_that_is_not_utf8_is_refused_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Issue 42, finding 1: a dataset path is recorded in config.yaml, which holds UTF-8 text, so
+    a path in other bytes is refused before anything is written, in one line naming the byte."""
+    data = tmp_path / os.fsdecode(b"data\xfe")
+    write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), data)
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", str(data), "--run-dir", str(run), *TRAIN]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].endswith(
+        "is not UTF-8 text (byte b'\\xfe' at offset "
+        f"{len(os.fsencode(tmp_path)) + 5}); a path must have a UTF-8 name here: rename it, or "
+        "link it under a UTF-8 name"
+    ), err
+    assert not run.exists()

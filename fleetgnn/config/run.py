@@ -599,7 +599,11 @@ def apply_overrides(cfg: Config, overrides: Sequence[str]) -> Config:
             raise ConfigError(
                 f"override {item!r} is not of the form key=value; e.g. train.epochs=5"
             )
-        decode_utf8(text.encode("utf-8", "surrogateescape"), f"--set {key}")  # argv bytes
+        decode_utf8(  # argv bytes; a path given in other bytes cannot be recorded in config.yaml
+            text.encode("utf-8", "surrogateescape"),
+            f"--set {key}",
+            fix="a path must have a UTF-8 name here: rename it, or link it under a UTF-8 name",
+        )
         value = _override_value(text, f"--set {key}")
         if key == "run_dir":
             cfg = dataclasses.replace(cfg, run_dir=_coerce_override(value, text, str | None, key))

@@ -138,29 +138,60 @@ def load_checkpoint(path: PathLikeStr, *, mmap: bool = False) -> dict[str, Any]:
             f"checkpoint '{p}' does not exist; start without --resume or point at a run directory "
             f"that has checkpoints/last.pt"
         )
+    # The file is opened here, by Python (bytes-safe: a name that is not valid UTF-8 opens as any
+    # other), so a failure to open or read it is never taken for a fault in its contents.
     try:
-        state = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as e:  # what the weights-only unpickler refuses
-        raise CheckpointError(
-            f"checkpoint '{p}' ({_size(p)} bytes) holds objects other than tensors and plain "
-            f"values ({_load_detail(e) or 'refused by the weights-only unpickler'}); it is "
-            f"refused, since loading it could run code: the file is truncated or corrupt, or was "
-            f"not written by fleetgnn; delete it to fall back to the previous checkpoint, or "
-            f"start a fresh run"
-        ) from e
-    except Exception as e:  # torch raises RuntimeError, EOFError, ...
-        detail = _load_detail(e)
-        raise CheckpointError(
-            f"checkpoint '{p}' ({_size(p)} bytes) is truncated or corrupt and cannot be "
-            f"loaded ({type(e).__name__}{': ' + detail if detail else ''}); delete it to fall "
-            f"back to the previous checkpoint, or start a fresh run"
-        ) from e
+        f = open(p, "rb")  # noqa: SIM115 (closed below, after torch has read it)
+    except OSError as e:
+        raise CheckpointError(_unread(p, e)) from e
+    with f:
+        try:
+            if mmap and _utf8_path(p):  # torch maps a path it encodes as UTF-8
+                state = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
+            else:
+                state = torch.load(f, map_location="cpu", weights_only=True)
+        except (OSError, UnicodeEncodeError) as e:  # the file system's fault, not the file's
+            raise CheckpointError(_unread(p, e)) from e
+        except pickle.UnpicklingError as e:  # what the weights-only unpickler refuses
+            raise CheckpointError(
+                f"checkpoint '{p}' ({_size(p)} bytes) holds objects other than tensors and plain "
+                f"values ({_load_detail(e) or 'refused by the weights-only unpickler'}); it is "
+                f"refused, since loading it could run code: the file is truncated or corrupt, or "
+                f"was not written by fleetgnn; delete it to fall back to the previous checkpoint, "
+                f"or start a fresh run"
+            ) from e
+        except Exception as e:  # torch raises RuntimeError, EOFError, ...
+            detail = _load_detail(e)
+            raise CheckpointError(
+                f"checkpoint '{p}' ({_size(p)} bytes) is truncated or corrupt and cannot be "
+                f"loaded ({type(e).__name__}{': ' + detail if detail else ''}); delete it to fall "
+                f"back to the previous checkpoint, or start a fresh run"
+            ) from e
     if not isinstance(state, dict):
         raise CheckpointError(
             f"checkpoint '{p}' holds a {type(state).__name__}, expected a dict; it was not "
             f"written by fleetgnn"
         )
     return state
+
+
+def _utf8_path(path: Path) -> bool:
+    """Whether ``path`` encodes as UTF-8 (a name with undecodable bytes holds surrogates)."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unread(path: Path, err: BaseException) -> str:
+    """One line for a checkpoint that could not be opened or read: its contents are not judged."""
+    reason = err.strerror if isinstance(err, OSError) and err.strerror else _load_detail(err)
+    return (
+        f"checkpoint '{path}' cannot be read ({type(err).__name__}: {reason}); its contents were "
+        f"not checked and may be intact, so keep it: fix the path or its permissions, or copy "
+        f"the run directory to a plain ASCII path and resume from there"
+    )
 
 
 def _size(path: Path) -> int:
