@@ -9,7 +9,10 @@ panel                       what
 ==========================  ============================================================
 loss                        training loss (solid) and validation loss (dashed) per epoch;
                             a dash-dot vertical line where a run restarted
-accuracy                    train (solid), val (dashed), test (dotted) per epoch
+accuracy / ranking          node runs: accuracy, train (solid), val (dashed), test
+                            (dotted) per epoch; link runs: AUC, AP and MRR of val
+                            (dashed) and test (dotted), and the training pairs ranked
+                            right (solid)
 time per phase              seconds in sample / gather / forward / backward /
                             communication / optimizer: stacked areas per epoch for one
                             run, one stacked bar per run (mean of its full epochs) for
@@ -22,7 +25,9 @@ bytes per link              bytes per epoch on each link kind (local, peer, h2d,
 ==========================  ============================================================
 
 Splits differ by line style (no markers), so a 200-epoch run stays readable; one run gives
-each split its own colour too, several runs one colour per run, labelled ``NAME (ENGINE)``.
+each split (link runs: each metric) its own colour too, several runs one colour per run,
+labelled ``NAME (ENGINE)``. The loss axis names the loss of the runs' task: cross-entropy per
+labelled node, or a link run's BCE (or BPR) per positive training pair.
 Every axis names what it counts and its unit. Drawing uses
 matplotlib's Agg canvas directly (no pyplot, no display), from the optional ``plot`` extra.
 """
@@ -65,6 +70,9 @@ class RunRecord:
         epochs: Epoch records from ``metrics.jsonl``, by epoch.
         events: Event records (e.g. restarts), in file order.
         summary: ``summary.json``, or ``None`` for a run that has not finished.
+        task: ``"node"`` or ``"link"`` (read off its metrics, see
+            :func:`fleetgnn.train.results.run_task`).
+        link_loss: A link run's loss (``"bce"``, ``"bpr"``), from its config.
     """
 
     path: Path
@@ -75,6 +83,8 @@ class RunRecord:
     epochs: list[dict[str, Any]] = field(repr=False)
     events: list[dict[str, Any]] = field(repr=False)
     summary: dict[str, Any] | None = field(repr=False)
+    task: str = "node"
+    link_loss: str | None = None
 
     @property
     def label(self) -> str:
@@ -96,7 +106,7 @@ def _check_record(rec: dict[str, Any], path: Path, i: int) -> None:
         raise FleetgnnError(
             f"{where}: 'epoch' must be an integer >= 0 (got {epoch!r}); the file is damaged"
         )
-    for key in ("loss", "train_acc", "val_acc", "test_acc", "val_loss", "epoch_time_s"):
+    for key in ("loss", *_QUALITY_KEYS, "val_loss", "epoch_time_s"):
         v = rec.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise FleetgnnError(
@@ -124,13 +134,18 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return obj
 
 
-def _model_from_config(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    cfg = load_yaml_file(path, "", error=FleetgnnError, fix="the file is damaged")
-    model = cfg.get("model") if isinstance(cfg, dict) else None
-    name = model.get("name") if isinstance(model, dict) else None
-    return str(name) if name is not None else None
+def _config(run: Path, summary: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's config: ``summary.json``'s copy, else ``config.yaml`` (``{}`` if neither)."""
+    cfg = (summary or {}).get("config")
+    if cfg is None and (run / "config.yaml").is_file():
+        path = run / "config.yaml"
+        cfg = load_yaml_file(path, "", error=FleetgnnError, fix="the file is damaged")
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def _section(cfg: dict[str, Any], key: str) -> dict[str, Any]:
+    value = cfg.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def load_run(path: str | os.PathLike[str], name: str | None = None) -> RunRecord:
@@ -172,7 +187,12 @@ def load_run(path: str | os.PathLike[str], name: str | None = None) -> RunRecord
     last = epochs[-1]
     engine = str((summary or {}).get("engine") or last.get("engine") or "?")
     world = (summary or {}).get("world_size") or last.get("world_size") or 1
-    model = (summary or {}).get("model") or _model_from_config(run / "config.yaml")
+    cfg = _config(run, summary)
+    model = (summary or {}).get("model") or _section(cfg, "model").get("name")
+    from fleetgnn.train.results import run_task
+
+    link = any(run_task(r) == "link" for r in [*([summary] if summary else []), *epochs])
+    link_loss = _section(cfg, "train").get("link_loss") if link else None
     return RunRecord(
         path=run,
         name=name if name is not None else (run.absolute().name or str(run)),
@@ -182,6 +202,8 @@ def load_run(path: str | os.PathLike[str], name: str | None = None) -> RunRecord
         epochs=epochs,
         events=events,
         summary=summary,
+        task="link" if link else "node",
+        link_loss=None if link_loss is None else str(link_loss),
     )
 
 
@@ -214,31 +236,43 @@ def _mean(values: list[float]) -> float:
     return sum(finite) / len(finite) if finite else float("nan")
 
 
+#: The per-epoch quality numbers of either task (``metrics.jsonl``; a task leaves the others null).
+_QUALITY_KEYS: tuple[str, ...] = (
+    "train_acc", "val_acc", "test_acc",
+    "val_auc", "val_ap", "val_mrr", "test_auc", "test_ap", "test_mrr",
+)  # fmt: skip
+
+
 def final_metrics(run: RunRecord) -> dict[str, Any]:
     """The numbers of the report's table for one run.
 
-    ``test_acc`` / ``val_acc`` / ``best_epoch`` come from ``summary.json`` (the best-validation
-    epoch) when the run finished, else from the best-validation epoch recorded so far.
+    The validation and test metrics (a node run's ``val_acc`` / ``test_acc``, a link run's
+    ``val_auc`` / ``val_ap`` / ``test_auc`` / ``test_ap`` / ``test_mrr``) and ``best_epoch``
+    come from ``summary.json`` (the best-validation epoch) when the run finished, else from the
+    best-validation epoch recorded so far (highest ``val_acc``, or ``val_auc`` for links).
     """
-    evaluated = [r for r in run.epochs if r.get("val_acc") is not None]
-    best = max(evaluated, key=lambda r: r["val_acc"], default=None)
+    select = "val_auc" if run.task == "link" else "val_acc"
+    evaluated = [r for r in run.epochs if r.get(select) is not None]
+    best = max(evaluated, key=lambda r: r[select], default=None)
     s = run.summary or {}
     full = _full_epochs(run)
     traffic = [sum(float(v) for v in (r.get("traffic") or {}).values()) for r in full]
-    return {
+    out = {
         "run": run.name,
+        "task": run.task,
         "engine": run.engine,
         "ranks": run.world_size,
         "model": run.model,
         "epochs": len(run.epochs),
         "final_loss": _number(run.epochs[-1].get("loss")),
         "best_epoch": s.get("best_epoch", None if best is None else best["epoch"]),
-        "val_acc": _number(s.get("val_acc", None if best is None else best["val_acc"])),
-        "test_acc": _number(s.get("test_acc", None if best is None else best.get("test_acc"))),
         "epoch_time_s": _mean([_number(r.get("epoch_time_s")) for r in full]),
         "bytes_per_epoch": _mean(traffic),
         "status": str(s.get("stopped", "done")) if run.summary is not None else "unfinished",
     }
+    for key in _QUALITY_KEYS[1:]:
+        out[key] = _number(s.get(key, None if best is None else best.get(key)))
+    return out
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -251,36 +285,51 @@ def render_table(runs: Sequence[RunRecord], console: Console | None = None) -> N
     """Print one row of final metrics per run (rich table).
 
     Columns: the run, engine (``xN``: N ranks), model, epochs run (``*``: unfinished, no
-    ``summary.json``), last training loss, best validation accuracy (its epoch), test accuracy
-    at that epoch, mean seconds and bytes moved per full epoch.
+    ``summary.json``), last training loss, the best-validation epoch and the metrics there
+    (node runs: validation and test accuracy; link runs: validation and test AUC, and test AP),
+    and mean seconds and bytes moved per full epoch. Node and link runs together share the
+    ``val`` and ``test`` columns (accuracy or AUC), and a ``task`` column says which each is.
     """
     console = console or Console()
-    table = Table(title="fleetgnn runs", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    metrics = [final_metrics(run) for run in runs]
+    tasks = {m["task"] for m in metrics}
+    # headers on two lines and columns one space apart: a link run's row fits 80 columns;
+    # node and link runs together share the val and test columns, and a task column says which
+    metric = {"node": "\nacc", "link": "\nauc"}[next(iter(tasks))] if len(tasks) == 1 else ""
+    table = Table(title="fleetgnn runs", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     table.add_column("run")
-    table.add_column("engine")
+    table.add_column("engine", no_wrap=True)
     table.add_column("model")
-    for col in ("epochs", "loss", "val (ep)", "test", "s/ep", "bytes/ep"):
+    if len(tasks) > 1:
+        table.add_column("task")
+    for col in ("epochs", "loss", "best\nepoch", f"val{metric}", f"test{metric}"):
         table.add_column(col, justify="right")
-    for run in runs:
-        m = final_metrics(run)
-        best = _fmt(m["val_acc"], ".3f")
-        if m["best_epoch"] is not None and best != "-":
-            best += f" ({m['best_epoch']})"
+    if "link" in tasks:
+        table.add_column("test\nap", justify="right")
+    table.add_column("s/ep", justify="right")
+    table.add_column("bytes/ep", justify="right", no_wrap=True)
+    for run, m in zip(runs, metrics, strict=True):
         epochs = str(m["epochs"]) + ("" if run.summary is not None else "*")
         engine = run.engine + (f" x{run.world_size}" if run.world_size > 1 else "")
+        key = "auc" if m["task"] == "link" else "acc"
         table.add_row(
             escape(run.name),
             escape(engine),
             escape(m["model"] or "-"),
+            *([m["task"]] if len(tasks) > 1 else []),
             epochs,
             _fmt(m["final_loss"], ".3f"),
-            best,
-            _fmt(m["test_acc"], ".3f"),
+            "-" if m["best_epoch"] is None else str(m["best_epoch"]),
+            _fmt(m[f"val_{key}"], ".3f"),
+            _fmt(m[f"test_{key}"], ".3f"),
+            *([_fmt(m["test_ap"], ".3f")] if "link" in tasks else []),
             _fmt(m["epoch_time_s"], ".3f"),
             "-" if not math.isfinite(m["bytes_per_epoch"]) else human_bytes(m["bytes_per_epoch"]),
         )
+    notes = ["val, test: accuracy of node runs, AUC of link runs"] if len(tasks) > 1 else []
     if any(run.summary is None for run in runs):
-        table.caption = "* unfinished: no summary.json (still running or interrupted)"
+        notes.append("* unfinished: no summary.json (still running or interrupted)")
+    table.caption = "\n".join(notes) or None
     console.print(table)
 
 
@@ -361,17 +410,25 @@ def plot_runs(runs: Sequence[RunRecord]) -> Any:
                     linewidth=1, label=None if restart_drawn else "restart",
                 )  # fmt: skip
                 restart_drawn = True
+        if run.task == "link":
+            _plot_ranking(ax_acc, run, name, color, single)
+            continue
         for split in ("train", "val", "test"):
             values = [_number(r.get(f"{split}_acc")) for r in run.epochs]
             if any(math.isfinite(v) for v in values):
                 ax_acc.plot(ep, values, label=f"{name}{split}", **style(split, color))
     ax_loss.set(
         title="loss per epoch (train: during the epoch, val: evaluated after it)",
-        xlabel="epoch", ylabel="cross-entropy loss (nats per labelled node)",
+        xlabel="epoch", ylabel=loss_label(runs),
     )  # fmt: skip
+    tasks = {run.task for run in runs}
     ax_acc.set(
-        title="accuracy per epoch (train: during the epoch, in training mode)",
-        xlabel="epoch", ylabel="accuracy (fraction of the split's nodes correct)",
+        title={
+            frozenset({"node"}): "accuracy per epoch (train: during the epoch, in training mode)",
+            frozenset({"link"}): "link ranking per epoch (val dashed, test dotted; "
+            "train: during the epoch)",
+        }.get(frozenset(tasks), "accuracy (node runs) and link ranking (link runs) per epoch"),
+        xlabel="epoch", ylabel="\n".join(_QUALITY_LABELS[t] for t in sorted(tasks, reverse=True)),
         ylim=(0, 1.02),
     )  # fmt: skip
     for ax in (ax_loss, ax_acc):
@@ -387,6 +444,59 @@ def plot_runs(runs: Sequence[RunRecord]) -> Any:
             ax.legend(fontsize="x-small", loc=loc, ncols=2 if len(handles) > 6 else 1)
         ax.grid(True, alpha=0.3)
     return fig
+
+
+#: The loss axis's label for each task (a link run's by its ``train.link_loss``).
+_LOSS_LABELS = {
+    "node": "cross-entropy loss (nats per labelled node)",
+    "bce": "binary cross-entropy (nats per positive training pair)",
+    "bpr": "BPR loss (nats per positive training pair)",
+}
+#: The quality axis's label for each task.
+_QUALITY_LABELS = {
+    "node": "accuracy (fraction of the split's nodes correct)",
+    "link": "AUC, AP, MRR (fraction; of the split's pairs)",
+}
+#: The colour of each link metric when the figure shows one run.
+_METRIC_COLORS = {"auc": "C0", "ap": "C1", "mrr": "C2", "train": "C3"}
+
+
+def loss_label(runs: Sequence[RunRecord]) -> str:
+    """The loss axis's label: the runs' losses, each with its unit (several: one a line)."""
+    kinds = dict.fromkeys(
+        "node" if run.task == "node" else (run.link_loss or "bce") for run in runs
+    )  # the runs' order, without repeats
+    return "\n".join(_LOSS_LABELS.get(k, f"{k} loss (nats per positive pair)") for k in kinds)
+
+
+def _plot_ranking(ax: Any, run: RunRecord, name: str, color: str, single: bool) -> None:
+    """A link run's AUC, AP and MRR per epoch (val dashed, test dotted), and training pairs.
+
+    The solid line is the fraction of the epoch's positive training pairs scored above all
+    their negatives, in training mode (an epoch line's ``train``).
+
+    One run gives each metric its own colour; several give each run one colour and draw AP
+    and MRR fainter than AUC (the metric that selects the best epoch).
+    """
+    ep = [r["epoch"] for r in run.epochs]
+    train = [_number(r.get("train_acc")) for r in run.epochs]
+    if any(math.isfinite(v) for v in train):
+        ax.plot(
+            ep, train, label=f"{name}train (positive above its negatives)",
+            color=_METRIC_COLORS["train"] if single else color, linestyle="-", linewidth=1.2,
+            alpha=1.0 if single else 0.5,
+        )  # fmt: skip
+    for metric in ("auc", "ap", "mrr"):
+        for split in ("val", "test"):
+            values = [_number(r.get(f"{split}_{metric}")) for r in run.epochs]
+            if not any(math.isfinite(v) for v in values):
+                continue
+            ax.plot(
+                ep, values, label=f"{name}{split} {metric.upper()}",
+                color=_METRIC_COLORS[metric] if single else color,
+                linestyle=SPLIT_STYLES[split], linewidth=1.4,
+                alpha=1.0 if single or metric == "auc" else 0.55,
+            )  # fmt: skip
 
 
 def _phase_rows(recs: Sequence[dict[str, Any]]) -> list[list[float]]:

@@ -90,6 +90,7 @@ from fleetgnn.train.callbacks import Callback, callback_states, load_callback_st
 from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, capture_rng, restore_rng
 from fleetgnn.train.hooks import trainer_callbacks
 from fleetgnn.train.metrics import MetricsWriter, to_json
+from fleetgnn.train.results import metric_keys, summary_note
 from fleetgnn.train.resume import (
     CHECKPOINT_FORMAT,
     CONTENT_ERRORS,
@@ -831,17 +832,16 @@ class Trainer:
         return "max_steps" if self._steps_exhausted() else None
 
     def _print_summary(self, summary: Mapping[str, Any]) -> None:
-        table = Table(
-            title=f"fleetgnn run summary ({summary['engine']})",
-            caption=TRAIN_ACC_NOTE,
-            caption_justify="left",
-        )
+        """The end-of-run table (the task's metrics first), then its footnote as plain text.
+
+        The footnote is printed apart from the table, so it wraps at the console's width, not
+        the table's (redirected output: one paragraph, not a column of short lines).
+        """
+        table = Table(title=f"fleetgnn run summary ({summary['engine']})")
         table.add_column("metric", style="bold")
         table.add_column("value", justify="right")
         for key in (
-            "test_acc",
-            "val_acc",
-            "train_acc",
+            *metric_keys(summary),
             "best_epoch",
             "final_train_loss",
             "epochs",
@@ -854,6 +854,7 @@ class Trainer:
         ):
             table.add_row(key, _fmt(summary.get(key)))
         self.console.print(table)
+        self.console.print(summary_note(summary), markup=False, highlight=False)
 
 
 def _model_name(engine: Engine, run_config: Config | None) -> str:
@@ -894,14 +895,6 @@ def _wait_for_prefetch(engine: Engine) -> None:
     drain = getattr(engine, "drain", None)
     if callable(drain):
         drain()
-
-
-#: Why the epoch lines' ``train`` and the summary's ``train_acc`` differ (under the summary table).
-TRAIN_ACC_NOTE = (
-    "accuracies are of the best-validation epoch, in evaluation mode; an epoch line's 'train' is "
-    "the training-mode accuracy over that epoch's batches (dropout on, weights still changing; "
-    "metrics.jsonl: train_acc, and eval_train_acc for evaluation mode)"
-)
 
 
 def _fmt(v: Any) -> str:
