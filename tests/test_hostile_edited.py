@@ -8,6 +8,7 @@ loss, the loss itself after every step. Each case ends in one line (exit 2), nev
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +81,11 @@ def test_nan_feature_stops_the_run_at_the_first_non_finite_loss(data, tmp_path, 
     line = _one_line(capsys, ["train", "--dataset", str(data), "--run-dir", str(run), *TRAIN])
     assert "the training loss is nan at epoch 0, step 0" in line, line
     assert f"fleetgnn info {data} --verify" in line, line
-    assert not (run / "summary.json").exists()
+    # issue 42: the stop is recorded (no epoch ended, so there is no checkpoint to keep)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped"] == "non_finite" and summary["epochs"] == 0, summary
+    assert line.endswith(summary["stop_reason"]), (line, summary)
+    assert not (run / "checkpoints").exists()
 
 
 def test_out_of_range_index_under_nproc_2_is_one_line(data, tmp_path, capsys):

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from fleetgnn.cli.main import main
 from fleetgnn.graph import write_dataset
@@ -133,4 +134,101 @@ def test_a_dataset_path_that_is_not_utf8_is_refused_up_front(
         f"{len(os.fsencode(tmp_path)) + 5}); a path must have a UTF-8 name here: rename it, or "
         "link it under a UTF-8 name"
     ), err
+    assert not run.exists()
+
+
+DEFAULTS = ["--quiet", "--set", "model.hidden=8"]  # checkpoints at the default interval (60 s)
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("fleetgnn train: error: "), lines
+    return lines[0].removeprefix("fleetgnn train: error: ")
+
+
+def test_a_diverging_run_keeps_its_summary_and_last_finite_checkpoints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Issue 42, finding 2: ``optim.lr=1e6`` with SGD reaches a NaN loss with the default
+    checkpoint interval (nothing written yet); the stop writes summary.json with the reason,
+    best.pt of the best evaluation and last.pt of the last finite epoch end."""
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d")
+    run = tmp_path / "run"
+    diverge = ["--set", "optim.lr=1e6", "--set", "optim.optimizer=sgd"]
+    argv = ["train", "--dataset", str(data), "--run-dir", str(run), "--epochs", "30"]
+    line = _one_error_line(capsys, [*argv, *DEFAULTS, *diverge])
+    assert line.startswith("the training loss is nan at epoch "), line
+    assert line.endswith(
+        f"else a learning rate too high for this model: continue from the last finite "
+        f"checkpoint with a lower one (--resume {run} --set optim.lr=...)"
+    ), line
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped"] == "non_finite" and summary["stop_reason"] == line
+    stopped_at = int(line.split(" at epoch ")[1].split(",")[0])
+    last = checkpoint.load_checkpoint(run / "checkpoints" / "last.pt")
+    assert last["trainer"]["epoch"] == stopped_at == summary["epochs"] > 0
+    assert checkpoint.first_non_finite(last["engine"]) is None
+    best = checkpoint.load_checkpoint(run / "checkpoints" / "best.pt")
+    assert best["trainer"]["best_epoch"] == summary["best_epoch"] == best["trainer"]["epoch"] - 1
+    assert checkpoint.first_non_finite(best["engine"]) is None
+
+
+def test_resume_with_the_advised_lower_lr_continues_from_the_last_finite_epoch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 42, finding 2: the stop's advice (a lower ``optim.lr`` on ``--resume``) is allowed;
+    the resumed run continues from the last finite epoch end with the new learning rate, and
+    keeps the metrics before it. Other optimizer changes are still refused in one line."""
+    from fleetgnn.engines import common
+
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d")
+    run = tmp_path / "run"
+    calls = [0]
+
+    def poisoned(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1  # one call per training step (tiny: one step per epoch)
+        loss = torch.nn.functional.cross_entropy(logits, target, reduction="none")
+        return loss * float("nan") if calls[0] == 3 else loss
+
+    monkeypatch.setattr(common, "cross_entropy", poisoned)
+    argv = ["train", "--dataset", str(data), "--run-dir", str(run), *DEFAULTS]
+    line = _one_error_line(capsys, [*argv, "--epochs", "5"])
+    assert line.startswith("the training loss is nan at epoch 2, step 0; the run is stopped"), line
+    monkeypatch.undo()
+    before = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["epoch"] for r in before] == [0, 1]
+    assert json.loads((run / "summary.json").read_text())["stopped"] == "non_finite"
+
+    resume = ["train", "--resume", str(run), "--epochs", "4", *DEFAULTS]
+    refused = _one_error_line(capsys, [*resume, "--set", "optim.optimizer=sgd"])
+    assert refused == (
+        "cannot resume: the config differs from the checkpoint's in optim.optimizer: checkpoint "
+        "'adam', now 'sgd'. Resume with the original config (of optim, only lr and weight_decay "
+        "may change on resume), or start a fresh run directory"
+    )
+    assert main([*resume, "--set", "optim.lr=0.005"]) == 0
+    after = (run / "metrics.jsonl").read_text().splitlines()
+    assert after[:2] == before and [json.loads(r)["epoch"] for r in after] == [0, 1, 2, 3]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped"] == "epochs" and "stop_reason" not in summary
+    last = checkpoint.load_checkpoint(run / "checkpoints" / "last.pt")
+    assert last["config"]["optim"]["lr"] == 0.005
+    assert [g["lr"] for g in last["engine"]["optimizer"]["param_groups"]] == [0.005]
+
+
+def test_an_infinite_learning_rate_is_refused_by_validation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Issue 42, finding 2: ``optim.lr=.inf`` used to pass validation and stop at a NaN loss."""
+    run = tmp_path / "run"
+    for value, shown in ((".inf", "inf"), (".nan", "nan")):
+        line = _one_error_line(
+            capsys, ["train", "--run-dir", str(run), "--set", f"optim.lr={value}"]
+        )
+        assert line == (
+            f"optim.lr={shown} is invalid: must be a finite number > 0 (e.g. optim.lr=0.01)"
+        ), line
     assert not run.exists()

@@ -30,6 +30,7 @@ for the cross-section rules. Configs never read environment variables.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -225,8 +226,9 @@ class OptimConfig(Knobs):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.lr > 0, "lr", self.lr, "must be > 0 (e.g. {key}=0.01)")
-        check(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
+        lr, wd = self.lr, self.weight_decay
+        check(0 < lr < math.inf, "lr", lr, "must be a finite number > 0 (e.g. {key}=0.01)")
+        check(0 <= wd < math.inf, "weight_decay", wd, "must be a finite number >= 0 (e.g. {key}=0)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -220,6 +220,36 @@ def _load_detail(err: BaseException, limit: int = 200) -> str:
     return m.group(0) if m else ""
 
 
+def first_non_finite(state: Any) -> str | None:
+    """The key path (``model.conv.weight``) of a floating tensor of ``state`` holding NaN or inf.
+
+    ``None`` when all are finite. Walks dicts, lists and tuples; one device synchronisation per
+    device the tensors are on.
+    """
+    found: list[tuple[str, torch.Tensor]] = []
+
+    def walk(obj: Any, path: str) -> None:
+        if isinstance(obj, torch.Tensor):
+            if obj.is_floating_point() or obj.is_complex():
+                found.append((path, torch.isfinite(obj.detach()).all()))
+        elif isinstance(obj, Mapping):
+            for k, v in obj.items():
+                walk(v, f"{path}.{k}" if path else str(k))
+        elif isinstance(obj, list | tuple):
+            for i, v in enumerate(obj):
+                walk(v, f"{path}.{i}" if path else str(i))
+
+    walk(state, "")
+    by_device: dict[torch.device, list[int]] = {}
+    for i, (_, flag) in enumerate(found):
+        by_device.setdefault(flag.device, []).append(i)
+    for idx in by_device.values():
+        ok = torch.stack([found[i][1] for i in idx]).cpu()
+        if not bool(ok.all()):
+            return found[idx[int((~ok).nonzero()[0])]][0]
+    return None
+
+
 class CheckpointDir:
     """A run's checkpoints: the newest two (``last.pt``, ``prev.pt``) and ``best.pt``.
 

@@ -12,6 +12,7 @@ continue from; :func:`check_resumable` runs the config checks without an engine 
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,6 +43,15 @@ RESUME_TRAIN_KEYS: tuple[str, ...] = (
     "lr_scheduler_args",
     "lr_scheduler_interval",
 )
+
+#: ``optim.*`` keys that may change on resume (the others must match): a changed ``lr`` scales
+#: every learning rate the checkpoint holds (its optimizer's and its schedule's) by new / old, so
+#: a schedule goes on from where it was; a changed ``weight_decay`` replaces the checkpoint's.
+RESUME_OPTIM_KEYS: tuple[str, ...] = ("lr", "weight_decay")
+#: Learning rates of an optimizer's parameter group (``torch.optim`` and its schedulers' keys).
+_GROUP_LRS = ("lr", "initial_lr", "max_lr", "min_lr")
+#: Learning rates in a scheduler's state.
+_SCHEDULE_LRS = ("base_lrs", "_last_lr", "max_lrs", "min_lrs")
 
 
 @dataclasses.dataclass
@@ -405,8 +415,9 @@ def _check_resumable(saved: Mapping[str, Any], cfg: Config) -> None:
         ra, rb = (
             (model_section_resolved(a), model_section_resolved(b)) if section == "model" else (a, b)
         )
+        free = RESUME_OPTIM_KEYS if section == "optim" else ()
         for k in b:
-            if ra.get(k) != rb[k]:
+            if ra.get(k) != rb[k] and k not in free:
                 diffs.append(f"{section}.{k}: checkpoint {a.get(k)!r}, now {b[k]!r}")
     for k in RESUME_TRAIN_KEYS:
         a = saved.get("train", {}).get(k)
@@ -416,5 +427,43 @@ def _check_resumable(saved: Mapping[str, Any], cfg: Config) -> None:
         raise ConfigError(
             "cannot resume: the config differs from the checkpoint's in "
             + "; ".join(diffs)
-            + ". Resume with the original config, or start a fresh run directory"
+            + ". Resume with the original config (of optim, only "
+            + " and ".join(RESUME_OPTIM_KEYS)
+            + " may change on resume), or start a fresh run directory"
         )
+
+
+def apply_optim_changes(ckpt: Mapping[str, Any], run_config: Config | None) -> None:
+    """Bring ``ckpt``'s optimizer settings to ``run_config``'s where they changed (in place).
+
+    Only the :data:`RESUME_OPTIM_KEYS`: a new ``optim.lr`` scales the learning rates of the
+    optimizer's parameter groups and of the schedule's state by new / old; a new
+    ``optim.weight_decay`` is set on every group. An engine state without a ``torch.optim``
+    state dict under ``"optimizer"`` is left as it is.
+    """
+    saved = ckpt.get("config")
+    if run_config is None or not isinstance(saved, Mapping):
+        return
+    old, new = saved.get("optim", {}), run_config.optim
+    engine = ckpt.get("engine")
+    optim = engine.get("optimizer") if isinstance(engine, Mapping) else None
+    groups = optim.get("param_groups") if isinstance(optim, Mapping) else None
+    if not isinstance(groups, list):
+        return
+    was = old.get("lr")
+    scalable = isinstance(was, float | int) and math.isfinite(was) and was > 0
+    ratio = new.lr / was if scalable else 1.0
+    for group in groups:
+        if not scalable:  # a learning rate no validation would pass now: start from the new one
+            group["lr"] = new.lr
+        elif ratio != 1.0:
+            for k in _GROUP_LRS:
+                if isinstance(group.get(k), float | int):
+                    group[k] = group[k] * ratio
+        if old.get("weight_decay") != new.weight_decay and "weight_decay" in group:
+            group["weight_decay"] = new.weight_decay
+    schedule = (ckpt.get("callbacks") or {}).get("lr_scheduler")
+    if ratio != 1.0 and isinstance(schedule, dict):
+        for k in _SCHEDULE_LRS:
+            if isinstance(schedule.get(k), list):
+                schedule[k] = [v * ratio if isinstance(v, float | int) else v for v in schedule[k]]

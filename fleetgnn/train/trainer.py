@@ -87,7 +87,13 @@ from fleetgnn.engines.common import device_clock, peak_device_memory
 from fleetgnn.errors import ConfigError, NonFiniteLossError
 from fleetgnn.tasks import task_of
 from fleetgnn.train.callbacks import Callback, callback_states, load_callback_states
-from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, capture_rng, restore_rng
+from fleetgnn.train.checkpoint import (
+    CheckpointDir,
+    CheckpointError,
+    capture_rng,
+    first_non_finite,
+    restore_rng,
+)
 from fleetgnn.train.hooks import trainer_callbacks
 from fleetgnn.train.metrics import MetricsWriter, to_json
 from fleetgnn.train.results import metric_keys, summary_note
@@ -95,6 +101,7 @@ from fleetgnn.train.resume import (
     CHECKPOINT_FORMAT,
     CONTENT_ERRORS,
     TrainState,
+    apply_optim_changes,
     checked_state,
     engine_config_dict,
 )
@@ -380,6 +387,9 @@ class Trainer:
         except KeyboardInterrupt:
             self._save_on_interrupt()
             raise
+        except NonFiniteLossError as e:
+            self._stop_non_finite(spe, e)
+            raise
         finally:
             self._writer = None
             if writer is not None:
@@ -396,14 +406,33 @@ class Trainer:
 
     def _non_finite(self, epoch: int, step: int, loss: float) -> NonFiniteLossError:
         """The one-line error for a NaN or infinite training loss at ``epoch``, ``step``."""
-        data = self.run_config.data.dataset if self.run_config is not None else None
         rank = f" on rank {self.engine.rank}" if int(self.engine.world_size) > 1 else ""
         return NonFiniteLossError(
-            f"the training loss is {loss} at epoch {epoch}, step {step}{rank}; the run is "
-            f"stopped: likely non-finite values in the features or edge weights (check them "
-            f"with 'fleetgnn info {data or 'DATASET'} --verify'), else a learning rate too high "
-            f"for this model (lower optim.lr)"
+            f"the training loss is {loss} at epoch {epoch}, step {step}{rank}; {self._stopped()}"
         )
+
+    def _stopped(self) -> str:
+        """The likely causes and fixes of a non-finite stop (the tail of its one line)."""
+        data = self.run_config.data.dataset if self.run_config is not None else None
+        return (
+            f"the run is stopped: likely non-finite values in the features or edge weights "
+            f"(check them with 'fleetgnn info {data or 'DATASET'} --verify'), else a learning "
+            f"rate too high for this model: continue from the last finite checkpoint with a "
+            f"lower one (--resume {self.run_dir} --set optim.lr=...)"
+        )
+
+    def _check_finite(self, epoch: int) -> None:
+        """Stop (NonFiniteLossError) when the model or optimizer state holds NaN or inf.
+
+        At every epoch end, before the evaluation (a diverged model is never the best epoch),
+        and before each checkpoint, so the checkpoints stay finite.
+        """
+        bad = first_non_finite(self.engine.state_dict())
+        if bad is not None:
+            raise NonFiniteLossError(
+                f"the engine state's {bad} holds NaN or inf after {self.state.global_step} steps "
+                f"(epoch {epoch}); {self._stopped()}"
+            )
 
     def _steps_exhausted(self) -> bool:
         """Whether the run has taken its ``train.max_steps`` steps."""
@@ -463,6 +492,7 @@ class Trainer:
         own_time = train_time
         stats, train_time = self._aggregate(st.partial, epoch, train_time, epoch_end=not partial)
 
+        self._check_finite(epoch)
         last = epoch == tc.epochs - 1 or self._steps_exhausted()
         evaluated = (epoch + 1) % tc.eval_every == 0 or last
         # the training numbers go on record first: an evaluation that dies leaves them there
@@ -673,6 +703,7 @@ class Trainer:
         A best epoch kept in memory (:meth:`_take_snapshot`) is written as ``best.pt`` first.
         Collective in multi-rank runs (every rank calls it; rank 0 writes).
         """
+        self._check_finite(self.state.epoch)  # never a checkpoint of a diverged model
         engine_state = self.engine.state_dict()  # on every rank: it may communicate
         # every rank's partial-epoch sums (collective), so a resumed rank gets back its own
         comm = getattr(self.engine, "comm", None)
@@ -721,6 +752,23 @@ class Trainer:
                 stacklevel=2,
             )
 
+    def _stop_non_finite(self, spe: int, err: NonFiniteLossError) -> None:
+        """Keep what was good when NaN or inf stops the run (rank 0 writes).
+
+        The last epoch end's checkpoint kept in memory (and the best epoch's) is written, as on
+        an interrupt: both passed :meth:`_check_finite`, so ``last.pt`` is the last finite state
+        and ``best.pt`` the last good evaluation's. ``summary.json`` records the best epoch so
+        far with ``stopped: "non_finite"`` and the error's line as ``stop_reason``.
+        """
+        self._save_on_interrupt()
+        if not self.is_main:
+            return
+        summary = {**self._summary(spe), "stopped": "non_finite", "stop_reason": str(err)}
+        try:
+            atomic_write_text(self.summary_path, to_json(summary) + "\n")
+        except OSError as e:  # the stop's own line is the one to print
+            warnings.warn(f"could not write the summary ({e.strerror or e})", stacklevel=2)
+
     def _restore(self, spe: int) -> bool:
         """Restore the newest checkpoint that fits this run (``last.pt``, else ``prev.pt``).
 
@@ -748,6 +796,7 @@ class Trainer:
             ConfigError: The run's config differs from the checkpoint's where it matters.
         """
         state = checked_state(ckpt, self.engine, self.run_config, spe)
+        apply_optim_changes(ckpt, self.run_config)  # e.g. a lower optim.lr after a NaN stop
         restore_rng(ckpt["rng"])
         try:
             self.engine.load_state_dict(ckpt["engine"])

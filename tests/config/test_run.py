@@ -163,7 +163,7 @@ def test_bad_values(item: str, pattern: str) -> None:
 @pytest.mark.parametrize(
     ("items", "pattern"),
     [
-        (["optim.lr=0"], r"optim\.lr=0\.0 is invalid: must be > 0"),
+        (["optim.lr=0"], r"optim\.lr=0\.0 is invalid: must be a finite number > 0"),
         (["optim.weight_decay=-1"], r"optim\.weight_decay=-1\.0.*>= 0"),
         (["train.epochs=0"], r"train\.epochs=0.*>= 1"),
         (["train.patience=0"], r"train\.patience=0"),
