@@ -9,7 +9,7 @@ it epoch by epoch and step by step; everything random in an epoch is keyed by
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 # the link kinds traffic is reported in, re-exported for engines and the Trainer
@@ -50,6 +50,14 @@ class StepStats:
     times: Mapping[str, float] = dataclasses.field(default_factory=dict)
     traffic: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
+    def ready(self) -> bool:
+        """Always: its numbers are on the host (unlike a ``PendingStepStats``'s)."""
+        return True
+
+    def resolve(self) -> StepStats:
+        """Itself (the numbers are resolved)."""
+        return self
+
 
 @dataclasses.dataclass(frozen=True)
 class EpochStats:
@@ -83,6 +91,17 @@ class EpochStats:
 StepCallback = Callable[[int, StepStats], None]
 
 
+def resolve_steps(stats: Sequence[Any]) -> list[StepStats]:
+    """The plain :class:`StepStats` of steps possibly in flight, waiting once (for the last).
+
+    A step's device work finishes before the next one's, so after the last step's numbers are
+    read every earlier step's are ready.
+    """
+    if stats:
+        stats[-1].resolve()
+    return [s.resolve() for s in stats]
+
+
 @runtime_checkable
 class Engine(Protocol):
     """A training strategy.
@@ -96,9 +115,12 @@ class Engine(Protocol):
 
     ``run_epoch(epoch, start_step, on_step)`` runs steps ``start_step .. steps_per_epoch() - 1`` of
     ``epoch``; after each step it calls ``on_step(step, stats)`` (the Trainer checkpoints and
-    updates progress there). Batches, sampling and dropout of a step depend only on
-    ``(seed, epoch, step)``, never on earlier steps' random draws, so resuming at ``start_step``
-    reproduces the uninterrupted run.
+    updates progress there). ``stats`` may still be in flight on the device
+    (:class:`~fleetgnn.engines.marks.PendingStepStats`: ``ready()`` says whether reading its
+    numbers would wait, ``resolve()`` gives the plain :class:`StepStats`); the list
+    ``run_epoch`` returns holds resolved ones. Batches, sampling and dropout of a step depend
+    only on ``(seed, epoch, step)``, never on earlier steps' random draws, so resuming at
+    ``start_step`` reproduces the uninterrupted run.
     """
 
     name: str
@@ -259,7 +281,7 @@ class FullGraphEngineBase(EngineBase):
             out.append(stats)
             if on_step is not None:
                 on_step(0, stats)
-        return out
+        return resolve_steps(out)
 
 
 def run_steps(
@@ -267,7 +289,8 @@ def run_steps(
 ) -> list[StepStats]:
     """Steps ``start_step..`` of ``epoch`` through ``engine.train_step``, in order.
 
-    The loop of engines that run each step inline; ``on_step(step, stats)`` after each.
+    The loop of engines that run each step inline; ``on_step(step, stats)`` after each (stats
+    possibly in flight); returns the resolved stats.
     """
     out = []
     for step in range(start_step, engine.steps_per_epoch()):
@@ -275,4 +298,4 @@ def run_steps(
         out.append(stats)
         if on_step is not None:
             on_step(step, stats)
-    return out
+    return resolve_steps(out)

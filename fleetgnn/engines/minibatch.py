@@ -169,6 +169,7 @@ class _Batch:
     traffic: dict[str, int]
     edges: EdgeBatch | None = None  # a link task's edge batch (its seeds are ``seeds``)
     edge_attr: list[torch.Tensor] | None = None  # each block's edge rows (edge-feature models)
+    target: torch.Tensor | None = None  # the seeds' labels on the device (node task)
 
 
 class MinibatchEngine(SampledEngine):
@@ -377,9 +378,11 @@ class MinibatchEngine(SampledEngine):
         x = self._features(blocks[0].src_ids)
         # edge rows through the store here, on the store's group, like the node rows
         attr = None if self.edge_rows is None else self.edge_rows.block_rows(blocks)
+        # the labels too: read on the host and copied here, not on the step's critical path
+        target = None if self.link else self.y[seeds].to(self.device, non_blocking=True)
         t2 = time.perf_counter()
         traffic = {k: v["bytes"] for k, v in self.store_meter.delta(before).items()}
-        return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, count, traffic, edges, attr)
+        return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, count, traffic, edges, attr, target)
 
     # ------------------------------------------------------------------ training
     def _epoch_start(self) -> None:
@@ -464,8 +467,8 @@ class MinibatchEngine(SampledEngine):
             if batch.edges is not None:
                 task = self.task
                 return edge_batch_loss(self.module, task, logits, batch.edges, self.loss)  # type: ignore[arg-type]
-            target = self.y[batch.seeds].to(self.device)
-            return StepLoss.of(self.loss, logits, target, batch.global_count)
+            assert batch.target is not None  # prepare reads a node task's labels
+            return StepLoss.of(self.loss, logits, batch.target, batch.global_count)
 
         # sample and gather: the work spent preparing this batch; how much of it was hidden
         # behind the previous step is the epoch's prefetch_hidden_s

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from fleetgnn.engines.base import DistributedEngine, StepCallback, StepStats
+from fleetgnn.engines.base import DistributedEngine, StepCallback, StepStats, resolve_steps
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.inference import streaming_metrics
 from fleetgnn.engines.step import Prefetcher
@@ -55,9 +55,9 @@ class SampledEngine(DistributedEngine):
             stats = self._run_step(epoch, step, batch, waited)
             out.append(stats)
             if on_step is not None:
-                on_step(step, stats)
+                on_step(step, stats)  # possibly still in flight on the device
         self._epoch_end()
-        return out
+        return resolve_steps(out)  # the epoch's one wait for the device
 
     def drain(self) -> None:
         """Wait for the batch the prefetch thread may still prepare (after an early stop)."""

@@ -42,8 +42,8 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from fleetgnn.engines.base import StepStats
 from fleetgnn.engines.common import LossFn, autocast
+from fleetgnn.engines.marks import Marks, PendingStepStats, marks_for
 from fleetgnn.ops import LOW_PRECISION
 from fleetgnn.tasks import NODE_CLASSIFICATION, Task
 
@@ -58,13 +58,14 @@ class StepLoss:
         total: Sum of the per-node losses (a tensor, or a float when the engine's own backward
             builds the graph it differentiates).
         loss: The scalar :func:`train_step` back-propagates (``None`` with an engine backward).
-        correct: Correctly classified training nodes.
+        correct: Correctly classified training nodes (a tensor where the step computed it on
+            its device: read after the step, not during it).
         count: Training nodes.
     """
 
     total: torch.Tensor | float
     loss: torch.Tensor | None
-    correct: int
+    correct: int | torch.Tensor
     count: int
 
     @classmethod
@@ -138,7 +139,7 @@ def sync_gradients(module: torch.nn.Module, comm: Any) -> None:
 def train_step(
     module: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    clock: Callable[[], float],
+    marks: Marks,
     forward: Callable[[], StepLoss],
     *,
     comm: Any = None,
@@ -148,13 +149,18 @@ def train_step(
     hidden_comm: Callable[[], float] | None = None,
     clip_grad_norm: float | None = None,
     precision: contextlib.AbstractContextManager[Any] | None = None,
-) -> StepStats:
+) -> PendingStepStats:
     """One optimisation step: forward and loss, backward, gradient sync, clipping, optimizer.
+
+    Nothing here reads a device value on the host: phase boundaries are marks in the device's
+    queue and the step's loss sum and correct count are staged to the host behind them
+    (:mod:`fleetgnn.engines.marks`), so on an accelerator the host issues the next step while
+    this one runs. The returned stats resolve once the device has passed the step's last mark.
 
     Args:
         module: The model whose gradients are synchronised (unwrapped).
         optimizer: Over ``module``'s parameters.
-        clock: The engine's phase clock (:func:`~fleetgnn.engines.common.device_clock`).
+        marks: The engine device's phase marks (:func:`~fleetgnn.engines.marks.marks_for`).
         forward: Runs the forward and the loss of this rank's part of the step.
         comm: The engine's metered communicator (``None``: one process, no sync).
         meter: The communicator's traffic meter; what it records during the step is the
@@ -170,51 +176,52 @@ def train_step(
             (:func:`~fleetgnn.engines.common.autocast`).
 
     Returns:
-        The step's :class:`~fleetgnn.engines.base.StepStats` (``times`` keys from
-        :data:`~fleetgnn.engines.base.TIME_KEYS`).
+        The step's stats (``times`` keys from :data:`~fleetgnn.engines.base.TIME_KEYS`), in
+        flight until the device has run the step.
     """
     before = meter.snapshot() if meter is not None else None
     amp = precision if precision is not None else contextlib.nullcontext()
-    t0 = clock()
+    t0 = marks.mark()
     with amp:
         out = forward()
-    t1 = clock()
+    t1 = marks.mark()
     optimizer.zero_grad(set_to_none=True)
     if backward is not None:
         with amp:
             backward(out)
     elif out.loss is not None:
         out.loss.backward()
-    t2 = clock()
+    t2 = marks.mark()
+    spans: dict[str, list[tuple[Any, Any]]] = {"forward": [(t0, t1)], "backward": [(t1, t2)]}
+    t3 = t2
     if comm is not None and comm.world_size > 1:
         sync_gradients(module, comm)
-        t3 = clock()
-    else:  # one process: nothing to synchronise, and no clock noise charged to communication
-        t3 = t2
+        t3 = marks.mark()
+        spans["communication"] = [(t2, t3)]
+    # else one process: nothing to synchronise, and no clock noise charged to communication
     if clip_grad_norm is not None:  # after the sync: every rank clips the same global gradient
         torch.nn.utils.clip_grad_norm_(module.parameters(), clip_grad_norm)
     optimizer.step()
-    t4 = clock()
-    times = {
+    total = out.total.detach() if isinstance(out.total, torch.Tensor) else out.total
+    staged = marks.stage([total, out.correct])
+    t4 = marks.mark()
+    spans["optimizer"] = [(t3, t4)]
+    spans["total"] = [(t0, t4)]
+    offsets = {
         "sample": prepared.sample,
         "gather": prepared.gather,
-        "forward": t1 - t0,
-        "backward": t2 - t1,
-        "communication": (hidden_comm() if hidden_comm is not None else 0.0) + (t3 - t2),
-        "optimizer": t4 - t3,
-        "total": t4 - t0 + prepared.inline,
+        "communication": hidden_comm() if hidden_comm is not None else 0.0,
+        "total": prepared.inline,
     }
     traffic = dict(prepared.traffic)
     if meter is not None:
         for k, v in meter.delta(before).items():
             traffic[k] = traffic.get(k, 0) + v["bytes"]
-    total = out.total
-    loss_total = float(total.detach()) if isinstance(total, torch.Tensor) else float(total)
-    return StepStats(loss_total, out.correct, out.count, times, traffic)
+    return PendingStepStats(marks, staged, out.count, spans, offsets, traffic, t4)
 
 
-def run_step(engine: Any, forward: Callable[[], StepLoss], **kwargs: Any) -> StepStats:
-    """:func:`train_step` with the engine's own module, optimizer, clock, comm and meter.
+def run_step(engine: Any, forward: Callable[[], StepLoss], **kwargs: Any) -> PendingStepStats:
+    """:func:`train_step` with the engine's own module, optimizer, marks, comm and meter.
 
     ``comm`` and ``meter`` are ``None`` on a single-process engine; ``clip_grad_norm`` and the
     mixed-precision context (``autocast``) are the engine config's. ``kwargs``: ``backward``,
@@ -224,7 +231,7 @@ def run_step(engine: Any, forward: Callable[[], StepLoss], **kwargs: Any) -> Ste
     return train_step(
         engine.module,
         engine.optimizer,
-        engine.clock,
+        marks_for(engine.device, getattr(engine, "clock", None)),
         forward,
         comm=getattr(engine, "comm", None),
         meter=getattr(engine, "meter", None),

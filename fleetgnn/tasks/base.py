@@ -25,12 +25,13 @@ class LossTerms:
 
     Attributes:
         total: Sum of the per-item losses (a tensor carrying the autograd graph).
-        correct: Items the model gets right (node classes; link pairs on the right side of 0).
+        correct: Items the model gets right (node classes; link pairs on the right side of 0);
+            a 0-d tensor on the logits' device, so the step does not read it on the host.
         count: Items the loss is summed over (training nodes; scored pairs).
     """
 
     total: torch.Tensor
-    correct: int
+    correct: int | torch.Tensor
     count: int
 
 

@@ -210,7 +210,7 @@ class LinkPrediction:
         per_pos = (loss or self.loss_fn)(scores)
         if scores.shape[0] == 0:
             return LossTerms(per_pos.sum(), 0, 0)
-        correct = int((scores[:, 0:1] > scores[:, 1:]).all(dim=1).sum())
+        correct = (scores[:, 0:1] > scores[:, 1:]).all(dim=1).sum()  # a device count
         return LossTerms(per_pos.sum(), correct, int(scores.shape[0]))
 
     # ------------------------------------------------------------------ evaluation

@@ -85,7 +85,8 @@ class NodeClassification:
                 f"'loss' must return one loss per node, shape {tuple(target.shape[:1])} (got "
                 f"{got}); use reduction='none', e.g. torch.nn.CrossEntropyLoss(reduction='none')"
             )
-        correct = int((logits.argmax(dim=1) == target).sum()) if target.numel() else 0
+        # a device count: the step reads it on the host only after it has run
+        correct = (logits.argmax(dim=1) == target).sum() if target.numel() else 0
         return LossTerms(per_node.sum(), correct, int(target.numel()))
 
     def metric_sums(

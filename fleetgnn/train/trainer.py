@@ -55,6 +55,7 @@ numbers, the ``extra`` field) and, in multi-rank runs, ``rank_extra() -> Mapping
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -449,28 +450,50 @@ class Trainer:
         t0 = clock()
         self.phase = f"training (epoch {epoch}, step {start})"
 
+        # steps the engine ran whose numbers the device may still be computing: read once it
+        # has (StepStats.ready), so the host never waits for the device between steps
+        pending: list[tuple[int, Any]] = []
+
+        def settle(wait: bool) -> None:
+            """Read the pending steps the device has run (all of them when ``wait``), in order.
+
+            Each goes through the non-finite loss check, the epoch's sums and the callbacks;
+            then the bar shows the running loss.
+            """
+            if wait and pending:
+                pending[-1][1].resolve()  # one wait: the earlier steps finished before it
+            while pending and (wait or pending[0][1].ready()):
+                step, stats = pending.pop(0)
+                stats = stats.resolve()
+                if not math.isfinite(stats.loss_sum):
+                    pending.clear()
+                    raise self._non_finite(epoch, step, stats.loss_sum)
+                st.partial.add(stats)
+                for cb in self.callbacks:  # before a checkpoint this step triggers
+                    cb.on_step_end(self, epoch, step, stats)
+            running = st.partial.loss_sum / st.partial.count if st.partial.count else None
+            progress.update(task, loss=_fmt(running))
+
         def on_step(step: int, stats: StepStats) -> None:
             if step != st.next_step:
                 raise RuntimeError(
                     f"engine {self.engine.name!r} reported step {step} of epoch {epoch}, expected "
                     f"{st.next_step}: run_epoch must report every step in order"
                 )
-            if not math.isfinite(stats.loss_sum):
-                raise self._non_finite(epoch, step, stats.loss_sum)
-            st.partial.add(stats)
+            pending.append((step, stats))
             st.next_step = step + 1
             self.phase = f"training (epoch {epoch}, step {st.next_step})"
             st.global_step += 1
-            for cb in self.callbacks:  # before a checkpoint this step triggers
-                cb.on_step_end(self, epoch, step, stats)
-            running = st.partial.loss_sum / st.partial.count if st.partial.count else None
-            progress.update(task, completed=st.next_step, loss=_fmt(running))
+            settle(wait=False)
+            progress.update(task, completed=st.next_step)
             stop = self._steps_exhausted() and st.next_step < spe  # checkpointed after evaluation
             every = tc.checkpoint_every
             if every > 0 and st.global_step % every == 0 and st.next_step < spe and not stop:
+                settle(wait=True)  # a checkpoint holds every step's sums, all finite
                 st.partial.elapsed_s = base_elapsed + (clock() - t0)
                 self._save_checkpoint(spe)
             if stop:
+                settle(wait=True)
                 raise _MaxStepsReached
 
         returned: list[StepStats] = []
@@ -481,6 +504,11 @@ class Trainer:
         except _MaxStepsReached:
             partial = True
             _wait_for_prefetch(self.engine)
+        except BaseException:  # an interrupt: the steps run so far go into the sums it saves
+            with contextlib.suppress(Exception):
+                settle(wait=True)
+            raise
+        settle(wait=True)  # the epoch's one wait for the device
         if not partial and (st.next_step != spe or len(returned) != spe - start):
             raise RuntimeError(
                 f"engine {self.engine.name!r} ran steps {start}..{st.next_step - 1} of epoch "

@@ -9,6 +9,7 @@ import torch
 from fleetgnn.config import load_config
 from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines.base import StepStats
+from fleetgnn.engines.marks import HostMarks
 from fleetgnn.engines.step import StepLoss, train_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import open_dataset, write_dataset
@@ -128,7 +129,7 @@ def test_clipping_bounds_the_synchronised_gradient_norm() -> None:
             real()
 
         opt.step = step
-        train_step(m, opt, lambda: 0.0, forward, clip_grad_norm=clip)
+        train_step(m, opt, HostMarks(), forward, clip_grad_norm=clip).resolve()
         return seen[0], m.weight.detach()
 
     raw, w_raw = run(None)
