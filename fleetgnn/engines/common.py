@@ -23,6 +23,7 @@ from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn import check_model
+from fleetgnn.nn.pyg import PygModel
 from fleetgnn.tasks import NODE_CLASSIFICATION, check_label_range
 from fleetgnn.tasks.base import LossFn as LossFn
 from fleetgnn.tasks.node import check_label_bounds
@@ -484,7 +485,43 @@ def setup_model(
         default_optimizer(module) if optimizer is None else check_optimizer(optimizer, module)
     )
     engine.loss = loss if loss is not None else cross_entropy
+    classes = getattr(engine, "num_classes", None)  # set by node-classification engines only
+    if loss is None and classes is not None:
+        check_output_width(module, int(classes))
     return module
+
+
+def check_output_width(module: torch.nn.Module, num_classes: int) -> None:
+    """Check the model's first output against the classes: ``[B, num_classes]``, once.
+
+    A forward hook that removes itself after the first forward, so later steps cost nothing.
+    Without it a model with more outputs than classes trains with no word (12 outputs for 7
+    classes: the extra columns only ever lose) and one with fewer fails inside the loss with
+    torch's "Target 5 is out of bounds".
+
+    Raises:
+        ConfigError: At the first forward, the output is not ``[B, num_classes]``: one line
+            naming the model and both shapes.
+    """
+
+    def hook(mod: torch.nn.Module, args: Any, out: Any) -> None:
+        handle.remove()
+        if isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[1] != num_classes:
+            raise ConfigError(
+                f"the model {_module_name(mod)} returns {list(out.shape)} on the first batch; "
+                f"node classification on this dataset expects [{out.shape[0]}, {num_classes}] "
+                f"(one score per class, {num_classes} classes): make its last layer output "
+                f"{num_classes} features (e.g. out_channels={num_classes})"
+            )
+
+    handle = module.register_forward_hook(hook)
+
+
+def _module_name(module: torch.nn.Module) -> str:
+    """``GraphSAGE`` for a model, ``from_pyg(GraphSAGE)`` for an adapted PyG one."""
+    if isinstance(module, PygModel):
+        return f"from_pyg({type(module.pyg).__name__})"
+    return type(module).__name__
 
 
 def check_fanouts(fanouts: Sequence[int], model: torch.nn.Module) -> None:

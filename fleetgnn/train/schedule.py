@@ -21,6 +21,7 @@ run continues the schedule exactly where the uninterrupted one was.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,7 @@ def build_scheduler(schedule: Schedule, optimizer: torch.optim.Optimizer) -> Any
             f"{_KEY}=ReduceLROnPlateau steps on the validation loss, at epoch ends: set "
             f"train.lr_scheduler_interval=epoch"
         )
+    _check_args(name, args)
     where = f"train.lr_scheduler_args={args!r} do not fit {name}"
     try:
         inspect.signature(cls).bind(optimizer, **args)
@@ -98,6 +100,37 @@ def build_scheduler(schedule: Schedule, optimizer: torch.optim.Optimizer) -> Any
     except (TypeError, ValueError, KeyError, ZeroDivisionError) as e:
         detail = " ".join(str(e).split())[:200]
         raise ConfigError(f"{where}: {detail}") from None
+
+
+#: Scheduler arguments that count steps or epochs (``T_mult``: a factor of them): ints >= 1.
+_COUNTS = ("step_size", "T_max", "T_0", "T_mult", "total_steps", "epochs", "steps_per_epoch")
+#: Scheduler arguments that multiply a learning rate or are one: numbers > 0.
+_POSITIVE = ("gamma", "max_lr", "base_lr", "factor")
+#: Scheduler arguments that floor a learning rate or count from zero: numbers >= 0.
+_NONNEGATIVE = ("eta_min", "min_lr", "total_iters", "patience", "cooldown")
+
+
+def _check_args(name: str, args: Mapping[str, Any]) -> None:
+    """Refuse scheduler arguments torch takes but that make the learning rate NaN, inf or < 0.
+
+    Torch checks few of them (``StepLR(step_size=-1, gamma=nan)`` builds, and every parameter
+    becomes NaN); here every number must be finite, counts ints >= 1, factors > 0 and floors
+    >= 0, each refused in one line naming the argument.
+    """
+    for key, value in args.items():
+        where = f"train.lr_scheduler_args.{key}={value!r} is invalid for {name}"
+        numbers = value if isinstance(value, list | tuple) else [value]
+        for v in numbers:
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                continue
+            if not math.isfinite(v):
+                raise ConfigError(f"{where}: it must be a finite number")
+            if key in _COUNTS and (not isinstance(v, int) or v < 1):
+                raise ConfigError(f"{where}: it must be an int >= 1 (e.g. {key}: 10)")
+            if key in _POSITIVE and v <= 0:
+                raise ConfigError(f"{where}: it must be a number > 0 (e.g. {key}: 0.5)")
+            if key in _NONNEGATIVE and v < 0:
+                raise ConfigError(f"{where}: it must be a number >= 0")
 
 
 def check_scheduler(schedule: Schedule, optimizer_name: str = "sgd") -> None:
