@@ -492,6 +492,9 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     overrides = _overrides(args)
     if resume:
         run_dir = Path(args.resume)
+        from fleetgnn.train.rundir import check_run_dir_path
+
+        check_run_dir_path(run_dir)  # one line, not ENAMETOOLONG from the first stat
         cfg_path = run_dir / "config.yaml"
         if not cfg_path.is_file():
             raise ConfigError(

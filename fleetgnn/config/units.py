@@ -31,6 +31,9 @@ UNITS: dict[str, int] = {
     "g": 2**30,
     "t": 2**40,
 }
+#: The largest byte count accepted (1 EiB): more than any machine holds, and far below the
+#: int64 counters (2**63) the stores and cost models compute with.
+MAX_BYTES = 2**60
 _BYTES_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -48,7 +51,8 @@ def parse_bytes(value: str | int | float, name: str = "budget") -> int:
         The number of bytes, ``>= 0``.
 
     Raises:
-        ConfigError: If the value is negative, not finite or not understood.
+        ConfigError: If the value is negative, not finite, more than :data:`MAX_BYTES` or not
+            understood.
     """
     if isinstance(value, bool):
         raise ConfigError(f"'{name}' must be a byte count like '64MB' (got {value!r})")
@@ -68,4 +72,10 @@ def parse_bytes(value: str | int | float, name: str = "budget") -> int:
         )
     if not math.isfinite(number) or number < 0:
         raise ConfigError(f"'{name}' must be a finite byte count >= 0 (got {value!r})")
-    return int(number * UNITS[unit])
+    count = int(number * UNITS[unit])
+    if count > MAX_BYTES:
+        raise ConfigError(
+            f"'{name}' is {value!r}, more bytes than any machine holds (at most 2**60, 1 EiB); "
+            f"give the memory to use, e.g. '16GB'"
+        )
+    return count

@@ -7,8 +7,9 @@ file                       layout
 =========================  ==============================================================
 ``.npy``                   an integer array ``[P, 2]`` (or ``[2, P]`` with ``P != 2``)
 anything else (text/CSV)   one pair per line: two node IDs separated by a comma, tabs or
-                           spaces; ``#`` starts a comment; a first line that is not two
-                           integers (a header such as ``src,dst``) is skipped
+                           spaces; ``#`` starts a comment; the first line may be a header
+                           (two fields, neither an integer: ``src,dst``), which is skipped;
+                           any other line that is not two integers is refused
 =========================  ==============================================================
 
 Node IDs are the dataset's (its original numbering), in ``[0, N)``. Every refusal is one line
@@ -17,20 +18,31 @@ naming the file, and for text files the line.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
 
-_SEP = re.compile(r"[,\s]+")
 _FIX = "give two columns of node IDs (source, destination), one pair per row"
+
+
+#: Longest line a text pairs file may have, in bytes (two node IDs and a comment fit many times
+#: over); a longer one is refused as soon as it is seen, without reading it whole.
+MAX_LINE_BYTES = 4096
+#: Bytes a text pairs file is read in at a time.
+BLOCK_BYTES = 1 << 20
 
 
 def read_pairs(path: PathLikeStr, num_nodes: int, *, arg: str = "--pairs") -> np.ndarray:
     """The pairs of ``path`` as int64 ``[P, 2]``, checked against ``num_nodes``.
+
+    A text file is read in blocks of :data:`BLOCK_BYTES` and each block's pairs go straight
+    into an int64 array, so memory stays within about twice the result (what the ``.npy`` path
+    takes), whatever the file holds: a line over :data:`MAX_LINE_BYTES` is refused when seen.
 
     Args:
         path: A ``.npy`` file or a text/CSV file (see the module docstring).
@@ -38,25 +50,32 @@ def read_pairs(path: PathLikeStr, num_nodes: int, *, arg: str = "--pairs") -> np
         arg: The argument's name in messages.
 
     Raises:
-        ConfigError: A missing or unreadable file, the wrong shape or dtype, no pairs, or an ID
-            outside ``[0, N)`` (one line).
+        ConfigError: A missing or unreadable file, the wrong shape or dtype, no pairs, a line
+            that is not two integers (past a first header line) or too long, or an ID outside
+            ``[0, N)`` (one line).
     """
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{arg} '{p}' does not exist (or is not a file); {_FIX}")
-    pairs = _read_npy(p, arg) if p.suffix == ".npy" else _read_text(p, arg)
+    if p.suffix == ".npy":
+        pairs = _read_npy(p, arg)
+    else:
+        pairs = _read_text(p, arg, num_nodes)
     if pairs.shape[0] == 0:
         raise ConfigError(f"{arg} '{p}' holds no pairs; {_FIX}")
     lo, hi = int(pairs.min()), int(pairs.max())
-    if lo < 0 or hi >= num_nodes:
+    if lo < 0 or hi >= num_nodes:  # a .npy file's (a text file's IDs are checked as read)
         bad = lo if lo < 0 else hi
         row = int(np.argwhere((pairs == bad).any(axis=1))[0, 0])
-        where = f"line {_line_of(p, row)}" if p.suffix != ".npy" else f"row {row}"
-        raise ConfigError(
-            f"{arg} '{p}': node ID {bad} ({where}) is outside [0, {num_nodes}): the dataset has "
-            f"{num_nodes} nodes; use its node IDs"
-        )
+        raise ConfigError(_outside(arg, p, bad, f"row {row}", num_nodes))
     return pairs
+
+
+def _outside(arg: str, p: Path, bad: int, where: str, num_nodes: int) -> str:
+    return (
+        f"{arg} '{p}': node ID {bad} ({where}) is outside [0, {num_nodes}): the dataset has "
+        f"{num_nodes} nodes; use its node IDs"
+    )
 
 
 def _read_npy(p: Path, arg: str) -> np.ndarray:
@@ -74,59 +93,84 @@ def _read_npy(p: Path, arg: str) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
-def _read_text(p: Path, arg: str) -> np.ndarray:
-    rows: list[tuple[int, int]] = []
+def _lines(f: BinaryIO, p: Path, arg: str) -> Iterator[tuple[int, bytes]]:
+    """``(number, line)`` of an open binary file, read in blocks of :data:`BLOCK_BYTES`.
+
+    A line longer than :data:`MAX_LINE_BYTES` is refused before more of it is read.
+    """
+    carry, number = b"", 0
+    while block := f.read(BLOCK_BYTES):
+        parts = (carry + block).split(b"\n")
+        carry = parts.pop()
+        for line in parts:
+            number += 1
+            if len(line) > MAX_LINE_BYTES:
+                raise ConfigError(_too_long(arg, p, number))
+            yield number, line
+        if len(carry) > MAX_LINE_BYTES:
+            raise ConfigError(_too_long(arg, p, number + 1))
+    if carry:
+        yield number + 1, carry
+
+
+def _too_long(arg: str, p: Path, number: int) -> str:
+    return (
+        f"{arg} '{p}' line {number} is longer than {MAX_LINE_BYTES} bytes, not a pair of node "
+        f"IDs; {_FIX}"
+    )
+
+
+def _read_text(p: Path, arg: str, num_nodes: int) -> np.ndarray:
+    blocks: list[np.ndarray] = []
+    row: list[int] = []
+    first = True  # the first line with content may be a header
     try:
-        with open(p, encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                text = line.split("#", 1)[0].strip()
+        with open(p, "rb") as f:
+            for number, raw in _lines(f, p, arg):
+                text = raw.split(b"#", 1)[0].strip() if b"#" in raw else raw.strip()
                 if not text:
                     continue
-                fields = [x for x in _SEP.split(text) if x]
+                fields = text.replace(b",", b" ").split()
+                header, first = first, False
                 try:
                     if len(fields) != 2:
                         raise ValueError
-                    rows.append((int(fields[0]), int(fields[1])))
+                    a, b = int(fields[0]), int(fields[1])
                 except ValueError:
-                    if not rows and len(fields) == 2 and not any(_is_int(x) for x in fields):
-                        continue  # a header line
-                    shown = text if len(text) <= 60 else text[:57] + "..."
+                    if header and len(fields) == 2 and not any(_is_int(x) for x in fields):
+                        continue  # a header line such as src,dst
+                    try:
+                        shown = text.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise ConfigError(
+                            f"{arg} '{p}' is not a text file (and not .npy); {_FIX}, as text/CSV "
+                            f"or .npy"
+                        ) from None
+                    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+                    only = "" if header else " (only the first line may be a header)"
                     raise ConfigError(
-                        f"{arg} '{p}' line {number}: {shown!r} is not two integer node IDs; {_FIX}"
+                        f"{arg} '{p}' line {number}: {shown!r} is not two integer node IDs"
+                        f"{only}; {_FIX}"
                     ) from None
-    except UnicodeDecodeError:
-        raise ConfigError(
-            f"{arg} '{p}' is not a text file (and not .npy); {_FIX}, as text/CSV or .npy"
-        ) from None
+                for v in (a, b):
+                    if not 0 <= v < num_nodes:  # also IDs past int64, before any conversion
+                        raise ConfigError(_outside(arg, p, v, f"line {number}", num_nodes))
+                row += (a, b)
+                if len(row) >= 1 << 17:
+                    blocks.append(np.array(row, dtype=np.int64))
+                    row = []
     except OSError as e:
         raise ConfigError(f"{arg} '{p}' cannot be read ({e.strerror}); {_FIX}") from None
-    return np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+    blocks.append(np.array(row, dtype=np.int64))
+    return np.concatenate(blocks).reshape(-1, 2)
 
 
-def _is_int(text: str) -> bool:
+def _is_int(text: bytes) -> bool:
     try:
         int(text)
     except ValueError:
         return False
     return True
-
-
-def _line_of(p: Path, row: int) -> int:
-    """The 1-based line of a text file's ``row``-th pair (0-based), for messages."""
-    seen = -1
-    header = True
-    with open(p, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            fields = [x for x in _SEP.split(line.split("#", 1)[0].strip()) if x]
-            if not fields:
-                continue
-            if header and not all(_is_int(x) for x in fields):
-                continue
-            header = False
-            seen += 1
-            if seen == row:
-                return number
-    return row + 1
 
 
 __all__ = ["read_pairs"]

@@ -29,8 +29,56 @@ _held: dict[str, list[int]] = {}  # real path -> [fd, count]
 _guard = threading.Lock()
 
 
+#: Bytes the longest path inside a run directory adds to its own (a checkpoint's temporary file:
+#: ``/checkpoints/.best.pt.<pid>-<tag>-<random>.tmp``, with room to spare).
+INSIDE_BYTES = 96
+
+
+def _limits(path: bytes) -> tuple[int, int]:
+    """``(NAME_MAX, PATH_MAX)`` of the file system holding ``path`` (or its nearest ancestor)."""
+    probe = path
+    while probe and not os.path.isdir(probe):
+        probe = os.path.dirname(probe) if os.path.dirname(probe) != probe else b""
+    try:
+        return os.pathconf(probe or b"/", "PC_NAME_MAX"), os.pathconf(probe or b"/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 255, 4096
+
+
+def check_run_dir_path(run_dir: PathLikeStr) -> None:
+    """Refuse, in one line, a run directory path longer than its file system allows.
+
+    A name over ``NAME_MAX`` bytes (255 on most file systems), or a path whose files would be
+    over ``PATH_MAX`` (4096), fails every file operation with ``ENAMETOOLONG``; this says so
+    before any is tried. Lengths are counted in bytes of the path as the OS sees it.
+
+    Raises:
+        ConfigError: The name or the whole path is too long, naming its length and the limit.
+    """
+    path = os.fsencode(os.path.abspath(run_dir))
+    name_max, path_max = _limits(path)
+    for part in path.split(b"/"):
+        if len(part) > name_max:
+            shown = os.fsdecode(part[:32])
+            raise ConfigError(
+                f"run directory '{shown}...' has a name of {len(part)} bytes, more than the "
+                f"{name_max} a file name may have here; pick a shorter --run-dir"
+            )
+    if len(path) + INSIDE_BYTES > path_max:
+        raise ConfigError(
+            f"run directory path is {len(path)} bytes long, and the files inside it would pass "
+            f"the {path_max} bytes a path may have here (at most {path_max - INSIDE_BYTES} for "
+            f"the directory); pick a shorter --run-dir"
+        )
+
+
 def run_markers(run_dir: PathLikeStr) -> list[str]:
-    """The :data:`RUN_MARKERS` present in ``run_dir`` (empty: it holds no run)."""
+    """The :data:`RUN_MARKERS` present in ``run_dir`` (empty: it holds no run).
+
+    Raises:
+        ConfigError: The path is too long for its file system (:func:`check_run_dir_path`).
+    """
+    check_run_dir_path(run_dir)
     return [m for m in RUN_MARKERS if (Path(run_dir) / m).exists()]
 
 
@@ -46,8 +94,10 @@ def acquire_run_dir(run_dir: PathLikeStr) -> None:
     """Take the run directory's lock (creating the directory); re-entrant in this process.
 
     Raises:
-        ConfigError: Another process holds it: one line naming its pid and the fix.
+        ConfigError: Another process holds it: one line naming its pid and the fix; or the path
+            is too long for its file system (:func:`check_run_dir_path`).
     """
+    check_run_dir_path(run_dir)
     p = Path(run_dir)
     created = not p.exists()
     try:
