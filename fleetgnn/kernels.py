@@ -1,8 +1,10 @@
 """Ops with several implementations per device type, each chosen by measurement.
 
-Two ops: the feature store's row gathers (:func:`gather_rows`, below) and the sampler's
+Three ops: the feature store's row gathers (:func:`gather_rows`, below), the sampler's
 Fisher-Yates offsets (:func:`fisher_yates`: torch's ops, or on CUDA one Triton kernel that runs
-each seed's partial shuffle; bit-identical, so the choice changes speed only).
+each seed's partial shuffle) and keyed dropout's mask and scale (:func:`keyed_dropout`: torch's
+int32 ops chunk by chunk, or on CUDA one Triton kernel that hashes, compares and scales in one
+pass). Each op's implementations are bit-identical, so the choice changes speed only.
 
 The feature store's reads are row gathers (a shard's rows by local index; WholeGraph's gather
 kernels). :func:`gather_rows` runs the implementation :data:`KERNELS` selects for the table's
@@ -28,19 +30,33 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from fleetgnn.keyhash import C1, C2, GOLDEN32, MASK32, MULT32, bounded_draws, mix64_tensor, signed
+from fleetgnn.keyhash import (
+    C1,
+    C2,
+    GOLDEN32,
+    MASK32,
+    MULT32,
+    Keys,
+    bounded_draws,
+    mix64_tensor,
+    serial,
+    signed,
+)
 
 #: An implementation: gather_rows (table, ids, out=None, *, via=None) -> rows; fisher_yates
-#: (seeds, deg, fanout, key) -> offsets [S, fanout]
-KernelFn = Callable[..., Tensor]
+#: (seeds, deg, fanout, key) -> offsets [S, fanout]; keyed_dropout (x, ids, base, p, save) ->
+#: (out, keep or None)
+KernelFn = Callable[..., Any]
 
 #: Integer dtypes by element bytes, widest first (complex128 moves 16 bytes as one element).
 _WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.int16))
@@ -406,6 +422,219 @@ def fisher_yates(seeds: Tensor, deg: Tensor, fanout: int, key: int) -> Tensor:
     return KERNELS("fisher_yates", seeds.device.type)(seeds, deg, fanout, key)
 
 
+# ------------------------------------------------------------------------- keyed dropout
+_CHUNK_CPU = 1 << 18  # elements per chunk on CPU (int32 scratch of 1 MiB, reused)
+_CHUNK_DEVICE = 1 << 26
+
+
+def rows_per_chunk(n: int, width: int, device: torch.device) -> int:
+    """Rows of a ``[n, width]`` element-wise pass per chunk (cache-sized on the CPU)."""
+    chunk = _CHUNK_CPU if device.type == "cpu" else _CHUNK_DEVICE
+    return max(1, min(n, chunk // max(width, 1)))
+
+
+def scratch(rows: int, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Two int32 ``[rows, width]`` buffers for the element hash (reused chunk to chunk)."""
+    h = torch.empty((rows, width), dtype=torch.int32, device=device)
+    return h, torch.empty_like(h)
+
+
+def dropout_threshold(p: float) -> int:
+    """Smallest 24-bit integer ``u`` with ``float32(u / 2^24) >= float32(p)``."""
+    return int(math.ceil(float(np.float32(p)) * 2**24))
+
+
+def dropout_rows(ids: Tensor, base: int | None) -> Tensor:
+    """The 64-bit row keys of a keyed draw: ``mix64(ids ^ base)``.
+
+    ``ids`` themselves when ``base`` is ``None`` (keys mixed already, e.g. an edge's from both
+    endpoints).
+    """
+    if base is None:
+        return ids.long()
+    with serial(ids.device, ids.numel()):
+        return mix64_tensor(ids.long() ^ signed(base))
+
+
+_NARROW = (torch.bfloat16, torch.float16)
+
+
+def _keyed_dropout_torch(
+    x: Tensor, ids: Tensor, base: int | None, p: float, save: bool
+) -> tuple[Tensor, Tensor | None]:
+    n, width, scale = x.shape[0], x.shape[1], 1.0 / (1.0 - p)
+    out = torch.empty_like(x)
+    keep = torch.empty(x.shape, dtype=torch.uint8, device=x.device) if save else None
+    if out.numel() == 0:
+        return out, keep
+    keys = Keys(dropout_rows(ids, base), width)
+    # keep iff v >= t, i.e. h >= (t << 8) - 2^31 as signed int32 (t < 2^24 here)
+    thresh = (dropout_threshold(p) << 8) - (1 << 31)
+    step = rows_per_chunk(n, width, x.device)
+    h_buf, t_buf = scratch(step, width, x.device)
+    k_buf = None if save else torch.empty(h_buf.shape, dtype=torch.uint8, device=x.device)
+    # a narrow float is scaled in float32, then rounded (as CUDA's kernels compute a product
+    # with a scalar; the CPU's would round the scale to the narrow type first)
+    wide = x.dtype in _NARROW
+    f_buf = torch.empty(h_buf.shape, dtype=torch.float32, device=x.device) if wide else None
+    with serial(x.device):
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            h = keys.hash_(r0, r1, h_buf[: r1 - r0], t_buf[: r1 - r0])
+            k = keep[r0:r1] if keep is not None else k_buf[: r1 - r0]  # type: ignore[index]
+            torch.ge(h, thresh, out=k)
+            if f_buf is None:
+                torch.mul(x[r0:r1], scale, out=out[r0:r1]).mul_(k)
+            else:
+                f = f_buf[: r1 - r0].copy_(x[r0:r1]).mul_(scale)  # in float32
+                out[r0:r1].copy_(f).mul_(k)
+    return out, keep
+
+
+@functools.cache
+def _triton_dropout_kernel() -> Any:
+    """The Triton keyed-dropout kernel: a block of rows by a block of columns a program.
+
+    Per row the 64-bit key (``mix64(id ^ base)`` in the kernel when ``MIX``), per element the
+    32-bit hash of :class:`~fleetgnn.keyhash.Keys`, the comparison with the threshold and the
+    scaled product, in one pass; int64 arithmetic with explicit masks, as the torch ops compute
+    it (the hash's constants come in as int64 arguments), so the masks are bit-identical.
+    """
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def dropout_kernel(  # pragma: no cover - runs under Triton
+        x,
+        ids,
+        out,
+        keep,
+        n,
+        base,
+        thresh,
+        scale,
+        c1,
+        c2,
+        m30,
+        m27,
+        m31,
+        m32,
+        golden,
+        mult,
+        WIDTH: tl.constexpr,
+        BLOCK_R: tl.constexpr,
+        BLOCK_C: tl.constexpr,
+        MIX: tl.constexpr,
+        SAVE: tl.constexpr,
+        BF16: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+        live = rows < n
+        z = tl.load(ids + rows, mask=live, other=0).to(tl.int64)
+        if MIX:
+            z = z ^ base
+            z = z ^ ((z >> 30) & m30)  # SplitMix64's finaliser (logical shifts by masks)
+            z = z * c1
+            z = z ^ ((z >> 27) & m27)
+            z = z * c2
+            z = z ^ ((z >> 31) & m31)
+        a = (z & m32)[:, None]
+        m = (((z >> 32) & m32) | 1)[:, None]
+        off = rows.to(tl.int64)[:, None] * WIDTH
+        for c0 in tl.static_range(0, WIDTH, BLOCK_C):
+            cols = c0 + tl.arange(0, BLOCK_C)
+            live2 = live[:, None] & (cols[None, :] < WIDTH)
+            c = ((cols.to(tl.int64) * golden) & m32)[None, :]
+            y = ((a ^ c) * m) & m32
+            y = y ^ (y >> 15)
+            h = (y * mult) & m32
+            kept = (h ^ 2147483648) >= thresh  # the signed comparison of the torch ops
+            v = tl.load(x + off + cols[None, :], mask=live2, other=0.0)
+            ty = out.dtype.element_ty
+            f = v.to(tl.float32) * scale
+            if BF16:  # round to nearest even by the bits (torch's rounding; NaN stays NaN)
+                bits = f.to(tl.int32, bitcast=True).to(tl.int64) & m32
+                b16 = ((bits + 32767 + ((bits >> 16) & 1)) >> 16) & 65535
+                b16 = tl.where(f != f, 32704, b16)
+                r = b16.to(tl.int16).to(tl.bfloat16, bitcast=True)
+            else:
+                r = f.to(ty)
+            tl.store(out + off + cols[None, :], r * kept.to(ty), mask=live2)
+            if SAVE:
+                tl.store(keep + off + cols[None, :], kept.to(tl.uint8), mask=live2)
+
+    return triton, dropout_kernel
+
+
+#: The Triton dropout kernel's launch shape: values per program, columns per inner step (at
+#: most; the row's width rounded up to a power of two below it) and warps.
+DROPOUT_CONFIG: dict[str, Any] = {"block_values": 4096, "block_cols": 128, "num_warps": 4}
+
+
+def _keyed_dropout_triton(
+    x: Tensor, ids: Tensor, base: int | None, p: float, save: bool, **config: Any
+) -> tuple[Tensor, Tensor | None]:
+    # float32 and narrower compute in float32 as torch's kernels do; float64 stays with torch's
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16) or not x.is_contiguous():
+        return _keyed_dropout_torch(x, ids, base, p, save)
+    n, width = x.shape
+    out = torch.empty_like(x)
+    keep = torch.empty(x.shape, dtype=torch.uint8, device=x.device) if save else None
+    if out.numel() == 0:
+        return out, keep
+    cfg = {**DROPOUT_CONFIG, **config}
+    triton, kernel = _triton_dropout_kernel()
+    block_c = min(triton.next_power_of_2(width), cfg["block_cols"])
+    block_r = max(1, cfg["block_values"] // block_c)
+    with _on_device(x):
+        kernel[(triton.cdiv(n, block_r),)](
+            x,
+            ids.contiguous(),
+            out,
+            out if keep is None else keep,
+            n,
+            0 if base is None else signed(base),
+            dropout_threshold(p) << 8,
+            1.0 / (1.0 - p),
+            signed(C1),
+            signed(C2),
+            (1 << 34) - 1,
+            (1 << 37) - 1,
+            (1 << 33) - 1,
+            MASK32,
+            GOLDEN32,
+            MULT32,
+            WIDTH=width,
+            BLOCK_R=block_r,
+            BLOCK_C=block_c,
+            MIX=base is not None,
+            SAVE=keep is not None,
+            BF16=x.dtype == torch.bfloat16,
+            num_warps=cfg["num_warps"],
+        )
+    return out, keep
+
+
+def keyed_dropout(
+    x: Tensor, ids: Tensor, base: int | None, p: float, save: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Keyed dropout's forward: ``(x * keep / (1 - p), keep)`` for ``0 < p < 1``.
+
+    Element ``(i, f)`` is kept iff its 24-bit draw (row key ``mix64(ids[i] ^ base)``, or
+    ``ids[i]`` itself when ``base`` is ``None``; column ``f``; see :mod:`fleetgnn.ops.random`)
+    is at least :func:`dropout_threshold` of ``p``. Bit-identical whichever implementation
+    :data:`KERNELS` chose for ``x``'s device type.
+
+    Shapes:
+        - x: float ``[N, F]`` (contiguous rows).
+        - ids: int64 ``[N]`` on ``x``'s device.
+        - output: ``x``'s shape and dtype; ``keep``: uint8 ``[N, F]`` when ``save``, else
+          ``None``.
+    """
+    return KERNELS("keyed_dropout", x.device.type)(x, ids, base, p, save)
+
+
 class KernelRegistry:
     """Implementations per op and device type, and the one each uses.
 
@@ -497,6 +726,8 @@ KERNELS.register("gather_rows", "wide", _wide, ("cpu", "cuda"))
 KERNELS.register("gather_rows", "triton", _triton, ("cuda",))
 KERNELS.register("fisher_yates", "torch", _fisher_yates_torch, ("cpu", "cuda"))
 KERNELS.register("fisher_yates", "triton", _fisher_yates_triton, ("cuda",))
+KERNELS.register("keyed_dropout", "torch", _keyed_dropout_torch, ("cpu", "cuda"))
+KERNELS.register("keyed_dropout", "triton", _keyed_dropout_triton, ("cuda",))
 
 
 def _apply_env(spec: str) -> None:

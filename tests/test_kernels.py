@@ -251,3 +251,71 @@ def test_implementations_equal_on_cuda(name):
     via = torch.randperm(1000, device="cuda").int()
     got = fn(t, ids, None, via=via)
     assert torch.equal(got.view(torch.int32), t[via[ids].long()].view(torch.int32))
+
+
+def test_keyed_dropout_defaults_to_torchs_kernel_and_keys_its_masks():
+    """The op's torch kernel: the element kept iff its draw reaches p's threshold."""
+    from fleetgnn.kernels import dropout_threshold, keyed_dropout
+    from fleetgnn.ops.random import hash_uniform
+
+    assert KERNELS.names("keyed_dropout", "cpu") == ("torch",)
+    assert KERNELS.names("keyed_dropout", "cuda") == ("torch", "triton")
+    assert KERNELS.chosen("keyed_dropout", "cuda") == "torch"  # until a GPU check times it
+    x = torch.randn(33, 7, generator=torch.Generator().manual_seed(0))
+    ids = torch.arange(100, 133)
+    from fleetgnn.keyhash import base_key
+
+    base = base_key(0x6E6F6465, 5, 2, 1)  # the node salt, seed 5, step 2, layer 1
+    out, keep = keyed_dropout(x, ids, base, 0.3, True)
+    u = hash_uniform(5, 2, 1, ids, 7)
+    assert torch.equal(keep.bool(), u >= torch.tensor(0.3, dtype=torch.float32))
+    assert torch.equal(out, x * (1 / 0.7) * keep)
+    assert dropout_threshold(0.3) == int(np.ceil(np.float32(0.3) * 2**24))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not triton_available(), reason="triton does not import here")
+def test_the_triton_keyed_dropout_equals_torchs_in_the_interpreter():
+    """Masks and outputs bit-identical to torch's kernel: row keys mixed in the kernel or given,
+    widths below, at and past a column block, float32, bfloat16 and float16, p near 0 and 1."""
+    code = (
+        "import torch\n"
+        "from fleetgnn.kernels import KERNELS\n"
+        "tri = KERNELS.impl('keyed_dropout', 'triton')\n"
+        "ref = KERNELS.impl('keyed_dropout', 'torch')\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "for width in (1, 7, 128, 200):\n"
+        "    for dtype in (torch.float32, torch.bfloat16, torch.float16):\n"
+        "        for p in (1e-6, 0.1, 0.5, 0.999):\n"
+        "            x = torch.randn(45, width, generator=g).to(dtype)\n"
+        "            ids = torch.randint(-2**62, 2**62, (45,), generator=g)\n"
+        "            for base in (None, 2**63 + 12345, 7):\n"
+        "                for save in (True, False):\n"
+        "                    o1, k1 = tri(x, ids, base, p, save, block_values=256)\n"
+        "                    o2, k2 = ref(x, ids, base, p, save)\n"
+        "                    assert torch.equal(o1, o2), (width, dtype, p, base)\n"
+        "                    assert (k1 is None) == (not save)\n"
+        "                    assert not save or torch.equal(k1, k2), (width, dtype, p, base)\n"
+        "x = torch.randn(9, 4, dtype=torch.float64)\n"
+        "ids = torch.arange(9)\n"
+        "assert torch.equal(tri(x, ids, 3, 0.5, True)[0], ref(x, ids, 3, 0.5, True)[0])\n"
+        "print('ok')\n"
+    )
+    _in_the_interpreter(code)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_keyed_dropout_kernels_equal_the_cpus_on_cuda(dtype):
+    """Every CUDA implementation gives the CPU's masks and outputs (so every engine's dropout is
+    the same on every device), bit for bit."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3000, 96, generator=g).to(dtype)
+    ids = torch.randint(0, 2**40, (3000,), generator=g)
+    want, want_keep = KERNELS.impl("keyed_dropout", "torch")(x, ids, 2**63 + 9, 0.35, True)
+    for name in KERNELS.available("keyed_dropout", "cuda"):
+        fn = KERNELS.impl("keyed_dropout", name)
+        out, keep = fn(x.cuda(), ids.cuda(), 2**63 + 9, 0.35, True)
+        assert torch.equal(keep.cpu(), want_keep), name
+        assert torch.equal(out.cpu(), want), name

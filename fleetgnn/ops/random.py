@@ -45,11 +45,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from fleetgnn import kernels
 from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.kernels import dropout_threshold, rows_per_chunk, scratch
 from fleetgnn.keyhash import Keys as _Keys
 from fleetgnn.keyhash import base_key, mix64_tensor
 from fleetgnn.keyhash import hash32 as hash32  # re-exported: the Python reference
@@ -59,8 +60,6 @@ from fleetgnn.keyhash import signed as _signed
 
 _SALT_NODE = 0x6E6F6465  # "node"
 _SALT_EDGE = 0x65646765  # "edge"
-_CHUNK_CPU = 1 << 18  # elements per chunk on CPU (int32 scratch of 1 MiB, reused)
-_CHUNK_DEVICE = 1 << 26
 
 
 def _base_key(salt: int, seed: int, step: int, layer: int) -> int:
@@ -76,24 +75,14 @@ def _ids(name: str, ids: Tensor) -> Tensor:
     return ids.long()
 
 
-def _rows_per_chunk(n: int, width: int, device: torch.device) -> int:
-    chunk = _CHUNK_CPU if device.type == "cpu" else _CHUNK_DEVICE
-    return max(1, min(n, chunk // max(width, 1)))
-
-
-def _scratch(rows: int, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    h = torch.empty((rows, width), dtype=torch.int32, device=device)
-    return h, torch.empty_like(h)
-
-
 def _draws(keys: _Keys) -> Tensor:
     """The 24-bit draws ``v`` (int32 ``[N, F]``), see the module docstring."""
     n, width = keys.a.shape[0], keys.c.shape[0]
     out = torch.empty((n, width), dtype=torch.int32, device=keys.a.device)
     if out.numel() == 0:
         return out
-    step = _rows_per_chunk(n, width, out.device)
-    h_buf, t_buf = _scratch(step, width, out.device)
+    step = rows_per_chunk(n, width, out.device)
+    h_buf, t_buf = scratch(step, width, out.device)
     with _serial(out.device):
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
@@ -109,11 +98,6 @@ def _columns(rows: Tensor, width: int, dtype: torch.dtype) -> Tensor:
     keys = _Keys(rows, width)
     u = _draws(keys).to(torch.float64 if dtype == torch.float64 else torch.float32)
     return u.mul_(2.0**-24).to(dtype)
-
-
-def _threshold(p: float) -> int:
-    """Smallest 24-bit integer ``u`` with ``float32(u / 2^24) >= float32(p)``."""
-    return int(math.ceil(float(np.float32(p)) * 2**24))
 
 
 def hash_uniform(
@@ -194,39 +178,12 @@ def _mask_scale(x: Tensor, keep: Tensor, scale: float) -> Tensor:
     out = torch.empty_like(x2)
     if out.numel() == 0:
         return out.view(x.shape)
-    step = _rows_per_chunk(n, width, x.device)
+    step = rows_per_chunk(n, width, x.device)
     with _serial(x.device):
         for r0 in range(0, n, step):
             o = out[r0 : r0 + step]
             torch.mul(x2[r0 : r0 + step], scale, out=o).mul_(keep2[r0 : r0 + step])
     return out.view(x.shape)
-
-
-def _drop(x: Tensor, keys: _Keys, p: float, save: bool) -> tuple[Tensor, Tensor | None]:
-    """Forward of keyed dropout: ``(x * keep / (1 - p), keep)``, ``0 < p < 1``.
-
-    ``keep`` is the uint8 mask ``[N, *feat]`` when ``save``, else None (only chunk-sized scratch
-    is allocated then).
-    """
-    n, width, scale = x.shape[0], math.prod(x.shape[1:]), 1.0 / (1.0 - p)
-    x2 = x.contiguous().view(n, width)  # [N, F]
-    out = torch.empty_like(x2)
-    keep = torch.empty(x2.shape, dtype=torch.uint8, device=x.device) if save else None
-    if out.numel() == 0:
-        return out.view(x.shape), None if keep is None else keep.view(x.shape)
-    # keep iff v >= t, i.e. h >= (t << 8) - 2^31 as signed int32 (t < 2^24 here)
-    thresh = (_threshold(p) << 8) - (1 << 31)
-    step = _rows_per_chunk(n, width, x.device)
-    h_buf, t_buf = _scratch(step, width, x.device)
-    k_buf = None if save else torch.empty(h_buf.shape, dtype=torch.uint8, device=x.device)
-    with _serial(x.device):
-        for r0 in range(0, n, step):
-            r1 = min(n, r0 + step)
-            h = keys.hash_(r0, r1, h_buf[: r1 - r0], t_buf[: r1 - r0])
-            k = keep[r0:r1] if keep is not None else k_buf[: r1 - r0]  # type: ignore[index]
-            torch.ge(h, thresh, out=k)
-            torch.mul(x2[r0:r1], scale, out=out[r0:r1]).mul_(k)
-    return out.view(x.shape), None if keep is None else keep.view(x.shape)
 
 
 class _MaskScale(torch.autograd.Function):
@@ -248,26 +205,40 @@ class _KeyedDropout(torch.autograd.Function):
     """Keyed dropout; saves the uint8 keep mask (never a float mask) for backward."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, keys: _Keys, p: float) -> Tensor:
-        out, keep = _drop(x, keys, p, save=True)
+    def forward(ctx: Any, x: Tensor, ids: Tensor, base: int | None, p: float) -> Tensor:
+        out, keep = _drop(x, ids, base, p, save=True)
         ctx.save_for_backward(keep)
         ctx.scale = 1.0 / (1.0 - p)
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (keep,) = ctx.saved_tensors
-        return _MaskScale.apply(grad, keep, ctx.scale), None, None
+        return _MaskScale.apply(grad, keep, ctx.scale), None, None, None
 
 
-def _apply_dropout(x: Tensor, rows: Tensor, p: float) -> Tensor:
-    """Dropout of ``x`` (``[N, *feat]``) with row ``i``'s mask drawn from key ``rows[i]``."""
-    if _threshold(p) >= 1 << 24:  # float32(p) == 1: everything is dropped
+def _drop(
+    x: Tensor, ids: Tensor, base: int | None, p: float, save: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Forward of keyed dropout (``0 < p < 1``) by the device's :func:`kernels.keyed_dropout`.
+
+    ``keep`` is the uint8 mask ``[N, *feat]`` when ``save``, else None.
+    """
+    n, width = x.shape[0], math.prod(x.shape[1:])
+    out, keep = kernels.keyed_dropout(x.contiguous().view(n, width), ids, base, p, save)
+    return out.view(x.shape), None if keep is None else keep.view(x.shape)
+
+
+def _apply_dropout(x: Tensor, ids: Tensor, base: int | None, p: float) -> Tensor:
+    """Dropout of ``x`` (``[N, *feat]``), row ``i``'s mask keyed by ``mix64(ids[i] ^ base)``.
+
+    Keyed by ``ids[i]`` itself when ``base`` is ``None`` (edge rows, mixed already).
+    """
+    if dropout_threshold(p) >= 1 << 24:  # float32(p) == 1: everything is dropped
         return x * 0.0
-    keys = _Keys(rows, math.prod(x.shape[1:]))
     if x.requires_grad and torch.is_grad_enabled():
-        return _KeyedDropout.apply(x, keys, p)
-    return _drop(x, keys, p, save=False)[0]
+        return _KeyedDropout.apply(x, ids, base, p)
+    return _drop(x, ids, base, p, save=False)[0]
 
 
 def keyed_dropout(
@@ -304,7 +275,8 @@ def keyed_dropout(
         )
     if p == 1.0:
         return x * 0.0
-    return _apply_dropout(x, _node_rows(seed, step, layer, ids.to(x.device)), p)
+    base = _base_key(_SALT_NODE, seed, step, layer)
+    return _apply_dropout(x, _ids("ids", ids).to(x.device), base, p)
 
 
 def keyed_edge_dropout(
@@ -336,6 +308,5 @@ def keyed_edge_dropout(
         )
     if p == 1.0:
         return w * 0.0
-    return _apply_dropout(
-        w, _edge_rows(seed, step, layer, src_ids.to(w.device), dst_ids.to(w.device)), p
-    )
+    rows = _edge_rows(seed, step, layer, src_ids.to(w.device), dst_ids.to(w.device))
+    return _apply_dropout(w, rows, None, p)

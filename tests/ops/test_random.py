@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-import fleetgnn.ops.random as rnd
+from fleetgnn import kernels
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.ops import hash_uniform, hash_uniform_edges, keyed_dropout, keyed_edge_dropout
 from fleetgnn.ops.random import (
@@ -119,7 +119,7 @@ def test_mask_does_not_depend_on_chunking_dtype_or_feature_shape(monkeypatch):
     assert torch.equal(ref.reshape(700, 30), flat)
     for dtype in (torch.float64, torch.float16, torch.bfloat16):
         assert torch.equal(keyed_dropout(x.to(dtype), 0.4, 1, 2, 3, ids) != 0, ref)
-    monkeypatch.setattr(rnd, "_CHUNK_CPU", 64)  # two rows per chunk, ragged last chunk
+    monkeypatch.setattr(kernels, "_CHUNK_CPU", 64)  # two rows per chunk, ragged last chunk
     assert torch.equal(keyed_dropout(x, 0.4, 1, 2, 3, ids) != 0, ref)
     xr = x.clone().requires_grad_()
     assert torch.equal(keyed_dropout(xr, 0.4, 1, 2, 3, ids) != 0, ref)
