@@ -316,6 +316,28 @@ def _interrupted_note(run_dir: Path) -> str:
     )
 
 
+def _drop_unstarted(run_dir: Path) -> None:
+    """Remove what a fresh run that never started training wrote (its dataset record).
+
+    The lock's release then removes the directory it created (:func:`release_run_dir`), so an
+    interrupted or timed-out start leaves no stub behind.
+    """
+    from fleetgnn.train.rundir import run_markers
+
+    if not run_markers(run_dir):
+        with contextlib.suppress(OSError):
+            (run_dir / DATASET_RECORD).unlink(missing_ok=True)
+
+
+def _warn_oversubscribed(nproc: int, device: str) -> None:
+    """Say so when ``--nproc`` workers outnumber the CPU cores (or GPUs) here; the run goes on."""
+    from fleetgnn.distributed.launch import oversubscription
+
+    note = oversubscription(nproc, device)
+    if note is not None:
+        print(f"fleetgnn train: warning: {note}", file=sys.stderr, flush=True)
+
+
 def _preflight(cfg: Any, graph: Graph | HeteroGraph) -> None:
     """Checks that would otherwise fail inside every worker, run once before any starts.
 
@@ -568,6 +590,8 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     cfg = resolve_model_defaults(cfg)
     cfg = resolve_feature_norm(cfg)  # the dataset's transform, unless data.feature_norm is set
     cfg = resolve_device_name(cfg)  # train.device=auto -> the device that runs, recorded
+    if torchrun is None and spec.distributed and not quiet:  # before the workers' slow start
+        _warn_oversubscribed(int(cfg.train.nproc), str(cfg.train.device))
     if not resume:  # config.yaml says which mode ran (a resumed run keeps what it recorded)
         cfg = cfg.with_key("train.mode", cfg.mode)
     if resume:  # what the workers would refuse after loading everything, refused now
@@ -584,6 +608,8 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             )
     torch.set_num_threads(cfg.train.threads)
     show_log(quiet)
+    from fleetgnn.distributed.launch import WorkerStartTimeout
+
     try:
         graph, path = resolve_dataset(cfg.data, show_progress=progress)
         width = feature_width(graph)
@@ -612,7 +638,14 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
                     trainer.fit(resume=resume, overwrite=True)  # checked above (--overwrite)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", None) or signal.SIGINT
-        raise TrainInterrupted(_interrupted_note(run_dir) if is_rank0 else "", signum) from None
+        note = _interrupted_note(run_dir) if is_rank0 else ""
+        if is_rank0 and not resume:
+            _drop_unstarted(run_dir)
+        raise TrainInterrupted(note, signum) from None
+    except WorkerStartTimeout:
+        if is_rank0 and not resume:
+            _drop_unstarted(run_dir)
+        raise
     if is_rank0 and not quiet:
         print(f"run directory: {run_dir} (summary.json, metrics.jsonl, checkpoints/)", flush=True)
     return 0
@@ -635,8 +668,19 @@ def _run_distributed(
     if _torchrun_env() is not None:  # already a torchrun worker
         run_worker(*payload)
         return
+
+    def progress_line(line: str) -> None:  # "12 of 16 workers ready (9 s, giving up at 460 s)"
+        print(f"fleetgnn train: {line}", flush=True)  # with the epoch lines: not an error
+
     try:
-        launch(run_worker, args=payload, nproc=cfg.train.nproc, max_restarts=cfg.train.max_restarts)
+        launch(
+            run_worker,
+            args=payload,
+            nproc=cfg.train.nproc,
+            max_restarts=cfg.train.max_restarts,
+            on_progress=None if quiet else progress_line,
+            next_step="each now opens the dataset and builds its engine",
+        )
     except WorkerFailed as err:  # a SIGKILLed worker: add the memory the planner predicted
         from fleetgnn.cli.oom import explain_sigkill
 

@@ -27,6 +27,14 @@ the kernel log): ``killed by SIGKILL (exit -9): out of memory (the kernel's OOM 
 process in this cgroup during the run)``; with no OOM kill counted the line says it was not the
 OOM killer, and with no readable count that it may have been either.
 
+Start-up: a worker is *ready* once its process has started and loaded torch and the function it
+runs (it marks a file in the launch's temporary directory, :data:`READY_DIR_ENV`). With
+``on_progress``, a start that takes longer than :data:`PROGRESS_AFTER_S` reports ``12 of 16
+workers ready (9 s)`` as workers become ready, and a start that has not finished within
+``start_timeout`` seconds (:func:`start_timeout`: more when workers outnumber cores) stops
+the workers and raises :class:`WorkerStartTimeout`, one line. :func:`oversubscription` is the
+line a caller prints first when the workers outnumber the CPU cores (``cpu``) or GPUs (``cuda``).
+
 Leftovers: the agent's files, the workers' error files (``pytorch-errorfile-*.pickle``, named
 with ``tempfile`` in this process) included, go to one temporary directory removed when the
 launch ends; multiprocessing's named semaphores carry the creating process's PID and host tag
@@ -40,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import pickle
 import signal
@@ -67,6 +76,18 @@ SHUTDOWN_TIMEOUT_S = 5
 #: Blocked from a worker's fork until :func:`_run_worker` has its handlers in place: a Ctrl-C
 #: during the worker's start-up (its imports) waits for them instead of printing a traceback.
 _STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+#: Environment variable naming the directory where a starting worker marks itself ready.
+READY_DIR_ENV = "FLEETGNN_READY_DIR"
+#: Seconds of start-up before :func:`launch` reports progress (a quick start says nothing).
+PROGRESS_AFTER_S = 3.0
+#: Seconds at least between two progress lines (the last one, all ready, is always said).
+PROGRESS_EVERY_S = 3.0
+#: Seconds :func:`start_timeout` allows for the workers to start, at the least.
+START_TIMEOUT_S = 300
+#: Seconds :func:`start_timeout` adds per worker beyond one per core: a worker's start loads torch
+#: (a few CPU seconds), and workers that outnumber the cores take turns.
+START_S_PER_EXTRA_WORKER = 10
 
 _interrupted = False  # set in a worker by its SIGINT/SIGTERM handler
 #: Where every socket of a :func:`launch` listens.
@@ -174,6 +195,149 @@ def _sigkill_cause(before: tuple[str, int] | None) -> str:
     )
 
 
+class WorkerStartTimeout(DistError):
+    """The workers were not all ready within the start-up time :func:`launch` allowed."""
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask; else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def oversubscription(
+    nproc: int, device: str, *, cores: int | None = None, gpus: int | None = None
+) -> str | None:
+    """The one line to print when ``nproc`` workers outnumber this host's cores or GPUs.
+
+    Args:
+        nproc: Worker processes to start on this host.
+        device: The run's device: ``cpu`` compares with the CPU cores, ``cuda`` (or
+            ``cuda:N``) with the GPUs.
+        cores: CPU cores (default: :func:`usable_cores`).
+        gpus: GPUs (default: ``torch.cuda.device_count()``).
+
+    Returns:
+        ``None`` when every worker has a core (a GPU) of its own; else what happens (the run
+        goes on): workers take turns on the cores, or share GPUs over gloo collectives.
+    """
+    if str(device).split(":", 1)[0] == "cuda":
+        if gpus is None:
+            import torch
+
+            gpus = torch.cuda.device_count()
+        if nproc <= gpus or gpus < 1:
+            return None
+        share = -(-nproc // gpus)
+        return (
+            f"--nproc {nproc} starts {nproc} workers on {gpus} GPU{'s' * (gpus > 1)}: up to "
+            f"{share} share each GPU, with gloo collectives instead of NCCL (slower, and each "
+            f"holds its own CUDA context); going on (--nproc {gpus} gives each worker a GPU)"
+        )
+    cores = usable_cores() if cores is None else cores
+    if nproc <= cores:
+        return None
+    return (
+        f"--nproc {nproc} starts {nproc} worker processes on {cores} CPU "
+        f"core{'s' * (cores > 1)}: they take turns on the cores, so each loads torch slowly "
+        f"(start-up takes longer) and each epoch runs slower than with --nproc {cores}; going on"
+    )
+
+
+def start_timeout(nproc: int, cores: int | None = None) -> int:
+    """Seconds :func:`launch` waits for ``nproc`` workers to be ready before it gives up.
+
+    :data:`START_TIMEOUT_S`, plus :data:`START_S_PER_EXTRA_WORKER` for each worker beyond one
+    per CPU core (:func:`usable_cores`).
+    """
+    cores = usable_cores() if cores is None else cores
+    return START_TIMEOUT_S + START_S_PER_EXTRA_WORKER * max(0, nproc - cores)
+
+
+def _ready_name(rank: int | str, attempt: int | str) -> str:
+    return f"ready-{attempt}-{rank}"
+
+
+def _mark_ready() -> None:
+    """In a worker started by :func:`launch`: say that it is ready (see the module docstring)."""
+    where = os.environ.get(READY_DIR_ENV)
+    if not where:
+        return
+    name = _ready_name(
+        os.environ.get("RANK", "0"), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    )
+    with contextlib.suppress(OSError):  # a progress line less, never a failed worker
+        os.close(os.open(os.path.join(where, name), os.O_CREAT | os.O_WRONLY, 0o644))
+
+
+class _StartWatch:
+    """Counts the ready workers of a launch's first attempt; reports them; gives up in time.
+
+    A thread polls the ready files every ``poll_s``. Past :data:`PROGRESS_AFTER_S` it reports
+    ``k of N workers ready (T s, giving up at L s)`` through ``report`` when ``k`` changed (at
+    most every :data:`PROGRESS_EVERY_S`; the last, all ready, always, followed by ``then``: what
+    the workers do next); past ``timeout_s`` with workers still starting
+    it sends this process SIGTERM, which stops the elastic agent and its workers, and
+    :attr:`timed_out` says why (only once the agent's SIGTERM handler is in place: before, the
+    signal would end this process).
+    """
+
+    def __init__(
+        self,
+        where: str,
+        nproc: int,
+        timeout_s: float,
+        report: Callable[[str], None] | None,
+        then: str = "",
+        poll_s: float = 0.2,
+    ) -> None:
+        self.where, self.nproc, self.timeout_s, self.then = where, nproc, timeout_s, then
+        self.report, self.poll_s = report, poll_s
+        self.ready = 0
+        self.timed_out = False
+        self._stop = threading.Event()
+        self._sigterm: Any = None  # the handler before the agent's
+        self._thread = threading.Thread(target=self._run, name="fleetgnn-start-watch", daemon=True)
+
+    def _count(self) -> int:
+        prefix = _ready_name("", 0)
+        with contextlib.suppress(OSError):
+            return sum(name.startswith(prefix) for name in os.listdir(self.where))
+        return self.ready
+
+    def _run(self) -> None:
+        import time
+
+        t0 = time.monotonic()
+        said, said_at = -1, -math.inf
+        while not self._stop.wait(self.poll_s):
+            self.ready = self._count()
+            elapsed = time.monotonic() - t0
+            done = self.ready >= self.nproc
+            due = elapsed >= PROGRESS_AFTER_S and self.ready != said
+            if self.report is not None and due and (done or elapsed - said_at >= PROGRESS_EVERY_S):
+                then = f"); {self.then}" if done else f", giving up at {self.timeout_s:.0f} s)"
+                self.report(f"{self.ready} of {self.nproc} workers ready ({elapsed:.0f} s{then}")
+                said, said_at = self.ready, elapsed
+            if done:
+                return
+            if elapsed >= self.timeout_s and signal.getsignal(signal.SIGTERM) is not self._sigterm:
+                self.timed_out = True
+                os.kill(os.getpid(), signal.SIGTERM)  # the agent stops the workers
+                return
+
+    def __enter__(self) -> _StartWatch:
+        self._sigterm = signal.getsignal(signal.SIGTERM)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _run_worker(fn: Callable[..., Any], *args: Any) -> Any:
     """Worker entry point: run ``fn``, report user errors by message, exit quietly on Ctrl-C.
 
@@ -190,6 +354,7 @@ def _run_worker(fn: Callable[..., Any], *args: Any) -> Any:
     signal.signal(signal.SIGTERM, _on_sigint)
     # semaphores this worker makes are named after it, as the launcher's are (_named_semaphores)
     _set_semaphore_prefix("/mp-" + _owned_name("sem"))
+    _mark_ready()
     try:
         # started with the stop signals blocked (_Agent._start_workers): one that came during
         # start-up is delivered now, to the handler above
@@ -638,6 +803,9 @@ def launch(
     monitor_interval: float = 0.1,
     *,
     verbose: bool = False,
+    on_progress: Callable[[str], None] | None = None,
+    start_timeout_s: float | None = None,
+    next_step: str = "each runs its function",
 ) -> dict[int, Any]:
     """Run ``fn(*args)`` on ``nproc`` local workers with torch's elastic launcher.
 
@@ -655,6 +823,11 @@ def launch(
         monitor_interval: Seconds between the agent's health checks of the workers (> 0).
         verbose: Let the elastic agent log (its startup info and failure dumps); off by default
             since failures are raised as :class:`WorkerFailed`.
+        on_progress: Called with a line (``12 of 16 workers ready (9 s, giving up at 460 s)``)
+            as workers become ready, once the start has taken :data:`PROGRESS_AFTER_S`.
+        start_timeout_s: Seconds the workers have to become ready (default
+            :func:`start_timeout`).
+        next_step: What the workers do once ready, for the last progress line.
 
     Returns:
         ``{rank: return value of fn on that rank}``.
@@ -664,6 +837,8 @@ def launch(
         WorkerFailed: Workers still failed after the last restart: the failing rank(s), their
             one-line errors (``.messages``: a :class:`~fleetgnn.errors.FleetgnnError`'s message,
             else the exception line or the signal) and full error texts (``.failures``).
+        WorkerStartTimeout: Workers were still starting after ``start_timeout_s``; all were
+            stopped.
         KeyboardInterrupt: The launcher got SIGINT (Ctrl-C) or SIGTERM, or every failed worker
             was stopped by SIGINT; the workers were stopped (the same signal, then SIGKILL after
             :data:`SHUTDOWN_TIMEOUT_S`).
@@ -714,6 +889,8 @@ def launch(
         **extra,
     )
     oom_before = oom_kills()  # a SIGKILLed worker's line says whether the OOM killer struck
+    timeout_s = start_timeout(nproc) if start_timeout_s is None else start_timeout_s
+    watch = _StartWatch(log_dir, nproc, timeout_s, on_progress, next_step)
     with (
         _quiet(verbose),
         _loopback_only(),
@@ -724,10 +901,18 @@ def launch(
         _removed_after(log_dir),
         _temp_files_in(log_dir),
         _named_semaphores(),
+        _env(READY_DIR_ENV, log_dir),
     ):
         try:
-            return dict(elastic_launch(config, _run_worker)(fn, *args))
+            with watch:
+                return dict(elastic_launch(config, _run_worker)(fn, *args))
         except SignalException as e:
+            if watch.timed_out:
+                raise WorkerStartTimeout(
+                    f"only {watch.ready} of {nproc} workers were ready after {timeout_s:.0f} s; "
+                    f"gave up and stopped them ({usable_cores()} CPU cores here: start fewer "
+                    f"with --nproc)"
+                ) from None
             err = KeyboardInterrupt(f"launcher got {e.sigval.name}")
             err.signum = int(e.sigval)  # type: ignore[attr-defined]
             raise err from None
