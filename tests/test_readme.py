@@ -90,25 +90,33 @@ def _bash_blocks(text):
     return re.findall(r"```bash\n(.*?)```", text, re.S)
 
 
-def test_install_is_told_for_gpu_and_cpu_machines():
-    """The first two commands (install + train, install + test) are what works here and what CI
-    runs; both torch wheels are shown: the default (CUDA) one for a GPU machine and PyTorch's
-    CPU-only index for a machine without one."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index("## Quick start")
-    quick = text[start : text.index("\n## ", start + 1)]
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_install_is_one_labelled_line_for_cpu_and_one_for_gpu_machines(page):
+    """The Quick start's first two blocks are one labelled line each, install + train: the
+    CPU-only machine's first (PyTorch's CPU index, so a laptop does not fetch the CUDA build),
+    then the GPU machine's (PyPI's default wheel); each its own block, so copying one never runs
+    the other. The next command installs the test extras and runs what CI runs; the quick tier
+    follows. Both pin the torch that CI installs."""
+    text = (ROOT / page).read_text()
+    start = text.index("## Quick start") if page == "README.md" else 0
+    end = text.find("\n## ", start + 1)
+    quick = text[start : end if end > 0 else len(text)]
     blocks = _bash_blocks(quick)
     ci = (ROOT / ".ci" / "run").read_text()
     pin = re.search(r"pip install -q (torch==\S+)", ci)[1]
-    assert blocks[0].strip() == f"pip install {pin} && pip install -e . && fleetgnn train"
-    assert blocks[1].strip() == "pip install -e '.[dev]' && python -m pytest -q"
+    cpu, gpu = (block.strip().splitlines() for block in blocks[:2])
+    assert (
+        len(cpu) == len(gpu) == 2 and cpu[0].startswith("# CPU-only") and gpu[0].startswith("# GPU")
+    )
+    index = "--index-url https://download.pytorch.org/whl/cpu"
+    assert cpu[1] == f"pip install {pin} {index} && pip install -e . && fleetgnn train"
+    assert gpu[1] == f"pip install {pin} && pip install -e . && fleetgnn train"
+    assert blocks[2].strip() == "pip install -e '.[dev]' && python -m pytest -q"
     assert "python -m pytest -q" in ci
     assert "python -m pytest -q -m 'not slow'\n" in blocks  # the quick tier
-    lines = next(b for b in blocks if "--index-url" in b).splitlines()
-    assert lines[0].startswith(f"pip install {pin} ") and "GPU" in lines[0]
-    cpu = f"pip install {pin} --index-url https://download.pytorch.org/whl/cpu"
-    assert lines[1].startswith(cpu) and "CPU" in lines[1]
-    assert "may pull several GB" not in quick  # the old advice, wrong on a GPU machine
+    # no other install of torch in the Quick start, and no suite figures to go stale
+    assert sum("pip install torch" in b for b in blocks) == 2
+    assert not re.search(r"\d+ (minutes|tests)|\d+ s\b", quick), "suite figures drift: drop them"
 
 
 @pytest.mark.slow
