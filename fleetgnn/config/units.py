@@ -79,3 +79,13 @@ def parse_bytes(value: str | int | float, name: str = "budget") -> int:
             f"give the memory to use, e.g. '16GB'"
         )
     return count
+
+
+#: A budget of ``None`` ("no limit") as a byte count: above every budget :func:`parse_bytes`
+#: accepts, and below the int64 counters it is added to.
+UNLIMITED = 1 << 62
+
+
+def budget_bytes(value: str | int | float | None, name: str = "budget") -> int:
+    """A budget's byte count: :func:`parse_bytes` of ``value``, :data:`UNLIMITED` for ``None``."""
+    return UNLIMITED if value is None else parse_bytes(value, name)

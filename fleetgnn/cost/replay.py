@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fleetgnn.config.units import UNLIMITED
 from fleetgnn.graph import Graph
 from fleetgnn.partition import partition
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
@@ -393,10 +394,9 @@ def split_counts(
     row = int(graph.num_features) * graph.x.dtype.itemsize if graph.x is not None else 0
     fp: TierPlan | None = None
     if graph.x is not None:
-        unlimited = 1 << 62
         budgets = TierBudgets(
-            unlimited if device_budget is None else int(device_budget),
-            unlimited if host_budget is None else int(host_budget),
+            UNLIMITED if device_budget is None else int(device_budget),
+            UNLIMITED if host_budget is None else int(host_budget),
         )
         fp = plan_partitioned(graph, own, budgets, world, hotness=hotness).features
     tiers = np.zeros(3, dtype=np.int64)  # input rows from the device, host and disk tiers

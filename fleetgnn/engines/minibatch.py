@@ -59,6 +59,7 @@ import numpy as np
 import torch
 
 from fleetgnn.config import MinibatchEngineConfig
+from fleetgnn.config.units import budget_bytes
 from fleetgnn.distributed import DistContext, TrafficMeter
 from fleetgnn.engines.base import StepStats
 from fleetgnn.engines.chunks import Chunking
@@ -91,14 +92,11 @@ from fleetgnn.store import (
     SOURCES,
     TierBudgets,
     UnifiedStore,
-    parse_bytes,
     resolve_sampling,
 )
 from fleetgnn.store.edge_table import BudgetSplit, EdgeTable, split_budgets
 from fleetgnn.store.hotness import hotness_order
 from fleetgnn.tasks import Task
-
-_UNLIMITED = 1 << 62  # bytes: a budget of ``None`` means "no limit"
 
 
 def replica_bytes(graph: Graph) -> int:
@@ -220,9 +218,7 @@ class MinibatchEngine(SampledEngine):
         self.feature_norm = sc.feature_norm
         # the store meters bytes served per tier; the communicators meter bytes on the wire
         self.store_meter = TrafficMeter()
-        device_budget = parse_bytes(  # errors name the config fields
-            _UNLIMITED if sc.device_budget is None else sc.device_budget, "device_budget"
-        )
+        device_budget = budget_bytes(sc.device_budget, "device_budget")  # errors name the key
         #: Where batches are sampled (``store.sampling`` resolved): ``host`` or ``device``.
         self.sampling = sampling_place(sc.sampling, graph, self.device, device_budget)
         replica = None
@@ -232,7 +228,7 @@ class MinibatchEngine(SampledEngine):
         self.replica_bytes = replica_bytes(graph) if replica is not None else 0
         budgets = TierBudgets(
             device_budget - self.replica_bytes,
-            parse_bytes(_UNLIMITED if sc.host_budget is None else sc.host_budget, "host_budget"),
+            budget_bytes(sc.host_budget, "host_budget"),
         )
         #: How the store's budgets are shared by node rows and edge rows (``None``: the model
         #: reads no edge features, the node rows get all of them).

@@ -70,6 +70,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.config import SplitEngineConfig
+from fleetgnn.config.units import budget_bytes
 from fleetgnn.distributed import Communicator, DistContext, TrafficMeter
 from fleetgnn.engines.base import StepStats
 from fleetgnn.engines.chunks import Chunking
@@ -109,7 +110,6 @@ from fleetgnn.store import (
     UnifiedStore,
     feature_row_bytes,
     hotness_order,
-    parse_bytes,
     plan_partitioned,
 )
 from fleetgnn.tasks import Task
@@ -238,10 +238,6 @@ def split_block(block: Block, src_owner: np.ndarray, rank: int, world_size: int)
         edges_per_rank=np.bincount(eo_dst, minlength=world_size).astype(np.int64),
         block_local_edges=int(np.count_nonzero(eo_dst == eo_src)),
     )
-
-
-#: Bytes: a budget of ``None`` means "no limit".
-_UNLIMITED = 1 << 62
 
 
 # ---------------------------------------------------------------------------------- aggregator
@@ -551,10 +547,8 @@ class SplitEngine(SampledEngine):
         self.hosts = self.ctx.hosts(self.comm)  # one all_gather_object when ranks span hosts
         self.gather = resolve_gather(sc.gather, self.ctx, self.hosts)
         budgets = TierBudgets(  # errors name the config fields
-            parse_bytes(
-                _UNLIMITED if sc.device_budget is None else sc.device_budget, "device_budget"
-            ),
-            parse_bytes(_UNLIMITED if sc.host_budget is None else sc.host_budget, "host_budget"),
+            budget_bytes(sc.device_budget, "device_budget"),
+            budget_bytes(sc.host_budget, "host_budget"),
         )
         hot = (
             MinibatchEngine._hotness(graph, sc)  # type: ignore[arg-type]

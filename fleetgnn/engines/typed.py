@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig
+from fleetgnn.config.units import budget_bytes
 from fleetgnn.engines.base import (
     DistributedEngine,
     EngineBase,
@@ -65,7 +66,7 @@ from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.hetero import TypedAggregator
 from fleetgnn.sampling import SeedLoader
 from fleetgnn.sampling.hetero import HeteroBlock, HeteroNeighborSampler, full_hetero_block
-from fleetgnn.store import KeyedStore, TierBudgets, parse_bytes
+from fleetgnn.store import KeyedStore, TierBudgets
 from fleetgnn.tasks import check_label_range
 
 
@@ -327,12 +328,9 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
 
         hosts = self.ctx.hosts(self.comm)
         gather = resolve_gather(cfg.gather, self.ctx, hosts)
-        unlimited = 1 << 62
         budgets = TierBudgets(
-            parse_bytes(
-                unlimited if cfg.device_budget is None else cfg.device_budget, "device_budget"
-            ),
-            parse_bytes(unlimited if cfg.host_budget is None else cfg.host_budget, "host_budget"),
+            budget_bytes(cfg.device_budget, "device_budget"),
+            budget_bytes(cfg.host_budget, "host_budget"),
         )
         self.store_comm = self.comm.new_group(backend="gloo", meter=meter_cls())
         try:
