@@ -730,11 +730,25 @@ KERNELS.register("keyed_dropout", "torch", _keyed_dropout_torch, ("cpu", "cuda")
 KERNELS.register("keyed_dropout", "triton", _keyed_dropout_triton, ("cuda",))
 
 
+#: Set in the workers of ``fleetgnn train --nproc`` (``fleetgnn.distributed.launch``'s
+#: ``READY_DIR_ENV``): their launcher read the same environment and has reported it already.
+_LAUNCHED_WORKER_ENV = "FLEETGNN_READY_DIR"
+
+
+def _reports_env() -> bool:
+    """Whether this process reports a bad ``FLEETGNN_KERNELS`` entry: one process per run.
+
+    Every process of a run reads the variable at import. A worker of ``fleetgnn train --nproc``
+    stays quiet (its launcher said it), and under ``torchrun`` only rank 0 speaks.
+    """
+    return not os.environ.get(_LAUNCHED_WORKER_ENV) and os.environ.get("RANK", "0") == "0"
+
+
 def _apply_env(spec: str) -> None:
     """``FLEETGNN_KERNELS="op:device=name,..."``: per-process choices.
 
     A bad entry is ignored with a one-line warning (it is read at import, before any command can
-    report an error).
+    report an error), once per run whatever the world size (:func:`_reports_env`).
     """
     for item in filter(None, (s.strip() for s in spec.split(","))):
         try:
@@ -744,6 +758,8 @@ def _apply_env(spec: str) -> None:
                 raise ValueError(f"unknown op {op!r}; ops: {', '.join(KERNELS.ops())}")
             KERNELS.use(op, device_type, name)
         except ValueError as e:
+            if not _reports_env():
+                continue
             hint = str(e) if "=" in item and ":" in item else "write op:device=name"
             warnings.warn(
                 f"FLEETGNN_KERNELS entry {item!r} ignored: {hint} (e.g. gather_rows:cuda=wide)",

@@ -56,6 +56,32 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a plain file")
 
 
+def path_kind(path: PathLikeStr) -> str:
+    """What ``path`` is, for messages (``"missing"`` when nothing is there).
+
+    E.g. ``"a FIFO (named pipe)"``, ``"a directory"``, ``"a regular file"``, ``"a character
+    device (a symbolic link to '/dev/zero')"``, ``"a broken symbolic link (to 'x')"``. Never
+    opens the path (a FIFO would block, a device could be read forever).
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "missing"
+    link = ""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        try:
+            st = os.stat(path)
+        except OSError:
+            return f"a broken symbolic link (to '{target}')"
+        link = f" (a symbolic link to '{target}')"
+    kind = "a regular file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
+    return kind + link
+
+
 def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
 

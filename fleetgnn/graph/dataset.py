@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.config.knobs import FEATURE_NORMS
-from fleetgnn.config.textfile import parse_json, read_bytes
+from fleetgnn.config.textfile import parse_json, path_kind, read_bytes
 from fleetgnn.durable import atomic_write_text, fsync_dir, refresh_free
 from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import SPLITS, Graph, Validation
@@ -56,6 +56,7 @@ from fleetgnn.graph.files import (
     apply_umask,
     create_npy,
     exchange_dirs,
+    npy_error,
     swap_in_progress,
     temp_prefix,
 )
@@ -381,6 +382,12 @@ def open_meta(path: str | os.PathLike[str]) -> tuple[Path, Path, dict[str, Any]]
     """
     root = Path(path)
     if not root.is_dir():
+        kind = path_kind(root)
+        if kind != "missing":
+            raise DatasetError(
+                f"dataset directory '{root}' is {kind}, not a directory; give the directory "
+                f"'fleetgnn prepare' wrote"
+            )
         raise DatasetError(
             f"dataset directory '{root}' does not exist; create one with 'fleetgnn prepare'"
         )
@@ -564,13 +571,19 @@ def dataset_feature_norm(path: str | os.PathLike[str]) -> str:
 def _load_array(root: Path, name: str, spec: dict[str, Any], mmap: bool) -> np.ndarray:
     path = root / f"{name}.npy"
     if not path.is_file():
-        raise DatasetError(f"'{path}' is listed in {META} but missing; re-create the dataset")
+        kind = path_kind(path)
+        if kind == "missing":
+            raise DatasetError(f"'{path}' is listed in {META} but missing; re-create the dataset")
+        raise DatasetError(
+            f"'{path}' is {kind}, not a regular .npy file; the dataset's arrays are files "
+            f"'fleetgnn prepare' writes: re-create the dataset"
+        )
     try:
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
         raise DatasetError(
-            f"'{path}' cannot be read ({e}); the file is truncated or corrupt, "
-            f"re-create the dataset"
+            f"'{path}' cannot be read ({npy_error(e)}); the file is truncated or corrupt, or not "
+            f"the one 'fleetgnn prepare' wrote: re-create the dataset"
         ) from e
     want_dtype, want_shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
     if arr.dtype != want_dtype or arr.shape != want_shape:

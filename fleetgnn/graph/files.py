@@ -81,6 +81,22 @@ _LEGACY_FILE = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 # ---------------------------------------------------------------------------------- owners
 
 
+def npy_error(err: BaseException, limit: int = 200) -> str:
+    """Why numpy would not load a ``.npy`` file, on one line, without its advice to unpickle.
+
+    ``np.load(allow_pickle=False)`` answers a file that is not a ``.npy`` array (any text file,
+    ``/etc/passwd``) by suggesting ``allow_pickle=True``, which would run whatever code a pickle
+    holds; that advice is never passed on.
+    """
+    text = " ".join(str(err).split())
+    if "pickle" in text:
+        return (
+            "it is not a .npy array: numpy could read it only as a Python pickle, which can run "
+            "code and is refused"
+        )
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def temp_prefix(name: str, kind: str = "tmp") -> str:
     """The prefix of a temporary directory for ``name`` owned by this process.
 

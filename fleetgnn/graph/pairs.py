@@ -25,6 +25,7 @@ from typing import BinaryIO
 import numpy as np
 
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph.files import npy_error
 from fleetgnn.types import PathLikeStr
 
 _FIX = "give two columns of node IDs (source, destination), one pair per row"
@@ -82,8 +83,9 @@ def _read_npy(p: Path, arg: str) -> np.ndarray:
     try:
         arr = np.load(p, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:
-        detail = " ".join(str(e).split())[:200]
-        raise ConfigError(f"{arg} '{p}' is not a readable .npy file ({detail}); {_FIX}") from None
+        raise ConfigError(
+            f"{arg} '{p}' is not a readable .npy file ({npy_error(e)}); {_FIX}"
+        ) from None
     if arr.ndim == 2 and arr.shape[0] == 2 and arr.shape[1] != 2:
         arr = arr.T  # [2, P], the edge_index layout
     if arr.ndim != 2 or arr.shape[1] != 2:

@@ -20,6 +20,7 @@ from typing import IO
 import numpy as np
 
 from fleetgnn.errors import DatasetError
+from fleetgnn.graph.files import npy_error
 
 # Exceptions that reading a damaged plain / gzip / zip file can raise.
 READ_ERRORS: tuple[type[BaseException], ...] = (
@@ -260,8 +261,9 @@ def load_npy(path: str | os.PathLike[str], what: str) -> np.ndarray:
         arr = np.load(p, allow_pickle=False)
     except ValueError as e:
         raise DatasetError(
-            f"{what} '{p}' cannot be loaded ({e}); it is truncated or corrupt, or holds Python "
-            f"objects (refused: pickle is disabled for safety); save a numeric array with np.save"
+            f"{what} '{p}' cannot be loaded ({npy_error(e)}); it is truncated or corrupt, or "
+            f"holds Python objects (refused: pickle is disabled for safety); save a numeric "
+            f"array with np.save"
         ) from e
     except READ_ERRORS as e:
         raise DatasetError(f"{what} '{p}' cannot be read ({e}); it is truncated or corrupt") from e

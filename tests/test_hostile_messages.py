@@ -1,0 +1,152 @@
+"""Issue 42, finding 6: messages that misled, each now naming what it found.
+
+A ``--dataset`` that exists but is not a directory, an array file that is a FIFO, a directory or a
+link to ``/dev/zero``, an array file numpy could read only as a pickle (its advice to load it with
+``allow_pickle`` is never passed on), and a bad ``FLEETGNN_KERNELS`` entry said once per run, not
+once per process.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from fleetgnn import kernels
+from fleetgnn.cli.main import main
+from fleetgnn.graph import write_dataset
+from fleetgnn.graph.synthetic import generate_graph, spec_for
+
+DATASET_FIX = "give the directory 'fleetgnn prepare' wrote"
+ARRAY_FIX = "the dataset's arrays are files 'fleetgnn prepare' writes: re-create the dataset"
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    return write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "tiny")
+
+
+def _train_error(capsys: pytest.CaptureFixture[str], data: Path, run: Path) -> str:
+    assert main(["train", "--dataset", str(data), "--run-dir", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("fleetgnn train: error: "), lines
+    return lines[0].removeprefix("fleetgnn train: error: ")
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "file"])
+def test_a_dataset_that_is_not_a_directory_says_what_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+):
+    path = tmp_path / "data"
+    if kind == "device":
+        path = Path("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("x")
+    what = {"device": "a character device", "fifo": "a FIFO (named pipe)", "file": "a regular file"}
+    line = _train_error(capsys, path, tmp_path / "run")
+    assert line == f"dataset directory '{path}' is {what[kind]}, not a directory; {DATASET_FIX}"
+    assert _train_error(capsys, tmp_path / "nothing", tmp_path / "run") == (
+        f"dataset directory '{tmp_path / 'nothing'}' does not exist; create one with "
+        f"'fleetgnn prepare'"
+    )
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "dev-zero"])
+def test_an_array_file_that_is_not_a_file_says_what_it_is(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+):
+    (tiny / "verified.json").unlink(missing_ok=True)
+    y = tiny / "y.npy"
+    y.unlink()
+    if kind == "fifo":
+        os.mkfifo(y)
+        what = "a FIFO (named pipe)"
+    elif kind == "directory":
+        y.mkdir()
+        what = "a directory"
+    else:
+        y.symlink_to("/dev/zero")
+        what = "a character device (a symbolic link to '/dev/zero')"
+    line = _train_error(capsys, tiny, tmp_path / "run")
+    assert line == f"'{y}' is {what}, not a regular .npy file; {ARRAY_FIX}"
+
+
+@pytest.mark.parametrize("target", ["pickle", "passwd"])
+def test_an_array_file_numpy_would_unpickle_is_refused_without_its_advice(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+):
+    """``x.npy`` linked to a pickle (or to any text file): numpy's error suggests loading it with
+    ``allow_pickle``, which would run the code a pickle holds; docs/safety.md says never."""
+    source = tmp_path / "other"
+    if target == "pickle":
+        source.write_bytes(pickle.dumps({"a": 1}))
+    else:
+        source.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    x = tiny / "x.npy"
+    x.unlink()
+    x.symlink_to(source)
+    line = _train_error(capsys, tiny, tmp_path / "run")
+    assert line == (
+        f"'{x}' cannot be read (it is not a .npy array: numpy could read it only as a Python "
+        f"pickle, which can run code and is refused); the file is truncated or corrupt, or not "
+        f"the one 'fleetgnn prepare' wrote: re-create the dataset"
+    )
+    assert "allow_pickle" not in line
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({}, True),
+        ({"RANK": "0"}, True),
+        ({"RANK": "1"}, False),
+        ({"FLEETGNN_READY_DIR": "/x"}, False),
+    ],
+)
+def test_a_bad_kernels_entry_is_reported_by_one_process_of_a_run(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], says: bool
+):
+    for key in ("RANK", "FLEETGNN_READY_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        kernels._apply_env("garbage")
+    assert [str(w.message) for w in seen] == (
+        [
+            "FLEETGNN_KERNELS entry 'garbage' ignored: write op:device=name "
+            "(e.g. gather_rows:cuda=wide)"
+        ]
+        if says
+        else []
+    )
+
+
+@pytest.mark.slow
+def test_a_bad_kernels_entry_at_nproc_2_is_one_line(tiny: Path, tmp_path: Path):
+    env = {**os.environ, "FLEETGNN_KERNELS": "garbage", "OMP_NUM_THREADS": "1"}
+    argv = ["train", "--dataset", str(tiny), "--run-dir", str(tmp_path / "run"), "--quiet"]
+    argv += ["--epochs", "1", "--nproc", "2", "--engine", "minibatch"]
+    done = subprocess.run(
+        [sys.executable, "-m", "fleetgnn", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [ln for ln in done.stderr.splitlines() if "FLEETGNN_KERNELS" in ln]
+    assert said == [
+        "fleetgnn train: warning: FLEETGNN_KERNELS entry 'garbage' ignored: write op:device=name "
+        "(e.g. gather_rows:cuda=wide)"
+    ], done.stderr[-3000:]
