@@ -516,9 +516,11 @@ class Structure:
         Edge ``perm[k]`` is the ``k``-th edge of the transpose (edges sorted stably by source).
         """
         if self._t is None:
-            perm = torch.argsort(self.indices, stable=True)
-            t_indptr = torch.zeros(self.num_src + 1, dtype=torch.int64, device=self.indptr.device)
-            torch.cumsum(torch.bincount(self.indices, minlength=self.num_src), 0, out=t_indptr[1:])
+            ordered, perm = torch.sort(self.indices, stable=True)
+            # row r of the transpose starts at the first edge whose source is >= r (a search,
+            # not a bincount, whose output size costs a GPU a host sync)
+            bounds = torch.arange(self.num_src + 1, dtype=ordered.dtype, device=ordered.device)
+            t_indptr = torch.searchsorted(ordered, bounds)
             self._t = (t_indptr, self.dst_index()[perm], perm)
         return self._t
 

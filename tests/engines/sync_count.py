@@ -7,7 +7,8 @@ the host without waiting for the device:
 
 - ``_local_scalar_dense`` (``item()``, ``float()``, ``int()``, ``bool()`` of a tensor);
 - ops whose output size depends on the data: ``nonzero``, ``masked_select``, ``unique`` and
-  its variants, indexing with a boolean mask, ``repeat_interleave`` without ``output_size``.
+  its variants, indexing with a boolean mask, ``repeat_interleave`` without ``output_size``,
+  ``bincount`` (CUDA's reads the input's maximum even with ``minlength``).
 
 Host reads that bypass the dispatcher (``tolist()``, ``numpy()`` of a CPU tensor) are not
 seen. The counted paths must read device values only through staged host buffers
@@ -32,6 +33,7 @@ SYNC_OPS = frozenset(
         "aten._unique2.default",
         "aten.unique_dim.default",
         "aten.unique_consecutive.default",
+        "aten.bincount.default",
     }
 )
 
@@ -79,6 +81,7 @@ class SyncCounter(TorchDispatchMode):
             torch.nonzero(t)
             torch.repeat_interleave(torch.tensor([1, 2]))
             torch.repeat_interleave(torch.tensor([1, 2]), output_size=3)  # not a sync
+            torch.bincount(torch.tensor([0, 2]), minlength=4)
             t.mul(2).add(1)
-        assert c.syncs == 4, c.where
+        assert c.syncs == 5, c.where
         assert c.ops >= 7
