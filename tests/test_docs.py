@@ -287,3 +287,13 @@ def test_generated_reference_covers_every_key_and_command():
     assert "### fleetgnn prepare synthetic" in cli and "--list-keys" in cli
     page = (DOCS / "reference" / "config.md").read_text()
     assert hooks.on_page_markdown(page, None, None, None).count("| `train.") > 10
+
+
+def test_python_api_names_every_engine_config():
+    """docs/python-api.md's list of engines and their configs has every registered engine's."""
+    import fleetgnn
+
+    text = (DOCS / "python-api.md").read_text()
+    section = text[text.index("- Engines and their configs:") :].split("\n- ")[0]
+    for name, spec in fleetgnn.ENGINES.items():
+        assert f"`{spec.config_cls.__name__}`" in section, name

@@ -119,6 +119,22 @@ def test_install_is_one_labelled_line_for_cpu_and_one_for_gpu_machines(page):
     assert not re.search(r"\d+ (minutes|tests)|\d+ s\b", quick), "suite figures drift: drop them"
 
 
+def test_report_is_introduced_with_the_extra_it_needs():
+    """Where `fleetgnn report` first appears, in the README and on each docs page, its paragraph
+    says it needs the `[plot]` extra (matplotlib), before a reader meets the command's error."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    seen = 0
+    for page in pages:
+        text = page.read_text()
+        at = text.find("fleetgnn report")
+        if at < 0:
+            continue
+        seen += 1
+        start, end = text.rfind("\n\n", 0, at), text.find("\n\n", at)
+        assert "[plot]" in text[start : end if end > 0 else len(text)], page.name
+    assert seen >= 3
+
+
 @pytest.mark.slow
 def test_quick_start_reaches_the_accuracy_the_readme_states(tmp_path, monkeypatch):
     """`fleetgnn train` with no arguments: the first epoch's and the best test accuracy are the

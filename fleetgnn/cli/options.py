@@ -2,7 +2,8 @@
 
 Every parser of the ``fleetgnn`` command is a :class:`Parser`: its help shows each option's
 default (:class:`HelpFormatter`; options whose default means "decided later" say so in their own
-words) and an invalid choice names the nearest valid one (``--model gnc``: did you mean 'gcn'?).
+words), an invalid choice names the nearest valid one (``--model gnc``: did you mean 'gcn'?), and
+a parse error is one line, without argparse's usage block.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fleetgnn.config.suggest import nearest
 
@@ -48,7 +49,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` with :class:`HelpFormatter` and "did you mean" on invalid choices.
+    """An ``ArgumentParser``: :class:`HelpFormatter`, "did you mean", one-line parse errors.
 
     Its subparsers are of this class too (argparse's default ``parser_class``), so subcommand
     names get the suggestion as well (``fleetgnn trian``: did you mean 'train'?).
@@ -67,6 +68,14 @@ class Parser(argparse.ArgumentParser):
         if callable(self.epilog):
             self.epilog = self.epilog()
         return super().format_help()
+
+    def error(self, message: str) -> NoReturn:
+        """Exit 2 with one line: the error, then where the usage is (not the usage itself).
+
+        argparse prints its usage block (a dozen lines for ``train``) before the error line,
+        which pushed the one line that helps (the bad value and the nearest valid one) below it.
+        """
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} -h)\n")
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         if action.choices is None or value in action.choices:

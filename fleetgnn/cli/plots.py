@@ -653,7 +653,7 @@ def _plot_bytes(ax: Any, runs: Sequence[RunRecord], colors: Sequence[str]) -> No
 
 #: What each link kind carries (see :mod:`fleetgnn.distributed.traffic`), under its bars.
 _LINK_MEANING = {
-    "local": "own memory",
+    "local": "copies in own memory",
     "peer": "between ranks, one host",
     "h2d": "host to device",
     "d2h": "device to host",

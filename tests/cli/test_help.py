@@ -87,6 +87,8 @@ def test_an_invalid_choice_names_the_nearest_one(argv, guess, capsys):
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert f"did you mean '{guess}'?" in err and "Traceback" not in err
+    # one line: the usage block no longer comes first (-h shows it)
+    assert err.count("\n") == 1 and err.startswith("fleetgnn") and err.rstrip().endswith(" -h)")
 
 
 def test_config_yaml_records_the_mode_and_no_synthetic_preset_for_a_dataset(tmp_path, capsys):
