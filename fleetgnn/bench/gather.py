@@ -12,8 +12,11 @@ and the memcpy limit: the seconds ``copy_`` needs to read and write the gathered
 bandwidth measured in the same run. Rates are gathered GB per second.
 
 On a CUDA device (``device=``) the plain tensor, the IDs and the copy limit live on the device
-(``index_select`` there against a device-to-device copy), while the store's tiers stay in host
-memory: its rows are gathered on the host and copied to the device, as a sampled batch's are.
+(``index_select`` there against a device-to-device copy). The device-tier store is built on the
+device (every row there, read with IDs on the device: an engine's read of its device tier); the
+disk-tier one stays on the host, its rows gathered there and copied to the device, and says so
+(``host gather + copy to <device>``). Up to stop 35 the device-tier case on CUDA was a host
+store too: its figure was a host gather and a copy, labelled as the device tier.
 """
 
 from __future__ import annotations
@@ -60,16 +63,29 @@ def run(
         x.numel() * x.element_size()
     )
     placements = {
-        "device tier (in memory)": TierBudgets(device=2 * everything, host=0),
-        "disk tier (page-cached memory map)": TierBudgets(),
+        "device tier (in memory)" if on_host else f"device tier (on {device})": TierBudgets(
+            device=2 * everything, host=0
+        ),
+        "disk tier (page-cached memory map)"
+        if on_host
+        else f"disk tier (page-cached memory map), host gather + copy to {device}": TierBudgets(),
     }
     for where, budgets in placements.items():
-        store = UnifiedStore.build(graph, budgets=budgets, name=f"bench{threads}")
+        on_device = not on_host and where.startswith("device tier")
+        store = UnifiedStore.build(
+            graph,
+            budgets=budgets,
+            name=f"bench{threads}",
+            **({"device": device} if on_device else {}),
+        )
+        read_ids = ids_dev if on_device else ids
         try:
-            if not torch.equal(store.gather(ids[:100]), x[ids[:100]]):
+            if not torch.equal(store.gather(read_ids[:100]).cpu(), x[ids[:100]]):
                 raise RuntimeError("the store's rows differ from the features")
             calls = {
-                "fleetgnn": lambda store=store: store.gather(ids).to(device),
+                "fleetgnn": lambda store=store, read_ids=read_ids: store.gather(read_ids).to(
+                    device
+                ),
                 "torch index_select": lambda: torch.index_select(x_dev, 0, ids_dev),
             }
             if "disk" in where:
@@ -81,7 +97,7 @@ def run(
         row = measurement(
             SECTION,
             f"store gather of {n_ids:,} random rows x {x.shape[1]} float32, {where}, {name}"
-            + ("" if on_host else f", copied to {device}; index_select and limit on {device}"),
+            + ("" if on_host else f"; index_select and limit on {device}"),
             threads,
             times,
             work=work,

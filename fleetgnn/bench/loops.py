@@ -2,7 +2,8 @@
 
 - :class:`EngineSteps`: a callable running the next epoch of an engine per call (all its steps,
   or the first ``steps``), adding up the engine's own step times per phase (:data:`PHASES`);
-- :func:`peer_optimizer`: the optimizer a PyG peer trains with (the run config's Adam);
+- :func:`peer_optimizer`: the optimizer a PyG peer trains with (the engines' own, from the
+  run config: fused Adam on CUDA);
 - :func:`optimizer_step`: ``zero_grad -> backward -> step`` of a peer's loss.
 """
 
@@ -52,11 +53,21 @@ class EngineSteps:
         return {k: v / max(self.epoch, 1) for k, v in self.phase_s.items()}
 
 
-def peer_optimizer(cfg: Config, model: nn.Module) -> torch.optim.Optimizer:
-    """Adam with the run config's learning rate and weight decay over a peer's parameters."""
-    return torch.optim.Adam(
-        model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-    )
+def peer_optimizer(
+    cfg: Config, model: nn.Module, device: torch.device | str | None = None
+) -> torch.optim.Optimizer:
+    """The optimizer the engines build from ``cfg`` (``optim.*``), over a peer's parameters.
+
+    ``device``: where the peer's parameters are (``None``: the first parameter's device). The
+    engines use torch's fused Adam/AdamW on CUDA (``optimizer_from_config``); the peers get the
+    same, so a figure compares the layers and not two optimizers (the GPU checks up to stop 35
+    gave PyG the default, foreach, Adam).
+    """
+    from fleetgnn.train.setup import optimizer_from_config
+
+    if device is None:
+        device = next(iter(model.parameters())).device
+    return optimizer_from_config(model, cfg.optim, device)
 
 
 def optimizer_step(opt: torch.optim.Optimizer, loss: Tensor) -> None:
