@@ -46,6 +46,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import xml.etree.ElementTree as ET
@@ -98,6 +99,30 @@ BENCH_PARTS = (
     "sampler_profile",
     "overheads",
 )
+#: The speed tier's bench parts (products-like 1.0 on CUDA): ``copy`` (the unit of fractions),
+#: the minibatch epoch under each Fisher-Yates kernel, its PyG peers on the same blocks, the
+#: full-graph epochs against PyG, and offload's arms; each writes under ``figures.products``.
+SPEED_PARTS = ("copy", "products", "products_peers", "products_full", "products_offload")
+#: Every part ``--bench-parts`` accepts.
+ALL_PARTS = BENCH_PARTS + SPEED_PARTS[1:]
+#: The check's tiers, each sized to one call of the device tool (<= 420 s on an H100 with its
+#: data generation): ``parity`` (the gpu-marked tests beside every engine's device run against
+#: its CPU run at W = 1 and 2), ``speed`` (products-like 1.0: the figures), ``all`` (every step
+#: and the older bench parts: ~950 s on an H100, for targeted reruns with --steps/--bench-parts).
+TIERS = ("parity", "speed", "all")
+TIER_STEPS = {"parity": ("pytest", "data", "engines"), "speed": ("data", "bench", "plan")}
+TIER_STEPS["all"] = STEPS[1:]
+TIER_PARTS = {"parity": (), "speed": SPEED_PARTS, "all": BENCH_PARTS}
+#: Each tier's shares of the budget (see SHARES). In ``parity`` the pytest step runs beside the
+#: data and engines steps (its own processes, the same deadline), so it takes no share.
+TIER_SHARES = {
+    "all": SHARES,
+    "parity": {"env": 0.0, "pytest": 0.0, "data": 0.05, "engines": 0.95, "bench": 0.0, "plan": 0.0},
+    "speed": {"env": 0.0, "pytest": 0.0, "data": 0.15, "engines": 0.0, "bench": 0.75, "plan": 0.1},
+}
+#: The parity tier's pytest shards run at once on CUDA (processes of their own; the engine and
+#: memory tests spawn ranks and take 10-15 s each, the op tests milliseconds).
+PYTEST_JOBS = 3
 MODES = {"minibatch": "minibatch", "split": "minibatch", "fullgraph": "full", "offload": "full"}
 TAIL = 4000
 #: What a subprocess printed is kept in the log up to this many characters (head and tail).
@@ -123,8 +148,42 @@ def _atomic_json(path: Path, obj: Any) -> None:
 # ------------------------------------------------------------------------------------ sizes
 
 
-def sizes(device: str, quick: bool) -> dict[str, Any]:
-    """Datasets and benchmark sizes: the real ones on CUDA, much smaller ones on a CPU dry run."""
+def sizes(device: str, quick: bool, tier: str = "all") -> dict[str, Any]:
+    """Datasets and benchmark sizes: the real ones on CUDA, much smaller ones on a CPU dry run.
+
+    ``tier`` ``speed`` adds the products figures' sizes (products-like 1.0 on CUDA, 0.01 on a
+    dry run); ``parity`` a smaller engine dataset on a dry run (``tiny``: CI's time).
+    """
+    size = _base_sizes(device, quick)
+    if tier == "parity" and device == "cpu":
+        size["engine_data"] = ("tiny", 1.0)
+    if tier == "speed":
+        cuda = device != "cpu"
+        size.update(
+            bench_data=("products-like", 1.0 if cuda else 0.01),
+            # the issue's products epoch: SAGE 3 x 256, fanouts 15,10,5, batch 1024, float32
+            # (a dry run: hidden 64, batch 512, for 4 steps on its small graph)
+            products={
+                "hidden": 256 if cuda else 64,
+                "fanouts": [15, 10, 5],
+                "batch": 1024 if cuda else 512,
+                "profile_steps": 10 if cuda else 2,
+                "layer_steps": 20 if cuda else 2,
+                "repeat": 3 if cuda else 1,
+                # full-graph GCN / SAGE and offload's GCN: 2 layers, hidden 128 (the earlier
+                # checks' full-graph model, at products-like 0.2)
+                "full_hidden": 128 if cuda else 32,
+                "full_layers": 2,
+                "offload_budget_fraction": 0.5,  # offload.device_budget: half the graph's bytes
+                "offload_chunks": 4,  # a dry run (no device budget on a CPU)
+            },
+        )
+        if not cuda:
+            size["copy_mb"] = 16
+    return size
+
+
+def _base_sizes(device: str, quick: bool) -> dict[str, Any]:
     if quick:
         return {
             "engine_data": ("tiny", 1.0),
@@ -178,7 +237,10 @@ class Check:
         self.t0 = time.monotonic()
         self.deadline = self.t0 + args.budget_s
         self.py = sys.executable
-        self.size = sizes(args.device, args.quick)
+        self.tier = args.tier
+        self.shares = TIER_SHARES[args.tier]
+        self.size = sizes(args.device, args.quick, args.tier)
+        self.lock = threading.RLock()  # the parity tier's pytest step runs in a thread
         if args.engine_scale is not None:
             self.size["engine_data"] = (self.size["engine_data"][0], args.engine_scale)
         if args.bench_scale is not None:
@@ -190,6 +252,7 @@ class Check:
             "command": [sys.argv[0], *sys.argv[1:]],
             "device": args.device,
             "quick": args.quick,
+            "tier": args.tier,
             "budget_s": args.budget_s,
             "worlds": args.worlds,
             "started": _now(),
@@ -207,26 +270,44 @@ class Check:
     def log(self, msg: str) -> None:
         """A timestamped line to the log and to stdout."""
         line = f"[{time.monotonic() - self.t0:7.1f}s] {msg}"
-        print(line, flush=True)
-        self.log_f.write(line + "\n")
+        with self.lock:
+            print(line, flush=True)
+            self.log_f.write(line + "\n")
 
     def save(self) -> None:
         """Rewrite the JSON (atomically) with everything recorded so far."""
-        self.result["summary"] = {
-            s: {"status": r.get("status"), "seconds": r.get("seconds")}
-            for s, r in self.result["steps"].items()
-        }
-        self.result["duration_s"] = round(time.monotonic() - self.t0, 2)
-        _atomic_json(self.out / JSON_NAME, self.result)
+        with self.lock:
+            self.result["summary"] = {
+                s: {"status": r.get("status"), "seconds": r.get("seconds")}
+                for s, r in self.result["steps"].items()
+            }
+            self.result["duration_s"] = round(time.monotonic() - self.t0, 2)
+            for _ in range(5):  # a step in another thread may add a key meanwhile: retry
+                try:
+                    _atomic_json(self.out / JSON_NAME, self.result)
+                    return
+                except RuntimeError:
+                    time.sleep(0.05)
+            _atomic_json(self.out / JSON_NAME, self.result)
 
     def left(self) -> float:
         """Seconds until the global deadline."""
         return self.deadline - time.monotonic()
 
     def step_deadline(self, name: str) -> float:
-        """The global deadline less the shares of the steps after ``name``."""
+        """The global deadline less the shares of the steps after ``name``.
+
+        The parity tier's pytest step runs beside the others: the global deadline is its own.
+        """
+        if self.parallel_pytest and name == "pytest":
+            return self.deadline
         later = [s for s in STEPS[STEPS.index(name) + 1 :] if s in self.args.steps]
-        return self.deadline - self.args.budget_s * sum(SHARES[s] for s in later)
+        return self.deadline - self.args.budget_s * sum(self.shares[s] for s in later)
+
+    @property
+    def parallel_pytest(self) -> bool:
+        """Whether the pytest step runs beside the data and engines steps (the parity tier)."""
+        return self.tier == "parity" and {"pytest", "engines"} <= set(self.args.steps)
 
     def run(
         self, argv: list[str], timeout: float, label: str, env: dict[str, str] | None = None
@@ -259,11 +340,12 @@ class Check:
                 f"{logged[: LOG_CAP // 4]}\n[... {cut} characters cut ...]\n"
                 + logged[-(LOG_CAP - LOG_CAP // 4) :]
             )
-        self.log_f.write(f"----- {label}: output -----\n{logged}")
-        self.log_f.write(
-            f"----- {label}: rc {proc.returncode}, {seconds:.1f} s"
-            f"{', TIMED OUT' if timed_out else ''} -----\n"
-        )
+        with self.lock:
+            self.log_f.write(f"----- {label}: output -----\n{logged}")
+            self.log_f.write(
+                f"----- {label}: rc {proc.returncode}, {seconds:.1f} s"
+                f"{', TIMED OUT' if timed_out else ''} -----\n"
+            )
         return {
             "command": argv,
             "returncode": proc.returncode,
@@ -356,44 +438,79 @@ class Check:
             rec["warning"] = "pymetis does not import: split and offload (METIS) runs will fail"
 
     def pytest(self, rec: dict[str, Any]) -> None:
-        """``pytest -m gpu``; its counts from the JUnit report."""
-        junit = self.out / JUNIT_NAME
-        argv = [
-            self.py,
-            "-m",
-            "pytest",
-            "-m",
-            "gpu",
-            "-v",
-            "-rfEs",
-            "-p",
-            "no:cacheprovider",
-            f"--maxfail={self.args.pytest_maxfail}",
-            f"--junitxml={junit}",
-            *(shlex.split(self.args.pytest_args) or PYTEST_PATHS),
-        ]
+        """``pytest -m gpu``; its counts from the JUnit report(s).
+
+        The parity tier on CUDA runs the test modules in :data:`PYTEST_JOBS` shards at once
+        (each its own process and JUnit report; the counts are summed): the engine and memory
+        tests spawn ranks, and one after another they need more than a call (stop 34: the
+        gpu-marked tests never finished in 128 s).
+        """
         ignored = [] if _version("hypothesis") else _hypothesis_modules(REPO / "tests")
-        argv += [f"--ignore={p}" for p in ignored]
         rec["ignored_modules"] = ignored
         if ignored:
             rec["ignored_why"] = "hypothesis does not import here (property tests, none marked gpu)"
-        res = self.run(
-            argv, min(self.args.pytest_timeout, self.step_deadline("pytest") - _now_m()), "pytest"
-        )
-        rec.update(_brief(res))
-        rec["counts"] = _pytest_counts(res["output"], junit)
-        rec["failures"] = _junit_failures(junit)
-        if res["timed_out"]:
-            raise RuntimeError(f"pytest timed out after {res['seconds']:.0f} s")
-        if res["returncode"] not in (0, 5):  # 5: no test selected
-            raise RuntimeError(f"pytest exited {res['returncode']}: {rec['counts']}")
+        paths = shlex.split(self.args.pytest_args)
+        jobs = self.args.pytest_jobs
+        if jobs is None:
+            jobs = PYTEST_JOBS if self.tier == "parity" and self.args.device == "cuda" else 1
+        shards = [paths] if paths or jobs <= 1 else _pytest_shards(PYTEST_PATHS, jobs, ignored)
+        rec["shards"] = len(shards)
+        timeout = min(self.args.pytest_timeout, self.step_deadline("pytest") - _now_m())
+
+        def one(k: int) -> dict[str, Any]:
+            junit = self.out / (JUNIT_NAME if len(shards) == 1 else f"gpu-check-pytest-{k}.xml")
+            argv = [
+                self.py,
+                "-m",
+                "pytest",
+                "-m",
+                "gpu",
+                "-v",
+                "-rfEs",
+                "-p",
+                "no:cacheprovider",
+                f"--maxfail={self.args.pytest_maxfail}",
+                f"--junitxml={junit}",
+                *(shards[k] or PYTEST_PATHS),
+            ]
+            argv += [f"--ignore={p}" for p in ignored]
+            label = "pytest" if len(shards) == 1 else f"pytest shard {k}"
+            res = self.run(argv, timeout, label)
+            return {
+                "res": res,
+                "counts": _pytest_counts(res["output"], junit),
+                "failures": _junit_failures(junit),
+            }
+
+        with ThreadPoolExecutor(len(shards)) as pool:
+            got = list(pool.map(one, range(len(shards))))
+        if len(shards) == 1:
+            rec.update(_brief(got[0]["res"]))
+            rec["counts"] = got[0]["counts"]
+        else:
+            rec["shard_runs"] = [
+                {**_brief(g["res"]), "counts": g["counts"], "paths": shards[k]}
+                for k, g in enumerate(got)
+            ]
+            rec["counts"] = _sum_counts([g["counts"] for g in got])
+            rec["returncode"] = max(g["res"]["returncode"] or 0 for g in got)
+        rec["failures"] = [f for g in got for f in g["failures"]]
+        for g in got:
+            res = g["res"]
+            if res["timed_out"]:
+                raise RuntimeError(f"pytest timed out after {res['seconds']:.0f} s")
+            if res["returncode"] not in (0, 5):  # 5: no test selected
+                raise RuntimeError(f"pytest exited {res['returncode']}: {rec['counts']}")
 
     def data(self, rec: dict[str, Any]) -> None:
         """Prepare (or reuse) the synthetic datasets with ``fleetgnn prepare synthetic``."""
         from fleetgnn.bench.data import dataset_dir
 
         rec["datasets"] = {}
-        for role in ("engine_data", "bench_data"):
+        roles = {"parity": ("engine_data",), "speed": ("bench_data",)}.get(
+            self.tier, ("engine_data", "bench_data")
+        )
+        for role in roles:
             preset, scale = self.size[role]
             path = dataset_dir(self.cache, preset, scale)
             entry: dict[str, Any] = {"preset": preset, "scale": scale, "path": str(path)}
@@ -439,8 +556,18 @@ class Check:
         runs: list[dict[str, Any]] = []
         rec["runs"] = runs
         rec["tolerance"] = f"|loss - baseline| <= {LOSS_RTOL:g} * max(1, |baseline|) per epoch"
+        jobs = self.args.jobs if dev == "cpu" or self.tier == "parity" else 1
+        rec["timings_are"] = (
+            f"parity runs: {EPOCHS} float64 epochs of {self.size['engine_data'][0]} "
+            f"{self.size['engine_data'][1]:g} (the first one warming up), {jobs} run(s) at once"
+            + (" beside the pytest step" if self.parallel_pytest else "")
+            + ": the losses are the figures, the epoch times are not speed figures (the speed "
+            "tier's are)"
+        )
         engines = self.args.engines
-        modes = [m for m in ("minibatch", "full") if m in {MODES[e] for e in engines}]
+        multi = engines if self.args.multi_engines is None else self.args.multi_engines
+        wanted = set(engines) | (set(multi) if max(self.args.worlds) > 1 else set())
+        modes = [m for m in ("minibatch", "full") if m in {MODES[e] for e in wanted}]
         plan: list[tuple[str, str, str, int, str | None]] = [  # name, engine, mode, W, device
             (f"cpu:reference-{m}", "reference", m, 1, "cpu") for m in modes
         ]
@@ -450,7 +577,7 @@ class Check:
             # at W > 1 minibatch needs a CPU run of its own as baseline (its batches depend on
             # W; the others compare with the reference already run), so it runs last: stop 35's
             # checks spent the step's remaining time on that baseline and reached no W = 2 run
-            order = sorted(engines, key=lambda e: w > 1 and e == "minibatch")
+            order = sorted(engines if w == 1 else multi, key=lambda e: w > 1 and e == "minibatch")
             for e in order:
                 if e == "minibatch" and w > 1 and dev != "cpu":
                     plan.append((f"cpu:minibatch-w{w}", e, MODES[e], w, "cpu"))
@@ -470,12 +597,20 @@ class Check:
                 }
             )
 
+        by_name = {r["name"]: r for r in runs}
+        done = {r["name"]: threading.Event() for r in runs}
+
         def one(run: dict[str, Any]) -> None:
-            left = deadline - _now_m()
-            if left < 5:
-                run.update(status="skipped", error="out of the engines step's time budget")
-                return
-            self._engine_run(run, data, tmp, min(self.args.run_timeout, left))
+            try:
+                # at once with others: a device run waits for its CPU baseline (which runs
+                # first in the plan) only to report; it runs meanwhile
+                left = deadline - _now_m()
+                if left < 5:
+                    run.update(status="skipped", error="out of the engines step's time budget")
+                    return
+                self._engine_run(run, data, tmp, min(self.args.run_timeout, left), threads)
+            finally:
+                done[run["name"]].set()
 
         def report(run: dict[str, Any]) -> None:
             self._compare(run, {r["name"]: r for r in runs})
@@ -487,13 +622,24 @@ class Check:
             )
             self.save()
 
+        # runs at once share the machine's cores (the parity tier's pytest shards too)
+        cores = os.cpu_count() or 1
+        others = PYTEST_JOBS if self.parallel_pytest and dev != "cpu" else 0
+        threads = max(1, cores // (jobs + others)) if jobs > 1 else None
+
+        def one_and_report(run: dict[str, Any]) -> None:
+            one(run)
+            base = by_name.get(run["baseline"] or "")
+            if base is not None and base is not run:
+                done[base["name"]].wait()
+            with self.lock:
+                report(run)
+
         try:
-            if dev == "cpu" and self.args.jobs > 1:  # a dry run: its times mean nothing
-                with ThreadPoolExecutor(self.args.jobs) as pool:
-                    list(pool.map(one, runs))
-                for run in runs:  # baselines first
-                    report(run)
-            else:  # one at a time: the device's timings are figures
+            if jobs > 1:  # parity runs: their times are not figures (rec["timings_are"])
+                with ThreadPoolExecutor(jobs) as pool:
+                    list(pool.map(one_and_report, runs))
+            else:  # one at a time
                 for run in runs:
                     one(run)
                     report(run)
@@ -510,7 +656,14 @@ class Check:
             rec["status"] = "partial"
             rec["error"] = f"{len(rec['skipped'])} run(s) skipped for time"
 
-    def _engine_run(self, run: dict[str, Any], data: Path, tmp: Path, timeout: float) -> None:
+    def _engine_run(
+        self,
+        run: dict[str, Any],
+        data: Path,
+        tmp: Path,
+        timeout: float,
+        threads: int | None = None,
+    ) -> None:
         run_dir = tmp / run["name"].replace(":", "-")
         sets = [*self.train_sets(), f"train.device={run['device']}"]
         if run["device"] != "cpu":
@@ -537,7 +690,8 @@ class Check:
         ]
         for s in sets:
             argv += ["--set", s]
-        res = self.run(argv, timeout, run["name"])
+        env = {"OMP_NUM_THREADS": str(threads)} if threads else None
+        res = self.run(argv, timeout, run["name"], env=env)
         run.update(_brief(res))
         epochs = _epochs(run_dir / "metrics.jsonl")
         run["losses"] = [r.get("loss") for r in epochs]
@@ -592,11 +746,12 @@ class Check:
         ]
         if self.args.quick:
             argv.append("--quick")
+        argv += ["--tier", self.tier]
         if self.args.bench_parts:
             argv += ["--bench-parts", ",".join(self.args.bench_parts)]
-        res = self.run(
-            argv, min(self.args.bench_timeout, self.step_deadline("bench") - _now_m()), "bench"
-        )
+        timeout = min(self.args.bench_timeout, self.step_deadline("bench") - _now_m())
+        argv += ["--bench-budget-s", f"{max(1.0, timeout - 10):.0f}"]  # its parts' deadline
+        res = self.run(argv, timeout, "bench")
         rec.update(_brief(res))
         if child.is_file():
             got = json.loads(child.read_text())
@@ -612,7 +767,13 @@ class Check:
             raise RuntimeError(_last_line(res["output"]) or f"exit {res['returncode']}")
 
     def plan(self, rec: dict[str, Any]) -> None:
-        """``fleetgnn plan --hardware h100`` against the epochs measured in ``engines``."""
+        """``fleetgnn plan --hardware h100`` against the epochs measured in ``engines``.
+
+        The speed tier: against the products figures of its bench step (:meth:`_plan_speed`).
+        """
+        if self.tier == "speed":
+            self._plan_speed(rec)
+            return
         data = self._data_path("engine_data")
         runs = self.result["steps"]["engines"].get("runs", [])
         rec["hardware"] = self.args.hardware
@@ -682,6 +843,109 @@ class Check:
                 self.log(
                     f"   plan {e} W={w}: predicted {pred.get('epoch_s')} s, measured {measured} s"
                 )
+
+    def _plan_speed(self, rec: dict[str, Any]) -> None:
+        """The plan of the products dataset (one device) against the speed tier's epochs.
+
+        Two plans: the minibatch epoch's config (SAGE) against ``products.epoch_s``, and the
+        full-graph GCN's against the reference and ``fullgraph`` epochs and offload's overlapped
+        epoch (its device budget set as the bench set it on CUDA).
+        """
+        data = self._data_path("bench_data")
+        prod = self.result["steps"]["bench"].get("figures", {}).get("products", {})
+        ps = self.size["products"]
+        rec["hardware"] = self.args.hardware
+        rec["note"] = (
+            "W = 1 on the profile's one device"
+            if self.args.device == "cuda"
+            else "a CPU dry run: the measured epochs are CPU epochs, not the profile's"
+        )
+        rec["compared"] = []
+        rec["plans"] = {}
+        full = prod.get("full_graph", {}).get("gcn", {})
+        off = prod.get("offload", {})
+        configs = {
+            "sage-minibatch": (
+                [
+                    "model.name=sage",
+                    f"model.hidden={ps['hidden']}",
+                    f"model.num_layers={len(ps['fanouts'])}",
+                    f"train.fanouts=[{','.join(map(str, ps['fanouts']))}]",
+                    f"train.batch_size={ps['batch']}",
+                    "store.sampling=device",
+                ],
+                {"minibatch": prod.get("epoch_s")},
+            ),
+            "gcn-full": (
+                [
+                    "model.name=gcn",
+                    f"model.hidden={ps['full_hidden']}",
+                    f"model.num_layers={ps['full_layers']}",
+                    "train.mode=full",
+                ]
+                + (
+                    [f"offload.device_budget={off['device_budget']}"]
+                    if self.args.device == "cuda" and off.get("device_budget")
+                    else []
+                ),
+                {
+                    "reference": _epoch_of(full.get("fleetgnn reference")),
+                    "fullgraph": _epoch_of(full.get("fleetgnn fullgraph")),
+                    "offload": _epoch_of(off.get("overlap")),
+                },
+            ),
+        }
+
+        def planned(label: str) -> dict[str, Any]:
+            argv = [self.py, "-m", "fleetgnn", "plan", "--dataset", str(data)]
+            argv += ["--hardware", self.args.hardware, "--nproc", "1", "--json"]
+            for kv in ["train.dtype=float32", "train.seed=0", *configs[label][0]]:
+                argv += ["--set", kv]
+            return self.run(argv, self.step_deadline("plan") - _now_m(), f"plan {label}")
+
+        with ThreadPoolExecutor(len(configs)) as pool:  # both at once: two start-ups
+            results = dict(zip(configs, pool.map(planned, configs), strict=True))
+        for label, (sets, measured) in configs.items():
+            res = results[label]
+            if res["returncode"] != 0:
+                rec.update(_brief(res))
+                raise RuntimeError(f"fleetgnn plan ({label}): {_last_line(res['output'])}")
+            plan = json.loads(res["output"][res["output"].index("{") :])
+            engines = plan.get("engines", {})
+            rec["plans"][label] = {
+                "sets": sets,
+                "choice": plan.get("choice"),
+                "rates_from": plan.get("rates_from"),
+                "engines": {
+                    e: {k: v.get(k) for k in ("fits", "mode", "epoch_s", "breakdown", "reasons")}
+                    for e, v in engines.items()
+                },
+            }
+            for e, got in measured.items():
+                pred = engines.get(e, {})
+                ratio = None
+                if _finite_num(got) and _finite_num(pred.get("epoch_s")) and got:
+                    ratio = pred["epoch_s"] / got
+                rec["compared"].append(
+                    {
+                        "config": label,
+                        "engine": e,
+                        "fits": pred.get("fits"),
+                        "predicted_epoch_s": pred.get("epoch_s"),
+                        "measured_epoch_s": got,
+                        "predicted_over_measured": ratio,
+                    }
+                )
+                self.log(
+                    f"   plan {label} {e}: predicted {pred.get('epoch_s')} s, measured {got} s"
+                )
+        if prod:
+            prod["plan"] = rec["compared"]
+
+
+def _epoch_of(v: Any) -> float | None:
+    """An arm's epoch seconds (None for an arm that did not run or ran out of memory)."""
+    return v.get("epoch_s") if isinstance(v, dict) else None
 
 
 def _now_m() -> float:
@@ -789,7 +1053,12 @@ def _nvidia_smi() -> str | None:
 
 #: What :func:`source_digest` reads: the package and the check, the code a check's figures
 #: come from.
-DIGEST_GLOBS = ("fleetgnn/**/*.py", "fleetgnn/**/*.json", "benchmarks/gpu/*.py")
+DIGEST_GLOBS = (
+    "fleetgnn/**/*.py",
+    "fleetgnn/**/*.json",
+    "benchmarks/gpu/*.py",
+    "benchmarks/gpu/*.sh",
+)
 
 
 def source_digest(root: Path = REPO) -> str:
@@ -839,6 +1108,46 @@ def _pytest_counts(output: str, junit: Path) -> dict[str, Any]:
     return counts
 
 
+def _pytest_shards(paths: tuple[str, ...], jobs: int, ignored: list[str]) -> list[list[str]]:
+    """The test modules under ``paths`` in ``jobs`` shards of about equal time.
+
+    A module under ``tests/engines``, ``tests/cost`` or ``tests/distributed`` (processes of
+    their own, 10-15 s a test on a GPU) weighs 10, another 1; each module goes to the lightest
+    shard, heaviest first (conftest files are found by pytest from the module paths).
+    """
+    modules: list[str] = []
+    for p in paths:
+        path = REPO / p
+        found = [path] if path.is_file() else sorted(path.rglob("test_*.py"))
+        modules += [str(m.relative_to(REPO)) for m in found]
+    modules = [m for m in modules if m not in set(ignored)]
+    heavy = ("tests/engines", "tests/cost", "tests/distributed")
+
+    def weight(m: str) -> int:
+        return 10 if m.startswith(heavy) else 1
+
+    shards: list[list[str]] = [[] for _ in range(max(1, jobs))]
+    loads = [0] * len(shards)
+    for m in sorted(modules, key=lambda m: (-weight(m), m)):
+        k = loads.index(min(loads))
+        shards[k].append(m)
+        loads[k] += weight(m)
+    return [sh for sh in shards if sh]
+
+
+def _sum_counts(counts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The shards' pytest counts added up (``summary_line`` per kind too)."""
+    out: dict[str, Any] = {"summary_line": {}}
+    for c in counts:
+        for k, v in c.items():
+            if k == "summary_line":
+                for kk, vv in v.items():
+                    out["summary_line"][kk] = out["summary_line"].get(kk, 0) + vv
+            elif isinstance(v, int):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
 def _junit_failures(junit: Path) -> list[dict[str, str]]:
     if not junit.is_file():
         return []
@@ -877,7 +1186,11 @@ def _profile_figures(events: Any, steps: int, wall: float) -> dict[str, Any]:
     top = sorted(events, key=lambda e: -e.cpu_time_total)[:15]
     return {
         "steps": steps,
-        "step_s": wall / n,
+        # the wall time under the profiler, which inflates it (stop 35: 15.5-18.3 ms a step
+        # profiled, 10-13 ms not): what a step costs is the unprofiled figures' step_s
+        "profiled_step_s": wall / n,
+        "profiled_step_s_what": "wall seconds a step under torch.profiler (inflated by it): "
+        "not a speed figure",
         "aten_ops_per_step": sum(e.count for e in events if e.key.startswith("aten::")) / n,
         "kernel_launches_per_step": count(
             "cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"
@@ -895,13 +1208,22 @@ def _profile_figures(events: Any, steps: int, wall: float) -> dict[str, Any]:
 
 
 def bench_child(
-    path: Path, dataset: Path, device_name: str, quick: bool, parts: list[str] | None = None
+    path: Path,
+    dataset: Path,
+    device_name: str,
+    quick: bool,
+    parts: list[str] | None = None,
+    tier: str = "all",
+    budget_s: float | None = None,
 ) -> int:
     """Step ``bench`` in its own process: every figure into ``path`` as soon as it is measured.
 
-    ``parts``: only these parts (and ``copy``, the unit of the fractions); ``None``: all.
+    ``parts``: only these parts (and ``copy``, the unit of the fractions); ``None``: the tier's
+    (:data:`TIER_PARTS`). ``budget_s``: seconds the parts have (a part that can leave out an arm
+    for time, offload's pageable one, does).
     """
     import copy as copy_module
+    import gc
     import types
     import warnings
 
@@ -909,13 +1231,17 @@ def bench_child(
 
     from fleetgnn.bench import epoch, gather, ops, sampler
     from fleetgnn.bench.report import progress_line
+    from fleetgnn.engines.base import resolve_steps
     from fleetgnn.graph import open_dataset
     from fleetgnn.kernels import KERNELS
 
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
     warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
     device = torch.device(device_name)
-    size = sizes(device.type, quick)
+    size = sizes(device.type, quick, tier)
+    deadline = time.monotonic() + (budget_s if budget_s is not None else 1e9)
+    if parts is None:
+        parts = list(TIER_PARTS[tier])
     opts = types.SimpleNamespace(repeat=size["repeat"], quick=quick)
     threads = torch.get_num_threads()
     out: dict[str, Any] = {"parts": {}, "figures": {"device": str(device)}, "rows": []}
@@ -927,7 +1253,7 @@ def bench_child(
         print(msg, flush=True)
 
     def part(key: str, fn: Callable[[], None]) -> None:
-        if parts is not None and key not in parts and key != "copy":  # copy: the unit
+        if key not in parts and key != "copy":  # copy: the unit
             return
         t0 = time.monotonic()
         log(f"-- {key} ...")
@@ -984,6 +1310,8 @@ def bench_child(
         rows = gather.run(opts, threads, log, graph, name, device)
         out["rows"] += rows
         figs["gather"] = {}
+        figs["gather"]["units"] = "gbps: gathered bytes (once) a second; fraction_of_copy: of "
+        figs["gather"]["units"] += "half the copy's read + written rate (a gathered byte is both)"
         for r in rows:
             limit_rate = r["extra"]["memcpy_gbps"] / 2  # the gathered bytes are read + written
             figs["gather"][r["case"]] = {
@@ -1063,7 +1391,17 @@ def bench_child(
 
         xd, idsd = x.to(device), ids.to(device)
         res: dict[str, Any] = {"rows": int(ids.numel()), "row_bytes": int(x.shape[1]) * 4}
+        # one record, two units (the stop-35 record mixed them without saying): a key ending in
+        # read_written_gbps counts every gathered byte twice (read and written: the copy's
+        # unit, for fractions of it); every other *_gbps counts each gathered byte once
+        res["units"] = {
+            "*read_written_gbps": "gathered bytes x 2 (read + written) a second, the unit of "
+            "copy_gbps; fraction_of_copy = this / copy_gbps",
+            "device_gbps, pageable_host_gbps, pinned_host_gbps": "gathered bytes (once) a "
+            "second; the host tiers' bytes cross the host-to-device link once",
+        }
         res["device_gbps"] = rate(lambda: xd.index_select(0, idsd))
+        res["device_read_written_gbps"] = 2 * res["device_gbps"]
         # every gather kernel that runs here, in the copy's unit (bytes read + written) and as
         # a fraction of the copy (issue 26: >= 0.7 of it from the device tier)
         kernels: dict[str, Any] = {}
@@ -1076,7 +1414,11 @@ def bench_child(
                 kernels[name] = {"skipped": f"{type(e).__name__}: {str(e)[:200]}"}
                 continue
             queued = 2 * rate(lambda fn=fn: fn(xd, idsd, None), PIPELINE_CALLS)
-            kernels[name] = {"read_written_gbps": gbps, "queued_gbps": queued, "equal": same}
+            kernels[name] = {
+                "read_written_gbps": gbps,
+                "queued_read_written_gbps": queued,
+                "equal": same,
+            }
             if _finite_num(figs.get("copy_gbps")):
                 kernels[name]["fraction_of_copy"] = gbps / figs["copy_gbps"]
                 kernels[name]["queued_fraction_of_copy"] = queued / figs["copy_gbps"]
@@ -1111,9 +1453,11 @@ def bench_child(
                     # a user's read (the range checked: one sync) and an engine's (checked=True:
                     # a sampler's IDs), each alone and queued 10 deep
                     "read_written_gbps": 2 * rate(lambda: store.gather(idsd)),
-                    "checked_ids_gbps": 2 * rate(lambda: store.gather(idsd, checked=True)),
-                    "queued_gbps": 2 * rate(lambda: store.gather(idsd), PIPELINE_CALLS),
-                    "checked_ids_queued_gbps": 2
+                    "checked_ids_read_written_gbps": 2
+                    * rate(lambda: store.gather(idsd, checked=True)),
+                    "queued_read_written_gbps": 2
+                    * rate(lambda: store.gather(idsd), PIPELINE_CALLS),
+                    "checked_ids_queued_read_written_gbps": 2
                     * rate(lambda: store.gather(idsd, checked=True), PIPELINE_CALLS),
                     "hit_rates": store.hit_rates("features"),
                     "kernel": KERNELS.chosen("gather_rows", device.type),
@@ -1121,7 +1465,7 @@ def bench_child(
                 if _finite_num(figs.get("copy_gbps")):
                     st["fraction_of_copy"] = st["read_written_gbps"] / figs["copy_gbps"]
                     st["fractions_of_copy"] = {
-                        k[: -len("_gbps")]: v / figs["copy_gbps"]
+                        k[: -len("_read_written_gbps")] or "read": v / figs["copy_gbps"]
                         for k, v in st.items()
                         if k.endswith("_gbps")
                     }
@@ -1154,7 +1498,40 @@ def bench_child(
                 f"model.hidden={size['hidden']}",
             ],
         )
+        from fleetgnn.bench.speed import PinnedBlockingTransfers
+
         res: dict[str, Any] = {"chunks": size["offload_chunks"], "partition": "range"}
+        res["arms"] = {
+            "blocking": "offload.overlap_transfers=false: pageable host data, blocking copies",
+            "overlap": "pinned host data, copies on a side stream overlapping the chunks",
+            "pinned_blocking": "the overlap arm's engine (pinned host data) in the blocking "
+            "order with blocking copies from pinned memory: overlap's gain over it is the "
+            "overlap alone (pinning alone cut the stop-34 transfer time 0.573 -> 0.074 s)",
+        }
+
+        def epochs(eng: Any) -> tuple[list[float], list[float]]:
+            times, losses = [], []
+            for ep in range(1 + max(1, min(opts.repeat, 3))):  # the first warms up
+                sync_t0 = time.perf_counter()
+                got = eng.run_epoch(ep)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                times.append(time.perf_counter() - sync_t0)
+                (st,) = resolve_steps(got)
+                losses.append(float(st.loss_sum))
+            return times, losses
+
+        def record(eng: Any, times: list[float], losses: list[float]) -> dict[str, Any]:
+            extra = eng.epoch_extra()
+            return {
+                "epoch_s": min(times[1:]),
+                "losses": losses,
+                "pinned": extra["pinned"],
+                "transfer_s": extra["transfer_s"],
+                "transfer_wait_s": extra["transfer_wait_s"],
+                "hidden_fraction": extra["hidden_fraction"],
+            }
+
         for overlap in (False, True):
             eng = engine_from_config(
                 cfg,
@@ -1165,26 +1542,26 @@ def bench_child(
                 overlap_transfers=overlap,
             )
             try:
-                times, losses = [], []
-                for ep in range(1 + max(1, min(opts.repeat, 3))):  # the first warms up
-                    sync_t0 = time.perf_counter()
-                    (st,) = eng.run_epoch(ep)
-                    if device.type == "cuda":
-                        torch.cuda.synchronize(device)
-                    times.append(time.perf_counter() - sync_t0)
-                    losses.append(st.loss_sum)
-                extra = eng.epoch_extra()
+                state = copy_module.deepcopy(eng.state_dict())
+                res["overlap" if overlap else "blocking"] = record(eng, *epochs(eng))
+                if overlap:  # the same engine from the same state, blocking from pinned memory
+                    eng.load_state_dict(state)
+                    eng.overlap = False
+                    eng.xfer.drain()
+                    if eng.xfer.stream is not None:
+                        eng.xfer.stream = None
+                        eng.xfer.overlap = False
+                        eng.xfer.__class__ = PinnedBlockingTransfers
+                    res["pinned_blocking"] = record(eng, *epochs(eng))
             finally:
                 eng.close()
-            res["overlap" if overlap else "blocking"] = {
-                "epoch_s": min(times[1:]),
-                "losses": losses,
-                "pinned": extra["pinned"],
-                "transfer_s": extra["transfer_s"],
-                "transfer_wait_s": extra["transfer_wait_s"],
-                "hidden_fraction": extra["hidden_fraction"],
-            }
-        res["speedup"] = res["blocking"]["epoch_s"] / res["overlap"]["epoch_s"]
+        # overlap against blocking copies from the same (pinned) memory: the overlap's gain
+        res["speedup"] = res["pinned_blocking"]["epoch_s"] / res["overlap"]["epoch_s"]
+        res["speedup_what"] = "pinned_blocking epoch / overlap epoch"
+        res["speedup_over_pageable_blocking"] = (
+            res["blocking"]["epoch_s"] / res["overlap"]["epoch_s"]
+        )
+        res["pinning_speedup"] = res["blocking"]["epoch_s"] / res["pinned_blocking"]["epoch_s"]
         res["same_losses"] = res["blocking"]["losses"] == res["overlap"]["losses"]
         # CUDA's float32 scatter-adds are atomics in no fixed order: the two paths may differ
         # in the last bits there (the H100 run: 9e-9 relative by the fourth epoch)
@@ -1195,8 +1572,12 @@ def bench_child(
         figs["offload_overlap"] = res
         log(f"offload overlap: {res}")
 
-    def sage_minibatch(device_budget: int | None) -> Any:
-        """The minibatch parts' engine: SAGE, fanouts 10,10, batch 1024 (``None``: no limit)."""
+    def sage_minibatch(device_budget: int | None, sampling: str = "auto") -> Any:
+        """The minibatch parts' engine: SAGE, fanouts 10,10, batch 1024 (``None``: no limit).
+
+        ``sampling``: ``store.sampling`` (``device`` keeps the sampler on the device at every
+        budget: the budgets part changes only where the rows are).
+        """
         from fleetgnn.config import load_config
         from fleetgnn.train import engine_from_config
 
@@ -1204,19 +1585,31 @@ def bench_child(
         sets = ["train.engine=minibatch", "train.mode=minibatch", f"train.device={device}"]
         sets += ["model.name=sage", f"model.hidden={size['hidden']}", "train.batch_size=1024"]
         sets += [f"store.device_budget={budget}", "store.host_budget=null"]
+        sets += [f"store.sampling={sampling}"]
         return engine_from_config(load_config(None, sets), graph, None)
 
     def minibatch_budgets() -> None:
         # a minibatch SAGE epoch on the device with the store's device tier at several budgets
         # (issue 26, item 7): 0 (every feature row from the pinned host tier), about half the
-        # graph's bytes, and everything on the device; epoch seconds and the rows' sources
+        # graph's bytes, and everything on the device; epoch seconds and the rows' sources.
+        # The sampler stays on the device in every arm (store.sampling=device, its CSC replica
+        # on top of the budget): with sampling=auto the budget-0 arm also moved the sampling
+        # to the host (stop 34/35), so its step time was not the rows' placement alone
+        from fleetgnn.engines.minibatch import replica_bytes
         from fleetgnn.store import feature_row_bytes, topology_row_bytes
 
         total = int(topology_row_bytes(graph).sum()) + graph.num_nodes * feature_row_bytes(graph)
+        replica = replica_bytes(graph)
         res: dict[str, Any] = {"graph_bytes": total, "fanouts": [10, 10], "batch_size": 1024}
+        res["sampling"] = "device"
+        res["replica_bytes"] = replica
+        res["what"] = (
+            "device_budget = the sampler's CSC replica + 0, half the graph's row bytes, or no "
+            "limit (null): only where the feature and topology rows live changes"
+        )
         losses = {}
-        for label, budget in (("0", 0), ("half", total // 2), ("all", None)):
-            eng = sage_minibatch(budget)
+        for label, budget in (("0", replica), ("half", replica + total // 2), ("all", None)):
+            eng = sage_minibatch(budget, sampling="device")
             try:
                 times, run = [], []
                 # the last MINIBATCH_STEPS steps of each epoch: the part's time stays bounded
@@ -1228,9 +1621,11 @@ def bench_child(
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     times.append(time.perf_counter() - t0)
-                    run.append(sum(st.loss_sum for st in steps))
+                    steps = resolve_steps(steps)
+                    run.append(sum(float(st.loss_sum) for st in steps))
                 extra = eng.epoch_extra()
                 memory = eng.peak_memory()
+                sampled_on = extra.get("sampling")
             finally:
                 eng.close()
             losses[label] = run
@@ -1242,6 +1637,8 @@ def bench_child(
                 "prefetch_hidden_s": extra["prefetch_hidden_s"],
                 "prefetch_wait_s": extra["prefetch_wait_s"],
                 "store_memory": memory,
+                "rows_device_bytes": memory["device"] - replica,
+                "sampling": sampled_on,
             }
         res["same_losses"] = len({tuple(v) for v in losses.values()}) == 1
         figs["minibatch_budgets"] = res
@@ -1324,12 +1721,25 @@ def bench_child(
         eng = sage_minibatch(None)
         try:
             start = max(0, eng.steps_per_epoch() - MINIBATCH_STEPS)
-            eng.run_epoch(0, start)  # warm up
+            # warm up on the very steps profiled (their batches: a Triton kernel compiles once
+            # per specialisation of its integer arguments, and the profile must not time that),
+            # then the same steps unprofiled: the step time the profile is read against
+            eng.run_epoch(1, start)
+            t0 = time.perf_counter()
+            plain = eng.run_epoch(1, start)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            plain_s = (time.perf_counter() - t0) / max(len(plain), 1)
             events, wall, steps = profiled(lambda: eng.run_epoch(1, start))
         finally:
             eng.close()
         figs["minibatch_profile"] = _profile_figures(events, len(steps), wall)
-        log(f"minibatch profile: {figs['minibatch_profile']['step_s'] * 1e3:.1f} ms a step")
+        figs["minibatch_profile"]["step_s"] = plain_s
+        figs["minibatch_profile"]["step_s_what"] = "the same steps, warmed up, not profiled"
+        log(
+            f"minibatch profile: {plain_s * 1e3:.1f} ms a step (profiled: "
+            f"{figs['minibatch_profile']['profiled_step_s'] * 1e3:.1f})"
+        )
 
     def sampler_profile() -> None:
         # where a batch of the device sampler goes (fanouts 15,10,5, batch 1024: the sampler
@@ -1356,7 +1766,11 @@ def bench_child(
                 )
             res = _profile_figures(events, len(batches), wall)
             res["edges_per_batch"] = edges / len(batches)
-            log(f"sampler profile (fisher_yates={impl}): {res['step_s'] * 1e3:.1f} ms a batch")
+            res["warmed"] = "every profiled batch ran once before (compiles not in the profile)"
+            log(
+                f"sampler profile (fisher_yates={impl}): "
+                f"{res['profiled_step_s'] * 1e3:.1f} ms a batch profiled"
+            )
             return res
 
         chosen = KERNELS.chosen("fisher_yates", device.type)
@@ -1378,6 +1792,105 @@ def bench_child(
         }
         log(f"overheads: {figs['overheads']}")
 
+    # ---- the speed tier: products-like 1.0 (figures.products)
+    prod: dict[str, Any] = {}  # the minibatch engine the products parts share, and its config
+    psize = size.get("products", {})
+
+    def products_record() -> dict[str, Any]:
+        rec = figs.setdefault("products", {})
+        if not rec:
+            rec.update(
+                scale=float(size["bench_data"][1]),
+                dataset=name,
+                device=str(device),
+                num_nodes=graph.num_nodes,
+                num_edges=graph.num_edges,
+                what=f"SAGE {len(psize['fanouts'])} x {psize['hidden']}, fanouts "
+                f"{','.join(map(str, psize['fanouts']))}, batch {psize['batch']}, float32, "
+                f"every row and the sampler's CSC on {device} (store.sampling=device)",
+                figures_of=f"{device.type}: the figures of this device"
+                + ("" if device.type == "cuda" else " (a dry run), not a GPU's"),
+            )
+        return rec
+
+    def products_engine() -> tuple[Any, Any]:
+        if "eng" not in prod:
+            from fleetgnn.bench.speed import sage_engine
+
+            t0 = time.perf_counter()
+            prod["eng"], prod["cfg"] = sage_engine(graph, device, psize)
+            products_record()["engine_build_s"] = time.perf_counter() - t0
+        return prod["eng"], prod["cfg"]
+
+    def products_close() -> None:
+        if "eng" in prod:
+            prod.pop("eng").close()
+            prod.clear()
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def products() -> None:
+        # one whole minibatch epoch after a warm-up epoch, under each Fisher-Yates kernel
+        from fleetgnn.bench.speed import minibatch_epoch
+
+        rec = products_record()
+        eng, _ = products_engine()
+        got = minibatch_epoch(eng, device, psize["profile_steps"], log)
+        rec.update(got)
+        rec["peers"] = {"fleetgnn": got["epoch_s"]}
+        log(f"products epoch: {got['epoch_s']:.3f} s, {got['steps']} steps")
+
+    def products_peers() -> None:
+        # PyG's SAGEConv on the engine's own batches (each format), the same optimizer, and
+        # PyG's own pipeline where it samples here
+        from fleetgnn.bench.speed import peers_on_blocks
+
+        rec = products_record()
+        try:
+            eng, cfg = products_engine()
+            if "epoch_s" not in rec:  # this part alone (--bench-parts): fleetgnn's epoch too
+                from fleetgnn.bench.speed import minibatch_epoch
+
+                rec.update(minibatch_epoch(eng, device, psize["profile_steps"], log))
+            got = peers_on_blocks(eng, cfg, device, psize["layer_steps"], log)
+        finally:
+            products_close()
+        peers = rec.setdefault("peers", {})
+        peers["fleetgnn"] = rec.get("epoch_s")
+        peers.update(got["epochs"])
+        rec["peers_what"] = (
+            "epoch seconds; the PyG SAGEConv peers train on the batches fleetgnn's sampler and "
+            "store prepare (inline, while fleetgnn's epoch prefetches them in a thread), with "
+            "the engines' optimizer (fused Adam on CUDA); layers_s_per_step: forward, backward "
+            "and optimizer alone on the same prepared batches"
+        )
+        rec["peers_layers_s_per_step"] = got["layers_s_per_step"]
+        rec["peers_skipped"] = got["skipped"]
+
+    def products_full() -> None:
+        from fleetgnn.bench.speed import full_graph
+
+        products_close()
+        rec = products_record()
+        rec["full_graph"] = full_graph(graph, device, psize, psize["repeat"], log)
+        rec["full_graph_what"] = (
+            f"full-graph epochs (forward, backward, the engines' optimizer: fused Adam on CUDA "
+            f"on both sides), {psize['full_layers']} layers, hidden {psize['full_hidden']}, "
+            f"median of {psize['repeat']} after a warm-up; 'oom': out of device memory"
+        )
+
+    def products_offload() -> None:
+        from fleetgnn.bench.speed import offload_arms
+
+        products_close()
+        rec = products_record()
+        gcn = rec.get("full_graph", {}).get("gcn", {}).get("fleetgnn fullgraph")
+        in_device = gcn.get("epoch_s") if isinstance(gcn, dict) else None
+        rec["offload"] = offload_arms(
+            graph, device, psize, psize["repeat"], log, deadline, in_device
+        )
+
     fns = {
         "copy": copy,
         "h2d": h2d,
@@ -1392,10 +1905,15 @@ def bench_child(
         "minibatch_profile": minibatch_profile,
         "sampler_profile": sampler_profile,
         "overheads": overheads,
+        "products": products,
+        "products_peers": products_peers,
+        "products_full": products_full,
+        "products_offload": products_offload,
     }
-    assert tuple(fns) == BENCH_PARTS  # the names --bench-parts accepts, in their order
+    assert tuple(fns) == ALL_PARTS  # the names --bench-parts accepts, in their order
     for key, fn in fns.items():
         part(key, fn)
+    products_close()
     if device.type == "cuda":
         figs["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     _atomic_json(path, out)
@@ -1432,13 +1950,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", nargs="?", help="output folder (gpu-check.json, gpu-check.log)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument(
+        "--tier",
+        choices=TIERS,
+        default=None,
+        help="parity (gpu tests + engine parity at W = 1, 2), speed (products-like 1.0 "
+        "figures) or all (every step, the older bench parts: more than one call); default "
+        "parity, or all where --steps, --bench-parts or --quick is given",
+    )
     p.add_argument("--quick", action="store_true", help="tiny datasets and sizes (CI dry run)")
     p.add_argument(
         "--budget-s",
         type=float,
         default=None,
-        help="global deadline; steps left after it are skipped (default: cuda 480, "
-        "cpu 170, --quick 240)",
+        help="global deadline; steps left after it are skipped (default: parity and speed "
+        "400 on cuda, 170 on a cpu; all: cuda 480, cpu 170, --quick 240)",
     )
     p.add_argument(
         "--worlds", default=None, help="comma-separated world sizes (default 1,2; --quick: 1)"
@@ -1456,6 +1982,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="extra --set for the device's engine runs (repeatable)",
     )
+    p.add_argument(
+        "--multi-engines",
+        default=None,
+        help="the engines the engines step runs at W > 1 (default: --engines; CI's parity dry "
+        "run: split at W = 2, the others at W = 1: every engine and the check's W = 2 path "
+        "without every engine's two-rank start-up)",
+    )
     p.add_argument("--pytest-maxfail", type=int, default=10)
     p.add_argument(
         "--pytest-args",
@@ -1468,7 +2001,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=",".join(ENGINES),
         help=f"engines the engines step runs (default {','.join(ENGINES)})",
     )
-    p.add_argument("--pytest-timeout", type=float, default=150)
+    p.add_argument(
+        "--pytest-timeout",
+        type=float,
+        default=None,
+        help="seconds for the pytest step (default: all 150; parity and speed: the budget)",
+    )
+    p.add_argument(
+        "--pytest-jobs",
+        type=int,
+        default=None,
+        help=f"pytest shards at once (default: {PYTEST_JOBS} in the parity tier on cuda, else 1)",
+    )
     p.add_argument(
         "--run-timeout",
         type=float,
@@ -1490,8 +2034,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--steps",
-        default=",".join(STEPS[1:]),
-        help=f"steps to run (env always runs): {','.join(STEPS[1:])}",
+        default=None,
+        help=f"steps to run (env always runs): {','.join(STEPS[1:])} (default: the tier's)",
     )
     p.add_argument(
         "--source-digest",
@@ -1500,27 +2044,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--bench-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--dataset", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--bench-budget-s", type=float, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.source_digest:
         print(source_digest())
         raise SystemExit(0)
     if args.bench_child is None and args.out is None:
         p.error("OUT_DIR is required")
+    if args.tier is None:  # the old invocations (targeted reruns, the quick dry run) as before
+        args.tier = "all" if (args.steps or args.bench_parts or args.quick) else "parity"
     if args.budget_s is None:
-        args.budget_s = 240.0 if args.quick else (480.0 if args.device == "cuda" else 170.0)
+        if args.tier != "all":
+            args.budget_s = 400.0 if args.device == "cuda" else 170.0
+        else:
+            args.budget_s = 240.0 if args.quick else (480.0 if args.device == "cuda" else 170.0)
+    if args.pytest_timeout is None:
+        args.pytest_timeout = 150.0 if args.tier == "all" else args.budget_s
     if args.worlds is None:
         args.worlds = "1" if args.quick else "1,2"
     args.worlds = [int(w) for w in str(args.worlds).split(",") if w]
     if args.run_timeout is None:
         args.run_timeout = 90.0 if args.device == "cuda" else 120.0
-    args.steps = [s for s in args.steps.split(",") if s]
+    args.steps = (
+        [s for s in args.steps.split(",") if s] if args.steps else list(TIER_STEPS[args.tier])
+    )
     args.bench_parts = [s for s in args.bench_parts.split(",") if s]
-    if set(args.bench_parts) - set(BENCH_PARTS):
+    if set(args.bench_parts) - set(ALL_PARTS):
         p.error(
-            f"unknown bench part(s) {sorted(set(args.bench_parts) - set(BENCH_PARTS))}; choose "
-            f"from {','.join(BENCH_PARTS)}"
+            f"unknown bench part(s) {sorted(set(args.bench_parts) - set(ALL_PARTS))}; choose "
+            f"from {','.join(ALL_PARTS)}"
         )
     args.engines = [e for e in args.engines.split(",") if e]
+    if args.multi_engines is not None:
+        args.multi_engines = [e for e in args.multi_engines.split(",") if e]
+        if set(args.multi_engines) - set(ENGINES):
+            p.error(f"unknown engine(s) {sorted(set(args.multi_engines) - set(ENGINES))}")
     if set(args.engines) - set(ENGINES):
         p.error(f"unknown engine(s) {sorted(set(args.engines) - set(ENGINES))}")
     unknown = set(args.steps) - set(STEPS)
@@ -1539,20 +2097,29 @@ def main(argv: list[str] | None = None) -> int:
             args.device,
             args.quick,
             args.bench_parts or None,
+            args.tier,
+            args.bench_budget_s,
         )
     check = Check(args)
     try:
         check.log(
-            f"GPU check: device {args.device}, quick {args.quick}, budget {args.budget_s:g}"
-            f" s, worlds {args.worlds}, out {check.out}"
+            f"GPU check: tier {args.tier}, device {args.device}, quick {args.quick}, budget "
+            f"{args.budget_s:g} s, worlds {args.worlds}, steps {args.steps}, out {check.out}"
         )
         check.step("env", check.env)
         no_env = None
         if check.result["steps"]["env"]["status"] != "passed":
             no_env = f"env failed: {check.result['steps']['env']['error']}"
+        beside = None  # the parity tier: pytest in a thread beside the data and engines steps
         for name in STEPS[1:]:
             skip = no_env or (None if name in args.steps else "not in --steps")
+            if name == "pytest" and check.parallel_pytest and skip is None:
+                beside = threading.Thread(target=check.step, args=(name, check.pytest))
+                beside.start()
+                continue
             check.step(name, getattr(check, name), skip=skip)
+        if beside is not None:
+            beside.join()
     finally:
         check.result["finished"] = _now()
         check.save()
