@@ -20,6 +20,7 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import write_dataset
 from fleetgnn.graph.pairs import BLOCK_BYTES, MAX_LINE_BYTES, read_pairs
 from fleetgnn.graph.synthetic import generate_graph, spec_for
+from tests.test_hostile_config import _fleetgnn
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +128,22 @@ def test_a_256mb_pairs_line_is_refused_after_one_block_in_bounded_memory(tmp_pat
         f"give two columns of node IDs (source, destination), one pair per row"
     )
     assert seconds < 5 and peak < 4 * BLOCK_BYTES, (seconds, peak)
+
+
+@pytest.mark.parametrize("where", ["line", "token"])
+def test_a_1gb_edge_list_line_is_refused_fast_in_bounded_memory(tmp_path: Path, where: str):
+    """Issue 42, finding 4: ``prepare edgelist --edge-attr`` on one 1 GB line reached 23.2 GB
+    RSS (a 1 GB token 11.6 GB) before its refusal; the reader now stops after 16 MiB of it."""
+    path = tmp_path / "edges.txt"
+    head = b"0 1 0.5\n" if where == "line" else b"0 1 0.5\n1 2 "
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + (1 << 30))  # sparse: 1 GiB more of one line, no disk used
+    args = ["prepare", "edgelist", "--edges", str(path), "--edge-attr"]
+    rc, err, seconds, rss = _fleetgnn([*args, "--out", str(tmp_path / "out")], tmp_path)
+    assert rc == 2 and err == [
+        f"fleetgnn prepare: error: '{path}', line 2: longer than 16 MiB; the file is binary or "
+        f"corrupt, or not the text table expected (one row per line)"
+    ], err
+    assert seconds < 5 and rss < 500_000_000, (seconds, rss)
+    assert not (tmp_path / "out").exists()

@@ -8,7 +8,6 @@ error always names the file and the 1-based line number, whatever numpy's own me
 from __future__ import annotations
 
 import gzip
-import itertools
 import os
 import warnings
 import zipfile
@@ -54,19 +53,34 @@ def _open_binary(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
+#: Longest line a text input may have, in bytes. A longer one is refused once this much of it
+#: is read (a row of a million float columns fits; a file with no line ends does not).
+MAX_LINE_BYTES = 16 << 20
+#: Bytes read from a text file at a time.
+READ_BYTES = 1 << 20
+#: Bytes of lines one chunk holds at most: a chunk ends early when its lines are long.
+CHUNK_BYTES = 64 << 20
+
+
 def iter_line_chunks(path: Path, chunk_rows: int) -> Iterator[tuple[int, list[str]]]:
-    """Read a text file (``.gz`` transparently) in chunks of lines.
+    """Read a text file (``.gz`` transparently) in chunks of lines, in bounded memory.
+
+    The file is read :data:`READ_BYTES` at a time; a chunk holds ``chunk_rows`` lines, or fewer
+    when they pass :data:`CHUNK_BYTES`; a line longer than :data:`MAX_LINE_BYTES` is refused as
+    soon as that much of it has been read, so a file without line ends (or with one huge token)
+    costs a few MiB, not its size.
 
     Args:
         path: The file.
-        chunk_rows: Lines per chunk.
+        chunk_rows: Lines per chunk (at most).
 
     Yields:
         ``(first_line, lines)``: the 1-based number of the chunk's first line and its lines,
         decoded as UTF-8, without line ends.
 
     Raises:
-        DatasetError: If the file cannot be opened, is truncated or corrupt, or is not UTF-8.
+        DatasetError: If the file cannot be opened, is truncated or corrupt, is not UTF-8, or
+            has a line longer than :data:`MAX_LINE_BYTES`.
     """
     line_no = 1
     try:
@@ -79,31 +93,57 @@ def iter_line_chunks(path: Path, chunk_rows: int) -> Iterator[tuple[int, list[st
             )
     except OSError as e:
         raise DatasetError(f"'{path}' cannot be opened ({e}); check the path") from e
+
+    def too_long(number: int) -> DatasetError:
+        return DatasetError(
+            f"'{path}', line {number}: longer than {MAX_LINE_BYTES >> 20} MiB; the file is binary "
+            f"or corrupt, or not the text table expected (one row per line)"
+        )
+
+    def chunk(raw: list[bytes], first: int) -> list[str]:
+        blob = b"\n".join(raw)
+        try:
+            return blob.decode("utf-8").split("\n")
+        except UnicodeDecodeError as e:
+            bad = first + blob.count(b"\n", 0, e.start)
+            raise DatasetError(
+                f"'{path}', line {bad}: not UTF-8 text ({e.reason}, byte "
+                f"{blob[e.start : e.start + 1]!r}); the file is binary or corrupt"
+            ) from e
+
     with f:
+        carry = b""
+        pending: list[bytes] = []  # whole lines not yet yielded
+        size = 0  # their bytes
         while True:
             try:
-                raw = list(itertools.islice(f, chunk_rows))
+                block = f.read(READ_BYTES)
             except READ_ERRORS as e:
                 raise DatasetError(
-                    f"'{path}' cannot be read at or after line {line_no} ({type(e).__name__}: "
-                    f"{e}); the file is truncated or corrupt, obtain it again"
+                    f"'{path}' cannot be read at or after line {line_no + len(pending)} "
+                    f"({type(e).__name__}: {e}); the file is truncated or corrupt, obtain it again"
                 ) from e
-            if not raw:
+            if block:
+                parts = (carry + block).split(b"\n")
+                carry = parts.pop()
+                if parts and max(map(len, parts)) > MAX_LINE_BYTES:
+                    at = next(i for i, x in enumerate(parts) if len(x) > MAX_LINE_BYTES)
+                    raise too_long(line_no + len(pending) + at)
+                if len(carry) > MAX_LINE_BYTES:
+                    raise too_long(line_no + len(pending) + len(parts))
+                pending += parts
+                size += len(block)
+            elif carry:  # the last line, without a line end
+                pending.append(carry)
+                carry = b""
+            while pending and (len(pending) >= chunk_rows or size >= CHUNK_BYTES or not block):
+                take = pending[:chunk_rows]
+                del pending[:chunk_rows]
+                size = max(0, size - sum(map(len, take)) - len(take))
+                yield line_no, chunk(take, line_no)
+                line_no += len(take)
+            if not block:
                 return
-            blob = b"".join(raw)
-            try:
-                text = blob.decode("utf-8")
-            except UnicodeDecodeError as e:
-                bad = line_no + blob.count(b"\n", 0, e.start)
-                raise DatasetError(
-                    f"'{path}', line {bad}: not UTF-8 text ({e.reason}, byte "
-                    f"{blob[e.start : e.start + 1]!r}); the file is binary or corrupt"
-                ) from e
-            lines = text.split("\n")
-            if raw[-1].endswith(b"\n"):
-                lines.pop()  # the empty string after the last line end
-            yield line_no, lines
-            line_no += len(raw)
 
 
 def first_true(n: int, pred: Callable[[int], bool]) -> int:
