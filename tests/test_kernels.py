@@ -319,3 +319,76 @@ def test_keyed_dropout_kernels_equal_the_cpus_on_cuda(dtype):
         out, keep = fn(x.cuda(), ids.cuda(), 2**63 + 9, 0.35, True)
         assert torch.equal(keep.cpu(), want_keep), name
         assert torch.equal(out.cpu(), want), name
+
+
+def _random_csr(g, rows, cols, max_deg):
+    deg = torch.randint(0, max_deg + 1, (rows,), generator=g)
+    indptr = torch.zeros(rows + 1, dtype=torch.int64)
+    torch.cumsum(deg, 0, out=indptr[1:])
+    indices = torch.randint(0, cols, (int(indptr[-1]),), generator=g)  # repeats allowed
+    return indptr, indices
+
+
+def test_csr_mm_defaults_to_torchs_product_and_sums_repeats():
+    from fleetgnn.kernels import csr_mm
+
+    assert KERNELS.names("csr_mm", "cuda") == ("torch", "triton")
+    assert KERNELS.chosen("csr_mm", "cuda") == "torch"  # until a GPU check times both
+    g = torch.Generator().manual_seed(2)
+    indptr, indices = _random_csr(g, 9, 4, 12)  # more edges than entries: repeats summed
+    w = torch.rand(indices.numel(), generator=g, dtype=torch.float64)
+    x = torch.randn(4, 5, generator=g, dtype=torch.float64)
+    dense = torch.zeros(9, 4, dtype=torch.float64)
+    rows = torch.repeat_interleave(torch.arange(9), indptr[1:] - indptr[:-1])
+    dense.index_put_((rows, indices), w, accumulate=True)
+    torch.testing.assert_close(csr_mm(indptr, indices, w, x, 9), dense @ x)
+    ones = torch.zeros(9, 4, dtype=torch.float64).index_put_(
+        (rows, indices), torch.ones_like(w), accumulate=True
+    )
+    torch.testing.assert_close(csr_mm(indptr, indices, None, x, 9), ones @ x)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not triton_available(), reason="triton does not import here")
+def test_the_triton_csr_product_equals_torchs_in_the_interpreter():
+    """Within rounding of torch's product: weights or none, empty rows, repeated entries, rows
+    longer than an edge block, widths below, at and past a column block, float64 exactly."""
+    code = (
+        "import torch\n"
+        "from tests.test_kernels import _random_csr\n"
+        "from fleetgnn.kernels import KERNELS\n"
+        "tri = KERNELS.impl('csr_mm', 'triton')\n"
+        "ref = KERNELS.impl('csr_mm', 'torch')\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "for width in (1, 7, 128, 200):\n"
+        "    for dtype in (torch.float32, torch.float64):\n"
+        "        indptr, indices = _random_csr(g, 23, 17, 40)\n"
+        "        x = torch.randn(17, width, generator=g).to(dtype)\n"
+        "        w = torch.rand(indices.numel(), generator=g).to(dtype)\n"
+        "        for vals in (w, None):\n"
+        "            got = tri(indptr, indices, vals, x, 23, block_edges=8)\n"
+        "            want = ref(indptr, indices, vals, x, 23)\n"
+        "            tol = 1e-12 if dtype == torch.float64 else 1e-5\n"
+        "            torch.testing.assert_close(got, want, rtol=tol, atol=tol)\n"
+        "x = torch.randn(5, 3)\n"
+        "empty = torch.zeros(0, dtype=torch.int64)\n"
+        "none = tri(torch.zeros(4, dtype=torch.int64), empty, None, x, 3)\n"
+        "assert torch.equal(none, torch.zeros(3, 3))\n"
+        "print('ok')\n"
+    )
+    _in_the_interpreter(code)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_csr_mm_kernels_agree_on_cuda():
+    """Every CUDA implementation of the block product equals the CPU's within rounding."""
+    g = torch.Generator().manual_seed(3)
+    indptr, indices = _random_csr(g, 4000, 9000, 25)
+    x = torch.randn(9000, 128, generator=g)
+    w = torch.rand(indices.numel(), generator=g)
+    want = KERNELS.impl("csr_mm", "torch")(indptr, indices, w, x, 4000)
+    for name in KERNELS.available("csr_mm", "cuda"):
+        fn = KERNELS.impl("csr_mm", name)
+        got = fn(indptr.cuda(), indices.cuda(), w.cuda(), x.cuda(), 4000)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4, msg=name)

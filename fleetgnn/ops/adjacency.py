@@ -20,7 +20,6 @@ must not be modified in place after the first op has run on it.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -28,6 +27,8 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import GraphError
+from fleetgnn.kernels import dense, overfull
+from fleetgnn.kernels import sparse_csr as _sparse_csr
 
 _CACHE_ATTR = "_fleetgnn_ops_cache"
 
@@ -158,12 +159,6 @@ def check_adjacency(adj: object) -> None:
             )
 
 
-def _sparse_csr(indptr: Tensor, indices: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
-        return torch.sparse_csr_tensor(indptr, indices, values, shape, check_invariants=False)
-
-
 #: Bytes of source rows one column block of a CSR product reads, at :data:`BLOCK_WIDTH` values a
 #: row (a quarter to a half of a server CPU's last-level cache). Measured on a 32 MiB-L3 EPYC,
 #: 122k float32 rows, 2.9M edges, one thread, 1/2/4/8/16 blocks: 100 wide 245/170/120/126/159 ms,
@@ -254,27 +249,6 @@ class ColumnBlocks:
         return out
 
 
-def _overfull(mat: Tensor) -> bool:
-    """More stored entries than the matrix has (repeated edges in a small block).
-
-    cuSPARSE refuses such a CSR ("nnz > matrix size", an invalid-value CUDA error; seen on an
-    H100 in offload's chunks of a multigraph); the CPU kernels sum the repeats.
-    """
-    return mat._nnz() > mat.shape[0] * mat.shape[1]
-
-
-def _dense(mat: Tensor) -> Tensor:
-    """A CSR matrix as a dense one, repeated entries summed.
-
-    For an overfull ``mat`` (:func:`_overfull`) that is fewer elements than its entries.
-    """
-    crow, col, vals = mat.crow_indices(), mat.col_indices(), mat.values()
-    rows, cols = mat.shape
-    row = torch.repeat_interleave(torch.arange(rows, device=crow.device), crow[1:] - crow[:-1])
-    flat = vals.new_zeros(rows * cols).index_put_((row * cols + col,), vals, accumulate=True)
-    return flat.view(rows, cols)
-
-
 def blocked_mm(mats: list[Tensor], bounds: list[tuple[int, int]], x: Tensor) -> Tensor:
     """``sum_b mats[b] @ x[lo_b:hi_b]`` for 2-D ``x`` (see :class:`ColumnBlocks`).
 
@@ -285,11 +259,11 @@ def blocked_mm(mats: list[Tensor], bounds: list[tuple[int, int]], x: Tensor) -> 
     3.4 ms against 4.7).
     """
     if x.device.type != "cpu":
-        if len(mats) == 1 and not _overfull(mats[0]):  # accelerators: their own product
+        if len(mats) == 1 and not overfull(mats[0]):  # accelerators: their own product
             return mats[0] @ x
         out = None
         for mat, (lo, hi) in zip(mats, bounds, strict=True):
-            part = _dense(mat) @ x[lo:hi] if _overfull(mat) else mat @ x[lo:hi]
+            part = dense(mat) @ x[lo:hi] if overfull(mat) else mat @ x[lo:hi]
             out = part if out is None else out.add_(part)
         return out
     out = x.new_empty((mats[0].shape[0], x.shape[1]))

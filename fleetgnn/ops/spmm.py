@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.errors import GraphError
+from fleetgnn.kernels import csr_mm
 from fleetgnn.ops.adjacency import Structure, _sparse_csr, blocked_mm, check_rows, structure
 from fleetgnn.ops.precision import float32_inputs, full_precision
 
@@ -49,15 +50,16 @@ def _csr_mm(st: Structure, vals: Tensor | None, x2: Tensor, transpose: bool) -> 
     """``A @ x2`` (``A^T`` if ``transpose``) with edge values ``vals [E]`` (CSC order) or ones.
 
     Over the structure's cached column blocks where it has them (a reused whole-graph
-    adjacency whose source rows exceed the cache), else one CSR product.
+    adjacency whose source rows exceed the cache), else one CSR product by the device's
+    :func:`~fleetgnn.kernels.csr_mm`.
     """
     blocks = st.column_blocks(transpose, x2.element_size())
     if blocks is not None:
         return blocked_mm(blocks.matrices(vals, x2.dtype), blocks.bounds, x2)
-    if vals is None:
-        vals = x2.new_ones(st.num_edges)
-    mat = st.csr_t(vals) if transpose else st.csr(vals)
-    return blocked_mm([mat], [(0, x2.shape[0])], x2)
+    if transpose:
+        indptr, indices, perm = st.transposed()
+        return csr_mm(indptr, indices, None if vals is None else vals[perm], x2, st.num_src)
+    return csr_mm(st.indptr, st.indices, vals, x2, st.num_dst)
 
 
 def _spmm_sum(st: Structure, x3: Tensor, w2: Tensor | None, transpose: bool = False) -> Tensor:

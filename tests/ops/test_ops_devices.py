@@ -100,8 +100,8 @@ def test_products_with_more_edges_than_matrix_entries(device, heads, transient):
 
 
 def test_an_overfull_csr_becomes_its_dense_sum():
-    from fleetgnn.ops.adjacency import _dense as dense_of
-    from fleetgnn.ops.adjacency import _overfull
+    from fleetgnn.kernels import dense as dense_of
+    from fleetgnn.kernels import overfull as _overfull
 
     crow, col = torch.tensor([0, 4, 5]), torch.tensor([0, 0, 1, 0, 1])
     mat = torch.sparse_csr_tensor(crow, col, torch.arange(1.0, 6.0), (2, 2))
