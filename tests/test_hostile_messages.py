@@ -150,3 +150,48 @@ def test_a_bad_kernels_entry_at_nproc_2_is_one_line(tiny: Path, tmp_path: Path):
         "fleetgnn train: warning: FLEETGNN_KERNELS entry 'garbage' ignored: write op:device=name "
         "(e.g. gather_rows:cuda=wide)"
     ], done.stderr[-3000:]
+
+
+def test_a_nan_under_bf16_names_the_mixed_precision_first(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    """The NaN stop's advice under ``train.autocast=bf16`` pointed only at 'info --verify', which
+    passes on finite features; a bfloat16 forward is named first."""
+    import torch
+
+    from fleetgnn.engines import common
+
+    def poisoned(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(logits, target, reduction="none") * float("nan")
+
+    monkeypatch.setattr(common, "cross_entropy", poisoned)
+    argv = ["train", "--dataset", str(tiny), "--run-dir", str(tmp_path / "run"), "--quiet"]
+    assert main([*argv, "--set", "train.autocast=bf16", "--engine", "reference"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(
+        "fleetgnn train: error: the training loss is nan at epoch 0, step 0; the run is stopped: "
+        "likely the bfloat16 forward (train.autocast=bf16) overflowing or losing precision: try "
+        "train.autocast=null; else non-finite values in the features or edge weights"
+    ), line
+
+
+def test_an_edited_typed_meta_says_what_num_nodes_should_be(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """It said 'num_nodes = 1940 is invalid: 1805'."""
+    import json
+
+    data = tmp_path / "mag"
+    prepare = ["prepare", "synthetic", "--preset", "mag-like", "--scale", "0.005"]
+    assert main([*prepare, "--out", str(data)]) == 0
+    meta = json.loads((data / "meta.json").read_text())
+    total = sum(meta["schema"]["num_nodes"])
+    meta["num_nodes"] = total - 7
+    (data / "meta.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    line = _train_error(capsys, data, tmp_path / "run")
+    assert line == (
+        f"'{data / 'meta.json'}': num_nodes = {total - 7} is invalid: expected {total}, the sum "
+        f"of schema.num_nodes; the file is corrupt or was not written by fleetgnn, re-create the "
+        f"dataset with 'fleetgnn prepare'"
+    )

@@ -307,7 +307,12 @@ def _check_layout(meta: dict[str, Any], schema: HeteroSchema, where: Path) -> No
     if meta.get("num_edges") != total:
         raise _meta_error(where, "num_edges", meta.get("num_edges"), f"expected {total}")
     if meta.get("num_nodes") != schema.total_nodes:
-        raise _meta_error(where, "num_nodes", meta.get("num_nodes"), f"{schema.total_nodes}")
+        raise _meta_error(
+            where,
+            "num_nodes",
+            meta.get("num_nodes"),
+            f"expected {schema.total_nodes}, the sum of schema.num_nodes",
+        )
 
 
 _KINDS = {

@@ -415,8 +415,15 @@ class Trainer:
     def _stopped(self) -> str:
         """The likely causes and fixes of a non-finite stop (the tail of its one line)."""
         data = self.run_config.data.dataset if self.run_config is not None else None
+        cause = "likely "
+        if self.run_config is not None and self.run_config.train.autocast == "bf16":
+            # finite features pass 'info --verify'; a bfloat16 forward can still overflow
+            cause = (
+                "likely the bfloat16 forward (train.autocast=bf16) overflowing or losing "
+                "precision: try train.autocast=null; else "
+            )
         return (
-            f"the run is stopped: likely non-finite values in the features or edge weights "
+            f"the run is stopped: {cause}non-finite values in the features or edge weights "
             f"(check them with 'fleetgnn info {data or 'DATASET'} --verify'), else a learning "
             f"rate too high for this model: continue from the last finite checkpoint with a "
             f"lower one (--resume {self.run_dir} --set optim.lr=...)"
