@@ -93,3 +93,38 @@ def test_a_model_without_one_output_per_class_is_refused_at_the_first_batch(
         f"this dataset expects [{rows}, 4] (one score per class, 4 classes): make its last layer "
         f"output 4 features (e.g. out_channels=4)"
     ), line
+
+
+@pytest.mark.parametrize(("case", "inputs", "outputs"), [("wide", None, 12), ("input", 500, 4)])
+def test_a_pyg_model_of_the_wrong_shape_is_one_line_naming_it(
+    tiny: Path, tmp_path: Path, case: str, inputs: int | None, outputs: int
+):
+    """A PyG model adapted with ``from_pyg``: 12 outputs for the dataset's classes trained with
+    no word, and one built for other features failed with torch's "mat1 and mat2 shapes cannot
+    be multiplied"."""
+    pyg_nn = pytest.importorskip("torch_geometric.nn")
+    from fleetgnn.nn import from_pyg
+
+    graph = open_dataset(tiny)
+    torch.manual_seed(0)
+    sage = pyg_nn.GraphSAGE(inputs or graph.num_features, 8, num_layers=2, out_channels=outputs)
+    cfg = fleetgnn.ReferenceEngineConfig(fanouts=[5, 5], batch_size=64)
+    with fleetgnn.build_engine(from_pyg(sage), graph, cfg) as engine:
+        config = fleetgnn.TrainerConfig(epochs=1)
+        trainer = fleetgnn.Trainer(engine, config, tmp_path / "run", quiet=True)
+        with pytest.raises(ConfigError) as caught:
+            trainer.fit()
+    line = str(caught.value)
+    if case == "input":
+        assert line == (
+            f"the model from_pyg(GraphSAGE) takes 500 input features per node (its first layer's "
+            f"in_channels) but the dataset's rows have {graph.num_features}: build it with "
+            f"in_channels={graph.num_features}"
+        ), line
+    else:
+        rows = line.split("returns [", 1)[1].split(",", 1)[0]
+        assert line == (
+            f"the model from_pyg(GraphSAGE) returns [{rows}, 12] on the first batch; node "
+            f"classification on this dataset expects [{rows}, 4] (one score per class, 4 "
+            f"classes): make its last layer output 4 features (e.g. out_channels=4)"
+        ), line

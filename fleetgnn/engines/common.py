@@ -488,7 +488,33 @@ def setup_model(
     classes = getattr(engine, "num_classes", None)  # set by node-classification engines only
     if loss is None and classes is not None:
         check_output_width(module, int(classes))
+    if isinstance(module, PygModel) and (width := module.in_width()) is not None:
+        check_input_width(module, width)
     return module
+
+
+def check_input_width(module: PygModel, width: int) -> None:
+    """Check the rows of the model's first forward have the ``width`` its first layer takes.
+
+    A forward pre-hook that removes itself after the first forward. Without it a PyG model
+    built for other features fails inside its first layer with torch's "mat1 and mat2 shapes
+    cannot be multiplied", naming neither the model nor the dataset.
+
+    Raises:
+        ConfigError: At the first forward, the input rows are ``[N, F]`` with ``F != width``.
+    """
+
+    def hook(mod: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        handle.remove()
+        x = args[1] if len(args) > 1 else kwargs.get("x")
+        if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[1] != width:
+            raise ConfigError(
+                f"the model {_module_name(mod)} takes {width} input features per node (its "
+                f"first layer's in_channels) but the dataset's rows have {x.shape[1]}: build it "
+                f"with in_channels={x.shape[1]}"
+            )
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def check_output_width(module: torch.nn.Module, num_classes: int) -> None:

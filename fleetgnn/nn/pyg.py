@@ -114,6 +114,17 @@ class PygModel(LayerwiseModule):
     def _conv(self, i: int) -> nn.Module:
         return self.pyg.convs[i] if self._basic else self.pyg[i]  # type: ignore[index]
 
+    def in_width(self) -> int | None:
+        """Input features per node the first layer was built for (its ``in_channels``).
+
+        ``None`` when it does not say (a lazy layer, ``in_channels=-1``). A bipartite
+        ``(src, dst)`` pair gives the source side's: the rows the model is called with.
+        """
+        width = getattr(self._conv(0), "in_channels", None)
+        if isinstance(width, tuple | list):
+            width = width[0] if width else None
+        return int(width) if isinstance(width, int) and width > 0 else None
+
     def layer_forward(self, i: int, agg: Aggregator, h_src: Tensor, *, step: int = 0) -> Tensor:
         """Layer ``i`` on one hop: ``[agg.num_src, w_in] -> [agg.num_dst, w_out]``."""
         conv = self._conv(i)
