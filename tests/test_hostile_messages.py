@@ -195,3 +195,32 @@ def test_an_edited_typed_meta_says_what_num_nodes_should_be(
         f"of schema.num_nodes; the file is corrupt or was not written by fleetgnn, re-create the "
         f"dataset with 'fleetgnn prepare'"
     )
+
+
+def test_link_on_an_edge_list_without_labels_says_why_and_the_advice_trains(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """``--task link`` on a label-less edge list said 'training needs both' (labels and a
+    train_mask) as if link prediction used them; it now says the engines read them and how to
+    give them, and following that trains."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    np.savetxt(tmp_path / "e.txt", rng.integers(0, 200, size=(1000, 2)), fmt="%d")
+    np.save(tmp_path / "x.npy", rng.normal(size=(200, 8)).astype(np.float32))
+    prepare = ["prepare", "edgelist", "--edges", str(tmp_path / "e.txt")]
+    prepare += ["--features", str(tmp_path / "x.npy")]
+    assert main([*prepare, "--out", str(tmp_path / "d")]) == 0
+    capsys.readouterr()
+    train = ["train", "--task", "link", "--epochs", "1", "--quiet", "--run-dir"]
+    assert main([*train, str(tmp_path / "r"), "--dataset", str(tmp_path / "d")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fleetgnn train: error: dataset 'e' has no labels: link prediction does not train on "
+        "them, but the engines still read a label array and a train_mask (a limit not yet "
+        "lifted); prepare it again with a labels file: any N integers will do "
+        "(np.zeros(N, int)), with --num-val 0 --num-test 0"
+    )
+    np.save(tmp_path / "y.npy", np.zeros(200, dtype=np.int64))
+    advised = ["--labels", str(tmp_path / "y.npy"), "--num-val", "0", "--num-test", "0"]
+    assert main([*prepare, *advised, "--out", str(tmp_path / "d2")]) == 0
+    assert main([*train, str(tmp_path / "r2"), "--dataset", str(tmp_path / "d2")]) == 0

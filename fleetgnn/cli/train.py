@@ -355,6 +355,14 @@ def _preflight(cfg: Any, graph: Graph | HeteroGraph) -> None:
     if isinstance(graph, HeteroGraph):
         _typed_preflight(cfg, graph)
         return
+    if cfg.train.task == "link" and (graph.y is None or graph.train_mask is None):
+        features = "" if graph.x is not None else " and its node features (--features)"
+        raise DatasetError(
+            f"dataset '{graph.name}' has no labels: link prediction does not train on them, "
+            f"but the engines still read a label array and a train_mask (a limit not yet "
+            f"lifted); prepare it again with a labels file{features}: any N integers will do "
+            f"(np.zeros(N, int)), with --num-val 0 --num-test 0"
+        )
     require_trainable(graph)
     if cfg.model.name in HETERO_MODEL_DEFAULTS:
         raise ConfigError(
