@@ -35,6 +35,7 @@ typed graph's arrays directly. ``full`` mode trains on the whole graph in memory
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -44,7 +45,6 @@ import torch
 from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig
 from fleetgnn.config.units import budget_bytes
 from fleetgnn.engines.base import (
-    DistributedEngine,
     EngineBase,
     StepCallback,
     StepStats,
@@ -60,7 +60,8 @@ from fleetgnn.engines.common import (
     setup_model,
 )
 from fleetgnn.engines.metric_sums import MetricSums
-from fleetgnn.engines.step import Prepared, StepLoss, run_step
+from fleetgnn.engines.sampled import SampledEngine
+from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.engines.typed_inference import TypedSink, stream_typed_inference
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph.hetero import HeteroGraph
@@ -275,7 +276,7 @@ class TypedReferenceEngine(_TypedData, EngineBase):
         return run_step(self, forward, prepared=Prepared(t_prep, 0.0, inline=t_prep))
 
 
-class TypedMinibatchEngine(_TypedData, DistributedEngine):
+class TypedMinibatchEngine(_TypedData, SampledEngine):
     """Data-parallel mini-batch training of a typed model (see the module docstring).
 
     Args:
@@ -322,6 +323,13 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
             seed=self.seed,
         )
         self._setup_sampler(fanouts, cfg.fanouts)
+        self._setup_prefetch(cfg)
+
+    def _setup_prefetch(self, cfg: MinibatchEngineConfig) -> None:
+        """The thread that prepares step ``k + 1``'s batch while step ``k`` trains."""
+        self.prefetcher: Prefetcher[_TypedBatch] = Prefetcher(
+            self.prepare, enabled=cfg.prefetch, name="fleetgnn-prefetch", device=self.device
+        )
 
     def _build_store(self, cfg: MinibatchEngineConfig, meter_cls: Any) -> None:
         """The keyed store of the features (collective), on a group of its own."""
@@ -368,8 +376,8 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
         """The keyed store's hit rates of the last epoch (none without a store)."""
         return {} if self.store is None else {"hit_rates": self.store.hit_rates()}
 
-    def close(self) -> None:
-        """Release the keyed store's shared memory and its group (idempotent)."""
+    def _release(self) -> None:
+        """Release the keyed store's shared memory and its group (after the prefetch thread)."""
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -385,39 +393,68 @@ class TypedMinibatchEngine(_TypedData, DistributedEngine):
         bounds = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
         return int(sum(hi - lo for lo, hi in bounds))
 
-    def run_epoch(
-        self, epoch: int, start_step: int = 0, on_step: StepCallback | None = None
-    ) -> list[StepStats]:
-        """Run steps ``start_step..`` of ``epoch`` (collective: every rank runs every step)."""
-        self.module.train()
+    def _epoch_start(self) -> None:
         if self.store is not None:
             self.store.reset_stats()  # hit rates of this epoch's training
-        return run_steps(self, epoch, start_step, on_step)
 
-    def train_step(self, epoch: int, step: int) -> StepStats:
-        """One data-parallel step (gradients summed over ranks after the backward)."""
-        # host clocks: the sampling is host work and a device clock would wait for the
-        # previous step's kernels (on a GPU 'gather' is then the time to issue the reads)
-        t0 = time.perf_counter()
+    def _sample(self, epoch: int, step: int) -> tuple[list[HeteroBlock], Any, int]:
+        """A step's blocks, what its loss reads besides the output, and its global item count.
+
+        Node classification: the seeds' labels on the device.
+        """
         seeds = self.loader.batch(epoch, step)
         blocks = self.sampler.sample(seeds, epoch, step, stream=self.rank)
+        return blocks, self.labels(seeds), self._global_count(step)
+
+    def _step_loss(self, out: Any, batch: _TypedBatch) -> StepLoss:
+        """The step's loss of the model's output rows."""
+        return StepLoss.of(self.loss, out, batch.target, batch.count)
+
+    def prepare(self, epoch: int, step: int) -> _TypedBatch:
+        """Sample and read one step's batch (in the prefetch thread while a step trains).
+
+        Timed with the host clock: the sampling is host work, and a device clock would wait for
+        the step it overlaps (on a GPU ``gather`` is the time to issue the reads).
+        """
+        t0 = time.perf_counter()
+        blocks, target, count = self._sample(epoch, step)
         t1 = time.perf_counter()
         before = None if self.store is None else self.store.meter.snapshot()
         x = self.train_features(blocks[0])
         t2 = time.perf_counter()
-        count = self._global_count(step)
-        g_step = epoch * self.steps_per_epoch() + step
-
-        def forward() -> StepLoss:
-            logits = self.module(self.aggregators(blocks), x, step=g_step)
-            return StepLoss.of(self.loss, logits, self.labels(seeds), count)
-
         if self.store is None or before is None:
             traffic = {"local": int(sum(v.numel() * v.element_size() for v in x.values()))}
         else:
             traffic = {k: v["bytes"] for k, v in self.store.meter.delta(before).items()}
-        prepared = Prepared(t1 - t0, t2 - t1, inline=t2 - t0, traffic=traffic)
+        return _TypedBatch(blocks, x, target, count, t1 - t0, t2 - t1, traffic)
+
+    def _run_step(self, epoch: int, step: int, batch: _TypedBatch, waited: float) -> StepStats:
+        g_step = epoch * self.steps_per_epoch() + step
+
+        def forward() -> StepLoss:
+            out = self.module(self.aggregators(batch.blocks), batch.x, step=g_step)
+            return self._step_loss(out, batch)
+
+        prepared = Prepared(batch.t_sample, batch.t_gather, inline=waited, traffic=batch.traffic)
         return run_step(self, forward, prepared=prepared)
+
+    def train_step(self, epoch: int, step: int) -> StepStats:
+        """One data-parallel step, its batch prepared inline (gradients summed over ranks)."""
+        batch = self.prepare(epoch, step)
+        return self._run_step(epoch, step, batch, batch.t_sample + batch.t_gather)
+
+
+@dataclasses.dataclass(frozen=True)
+class _TypedBatch:
+    """One prepared typed step: blocks, input rows per type, what the loss reads, timings."""
+
+    blocks: list[HeteroBlock]
+    x: dict[str, torch.Tensor]
+    target: Any  # the seeds' labels (node task) or the edge batch (link task)
+    count: int  # training items of the step over all ranks
+    t_sample: float
+    t_gather: float
+    traffic: dict[str, int]
 
 
 def _check_layers(sampler: HeteroNeighborSampler, model: torch.nn.Module) -> None:

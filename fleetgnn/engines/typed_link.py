@@ -30,7 +30,6 @@ DistMult with the target relation's diagonal); the loss is the task's (``bce`` o
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 import numpy as np
@@ -383,34 +382,19 @@ class TypedLinkMinibatchEngine(_TypedLink, TypedMinibatchEngine):
             world_size=self.world_size,
             seed=self.seed,
         )
+        self._setup_prefetch(cfg)
 
     def steps_per_epoch(self) -> int:
         """Edge batches per epoch, equal on every rank."""
         return self.edges.num_batches
 
-    def train_step(self, epoch: int, step: int) -> StepStats:
-        """One data-parallel step on this rank's edge batch (gradients summed over ranks)."""
-        # host clocks: the sampling is host work and a device clock would wait for the
-        # previous step's kernels (on a GPU 'gather' is then the time to issue the reads)
-        t0 = time.perf_counter()
+    def _sample(self, epoch: int, step: int) -> tuple[list[Any], Any, int]:
+        """This rank's edge batch: its blocks, the batch (the loss's pairs) and its count."""
         batch = self.edges.batch(epoch, step)
-        t1 = time.perf_counter()
-        before = None if self.store is None else self.store.meter.snapshot()
-        x = self.train_features(batch.blocks[0])
-        t2 = time.perf_counter()
-        g_step = epoch * self.steps_per_epoch() + step
-        task = self.task
+        return batch.blocks, batch, int(batch.global_count)
 
-        def forward() -> StepLoss:
-            h = self.module(self.aggregators(batch.blocks), x, step=g_step)
-            return typed_edge_batch_loss(self.module, task, h, batch, self.loss)
-
-        if self.store is None or before is None:
-            traffic = {"local": int(sum(v.numel() * v.element_size() for v in x.values()))}
-        else:
-            traffic = {k: v["bytes"] for k, v in self.store.meter.delta(before).items()}
-        prepared = Prepared(t1 - t0, t2 - t1, inline=t2 - t0, traffic=traffic)
-        return run_step(self, forward, prepared=prepared)
+    def _step_loss(self, out: Any, batch: Any) -> StepLoss:
+        return typed_edge_batch_loss(self.module, self.task, out, batch.target, self.loss)
 
 
 def typed_link_engine(name: str) -> type:
