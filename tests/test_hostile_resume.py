@@ -232,3 +232,46 @@ def test_an_infinite_learning_rate_is_refused_by_validation(
             f"optim.lr={shown} is invalid: must be a finite number > 0 (e.g. optim.lr=0.01)"
         ), line
     assert not run.exists()
+
+
+def test_report_and_tensorboard_on_a_run_dir_whose_name_is_not_utf8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Issue 42, finding 1, the same directory elsewhere: ``report`` drew the name into a plot
+    title matplotlib could not encode (a traceback); TensorBoard cannot write under such a name,
+    which is now one line naming the key, not a UnicodeEncodeError from its writer."""
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tensorboard")
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d")
+    run = tmp_path / os.fsdecode(b"bad\xff")
+    argv = ["train", "--dataset", str(data), "--run-dir", str(run), "--epochs", "1", *TRAIN]
+    assert main(argv) == 0
+    assert main(["report", str(run)]) == 0
+    assert (run / "report.png").stat().st_size > 0
+    capsys.readouterr()
+    resume = ["train", "--resume", str(run), "--epochs", "2", *TRAIN]
+    assert main([*resume, "--set", "train.tensorboard=true"]) == 2
+    shown = os.fsencode(run / "tensorboard").decode("utf-8", "backslashreplace")
+    assert capsys.readouterr().err.strip() == (
+        f"fleetgnn train: error: train.tensorboard=true cannot write under '{shown}': "
+        f"TensorBoard takes only UTF-8 paths and this run directory's name is not UTF-8; set "
+        f"train.tensorboard=false, or use a run directory with a UTF-8 name"
+    )
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 1
+
+
+def test_train_and_predict_print_a_non_utf8_run_dir_without_crashing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Issue 42, finding 1: on a UTF-8 stdout (strict, as here) printing the run directory's
+    name was a UnicodeEncodeError after the run had started; it prints its bytes as \\xNN."""
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d")
+    run = tmp_path / os.fsdecode(b"bad\xff")
+    argv = ["train", "--dataset", str(data), "--run-dir", str(run), "--epochs", "1"]
+    assert main([*argv, "--set", "model.hidden=8"]) == 0
+    shown = os.fsencode(run).decode("utf-8", "backslashreplace")
+    assert f"run directory: {shown} (summary.json" in capsys.readouterr().out
+    out = tmp_path / os.fsdecode(b"preds\xfe")
+    assert main(["predict", str(run), "--out", str(out)]) == 0
+    assert f"to '{os.fsencode(out).decode('utf-8', 'backslashreplace')}'" in capsys.readouterr().out
+    assert (out / "predictions.npy").is_file()

@@ -118,6 +118,7 @@ def run_export(args: argparse.Namespace) -> int:
     """Run ``fleetgnn predict`` or ``fleetgnn embed`` for parsed arguments; the exit status."""
     import dataclasses
 
+    from fleetgnn.cli.messages import printable
     from fleetgnn.config.units import parse_bytes
     from fleetgnn.engines.chunks import Chunking
     from fleetgnn.train.export import describe, prepare_job, read_run_config, run_job
@@ -143,5 +144,5 @@ def run_export(args: argparse.Namespace) -> int:
     )
     out = run_job(dataclasses.replace(job, chunking=chunking), args.nproc)
     if int(os.environ.get("RANK", "0")) == 0:
-        print(describe(out), flush=True)
+        print(printable(describe(out)), flush=True)  # an --out in other bytes: \xNN
     return 0

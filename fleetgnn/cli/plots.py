@@ -47,6 +47,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fleetgnn.cli.messages import printable
 from fleetgnn.config.textfile import MAX_YAML_BYTES, load_json_file, load_yaml_file
 from fleetgnn.errors import FleetgnnError
 from fleetgnn.graph.loaders._io import human_bytes
@@ -195,7 +196,8 @@ def load_run(path: str | os.PathLike[str], name: str | None = None) -> RunRecord
     link_loss = _section(cfg, "train").get("link_loss") if link else None
     return RunRecord(
         path=run,
-        name=name if name is not None else (run.absolute().name or str(run)),
+        # shown in tables and plots: a name in bytes that are not UTF-8 gets \xNN for them
+        name=printable(name if name is not None else (run.absolute().name or str(run))),
         engine=engine,
         world_size=int(world),
         model=None if model is None else str(model),
@@ -725,7 +727,7 @@ def report(
     path = save_figure(fig, out)
     console = console or Console()
     render_table(runs, console)
-    console.print(f"report: {escape(str(path))}")
+    console.print(f"report: {escape(printable(str(path)))}")
     return path, fig
 
 

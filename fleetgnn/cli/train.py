@@ -42,6 +42,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from fleetgnn.cli.messages import printable
 from fleetgnn.errors import ConfigError, DatasetError, FleetgnnError
 from fleetgnn.graph import Graph, HeteroGraph, open_any_dataset
 
@@ -631,7 +632,7 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             accept = bool(getattr(args, "accept_changed_dataset", False))
             record_dataset(run_dir, path, resume, accept, quiet)
         if is_rank0 and not quiet:
-            print(f"run directory: {run_dir}", flush=True)
+            print(f"run directory: {printable(str(run_dir))}", flush=True)
         if spec.distributed:
             _run_distributed(cfg, run_dir, path, resume, progress, quiet)
         else:
@@ -655,7 +656,8 @@ def _run_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             _drop_unstarted(run_dir)
         raise
     if is_rank0 and not quiet:
-        print(f"run directory: {run_dir} (summary.json, metrics.jsonl, checkpoints/)", flush=True)
+        shown = printable(str(run_dir))  # a name in other bytes: \xNN for them, not a crash
+        print(f"run directory: {shown} (summary.json, metrics.jsonl, checkpoints/)", flush=True)
     return 0
 
 

@@ -26,6 +26,7 @@ A resumed run appends to the same directory and drops the points of the epochs i
 from __future__ import annotations
 
 import math
+import os
 import shutil
 from collections.abc import Mapping
 from typing import Any
@@ -67,6 +68,14 @@ class TensorBoardLogger(Callback):
         if not trainer.is_main:
             return
         path = trainer.run_dir / TENSORBOARD_DIR
+        try:
+            os.fspath(path).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(
+                f"train.tensorboard=true cannot write under '{path}': TensorBoard takes only "
+                f"UTF-8 paths and this run directory's name is not UTF-8; set "
+                f"train.tensorboard=false, or use a run directory with a UTF-8 name"
+            ) from None
         if not trainer.resumed:
             shutil.rmtree(path, ignore_errors=True)
         purge = trainer.state.epoch if trainer.resumed else None
