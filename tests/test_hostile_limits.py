@@ -147,3 +147,40 @@ def test_a_1gb_edge_list_line_is_refused_fast_in_bounded_memory(tmp_path: Path, 
     ], err
     assert seconds < 5 and rss < 500_000_000, (seconds, rss)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_fanout_past_int32_is_refused_at_validation(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """It passed validation and died in the sampler with an OverflowError traceback."""
+    argv = ["train", "--dataset", str(tiny), "--run-dir", str(tmp_path / "run"), "--quiet"]
+    line = _one_line(capsys, [*argv, "--set", f"train.fanouts=[{10**23}, 5]"])
+    assert line == (
+        f"train.fanouts=[{10**23}, 5] is invalid: give one fanout per layer, each in [1, "
+        f"2147483647] or -1 for all neighbours (e.g. train.fanouts=15,10)"
+    )
+
+
+def test_a_model_too_big_to_allocate_is_one_line(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """``model.hidden=10**12`` was torch's allocator paragraph in a traceback."""
+    argv = ["train", "--dataset", str(tiny), "--run-dir", str(tmp_path / "run"), "--quiet"]
+    line = _one_line(capsys, [*argv, "--set", f"model.hidden={10**12}"])
+    assert line.startswith(
+        f"the model (model.name=sage, model.hidden={10**12}, model.num_layers=2) does not fit in "
+        f"memory: its parameters could not be allocated ("
+    ), line
+    assert line.endswith(" bytes at once); lower model.hidden"), line
+
+
+def test_a_layer_count_far_from_the_fanouts_gives_a_short_example(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """The example listed one fanout per layer: 100000 of them."""
+    argv = ["train", "--dataset", str(tiny), "--run-dir", str(tmp_path / "run"), "--quiet"]
+    assert _one_line(capsys, [*argv, "--set", "model.num_layers=100000"]) == (
+        "train.fanouts=[10, 10] has 2 entries but model.num_layers=100000; in minibatch mode "
+        "give one fanout per layer, e.g. train.fanouts=10,10,10,10,10,10,10,10,... (100000 "
+        "entries)"
+    )

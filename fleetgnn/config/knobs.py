@@ -45,6 +45,8 @@ from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
 
 DTYPES: tuple[str, ...] = ("float32", "float64")
+#: Largest fanout: more neighbours than int32 node IDs can name is a typo, not a sample size.
+MAX_FANOUT = 2**31 - 1
 AUTOCASTS: tuple[str | None, ...] = (None, "bf16")
 FEATURE_NORMS: tuple[str, ...] = ("none", "row")
 PLACEMENTS: tuple[str, ...] = ("degree", "presample")
@@ -246,12 +248,13 @@ class Sampling(Knobs):
         check(
             bool(self.fanouts)
             and all(
-                isinstance(f, int) and not isinstance(f, bool) and (f >= 1 or f == -1)
+                isinstance(f, int) and not isinstance(f, bool) and (1 <= f <= MAX_FANOUT or f == -1)
                 for f in self.fanouts
             ),
             "fanouts",
             self.fanouts,
-            "give one fanout per layer, each >= 1 or -1 for all neighbours (e.g. {key}=15,10)",
+            f"give one fanout per layer, each in [1, {MAX_FANOUT}] or -1 for all neighbours (e.g. "
+            "{key}=15,10)",
         )
         rel = self.relation_fanouts
         check(
@@ -260,13 +263,16 @@ class Sampling(Knobs):
                 isinstance(k, str)
                 and isinstance(v, (list, tuple))
                 and bool(v)
-                and all(isinstance(f, int) and not isinstance(f, bool) and f >= -1 for f in v)
+                and all(
+                    isinstance(f, int) and not isinstance(f, bool) and -1 <= f <= MAX_FANOUT
+                    for f in v
+                )
                 for k, v in rel.items()
             ),
             "relation_fanouts",
             rel,
-            "must map relation names to lists of fanouts per hop, each >= 0 or -1 for all "
-            "neighbours (e.g. {key}={cites: [15, 10], writes: [5, 5]})",
+            f"must map relation names to lists of fanouts per hop, each in [0, {MAX_FANOUT}] or -1 "
+            "for all neighbours (e.g. {key}={cites: [15, 10], writes: [5, 5]})",
         )
         object.__setattr__(self, "relation_fanouts", {k: list(v) for k, v in rel.items()})
 

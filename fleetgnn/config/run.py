@@ -539,7 +539,8 @@ class Config(RunDir):
             raise ConfigError(
                 f"train.fanouts={list(t.fanouts)} has {len(t.fanouts)} entries but "
                 f"model.num_layers={layers}; in minibatch mode give one fanout per layer, e.g. "
-                f"train.fanouts={','.join(['10'] * layers)}"
+                f"train.fanouts={','.join(['10'] * min(layers, 8))}"
+                + (f",... ({layers} entries)" if layers > 8 else "")
             )
         wrong = {k: v for k, v in t.relation_fanouts.items() if len(v) != layers}
         if self.mode == "minibatch" and wrong:

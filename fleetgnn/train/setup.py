@@ -6,9 +6,12 @@ own model and optimizer and calls :func:`fleetgnn.engines.build_engine` directly
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import re
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -67,16 +70,39 @@ def model_from_config(cfg: Config, graph: Graph) -> torch.nn.Module:
                 f"--edge-features 4') or pick another model"
             )
         kwargs["edge_dim"] = graph.num_edge_features
-    model = build_model(
-        cfg.model.name,
-        graph.num_features,
-        cfg.train.link_dim if link else num_classes_of(graph),
-        seed=seed,
-        **kwargs,
-    )
+    with _allocating(cfg.model):
+        model = build_model(
+            cfg.model.name,
+            graph.num_features,
+            cfg.train.link_dim if link else num_classes_of(graph),
+            seed=seed,
+            **kwargs,
+        )
     if link:  # node embeddings of width train.link_dim, scored in pairs by the decoder
         return LinkModel(model, build_decoder(cfg.train.decoder, cfg.train.link_dim))
     return model
+
+
+@contextlib.contextmanager
+def _allocating(model: ModelConfig) -> Iterator[None]:
+    """Turn a failure to allocate the model's parameters into one line naming its size keys.
+
+    ``model.hidden=10**12`` asks for terabytes; torch's allocator refuses with a paragraph
+    (``DefaultCPUAllocator: can't allocate memory``, or CUDA's out-of-memory error).
+    """
+    try:
+        yield
+    except (RuntimeError, MemoryError) as e:
+        text = " ".join(str(e).split())
+        if not isinstance(e, MemoryError | torch.OutOfMemoryError) and "allocate" not in text:
+            raise
+        asked = re.search(r"allocate ([0-9.]+ ?[KMGTP]?i?B|[0-9]+ bytes)", text)
+        size = f" ({asked.group(1)} at once)" if asked else ""
+        raise ConfigError(
+            f"the model (model.name={model.name}, model.hidden={model.hidden}, "
+            f"model.num_layers={model.num_layers}) does not fit in memory: its parameters could "
+            f"not be allocated{size}; lower model.hidden"
+        ) from None
 
 
 def _typed_model_from_config(cfg: Config, graph: Any) -> torch.nn.Module:
@@ -101,10 +127,12 @@ def _typed_model_from_config(cfg: Config, graph: Any) -> torch.nn.Module:
         if value is not None:
             kwargs["hidden_dim" if key == "hidden" else key] = value
     if link:  # embeddings of width train.link_dim for every type, scored in pairs
-        encoder = build_hetero_model(name, graph, cfg.train.link_dim, seed=seed, **kwargs)
+        with _allocating(cfg.model):
+            encoder = build_hetero_model(name, graph, cfg.train.link_dim, seed=seed, **kwargs)
         return LinkModel(encoder, build_decoder(cfg.train.decoder, cfg.train.link_dim))
     classes = int(graph.num_classes or int(graph.y.max()) + 1)
-    return build_hetero_model(name, graph, classes, seed=seed, **kwargs)
+    with _allocating(cfg.model):
+        return build_hetero_model(name, graph, classes, seed=seed, **kwargs)
 
 
 def task_from_config(cfg: Config, graph: Graph) -> Task:

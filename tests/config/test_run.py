@@ -170,7 +170,7 @@ def test_bad_values(item: str, pattern: str) -> None:
         (["train.checkpoint_every=-1"], r"train\.checkpoint_every=-1.*>= 0"),
         (["model.dropout=1.0"], r"model\.dropout=1\.0.*\[0, 1\)"),
         (["train.device=gpu"], r"train\.device='gpu'.*'cuda:N'"),
-        (["train.fanouts=10,0"], r"train\.fanouts=\[10, 0\].*>= 1"),
+        (["train.fanouts=10,0"], r"train\.fanouts=\[10, 0\].*\[1, 2147483647\]"),
         (["model.num_layers=3"], r"fanouts=\[10, 10\] has 2 entries but model\.num_layers=3"),
         (
             ["train.engine=offload", "train.mode=minibatch"],
