@@ -224,3 +224,25 @@ def test_link_on_an_edge_list_without_labels_says_why_and_the_advice_trains(
     advised = ["--labels", str(tmp_path / "y.npy"), "--num-val", "0", "--num-test", "0"]
     assert main([*prepare, *advised, "--out", str(tmp_path / "d2")]) == 0
     assert main([*train, str(tmp_path / "r2"), "--dataset", str(tmp_path / "d2")]) == 0
+
+
+def test_an_input_file_that_is_a_device_or_fifo_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """``prepare edgelist --edges`` and ``--pairs`` said 'does not exist or is not a file'."""
+    from fleetgnn.errors import ConfigError
+    from fleetgnn.graph.pairs import read_pairs
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, kind in ((Path("/dev/zero"), "a character device"), (fifo, "a FIFO (named pipe)")):
+        assert (
+            main(["prepare", "edgelist", "--edges", str(path), "--out", str(tmp_path / "o")]) == 2
+        )
+        assert capsys.readouterr().err.strip() == (
+            f"fleetgnn prepare: error: edge list '{path}' is {kind}, not a regular file; check "
+            f"the path and the dataset layout"
+        )
+        with pytest.raises(ConfigError) as caught:
+            read_pairs(path, 10)
+        assert str(caught.value).startswith(f"--pairs '{path}' is {kind}, not a regular file; ")

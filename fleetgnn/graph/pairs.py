@@ -24,6 +24,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from fleetgnn.config.textfile import path_kind
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.files import npy_error
 from fleetgnn.types import PathLikeStr
@@ -57,7 +58,9 @@ def read_pairs(path: PathLikeStr, num_nodes: int, *, arg: str = "--pairs") -> np
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"{arg} '{p}' does not exist (or is not a file); {_FIX}")
+        kind = path_kind(p)
+        found = "does not exist" if kind == "missing" else f"is {kind}, not a regular file"
+        raise ConfigError(f"{arg} '{p}' {found}; {_FIX}")
     if p.suffix == ".npy":
         pairs = _read_npy(p, arg)
     else:

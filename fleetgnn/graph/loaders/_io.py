@@ -18,6 +18,7 @@ from typing import IO
 
 import numpy as np
 
+from fleetgnn.config.textfile import path_kind
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph.files import npy_error
 
@@ -40,10 +41,9 @@ def short(text: str) -> str:
 def require_file(path: Path, what: str) -> Path:
     """Return ``path`` if it is a file, else raise a :class:`DatasetError` naming ``what``."""
     if not path.is_file():
-        raise DatasetError(
-            f"{what} '{path}' does not exist or is not a file; check the path and the dataset "
-            f"layout"
-        )
+        kind = path_kind(path)
+        found = "does not exist" if kind == "missing" else f"is {kind}, not a regular file"
+        raise DatasetError(f"{what} '{path}' {found}; check the path and the dataset layout")
     return path
 
 
