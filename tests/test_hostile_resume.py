@@ -275,3 +275,28 @@ def test_train_and_predict_print_a_non_utf8_run_dir_without_crashing(
     assert main(["predict", str(run), "--out", str(out)]) == 0
     assert f"to '{os.fsencode(out).decode('utf-8', 'backslashreplace')}'" in capsys.readouterr().out
     assert (out / "predictions.npy").is_file()
+
+
+def test_a_bad_metrics_line_is_not_a_reason_to_delete_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Issue 42: no message advises deleting data that is not known bad. A metrics.jsonl with one
+    bad line advised deleting the whole file (the run's history); it now names that line."""
+    data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d")
+    run = tmp_path / "run"
+    assert (
+        main(["train", "--dataset", str(data), "--run-dir", str(run), "--epochs", "2", *TRAIN]) == 0
+    )
+    good = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join([good[0], '{"epoch": "x"}', *good[1:]]) + "\n")
+    capsys.readouterr()
+    resume = ["train", "--resume", str(run), "--epochs", "3", *TRAIN]
+    assert main(resume) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"fleetgnn train: error: metrics file '{run / 'metrics.jsonl'}' line 2: 'epoch' is 'x', "
+        f"not an integer; it is corrupt: remove or fix that line (the only one known bad), or "
+        f"start a fresh run directory"
+    )
+    (run / "metrics.jsonl").write_text("\n".join(good) + "\n")  # the advice, followed
+    assert main(resume) == 0
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 3

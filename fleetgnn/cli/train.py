@@ -136,7 +136,8 @@ def check_metrics_file(path: Path) -> None:
 
     if not os.path.lexists(path):
         return
-    fix = "delete it (the checkpoints are enough to resume) or start a fresh run directory"
+    # only the one line is known bad: the others are a run's history, kept
+    fix = "remove or fix that line (the only one known bad), or start a fresh run directory"
     text = read_metrics_text(path)  # a regular file, bounded, UTF-8
     lines = text.splitlines()
     for i, line in enumerate(lines):

@@ -114,7 +114,8 @@ def read_metrics(path: PathLikeStr, *, events: bool = False) -> list[dict[str, A
                 break  # torn last line from an interrupted write
             raise FleetgnnError(
                 f"metrics file '{p}' line {i + 1} is not valid JSON ({e.msg}); the file is "
-                f"corrupt: delete it or start a fresh run directory"
+                f"corrupt there: remove or fix that line (the only one known bad), or start a "
+                f"fresh run directory"
             ) from e
         if isinstance(rec, dict) and (events or not is_event(rec)):
             out.append(rec)
