@@ -117,8 +117,8 @@ TIER_PARTS = {"parity": (), "speed": SPEED_PARTS, "all": BENCH_PARTS}
 #: data and engines steps (its own processes, the same deadline), so it takes no share.
 TIER_SHARES = {
     "all": SHARES,
-    "parity": {"env": 0.0, "pytest": 0.0, "data": 0.05, "engines": 0.95, "bench": 0.0, "plan": 0.0},
-    "speed": {"env": 0.0, "pytest": 0.0, "data": 0.15, "engines": 0.0, "bench": 0.75, "plan": 0.1},
+    "parity": {"env": 0.0, "pytest": 0.0, "data": 0.15, "engines": 0.85, "bench": 0.0, "plan": 0.0},
+    "speed": {"env": 0.0, "pytest": 0.0, "data": 0.2, "engines": 0.0, "bench": 0.7, "plan": 0.1},
 }
 #: The parity tier's pytest shards run at once on CUDA (processes of their own; the engine and
 #: memory tests spawn ranks and take 10-15 s each, the op tests milliseconds).
@@ -896,8 +896,22 @@ class Check:
             ),
         }
 
+        # the plan of the dataset's counts (--shape: uniform random neighbours): the exact plan
+        # (--dataset) of products-like 1.0 took ~3 min on one core here, its counts sampled
+        import numpy as np
+
+        from fleetgnn.graph import open_dataset
+
+        g = open_dataset(data)
+        meta = json.loads((data / "meta.json").read_text())
+        shape = (
+            f"nodes={g.num_nodes},edges={g.num_edges},features={meta['num_features']},"
+            f"classes={meta['num_classes']},train={int(np.count_nonzero(np.asarray(g.train_mask)))}"
+        )
+        rec["counts"] = f"--shape {shape} (uniform random neighbours assumed)"
+
         def planned(label: str) -> dict[str, Any]:
-            argv = [self.py, "-m", "fleetgnn", "plan", "--dataset", str(data)]
+            argv = [self.py, "-m", "fleetgnn", "plan", "--shape", shape]
             argv += ["--hardware", self.args.hardware, "--nproc", "1", "--json"]
             for kv in ["train.dtype=float32", "train.seed=0", *configs[label][0]]:
                 argv += ["--set", kv]
@@ -2017,9 +2031,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--run-timeout",
         type=float,
         default=None,
-        help="seconds per engine run (default: cuda 90, cpu 120)",
+        help="seconds per engine run (default: cuda 90, 180 in the parity tier where runs share "
+        "the machine; cpu 120)",
     )
-    p.add_argument("--bench-timeout", type=float, default=150)
+    p.add_argument(
+        "--bench-timeout",
+        type=float,
+        default=None,
+        help="seconds for the bench step (default: all 150; parity and speed: the budget)",
+    )
     p.add_argument(
         "--bench-parts",
         default="",
@@ -2029,8 +2049,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--jobs",
         type=int,
-        default=2,
-        help="engine runs at once on a CPU dry run (default 2; on CUDA always one at a time)",
+        default=None,
+        help="engine runs at once (default: 3 in the parity tier on CUDA, 2 on a CPU dry run; "
+        "the all tier on CUDA: one at a time)",
     )
     p.add_argument(
         "--steps",
@@ -2064,7 +2085,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.worlds = "1" if args.quick else "1,2"
     args.worlds = [int(w) for w in str(args.worlds).split(",") if w]
     if args.run_timeout is None:
-        args.run_timeout = 90.0 if args.device == "cuda" else 120.0
+        args.run_timeout = (
+            120.0 if args.device != "cuda" else 180.0 if args.tier == "parity" else 90.0
+        )
+    if args.jobs is None:
+        args.jobs = 3 if args.tier == "parity" and args.device == "cuda" else 2
+    if args.bench_timeout is None:
+        args.bench_timeout = 150.0 if args.tier == "all" else args.budget_s
     args.steps = (
         [s for s in args.steps.split(",") if s] if args.steps else list(TIER_STEPS[args.tier])
     )

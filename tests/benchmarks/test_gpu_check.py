@@ -254,11 +254,14 @@ def test_tiers_and_their_defaults(tmp_path):
     assert parity.pytest_timeout == 400  # beside the engines: the whole budget
     speed = mod.parse_args([out, "--tier", "speed"])
     assert speed.steps == ["data", "bench", "plan"] and speed.budget_s == 400
+    assert speed.bench_timeout == 400  # the bench step's share caps it, not the old 150 s
+    assert parity.run_timeout == 180  # engine runs share the machine with the test shards
     assert mod.sizes("cuda", False, "speed")["bench_data"] == ("products-like", 1.0)
     assert mod.sizes("cpu", False, "speed")["bench_data"] == ("products-like", 0.01)
     assert mod.TIER_PARTS["speed"] == mod.SPEED_PARTS
     old = mod.parse_args([out, "--quick", "--device", "cpu"])  # the old quick dry run
     assert old.tier == "all" and old.steps == list(mod.STEPS[1:]) and old.budget_s == 240
+    assert old.bench_timeout == 150 and old.pytest_timeout == 150
     assert mod.parse_args([out, "--steps", "bench"]).tier == "all"
     # each tier's shares leave the steps after a step their time (none above the whole)
     for tier, shares in mod.TIER_SHARES.items():
@@ -287,7 +290,7 @@ def test_parity_tier_runs_at_once_and_compares_every_run(tmp_path, monkeypatch):
     """The parity tier on CUDA (faked runs): every run at once, each against its baseline."""
     check = _load_check()
     argv = [str(tmp_path / "out"), "--device", "cuda", "--cache-dir", str(tmp_path / "c")]
-    c = check.Check(check.parse_args([*argv, "--jobs", "3"]))
+    c = check.Check(check.parse_args(argv))  # 3 runs at once by default
     c.result["steps"]["data"] = {
         "status": "passed",
         "datasets": {"engine_data": {"path": str(tmp_path / "d")}},
