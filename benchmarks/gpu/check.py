@@ -1192,6 +1192,8 @@ def _profile_figures(events: Any, steps: int, wall: float) -> dict[str, Any]:
     launches, host syncs (stream synchronisations, and tensor-to-Python reads, which each wait
     for the device), copies, the kernels' device time and the 15 ops taking the most host
     time."""
+    from fleetgnn.bench.speed import device_us
+
     n = max(steps, 1)
 
     def count(*names: str) -> float:
@@ -1212,8 +1214,9 @@ def _profile_figures(events: Any, steps: int, wall: float) -> dict[str, Any]:
         "stream_syncs_per_step": count("cudaStreamSynchronize", "cudaDeviceSynchronize"),
         "scalar_reads_per_step": count("aten::_local_scalar_dense"),
         "memcpy_per_step": count("cudaMemcpyAsync", "cudaMemcpy"),
-        "device_kernel_us_per_step": sum(getattr(e, "self_device_time_total", 0.0) for e in events)
-        / n,
+        # the device's own events (kernels, copies), as torch's table totals them: the checks
+        # to stop 35 summed every event's, a CPU op's too (the kernels it launched: twice)
+        "device_kernel_us_per_step": device_us(events) / n,
         "top_host_ops": [
             {"op": e.key, "per_step": e.count / n, "host_us_per_step": e.cpu_time_total / n}
             for e in top

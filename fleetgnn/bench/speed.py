@@ -140,6 +140,26 @@ def _epoch_phases(stats: Sequence[Any]) -> dict[str, float]:
     return {k: sum(float(st.times.get(k, 0.0)) for st in stats) for k in PHASES}
 
 
+def device_us(events: Any) -> float:
+    """Microseconds the device spent, from ``torch.profiler``'s ``key_averages()``.
+
+    The device's own events only (kernels, copies, memsets: every event whose ``device_type``
+    is not the CPU), as torch's profiler table totals "Self CUDA": a CPU op's
+    ``self_device_time_total`` is the time of the kernels it launched, so summing every event
+    (the GPU checks to stop 35) can count a kernel twice.
+    """
+    from torch.autograd import DeviceType
+
+    return float(
+        sum(
+            e.self_device_time_total
+            for e in events
+            if getattr(e, "device_type", DeviceType.CPU) != DeviceType.CPU
+            and not getattr(e, "is_user_annotation", False)
+        )
+    )
+
+
 def profile_steps(eng: Any, epoch: int, steps: int, device: torch.device) -> dict[str, Any]:
     """The last ``steps`` steps of an epoch under ``torch.profiler``: kernels' device time a step.
 
@@ -158,7 +178,7 @@ def profile_steps(eng: Any, epoch: int, steps: int, device: torch.device) -> dic
         wall, stats = _timed(lambda: eng.run_epoch(epoch, start), device)
     n = max(len(stats), 1)
     events = prof.key_averages()
-    kernel_us = sum(getattr(e, "self_device_time_total", 0.0) for e in events)
+    kernel_us = device_us(events)
     launches = sum(
         e.count
         for e in events
