@@ -215,13 +215,20 @@ def minibatch_epoch(
     chosen = KERNELS.chosen("fisher_yates", device.type)
     kernels = [chosen] + [k for k in KERNELS.available("fisher_yates", device.type) if k != chosen]
     by_kernel: dict[str, Any] = {}
+    failed: dict[str, str] = {}
     epoch = 0
     steps = eng.steps_per_epoch()
     for impl in kernels:
-        with KERNELS.using("fisher_yates", device.type, impl):
-            warm, _ = _timed(lambda e=epoch: eng.run_epoch(e), device)  # compiles, allocator
-            _reset_peak(device)
-            secs, stats = _timed(lambda e=epoch + 1: eng.run_epoch(e), device)
+        try:
+            with KERNELS.using("fisher_yates", device.type, impl):
+                warm, _ = _timed(lambda e=epoch: eng.run_epoch(e), device)  # compiles, allocator
+                _reset_peak(device)
+                secs, stats = _timed(lambda e=epoch + 1: eng.run_epoch(e), device)
+        except Exception as e:  # noqa: BLE001 - a kernel that fails here (a Triton compile) is
+            failed[impl] = OOM if _is_oom(e) else _why(e)  # a finding; the others still run
+            log(f"products minibatch epoch, fisher_yates={impl}: {failed[impl]}")
+            continue
+        finally:
             epoch += 2
         by_kernel[impl] = {
             "epoch_s": secs,
@@ -233,6 +240,10 @@ def minibatch_epoch(
             "peak_device_bytes": _peak(device),
         }
         log(f"products minibatch epoch, fisher_yates={impl}: {secs:.3f} s ({len(stats)} steps)")
+    if not by_kernel:
+        raise RuntimeError(f"no Fisher-Yates kernel ran an epoch: {failed}")
+    if chosen not in by_kernel:  # the registry's choice failed: the figures of another
+        chosen = next(iter(by_kernel))
     with KERNELS.using("fisher_yates", device.type, chosen):
         prof = profile_steps(eng, epoch, min(profile_n, steps), device)
     best = by_kernel[chosen]
@@ -242,7 +253,9 @@ def minibatch_epoch(
         "step_s": best["step_s"],
         "kernel_s_per_step": prof["kernel_s_per_step"],
         "fisher_yates": {k: v["epoch_s"] for k, v in by_kernel.items()},
-        "fisher_yates_chosen": chosen,
+        "fisher_yates_chosen": chosen,  # the kernel epoch_s, step_s and phases_s are of
+        "fisher_yates_default": KERNELS.chosen("fisher_yates", device.type),
+        "fisher_yates_failed": failed,
         "phases_s": best["phases_s"],
         "phases_note": "seconds per epoch in each phase of the engine's step stats (sample and "
         "gather run in the prefetch thread, overlapping the steps)",
