@@ -184,3 +184,27 @@ def test_a_layer_count_far_from_the_fanouts_gives_a_short_example(
         "give one fanout per layer, e.g. train.fanouts=10,10,10,10,10,10,10,10,... (100000 "
         "entries)"
     )
+
+
+def test_text_pairs_read_in_blocks_match_the_npy_and_name_a_bad_line_past_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Blocks of plain lines are parsed at once, others line by line: both give the pairs the
+    ``.npy`` holds, and a bad line deep in the file is named by its number."""
+    from fleetgnn.graph import pairs as pairs_mod
+
+    monkeypatch.setattr(pairs_mod, "BLOCK_BYTES", 64)  # many blocks, lines across their edges
+    want = np.random.default_rng(0).integers(0, 1000, size=(500, 2))
+    lines = [
+        "src,dst",
+        *(f"{a},{b}" if i % 3 else f" {a}\t{b} # c" for i, (a, b) in enumerate(want)),
+    ]
+    path = tmp_path / "p.csv"
+    path.write_text("\n".join(lines) + "\n")
+    np.testing.assert_array_equal(read_pairs(path, 1000), want)
+    lines[400] = "7,,8,9"
+    path.write_text("\n".join(lines))
+    assert _pairs_error(path, 1000) == (
+        f"--pairs '{path}' line 401: '7,,8,9' is not two integer node IDs (only the first line "
+        f"may be a header); give two columns of node IDs (source, destination), one pair per row"
+    )

@@ -98,24 +98,26 @@ def _read_npy(p: Path, arg: str) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
-def _lines(f: BinaryIO, p: Path, arg: str) -> Iterator[tuple[int, bytes]]:
-    """``(number, line)`` of an open binary file, read in blocks of :data:`BLOCK_BYTES`.
+def _chunks(f: BinaryIO, p: Path, arg: str) -> Iterator[tuple[int, list[bytes]]]:
+    """``(number of the first line, lines)`` of an open binary file, a block at a time.
 
-    A line longer than :data:`MAX_LINE_BYTES` is refused before more of it is read.
+    Blocks are :data:`BLOCK_BYTES`; a line longer than :data:`MAX_LINE_BYTES` is refused before
+    more of it is read.
     """
-    carry, number = b"", 0
+    carry, number = b"", 1
     while block := f.read(BLOCK_BYTES):
-        parts = (carry + block).split(b"\n")
-        carry = parts.pop()
-        for line in parts:
-            number += 1
-            if len(line) > MAX_LINE_BYTES:
-                raise ConfigError(_too_long(arg, p, number))
-            yield number, line
+        lines = (carry + block).split(b"\n")
+        carry = lines.pop()
+        if lines and max(map(len, lines)) > MAX_LINE_BYTES:
+            at = next(i for i, x in enumerate(lines) if len(x) > MAX_LINE_BYTES)
+            raise ConfigError(_too_long(arg, p, number + at))
         if len(carry) > MAX_LINE_BYTES:
-            raise ConfigError(_too_long(arg, p, number + 1))
+            raise ConfigError(_too_long(arg, p, number + len(lines)))
+        if lines:
+            yield number, lines
+            number += len(lines)
     if carry:
-        yield number + 1, carry
+        yield number, [carry]
 
 
 def _too_long(arg: str, p: Path, number: int) -> str:
@@ -125,49 +127,120 @@ def _too_long(arg: str, p: Path, number: int) -> str:
     )
 
 
-def _read_text(p: Path, arg: str, num_nodes: int) -> np.ndarray:
-    blocks: list[np.ndarray] = []
+#: The bytes of a block :func:`_fast_pairs` parses at once; a block with any other goes line by
+#: line. ``_IN_FIELD[b]``: byte ``b`` belongs to a field (a digit or a sign), not a separator.
+_PLAIN = b"0123456789+-, \t\r\n"
+_IN_FIELD = np.ones(256, dtype=bool)
+_IN_FIELD[list(b", \t\r\n")] = False
+#: Digits an ID may have to be parsed at once (more could pass int64; they go line by line).
+_FAST_DIGITS = 18
+
+
+def _fast_pairs(lines: list[bytes], num_nodes: int) -> np.ndarray | None:
+    """The pairs of ``lines`` parsed in one go, or ``None`` when some line needs a closer look.
+
+    Taken at once: only digits, signs and separators; every field a sign (optional) and at most
+    18 digits; on every line two fields, or none and no comma (checked with array operations
+    over the bytes, then parsed by numpy). Anything else (a comment, a header, a bad line, an ID
+    outside ``[0, N)``) goes to :func:`_slow_pairs`, which reads such lines the same way.
+    """
+    text = b"\n".join(lines) + b"\n"
+    if text.translate(None, _PLAIN):
+        return None
+    raw = np.frombuffer(text, dtype=np.uint8)
+    field = _IN_FIELD[raw]
+    starts = field.copy()
+    starts[1:] &= ~field[:-1]  # the first byte of each field
+    ends = field.copy()
+    ends[:-1] &= ~field[1:]  # the last byte of each field
+    sign = (raw == ord("+")) | (raw == ord("-"))
+    if (sign & ~starts).any() or (sign & ends).any():
+        return None  # '1-2', '+-3', a sign alone
+    first, last = np.flatnonzero(starts), np.flatnonzero(ends)
+    if (last - first + 1 - sign[first] > _FAST_DIGITS).any():
+        return None
+    newline = raw == ord("\n")
+    line = np.cumsum(newline) - newline  # each byte's line, its line end included
+    per_line = np.bincount(line[starts], minlength=len(lines))
+    commas = np.bincount(line[raw == ord(",")], minlength=len(lines))
+    if ((per_line != 0) & (per_line != 2)).any() or ((per_line == 0) & (commas > 0)).any():
+        return None  # a line of three fields, or of one; a line of commas alone is not blank
+    ids = np.fromstring(text.replace(b",", b" "), dtype=np.int64, sep=" ")
+    if ids.size != first.size:
+        return None
+    ids = ids.reshape(-1, 2)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+        return None
+    return ids
+
+
+def _slow_pairs(
+    lines: list[bytes], first: int, header: bool, p: Path, arg: str, num_nodes: int
+) -> tuple[np.ndarray, bool]:
+    """The pairs of ``lines`` (the first numbered ``first``), line by line.
+
+    A refusal names its line. ``header``: the file's first content line (which may be a header)
+    is still to come. Returns the pairs and that flag after these lines.
+    """
     row: list[int] = []
-    first = True  # the first line with content may be a header
+    for number, raw in enumerate(lines, start=first):
+        text = raw.split(b"#", 1)[0].strip() if b"#" in raw else raw.strip()
+        if not text:
+            continue
+        fields = text.replace(b",", b" ").split()
+        maybe_header, header = header, False
+        try:
+            if len(fields) != 2:
+                raise ValueError
+            a, b = int(fields[0]), int(fields[1])
+        except ValueError:
+            if maybe_header and len(fields) == 2 and not any(_is_int(x) for x in fields):
+                continue  # a header line such as src,dst
+            try:
+                shown = text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ConfigError(
+                    f"{arg} '{p}' is not a text file (and not .npy); {_FIX}, as text/CSV or .npy"
+                ) from None
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            only = "" if maybe_header else " (only the first line may be a header)"
+            raise ConfigError(
+                f"{arg} '{p}' line {number}: {shown!r} is not two integer node IDs{only}; {_FIX}"
+            ) from None
+        for v in (a, b):
+            if not 0 <= v < num_nodes:  # also IDs past int64, before any conversion
+                raise ConfigError(_outside(arg, p, v, f"line {number}", num_nodes))
+        row += (a, b)
+    return np.array(row, dtype=np.int64).reshape(-1, 2), header
+
+
+def _read_text(p: Path, arg: str, num_nodes: int) -> np.ndarray:
+    """A text file's pairs: a block of plain lines at once, any other block line by line.
+
+    The lines are counted first (one pass, a block at a time), so the pairs go into one array
+    of that many rows: memory is the result plus a block's work, not the blocks and their copy.
+    """
+    out = np.empty((0, 2), dtype=np.int64)
+    filled = 0
+    header = True  # the first line with content may be a header
     try:
         with open(p, "rb") as f:
-            for number, raw in _lines(f, p, arg):
-                text = raw.split(b"#", 1)[0].strip() if b"#" in raw else raw.strip()
-                if not text:
-                    continue
-                fields = text.replace(b",", b" ").split()
-                header, first = first, False
-                try:
-                    if len(fields) != 2:
-                        raise ValueError
-                    a, b = int(fields[0]), int(fields[1])
-                except ValueError:
-                    if header and len(fields) == 2 and not any(_is_int(x) for x in fields):
-                        continue  # a header line such as src,dst
-                    try:
-                        shown = text.decode("utf-8")
-                    except UnicodeDecodeError:
-                        raise ConfigError(
-                            f"{arg} '{p}' is not a text file (and not .npy); {_FIX}, as text/CSV "
-                            f"or .npy"
-                        ) from None
-                    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-                    only = "" if header else " (only the first line may be a header)"
-                    raise ConfigError(
-                        f"{arg} '{p}' line {number}: {shown!r} is not two integer node IDs"
-                        f"{only}; {_FIX}"
-                    ) from None
-                for v in (a, b):
-                    if not 0 <= v < num_nodes:  # also IDs past int64, before any conversion
-                        raise ConfigError(_outside(arg, p, v, f"line {number}", num_nodes))
-                row += (a, b)
-                if len(row) >= 1 << 17:
-                    blocks.append(np.array(row, dtype=np.int64))
-                    row = []
+            rows = 1
+            while block := f.read(BLOCK_BYTES):
+                rows += block.count(b"\n")
+            f.seek(0)
+            out = np.empty((rows, 2), dtype=np.int64)
+            for first, lines in _chunks(f, p, arg):
+                ids = None if header else _fast_pairs(lines, num_nodes)
+                if ids is None:
+                    ids, header = _slow_pairs(lines, first, header, p, arg, num_nodes)
+                if filled + len(ids) > len(out):  # the file grew since it was counted
+                    out = np.concatenate([out[:filled], np.empty_like(out)])
+                out[filled : filled + len(ids)] = ids
+                filled += len(ids)
     except OSError as e:
         raise ConfigError(f"{arg} '{p}' cannot be read ({e.strerror}); {_FIX}") from None
-    blocks.append(np.array(row, dtype=np.int64))
-    return np.concatenate(blocks).reshape(-1, 2)
+    return out[:filled]
 
 
 def _is_int(text: bytes) -> bool:
