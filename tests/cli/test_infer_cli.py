@@ -122,7 +122,7 @@ def test_predict_reads_the_config_and_loads_the_checkpoint_once(run, tmp_path, m
     torch_load, read_bytes = checkpoint.torch.load, textfile.read_bytes
 
     def load(path, *args, **kwargs):
-        loads.append(Path(path).name)
+        loads.append(Path(getattr(path, "name", path)).name)  # a path, or the open file
         warnings.warn("torch pickle: a load warns", FutureWarning, stacklevel=2)
         return torch_load(path, *args, **kwargs)
 
