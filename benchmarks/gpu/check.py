@@ -2,7 +2,13 @@
 
 Run it through ``check.sh`` (which installs pymetis from a carried wheel first); see README.md::
 
-    bash benchmarks/gpu/check.sh OUT_DIR [--device cuda|cpu] [--quick] [--budget-s 450]
+    bash benchmarks/gpu/check.sh OUT_DIR [--device cuda|cpu] [--tier parity|speed|all]
+
+Tiers, each sized to one call of the device tool (<= 420 s on an H100 with its data):
+``parity`` (the default: env, pytest in shards beside data and engines at W = 1, 2), ``speed``
+(env, data, bench, plan at products-like 1.0: ``steps.bench.figures.products``) and ``all``
+(every step and the older bench parts; what ``--steps``/``--bench-parts``/``--quick`` select from
+when no tier is given).
 
 Steps, each isolated (a subprocess with its own timeout; a failure is recorded with its output
 tail and the next step runs):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prepared GPU check (see benchmarks/gpu/README.md):
-#   bash benchmarks/gpu/check.sh OUT_DIR [--device cuda|cpu] [--quick] [--budget-s S] ...
+#   bash benchmarks/gpu/check.sh OUT_DIR [--device cuda|cpu] [--tier parity|speed|all] [--budget-s S] ...
 # Installs each wheel carried in .whl/ whose module does not import (pymetis; typing_extensions,
 # which pymetis needs, where torch did not bring it) into /tmp/site, puts /tmp/site and this
 # checkout first on PYTHONPATH (the GPU machine has no fleetgnn installed) and runs check.py.
@@ -9,7 +9,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo" || exit 2
 py="${PYTHON:-python3}"
 if [ "$#" -lt 1 ] || [ "${1#-}" != "$1" ]; then
-    echo "usage: bash benchmarks/gpu/check.sh OUT_DIR [--device cuda|cpu] [--quick] [--budget-s S]" >&2
+    echo "usage: bash benchmarks/gpu/check.sh OUT_DIR [--device cuda|cpu] [--tier parity|speed|all] [--budget-s S]" >&2
     exit 2
 fi
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
