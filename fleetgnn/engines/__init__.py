@@ -11,7 +11,14 @@ import importlib
 from typing import Any
 
 from fleetgnn.config import ENGINES, EngineConfig, available_engines, spec_of
-from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EpochStats, StepStats
+from fleetgnn.engines.base import (
+    LINK_KINDS,
+    TIME_KEYS,
+    Engine,
+    EngineBase,
+    EpochStats,
+    StepStats,
+)
 from fleetgnn.engines.common import TYPED_ENGINES, LossFn, cross_entropy, refuse_typed
 from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, is_typed
 from fleetgnn.errors import ConfigError
@@ -118,6 +125,7 @@ __all__ = [
     "LINK_KINDS",
     "TIME_KEYS",
     "Engine",
+    "EngineBase",
     "EpochStats",
     "LossFn",
     "StepStats",

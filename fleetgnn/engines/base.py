@@ -9,6 +9,7 @@ it epoch by epoch and step by step; everything random in an epoch is keyed by
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -109,9 +110,9 @@ class Engine(Protocol):
     Distributed engines also expose ``comm``, their metered
     :class:`~fleetgnn.distributed.Communicator`: the Trainer sums each epoch's numbers over ranks
     through it (and gathers every rank's partial-epoch sums at checkpoints), so every rank must
-    reach the same epoch ends and checkpoints. Optional: ``epoch_extra()``, ``rank_extra()``,
-    ``peak_memory()``, ``drain()`` (wait for a batch a prefetch thread still prepares, after an
-    early stop) and ``close()``; :class:`EngineBase` makes an engine a context manager.
+    reach the same epoch ends and checkpoints. The optional members (``epoch_extra()``,
+    ``rank_extra()``, ``peak_memory()``, ``drain()``, ``close()`` ...) and their defaults are
+    :class:`EngineBase`'s.
 
     ``run_epoch(epoch, start_step, on_step)`` runs steps ``start_step .. steps_per_epoch() - 1`` of
     ``epoch``; after each step it calls ``on_step(step, stats)`` (the Trainer checkpoints and
@@ -121,6 +122,9 @@ class Engine(Protocol):
     ``run_epoch`` returns holds resolved ones. Batches, sampling and dropout of a step depend
     only on ``(seed, epoch, step)``, never on earlier steps' random draws, so resuming at
     ``start_step`` reproduces the uninterrupted run.
+
+    The Trainer takes engines of :class:`EngineBase`, which declares the optional members
+    (communicator, device, clock, per-epoch numbers, ``drain``, ``close``) with defaults.
     """
 
     name: str
@@ -154,7 +158,26 @@ class Engine(Protocol):
 
 
 class EngineBase:
-    """Shared plumbing of the built-in engines: a context manager around :meth:`close`.
+    """The engine protocol's optional members with their defaults, and a context manager.
+
+    The :class:`~fleetgnn.train.Trainer` drives engines of this class (the built-in ones, and
+    any user engine that subclasses it and implements :class:`Engine`'s methods) and calls
+    every member below without probing: an engine overrides what it has.
+
+    ======================  ============================================  ================
+    member                  what the Trainer uses it for                   default
+    ======================  ============================================  ================
+    ``comm``                summing epochs over ranks, broadcasts          ``None`` (alone)
+    ``device``              the allocator's peak memory per epoch          the CPU
+    ``clock``               epoch and evaluation times                     host clock
+    ``config``              the typed engine config, for checkpoints       ``None``
+    ``module``, ``model``   the model (names, checkpoints' checks)         ``None``
+    ``peak_memory()``       bytes per memory tier, per epoch               ``{}``
+    ``epoch_extra()``       engine numbers of the epoch (metrics.jsonl)    ``{}``
+    ``rank_extra()``        per-rank numbers, gathered at epoch ends       ``{}``
+    ``drain()``             wait for a prefetch after an early stop        nothing
+    ``close()``             release threads, shared memory, groups         nothing
+    ======================  ============================================  ================
 
     ``with build_engine(...) as engine:`` releases the engine's threads, shared memory and
     process groups at the end of the block, also on an exception.
@@ -163,8 +186,25 @@ class EngineBase:
     name: str = "engine"
     world_size: int = 1
     rank: int = 0
-    module: Any  # the unwrapped model
-    optimizer: Any
+    module: Any = None  # the unwrapped model
+    model: Any = None
+    optimizer: Any = None
+    config: Any = None
+    comm: Any = None
+    device: Any = "cpu"
+    clock: Callable[[], float] = staticmethod(time.perf_counter)
+
+    def peak_memory(self) -> Mapping[str, int]:
+        """Peak bytes per memory tier of the last epoch (none by default)."""
+        return {}
+
+    def epoch_extra(self) -> Mapping[str, Any]:
+        """Engine-specific numbers of the last epoch, summed over ranks (none by default)."""
+        return {}
+
+    def rank_extra(self) -> Mapping[str, Any]:
+        """This rank's engine numbers of the last epoch, gathered per rank (none by default)."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         """Model (unwrapped) and optimizer state; identical on every rank."""

@@ -36,6 +36,7 @@ after the last save, at the run's end and on an interrupt.
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import pickle
@@ -482,3 +483,22 @@ def restore_rng(state: Mapping[str, Any]) -> None:
         n = min(len(cuda), torch.cuda.device_count())
         for i in range(n):
             torch.cuda.set_rng_state(cuda[i], device=i)
+
+
+def detached_copy(obj: Any) -> Any:
+    """``obj`` with every tensor cloned (detached) and containers copied (types kept).
+
+    A copied mapping keeps its type and attributes (a module state dict's ``_metadata``).
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        out = copy.copy(obj)
+        for k, v in obj.items():
+            out[k] = detached_copy(v)
+        return out
+    if isinstance(obj, list):
+        return [detached_copy(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(detached_copy(v) for v in obj)
+    return obj

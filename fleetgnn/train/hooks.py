@@ -28,11 +28,11 @@ def trainer_callbacks(config: Any, engine: Any, user: Sequence[Any] = ()) -> lis
             entry that cannot be loaded, or a ``user`` entry that is not a :class:`Callback`.
     """
     out: list[Callback] = []
-    optimizer = getattr(engine, "optimizer", None)
+    optimizer = engine.optimizer  # EngineBase: None without one
     if config.lr_scheduler is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise ConfigError(
             f"train.lr_scheduler={config.lr_scheduler!r} needs the engine's optimizer, but engine "
-            f"{getattr(engine, 'name', type(engine).__name__)!r} has no 'optimizer' attribute"
+            f"{engine.name!r} has no 'optimizer'"
         )
     scheduler = build_scheduler(config, optimizer)
     if scheduler is not None:

@@ -301,9 +301,8 @@ def _check_config_entry(value: Any) -> None:
 
 def engine_config_dict(engine: Engine) -> dict[str, Any] | None:
     """The engine's typed config as a dict (what checkpoints record), or ``None`` without one."""
-    cfg = getattr(engine, "config", None)
-    to_dict = getattr(cfg, "to_dict", None)
-    return to_dict() if callable(to_dict) else None
+    cfg = engine.config  # EngineBase: None without one
+    return None if cfg is None else cfg.to_dict()
 
 
 def checked_state(
@@ -375,8 +374,7 @@ def check_resumable(run_dir: PathLikeStr, config: Config) -> Any:
 
 def _check_engine_resumable(ckpt: Mapping[str, Any], engine: Engine) -> None:
     """Raise ConfigError when the checkpoint was taken by another engine or incompatible config."""
-    cfg = getattr(engine, "config", None)
-    _check_engine_config_resumable(ckpt, engine.name, engine_config_dict(engine), cfg)
+    _check_engine_config_resumable(ckpt, engine.name, engine_config_dict(engine), engine.config)
 
 
 def _check_engine_config_resumable(

@@ -56,7 +56,6 @@ numbers, the ``extra`` field) and, in multi-rank runs, ``rank_extra() -> Mapping
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import math
 import random
@@ -83,8 +82,8 @@ from rich.table import Table
 from fleetgnn.config import Config, TrainerConfig
 from fleetgnn.config.run import save_config
 from fleetgnn.durable import atomic_write_text
-from fleetgnn.engines.base import Engine, EpochStats, StepStats
-from fleetgnn.engines.common import device_clock, peak_device_memory
+from fleetgnn.engines.base import Engine, EngineBase, EpochStats, StepStats
+from fleetgnn.engines.common import peak_device_memory
 from fleetgnn.errors import ConfigError, NonFiniteLossError
 from fleetgnn.tasks import task_of
 from fleetgnn.train.callbacks import Callback, callback_states, load_callback_states
@@ -92,6 +91,7 @@ from fleetgnn.train.checkpoint import (
     CheckpointDir,
     CheckpointError,
     capture_rng,
+    detached_copy,
     first_non_finite,
     restore_rng,
 )
@@ -178,7 +178,7 @@ class Trainer:
         run_dir = run_dir if run_dir is not None else config.run_dir
         if run_dir is None:
             raise ConfigError("Trainer needs a run directory: pass run_dir or config.run_dir")
-        self.engine = engine
+        self.engine = _checked(engine)
         self.config = config
         self.run_config = run_config
         self.run_dir = Path(run_dir)
@@ -214,7 +214,7 @@ class Trainer:
         the engine applies (its config's ``feature_norm``), so ``config.yaml`` says what was used.
         """
         config = config.validate()
-        used = getattr(getattr(engine, "config", None), "feature_norm", None)
+        used = getattr(_checked(engine).config, "feature_norm", None)  # engine configs differ
         if config.data.feature_norm is None and isinstance(used, str):
             data = dataclasses.replace(config.data, feature_norm=used)
             config = dataclasses.replace(config, data=data)
@@ -329,7 +329,7 @@ class Trainer:
                     )
             except ConfigError as e:
                 problem = str(e)
-        comm = getattr(self.engine, "comm", None)
+        comm = self.engine.comm
         if comm is not None and int(self.engine.world_size) > 1:
             problem = comm.broadcast_object(problem if self.is_main else None)
         if problem is not None:
@@ -620,7 +620,7 @@ class Trainer:
         """
         memory = self._engine_memory()
         extra = self._engine_extra() if epoch_end else {}
-        comm = getattr(self.engine, "comm", None)
+        comm = self.engine.comm
         if comm is None or int(self.engine.world_size) == 1:
             return sums.to_epoch_stats(epoch, memory, extra), train_time
         tkeys, lkeys = sorted(sums.times), sorted(sums.traffic)
@@ -649,21 +649,19 @@ class Trainer:
             "times": {k: times_r[:, i].tolist() for i, k in enumerate(tkeys)},
             "traffic": {k: [int(v) for v in traffic_r[:, i].tolist()] for i, k in enumerate(lkeys)},
         }
-        fn = getattr(self.engine, "rank_extra", None) if epoch_end else None
-        if callable(fn):  # small engine-specific per-rank numbers, e.g. reads per source
-            gathered = comm.all_gather_object(dict(fn()))
+        if epoch_end:  # small engine-specific per-rank numbers, e.g. reads per source
+            gathered = comm.all_gather_object(dict(self.engine.rank_extra()))
             for key in gathered[0]:
                 extra["per_rank"][key] = [d.get(key) for d in gathered]
         return total.to_epoch_stats(epoch, memory, extra), float(ranks[:, -1].max())
 
     def _device(self) -> torch.device:
-        """The engine's device (``engine.device``; the CPU for an engine without one)."""
-        return torch.device(getattr(self.engine, "device", "cpu"))
+        """The engine's device (``engine.device``)."""
+        return torch.device(self.engine.device)
 
     def _clock(self) -> Any:
-        """The engine's phase clock (synchronising on CUDA), else ``time.perf_counter``."""
-        clock = getattr(self.engine, "clock", None)
-        return clock if callable(clock) else device_clock(self._device())
+        """The engine's phase clock (synchronising on CUDA; the host clock by default)."""
+        return self.engine.clock
 
     def _engine_memory(self) -> dict[str, int]:
         """Peak memory per tier from the engine's optional ``peak_memory()`` method.
@@ -672,15 +670,13 @@ class Trainer:
         (``allocator_peak``, ``allocator_reserved_peak``: ``torch.cuda.max_memory_allocated``
         and ``max_memory_reserved`` since the epoch started).
         """
-        fn = getattr(self.engine, "peak_memory", None)
-        out = {str(k): int(v) for k, v in fn().items()} if callable(fn) else {}
+        out = {str(k): int(v) for k, v in self.engine.peak_memory().items()}
         out.update(peak_device_memory(self._device()))
         return out
 
     def _engine_extra(self) -> dict[str, Any]:
-        """Engine-specific numbers from the engine's optional ``epoch_extra()`` method."""
-        fn = getattr(self.engine, "epoch_extra", None)
-        return dict(fn()) if callable(fn) else {}
+        """Engine-specific numbers from the engine's ``epoch_extra()``."""
+        return dict(self.engine.epoch_extra())
 
     # ---------------------------------------------------------------------------------------
     # checkpoints
@@ -709,7 +705,7 @@ class Trainer:
         if interval <= 0:
             return True
         due = _clock() - self._saved_at >= interval
-        comm = getattr(self.engine, "comm", None)
+        comm = self.engine.comm
         if comm is not None and int(self.engine.world_size) > 1:
             due = bool(comm.broadcast_object(due if self.is_main else None))
         return due
@@ -741,7 +737,7 @@ class Trainer:
         self._check_finite(self.state.epoch)  # never a checkpoint of a diverged model
         engine_state = self.engine.state_dict()  # on every rank: it may communicate
         # every rank's partial-epoch sums (collective), so a resumed rank gets back its own
-        comm = getattr(self.engine, "comm", None)
+        comm = self.engine.comm
         partial = self.state.partial.to_dict()
         partials = comm.all_gather_object(partial) if comm is not None else [partial]
         self._saved_at, self._saved_step = _clock(), self.state.global_step
@@ -762,7 +758,7 @@ class Trainer:
         if not self.is_main:
             return
         partials = [self.state.partial.to_dict()] * int(self.engine.world_size)
-        snap = self._checkpoint(spe, _detached_copy(engine_state), partials)
+        snap = self._checkpoint(spe, detached_copy(engine_state), partials)
         self._snapshot = snap
         if best:
             self._best_snapshot = snap
@@ -941,30 +937,25 @@ class Trainer:
         self.console.print(summary_note(summary), markup=False, highlight=False)
 
 
+def _checked(engine: Any) -> EngineBase:
+    """``engine``, if it is an :class:`~fleetgnn.engines.EngineBase`, else a one-line error.
+
+    EngineBase declares what the Trainer calls, with defaults.
+    """
+    if not isinstance(engine, EngineBase):
+        raise TypeError(
+            f"the Trainer drives engines that subclass fleetgnn.engines.EngineBase (got "
+            f"{type(engine).__name__}); subclass it: it supplies the optional members' defaults "
+            f"(comm, device, clock, peak_memory, epoch_extra, rank_extra, drain, close)"
+        )
+    return engine
+
+
 def _model_name(engine: Engine, run_config: Config | None) -> str:
     if run_config is not None:
         return run_config.model.name
-    module = getattr(engine, "module", None) or getattr(engine, "model", None)
+    module = engine.module if engine.module is not None else engine.model
     return type(module).__name__ if module is not None else "-"
-
-
-def _detached_copy(obj: Any) -> Any:
-    """``obj`` with every tensor cloned (detached) and containers copied (types kept).
-
-    A copied mapping keeps its type and attributes (a module state dict's ``_metadata``).
-    """
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, dict):
-        out = copy.copy(obj)
-        for k, v in obj.items():
-            out[k] = _detached_copy(v)
-        return out
-    if isinstance(obj, list):
-        return [_detached_copy(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_detached_copy(v) for v in obj)
-    return obj
 
 
 def _wait_for_prefetch(engine: Engine) -> None:
@@ -973,12 +964,9 @@ def _wait_for_prefetch(engine: Engine) -> None:
     The built-in mini-batch engines prepare step ``k + 1``'s batch in a background thread while
     step ``k`` trains; leaving ``run_epoch`` after step ``k`` leaves it in flight, and its
     sampling and gathering may communicate (on the store's own group), so it must finish before
-    the evaluation's collectives start: ``engine.drain()`` waits for it. Engines without
-    ``drain`` need nothing.
+    the evaluation's collectives start: ``engine.drain()`` waits for it (a no-op by default).
     """
-    drain = getattr(engine, "drain", None)
-    if callable(drain):
-        drain()
+    engine.drain()
 
 
 def _fmt(v: Any) -> str:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from fleetgnn.engines.base import resolve_steps
+from fleetgnn.engines.base import EngineBase, resolve_steps
 from fleetgnn.engines.marks import HostMarks, PendingStepStats
 from fleetgnn.errors import NonFiniteLossError
 from fleetgnn.train import Trainer, load_config, read_metrics
@@ -44,7 +44,7 @@ class LaggingMarks(HostMarks):
         return 0.5
 
 
-class LaggingEngine:
+class LaggingEngine(EngineBase):
     name = "lagging"
     rank = 0
     world_size = 1

@@ -13,7 +13,7 @@ from rich.console import Console
 
 import fleetgnn.train.checkpoint as ckmod
 from fleetgnn.config import Config, load_config, save_config
-from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, StepCallback, StepStats
+from fleetgnn.engines.base import LINK_KINDS, TIME_KEYS, Engine, EngineBase, StepCallback, StepStats
 from fleetgnn.errors import ConfigError
 from fleetgnn.train.checkpoint import CheckpointDir
 from fleetgnn.train.metrics import read_metrics
@@ -36,7 +36,7 @@ def _one_thread() -> Any:
     torch.set_num_threads(n)
 
 
-class LogRegEngine:
+class LogRegEngine(EngineBase):
     """Logistic regression with Adam, float64; batches and dropout keyed by (seed, epoch, step).
 
     ``global_rng=True`` draws the dropout mask from torch's global generator instead, so exact
@@ -141,7 +141,7 @@ class LogRegEngine:
         self.opt.load_state_dict(state["optim"])
 
 
-class ScriptedEngine:
+class ScriptedEngine(EngineBase):
     """Reports preset step stats and preset evaluation results (per epoch)."""
 
     name = "scripted"
