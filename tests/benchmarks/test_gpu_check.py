@@ -275,6 +275,7 @@ def test_pytest_shards_cover_every_module_once():
     modules = [m for sh in shards for m in sh]
     assert len(modules) == len(set(modules)) and "tests/cost/test_gpu_rates.py" not in modules
     assert "tests/engines/test_minibatch.py" in modules and "tests/test_keyhash.py" in modules
+    assert "tests/test_kernels.py" in modules  # every module with gpu-marked tests
     heavy = [sum(m.startswith(("tests/engines", "tests/cost")) for m in sh) for sh in shards]
     assert len(shards) == 2 and abs(heavy[0] - heavy[1]) <= 1  # the slow tests split evenly
     assert mod._pytest_shards(("tests/test_keyhash.py",), 3, []) == [["tests/test_keyhash.py"]]
