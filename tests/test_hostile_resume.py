@@ -65,6 +65,8 @@ def test_resume_falls_back_to_prev_when_last_is_foreign_or_corrupt(
         assert main(["train", "--resume", str(run), "--epochs", "3", *TRAIN]) == 0
     messages = [str(w.message) for w in seen if "previous checkpoint" in str(w.message)]
     assert messages and all("\n" not in m and "last.pt" in m for m in messages), messages
+    # issue 42: the fallback is done, so no advice to delete and fall back; no torch advice either
+    assert not any("delete it" in m or "If you are seeing" in m for m in messages), messages
     if last == "other-config":
         assert "model.hidden: checkpoint 16, now 8" in messages[0]
     assert json.loads((run / "summary.json").read_text())["epochs"] == 3

@@ -214,6 +214,7 @@ def _load_detail(err: BaseException, limit: int = 200) -> str:
     for line in text.splitlines():
         line = " ".join(line.split())
         line = line.removeprefix("WeightsUnpickler error: ").split(" Please use ", 1)[0]
+        line = line.split(". This is an internal", 1)[0].split(". If you are seeing", 1)[0]
         if line and not any(a in line for a in _ADVICE):
             line = line.rstrip(".")
             return line if len(line) <= limit else line[:limit] + "..."
@@ -407,7 +408,11 @@ def _first_clause(err: BaseException, limit: int = 300) -> str:
 
 
 def warn_fallback(problem: str, path: Path) -> None:
-    """Warn (``UserWarning``, one line) that ``problem`` made a resume fall back to ``path``."""
+    """Warn (``UserWarning``, one line) that ``problem`` made a resume fall back to ``path``.
+
+    The problem's own advice to delete the file and fall back is left out: the fallback is done.
+    """
+    problem = problem.split("; delete it to fall back", 1)[0]
     warnings.warn(f"{problem}; resuming from the previous checkpoint '{path}'", stacklevel=3)
 
 
