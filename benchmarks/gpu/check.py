@@ -158,34 +158,34 @@ def _atomic_json(path: Path, obj: Any) -> None:
 def sizes(device: str, quick: bool, tier: str = "all") -> dict[str, Any]:
     """Datasets and benchmark sizes: the real ones on CUDA, much smaller ones on a CPU dry run.
 
-    ``tier`` ``speed`` adds the products figures' sizes (products-like 1.0 on CUDA, 0.01 on a
-    dry run); ``parity`` a smaller engine dataset on a dry run (``tiny``: CI's time).
+    ``products``: the products parts' sizes; ``tier`` ``speed`` runs the bench on products-like
+    1.0 (0.01 on a dry run); ``parity`` a smaller engine dataset on a dry run (``tiny``).
     """
     size = _base_sizes(device, quick)
-    if tier == "parity" and device == "cpu":
+    cuda = device != "cpu"
+    if tier == "parity" and not cuda:
         size["engine_data"] = ("tiny", 1.0)
+    # the products parts' sizes (any tier: `--tier all --bench-parts products` runs them on the
+    # bench dataset, whose scale the figure records)
+    size["products"] = {
+        # the issue's products epoch: SAGE 3 x 256, fanouts 15,10,5, batch 1024, float32
+        # (a dry run: hidden 64, batch 512, for 4 steps on its small graph)
+        "hidden": 256 if cuda else 64,
+        "fanouts": [15, 10, 5],
+        "batch": 1024 if cuda else 512,
+        "profile_steps": 10 if cuda else 2,
+        "layer_steps": 20 if cuda else 2,
+        "repeat": 3 if cuda else 1,
+        # full-graph GCN / SAGE and offload's GCN: 2 layers, hidden 128 (the earlier checks'
+        # full-graph model, at products-like 0.2)
+        "full_hidden": 128 if cuda else 32,
+        "full_layers": 2,
+        # offload in fixed chunks (no offload.device_budget: its chunk choice for half the
+        # graph's bytes took 113 s at products-like 0.2 here), its peak measured
+        "offload_chunks": 16 if cuda else 4,
+    }
     if tier == "speed":
-        cuda = device != "cpu"
-        size.update(
-            bench_data=("products-like", 1.0 if cuda else 0.01),
-            # the issue's products epoch: SAGE 3 x 256, fanouts 15,10,5, batch 1024, float32
-            # (a dry run: hidden 64, batch 512, for 4 steps on its small graph)
-            products={
-                "hidden": 256 if cuda else 64,
-                "fanouts": [15, 10, 5],
-                "batch": 1024 if cuda else 512,
-                "profile_steps": 10 if cuda else 2,
-                "layer_steps": 20 if cuda else 2,
-                "repeat": 3 if cuda else 1,
-                # full-graph GCN / SAGE and offload's GCN: 2 layers, hidden 128 (the earlier
-                # checks' full-graph model, at products-like 0.2)
-                "full_hidden": 128 if cuda else 32,
-                "full_layers": 2,
-                # offload in fixed chunks (no offload.device_budget: its chunk choice for half
-                # the graph's bytes took 113 s at products-like 0.2 here), its peak measured
-                "offload_chunks": 16 if cuda else 4,
-            },
-        )
+        size["bench_data"] = ("products-like", 1.0 if cuda else 0.01)
         if not cuda:
             size["copy_mb"] = 16
     return size
