@@ -638,8 +638,9 @@ def offload_arms(
 
     ``size["offload_chunks"]`` chunks and no ``offload.device_budget``: choosing the chunks for a
     budget of half the graph's bytes predicted the peak at every doubling (a transition plan
-    each) and took 113 s for 512 chunks at products-like 0.2 on a CPU here. Each arm records the
-    device's measured peak (CUDA) and ``peak_over_graph_bytes``.
+    each) and took 113 s for 512 chunks at products-like 0.2 on a CPU here; a budget of the
+    graph's bytes refuses 16 chunks (predicted 1.01 GB against 248 MB) and needs 256. Each arm
+    records the device's measured peak (CUDA) and ``peak_over_graph_bytes``.
     """
     from fleetgnn.store import feature_row_bytes, topology_row_bytes
 
