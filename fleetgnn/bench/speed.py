@@ -245,6 +245,7 @@ def minibatch_epoch(
     if chosen not in by_kernel:  # the registry's choice failed: the figures of another
         chosen = next(iter(by_kernel))
     with KERNELS.using("fisher_yates", device.type, chosen):
+        others, epoch = _other_kernels(eng, device, epoch, log)
         prof = profile_steps(eng, epoch, min(profile_n, steps), device)
     best = by_kernel[chosen]
     return {
@@ -263,11 +264,55 @@ def minibatch_epoch(
         "store_memory": eng.peak_memory(),
         "epoch_extra": _plain(eng.epoch_extra()),
         "by_kernel": by_kernel,
+        "kernels": others,
+        "kernels_note": "epoch seconds with one op's implementation switched from the default "
+        "(under the chosen Fisher-Yates kernel); 'default' is the default's epoch in the same "
+        "sweep. Each arm trains later epochs of the same model, so their loss sums differ; "
+        "the implementations' agreement is tests/test_kernels.py's gpu tests",
         "profile": prof,
         "step_over_kernel": (
             best["step_s"] / prof["kernel_s_per_step"] if prof["kernel_s_per_step"] else None
         ),
     }
+
+
+#: The step's ops whose other implementations the speed tier times in whole epochs.
+SWEPT_OPS = ("keyed_dropout", "csr_mm")
+
+
+def _other_kernels(
+    eng: Any, device: torch.device, epoch: int, log: Callable[[str], None]
+) -> tuple[dict[str, Any], int]:
+    """Epochs with each :data:`SWEPT_OPS` op's non-default implementations, one op at a time.
+
+    ``{op: {"default": {name, epoch_s, loss_sum}, impl: {epoch_s, loss_sum} or {failed}}}``
+    for the ops that have another implementation on this device (none on a CPU), and the next
+    unused epoch number. Each arm runs a warm-up epoch first (Triton compiles there).
+    """
+    out: dict[str, Any] = {}
+
+    def arm() -> dict[str, Any]:
+        nonlocal epoch
+        try:
+            _timed(lambda e=epoch: eng.run_epoch(e), device)
+            secs, stats = _timed(lambda e=epoch + 1: eng.run_epoch(e), device)
+        except Exception as e:  # noqa: BLE001 - a kernel that fails is a finding, not a stop
+            return {"failed": OOM if _is_oom(e) else _why(e)}
+        finally:
+            epoch += 2
+        return {"epoch_s": secs, "loss_sum": sum(_loss(st) for st in stats)}
+
+    for op in SWEPT_OPS:
+        default = KERNELS.chosen(op, device.type)
+        alternatives = [n for n in KERNELS.available(op, device.type) if n != default]
+        if not alternatives:
+            continue
+        out[op] = {"default": {"name": default, **arm()}}
+        for impl in alternatives:
+            with KERNELS.using(op, device.type, impl):
+                out[op][impl] = arm()
+            log(f"products minibatch epoch, {op}={impl}: {out[op][impl]}")
+    return out, epoch
 
 
 def _plain(d: dict[str, Any]) -> dict[str, Any]:
