@@ -246,3 +246,37 @@ def test_an_input_file_that_is_a_device_or_fifo_says_so(
         with pytest.raises(ConfigError) as caught:
             read_pairs(path, 10)
         assert str(caught.value).startswith(f"--pairs '{path}' is {kind}, not a regular file; ")
+
+
+def test_a_run_directory_that_is_a_file_says_so(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    run = tmp_path / "run"
+    run.write_text("x")
+    assert _train_error(capsys, tiny, run) == (
+        f"run directory '{run}' cannot be created (it is a regular file, not a directory); "
+        f"pick another --run-dir"
+    )
+    assert run.read_text() == "x"  # left as it was
+
+
+def test_an_array_past_the_largest_file_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """``prepare synthetic --scale 1e9`` reached the file system's largest file (EFBIG) and
+    printed an OSError traceback; it is one line naming the size and what to do."""
+    import errno
+
+    def too_large(fd: int, offset: int, size: int) -> None:
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+
+    monkeypatch.setattr(os, "posix_fallocate", too_large)
+    out = tmp_path / "big"
+    argv = ["prepare", "synthetic", "--preset", "tiny", "--scale", "0.3", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "more than the file system" in lines[0] and "(File too large)" in lines[0]
+    assert "a smaller size or scale" in lines[0]
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".big")]

@@ -45,6 +45,7 @@ import numpy as np
 # they are re-exported here, where the graph layer's writers and their callers import them
 from fleetgnn.durable import (  # noqa: F401
     apply_umask,
+    device_of,
     disk_full_as_error,
     disk_full_error,
     free_bytes,
@@ -53,6 +54,7 @@ from fleetgnn.durable import (  # noqa: F401
     refresh_free,
     temp_file,
 )
+from fleetgnn.errors import DatasetError
 
 #: ``errno`` values of a ``posix_fallocate`` the file system does not support.
 _UNSUPPORTED_ERRNOS: frozenset[int] = frozenset(
@@ -311,21 +313,31 @@ def reserve(fd: int, size: int, path: str | os.PathLike[str], fix: str) -> None:
 
     Raises:
         DiskFullError: Not enough space for ``size`` bytes.
+        DatasetError: ``size`` is past the largest file the file system holds (``EFBIG``).
     """
     if size <= 0:
         return
     fallocate = getattr(os, "posix_fallocate", None)
-    if fallocate is not None:
-        try:
-            fallocate(fd, 0, size)
-            return
-        except OSError as e:
-            if is_disk_full(e):
-                raise disk_full_error(path, size, fix) from e
-            if e.errno not in _UNSUPPORTED_ERRNOS:
-                raise
-    with disk_full_as_error(path, size, fix):
-        _write_zeros(fd, os.fstat(fd).st_size, size)
+    try:
+        if fallocate is not None:
+            try:
+                fallocate(fd, 0, size)
+                return
+            except OSError as e:
+                if is_disk_full(e):
+                    raise disk_full_error(path, size, fix) from e
+                if e.errno not in _UNSUPPORTED_ERRNOS:
+                    raise
+        with disk_full_as_error(path, size, fix):
+            _write_zeros(fd, os.fstat(fd).st_size, size)
+    except OSError as e:
+        if e.errno != errno.EFBIG:
+            raise
+        raise DatasetError(
+            f"'{path}' would hold {_human(size)}, more than the file system "
+            f"{device_of(path)} allows in one file ({e.strerror}); write less (a smaller size or "
+            f"scale), or to a file system that holds larger files"
+        ) from None
 
 
 def _write_zeros(fd: int, start: int, end: int) -> None:

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from fleetgnn.config.textfile import path_kind
 from fleetgnn.errors import ConfigError
 from fleetgnn.types import PathLikeStr
 
@@ -103,8 +104,10 @@ def acquire_run_dir(run_dir: PathLikeStr) -> None:
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        kind = path_kind(p)
+        why = f"it is {kind}, not a directory" if kind != "missing" else e.strerror or str(e)
         raise ConfigError(
-            f"run directory '{p}' cannot be created ({e.strerror or e}); pick another --run-dir"
+            f"run directory '{p}' cannot be created ({why}); pick another --run-dir"
         ) from None
     key = os.path.realpath(p)
     with _guard:
