@@ -280,3 +280,37 @@ def test_an_array_past_the_largest_file_is_one_line(
     assert "more than the file system" in lines[0] and "(File too large)" in lines[0]
     assert "a smaller size or scale" in lines[0]
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".big")]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expect"),
+    [
+        (["train", "--set", "train.batch_size=0"], "train.batch_size=0 is invalid: must be an int"),
+        (["train", "--set", "train.eval_every=0"], "train.eval_every=0 is invalid"),
+        (["train", "--set", "train.checkpoint_every=-3"], "train.checkpoint_every=-3 is invalid"),
+        (["train", "--set", "model.hidden=-5"], "model.hidden=-5 is invalid"),
+        (["train", "--set", "optim.lr=abc"], "optim.lr='abc' has type str, expected float"),
+        (["train", "--nproc", "-2"], "train.nproc=-2 is invalid: must be >= 1"),
+        (["train", "--resume", "runs/nowhere"], "no config.yaml there"),
+        (["prepare", "synthetic", "--scale", "-1", "--out", "x"], "must be a finite number > 0"),
+        (["plan", "--dataset", "/dev/zero"], "is a character device, not a directory"),
+        (["bench", "--only", "nonsense"], "unknown section 'nonsense'"),
+    ],
+)
+def test_careless_commands_are_one_line_each(
+    argv: list[str],
+    expect: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Careless values and paths (tried while rerunning the safety list; they held): exit 2 and
+    one line naming the key or path, before any data is read or any worker starts."""
+    if argv[0] == "train" and "--resume" not in argv:
+        argv = [*argv, "--run-dir", str(tmp_path / "run")]
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert expect in lines[0], lines[0]
