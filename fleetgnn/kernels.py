@@ -300,6 +300,21 @@ def _fisher_yates_torch(seeds: Tensor, deg: Tensor, fanout: int, key: int) -> Te
     return offsets_torch(keyed_draws(seeds, n, fanout, key), n)
 
 
+#: The keyed hash's constants as the Triton kernels take them (int64 arguments, so Triton's
+#: literal typing plays no part): SplitMix64's multipliers, the masks of its logical shifts by
+#: 30, 27 and 31 bits, the 32-bit mask, the column Weyl key and the element multiplier.
+_HASH_ARGS = (
+    signed(C1),
+    signed(C2),
+    (1 << 34) - 1,
+    (1 << 37) - 1,
+    (1 << 33) - 1,
+    MASK32,
+    GOLDEN32,
+    MULT32,
+)
+
+
 @functools.cache
 def _triton_fy_kernel() -> Any:
     """The Triton Fisher-Yates kernel: a block of seeds a program, one lane a sampled edge.
@@ -394,14 +409,7 @@ def _fisher_yates_triton(
             num_seeds,
             fanout,
             signed(key),
-            signed(C1),
-            signed(C2),
-            (1 << 34) - 1,
-            (1 << 37) - 1,
-            (1 << 33) - 1,
-            MASK32,
-            GOLDEN32,
-            MULT32,
+            *_HASH_ARGS,
             BLOCK_S=block_s,
             BLOCK_M=max(2, triton.next_power_of_2(fanout)),
             num_warps=cfg["num_warps"],
@@ -599,14 +607,7 @@ def _keyed_dropout_triton(
             0 if base is None else signed(base),
             dropout_threshold(p) << 8,
             1.0 / (1.0 - p),
-            signed(C1),
-            signed(C2),
-            (1 << 34) - 1,
-            (1 << 37) - 1,
-            (1 << 33) - 1,
-            MASK32,
-            GOLDEN32,
-            MULT32,
+            *_HASH_ARGS,
             WIDTH=width,
             BLOCK_R=block_r,
             BLOCK_C=block_c,

@@ -1522,7 +1522,7 @@ def bench_child(
                 f"model.hidden={size['hidden']}",
             ],
         )
-        from fleetgnn.bench.speed import PinnedBlockingTransfers
+        from fleetgnn.bench.speed import pinned_blocking
 
         res: dict[str, Any] = {"chunks": size["offload_chunks"], "partition": "range"}
         res["arms"] = {
@@ -1570,12 +1570,7 @@ def bench_child(
                 res["overlap" if overlap else "blocking"] = record(eng, *epochs(eng))
                 if overlap:  # the same engine from the same state, blocking from pinned memory
                     eng.load_state_dict(state)
-                    eng.overlap = False
-                    eng.xfer.drain()
-                    if eng.xfer.stream is not None:
-                        eng.xfer.stream = None
-                        eng.xfer.overlap = False
-                        eng.xfer.__class__ = PinnedBlockingTransfers
+                    pinned_blocking(eng)
                     res["pinned_blocking"] = record(eng, *epochs(eng))
             finally:
                 eng.close()

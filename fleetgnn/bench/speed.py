@@ -663,6 +663,19 @@ class PinnedBlockingTransfers(Transfers):
         return super().save(src, dst, key=key)
 
 
+def pinned_blocking(eng: Any) -> None:
+    """Make an offload engine built with overlap on (its host data pinned) the blocking arm.
+
+    The blocking order, and blocking copies from pinned memory (PinnedBlockingTransfers).
+    """
+    eng.overlap = False
+    eng.xfer.drain()
+    if eng.xfer.stream is not None:
+        eng.xfer.stream = None
+        eng.xfer.overlap = False
+        eng.xfer.__class__ = PinnedBlockingTransfers
+
+
 def offload_arms(
     graph: Graph,
     device: torch.device,
@@ -746,13 +759,7 @@ def offload_arms(
         state = copy.deepcopy(eng.state_dict())  # each arm from the same model and optimizer
         arm(eng, "overlap", 0)
         eng.load_state_dict(copy.deepcopy(state))
-        # the same engine, its host data pinned, in the blocking order with blocking copies
-        eng.overlap = False
-        eng.xfer.drain()
-        if eng.xfer.stream is not None:
-            eng.xfer.stream = None
-            eng.xfer.overlap = False
-            eng.xfer.__class__ = PinnedBlockingTransfers
+        pinned_blocking(eng)
         arm(eng, "pinned_blocking", 0)  # epoch 0 again: the same losses as overlap's
     except Exception as e:  # noqa: BLE001
         res["skipped"]["overlap"] = OOM if _is_oom(e) else _why(e)
