@@ -3,7 +3,7 @@
 import fleetgnn.bench.speed as speed
 import fleetgnn.kernels as kernels
 from fleetgnn.kernels import KernelRegistry
-from tests.engines.test_step_syncs import _engine
+from tests.engines.test_step_syncs import one_rank_engine
 
 
 def test_each_other_implementation_of_a_swept_op_trains_whole_epochs(monkeypatch):
@@ -21,11 +21,8 @@ def test_each_other_implementation_of_a_swept_op_trains_whole_epochs(monkeypatch
     registry.register("keyed_dropout", "counted", counted, ("cpu",))
     monkeypatch.setattr(kernels, "KERNELS", registry)
     monkeypatch.setattr(speed, "KERNELS", registry)
-    eng = _engine("node")
-    try:
+    with one_rank_engine("node") as eng:
         out, epoch = speed._other_kernels(eng, eng.device, 4, lambda msg: None)
-    finally:
-        eng.close()
     assert set(out) == {"keyed_dropout"} and epoch == 8  # csr_mm has one CPU kernel
     arms = out["keyed_dropout"]
     assert arms["default"]["name"] == "torch" and set(arms) == {"default", "counted"}

@@ -18,9 +18,12 @@ bounded per batch.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
+from fleetgnn.distributed import destroy, init
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.train import engine_from_config, load_config
 from tests.engines.sync_count import SyncCounter
@@ -33,7 +36,21 @@ OPS_PER_STEP = {"node": 275, "link": 330}
 SYNCS_PER_BATCH = {"node": 14, "link": 26}
 
 
-def _engine(task: str, engine: str = "minibatch"):
+@contextlib.contextmanager
+def one_rank_engine(task: str, engine: str = "minibatch"):
+    """The engine on a one-rank group of its own, closed and the group destroyed after."""
+    ctx = init(backend="gloo")
+    try:
+        eng = _engine(task, engine, ctx)
+        try:
+            yield eng
+        finally:
+            eng.close()
+    finally:
+        destroy(ctx)
+
+
+def _engine(task: str, engine: str, ctx):
     cfg = load_config(
         None,
         [
@@ -47,7 +64,7 @@ def _engine(task: str, engine: str = "minibatch"):
             "train.seed=3",
         ],
     )
-    eng = engine_from_config(cfg, generate_graph(spec_for("tiny", 1.0), seed=4))
+    eng = engine_from_config(cfg, generate_graph(spec_for("tiny", 1.0), seed=4), ctx)
     # the optimizer a CUDA run gets: torch's fused Adam (no per-parameter step-count reads)
     eng.optimizer = torch.optim.Adam(eng.module.parameters(), lr=0.01, fused=True)
     return eng
@@ -78,11 +95,8 @@ def test_the_counter_sees_syncs():
 
 @pytest.mark.parametrize("task", ["node", "link"])
 def test_a_steady_minibatch_step_makes_no_host_sync(task):
-    eng = _engine(task)
-    try:
+    with one_rank_engine(task) as eng:
         per_step, aside, stats = _count_epoch(eng)
-    finally:
-        eng.close()
     assert len(per_step) == len(stats) >= 3
     steady = per_step[1:]  # step 0 prepares its batch inline (the prefetcher starts there)
     assert all(syncs == 0 for _, syncs in steady), (steady, aside.where)
@@ -95,11 +109,8 @@ def test_a_steady_minibatch_step_makes_no_host_sync(task):
 
 
 def test_a_steady_split_step_at_one_rank_makes_no_host_sync():
-    eng = _engine("node", "split")
-    try:
+    with one_rank_engine("node", "split") as eng:
         per_step, _, stats = _count_epoch(eng)
-    finally:
-        eng.close()
     assert all(syncs == 0 for _, syncs in per_step[1:]), per_step
     assert len(stats) == len(per_step)
 
