@@ -395,6 +395,7 @@ def plot_runs(runs: Sequence[RunRecord]) -> Any:
         }
 
     restart_drawn = False
+    val_drawn = False
     for run, color in zip(runs, colors, strict=True):
         ep = [r["epoch"] for r in run.epochs]
         name = f"{run.label} " if not single else ""
@@ -405,6 +406,7 @@ def plot_runs(runs: Sequence[RunRecord]) -> Any:
         val_loss = [_number(r.get("val_loss")) for r in run.epochs]
         if any(math.isfinite(v) for v in val_loss):
             ax_loss.plot(ep, val_loss, label=f"{name}val", **style("val", color))
+            val_drawn = True
         for ev in run.events:
             if ev.get("event") == "restart" and isinstance(ev.get("at_epoch"), (int, float)):
                 ax_loss.axvline(
@@ -420,7 +422,9 @@ def plot_runs(runs: Sequence[RunRecord]) -> Any:
             if any(math.isfinite(v) for v in values):
                 ax_acc.plot(ep, values, label=f"{name}{split}", **style(split, color))
     ax_loss.set(
-        title="loss per epoch (train: during the epoch, val: evaluated after it)",
+        # a link run records no validation loss: the title names only what is drawn
+        title="loss per epoch (train: during the epoch"
+        + (", val: evaluated after it)" if val_drawn else ")"),
         xlabel="epoch", ylabel=loss_label(runs),
     )  # fmt: skip
     tasks = {run.task for run in runs}

@@ -96,6 +96,9 @@ def test_report_of_a_link_run_draws_bce_and_auc_ap_mrr(runs, capsys):
         loss, quality = plot_runs([run]).axes[:2]
         ylabel = loss.get_ylabel()
         assert "binary cross-entropy" in ylabel and "per positive training pair" in ylabel
+        # a link run has no validation loss: the title names only the curve drawn
+        assert loss.get_title() == "loss per epoch (train: during the epoch)"
+        assert [line.get_label() for line in loss.get_lines()] == ["train"]
         assert "AUC" in quality.get_ylabel() and "accuracy" not in quality.get_ylabel()
         lines = quality.get_lines()
         assert [line.get_label() for line in lines] == [
@@ -127,6 +130,7 @@ def test_report_of_node_and_link_runs_names_both_losses_and_metrics(runs, capsys
     assert "accuracy" in quality.get_ylabel() and "AUC" in quality.get_ylabel()
     labels = [line.get_label() for line in quality.get_lines()]
     assert "node (reference) val" in labels and "link (reference) val AUC" in labels
+    assert loss.get_title().endswith("val: evaluated after it)")  # the node run's val loss
     render_table(both)
     table = capsys.readouterr().out
     node = json.loads((root / "node" / "summary.json").read_text())
