@@ -169,6 +169,11 @@ def plan_for(
     from fleetgnn.cost.planner import knobs_from_config
 
     check_request(target, dataset if graph is not None else None)
+    if cfg.data.feature_norm is None and dataset is not None and graph is not None:
+        from fleetgnn.graph.dataset import dataset_feature_norm
+
+        # the transform the engines will apply (the dataset's), which the sampled models price
+        cfg = cfg.with_key("data.feature_norm", dataset_feature_norm(dataset))
     wl = workload_from_config(cfg, graph=graph, shape=shape)
     hw = hardware_profile(hardware, nproc)
     epochs = int(cfg.train.epochs)

@@ -448,6 +448,7 @@ def _plan_engine(
     import dataclasses
 
     from fleetgnn.cli.plan import plan_for
+    from fleetgnn.config import engine_spec
 
     graph, path = resolve_dataset(cfg.data, show_progress=progress)
     nproc = int(cfg.train.nproc)
@@ -456,6 +457,9 @@ def _plan_engine(
     if plan.choice is None:
         raise ConfigError(f"--engine auto: {plan.reason}")
     train = dataclasses.replace(cfg.train, engine=plan.choice, mode=plan.mode)
+    if not engine_spec(plan.choice).distributed and train.nproc > 1:
+        # the one-process run was predicted fastest: it runs alone, whatever --nproc said
+        train = dataclasses.replace(train, nproc=1)
     cfg = dataclasses.replace(cfg, train=train)
     knobs = plan.predictions[plan.choice].knobs
     if plan.choice == "offload":

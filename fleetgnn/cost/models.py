@@ -115,6 +115,18 @@ def _fixed_s(
     }
 
 
+def _normalize(hw: Any, wl: Workload, rows: float) -> dict[str, float]:
+    """A step's row normalisation of ``rows`` input rows (``data.feature_norm=row``), if any.
+
+    The sampled engines normalise each batch's rows as they read them (an absolute value, a
+    row sum and a divide over ``rows * F`` elements), priced at the element-wise rate the
+    keyed dropout is calibrated at; ``{}`` without the transform.
+    """
+    if wl.feature_norm != "row" or rows <= 0:
+        return {}
+    return {"normalize": rows * wl.num_features / float(hw.elementwise_rate)}
+
+
 def _allreduce_bytes(model: ModelShape, world: int) -> int:
     """Ring all-reduce of the gradients, summed over ranks (as the communicator meters it)."""
     if world <= 1:
@@ -723,6 +735,7 @@ def predict_minibatch(
     rows = [mean["input_rows"]] + [mean["nodes"] / layers] * (layers - 1)
     collectives = 1 if world > 1 else 0
     fixed = {k: steps * v for k, v in _fixed_s(hw, m, rows, collectives=collectives).items()}
+    fixed.update({k: steps * v for k, v in _normalize(hw, wl, mean["input_rows"]).items()})
     workspace = (
         peak["input_rows"] * wl.num_features * m.elem
         + m.activation_bytes(peak["nodes"] / layers, peak["edges"] / layers)
@@ -854,6 +867,7 @@ def predict_split(
     comm = steps * COLLECTIVE_LATENCY[hw.kind] * collectives + _link_seconds(hw, between, world)
     rows = [mean["input_rows"] / world] + [mean["nodes"] / layers / world] * (layers - 1)
     fixed = {k: steps * v for k, v in _fixed_s(hw, m, rows).items()}
+    fixed.update({k: steps * v for k, v in _normalize(hw, wl, mean["input_rows"] / world).items()})
     workspace = (
         peak["input_rows"] / world * wl.num_features * m.elem
         + m.activation_bytes(peak["nodes"] / layers / world, peak["edges"] / layers / world)

@@ -39,6 +39,7 @@ from fleetgnn.cost.models import MODELS, _bw
 from fleetgnn.cost.target import EpochsToTarget, as_estimates, check_target_acc
 from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph.dataset import dataset_feature_norm
 from fleetgnn.graph.hetero import HeteroGraph
 
 #: Chunk counts the offload model tries, smallest first.
@@ -201,10 +202,12 @@ def _candidates(
             continue
         if task == "link" and not _trains_link(name, mode):
             continue
-        if name == "reference" and (nproc > 1 or mode == "minibatch"):
+        if name == "reference" and mode == "minibatch":
             # its cost model is the full-graph mode's; sampled, it does one-rank minibatch's
             # work (without the store), which the minibatch engine's model prices
             continue
+        # with nproc > 1 the reference stays a candidate: one process, which on a small graph
+        # beats any split of it (it runs alone; `train --engine auto` then starts one)
         names.append(name)
     return names
 
@@ -286,6 +289,8 @@ def predict_engine(
         return _link_prediction(name, wl, hw, nproc, knobs)
     if name == "offload":
         return _offload(wl, hw, nproc, knobs)
+    if not ENGINES[name].distributed:  # the reference: one process, whatever nproc is
+        nproc = 1
     return MODELS[name](wl, hw, nproc, **knobs)
 
 
@@ -761,4 +766,14 @@ def workload_from_config(
         task=str(t.task),
         negatives=int(t.negatives),
         decoder=str(t.decoder),
+        feature_norm=_feature_norm(cfg, graph),
     )
+
+
+def _feature_norm(cfg: Any, graph: Any) -> str:
+    """``data.feature_norm``, or the dataset's recorded transform when it is left unset."""
+    if cfg.data.feature_norm is not None:
+        return str(cfg.data.feature_norm)
+    if graph is None or not cfg.data.dataset:
+        return "none"
+    return dataset_feature_norm(cfg.data.dataset)

@@ -153,6 +153,8 @@ class Workload:
             the embeddings' ``train.link_dim``).
         negatives: Negatives per positive (link).
         decoder: The pair decoder (link): ``dot``, ``mlp`` or ``distmult``.
+        feature_norm: ``data.feature_norm`` resolved (``"row"``: the sampled engines normalise
+            each batch's input rows, a pass over them a step).
     """
 
     num_nodes: int
@@ -169,6 +171,7 @@ class Workload:
     task: str = "node"
     negatives: int = 1
     decoder: str = "dot"
+    feature_norm: str = "none"
 
     @property
     def mean_degree(self) -> float:

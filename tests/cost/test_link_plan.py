@@ -24,7 +24,7 @@ def test_only_engines_that_train_links_are_planned():
     hw = PROFILES["dgx-a100"]
     plan = make_plan(_wl(), hw, 2)
     every = {"minibatch", "fullgraph", "split", "offload"}
-    assert set(plan.predictions) == every
+    assert set(plan.predictions) == {"reference", *every}  # the one-process run too
     assert all((n, plan.modes[n]) in LINK_ENGINES for n in plan.predictions)
     assert set(make_plan(_wl(), hw, 1).predictions) == {"reference", *every}
     assert set(make_plan(_wl(task="node"), hw, 2).predictions) >= {"split", "offload"}
@@ -90,7 +90,7 @@ def test_plan_cli_takes_the_task(capsys):
     args = ["plan", "--shape", shape, "--hardware", "dgx-a100", "--nproc", "2"]
     assert main([*args, "--task", "link", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    every = {"minibatch", "fullgraph", "split", "offload"}
+    every = {"reference", "minibatch", "fullgraph", "split", "offload"}
     assert out["workload"]["task"] == "link" and set(out["engines"]) == every
     assert "training edges" in out["workload"]["source"]
     assert out["workload"]["widths"] == [100, 32, 16]  # the GAE defaults of --task link

@@ -182,7 +182,8 @@ def test_plan_cli_on_a_dataset_with_the_measured_local_profile(tmp_path, monkeyp
     argv = ["plan", "--dataset", str(data), "--model", "gcn", "--nproc", "2", "--mode", "full"]
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["hardware"] == "local" and out["choice"] in ("fullgraph", "offload")
+    # a small graph: the one-process reference is a candidate at --nproc 2 too
+    assert out["hardware"] == "local" and out["choice"] in ("reference", "fullgraph", "offload")
     assert out["engines"]["offload"]["knobs"]["counts"] == "exact"
     cached = list((tmp_path / "cache" / "fleetgnn" / "hardware").glob("*.json"))
     saved = json.loads(cached[0].read_text())
@@ -262,3 +263,35 @@ def test_plan_prints_sizes_in_units(capsys):
     assert quoted, "the planning guide quotes the tool's figure in GiB"
     # the step's peak is profiled: 157.41-160.51 GiB seen between runs
     assert float(quoted.group(1)) == pytest.approx(float(printed.group(1)), rel=0.03)
+
+
+def test_the_one_process_run_is_a_candidate_at_any_nproc():
+    """Issue 39: at --nproc 2 on Cora the planner never offered the one-process reference,
+    the fastest there. It is a candidate whatever nproc is, priced as one process, and
+    `train --engine auto` starts it alone when it wins."""
+    from fleetgnn.cost.planner import _candidates, predict_engine
+    from fleetgnn.cost.workload import ModelShape, Workload
+
+    assert "reference" in _candidates("full", 2, None)
+    assert "reference" in _candidates("auto", 4, None)
+    assert "reference" not in _candidates("minibatch", 2, None)
+    m = ModelShape.build("gcn", 100, 7)
+    wl = Workload(2708, 10556, 100, 7, 140, m)
+    hw = PROFILES["dgx-a100"]
+    one, four = (predict_engine("reference", wl, hw, n) for n in (1, 4))
+    assert four.epoch_s == one.epoch_s and four.memory == one.memory
+
+
+def test_a_row_normalised_dataset_prices_the_sampled_engines_normalisation():
+    from fleetgnn.cost.planner import predict_engine
+    from fleetgnn.cost.workload import ModelShape, Workload
+
+    m = ModelShape.build("gcn", 1433, 7)
+    hw = PROFILES["dgx-a100"]
+    plain = Workload(2708, 10556, 1433, 7, 140, m)
+    row = Workload(2708, 10556, 1433, 7, 140, m, feature_norm="row")
+    for name in ("minibatch", "split"):
+        a, b = predict_engine(name, plain, hw, 2), predict_engine(name, row, hw, 2)
+        assert "normalize" not in a.breakdown and b.breakdown["normalize"] > 0
+        assert b.epoch_s == pytest.approx(a.epoch_s + b.breakdown["normalize"])
+    assert "normalize" not in predict_engine("reference", row, hw, 1).breakdown  # once, at load
