@@ -191,6 +191,7 @@ class EngineBase:
     optimizer: Any = None
     config: Any = None
     comm: Any = None
+    meter: Any = None  # the communicator's traffic meter
     device: Any = "cpu"
     clock: Callable[[], float] = staticmethod(time.perf_counter)
 

@@ -141,9 +141,9 @@ class CudaMarks:
         return host
 
 
-_MARKS: dict[str, Callable[[torch.device, Callable[[], float]], Marks]] = {
-    "cpu": lambda dev, clock: HostMarks(),
-    "cuda": lambda dev, clock: CudaMarks(dev),
+_MARKS: dict[str, Callable[[torch.device], Marks]] = {
+    "cpu": lambda dev: HostMarks(),
+    "cuda": CudaMarks,
 }
 
 
@@ -157,7 +157,7 @@ def marks_for(device: torch.device | str, clock: Callable[[], float] | None = No
     make = _MARKS.get(dev.type)
     if make is None:
         return ClockMarks(clock if clock is not None else time.perf_counter)
-    return make(dev, clock or time.perf_counter)
+    return make(dev)
 
 
 class PendingStepStats:
@@ -222,12 +222,12 @@ class PendingStepStats:
     @property
     def loss_sum(self) -> float:
         """See :attr:`StepStats.loss_sum` (resolves the step)."""
-        return float(self.resolve().loss_sum)
+        return self.resolve().loss_sum
 
     @property
     def correct(self) -> int:
         """See :attr:`StepStats.correct` (resolves the step)."""
-        return int(self.resolve().correct)
+        return self.resolve().correct
 
     @property
     def times(self) -> Any:

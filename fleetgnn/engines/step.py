@@ -231,10 +231,10 @@ def run_step(engine: Any, forward: Callable[[], StepLoss], **kwargs: Any) -> Pen
     return train_step(
         engine.module,
         engine.optimizer,
-        marks_for(engine.device, getattr(engine, "clock", None)),
+        marks_for(engine.device, engine.clock),
         forward,
-        comm=getattr(engine, "comm", None),
-        meter=getattr(engine, "meter", None),
+        comm=engine.comm,  # EngineBase declares both (None on one process)
+        meter=engine.meter,
         clip_grad_norm=getattr(config, "clip_grad_norm", None),
         precision=autocast(engine.device, config),
         **kwargs,
