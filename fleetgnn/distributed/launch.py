@@ -200,11 +200,13 @@ class WorkerStartTimeout(DistError):
 
 
 def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask; else the machine's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    """CPU cores this process may run on: :func:`fleetgnn.train.resolve.usable_cores`.
+
+    Imported when called (``fleetgnn.train`` imports the engines, which import this module).
+    """
+    from fleetgnn.train.resolve import usable_cores as cores
+
+    return cores()
 
 
 def oversubscription(
