@@ -82,6 +82,15 @@ def path_kind(path: PathLikeStr) -> str:
     return kind + link
 
 
+def not_a_file(path: PathLikeStr) -> str:
+    """Why ``path`` is not a regular file to read, for messages (after the path).
+
+    ``"does not exist"``, or ``"is <its kind>, not a regular file"`` (:func:`path_kind`).
+    """
+    kind = path_kind(path)
+    return "does not exist" if kind == "missing" else f"is {kind}, not a regular file"
+
+
 def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
 

@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from fleetgnn.config.textfile import path_kind
+from fleetgnn.config.textfile import not_a_file
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.files import npy_error
 from fleetgnn.types import PathLikeStr
@@ -58,9 +58,7 @@ def read_pairs(path: PathLikeStr, num_nodes: int, *, arg: str = "--pairs") -> np
     """
     p = Path(path)
     if not p.is_file():
-        kind = path_kind(p)
-        found = "does not exist" if kind == "missing" else f"is {kind}, not a regular file"
-        raise ConfigError(f"{arg} '{p}' {found}; {_FIX}")
+        raise ConfigError(f"{arg} '{p}' {not_a_file(p)}; {_FIX}")
     if p.suffix == ".npy":
         pairs = _read_npy(p, arg)
     else:

@@ -18,7 +18,7 @@ from typing import IO
 
 import numpy as np
 
-from fleetgnn.config.textfile import path_kind
+from fleetgnn.config.textfile import not_a_file
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph.files import npy_error
 
@@ -41,9 +41,9 @@ def short(text: str) -> str:
 def require_file(path: Path, what: str) -> Path:
     """Return ``path`` if it is a file, else raise a :class:`DatasetError` naming ``what``."""
     if not path.is_file():
-        kind = path_kind(path)
-        found = "does not exist" if kind == "missing" else f"is {kind}, not a regular file"
-        raise DatasetError(f"{what} '{path}' {found}; check the path and the dataset layout")
+        raise DatasetError(
+            f"{what} '{path}' {not_a_file(path)}; check the path and the dataset layout"
+        )
     return path
 
 
