@@ -37,11 +37,11 @@ INSIDE_BYTES = 96
 
 def _limits(path: bytes) -> tuple[int, int]:
     """``(NAME_MAX, PATH_MAX)`` of the file system holding ``path`` (or its nearest ancestor)."""
-    probe = path
-    while probe and not os.path.isdir(probe):
-        probe = os.path.dirname(probe) if os.path.dirname(probe) != probe else b""
+    probe = path  # absolute (check_run_dir_path): its ancestors end at b"/"
+    while not os.path.isdir(probe) and (up := os.path.dirname(probe)) != probe:
+        probe = up
     try:
-        return os.pathconf(probe or b"/", "PC_NAME_MAX"), os.pathconf(probe or b"/", "PC_PATH_MAX")
+        return os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
     except (OSError, ValueError):
         return 255, 4096
 
