@@ -197,6 +197,7 @@ class Trainer:
         # checkpoint not yet written (written on an interrupt) and the best epoch's (rank 0)
         self._saved_at = _clock()
         self._saved_step = 0
+        self._finite_at: int | None = None  # the global step whose state was last found finite
         self._snapshot: dict[str, Any] | None = None
         self._best_snapshot: dict[str, Any] | None = None
         self._config_cache: dict[str, Any] | None = None
@@ -435,12 +436,15 @@ class Trainer:
         At every epoch end, before the evaluation (a diverged model is never the best epoch),
         and before each checkpoint, so the checkpoints stay finite.
         """
+        if self._finite_at == self.state.global_step:  # an epoch end's save: checked already
+            return
         bad = first_non_finite(self.engine.state_dict())
         if bad is not None:
             raise NonFiniteLossError(
                 f"the engine state's {bad} holds NaN or inf after {self.state.global_step} steps "
                 f"(epoch {epoch}); {self._stopped()}"
             )
+        self._finite_at = self.state.global_step
 
     def _steps_exhausted(self) -> bool:
         """Whether the run has taken its ``train.max_steps`` steps."""
