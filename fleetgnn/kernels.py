@@ -1,6 +1,6 @@
 """Ops with several implementations per device type, each chosen by measurement.
 
-Four ops: the feature store's row gathers (:func:`gather_rows`, below), the sampler's
+Three ops: the feature store's row gathers (:func:`gather_rows`, below), the sampler's
 Fisher-Yates offsets (:func:`fisher_yates`: torch's ops, or on CUDA one Triton kernel that runs
 each seed's partial shuffle) and keyed dropout's mask and scale (:func:`keyed_dropout`: torch's
 int32 ops chunk by chunk, or on CUDA one Triton kernel that hashes, compares and scales in one

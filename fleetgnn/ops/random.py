@@ -129,10 +129,8 @@ def hash_uniform(
 
 
 def _node_rows(seed: int, step: int, layer: int, ids: Tensor) -> Tensor:
-    base = _signed(_base_key(_SALT_NODE, seed, step, layer))
-    ids = _ids("ids", ids)
-    with _serial(ids.device, ids.numel()):
-        return mix64_tensor(ids ^ base)
+    """The node rows' 64-bit keys: what keyed dropout's kernels compute from ids and base."""
+    return kernels.dropout_rows(_ids("ids", ids), _base_key(_SALT_NODE, seed, step, layer))
 
 
 def hash_uniform_edges(
