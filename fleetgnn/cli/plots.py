@@ -272,8 +272,9 @@ def final_metrics(run: RunRecord) -> dict[str, Any]:
         "bytes_per_epoch": _mean(traffic),
         "status": str(s.get("stopped", "done")) if run.summary is not None else "unfinished",
     }
-    for key in _QUALITY_KEYS[1:]:
-        out[key] = _number(s.get(key, None if best is None else best.get(key)))
+    for key in _QUALITY_KEYS:
+        if key != "train_acc":  # the table shows the validation and test metrics only
+            out[key] = _number(s.get(key, None if best is None else best.get(key)))
     return out
 
 
