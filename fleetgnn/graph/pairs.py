@@ -229,13 +229,19 @@ def _read_text(p: Path, arg: str, num_nodes: int) -> np.ndarray:
             f.seek(0)
             out = np.empty((rows, 2), dtype=np.int64)
             for first, lines in _chunks(f, p, arg):
-                ids = None if header else _fast_pairs(lines, num_nodes)
-                if ids is None:
-                    ids, header = _slow_pairs(lines, first, header, p, arg, num_nodes)
-                if filled + len(ids) > len(out):  # the file grew since it was counted
-                    out = np.concatenate([out[:filled], np.empty_like(out)])
-                out[filled : filled + len(ids)] = ids
-                filled += len(ids)
+                pieces = [(first, lines)]
+                if header:  # only the first content line goes line by line for being a header
+                    content = (i + 1 for i, x in enumerate(lines) if x.split(b"#", 1)[0].strip())
+                    k = next(content, len(lines))  # the lines up to it, it included
+                    pieces = [(first, lines[:k]), (first + k, lines[k:])]
+                for start, part in pieces:
+                    ids = None if header or not part else _fast_pairs(part, num_nodes)
+                    if ids is None:
+                        ids, header = _slow_pairs(part, start, header, p, arg, num_nodes)
+                    if filled + len(ids) > len(out):  # the file grew since it was counted
+                        out = np.concatenate([out[:filled], np.empty_like(out)])
+                    out[filled : filled + len(ids)] = ids
+                    filled += len(ids)
     except OSError as e:
         raise ConfigError(f"{arg} '{p}' cannot be read ({e.strerror}); {_FIX}") from None
     return out[:filled]
