@@ -26,13 +26,13 @@ A resumed run appends to the same directory and drops the points of the epochs i
 from __future__ import annotations
 
 import math
-import os
 import shutil
 from collections.abc import Mapping
 from typing import Any
 
 from fleetgnn.errors import ConfigError
 from fleetgnn.train.callbacks import Callback, Trainer
+from fleetgnn.train.checkpoint import _utf8_path
 
 #: The run directory's subdirectory of event files.
 TENSORBOARD_DIR = "tensorboard"
@@ -68,14 +68,12 @@ class TensorBoardLogger(Callback):
         if not trainer.is_main:
             return
         path = trainer.run_dir / TENSORBOARD_DIR
-        try:
-            os.fspath(path).encode("utf-8")
-        except UnicodeEncodeError:
+        if not _utf8_path(path):
             raise ConfigError(
                 f"train.tensorboard=true cannot write under '{path}': TensorBoard takes only "
                 f"UTF-8 paths and this run directory's name is not UTF-8; set "
                 f"train.tensorboard=false, or use a run directory with a UTF-8 name"
-            ) from None
+            )
         if not trainer.resumed:
             shutil.rmtree(path, ignore_errors=True)
         purge = trainer.state.epoch if trainer.resumed else None
