@@ -200,13 +200,15 @@ class WorkerStartTimeout(DistError):
 
 
 def usable_cores() -> int:
-    """CPU cores this process may run on: :func:`fleetgnn.train.resolve.usable_cores`.
+    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` without one).
 
-    Imported when called (``fleetgnn.train`` imports the engines, which import this module).
+    The launcher's and the training processes' thread counts
+    (:func:`fleetgnn.train.resolve.resolve_threads`) both start from it.
     """
-    from fleetgnn.train.resolve import usable_cores as cores
-
-    return cores()
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def oversubscription(

@@ -9,13 +9,13 @@ processes on a 2-core machine, ``data.feature_norm: row`` for a Planetoid datase
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from fleetgnn.config import Config, ModelConfig
 from fleetgnn.config.run import HETERO_MODEL_DEFAULTS, MODEL_DEFAULTS
 from fleetgnn.distributed.context import auto_device_type
+from fleetgnn.distributed.launch import usable_cores
 from fleetgnn.engines.common import resolve_device
 from fleetgnn.graph import dataset_feature_norm
 
@@ -74,14 +74,6 @@ def resolve_task_defaults(cfg: Config) -> Config:
         if cfg.get(key) == plain.get(key):
             cfg = cfg.with_key(key, value)
     return cfg
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` without one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def resolve_threads(
