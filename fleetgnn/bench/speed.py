@@ -44,6 +44,7 @@ from fleetgnn.bench.peers import (
     has_pyg,
     neighbor_loader_missing,
 )
+from fleetgnn.bench.timing import sync
 from fleetgnn.config import load_config
 from fleetgnn.distributed.transfer import Transfers
 from fleetgnn.engines.base import resolve_steps
@@ -56,11 +57,6 @@ from fleetgnn.train import engine_from_config
 PHASES = ("sample", "gather", "forward", "backward", "optimizer")
 #: An arm that ran out of device memory records this instead of seconds.
 OOM = "oom"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _reset_peak(device: torch.device) -> None:
@@ -96,10 +92,10 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
     A list of step stats comes back resolved (the engines' steps may hand back numbers still
     on their way from the device: read after the clock stopped).
     """
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     got = fn()
-    _sync(device)
+    sync(device)
     secs = time.perf_counter() - t0
     if isinstance(got, list) and got and hasattr(got[-1], "resolve"):
         got = resolve_steps(got)

@@ -5,7 +5,6 @@ cannot rot before a GPU machine runs it."""
 
 import importlib.util
 import json
-import math
 import os
 import subprocess
 import sys
@@ -13,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from fleetgnn.bench.speed import finite
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = ("env", "pytest", "data", "engines", "bench", "plan")
@@ -94,10 +95,6 @@ def _steps_passed(res: dict, tier_steps: tuple[str, ...]) -> None:
             assert step["status"] == "skipped" and step["error"] == "not in --steps", name
 
 
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 @pytest.mark.slow
 def test_parity_tier_dry_run_passes_every_step(parity_run):
     proc, out = parity_run
@@ -154,41 +151,41 @@ def test_speed_tier_dry_run_writes_the_products_figure(speed_run):
     assert prod["scale"] == 0.01 and prod["device"] == "cpu"
     assert "not a GPU's" in prod["figures_of"]
     for key in ("epoch_s", "step_s"):
-        assert _finite(prod[key]) and prod[key] > 0, key
+        assert finite(prod[key]) and prod[key] > 0, key
     assert prod["steps"] >= 2
     assert prod["kernel_s_per_step"] is None  # device time from the profiler: CUDA only
     # every Fisher-Yates kernel that runs on the CPU: torch's
     assert set(prod["fisher_yates"]) == {"torch"}
-    assert all(_finite(v) and v > 0 for v in prod["fisher_yates"].values())
+    assert all(finite(v) and v > 0 for v in prod["fisher_yates"].values())
     assert set(prod["phases_s"]) == {"sample", "gather", "forward", "backward", "optimizer"}
-    assert all(_finite(v) and v >= 0 for v in prod["phases_s"].values())
+    assert all(finite(v) and v >= 0 for v in prod["phases_s"].values())
     assert prod["epoch_extra"]["sampling"] == "device"  # the Fisher-Yates kernels ran
     assert "not a speed figure" in prod["profile"]["profiled_step_s_note"]
     # the peers: fleetgnn and PyG's SAGEConv in two formats on the same batches (PyG is a dev
     # extra); SparseTensor and NeighborLoader need torch-sparse / pyg-lib: skipped with why
     peers = prod["peers"]
-    assert all(_finite(v) and v > 0 for v in peers.values()), peers
+    assert all(finite(v) and v > 0 for v in peers.values()), peers
     assert {"fleetgnn", "PyG SAGEConv, CSR adj_t (torch.sparse_csr)"} <= set(peers)
     assert "PyG SAGEConv, edge_index" in peers
     layers = prod["peers_layers_s_per_step"]
-    assert set(layers) == set(peers) and all(_finite(v) for v in layers.values())
+    assert set(layers) == set(peers) and all(finite(v) for v in layers.values())
     assert all(isinstance(why, str) and why for why in prod["peers_skipped"].values())
     # full-graph GCN and SAGE: both engines and PyG's two formats, the same function
     for model, conv in (("gcn", "GCNConv"), ("sage", "SAGEConv")):
         full = prod["full_graph"][model]
         for arm in ("fleetgnn reference", "fleetgnn fullgraph", f"PyG {conv}, CSR adj_t"):
-            assert _finite(full[arm]["epoch_s"]), (model, arm, full)
-        assert _finite(full["fullgraph_over_pyg_csr"])
+            assert finite(full[arm]["epoch_s"]), (model, arm, full)
+        assert finite(full["fullgraph_over_pyg_csr"])
         assert all(d < 1e-4 for d in full["logit_diff"].values())
     # offload in fixed chunks: three arms, overlap and pinned-blocking the same losses
     off = prod["offload"]
     assert off["chunks_given"] == 4 and off["overlap"]["chunks"] == 4
     assert off["overlap"]["peak_device_bytes"] is None  # measured on CUDA
     for arm in ("overlap", "pinned_blocking", "pageable_blocking"):
-        assert _finite(off[arm]["epoch_s"]) and off[arm]["epoch_s"] > 0, arm
+        assert finite(off[arm]["epoch_s"]) and off[arm]["epoch_s"] > 0, arm
     assert off["same_losses_overlap_pinned_blocking"]
     assert off["overlap"]["losses"] == off["pageable_blocking"]["losses"]
-    assert _finite(off["overlap_over_in_device"])
+    assert finite(off["overlap_over_in_device"])
     # the plan of this dataset against what was measured
     compared = {(c["config"], c["engine"]): c for c in res["steps"]["plan"]["compared"]}
     assert set(compared) == {
@@ -197,7 +194,7 @@ def test_speed_tier_dry_run_writes_the_products_figure(speed_run):
         ("gcn-full", "fullgraph"),
         ("gcn-full", "offload"),
     }
-    assert all(_finite(c["predicted_over_measured"]) for c in compared.values())
+    assert all(finite(c["predicted_over_measured"]) for c in compared.values())
     assert compared["sage-minibatch", "minibatch"]["measured_epoch_s"] == prod["epoch_s"]
     assert prod["plan"] == res["steps"]["plan"]["compared"]
 
