@@ -1509,8 +1509,8 @@ def bench_child(
     def offload_overlap() -> None:
         # offload's epoch with overlapped (pinned, copy stream, double-buffered chunks) and
         # blocking copies, in this process; the same losses either way
+        from fleetgnn.bench.speed import offload_engine, pinned_blocking
         from fleetgnn.config import load_config
-        from fleetgnn.train import engine_from_config
 
         cfg = load_config(
             None,
@@ -1522,8 +1522,6 @@ def bench_child(
                 f"model.hidden={size['hidden']}",
             ],
         )
-        from fleetgnn.bench.speed import pinned_blocking
-
         res: dict[str, Any] = {"chunks": size["offload_chunks"], "partition": "range"}
         res["arms"] = {
             "blocking": "offload.overlap_transfers=false: pageable host data, blocking copies",
@@ -1557,14 +1555,7 @@ def bench_child(
             }
 
         for overlap in (False, True):
-            eng = engine_from_config(
-                cfg,
-                graph,
-                None,
-                partition="range",
-                chunks=size["offload_chunks"],
-                overlap_transfers=overlap,
-            )
+            eng = offload_engine(cfg, graph, size["offload_chunks"], overlap)
             try:
                 state = copy_module.deepcopy(eng.state_dict())
                 res["overlap" if overlap else "blocking"] = record(eng, *epochs(eng))

@@ -659,6 +659,16 @@ class PinnedBlockingTransfers(Transfers):
         return super().save(src, dst, key=key)
 
 
+def offload_engine(cfg: Any, graph: Graph, chunks: int, overlap: bool) -> Any:
+    """The offload engine of ``cfg`` in ``chunks`` range-partitioned chunks.
+
+    ``overlap``: pinned host data and copies on a side stream; else pageable, blocking copies.
+    """
+    return engine_from_config(
+        cfg, graph, None, partition="range", chunks=chunks, overlap_transfers=overlap
+    )
+
+
 def pinned_blocking(eng: Any) -> None:
     """Make an offload engine built with overlap on (its host data pinned) the blocking arm.
 
@@ -715,14 +725,7 @@ def offload_arms(
     def build(overlap: bool) -> tuple[Any, float]:
         cfg = _full_cfg("offload", "gcn", device, size)
         t0 = time.perf_counter()
-        eng = engine_from_config(
-            cfg,
-            graph,
-            None,
-            partition="range",
-            chunks=size["offload_chunks"],
-            overlap_transfers=overlap,
-        )
+        eng = offload_engine(cfg, graph, size["offload_chunks"], overlap)
         return eng, time.perf_counter() - t0
 
     def arm(eng: Any, label: str, first_epoch: int) -> None:
