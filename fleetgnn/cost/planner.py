@@ -39,7 +39,6 @@ from fleetgnn.cost.models import MODELS, _bw
 from fleetgnn.cost.target import EpochsToTarget, as_estimates, check_target_acc
 from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 from fleetgnn.errors import ConfigError
-from fleetgnn.graph.dataset import dataset_feature_norm
 from fleetgnn.graph.hetero import HeteroGraph
 
 #: Chunk counts the offload model tries, smallest first.
@@ -766,14 +765,6 @@ def workload_from_config(
         task=str(t.task),
         negatives=int(t.negatives),
         decoder=str(t.decoder),
-        feature_norm=_feature_norm(cfg, graph),
+        # resolved by the caller (cli.plan.plan_for reads the dataset's); unset: none
+        feature_norm=str(cfg.data.feature_norm or "none"),
     )
-
-
-def _feature_norm(cfg: Any, graph: Any) -> str:
-    """``data.feature_norm``, or the dataset's recorded transform when it is left unset."""
-    if cfg.data.feature_norm is not None:
-        return str(cfg.data.feature_norm)
-    if graph is None or not cfg.data.dataset:
-        return "none"
-    return dataset_feature_norm(cfg.data.dataset)
