@@ -28,8 +28,9 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -89,6 +90,31 @@ def not_a_file(path: PathLikeStr) -> str:
     """
     kind = path_kind(path)
     return "does not exist" if kind == "missing" else f"is {kind}, not a regular file"
+
+
+def block_lines(
+    f: BinaryIO, block_bytes: int, max_line: int, too_long: Callable[[int], Exception]
+) -> Iterator[tuple[int, list[bytes]]]:
+    """``(number of the first line, lines)`` of an open binary file, a block at a time.
+
+    Each block of ``block_bytes`` gives its whole lines (without line ends); the last line,
+    when it has no line end, comes alone at the end. A line longer than ``max_line`` bytes
+    raises ``too_long(its 1-based number)`` before more of it is read, so a file without line
+    ends costs a block, not its size.
+    """
+    carry, number = b"", 1
+    while block := f.read(block_bytes):
+        lines = (carry + block).split(b"\n")
+        carry = lines.pop()
+        if lines and max(map(len, lines)) > max_line:
+            raise too_long(number + next(i for i, x in enumerate(lines) if len(x) > max_line))
+        if len(carry) > max_line:
+            raise too_long(number + len(lines))
+        if lines:
+            yield number, lines
+            number += len(lines)
+    if carry:
+        yield number, [carry]
 
 
 def _size(n: int) -> str:

@@ -18,13 +18,11 @@ naming the file, and for text files the line.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
-from fleetgnn.config.textfile import not_a_file
+from fleetgnn.config.textfile import block_lines, not_a_file
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.files import npy_error
 from fleetgnn.types import PathLikeStr
@@ -94,35 +92,6 @@ def _read_npy(p: Path, arg: str) -> np.ndarray:
     if not np.issubdtype(arr.dtype, np.integer):
         raise ConfigError(f"{arg} '{p}' holds {arr.dtype} values, not integer node IDs; {_FIX}")
     return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def _chunks(f: BinaryIO, p: Path, arg: str) -> Iterator[tuple[int, list[bytes]]]:
-    """``(number of the first line, lines)`` of an open binary file, a block at a time.
-
-    Blocks are :data:`BLOCK_BYTES`; a line longer than :data:`MAX_LINE_BYTES` is refused before
-    more of it is read.
-    """
-    carry, number = b"", 1
-    while block := f.read(BLOCK_BYTES):
-        lines = (carry + block).split(b"\n")
-        carry = lines.pop()
-        if lines and max(map(len, lines)) > MAX_LINE_BYTES:
-            at = next(i for i, x in enumerate(lines) if len(x) > MAX_LINE_BYTES)
-            raise ConfigError(_too_long(arg, p, number + at))
-        if len(carry) > MAX_LINE_BYTES:
-            raise ConfigError(_too_long(arg, p, number + len(lines)))
-        if lines:
-            yield number, lines
-            number += len(lines)
-    if carry:
-        yield number, [carry]
-
-
-def _too_long(arg: str, p: Path, number: int) -> str:
-    return (
-        f"{arg} '{p}' line {number} is longer than {MAX_LINE_BYTES} bytes, not a pair of node "
-        f"IDs; {_FIX}"
-    )
 
 
 #: The bytes of a block :func:`_fast_pairs` parses at once; a block with any other goes line by
@@ -221,6 +190,13 @@ def _read_text(p: Path, arg: str, num_nodes: int) -> np.ndarray:
     out = np.empty((0, 2), dtype=np.int64)
     filled = 0
     header = True  # the first line with content may be a header
+
+    def too_long(number: int) -> ConfigError:
+        return ConfigError(
+            f"{arg} '{p}' line {number} is longer than {MAX_LINE_BYTES} bytes, not a pair of "
+            f"node IDs; {_FIX}"
+        )
+
     try:
         with open(p, "rb") as f:
             rows = 1
@@ -228,7 +204,7 @@ def _read_text(p: Path, arg: str, num_nodes: int) -> np.ndarray:
                 rows += block.count(b"\n")
             f.seek(0)
             out = np.empty((rows, 2), dtype=np.int64)
-            for first, lines in _chunks(f, p, arg):
+            for first, lines in block_lines(f, BLOCK_BYTES, MAX_LINE_BYTES, too_long):
                 pieces = [(first, lines)]
                 if header:  # only the first content line goes line by line for being a header
                     content = (i + 1 for i, x in enumerate(lines) if x.split(b"#", 1)[0].strip())

@@ -18,7 +18,7 @@ from typing import IO
 
 import numpy as np
 
-from fleetgnn.config.textfile import not_a_file
+from fleetgnn.config.textfile import block_lines, not_a_file
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph.files import npy_error
 
@@ -112,37 +112,27 @@ def iter_line_chunks(path: Path, chunk_rows: int) -> Iterator[tuple[int, list[st
             ) from e
 
     with f:
-        carry = b""
+        blocks = block_lines(f, READ_BYTES, MAX_LINE_BYTES, too_long)
         pending: list[bytes] = []  # whole lines not yet yielded
-        size = 0  # their bytes
+        size = 0  # their bytes, line ends included
         while True:
             try:
-                block = f.read(READ_BYTES)
+                parts = next(blocks, (0, None))[1]  # None: the end of the file
             except READ_ERRORS as e:
                 raise DatasetError(
                     f"'{path}' cannot be read at or after line {line_no + len(pending)} "
                     f"({type(e).__name__}: {e}); the file is truncated or corrupt, obtain it again"
                 ) from e
-            if block:
-                parts = (carry + block).split(b"\n")
-                carry = parts.pop()
-                if parts and max(map(len, parts)) > MAX_LINE_BYTES:
-                    at = next(i for i, x in enumerate(parts) if len(x) > MAX_LINE_BYTES)
-                    raise too_long(line_no + len(pending) + at)
-                if len(carry) > MAX_LINE_BYTES:
-                    raise too_long(line_no + len(pending) + len(parts))
+            if parts:
                 pending += parts
-                size += len(block)
-            elif carry:  # the last line, without a line end
-                pending.append(carry)
-                carry = b""
-            while pending and (len(pending) >= chunk_rows or size >= CHUNK_BYTES or not block):
+                size += sum(map(len, parts)) + len(parts)
+            while pending and (len(pending) >= chunk_rows or size >= CHUNK_BYTES or parts is None):
                 take = pending[:chunk_rows]
                 del pending[:chunk_rows]
-                size = max(0, size - sum(map(len, take)) - len(take))
+                size -= sum(map(len, take)) + len(take)
                 yield line_no, chunk(take, line_no)
                 line_no += len(take)
-            if not block:
+            if parts is None:
                 return
 
 
