@@ -60,8 +60,8 @@ OOM = "oom"
 
 
 def _reset_peak(device: torch.device) -> None:
+    sync(device)
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
 
 
@@ -208,7 +208,7 @@ def minibatch_epoch(
     ``step_s``, ``phases_s``, ``peak_device_bytes``), ``fisher_yates`` (kernel -> epoch seconds)
     with each kernel's own record under ``by_kernel``, and the profiled steps' figures.
     """
-    chosen = KERNELS.chosen("fisher_yates", device.type)
+    default = chosen = KERNELS.chosen("fisher_yates", device.type)
     kernels = [chosen] + [k for k in KERNELS.available("fisher_yates", device.type) if k != chosen]
     by_kernel: dict[str, Any] = {}
     failed: dict[str, str] = {}
@@ -251,7 +251,7 @@ def minibatch_epoch(
         "kernel_s_per_step": prof["kernel_s_per_step"],
         "fisher_yates": {k: v["epoch_s"] for k, v in by_kernel.items()},
         "fisher_yates_chosen": chosen,  # the kernel epoch_s, step_s and phases_s are of
-        "fisher_yates_default": KERNELS.chosen("fisher_yates", device.type),
+        "fisher_yates_default": default,
         "fisher_yates_failed": failed,
         "phases_s": best["phases_s"],
         "phases_note": "seconds per epoch in each phase of the engine's step stats (sample and "
@@ -757,7 +757,7 @@ def offload_arms(
         eng, res["build_s"] = build(True)
         state = copy.deepcopy(eng.state_dict())  # each arm from the same model and optimizer
         arm(eng, "overlap", 0)
-        eng.load_state_dict(copy.deepcopy(state))
+        eng.load_state_dict(state)  # its only use: no copy of the copy
         pinned_blocking(eng)
         arm(eng, "pinned_blocking", 0)  # epoch 0 again: the same losses as overlap's
     except Exception as e:  # noqa: BLE001
