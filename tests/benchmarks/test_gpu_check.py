@@ -75,17 +75,17 @@ def speed_run(tmp_path_factory):
     return proc, out
 
 
-def _result(proc, out) -> dict:
+def _result(run, tier: str, tier_steps: tuple[str, ...]) -> dict:
+    """The dry run's JSON, checked: it finished as ``tier``, its ``tier_steps`` (and env)
+    passed and every other step was skipped."""
+    proc, out = run
     assert (out / "gpu-check.json").is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads((out / "gpu-check.json").read_text())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (out / "gpu-check.log").stat().st_size > 0
     assert res["device"] == "cpu" and res["finished"] and res["duration_s"] > 0
     assert set(res["steps"]) == set(STEPS) and set(res["summary"]) == set(STEPS)
-    return res
-
-
-def _steps_passed(res: dict, tier_steps: tuple[str, ...]) -> None:
+    assert res["tier"] == tier
     for name in STEPS:
         step = res["steps"][name]
         if name in ("env", *tier_steps):
@@ -93,14 +93,12 @@ def _steps_passed(res: dict, tier_steps: tuple[str, ...]) -> None:
             assert isinstance(step["seconds"], (int, float)), name
         else:  # not in the tier
             assert step["status"] == "skipped" and step["error"] == "not in --steps", name
+    return res
 
 
 @pytest.mark.slow
 def test_parity_tier_dry_run_passes_every_step(parity_run):
-    proc, out = parity_run
-    res = _result(proc, out)
-    assert res["tier"] == "parity"
-    _steps_passed(res, ("pytest", "data", "engines"))
+    res = _result(parity_run, "parity", ("pytest", "data", "engines"))
 
     host = res["host"]
     for key in ("gpu", "torch", "cuda", "python", "cpu_model", "pymetis", "nvidia_smi"):
@@ -139,10 +137,7 @@ def test_parity_tier_dry_run_passes_every_step(parity_run):
 
 @pytest.mark.slow
 def test_speed_tier_dry_run_writes_the_products_figure(speed_run):
-    proc, out = speed_run
-    res = _result(proc, out)
-    assert res["tier"] == "speed"
-    _steps_passed(res, ("data", "bench", "plan"))
+    res = _result(speed_run, "speed", ("data", "bench", "plan"))
     assert res["host"]["source_digest"] and len(res["host"]["source_digest"]) == 64
     bench = res["steps"]["bench"]
     assert all(p["status"] == "passed" for p in bench["parts"].values()), bench["parts"]
