@@ -195,7 +195,8 @@ class Communicator:
                 f"group (rank {actual_rank} of {actual_ws}); pass the rank within the group "
                 "(dist.get_rank(group)) and its size."
             )
-        self.group = group
+        self._group: dist.ProcessGroup | None = group
+        self._destroyed = False
         self.rank = rank
         self.world_size = world_size
         self.meter = meter if meter is not None else TrafficMeter()
@@ -213,6 +214,20 @@ class Communicator:
         self.serves = served_devices(self.backend, self.device)
         self._seq = 0
         self._owns_group = False
+
+    @property
+    def group(self) -> dist.ProcessGroup | None:
+        """The process group (``None``: the default group).
+
+        Raises:
+            DistError: :meth:`destroy` destroyed it.
+        """
+        if self._destroyed:
+            raise DistError(
+                "this communicator's process group was destroyed (Communicator.destroy); "
+                "create a new one"
+            )
+        return self._group
 
     @property
     def link(self) -> str:
@@ -565,10 +580,16 @@ class Communicator:
         return child
 
     def destroy(self) -> None:
-        """Destroy the group :meth:`new_group` or :meth:`host_group` created (else a no-op)."""
+        """Destroy the group :meth:`new_group` or :meth:`host_group` created (else a no-op).
+
+        The communicator lets go of the group's object, so the group's worker threads stop now,
+        not at interpreter exit (where gloo's can abort the process); a collective on it after
+        this raises :class:`DistError`.
+        """
         if self._owns_group and dist.is_initialized():
-            dist.destroy_process_group(self.group)
+            dist.destroy_process_group(self._group)
             self._owns_group = False
+            self._group, self._destroyed = None, True
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` (picklable), indexed by rank. Collective."""

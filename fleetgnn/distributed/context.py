@@ -30,7 +30,12 @@ on purpose: host-side numbers on the CPU, device rows on ``ctx.device``; the
 :class:`~fleetgnn.distributed.comm.Communicator` checks each tensor's device against those two.
 
 The returned :class:`DistContext` is the only handle to the group: pass ``ctx.group`` (or
-``ctx.communicator()``) explicitly to everything that communicates.
+``ctx.communicator()``) explicitly to everything that communicates. ``ctx.group`` is ``None`` for
+the default group (what torch's collectives read as it): nothing of fleetgnn's holds the default
+group's object, so :func:`destroy` frees it, and its worker threads stop, while the interpreter
+runs. A group object alive at interpreter exit (an engine in a reference cycle holding it) let
+gloo's threads abort the process ("terminate called without an active exception") in a
+measurable share of two-process runs.
 """
 
 from __future__ import annotations
@@ -85,7 +90,8 @@ class DistContext:
             host tensors).
         device: Where this rank's model, data and collective buffers live (``cuda:<local_rank>``
             with a GPU per rank, ``cuda:<local_rank % GPUs>`` when ranks share GPUs, else cpu).
-        group: The process group (the default group that :func:`init` created or found).
+        group: The process group; ``None`` for the default group (the one :func:`init` created
+            or found).
         owns_group: Whether :func:`destroy` tears the group down (False when it already existed).
     """
 
@@ -375,7 +381,7 @@ def init(
                 "for CUDA tensors; pass device='cuda' (or None)."
             )
         return DistContext(
-            rank, ws, local_rank, local_ws, be, _device(kind, local_rank), dist.group.WORLD, False
+            rank, ws, local_rank, local_ws, be, _device(kind, local_rank), None, False
         )
 
     kind = resolve_device_type(device, backend)
@@ -415,7 +421,7 @@ def init(
         store = dist.FileStore(os.path.join(store_dir, "store"), 1)
         dist.init_process_group(pg, store=store, rank=0, world_size=1, timeout=timeout)
     return DistContext(
-        rank, ws, local_rank, local_ws, _short_backend(pg), dev, dist.group.WORLD, True, store_dir
+        rank, ws, local_rank, local_ws, _short_backend(pg), dev, None, True, store_dir
     )
 
 

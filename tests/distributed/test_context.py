@@ -60,3 +60,28 @@ def test_invalid_arguments(no_launcher, monkeypatch):
     with pytest.raises(DistError, match="inconsistent launcher variables"):
         init()
     assert not dist.is_initialized()
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_destroy_stops_the_groups_threads_while_a_cycle_holds_them(no_launcher):
+    """A group object alive at interpreter exit let gloo's worker threads abort a rank
+    ("terminate called without an active exception") in two-process runs; destroy() must stop
+    them even while an engine-like reference cycle still holds the context and communicators."""
+    before = _threads()
+    ctx = init(backend="gloo")
+    comm = ctx.communicator()
+    sub = comm.host_group([0])  # a group of its own, as an engine's store group is
+    holder: dict = {"ctx": ctx, "comm": comm, "sub": sub}
+    holder["self"] = holder  # a cycle: collected only by the garbage collector
+    sub.all_reduce_sum(torch.ones(3))
+    comm.all_reduce_sum(torch.ones(3))
+    assert _threads() > before  # each group runs worker threads of its own
+    sub.destroy()
+    destroy(ctx)
+    assert _threads() == before
+    with pytest.raises(DistError, match="destroyed"):
+        sub.all_reduce_sum(torch.ones(3))
