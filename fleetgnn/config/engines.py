@@ -28,6 +28,7 @@ from fleetgnn.config.knobs import (
     DebugCollectives,
     DeviceCache,
     FeatureNorm,
+    FeatureStorage,
     FullGraphSection,
     GradClip,
     KnobError,
@@ -51,15 +52,17 @@ from fleetgnn.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
-class EngineConfig(GradClip, FeatureNorm, Precision, Seeded):
-    """What every engine shares: ``seed``, ``device``, ``dtype``, ``feature_norm``, clipping.
+class EngineConfig(GradClip, FeatureStorage, FeatureNorm, Precision, Seeded):
+    """What every engine shares: seed, device, dtypes, feature transform, clipping.
+
+    The fields: ``seed``, ``device``, ``dtype``, ``feature_norm``, ``feature_dtype``, clipping.
 
     ``feature_norm=None`` (the run config's "the dataset's transform", unresolved) becomes
     ``"none"``.
     """
 
     #: Fields that must match between a checkpoint and the engine resuming it.
-    RESUME_KEYS: ClassVar[tuple[str, ...]] = ("seed", "dtype", "feature_norm")
+    RESUME_KEYS: ClassVar[tuple[str, ...]] = ("seed", "dtype", "feature_norm", "feature_dtype")
 
     def __post_init__(self) -> None:
         if self.feature_norm is None:

@@ -49,6 +49,16 @@ DTYPES: tuple[str, ...] = ("float32", "float64")
 MAX_FANOUT = 2**31 - 1
 AUTOCASTS: tuple[str | None, ...] = (None, "bf16")
 FEATURE_NORMS: tuple[str, ...] = ("none", "row")
+#: Stored feature dtypes (``store.feature_dtype``; :mod:`fleetgnn.graph.compact`).
+FEATURE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float8_e4m3")
+#: Short names accepted for :data:`FEATURE_DTYPES`.
+FEATURE_DTYPE_ALIASES: Mapping[str, str] = {
+    "fp32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp8": "float8_e4m3",
+    "float8": "float8_e4m3",
+}
 PLACEMENTS: tuple[str, ...] = ("degree", "presample")
 #: Where the ``minibatch`` engine samples (``store.sampling``).
 SAMPLINGS: tuple[str, ...] = ("auto", "host", "device")
@@ -211,6 +221,31 @@ class FeatureNorm(Knobs):
     feature_norm: str | None = None
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"feature_norm": (*FEATURE_NORMS, None)}
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureStorage(Knobs):
+    """How the feature rows are stored (every engine).
+
+    Attributes:
+        feature_dtype: The dtype feature rows are stored in: ``float32``, ``bfloat16``,
+            ``float16`` or ``float8_e4m3`` (with a float32 scale per row; short names ``fp32``,
+            ``bf16``, ``fp16``, ``fp8``), converted once when the engine loads the graph;
+            ``None``: as the dataset stores them. The unified store's tiers (``minibatch``,
+            ``split``) hold the compact rows, so a ``device_budget`` holds 2x (16-bit) or about
+            4x (float8) the rows, and read them back to the compute dtype in the gather; the
+            other engines compute on the same read-back values (:mod:`fleetgnn.graph.compact`).
+    """
+
+    feature_dtype: str | None = None
+
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"feature_dtype": (*FEATURE_DTYPES, None)}
+
+    def __post_init__(self) -> None:
+        name = self.feature_dtype
+        if isinstance(name, str) and name.lower() in FEATURE_DTYPE_ALIASES:
+            object.__setattr__(self, "feature_dtype", FEATURE_DTYPE_ALIASES[name.lower()])
+        super().__post_init__()
 
 
 @dataclasses.dataclass(frozen=True)

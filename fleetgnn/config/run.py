@@ -45,6 +45,7 @@ from fleetgnn.config.knobs import (
     DebugCollectives,
     DeviceCache,
     FeatureNorm,
+    FeatureStorage,
     FullGraphSection,
     GradClip,
     KnobError,
@@ -271,11 +272,12 @@ class TrainConfig(TaskKnobs, Logging, Schedule, GradClip, Mode, Loop, Sampling, 
 
 
 @dataclasses.dataclass(frozen=True)
-class StoreConfig(DebugCollectives, Prefetch, TieredStore, DeviceCache):
-    """The unified store of the distributed mini-batch engines; every distributed engine's debug.
+class StoreConfig(DebugCollectives, Prefetch, TieredStore, DeviceCache, FeatureStorage):
+    """The unified store, every distributed engine's debug, every engine's stored feature dtype.
 
-    Made of :class:`~.knobs.DeviceCache`, :class:`~.knobs.TieredStore`,
-    :class:`~.knobs.Prefetch` and :class:`~.knobs.DebugCollectives`.
+    Made of :class:`~.knobs.FeatureStorage`, :class:`~.knobs.DeviceCache`,
+    :class:`~.knobs.TieredStore`, :class:`~.knobs.Prefetch` and
+    :class:`~.knobs.DebugCollectives`.
     """
 
 

@@ -1,0 +1,134 @@
+"""Compact feature rows: how a feature table is stored (``store.feature_dtype``) and read back.
+
+A :class:`FeatureCodec` turns feature rows into their stored form and back:
+
+=================  ===============================  ==================  =======================
+stored dtype       stored row ``[W]``               bytes per row       read back as
+=================  ===============================  ==================  =======================
+``float32``        the row rounded to float32       ``4 F``             ``stored``
+``bfloat16``       the row in bfloat16 (``[F]``)    ``2 F``             ``float(stored)``
+``float16``        the row in float16 (``[F]``)     ``2 F``             ``float(stored)``
+``float8_e4m3``    e4m3 bits, then the row's        ``F + 4``           ``float(bits) * scale``
+                   float32 scale's 4 bytes
+                   (``uint8 [F + 4]``)
+=================  ===============================  ==================  =======================
+
+A stored row is one row of a plain tensor (the narrow float; for float8 its bits and its scale
+in one ``uint8`` row), so every tier moves it as it moves any row: shared memory, CUDA IPC,
+pinned copies, collectives, ``index_select``. Reading back ("decoding") is row-wise and
+elementwise, so decoding gathered rows equals gathering decoded rows, bit for bit; every reader
+of the store returns the same values, ``round_trip(x)``.
+
+float8 (e4m3, the ``float8_e4m3fn`` of torch: no infinities, largest finite 448) has a scale per
+row: ``scale = max |x_row| / 448`` (1 for an all-zero row), the row is stored as
+``fp8(x_row / scale)``, and read back as ``float(stored) * scale``. Each row keeps its full
+e4m3 range whatever the magnitudes of the other rows; a row of equal values (a binary bag of
+words after row normalisation) is read back exactly.
+
+Encoding rounds to nearest even (torch's casts), computed in float32 from the given rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fleetgnn.config.knobs import FEATURE_DTYPE_ALIASES, FEATURE_DTYPES
+from fleetgnn.graph.csc import GraphError
+
+#: The largest finite float8 e4m3 value (``torch.finfo(torch.float8_e4m3fn).max``).
+FP8_MAX = 448.0
+
+#: Stored dtype name -> (the float it rounds to, the dtype of the stored tensor: the float itself
+#: for 16 bits (gloo has no int16 collectives), bytes for float8 and its scale).
+_FORMATS: dict[str, tuple[torch.dtype, torch.dtype]] = {
+    "float32": (torch.float32, torch.float32),
+    "bfloat16": (torch.bfloat16, torch.bfloat16),
+    "float16": (torch.float16, torch.float16),
+    "float8_e4m3": (torch.float8_e4m3fn, torch.uint8),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureCodec:
+    """One stored dtype (see the module docstring).
+
+    Attributes:
+        name: One of :data:`~fleetgnn.config.knobs.FEATURE_DTYPES`.
+        float_dtype: The float the rows are rounded to.
+        bits: The dtype of the stored tensor (the float itself; ``uint8`` for float8).
+        scaled: Whether each row has a float32 scale (float8).
+    """
+
+    name: str
+    float_dtype: torch.dtype
+    bits: torch.dtype
+    scaled: bool
+
+    def row_bytes(self, width: int) -> int:
+        """Stored bytes of one row of ``width`` features."""
+        itemsize = torch.empty((), dtype=self.bits).element_size()
+        return int(width) * itemsize + (4 if self.scaled else 0)
+
+    def stored_width(self, width: int) -> int:
+        """Columns of a stored row of ``width`` features."""
+        return int(width) + (4 if self.scaled else 0)
+
+    def encode(self, x: Tensor | np.ndarray) -> Tensor:
+        """The stored rows ``[n, W]`` of rows ``x`` ``[n, F]`` (any float dtype)."""
+        t = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x)
+        if not t.is_floating_point() or t.dim() != 2:
+            raise GraphError(
+                f"feature rows to store as {self.name} must be a 2-D float array "
+                f"(got {tuple(t.shape)} {t.dtype})"
+            )
+        if self.name == "float32":
+            return t.to(torch.float32).contiguous()
+        t32 = t.to(torch.float32)
+        if not self.scaled:
+            return t32.to(self.float_dtype).view(self.bits).contiguous()
+        n = t32.shape[0]
+        amax = t32.abs().amax(dim=1) if t32.shape[1] else t32.new_zeros(n)
+        scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+        data = (t32 / scale[:, None]).to(self.float_dtype).view(self.bits)
+        return torch.cat([data, scale[:, None].contiguous().view(torch.uint8)], dim=1)
+
+    def decode(self, rows: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """Stored rows ``[n, W]`` read back as ``dtype`` ``[n, F]`` (row-wise, elementwise)."""
+        if rows.dtype != self.bits:
+            raise GraphError(
+                f"stored {self.name} rows must be {self.bits} (got {rows.dtype}); a tier holds "
+                "rows of another feature dtype"
+            )
+        if self.name == "float32":
+            return rows.to(dtype)
+        if not self.scaled:
+            return rows.view(self.float_dtype).to(dtype)
+        f = rows.shape[1] - 4
+        scale = rows[:, f:].contiguous().view(torch.float32)  # [n, 1]
+        return rows[:, :f].view(self.float_dtype).to(dtype) * scale.to(dtype)
+
+    def round_trip(self, x: Tensor | np.ndarray, dtype: torch.dtype | None = None) -> Tensor:
+        """``decode(encode(x))`` in ``dtype`` (default: ``x``'s): the values a store holds."""
+        t = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x)
+        return self.decode(self.encode(t), t.dtype if dtype is None else dtype)
+
+
+def feature_codec(name: str | None) -> FeatureCodec | None:
+    """The codec of ``store.feature_dtype`` ``name`` or its short name (``None``: as stored).
+
+    Raises:
+        GraphError: An unknown name.
+    """
+    if name is None:
+        return None
+    name = FEATURE_DTYPE_ALIASES.get(str(name).lower(), name)
+    if name not in _FORMATS:
+        raise GraphError(
+            f"unknown feature dtype {name!r}; choose one of {', '.join(FEATURE_DTYPES)}"
+        )
+    float_dtype, bits = _FORMATS[name]
+    return FeatureCodec(name, float_dtype, bits, scaled=name == "float8_e4m3")

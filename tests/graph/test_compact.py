@@ -1,0 +1,87 @@
+"""Compact feature rows (``store.feature_dtype``): the codecs' invariants."""
+
+import numpy as np
+import pytest
+import torch
+
+from fleetgnn.config.knobs import FEATURE_DTYPES
+from fleetgnn.errors import GraphError
+from fleetgnn.graph.compact import FP8_MAX, feature_codec
+
+NARROW = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _rows(n=64, f=12, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, f, generator=g, dtype=torch.float64) * torch.logspace(-3, 3, n)[:, None]
+    x[5] = 0.0  # an all-zero row
+    x[6] = 0.25  # a row of equal values (a normalised bag of words)
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("name", FEATURE_DTYPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_decoding_commutes_with_gathering(name, dtype):
+    """Decoding gathered stored rows equals gathering decoded rows, bit for bit."""
+    codec = feature_codec(name)
+    x = _rows(dtype=dtype)
+    stored = codec.encode(x)
+    assert stored.dtype == codec.bits and stored.shape == (64, codec.stored_width(12))
+    assert stored.numel() * stored.element_size() == 64 * codec.row_bytes(12)
+    ids = torch.tensor([3, 0, 63, 3, 5, 6, 6])
+    whole = codec.decode(stored, dtype)
+    assert torch.equal(codec.decode(stored.index_select(0, ids), dtype), whole[ids])
+    assert torch.equal(codec.round_trip(x), whole) and whole.dtype == dtype
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_sixteen_bit_rows_are_the_casts(name):
+    x = _rows(n=16) / 1e3  # inside float16's range
+    out = feature_codec(name).round_trip(x)
+    assert torch.equal(out, x.to(NARROW[name]).to(torch.float32))
+
+
+def test_float8_scales_each_row_to_its_own_range():
+    codec = feature_codec("float8_e4m3")
+    x = _rows()
+    stored = codec.encode(x)
+    scale = stored[:, 12:].contiguous().view(torch.float32).squeeze(1)
+    amax = x.abs().amax(dim=1)
+    assert torch.equal(scale[amax > 0], amax[amax > 0] / FP8_MAX) and scale[5] == 1
+    out = codec.round_trip(x)
+    # e4m3 keeps 3 mantissa bits: relative error <= 2^-4 of each row's largest value, for rows
+    # whose magnitudes span 6 orders of magnitude
+    err = (out - x).abs().amax(dim=1) / amax.clamp_min(1e-30)
+    assert float(err.max()) <= 2**-4
+    assert torch.equal(out[5], x[5]) and torch.equal(out[6], x[6])  # zeros, equal values exact
+    # the largest value of each row is stored as 448 exactly, so it reads back exactly
+    top = x.abs().argmax(dim=1)
+    assert torch.allclose(out.gather(1, top[:, None]), x.gather(1, top[:, None]), rtol=1e-6)
+
+
+def test_binary_features_are_exact_in_every_dtype():
+    """Bag-of-words 0/1 features (Cora's) are stored exactly by every compact dtype."""
+    x = torch.from_numpy((np.random.default_rng(0).random((50, 30)) < 0.2).astype(np.float32))
+    for name in FEATURE_DTYPES:
+        assert torch.equal(feature_codec(name).round_trip(x), x), name
+
+
+def test_errors():
+    with pytest.raises(GraphError, match="unknown feature dtype 'int4'"):
+        feature_codec("int4")
+    assert feature_codec(None) is None
+    codec = feature_codec("bfloat16")
+    with pytest.raises(GraphError, match="2-D float"):
+        codec.encode(torch.ones(3, dtype=torch.int64))
+    with pytest.raises(GraphError, match="must be torch.bfloat16"):
+        codec.decode(torch.ones(2, 3))
+
+
+def test_config_accepts_the_short_names():
+    from fleetgnn.config import ENGINES
+    from fleetgnn.config.knobs import KnobError
+
+    for short, name in {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3"}.items():
+        assert ENGINES["fullgraph"].config_cls(feature_dtype=short).feature_dtype == name
+    with pytest.raises(KnobError, match="feature_dtype='int8'"):
+        ENGINES["minibatch"].config_cls(feature_dtype="int8")
