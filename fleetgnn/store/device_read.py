@@ -103,10 +103,18 @@ class DeviceIndex:
         return tier, owner, local, code
 
 
-def record_counts(store: UnifiedStore, counts: list[int], nbytes: int, kind: str) -> None:
+def record_counts(
+    store: UnifiedStore,
+    counts: list[int],
+    nbytes: int,
+    kind: str,
+    *,
+    disk_bytes: int | None = None,
+) -> None:
     """Record one read's counters from the ``bincount`` of :meth:`DeviceIndex.locate`'s code.
 
-    The same requests, bytes, messages and reads per source as the host path records.
+    The same requests, bytes, messages and reads per source as the host path records
+    (``disk_bytes``: bytes per disk-tier entry where they differ from ``nbytes``).
     """
     n = store.world_size
     per_owner = np.asarray(counts[:n], dtype=np.int64)
@@ -125,8 +133,9 @@ def record_counts(store: UnifiedStore, counts: list[int], nbytes: int, kind: str
             continue
         link = links[source]
         msgs = int((per_owner[groups[source]] > 0).sum()) if link in ("peer", "net") else 1
-        store.meter.record(link, count * nbytes, messages=msgs)
-        store._bytes[kind][link] += count * nbytes
+        size = disk_bytes if source == "disk" and disk_bytes is not None else nbytes
+        store.meter.record(link, count * size, messages=msgs)
+        store._bytes[kind][link] += count * size
 
 
 def device_ids(
@@ -169,39 +178,43 @@ def gather_on_device(store: UnifiedStore, ids: object, *, checked: bool = False)
     dtype = torch.from_numpy(np.empty(0, dtype=x.dtype)).dtype
     feat_device: Any = store._feat_device
     n, width = idt.numel(), int(x.shape[1])
+    row_bytes, disk_bytes = store.row_bytes(), width * x.dtype.itemsize
+    read = store._read_back  # stored rows (compact or not) as x's dtype, on the device
     if not n and feat_device is None:
         return torch.empty((0, width), dtype=dtype, device=dev)
     index = store._device_index()
     if index.all_local and feat_device is not None:
         # one rank, every row in its shard: no locating or counting on the device (no sync);
         # the node -> shard row lookup is read inside the gather (table[rank_of[ids]])
-        record_counts(store, [n, 0, 0], width * x.dtype.itemsize, "features")
-        return feat_device.rows_via(index.rank_of, idt)
+        record_counts(store, [n, 0, 0], row_bytes, "features")
+        return read(feat_device.rows_via(index.rank_of, idt))
     tier, owner, local, code = index.locate(idt)
     counts = (
         torch.bincount(code, minlength=store.world_size + 2).tolist()
         if n
         else [0] * (store.world_size + 2)
     )
-    record_counts(store, counts, width * x.dtype.itemsize, "features")
+    record_counts(store, counts, row_bytes, "features", disk_bytes=disk_bytes)
     on_device = sum(counts[: store.world_size])
     if on_device == n and feat_device is not None:  # all hits (or nothing): no scatter
-        return feat_device.gather(owner, local, checked=True).to(dev)  # located by the plan
+        return read(feat_device.gather(owner, local, checked=True).to(dev))  # located by the plan
     transfers = store._transfers
     pending = []  # issued before the device tier is read, so the copies overlap it
     if counts[-2]:
         sel = torch.nonzero(tier == HOST).squeeze(1)
-        pending.append((sel, transfers.load(store._feat_host, local[sel].cpu(), key="host")))
+        loaded = transfers.load(store._feat_host, local[sel].cpu(), key="host")
+        pending.append((sel, loaded, True))
     if counts[-1]:
         sel = torch.nonzero(tier == DISK).squeeze(1)
-        rows = torch.from_numpy(store._disk_rows(idt[sel].cpu().numpy()))
-        pending.append((sel, transfers.load(rows, key="disk")))
+        rows = store._disk_rows_read(idt[sel].cpu().numpy())  # read back on the host
+        pending.append((sel, transfers.load(rows, key="disk"), False))
     if len(pending) == 1 and on_device == 0 and feat_device is None:
-        return pending[0][1].wait()  # one tier serves every row: no scatter
+        _, p, stored = pending[0]  # one tier serves every row: no scatter
+        return read(p.wait()) if stored else p.wait()
     out = torch.empty((n, width), dtype=dtype, device=dev)
     if feat_device is not None:
         sel = torch.nonzero(tier == DEVICE).squeeze(1)
-        out[sel] = feat_device.gather(owner[sel], local[sel], checked=True).to(dev)
-    for sel, p in pending:
-        out[sel] = p.wait()
+        out[sel] = read(feat_device.gather(owner[sel], local[sel], checked=True).to(dev))
+    for sel, p, stored in pending:
+        out[sel] = read(p.wait()) if stored else p.wait()
     return out

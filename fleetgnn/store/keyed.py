@@ -46,7 +46,7 @@ from fleetgnn.graph.csc import Graph
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.store.hotness import HotnessRanking, id_dtype, inverse_order
 from fleetgnn.store.store import SOURCE_LINKS, SOURCES, UnifiedStore
-from fleetgnn.store.tiers import StorePlan, TierBudgets, TierPlan, plan_tiers
+from fleetgnn.store.tiers import StorePlan, TierBudgets, TierPlan, feature_row_bytes, plan_tiers
 
 __all__ = ["KeyedPlan", "KeyedStore", "keyed_hotness", "plan_keyed"]
 
@@ -92,6 +92,7 @@ def plan_keyed(
     world_size: int,
     *,
     scores: Mapping[str, np.ndarray] | None = None,
+    feature_dtype: str | None = None,
 ) -> KeyedPlan:
     """Plan every featured type's table over device / host / disk (see the module docstring).
 
@@ -100,6 +101,8 @@ def plan_keyed(
         budgets: Device bytes per rank and host bytes per host, for all tables together.
         world_size: Number of device ranks ``N``.
         scores: Hotness per featured type (int ``[N_t]``; default :func:`keyed_hotness`).
+        feature_dtype: How every table stores its rows (``store.feature_dtype``): the budgets
+            count the stored bytes of each type's rows; ``None``: each table's own dtype.
 
     Returns:
         The :class:`KeyedPlan`.
@@ -121,7 +124,9 @@ def plan_keyed(
                 f"({graph.schema.count(t)}; got shape {np.shape(scores.get(t))})"
             )
     w = int(world_size)
-    rb = np.array([graph.x[t].shape[1] * graph.x[t].dtype.itemsize for t in types], np.int64)
+    rb = np.array(
+        [feature_row_bytes(_table_graph(graph, t), feature_dtype) for t in types], np.int64
+    )
     counts = np.array([graph.schema.count(t) for t in types], np.int64)
     # one ranking of every featured row: hottest first, ties by type (schema order), local ID
     score = np.concatenate([np.asarray(scores[t], np.int64) for t in types])
@@ -213,13 +218,15 @@ class KeyedStore:
         name: str = "keyed",
         hosts: Sequence[int] | None = None,
         scores: Mapping[str, np.ndarray] | None = None,
+        feature_dtype: str | None = None,
     ) -> KeyedStore:
         """Plan all tables together (:func:`plan_keyed`) and place each. Collective with ``comm``.
 
         Every table is a :meth:`UnifiedStore.build` of its own plan (its shards named
         ``{name}.{i}`` for the ``i``-th node type), so memory and communication are those of
         the homogeneous store, per table. Arguments as :meth:`UnifiedStore.build`; ``scores``
-        as :func:`plan_keyed`.
+        as :func:`plan_keyed`; ``feature_dtype`` (``store.feature_dtype``): every table stores
+        compact rows and reads them back in the gather.
 
         Raises:
             ConfigError: On bad budgets, hosts or scores.
@@ -232,7 +239,7 @@ class KeyedStore:
                 "TierBudgets.parse(device='64MB', host='1GiB')"
             )
         world = 1 if comm is None else comm.world_size
-        plan = plan_keyed(graph, budgets, world, scores=scores)
+        plan = plan_keyed(graph, budgets, world, scores=scores, feature_dtype=feature_dtype)
         meter = TrafficMeter() if meter is None else meter
         tables: dict[str, UnifiedStore] = {}
         try:
@@ -250,6 +257,7 @@ class KeyedStore:
                     name=f"{name}.{graph.schema.type_index(t)}",
                     hosts=hosts,
                     plan=StorePlan(topo, fp, budgets, "features_first", 1),
+                    feature_dtype=feature_dtype,
                 )
         except BaseException:
             for s in tables.values():

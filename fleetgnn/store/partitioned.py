@@ -95,6 +95,7 @@ def plan_partitioned(
     *,
     hotness: HotnessRanking | None = None,
     ranks_per_host: int | None = None,
+    feature_dtype: str | None = None,
 ) -> StorePlan:
     """Plan ``graph``'s features so that rank ``r``'s shard holds its own part's hottest rows.
 
@@ -111,6 +112,8 @@ def plan_partitioned(
         world_size: Ranks ``N`` (one part each).
         hotness: The ranking rows are taken in (default :func:`hotness_order` by degree).
         ranks_per_host: Ranks sharing one host copy (recorded in the plan).
+        feature_dtype: How feature rows are stored (``store.feature_dtype``): budgets count
+            their stored bytes (:func:`~fleetgnn.store.tiers.feature_row_bytes`).
 
     Returns:
         A :class:`StorePlan` whose features use the block layout (``device_starts``) and whose
@@ -136,7 +139,7 @@ def plan_partitioned(
             f"'hotness' ranks {rank.order.size} nodes but the graph has {n}; compute it with "
             "hotness_order(graph, ...)"
         )
-    rb = feature_row_bytes(graph)
+    rb = feature_row_bytes(graph, feature_dtype)
     sizes = np.bincount(own, minlength=world_size).astype(np.int64)
     cap = budgets.device // rb if rb else n
     need = np.minimum(sizes, cap)

@@ -76,7 +76,6 @@ collective: all ranks must call the same store methods the same number of times.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -89,6 +88,7 @@ from fleetgnn.distributed.shm import ShardedTensor, SharedTensor
 from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.distributed.transfer import Transfers
 from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.graph.compact import FeatureCodec, feature_codec
 from fleetgnn.graph.csc import Graph, check_edge_ids
 from fleetgnn.kernels import gather_rows
 from fleetgnn.store.device_read import DeviceIndex, gather_on_device
@@ -96,6 +96,7 @@ from fleetgnn.store.device_topology import TopologySpec, resolve_placement
 from fleetgnn.store.disk_tier import _advise_random, _file_reader, _map_limit
 from fleetgnn.store.hotness import HotnessRanking, hotness_order
 from fleetgnn.store.placement import PlacementPlan
+from fleetgnn.store.segments import Segments, segment_arange, segments_of
 from fleetgnn.store.tiers import (
     DEVICE,
     DISK,
@@ -145,56 +146,19 @@ class _LocalShard:
         self.tensor = torch.empty(0)
 
 
-@dataclasses.dataclass
-class _Segments:
-    """A CSC segment store of one tier: ``indices[indptr[i]:indptr[i + 1]]`` is row ``i``."""
-
-    indptr: Any  # _Gatherable (device) | Tensor (host) | np.ndarray (disk)
-    indices: Any
-    weight: Any | None
-
-
-#: Edges copied per step by :func:`_segments_of` (its int64 positions: 32 MiB).
-_SEGMENT_BLOCK = 1 << 22
+def _plans_row_bytes(plan: StorePlan, row_bytes: int) -> bool:
+    """Whether ``plan``'s feature tiers count ``row_bytes`` per row (no replicas: a given plan)."""
+    fp = plan.features
+    if fp is None:
+        return True
+    held = int(np.asarray(fp.device_bytes).sum()) + int(fp.host_bytes)
+    return held == (fp.num_device + fp.num_host) * row_bytes
 
 
-def _segments_of(graph: Graph, rows: np.ndarray) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Local CSC (``indptr [m + 1]``, ``indices``, ``weight``) of the nodes ``rows``.
-
-    The edges are copied in blocks of rows holding about :data:`_SEGMENT_BLOCK` edges, so the
-    int64 edge positions never exist for the whole tier at once (they would be 8 bytes per
-    edge, twice the int32 indices themselves, plus temporaries).
-    """
-    start = np.asarray(graph.indptr[rows], dtype=np.int64)
-    deg = np.asarray(graph.indptr[rows + 1], dtype=np.int64) - start
-    indptr = np.zeros(rows.size + 1, dtype=np.int64)
-    np.cumsum(deg, out=indptr[1:])
-    total = int(indptr[-1])
-    indices = np.empty(total, dtype=graph.indices.dtype)
-    weight = None if graph.edge_weight is None else np.empty(total, graph.edge_weight.dtype)
-    # row blocks: cut where the running edge count crosses a multiple of the block size
-    cuts = np.searchsorted(indptr, np.arange(_SEGMENT_BLOCK, total, _SEGMENT_BLOCK), "right")
-    bounds = np.unique(np.concatenate([[0], cuts, [rows.size]]))
-    for r0, r1 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        e0, e1 = int(indptr[r0]), int(indptr[r1])
-        if e1 == e0:
-            continue
-        d = deg[r0:r1]
-        pos = np.repeat(start[r0:r1] - indptr[r0:r1], d) + np.arange(e0, e1, dtype=np.int64)
-        indices[e0:e1] = graph.indices[pos]
-        if weight is not None:
-            weight[e0:e1] = graph.edge_weight[pos]
-    return (
-        torch.from_numpy(indptr),
-        torch.from_numpy(indices),
-        None if weight is None else torch.from_numpy(weight),
-    )
-
-
-def _segment_arange(counts: np.ndarray) -> np.ndarray:
-    """``concat([arange(c) for c in counts])`` without a Python loop."""
-    starts = np.cumsum(counts) - counts
-    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+def _stored(rows: np.ndarray, codec: FeatureCodec | None) -> Tensor:
+    """Feature rows as a tier stores them: the dataset's, or the codec's compact rows."""
+    t = torch.from_numpy(np.ascontiguousarray(rows))
+    return t if codec is None else codec.encode(t)
 
 
 class UnifiedStore:
@@ -223,15 +187,18 @@ class UnifiedStore:
         meter: TrafficMeter,
         feat_device: _Gatherable | None,
         feat_host: Tensor | None,
-        topo_device: _Segments | None,
-        topo_host: _Segments | None,
+        topo_device: Segments | None,
+        topo_host: Segments | None,
         memory: dict[str, int],
         handles: list[Any],
         hosts: tuple[int, ...] | None = None,
         owned: list[Communicator] | None = None,
         device: torch.device | str | None = None,
+        codec: FeatureCodec | None = None,
     ) -> None:
         self.graph = graph
+        #: How the device and host tiers store feature rows (``None``: as the dataset does).
+        self.codec = codec
         self.device = torch.device("cpu" if device is None else device)
         # host- and disk-tier rows to a CUDA device: pinned staging, copies on a copy stream
         self._transfers = Transfers(self.device, overlap=self.device.type == "cuda")
@@ -254,7 +221,7 @@ class UnifiedStore:
         # device-tier reads per source rank: row 0 rows (node IDs), row 1 bytes
         self._reads = {k: np.zeros((2, world_size), np.int64) for k in KINDS}
         self._closed = False
-        self._topo_disk = _Segments(graph.indptr, graph.indices, graph.edge_weight)
+        self._topo_disk = Segments(graph.indptr, graph.indices, graph.edge_weight)
         # the disk tier's feature rows, read at random: with pread from the file where x maps a
         # whole .npy too large to stay cached, else through a mapping without readahead (see the
         # module docstring)
@@ -284,6 +251,7 @@ class UnifiedStore:
         hosts: Sequence[int] | None = None,
         device: torch.device | str | None = None,
         plan: StorePlan | None = None,
+        feature_dtype: str | None = None,
     ) -> UnifiedStore:
         """Plan and place ``graph``'s features and topology. Collective when ``comm`` is given.
 
@@ -339,6 +307,13 @@ class UnifiedStore:
                 keyed store's per-type tables, :class:`~fleetgnn.store.keyed.KeyedStore`):
                 placed as it is; ``budgets``, ``placement``, ``order`` and ``topology`` are then
                 not used.
+            feature_dtype: How the device and host tiers store feature rows
+                (``store.feature_dtype``, :mod:`~fleetgnn.graph.compact`): ``"bfloat16"``,
+                ``"float16"``, ``"float8_e4m3"`` or ``"float32"``, converted here; the plan
+                counts the stored bytes, so a budget holds 2x (16-bit) or about 4x (float8) the
+                rows of float32. :meth:`gather` returns ``graph.x``'s dtype with the values the
+                stored rows hold (disk rows are rounded the same way). ``None``: as stored. A
+                given ``plan`` must count the stored bytes.
 
         Returns:
             The store.
@@ -356,6 +331,9 @@ class UnifiedStore:
                 "fleetgnn.graph.from_edges or open_dataset"
             )
         check_edge_ids(graph)  # a memory-mapped file may have changed since it was checked
+        codec = feature_codec(feature_dtype)
+        if codec is not None and graph.x is None:
+            codec = None  # nothing to store
         budgets = TierBudgets() if budgets is None else budgets
         if not isinstance(budgets, TierBudgets):
             raise ConfigError(
@@ -407,6 +385,13 @@ class UnifiedStore:
                 order=order,
                 ranks_per_host=rph,
                 placement=placed,
+                feature_dtype=None if codec is None else codec.name,
+            )
+        elif codec is not None and not _plans_row_bytes(plan, codec.row_bytes(graph.x.shape[1])):
+            raise ConfigError(
+                f"'plan' counts feature rows of another size than {codec.name} rows "
+                f"({codec.row_bytes(graph.x.shape[1])} bytes); make it with the stored row bytes "
+                "(plan_store(..., feature_dtype=...))"
             )
         elif (
             plan.topology.world_size != world
@@ -444,19 +429,18 @@ class UnifiedStore:
                 rows = fp.shard_rows(rank)
                 local = torch.from_numpy(
                     np.ascontiguousarray(x[rows]).reshape(rows.size, x.shape[1])
-                ).to(device)
+                )
+                local = (local if codec is None else codec.encode(local)).to(device)
                 feat_device = sharded(local, "feat")
                 memory["device"] += local.numel() * local.element_size()
             if fp.num_host:
-                feat_host = shared(
-                    lambda: torch.from_numpy(np.ascontiguousarray(x[fp.host_rows()])), "feath"
-                )
+                feat_host = shared(lambda: _stored(x[fp.host_rows()], codec), "feath")
                 memory["host"] += fp.host_bytes
         tp = plan.topology
         topo_device = topo_host = None
         if tp.num_device:
-            indptr, indices, weight = _segments_of(graph, tp.shard_rows(rank))
-            topo_device = _Segments(
+            indptr, indices, weight = segments_of(graph, tp.shard_rows(rank))
+            topo_device = Segments(
                 sharded(indptr, "indptr"),
                 sharded(indices, "indices"),
                 None if weight is None else sharded(weight, "weight"),
@@ -466,8 +450,8 @@ class UnifiedStore:
             )
         if tp.num_host:
             builds = host_comm is None or host_comm.rank == 0  # only the owner builds it
-            hp, hi, hw = _segments_of(graph, tp.host_rows()) if builds else (None, None, None)
-            topo_host = _Segments(
+            hp, hi, hw = segments_of(graph, tp.host_rows()) if builds else (None, None, None)
+            topo_host = Segments(
                 shared(lambda: hp, "indptrh"),
                 shared(lambda: hi, "indicesh"),
                 shared(lambda: hw, "weighth") if graph.edge_weight is not None else None,
@@ -488,6 +472,7 @@ class UnifiedStore:
             hosts=hosts,
             owned=owned,
             device=device,
+            codec=codec,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -533,11 +518,14 @@ class UnifiedStore:
         nbytes: int,
         kind: str,
         sources: dict[str, np.ndarray] | None = None,
+        *,
+        disk_bytes: int | None = None,
     ) -> None:
         """Record ``nbytes`` bytes served per entry, per link kind (one message per owner).
 
         Device-tier bytes are also added to ``kind``'s reads per source rank. ``sources``:
-        :meth:`_sources` of ``(tier, owner)`` when the caller has it already.
+        :meth:`_sources` of ``(tier, owner)`` when the caller has it already. ``disk_bytes``:
+        bytes per disk-tier entry where they differ (compact rows of a float32 dataset).
         """
         dev = tier == DEVICE
         self._reads[kind][1] += np.bincount(owner[dev], minlength=self.world_size) * nbytes
@@ -548,8 +536,9 @@ class UnifiedStore:
                 continue
             link = SOURCE_LINKS[source]
             msgs = np.unique(owner[mask]).size if link in ("peer", "net") else 1
-            self.meter.record(link, count * nbytes, messages=msgs)
-            served[link] += count * nbytes
+            size = disk_bytes if source == "disk" and disk_bytes is not None else nbytes
+            self.meter.record(link, count * size, messages=msgs)
+            served[link] += count * size
 
     def _count_hits(
         self,
@@ -636,8 +625,9 @@ class UnifiedStore:
         if x is None or fp is None:
             raise GraphError("the graph has no node features 'x'; nothing to gather")
         idn = self._ids("ids", ids, checked=checked)
-        row_bytes = x.shape[1] * x.dtype.itemsize
+        row_bytes, disk_bytes = self.row_bytes(), x.shape[1] * x.dtype.itemsize
         dtype = torch.from_numpy(np.empty(0, dtype=x.dtype)).dtype
+        read = self._read_back
         if not idn.size and self._feat_device is None:
             return torch.empty((0, x.shape[1]), dtype=dtype)
         own = self._own_shard_rows(idn)
@@ -645,10 +635,10 @@ class UnifiedStore:
             assert self._feat_device is not None
             self._record_own_shard(idn.size, row_bytes, "features")
             owner0 = torch.zeros(idn.size, dtype=torch.int64)
-            return self._feat_device.gather(owner0, torch.from_numpy(own.astype(np.int64)))
+            return read(self._feat_device.gather(owner0, torch.from_numpy(own.astype(np.int64))))
         tier, owner, local = fp.locate(idn, self.rank)
         sources = self._sources(tier, owner)
-        self._account(tier, owner, row_bytes, "features", sources)
+        self._account(tier, owner, row_bytes, "features", sources, disk_bytes=disk_bytes)
         self._count_hits(tier, owner, "features", sources)
         out: Tensor | None = None  # allocated only when rows come from more than one tier
 
@@ -660,8 +650,8 @@ class UnifiedStore:
 
         if self._feat_device is not None:  # every rank calls it (two-sided is collective)
             sel = np.flatnonzero(tier == DEVICE)
-            rows = self._feat_device.gather(
-                torch.from_numpy(owner[sel]), torch.from_numpy(local[sel])
+            rows = read(
+                self._feat_device.gather(torch.from_numpy(owner[sel]), torch.from_numpy(local[sel]))
             )
             if sel.size == idn.size:  # all hits: no scatter
                 return rows.cpu()
@@ -669,15 +659,15 @@ class UnifiedStore:
         sel = np.flatnonzero(tier == HOST)
         if sel.size:
             assert self._feat_host is not None  # planned rows exist
-            rows = gather_rows(self._feat_host, torch.from_numpy(local[sel]))
+            rows = read(gather_rows(self._feat_host, torch.from_numpy(local[sel])))
             if sel.size == idn.size:  # all from the host tier: no scatter
                 return rows
             scatter(sel, rows)
         sel = np.flatnonzero(tier == DISK)
         if sel.size == idn.size:  # all from disk: no scatter
-            return torch.from_numpy(self._disk_rows(idn))
+            return self._disk_rows_read(idn)
         if sel.size:
-            scatter(sel, torch.from_numpy(self._disk_rows(idn[sel])))
+            scatter(sel, self._disk_rows_read(idn[sel]))
         assert out is not None
         return out
 
@@ -687,6 +677,26 @@ class UnifiedStore:
             assert self.plan.features is not None
             self._index = DeviceIndex(self.plan.features, self.rank, self.device)
         return self._index
+
+    def row_bytes(self) -> int:
+        """Bytes of one feature row as the device and host tiers store it (0 without features)."""
+        x = self.graph.x
+        if x is None:
+            return 0
+        width = int(x.shape[1])
+        return width * x.dtype.itemsize if self.codec is None else self.codec.row_bytes(width)
+
+    def _read_back(self, rows: Tensor) -> Tensor:
+        """Stored device- or host-tier rows as ``graph.x``'s dtype (a no-op without a codec)."""
+        if self.codec is None:
+            return rows
+        assert self.graph.x is not None
+        return self.codec.decode(rows, torch.from_numpy(np.empty(0, self.graph.x.dtype)).dtype)
+
+    def _disk_rows_read(self, ids: np.ndarray) -> Tensor:
+        """Disk-tier rows ``ids`` with the values the stored rows would hold."""
+        rows = torch.from_numpy(self._disk_rows(ids))
+        return rows if self.codec is None else self.codec.round_trip(rows)
 
     def _disk_rows(self, ids: np.ndarray) -> np.ndarray:
         """Feature rows ``ids`` (any order, repeats) of the disk tier, as a new array."""
@@ -705,7 +715,7 @@ class UnifiedStore:
         """Whether :meth:`edge_weight_at` returns weights."""
         return self.graph.edge_weight is not None
 
-    def _tier_store(self, t: int) -> _Segments | None:
+    def _tier_store(self, t: int) -> Segments | None:
         return (self._topo_device, self._topo_host, self._topo_disk)[t]
 
     def _bounds(self, idn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -815,7 +825,7 @@ class UnifiedStore:
         tier, owner, start, end = self._bounds(idn)
         self._count_hits(tier, owner)
         counts = end - start
-        pos = np.repeat(start, counts) + _segment_arange(counts)
+        pos = np.repeat(start, counts) + segment_arange(counts)
         nbrs = self._read("indices", np.repeat(tier, counts), np.repeat(owner, counts), pos)
         return torch.from_numpy(counts), torch.from_numpy(nbrs)
 

@@ -34,6 +34,7 @@ import numpy as np
 from fleetgnn.config.topology import check_world
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph.compact import feature_codec
 from fleetgnn.graph.csc import Graph
 from fleetgnn.store.hotness import HotnessRanking, hotness_order, id_dtype, inverse_order
 from fleetgnn.store.placement import PlacementPlan, check_placement
@@ -102,11 +103,17 @@ def resolve_sampling(choice: str, device_type: str, need: int, budget: int) -> s
     return "host"
 
 
-def feature_row_bytes(graph: Graph) -> int:
-    """Bytes of one feature row, ``F * itemsize`` (0 without features)."""
+def feature_row_bytes(graph: Graph, feature_dtype: str | None = None) -> int:
+    """Bytes of one feature row as stored (0 without features).
+
+    ``F * itemsize`` of the dataset, or with ``feature_dtype`` (``store.feature_dtype``) the
+    compact row's, :meth:`FeatureCodec.row_bytes <fleetgnn.graph.compact.FeatureCodec.row_bytes>`.
+    """
     if graph.x is None:
         return 0
-    return int(graph.x.shape[1]) * graph.x.dtype.itemsize
+    codec = feature_codec(feature_dtype)
+    width = int(graph.x.shape[1])
+    return width * graph.x.dtype.itemsize if codec is None else codec.row_bytes(width)
 
 
 def topology_row_bytes(graph: Graph) -> np.ndarray:
@@ -555,6 +562,7 @@ def plan_store(
     order: TierOrder = "graph_first",
     ranks_per_host: int | None = None,
     placement: PlacementPlan | None = None,
+    feature_dtype: str | None = None,
 ) -> StorePlan:
     """Plan topology and features of ``graph`` over the tiers, deterministically.
 
@@ -582,6 +590,8 @@ def plan_store(
             plan, it does not change the host budget, which is per host).
         placement: Which partitions each device stores and where it reads each from
             (``None``: partition ``p`` on device ``p`` only, the modulo split).
+        feature_dtype: How feature rows are stored (``store.feature_dtype``): the plan counts
+            their stored bytes (:func:`feature_row_bytes`); ``None``: the dataset's.
 
     Returns:
         The :class:`StorePlan`.
@@ -606,7 +616,7 @@ def plan_store(
         ("topology", _segment_rows(graph, rank.order), 8 * n + per_edge * edges, 8)
     ]
     if graph.x is not None:
-        rb = feature_row_bytes(graph)
+        rb = feature_row_bytes(graph, feature_dtype)
         kinds.append(("features", _fixed_rows(rb), rb * n, 0))
     if order == "features_first":
         kinds.reverse()

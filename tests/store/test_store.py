@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+import fleetgnn.store.segments as segments
 import fleetgnn.store.store as store_mod
 from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.graph.compact import feature_codec
 from fleetgnn.graph.csc import from_edges
 from fleetgnn.graph.dataset import open_dataset, write_dataset
 from fleetgnn.graph.loaders._io import memory_total
@@ -22,7 +24,7 @@ from fleetgnn.store import (
     hotness_order,
     topology_row_bytes,
 )
-from fleetgnn.store.tiers import DEVICE, DISK, HOST
+from fleetgnn.store.tiers import DEVICE, DISK, HOST, plan_store
 
 
 def _graph(n=80, e=600, f=5, seed=0, weights=True, dtype=np.float64):
@@ -81,6 +83,66 @@ def test_features_bit_exact_and_accounted(dev, host, order, device):
     empty = store.gather(torch.empty(0, dtype=torch.int64))
     assert empty.shape == (0, 5)
     store.close()
+
+
+@pytest.mark.parametrize("dev,host", [(0.0, 0.0), (0.2, 0.3), (1.0, 0.0), (0.05, 0.95)])
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "float8_e4m3", "float32"])
+def test_compact_features_read_back_the_stored_values(dev, host, name, device):
+    """``feature_dtype``: every tier returns ``round_trip(x)``, bytes are the stored ones."""
+    g = _graph(f=8)
+    codec = feature_codec(name)
+    b = _budgets(g, dev, host)
+    store = UnifiedStore.build(g, None, b, order="features_first", feature_dtype=name)
+    ids = torch.from_numpy(np.random.default_rng(1).integers(0, g.num_nodes, 300))
+    out = store.gather(ids.to(device))
+    assert out.dtype == torch.float64 and out.device.type == device
+    assert torch.equal(out.cpu(), codec.round_trip(torch.from_numpy(g.x))[ids])
+    fp = store.plan.features
+    k = hotness_order(g).rank_of[ids.numpy()]
+    in_tiers = int((k < fp.num_device + fp.num_host).sum())
+    snap = store.traffic
+    served = sum(snap[k]["bytes"] for k in ("local", "peer", "h2d"))
+    assert served == in_tiers * codec.row_bytes(8)  # stored rows
+    assert snap["disk"]["bytes"] == (300 - in_tiers) * 8 * 8  # the dataset's float64 rows
+    mem = store.memory()
+    assert mem["device"] <= b.device and mem["host"] <= b.host
+    assert mem["device"] == store.plan.device_bytes()[0]
+    store.close()
+
+
+@pytest.mark.parametrize("name,factor", [("bfloat16", 2), ("float8_e4m3", 4)])
+def test_compact_rows_fit_more_rows_in_a_budget(name, factor):
+    """The plan counts stored bytes: a device budget holds 2x (16-bit) the float32 rows, and
+    float8 rows of 96 features (100 bytes with the scale) about 4x minus the scale's share."""
+    rng = np.random.default_rng(0)
+    g = from_edges(
+        rng.integers(0, 500, 3000),
+        rng.integers(0, 500, 3000),
+        num_nodes=500,
+        node_data={"x": rng.standard_normal((500, 96)).astype(np.float32)},
+    )
+    b = TierBudgets(device=100 * 96 * 4, host=0)  # 100 float32 rows
+    plain = UnifiedStore.build(g, None, b, order="features_first", feature_dtype="float32")
+    compact = UnifiedStore.build(g, None, b, order="features_first", feature_dtype=name)
+    n32, n = plain.plan.features.num_device, compact.plan.features.num_device
+    assert n32 == 100
+    assert n == 100 * 96 * 4 // feature_codec(name).row_bytes(96)
+    assert n >= factor * n32 * 0.96
+    assert compact.memory()["device"] == n * feature_codec(name).row_bytes(96)
+    plain.close()
+    compact.close()
+
+
+def test_compact_features_check_a_given_plans_row_bytes():
+    g = _graph()
+    plan = UnifiedStore.build(g, None, _budgets(g, 0.5, 0.2)).plan  # float64 rows
+    with pytest.raises(ConfigError, match="other size than bfloat16 rows"):
+        UnifiedStore.build(g, None, plan=plan, feature_dtype="bfloat16")
+    b = _budgets(g, 0.5, 0.2)
+    compact = plan_store(g, b, 1, feature_dtype="bfloat16")
+    s = UnifiedStore.build(g, None, plan=compact, feature_dtype="bfloat16")
+    assert torch.equal(s.gather(torch.arange(80)), feature_codec("bfloat16").round_trip(g.x))
+    s.close()
 
 
 @pytest.mark.parametrize("dev,host", RATIOS)
@@ -341,12 +403,12 @@ def test_disk_tier_falls_back_to_a_mapping_advised_random(tmp_path, monkeypatch)
 
 
 def test_segments_copied_in_blocks_equal_one_copy(monkeypatch):
-    """``_segments_of`` copies a tier's edges in row blocks (bounded int64 positions); with blocks
+    """``segments_of`` copies a tier's edges in row blocks (bounded int64 positions); with blocks
     of a few edges it gives exactly the segments of the nodes asked for, weights included."""
     g = _graph(n=80, e=600)
     rows = np.random.default_rng(1).permutation(80)[:50]
-    monkeypatch.setattr(store_mod, "_SEGMENT_BLOCK", 7)
-    indptr, indices, weight = store_mod._segments_of(g, rows)
+    monkeypatch.setattr(segments, "SEGMENT_BLOCK", 7)
+    indptr, indices, weight = segments.segments_of(g, rows)
     assert indptr.tolist()[-1] == int(sum(g.indptr[r + 1] - g.indptr[r] for r in rows))
     for i, r in enumerate(rows.tolist()):
         a, b = int(indptr[i]), int(indptr[i + 1])

@@ -6,6 +6,7 @@ import torch
 
 from fleetgnn.distributed.testing import run_world
 from fleetgnn.distributed.traffic import TrafficMeter
+from fleetgnn.graph.compact import feature_codec
 from fleetgnn.graph.csc import from_edges
 from fleetgnn.sampling.neighbor import GraphTopology, NeighborSampler
 from fleetgnn.store import TierBudgets, UnifiedStore, feature_row_bytes, topology_row_bytes
@@ -81,9 +82,28 @@ def _world(comm, configs):
 CONFIGS = [(0.2, 0.05, "features_first"), (1.2, 0.0, "graph_first"), (0.3, 0.4, "graph_first")]
 
 
+def _world_compact(comm):
+    """bfloat16 and float8 stores, one- and two-sided: rows read back from every tier."""
+    g = _graph()
+    ids = torch.from_numpy(np.random.default_rng(7 + comm.rank).integers(0, g.num_nodes, 150))
+    total = int(topology_row_bytes(g).sum()) + g.num_nodes * feature_row_bytes(g)
+    b = TierBudgets(device=int(0.01 * total), host=int(0.02 * total))  # each tier some rows
+    out = {}
+    for name in ("bfloat16", "float8_e4m3"):
+        for mode in (True, False):
+            s = UnifiedStore.build(
+                g, comm, b, order="features_first", one_sided=mode, feature_dtype=name,
+                name=f"cp{name[:4]}{int(mode)}",
+            )  # fmt: skip
+            want = feature_codec(name).round_trip(torch.from_numpy(g.x))[ids]
+            out[name, mode] = (torch.equal(s.gather(ids), want), s.requests("features"))
+            s.close()
+    return out
+
+
 def _world_both(comm, configs, cases):
-    """One world, two suites (processes are expensive): tier configs, then topologies."""
-    return _world(comm, configs), _world_placed(comm, cases)
+    """One world, three suites (processes are expensive): tiers, topologies, compact rows."""
+    return _world(comm, configs), _world_placed(comm, cases), _world_compact(comm)
 
 
 @pytest.mark.slow
@@ -116,6 +136,9 @@ def test_store_across_ranks(world):
                 assert t["disk"]["bytes"] == req["disk"] * rb
                 assert sum(v["bytes"] for v in t.values()) == 200 * rb
             assert torch.equal(one["feats"], two["feats"])  # one-sided == two-sided
+    for b in both:  # compact rows: every tier (own shard, peers, host, disk) reads them back
+        for exact, req in b[2].values():
+            assert exact and req["peer"] > 0 and req["host"] > 0 and req["disk"] > 0
     # the configurations exercise peers, host and disk
     first = results[0][0][True]
     assert first["requests"]["peer"] > 0 and first["requests"]["host"] > 0
