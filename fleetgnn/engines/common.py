@@ -21,6 +21,7 @@ from fleetgnn.distributed import Communicator, DistContext
 from fleetgnn.distributed.context import auto_device_type
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
+from fleetgnn.graph.compact import feature_codec
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn import check_model
 from fleetgnn.nn.pyg import PygModel
@@ -564,8 +565,17 @@ def check_fanouts(fanouts: Sequence[int], model: torch.nn.Module) -> None:
 FEATURE_BLOCK_BYTES = 8 << 20
 
 
-def node_features(graph: Graph, dtype: torch.dtype, feature_norm: str = "none") -> torch.Tensor:
+def node_features(
+    graph: Graph,
+    dtype: torch.dtype,
+    feature_norm: str = "none",
+    feature_dtype: str | None = None,
+) -> torch.Tensor:
     """The feature matrix as an owned tensor, normalised per ``data.feature_norm``.
+
+    With ``feature_dtype`` (``store.feature_dtype``) each row first takes the values its
+    compact stored form reads back (:func:`stored_values`), as the unified store's gather
+    returns them.
 
     One copy: the ``[N, F]`` result of ``dtype`` is filled in row blocks of about
     :data:`FEATURE_BLOCK_BYTES`, each converted and normalised in place (the values of
@@ -579,6 +589,7 @@ def node_features(graph: Graph, dtype: torch.dtype, feature_norm: str = "none") 
     """
     _check_feature_norm(feature_norm)
     x = graph.x
+    codec = feature_codec(feature_dtype)
     n, f = (int(s) for s in x.shape)
     out = torch.empty((n, f), dtype=dtype)
     wide = max(x.dtype.itemsize, out.element_size())
@@ -588,6 +599,8 @@ def node_features(graph: Graph, dtype: torch.dtype, feature_norm: str = "none") 
         for a in range(0, n, step):
             b = min(n, a + step)
             rows = reader.slice(a, b) if reader.reads_file else np.asarray(x[a:b])
+            if codec is not None:
+                rows = codec.round_trip(torch.from_numpy(np.ascontiguousarray(rows))).numpy()
             block = out[a:b]
             np.copyto(block.numpy(), rows, casting="unsafe")  # the cast .to(dtype) makes
             if feature_norm == "row":  # normalize_rows, in place
@@ -595,6 +608,17 @@ def node_features(graph: Graph, dtype: torch.dtype, feature_norm: str = "none") 
     finally:
         reader.close()
     return out
+
+
+def stored_values(x: torch.Tensor, feature_dtype: str | None) -> torch.Tensor:
+    """Feature rows ``x`` with the values their ``store.feature_dtype`` form reads back.
+
+    What the unified store's gather returns for the same rows
+    (:meth:`FeatureCodec.round_trip <fleetgnn.graph.compact.FeatureCodec.round_trip>`, in
+    ``x``'s dtype), for the engines that hold their features whole; ``x`` when ``None``.
+    """
+    codec = feature_codec(feature_dtype)
+    return x if codec is None else codec.round_trip(x)
 
 
 def normalize_rows(x: torch.Tensor, feature_norm: str) -> torch.Tensor:

@@ -67,6 +67,7 @@ from fleetgnn.engines.common import (
     setup_distributed,
     setup_model,
     split_metrics,
+    stored_values,
 )
 from fleetgnn.engines.edges import EdgeRows, needs_edge_attr
 from fleetgnn.engines.halo import (
@@ -318,8 +319,8 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         lo, hi = self.layout.lo, self.layout.hi
         # ---- node data of the owned range (rows perm[lo:hi] of the dataset's arrays)
         own = self.book.part_rows(graph, self.rank)
-        x = torch.from_numpy(own.x).to(self.dtype)  # type: ignore[arg-type]
-        self.x = normalize_rows(x, fc.feature_norm).to(self.device)
+        x = stored_values(torch.from_numpy(own.x), fc.feature_dtype)  # type: ignore[arg-type]
+        self.x = normalize_rows(x.to(self.dtype), fc.feature_norm).to(self.device)
         self.y, self.masks = labels_and_masks(own, 0, hi - lo, self.device, num_classes_of(graph))
         del own
         self.train_idx = torch.nonzero(self.masks["train"]).view(-1)

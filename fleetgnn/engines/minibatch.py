@@ -247,6 +247,7 @@ class MinibatchEngine(SampledEngine):
             topology=sc.topology,
             hosts=self.hosts,
             device=self.device,  # gather returns rows there; feature shards live there on CUDA
+            feature_dtype=sc.feature_dtype,  # compact rows in every tier, read back in gather
         )
         if not self.link:
             self.num_classes = num_classes_of(graph)

@@ -89,6 +89,7 @@ from fleetgnn.engines.common import (
     setup_distributed,
     setup_model,
     split_metrics,
+    stored_values,
 )
 from fleetgnn.engines.link import check_link_model, setup_task
 from fleetgnn.engines.offload_budget import OffloadBudget, OffloadBudgetError
@@ -223,7 +224,8 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         offsets = np.asarray(self.book.offsets, dtype=np.int64)
         self.lo, self.hi = int(offsets[self.rank]), int(offsets[self.rank + 1])
         own = self.book.part_rows(graph, self.rank)
-        x = torch.from_numpy(own.x).to(self.dtype)  # type: ignore[arg-type]
+        x = stored_values(torch.from_numpy(own.x), oc.feature_dtype)  # type: ignore[arg-type]
+        x = x.to(self.dtype)
         self.y, self.masks = labels_and_masks(
             own, 0, self.hi - self.lo, "cpu", num_classes_of(graph)
         )

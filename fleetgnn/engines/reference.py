@@ -96,7 +96,9 @@ class ReferenceEngine(EngineBase):
         graph, loss = setup_task(self, config.mode, task, graph, loss)
         require_trainable(graph)
         self.graph = graph
-        self.x = node_features(graph, self.dtype, config.feature_norm).to(self.device)
+        self.x = node_features(graph, self.dtype, config.feature_norm, config.feature_dtype).to(
+            self.device
+        )
         self.num_classes = num_classes_of(graph)
         self.y, self.masks = labels_and_masks(
             graph, device=self.device, num_classes=self.num_classes

@@ -108,7 +108,6 @@ from fleetgnn.store import (
     SOURCES,
     TierBudgets,
     UnifiedStore,
-    feature_row_bytes,
     hotness_order,
     plan_partitioned,
 )
@@ -562,6 +561,7 @@ class SplitEngine(SampledEngine):
             self.world_size,
             hotness=hot,
             ranks_per_host=self.hosts.count(self.hosts[self.rank]),
+            feature_dtype=sc.feature_dtype,
         )
         # the store's two-sided gathers run in the prefetch thread: their own group (none on
         # one rank), so they never interleave with the training group's collectives
@@ -580,8 +580,9 @@ class SplitEngine(SampledEngine):
             name="split",
             hosts=self.hosts,
             device=self.device,  # device-tier rows never leave it; the rest arrive there
+            feature_dtype=sc.feature_dtype,
         )
-        self.row_bytes = feature_row_bytes(graph)
+        self.row_bytes = self.store.row_bytes()  # as stored (compact with store.feature_dtype)
 
     def _load(self, ids: Tensor) -> tuple[Tensor, dict[str, int], dict[str, int]]:
         """Rows of ``ids`` through the store, cast and normalised; requests and bytes per source.

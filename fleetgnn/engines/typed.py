@@ -58,6 +58,7 @@ from fleetgnn.engines.common import (
     normalize_rows,
     one_process_setup,
     setup_model,
+    stored_values,
 )
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.sampled import SampledEngine
@@ -99,10 +100,13 @@ class _TypedData:
     #: How evaluation cuts each rank's nodes into chunks.
     chunking = Chunking()
 
-    def _setup_data(self, graph: HeteroGraph, feature_norm: str | None) -> None:
+    def _setup_data(
+        self, graph: HeteroGraph, feature_norm: str | None, feature_dtype: str | None = None
+    ) -> None:
         s = graph.schema
         self.schema = s
         self.feature_norm = feature_norm or "none"
+        self.feature_dtype = feature_dtype  # store.feature_dtype: the rows' stored values
         self.offsets = {t: s.type_range(t)[0] for t in s.node_types}
         self.num_classes = int(graph.num_classes or int(np.max(graph.y)) + 1)
         self.y = torch.from_numpy(np.array(graph.y, dtype=np.int64))
@@ -166,7 +170,9 @@ class _TypedData:
 
     def type_rows(self, ntype: str, local: np.ndarray) -> torch.Tensor:
         """Input rows of type-local IDs ``local`` of a featured type (cast, normalised)."""
-        rows = torch.from_numpy(np.asarray(self.graph.x[ntype][local]))
+        rows = stored_values(
+            torch.from_numpy(np.asarray(self.graph.x[ntype][local])), self.feature_dtype
+        )
         return normalize_rows(rows.to(self.device, self.dtype), self.feature_norm)
 
     def evaluate(self) -> dict[str, float]:
@@ -233,7 +239,7 @@ class TypedReferenceEngine(_TypedData, EngineBase):
     ) -> None:
         config = one_process_setup(self, config)
         self.graph = _require_typed_trainable(graph)
-        self._setup_data(graph, config.feature_norm)
+        self._setup_data(graph, config.feature_norm, config.feature_dtype)
         self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
         if self.mode == "minibatch":
             self.loader = SeedLoader(
@@ -309,7 +315,7 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
         cfg = engine_config(self.name, config, MinibatchEngineConfig)
         _require_typed_trainable(graph)
         super().__init__(dist_setup(self.name, cfg, ctx), graph)
-        self._setup_data(graph, cfg.feature_norm)
+        self._setup_data(graph, cfg.feature_norm, cfg.feature_dtype)
         self.store: KeyedStore | None = None
         self.store_comm: Any = None
         if graph.x and (cfg.device_budget is not None or cfg.host_budget is not None):
@@ -350,6 +356,7 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
                 one_sided=gather == "one_sided",
                 meter=meter_cls(),
                 hosts=hosts,
+                feature_dtype=cfg.feature_dtype,
             )
         except BaseException:
             self.store_comm.destroy()

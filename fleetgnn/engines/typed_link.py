@@ -209,12 +209,15 @@ class _TypedLink(_TypedData):
 
     task: TypedLinkPrediction
 
-    def _setup_link(self, task: TypedLinkPrediction, feature_norm: str | None) -> None:
+    def _setup_link(
+        self, task: TypedLinkPrediction, feature_norm: str | None, feature_dtype: str | None
+    ) -> None:
         self.task = task
         self.graph = task.split.train_graph
         s = self.graph.schema
         self.schema = s
         self.feature_norm = feature_norm or "none"
+        self.feature_dtype = feature_dtype  # store.feature_dtype: the rows' stored values
         self.offsets = {t: s.type_range(t)[0] for t in s.node_types}
         self._full = None
 
@@ -301,7 +304,7 @@ class TypedLinkReferenceEngine(_TypedLink, TypedReferenceEngine):
     ) -> None:
         config = one_process_setup(self, config)
         task = _require_link(graph, task)
-        self._setup_link(task, config.feature_norm)
+        self._setup_link(task, config.feature_norm, config.feature_dtype)
         loss = loss if loss is not None else task.loss_fn
         self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
         check_link_model(self.module)
@@ -365,7 +368,7 @@ class TypedLinkMinibatchEngine(_TypedLink, TypedMinibatchEngine):
         cfg = engine_config(self.name, config, MinibatchEngineConfig)
         task = _require_link(graph, task)
         DistributedEngine.__init__(self, dist_setup(self.name, cfg, ctx), task.split.train_graph)
-        self._setup_link(task, cfg.feature_norm)
+        self._setup_link(task, cfg.feature_norm, cfg.feature_dtype)
         self.store = None
         self.store_comm = None
         if self.graph.x and (cfg.device_budget is not None or cfg.host_budget is not None):

@@ -66,7 +66,7 @@ from torch import nn
 from fleetgnn.config import Config
 from fleetgnn.config.textfile import load_yaml_file
 from fleetgnn.engines.chunks import Chunking
-from fleetgnn.engines.common import DTYPES, normalize_rows, resolve_device
+from fleetgnn.engines.common import DTYPES, normalize_rows, resolve_device, stored_values
 from fleetgnn.engines.inference import stream_inference
 from fleetgnn.engines.rowfiles import RowFile, RowWriter
 from fleetgnn.errors import ConfigError, DatasetError
@@ -679,9 +679,10 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
         writer = RowWriter({kind: RowFile(tmp / name) for name, (kind, _, _) in files.items()})
         reader = RowReader(graph.x)
         norm = cfg.data.feature_norm or "none"
+        stored = cfg.store.feature_dtype  # the values the trained model read
 
         def features(ids: torch.Tensor) -> torch.Tensor:
-            rows = torch.from_numpy(reader.take(ids.numpy()))
+            rows = stored_values(torch.from_numpy(reader.take(ids.numpy())), stored)
             return normalize_rows(rows.to(device=device, dtype=dtype), norm)
 
         stream_inference(

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from fleetgnn.distributed.testing import context_of, run_world
+from fleetgnn.graph.compact import feature_codec
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn import LocalAggregator, build_model
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader
@@ -66,7 +67,11 @@ def _reference(world_size, extra, steps):
     """Single process: the same blocks every rank samples, summed into one loss per step."""
     cfg = _config(extra)
     g = _graph()
-    x = torch.from_numpy(np.array(g.x)).double()
+    x = torch.from_numpy(np.array(g.x))
+    stored = [e.split("=", 1)[1] for e in extra if e.startswith("store.feature_dtype=")]
+    if stored:  # the values the store's compact rows read back, then cast
+        x = feature_codec(stored[0]).round_trip(x)
+    x = x.double()
     y = torch.from_numpy(np.array(g.y))
     torch.manual_seed(cfg.train.seed)
     model = build_model(
@@ -110,6 +115,9 @@ CASES = [
     (2, ["store.device_budget=2KB", "store.placement=presample", "store.debug_collectives=true"]),
     # a CSC replica on each rank's device, sampled by the torch backend: the same blocks
     (2, ["store.sampling=device", "store.device_budget=64KB", "store.host_budget=4KB"]),
+    # compact rows in every tier (own shard, peers, host, disk), read back in the gather
+    (2, ["store.feature_dtype=bfloat16", "store.device_budget=2KB", "store.host_budget=2KB"]),
+    (3, ["store.feature_dtype=fp8", "store.device_budget=1KB", "store.gather=two_sided"]),
 ]
 
 

@@ -18,6 +18,7 @@ from fleetgnn.engines.fullgraph import FullGraphEngine
 from fleetgnn.engines.reference import ReferenceEngine
 from fleetgnn.engines.typed import TypedReferenceEngine
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph.compact import feature_codec
 from fleetgnn.graph.hetero_toy import toy_mag
 from fleetgnn.nn.hetero import TypedAggregator, build_hetero_model
 from fleetgnn.sampling import SeedLoader
@@ -130,9 +131,14 @@ def test_reference_minibatch_step_equals_hand_written_step():
         torch.testing.assert_close(engine.module.state_dict()[name], value, rtol=1e-12, atol=1e-14)
 
 
-def _x(g, block):
+def _x(g, block, feature_dtype=None):
+    """The block's input rows (with ``feature_dtype``: the stored rows' values), float64."""
     off = {t: g.schema.type_range(t)[0] for t in g.schema.node_types}
-    return {t: torch.from_numpy(g.x[t]).double()[block.src_ids[t] - off[t]] for t in g.x}
+    codec = feature_codec(feature_dtype)
+    x = {t: torch.from_numpy(g.x[t]) for t in g.x}
+    if codec is not None:
+        x = {t: codec.round_trip(v) for t, v in x.items()}
+    return {t: x[t].double()[block.src_ids[t] - off[t]] for t in g.x}
 
 
 def _train_ranks(comm, conv, store=None):
@@ -153,7 +159,7 @@ def _train_ranks(comm, conv, store=None):
         return {"steps": out, "params": params, "eval": engine.evaluate(), "store": extra}
 
 
-def _reference_union(world_size, conv):
+def _reference_union(world_size, conv, feature_dtype=None):
     """One process: every rank's keyed blocks of a step, their summed loss over the step's seeds."""
     g = _graph()
     model = _model(g, conv)
@@ -173,7 +179,7 @@ def _reference_union(world_size, conv):
             blocks = sampler.sample(seeds, 0, step, stream=r)
             logits = model(
                 [TypedAggregator(b, dtype=torch.float64) for b in blocks],
-                _x(g, blocks[0]),
+                _x(g, blocks[0], feature_dtype),
                 step=step,
             )
             part = F.cross_entropy(logits, y[seeds], reduction="sum")
@@ -220,8 +226,10 @@ def _feature_bytes():
         {"device": 0.15, "host": 0.3},  # rows from own shard, the peer's, host and disk
         {"device": 0.0, "host": 0.0, "gather": "two_sided"},  # everything from disk
         {"device": 0.3, "host": None, "gather": "two_sided"},  # the rest on the host tier
+        # compact rows in the tables: fp16 features, read back in the gather
+        {"device": 0.1, "host": 0.15, "feature_dtype": "float16"},
     ],
-    ids=["mixed", "disk", "two-sided"],
+    ids=["mixed", "disk", "two-sided", "float16"],
 )
 def test_minibatch_through_the_keyed_store_equals_reference(store):
     """Budgets smaller than the features: the same steps as the reference, rows from the tiers."""
@@ -230,9 +238,10 @@ def test_minibatch_through_the_keyed_store_equals_reference(store):
         "device_budget": int(store["device"] * fb / 2),
         "host_budget": None if store["host"] is None else int(store["host"] * fb),
         "gather": store.get("gather", "auto"),
+        "feature_dtype": store.get("feature_dtype"),
     }
     results = run_world(_train_ranks, 2, "rgat", opts, timeout_s=300)
-    steps, params = _reference_union(2, "rgat")
+    steps, params = _reference_union(2, "rgat", opts["feature_dtype"])
     for step, (losses, grads) in enumerate(steps):
         for rank, res in enumerate(results):
             loss_sum, _, rank_grads, traffic = res["steps"][step]
