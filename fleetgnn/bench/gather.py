@@ -17,10 +17,19 @@ device (every row there, read with IDs on the device: an engine's read of its de
 disk-tier one stays on the host, its rows gathered there and copied to the device, and says so
 (``host gather + copy to <device>``). Up to stop 35 the device-tier case on CUDA was a host
 store too: its figure was a host gather and a copy, labelled as the device tier.
+
+Per stored dtype (``store.feature_dtype``, :mod:`fleetgnn.graph.compact`; on the CPU): the
+store's gather of the same random IDs, every row on the device tier, with the rows stored as
+the dataset's (``None``), ``bfloat16``, ``float16`` and ``float8_e4m3`` and read back to the
+dataset's dtype (:func:`dtype_rows`): rows per second, stored bytes per row, GB per second
+counted in stored bytes, and the rate over the dataset's rows (``ratio_to_dataset``, the
+``speedup`` over the ``dataset rows`` baseline). The four stores are timed interleaved.
+``benchmarks/bench_gather_dtypes.py`` runs the same measurement on a table of a chosen size.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -31,9 +40,14 @@ from fleetgnn.bench.ops import memcpy_gbps
 from fleetgnn.bench.report import measurement, progress_line
 from fleetgnn.bench.timing import interleaved
 from fleetgnn.graph import Graph
+from fleetgnn.graph.compact import feature_codec
 from fleetgnn.store import TierBudgets, UnifiedStore
 
 SECTION = "gather"
+#: The stored feature dtypes :func:`dtype_rows` compares (``None``: the dataset's own rows).
+FEATURE_DTYPES: tuple[str | None, ...] = (None, "bfloat16", "float16", "float8_e4m3")
+#: The name of the baseline in :func:`dtype_rows`' rows: the store of the dataset's rows.
+DATASET_ROWS = "dataset rows (feature_dtype None)"
 
 
 def run(
@@ -107,4 +121,119 @@ def run(
         )
         rows.append(row)
         log(progress_line(row))
+    if on_host:
+        rows += dtype_rows(graph, name, ids, opts.repeat, threads, log)
     return rows
+
+
+def dtype_rates(
+    times: dict[str | None, list[float]], n_ids: int, row_bytes: dict[str | None, int]
+) -> dict[str | None, dict[str, float]]:
+    """Per stored dtype: ``rows_per_s``, ``row_bytes``, ``stored_gbps``, ``ratio_to_dataset``.
+
+    From the median of each dtype's gather seconds (``times``) of ``n_ids`` rows; the ratio is
+    the dtype's rows per second over those of ``None`` (the dataset's rows), which ``times``
+    must hold.
+    """
+    if None not in times:
+        raise ValueError("dtype_rates needs the dataset's rows (feature_dtype None) to compare")
+    out: dict[str | None, dict[str, float]] = {}
+    for d, ts in times.items():
+        median = statistics.median(ts)
+        if not median > 0:
+            raise ValueError(f"gather times of feature_dtype {d} must be > 0 (median {median})")
+        rate = n_ids / median
+        out[d] = {
+            "rows_per_s": rate,
+            "row_bytes": int(row_bytes[d]),
+            "stored_gbps": rate * row_bytes[d] / 1e9,
+        }
+    for d in out:
+        out[d]["ratio_to_dataset"] = out[d]["rows_per_s"] / out[None]["rows_per_s"]
+    return out
+
+
+def dtype_rows(
+    graph: Graph,
+    name: str,
+    ids: torch.Tensor,
+    repeat: int,
+    threads: int,
+    log: Callable[[str], None],
+    dtypes: tuple[str | None, ...] = FEATURE_DTYPES,
+) -> list[dict[str, Any]]:
+    """The store's gather of ``ids`` per stored feature dtype, on the CPU (one row per dtype).
+
+    One store per dtype over ``graph`` (every row on the device tier, in memory), each checked
+    first to read back ``round_trip`` of the dataset's rows; then the gathers of ``ids`` timed
+    interleaved. Each row's rate is million rows per second; ``extra`` has the stored dtype,
+    ``row_bytes``, ``rows_per_s``, ``stored_gbps`` (GB/s of stored bytes) and
+    ``ratio_to_dataset``; against the baseline :data:`DATASET_ROWS` (``None``'s gather) the
+    speed-up is that ratio.
+    """
+    x_map = graph.x
+    if x_map is None:
+        raise ValueError(f"{name} has no features to gather")
+    if None not in dtypes:
+        raise ValueError("dtype_rows compares with the dataset's rows: dtypes must hold None")
+    width = int(x_map.shape[1])
+    everything = int(np.asarray(graph.indptr).nbytes + np.asarray(graph.indices).nbytes) + int(
+        np.asarray(x_map).nbytes
+    )
+    check = ids[:100]
+    expected = torch.from_numpy(np.asarray(x_map[check.numpy()]))
+    stores: dict[str | None, UnifiedStore] = {}
+    try:
+        for d in dtypes:
+            store = UnifiedStore.build(
+                graph,
+                budgets=TierBudgets(device=2 * everything, host=0),
+                name=f"bench{threads}{d or 'x'}",
+                feature_dtype=d,
+            )
+            stores[d] = store
+            codec = feature_codec(d)
+            want = expected if codec is None else codec.round_trip(expected)
+            if not torch.equal(store.gather(check), want):
+                raise RuntimeError(f"the {d or 'dataset'} store's rows differ from round_trip(x)")
+        times = interleaved(
+            {d: (lambda s=s: s.gather(ids)) for d, s in stores.items()}, repeat, "cpu"
+        )
+        row_bytes = {d: s.row_bytes() for d, s in stores.items()}
+    finally:
+        for s in stores.values():
+            s.close()
+    n_ids = int(ids.numel())
+    rates = dtype_rates(times, n_ids, row_bytes)
+    dataset_dtype = str(np.asarray(x_map[:0]).dtype)
+    out = []
+    for d in dtypes:
+        r = rates[d]
+        impls = {"fleetgnn": times[d]}
+        if d is not None:
+            impls[DATASET_ROWS] = times[None]
+        stored = d or f"{dataset_dtype} (the dataset's)"
+        row = measurement(
+            SECTION,
+            f"store gather of {n_ids:,} random rows x {width} stored as {stored} "
+            f"({r['row_bytes']} B/row), read back as {dataset_dtype}, device tier, {name}",
+            threads,
+            impls,
+            work=dict.fromkeys(impls, n_ids / 1e6),
+            unit="M rows/s",
+            kinds={DATASET_ROWS: "baseline"},
+            extra={
+                "feature_dtype": d,
+                "dataset_dtype": dataset_dtype,
+                "rows": n_ids,
+                "table_rows": int(graph.num_nodes),
+                **r,
+            },
+        )
+        out.append(row)
+        log(
+            progress_line(row)
+            + f"; {r['stored_gbps']:.3g} GB/s stored, x{r['ratio_to_dataset']:.2f} of the "
+            "dataset's rows/s"
+        )
+    return out
