@@ -550,7 +550,7 @@ def _modelled_store(
     idx = 4 if wl.num_nodes < 2**31 else 8
     kinds = [
         ("topology", 8 * wl.num_nodes + idx * wl.num_edges),
-        ("features", wl.num_nodes * wl.num_features * _FEAT_ELEM),
+        ("features", wl.num_nodes * wl.feature_row_bytes(_FEAT_ELEM)),  # as stored
     ]
     if order == "features_first":
         kinds.reverse()
@@ -616,7 +616,7 @@ def _store_loads(
     fractions, _, _, idx = store
     rows, edges = s["input_rows"], s["edges"]
     per_step = {
-        "features": rows * wl.num_features * _FEAT_ELEM,
+        "features": rows * wl.feature_row_bytes(_FEAT_ELEM),  # stored bytes per row
         # the sampler looks up every seed, every sampled edge's destination and every new
         # node (edges + input rows lookups) and reads one index per sampled edge
         "topology": _LOOKUP * (edges + rows) + idx * edges,
@@ -693,6 +693,7 @@ def predict_minibatch(
             order=order,
             topology=knobs.get("topology"),
             ranks_per_host=per_host,
+            feature_dtype=wl.feature_dtype,
         )
         steps, loads = c.steps, dict(c.loads)
         mean = {"input_rows": c.input_rows, "edges": c.edges, "nodes": c.nodes}
@@ -825,13 +826,14 @@ def predict_split(
             device_budget=dev_b,
             host_budget=host_b,
             owner=np.arange(g.num_nodes, dtype=np.int64) % world if modelled_cut else None,
+            feature_dtype=wl.feature_dtype,
         )
         steps, loads, rows = c.steps, dict(c.loads), c.shuffle_rows
         if modelled_cut:
             rows = tuple((e * SPLIT_CUT * steps,) * 2 for e in c.layer_edges)
         mean = {"input_rows": c.input_rows, "edges": c.edges, "nodes": c.nodes}
         peak = {"input_rows": c.max_input_rows, "edges": c.max_edges, "nodes": c.max_nodes}
-        row = wl.num_features * (g.x.dtype.itemsize if g.x is not None else _FEAT_ELEM)
+        row = wl.feature_row_bytes(_FEAT_ELEM)  # as the store holds it (store.feature_dtype)
         device = max(c.device_bytes)
         uncached = (wl.num_nodes - sum(c.device_bytes) // max(row, 1)) * row
         counts = "exact" if c.exact else f"presampled {c.replayed} of {c.steps} steps"
@@ -840,7 +842,7 @@ def predict_split(
     else:
         mean = peak = _presample(wl)
         steps = math.ceil(wl.num_train / wl.batch_size)
-        row = wl.num_features * _FEAT_ELEM
+        row = wl.feature_row_bytes(_FEAT_ELEM)
         feat_bytes = wl.num_nodes * row
         cached = min(1.0, dev_b * world / max(feat_bytes, 1))
         gathered = mean["input_rows"] * row * steps

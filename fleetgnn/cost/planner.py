@@ -41,6 +41,8 @@ from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.hetero import HeteroGraph
 
+#: The engines whose unified store holds feature rows as ``store.feature_dtype`` stores them.
+STORE_ENGINES: tuple[str, ...] = ("minibatch", "split")
 #: Chunk counts the offload model tries, smallest first.
 OFFLOAD_CHUNKS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MODES: tuple[str, ...] = ("auto", "full", "minibatch")
@@ -459,6 +461,8 @@ def make_plan(
         "widths": list(wl.model.widths),
         "source": wl.source,
         "task": wl.task,
+        "feature_dtype": wl.feature_dtype,
+        "feature_row_bytes": wl.feature_row_bytes(),
     }
     plan = Plan(
         None,
@@ -519,6 +523,15 @@ def make_plan(
         parts.append(f"Offload streams {p.knobs['chunks']} chunk(s) per rank through the device.")
     if "order_reason" in p.knobs:
         parts.append(f"Its store: {p.knobs['order_reason']}.")
+    if wl.feature_dtype is not None:
+        text = wl.stored_rows_text()
+        held = (
+            "its store's tiers hold them so"
+            if best in STORE_ENGINES
+            else f"{best} holds their read-back values at float{wl.model.elem * 8} width "
+            f"(the store's tiers of {' and '.join(STORE_ENGINES)} hold the compact rows)"
+        )
+        parts.append(f"{text[0].upper()}{text[1:]}; {held}.")
     if (
         plan.ranked_by == "epoch_s"
         and mode == "auto"
@@ -767,4 +780,5 @@ def workload_from_config(
         decoder=str(t.decoder),
         # resolved by the caller (cli.plan.plan_for reads the dataset's); unset: none
         feature_norm=str(cfg.data.feature_norm or "none"),
+        feature_dtype=cfg.store.feature_dtype,  # the store's tiers count the stored rows
     )

@@ -43,6 +43,7 @@ from torch import Tensor
 
 from fleetgnn.config.units import UNLIMITED
 from fleetgnn.graph import Graph
+from fleetgnn.graph.compact import feature_codec
 from fleetgnn.partition import partition
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
 from fleetgnn.store import SOURCE_LINKS, plan_partitioned
@@ -223,6 +224,15 @@ def presample_hotness(
     return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
 
 
+def _row_bytes(graph: Graph, feature_dtype: str | None) -> int:
+    """Bytes of one feature row as the store holds it (0 without features)."""
+    if graph.x is None:
+        return 0
+    codec = feature_codec(feature_dtype)
+    width = int(graph.x.shape[1])
+    return width * graph.x.dtype.itemsize if codec is None else codec.row_bytes(width)
+
+
 def _replayed_steps(
     steps: int, world: int, first_edges: int, max_edges: int, presample_steps: int
 ) -> int:
@@ -248,6 +258,7 @@ def minibatch_counts(
     ranks_per_host: int | None = None,
     max_edges: int = EXACT_EDGES,
     presample_steps: int = PRESAMPLE_STEPS,
+    feature_dtype: str | None = None,
 ) -> SampledCounts:
     """Replay one epoch of the ``minibatch`` engine: store reads per link kind, store memory.
 
@@ -272,6 +283,8 @@ def minibatch_counts(
         ranks_per_host: Ranks per host (default: all on one host).
         max_edges: Sampled edges per epoch above which only a prefix of steps is replayed.
         presample_steps: The prefix's length per rank.
+        feature_dtype: ``store.feature_dtype``: the tiers and the loads count the stored
+            row's bytes (:meth:`~fleetgnn.graph.compact.FeatureCodec.row_bytes`).
     """
     rph = world if ranks_per_host is None else max(1, min(int(ranks_per_host), world))
     hosts = np.arange(world, dtype=np.int64) // rph
@@ -289,9 +302,10 @@ def minibatch_counts(
         order=order,  # type: ignore[arg-type]
         ranks_per_host=rph,
         placement=placed,
+        feature_dtype=feature_dtype,
     )
     fp = plan.features
-    row = 0 if graph.x is None else int(graph.x.shape[1]) * graph.x.dtype.itemsize
+    row = _row_bytes(graph, feature_dtype)
     train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
     counts = np.zeros(5, dtype=np.int64)
     tally = _Tally()
@@ -364,6 +378,7 @@ def split_counts(
     owner: np.ndarray | None = None,
     max_edges: int = EXACT_EDGES,
     presample_steps: int = PRESAMPLE_STEPS,
+    feature_dtype: str | None = None,
 ) -> SampledCounts:
     """Replay one epoch of the ``split`` engine: input rows per tier, shuffle rows per layer.
 
@@ -389,16 +404,20 @@ def split_counts(
         owner: The owner of every node (default: :func:`split_owner`).
         max_edges: Sampled edges per epoch above which only a prefix of steps is replayed.
         presample_steps: The prefix's length.
+        feature_dtype: ``store.feature_dtype``: the shards and the loads count the stored
+            row's bytes.
     """
     own = split_owner(graph, partition_method, world, seed) if owner is None else owner
-    row = int(graph.num_features) * graph.x.dtype.itemsize if graph.x is not None else 0
+    row = _row_bytes(graph, feature_dtype)
     fp: TierPlan | None = None
     if graph.x is not None:
         budgets = TierBudgets(
             UNLIMITED if device_budget is None else int(device_budget),
             UNLIMITED if host_budget is None else int(host_budget),
         )
-        fp = plan_partitioned(graph, own, budgets, world, hotness=hotness).features
+        fp = plan_partitioned(
+            graph, own, budgets, world, hotness=hotness, feature_dtype=feature_dtype
+        ).features
     tiers = np.zeros(3, dtype=np.int64)  # input rows from the device, host and disk tiers
     train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
     loader = SeedLoader(train_ids, batch_size, seed=seed, shuffle=True)

@@ -57,7 +57,7 @@ from fleetgnn.cost.workload import ModelShape, Workload
 from fleetgnn.errors import ConfigError
 from fleetgnn.store.hotness import hotness_order
 from fleetgnn.store.placement import PlacementPlan, solve_placement
-from fleetgnn.store.tiers import TierBudgets, feature_row_bytes, plan_store
+from fleetgnn.store.tiers import TierBudgets, plan_store
 
 __all__ = [
     "ORDERS",
@@ -155,6 +155,9 @@ class StoreCachePlan:
         steps: Steps per epoch.
         exact: Counts from the dataset (``True``) or from the degree model.
         degree_model: The degree model used (``None`` when exact).
+        row_bytes: Bytes of one feature row as the store holds it (the tiers' rows).
+        feature_dtype: The stored feature dtype (``store.feature_dtype``; ``None``: as the
+            dataset stores them).
     """
 
     order: str
@@ -175,6 +178,8 @@ class StoreCachePlan:
     steps: int
     exact: bool
     degree_model: DegreeModel | None = None
+    row_bytes: int = 0
+    feature_dtype: str | None = None
 
     @property
     def stores(self) -> tuple[tuple[int, ...], ...] | None:
@@ -208,6 +213,8 @@ class StoreCachePlan:
             "steps": self.steps,
             "exact": self.exact,
             "degree_model": None if self.degree_model is None else repr(self.degree_model),
+            "row_bytes": self.row_bytes,
+            "feature_dtype": self.feature_dtype,
         }
 
     def __repr__(self) -> str:
@@ -643,7 +650,7 @@ def _shape_tiers(
 ) -> _Tiers:
     """Emulate :func:`plan_store` on the degree classes: device prefix, host run, rest on disk."""
     n = float(wl.num_nodes)
-    row = float(wl.num_features * wl.model.elem)
+    row = float(wl.feature_row_bytes())  # stored bytes (store.feature_dtype)
     topo_total = demand.topology_bytes(0.0, n)
     feat_total = n * row
     kinds = ["topology", "features"] if order == "graph_first" else ["features", "topology"]
@@ -697,7 +704,15 @@ def _exact_tiers(
     placement: PlacementPlan | None,
     hotness: Any,
 ) -> tuple[_Tiers, Any]:
-    plan = plan_store(wl.graph, budgets, world, hotness=hotness, order=order, placement=placement)
+    plan = plan_store(
+        wl.graph,
+        budgets,
+        world,
+        hotness=hotness,
+        order=order,
+        placement=placement,
+        feature_dtype=wl.feature_dtype,  # the stored rows' bytes, as the engine's store plans
+    )
     t, f = plan.topology, plan.features
     assert f is not None  # checked: the dataset has features
     return (
@@ -753,8 +768,9 @@ def _outcome(
     sources: list[list[int]],
 ) -> OrderOutcome:
     n = wl.num_nodes
-    # a feature row as the store holds it (the dataset's dtype), or as the model computes it
-    row = feature_row_bytes(wl.graph) if wl.graph is not None else wl.num_features * wl.model.elem
+    # a feature row as the store holds it (store.feature_dtype, else the dataset's dtype), or
+    # as the model computes it
+    row = wl.feature_row_bytes()
     f_dev = demand.feature_share(tiers.feat_dev)
     f_host = demand.feature_share(tiers.feat_dev + tiers.feat_host) - f_dev
     t_dev = demand.topology_share(tiers.topo_dev)
@@ -944,4 +960,6 @@ def plan_feature_cache(
         steps=max(steps_epoch, 1),
         exact=exact,
         degree_model=model,
+        row_bytes=int(wl.feature_row_bytes()),
+        feature_dtype=wl.feature_dtype,
     )

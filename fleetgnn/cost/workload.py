@@ -10,7 +10,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from fleetgnn.config.knobs import FEATURE_DTYPES
+from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
+from fleetgnn.graph.compact import feature_codec
 from fleetgnn.nn import build_model
 from fleetgnn.nn.gat_conv import GATConv
 from fleetgnn.nn.gcn_conv import GCNConv
@@ -155,6 +158,10 @@ class Workload:
         decoder: The pair decoder (link): ``dot``, ``mlp`` or ``distmult``.
         feature_norm: ``data.feature_norm`` resolved (``"row"``: the sampled engines normalise
             each batch's input rows, a pass over them a step).
+        feature_dtype: ``store.feature_dtype``: the dtype the store's tiers hold feature rows
+            in (:mod:`fleetgnn.graph.compact`; ``None``: as the dataset stores them). Store
+            bytes (tiers, gathered traffic) count :meth:`feature_row_bytes`; the model's input
+            rows stay ``model.elem`` bytes wide (the gather reads them back).
     """
 
     num_nodes: int
@@ -172,6 +179,45 @@ class Workload:
     negatives: int = 1
     decoder: str = "dot"
     feature_norm: str = "none"
+    feature_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.feature_dtype is not None and self.feature_dtype not in FEATURE_DTYPES:
+            raise ConfigError(
+                f"workload feature_dtype {self.feature_dtype!r} is not a stored feature dtype; "
+                f"choose one of {', '.join(FEATURE_DTYPES)}, or None (as the dataset stores them)"
+            )
+
+    def feature_row_bytes(self, elem: int | None = None) -> int:
+        """Bytes of one feature row as the store holds it.
+
+        With ``feature_dtype`` the compact row's
+        (:meth:`FeatureCodec.row_bytes <fleetgnn.graph.compact.FeatureCodec.row_bytes>`, e.g.
+        ``2 F`` for bfloat16, ``F + 4`` for float8); else the dataset's ``F * itemsize``; else
+        (counts only) ``F * elem`` (default ``model.elem``).
+        """
+        codec = feature_codec(self.feature_dtype)
+        if codec is not None:
+            return codec.row_bytes(self.num_features)
+        if self.graph is not None and self.graph.x is not None:
+            return int(self.graph.x.shape[1]) * self.graph.x.dtype.itemsize
+        return self.num_features * (self.model.elem if elem is None else int(elem))
+
+    def stored_rows_text(self) -> str:
+        """How the store holds a feature row, in words: its dtype and bytes (what tiers count)."""
+        row = self.feature_row_bytes()
+        computed = f"float{self.model.elem * 8}"
+        if self.feature_dtype is None:
+            if self.graph is not None and self.graph.x is not None:
+                return (
+                    f"feature rows stored as the dataset's {self.graph.x.dtype}, {row:,} B per row"
+                )
+            return f"feature rows stored as {computed} (as computed), {row:,} B per row"
+        plain = self.num_features * self.model.elem
+        return (
+            f"feature rows stored as {self.feature_dtype} (store.feature_dtype): {row:,} B per "
+            f"row, {plain / row:.2g}x the rows per byte of {plain:,} B {computed} rows"
+        )
 
     @property
     def mean_degree(self) -> float:
