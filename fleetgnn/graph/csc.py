@@ -13,11 +13,17 @@ array          dtype / shape              meaning
 ``*_mask``     bool ``[N]``               train / val / test splits, pairwise disjoint
 ``edge_weight`` float ``[E]``             optional, aligned with ``indices``
 ``edge_attr``  float ``[E, D]``           optional edge features, aligned with ``indices``
+``edge_time``  int64 ``[E]``              optional edge times ``>= 0``, aligned with ``indices``,
+                                          non-decreasing within each node's segment
 =============  =========================  ==========================================
 
-An edge's ID is its position in ``indices``: ``edge_weight[e]`` and ``edge_attr[e]`` belong to
-edge ``e``, and every transformation that moves edges (:meth:`Graph.permute`,
-:meth:`Graph.to_undirected`, ...) moves their rows with them.
+An edge's ID is its position in ``indices``: ``edge_weight[e]``, ``edge_attr[e]`` and
+``edge_time[e]`` belong to edge ``e``, and every transformation that moves edges
+(:meth:`Graph.permute`, :meth:`Graph.to_undirected`, ...) moves their rows with them.
+
+With ``edge_time`` each destination's in-edges are sorted by time (ties in the order of the edge
+list the graph was built from), so the in-edges of ``v`` before time ``t`` are a prefix of its
+segment found by binary search (:mod:`fleetgnn.graph.edge_time`).
 
 Arrays may be numpy memory maps (see :func:`fleetgnn.graph.dataset.open_dataset`); methods that
 build new graphs read them in bounded chunks where that matters and never modify them.
@@ -34,6 +40,7 @@ from typing import Literal
 import numpy as np
 
 from fleetgnn.errors import GraphError
+from fleetgnn.graph.edge_time import TIME_DTYPE, as_edge_time, check_time_order
 from fleetgnn.graph.files import create_npy
 
 SPLITS: tuple[str, ...] = ("train_mask", "val_mask", "test_mask")
@@ -48,9 +55,10 @@ TOPOLOGY_FILES: dict[str, str] = {
     "indices": "indices.npy",
     "edge_weight": "edge_weight.npy",
     "edge_attr": "edge_attr.npy",
+    "edge_time": "edge_time.npy",
 }
 #: The optional per-edge arrays, aligned with ``indices``.
-EDGE_ARRAYS: tuple[str, ...] = ("edge_weight", "edge_attr")
+EDGE_ARRAYS: tuple[str, ...] = ("edge_weight", "edge_attr", "edge_time")
 _TOPOLOGY_FIX = "free some space there, or write the relabelled topology to another directory"
 
 Validation = Literal["full", "structure", "none"]
@@ -84,16 +92,21 @@ def coo_to_csc(
     dst: np.ndarray,
     num_nodes: int,
     edge_weight: np.ndarray | None = None,
+    *,
+    edge_time: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Build CSC arrays from an edge list ``src[i] -> dst[i]``.
 
-    Edges of one destination keep their input order (stable sort).
+    Edges of one destination keep their input order (stable sort); with ``edge_time`` they are
+    sorted by time, equal times in input order (:func:`csc_order`).
 
     Args:
         src: Source node of each edge, shape ``[E]``.
         dst: Destination node of each edge, shape ``[E]``.
         num_nodes: Number of nodes ``N``; every ID must lie in ``[0, N)``.
         edge_weight: Optional weight per edge, shape ``[E]``.
+        edge_time: Optional time per edge (checked int64 ``[E]``, see :func:`csc_order`); it
+            orders each segment, and ``edge_time[csc_order(dst, edge_time)]`` is the graph's.
 
     Returns:
         ``(indptr, indices, edge_weight)`` with ``indptr`` int64 ``[N + 1]``.
@@ -110,7 +123,7 @@ def coo_to_csc(
         )
     for name, arr in (("src", src), ("dst", dst)):
         check_ids(name, arr, num_nodes)
-    order = csc_order(dst)
+    order = csc_order(dst, edge_time)
     counts = np.bincount(dst, minlength=num_nodes) if dst.size else np.zeros(num_nodes, np.int64)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
@@ -127,13 +140,16 @@ def coo_to_csc(
     return indptr, indices, weight
 
 
-def csc_order(dst: np.ndarray) -> np.ndarray:
+def csc_order(dst: np.ndarray, edge_time: np.ndarray | None = None) -> np.ndarray:
     """The edge order :func:`coo_to_csc` puts an edge list in: by destination, stable.
 
-    ``edge_attr[csc_order(dst)]`` is the edge list's ``edge_attr`` aligned with the CSC
-    ``indices`` (the order does not depend on ``src``).
+    With ``edge_time`` (one integer per edge) by ``(destination, time)``, equal pairs in input
+    order. ``edge_attr[csc_order(dst, edge_time)]`` is the edge list's ``edge_attr`` aligned with
+    the CSC ``indices`` (the order does not depend on ``src``).
     """
-    return np.argsort(np.asarray(dst), kind="stable")
+    if edge_time is None:
+        return np.argsort(np.asarray(dst), kind="stable")
+    return np.lexsort((np.asarray(edge_time), np.asarray(dst)))  # lexsort is stable
 
 
 def check_edge_attr(edge_attr: object, num_edges: int) -> np.ndarray:
@@ -226,10 +242,8 @@ def topology_nbytes(graph: Graph) -> int:
     """Bytes of ``graph``'s topology files (:meth:`Graph.permute` with ``out_dir``), headers too."""
     n, e = graph.num_nodes, graph.num_edges
     total = 8 * (n + 1) + e * graph.indices.dtype.itemsize
-    if graph.edge_weight is not None:
-        total += e * graph.edge_weight.dtype.itemsize
-    if graph.edge_attr is not None:
-        total += int(graph.edge_attr.nbytes)
+    for arr in graph.edge_data().values():
+        total += int(arr.nbytes)
     return total + 4 * 4096  # a .npy header is at most a few hundred bytes; one block each
 
 
@@ -240,7 +254,7 @@ def open_topology(
 
     Args:
         directory: Where ``indptr.npy`` and ``indices.npy`` (and ``edge_weight.npy``,
-            ``edge_attr.npy``) are.
+            ``edge_attr.npy``, ``edge_time.npy``) are.
         num_classes: The class count to carry (the graph has no labels).
         name: The graph's name.
 
@@ -324,6 +338,9 @@ class Graph:
         test_mask: Optional bool ``[N]``.
         edge_weight: Optional float ``[E]``.
         edge_attr: Optional float ``[E, D]``: edge features, row ``e`` for edge ``e``.
+        edge_time: Optional int64 ``[E]``: edge times ``>= 0``, non-decreasing within each
+            destination's segment ``indptr[v]:indptr[v + 1]`` (build with :func:`from_edges`'s
+            ``edge_time`` to get that order; see :mod:`fleetgnn.graph.edge_time`).
         num_classes: Number of classes ``C``; inferred as ``max(y) + 1`` when omitted.
         name: A short name for reports.
         validate: ``"full"`` checks every value (default); ``"structure"`` checks shapes, dtypes
@@ -341,6 +358,7 @@ class Graph:
     test_mask: np.ndarray | None = None
     edge_weight: np.ndarray | None = None
     edge_attr: np.ndarray | None = None
+    edge_time: np.ndarray | None = None
     num_classes: int | None = None
     name: str = "graph"
     validate: dataclasses.InitVar[Validation] = "full"
@@ -422,6 +440,17 @@ class Graph:
                 raise GraphError(f"'edge_weight' must be a float array (got {w.dtype})")
         if self.edge_attr is not None:
             check_edge_attr(self.edge_attr, indices.size)
+        t = self.edge_time
+        if t is not None and (not isinstance(t, np.ndarray) or t.shape != (indices.size,)):
+            raise GraphError(
+                f"'edge_time' must have one time per edge, shape ({indices.size},) "
+                f"(got {getattr(t, 'shape', None)})"
+            )
+        if t is not None and t.dtype != TIME_DTYPE:
+            raise GraphError(
+                f"'edge_time' must be int64 (got {t.dtype}); build the graph with "
+                f"from_edges(..., edge_time=...), which checks and converts the times"
+            )
         if self.num_classes is not None and int(self.num_classes) < 1:
             raise GraphError(f"'num_classes' must be >= 1 (got {self.num_classes})")
 
@@ -489,6 +518,8 @@ class Graph:
                     f"'edge_attr' holds a non-finite value {block[r, c]} at edge {start + int(r)}, "
                     f"feature {int(c)}; clean the edge features"
                 )
+        if self.edge_time is not None:
+            check_time_order(self.indptr, self.edge_time)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -512,7 +543,7 @@ class Graph:
         return 0 if self.edge_attr is None else int(self.edge_attr.shape[1])
 
     def edge_data(self) -> dict[str, np.ndarray]:
-        """The present per-edge arrays by name (``edge_weight``, ``edge_attr``)."""
+        """The present per-edge arrays by name (``edge_weight``, ``edge_attr``, ``edge_time``)."""
         return {k: getattr(self, k) for k in EDGE_ARRAYS if getattr(self, k) is not None}
 
     def in_degrees(self) -> np.ndarray:
@@ -559,6 +590,8 @@ class Graph:
             parts.append("weighted")
         if self.edge_attr is not None:
             parts.append(f"edge_attr={tuple(self.edge_attr.shape)}:{self.edge_attr.dtype}")
+        if self.edge_time is not None:
+            parts.append("timed")
         return f"Graph({', '.join(parts)})"
 
     # ------------------------------------------------------------------ transforms
@@ -577,14 +610,15 @@ class Graph:
     ) -> Graph:
         """Relabel nodes: new node ``i`` is old node ``perm[i]``.
 
-        Topology, features, labels, masks, edge weights and edge features are permuted
-        consistently, so the result is isomorphic to this graph. Each node's neighbour order is
-        kept. The edges are gathered in blocks of about :data:`_PERMUTE_BLOCK_EDGES` edges (and
-        at most :data:`_PERMUTE_BLOCK_NODES` destinations), so besides the result and the inverse
+        Topology, features, labels, masks, edge weights, edge features and edge times are
+        permuted consistently, so the result is isomorphic to this graph. Each node's neighbour
+        order is kept (so each segment stays sorted by time). The edges are gathered in
+        blocks of about :data:`_PERMUTE_BLOCK_EDGES` edges (and at most
+        :data:`_PERMUTE_BLOCK_NODES` destinations), so besides the result and the inverse
         permutation the work arrays are bounded (the old arrays may be memory maps).
 
         With ``out_dir`` the topology is written there instead of into memory, block by block:
-        ``indptr.npy``, ``indices.npy`` (and ``edge_weight.npy``, ``edge_attr.npy``), their space
+        ``indptr.npy``, ``indices.npy`` (and the per-edge arrays' files), their space
         reserved first and fsynced at the end; the result is a topology-only graph over read-only
         memory maps of them (:func:`open_topology`), so the process holds no ``N``- or
         ``E``-sized array of it.
@@ -732,13 +766,16 @@ class Graph:
         dst: np.ndarray,
         weight: np.ndarray | None,
         attr: np.ndarray | None = None,
+        time: np.ndarray | None = None,
     ) -> Graph:
-        indptr, indices, weight = coo_to_csc(src, dst, self.num_nodes, weight)
+        indptr, indices, weight = coo_to_csc(src, dst, self.num_nodes, weight, edge_time=time)
+        order = None if attr is None and time is None else csc_order(dst, time)
         return Graph(
             indptr=indptr,
             indices=indices,
             edge_weight=weight,
-            edge_attr=None if attr is None else attr[csc_order(dst)],
+            edge_attr=None if attr is None else attr[order],
+            edge_time=None if time is None else time[order],
             num_classes=self.num_classes,
             name=self.name,
             validate="structure",
@@ -748,16 +785,22 @@ class Graph:
     def to_undirected(self) -> Graph:
         """Add every missing reverse edge and drop duplicate edges.
 
-        Each node's in-neighbours come out sorted by ID. Where an edge exists in the input, its own
-        weight and features are kept; an added reverse edge takes those of the edge it mirrors.
+        Each node's in-neighbours come out sorted by ID (by time, then ID, with ``edge_time``).
+        Where an edge exists in the input, its own weight, features and time are kept (of
+        duplicates, the earliest); an added reverse edge takes those of the edge it mirrors.
         """
         src, dst = self.edges()
         n = self.num_nodes
         all_src = np.concatenate([src, dst]).astype(np.int64)
         all_dst = np.concatenate([dst, src]).astype(np.int64)
         prio = np.concatenate([np.zeros(src.size, np.int8), np.ones(src.size, np.int8)])
-        # sort by (dst, src, original-before-mirror); keep the first of each (dst, src) pair
-        order = np.lexsort((prio, all_src, all_dst))
+        time = None
+        if self.edge_time is not None:
+            t = np.asarray(self.edge_time)
+            time = np.concatenate([t, t])
+        # sort by (dst, src, original-before-mirror[, time]); keep the first of each (dst, src)
+        keys = (prio, all_src, all_dst) if time is None else (time, prio, all_src, all_dst)
+        order = np.lexsort(keys)
         key = all_dst[order] * n + all_src[order]
         keep = np.ones(order.size, dtype=bool)
         keep[1:] = key[1:] != key[:-1]
@@ -770,14 +813,20 @@ class Graph:
         if self.edge_attr is not None:
             a = np.asarray(self.edge_attr)
             attr = np.concatenate([a, a])[order]
-        return self._with_edges(all_src[order], all_dst[order], weight, attr)
+        return self._with_edges(
+            all_src[order], all_dst[order], weight, attr, None if time is None else time[order]
+        )
 
-    def add_self_loops(self, fill_weight: float = 1.0, fill_attr: float = 0.0) -> Graph:
+    def add_self_loops(
+        self, fill_weight: float = 1.0, fill_attr: float = 0.0, fill_time: int = 0
+    ) -> Graph:
         """Add a self loop ``v -> v`` to every node that has none (existing loops are kept).
 
         Args:
             fill_weight: Weight of each added loop when the graph is weighted.
             fill_attr: Every feature of each added loop when the graph has ``edge_attr``.
+            fill_time: Time of each added loop when the graph has ``edge_time`` (``0``: the
+                loop precedes every edge, so a node always sees itself).
         """
         src, dst = self.edges()
         n = self.num_nodes
@@ -792,12 +841,18 @@ class Graph:
         if self.edge_attr is not None:
             a = np.asarray(self.edge_attr)
             attr = np.concatenate([a, np.full((new.size, a.shape[1]), fill_attr, dtype=a.dtype)])
+        time = None
+        if self.edge_time is not None:
+            loops = as_edge_time(np.full(new.size, fill_time), new.size, "fill_time")
+            time = np.concatenate([np.asarray(self.edge_time), loops])
         # appended after the existing edges; the stable sort in coo_to_csc keeps loops last
+        # (among the edges of their time, with edge_time)
         return self._with_edges(
             np.concatenate([src.astype(np.int64), new]),
             np.concatenate([dst.astype(np.int64), new]),
             weight,
             attr,
+            time,
         )
 
 
@@ -808,6 +863,7 @@ def from_edges(
     *,
     edge_weight: np.ndarray | None = None,
     edge_attr: np.ndarray | None = None,
+    edge_time: np.ndarray | None = None,
     node_data: Mapping[str, np.ndarray] | None = None,
     num_classes: int | None = None,
     name: str = "graph",
@@ -815,16 +871,27 @@ def from_edges(
 ) -> Graph:
     """Build a validated :class:`Graph` from an edge list ``src[i] -> dst[i]``.
 
+    Each destination's in-edges keep the edge list's order, or, with ``edge_time``, are sorted
+    by time (equal times in the edge list's order); ``edge_weight``, ``edge_attr`` and
+    ``edge_time`` move with their edges, so ``graph.edge_time[e]`` is the time of the input edge
+    that became CSC edge ``e``.
+
     Args:
         src: Source IDs ``[E]``.
         dst: Destination IDs ``[E]``.
         num_nodes: Node count; defaults to ``max ID + 1`` (or the rows of ``node_data['x']``).
         edge_weight: Optional ``[E]``.
         edge_attr: Optional float ``[E, D]``, row ``i`` for edge ``src[i] -> dst[i]``.
+        edge_time: Optional time of each edge ``[E]``: integers ``>= 0``, or floats that are all
+            finite and integral; stored as int64.
         node_data: Optional ``x``, ``y`` and split masks.
         num_classes: Class count (inferred from ``y`` when omitted).
         name: Graph name.
         allow_nonfinite: Accept NaN/Inf features.
+
+    Raises:
+        GraphError: An invalid array, e.g. a NaN, negative or non-integral time in
+            ``edge_time`` or one of the wrong length.
     """
     src, dst = np.asarray(src), np.asarray(dst)
     data = dict(node_data or {})
@@ -832,15 +899,18 @@ def from_edges(
         sizes = [int(v.shape[0]) for v in data.values()]
         hi = max(int(src.max()) if src.size else -1, int(dst.max()) if dst.size else -1)
         num_nodes = max([hi + 1, *sizes])
-    indptr, indices, weight = coo_to_csc(src, dst, int(num_nodes), edge_weight)
+    time = None if edge_time is None else as_edge_time(edge_time, src.size)
+    indptr, indices, weight = coo_to_csc(src, dst, int(num_nodes), edge_weight, edge_time=time)
     attr = None
+    order = None if edge_attr is None and time is None else csc_order(dst, time)
     if edge_attr is not None:
-        attr = check_edge_attr(np.asarray(edge_attr), src.size)[csc_order(dst)]
+        attr = check_edge_attr(np.asarray(edge_attr), src.size)[order]
     return Graph(
         indptr=indptr,
         indices=indices,
         edge_weight=weight,
         edge_attr=attr,
+        edge_time=None if time is None else time[order],
         num_classes=num_classes,
         name=name,
         allow_nonfinite=allow_nonfinite,

@@ -11,13 +11,17 @@ Layout (format version 1)::
     DIR/{train,val,test}_mask.npy  bool [N]  (optional)
     DIR/edge_weight.npy  float [E]       (optional)
     DIR/edge_attr.npy    float [E, D]    (optional) edge features, row e for edge e
+    DIR/edge_time.npy    int64 [E]       (optional) edge times >= 0, sorted within each node's
+                                         in-edges (see fleetgnn.graph.edge_time)
     DIR/verified.json    {"check_version", "files": {file: {"bytes", "mtime_ns", "sample"}}}
 
 ``meta.json`` may also say ``"feature_norm"``: the transform the dataset's features customarily
 get before training (``"row"`` for Planetoid's and gnn-benchmark's bag-of-words features, as in
 the GCN paper's preprocessing), which ``fleetgnn train`` applies unless ``data.feature_norm`` says
 otherwise. The key is optional: a dataset without it (any written before it existed) means
-``"none"``, so the format version is unchanged.
+``"none"``, so the format version is unchanged. Likewise ``"has_edge_time"`` (``true`` when
+``edge_time.npy`` is there) and ``"edge_time_range"`` (``[min, max]``, ``null`` without edges),
+written with every dataset that has edge times; a dataset without them has none.
 
 Writing goes through :class:`DatasetWriter`: arrays are created as ``.npy`` memory maps in a
 temporary sibling directory (``.NAME.tmp-<pid>-<tag>-<random>``, so that a later run can sweep it
@@ -52,6 +56,7 @@ from fleetgnn.config.textfile import parse_json, path_kind, read_bytes
 from fleetgnn.durable import atomic_write_text, fsync_dir, refresh_free
 from fleetgnn.errors import DatasetError, FleetgnnError, GraphError
 from fleetgnn.graph.csc import SPLITS, Graph, Validation
+from fleetgnn.graph.edge_time import time_range
 from fleetgnn.graph.files import (
     apply_umask,
     create_npy,
@@ -81,7 +86,16 @@ GRAPH_KIND = "graph"
 TYPED_KIND = "typed"
 #: The commands that read typed datasets (named when another command refuses one).
 TYPED_COMMANDS: tuple[str, ...] = ("'fleetgnn info'", "'fleetgnn train'", "'fleetgnn plan'")
-ARRAYS: tuple[str, ...] = ("indptr", "indices", "x", "y", *SPLITS, "edge_weight", "edge_attr")
+ARRAYS: tuple[str, ...] = (
+    "indptr",
+    "indices",
+    "x",
+    "y",
+    *SPLITS,
+    "edge_weight",
+    "edge_attr",
+    "edge_time",
+)
 REQUIRED: tuple[str, ...] = ("indptr", "indices")
 _COPY_CHUNK_BYTES = 64 << 20  # bounded memory when copying arrays into a dataset
 #: Elements (``E + N * max(1, F)``) up to which ``open_dataset`` checks every value of a dataset
@@ -218,6 +232,12 @@ class DatasetWriter:
             )
         except GraphError as err:
             raise DatasetError(f"the dataset written to '{self.out}' is invalid: {err}") from err
+        if "edge_time" in arrays:  # checked above: int64, one per edge, sorted per segment
+            times = np.load(self.tmp / "edge_time.npy", mmap_mode="r", allow_pickle=False)
+            span = time_range(times)
+            del times
+            meta["has_edge_time"] = True
+            meta["edge_time_range"] = None if span is None else list(span)
         return self._publish(meta, arrays, time.perf_counter() - t0)
 
     def _flush(self) -> dict[str, dict[str, Any]]:
@@ -494,6 +514,7 @@ def check_meta(meta: dict[str, Any], where: Path) -> None:
         raise _meta_error(where, "name", name, f"expected a string of <= {MAX_NAME_CHARS} chars")
     if "feature_norm" in meta:
         _check_feature_norm(meta["feature_norm"], f"'{where}': feature_norm")
+    _check_time_meta(meta, where)
     arrays = meta["arrays"]
     if not isinstance(arrays, dict):
         raise _meta_error(where, "arrays", arrays, "expected an object {name: {dtype, shape}}")
@@ -514,6 +535,30 @@ def check_meta(meta: dict[str, Any], where: Path) -> None:
             raise _meta_error(
                 where, f"{key}.shape", shape, f"expected 1 or 2 integers in [0, {MAX_EDGES}]"
             )
+
+
+def _check_time_meta(meta: dict[str, Any], where: Path) -> None:
+    """``has_edge_time`` a bool agreeing with ``arrays``; ``edge_time_range`` null or [lo, hi]."""
+    has = meta.get("has_edge_time", False)
+    listed = isinstance(meta.get("arrays"), dict) and "edge_time" in meta["arrays"]
+    if not isinstance(has, bool) or has != listed:
+        raise _meta_error(
+            where,
+            "has_edge_time",
+            has,
+            f"expected {str(listed).lower()} (edge_time is "
+            f"{'' if listed else 'not '}listed in arrays)",
+        )
+    span = meta.get("edge_time_range")
+    if span is not None and not (
+        isinstance(span, list)
+        and len(span) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in span)
+        and span[0] <= span[1]
+    ):
+        raise _meta_error(
+            where, "edge_time_range", span, "expected null or [min, max], 0 <= min <= max"
+        )
 
 
 def _check_spec_dtype(value: Any, where: Path, key: str) -> np.dtype:

@@ -14,6 +14,7 @@ array                   checked
 ``y``                   every label in ``[-1, C)`` (``-1`` = unlabelled)
 ``*_mask``              bytes 0 or 1, pairwise disjoint, no unlabelled node in a split
 ``x``, ``edge_weight``  every value finite (``edge_attr`` too)
+``edge_time``           every time ``>= 0``, non-decreasing within each node's in-edges
 ======================  ======================================================================
 
 :func:`fingerprint` summarises one file by its size, modification time and a hash of its header
@@ -174,7 +175,8 @@ def check_values(
     # pass holds its own buffers only while it runs
     node_names = [k for k in ("x", "y", *_MASKS) if k in paths]
     edge_names = [k for k in ("indices", "edge_weight", "edge_attr") if k in paths]
-    sizes = {k: _header(paths[k]) for k in ("indptr", *node_names, *edge_names)}
+    timed = ("edge_time",) if "edge_time" in paths else ()
+    sizes = {k: _header(paths[k]) for k in ("indptr", *node_names, *edge_names, *timed)}
     node_rows = max(1, block_bytes // max(1, sum(sizes[k][1] for k in node_names)))
     edge_rows = max(1, block_bytes // max(1, sum(sizes[k][1] for k in edge_names)))
     ptr_rows = max(1, block_bytes // 8)
@@ -187,6 +189,10 @@ def check_values(
         _check_edges(readers, n, e, edge_rows, tick)
     with _open({k: paths[k] for k in node_names}, node_rows) as readers:
         _check_nodes(readers, node_names, n, num_classes, node_rows, tick)
+    if "edge_time" in paths:
+        time_rows = max(1, block_bytes // 16)  # edge times and indptr entries, side by side
+        with _open({"indptr": paths["indptr"], "edge_time": paths["edge_time"]}, time_rows) as r:
+            _check_edge_time(r["indptr"], r["edge_time"], time_rows, tick)
     return tick.done
 
 
@@ -272,6 +278,59 @@ def _check_edges(readers: dict[str, _Rows], n: int, e: int, rows: int, tick: _Ti
                 wb = readers[name].read(lo, hi)
                 _check_finite(name, wb, lo, "edge")
                 tick(wb.nbytes)
+
+
+def _check_edge_time(ptr: _Rows, times: _Rows, rows: int, tick: _Ticks) -> None:
+    """``edge_time``: ``>= 0`` and non-decreasing within each segment (``indptr`` checked).
+
+    Edge blocks of ``rows`` times; a decrease is allowed only at a segment start, found by
+    reading ``indptr`` alongside (a cursor that only moves forward, ``rows`` entries at a time).
+    """
+    e = int(ptr.read(ptr.rows - 1, ptr.rows)[0])
+    if times.dtype != np.int64 or times.shape != (e,):
+        raise GraphError(
+            f"'edge_time' must be int64 with one time per edge (got {times.dtype} {times.shape})"
+        )
+    node, prev = 0, None
+    for lo in range(0, e, rows):
+        hi = min(e, lo + rows)
+        t = times.read(lo, hi)
+        if int(t.min()) < 0:
+            pos = lo + int(np.argmin(t))
+            raise GraphError(
+                f"'edge_time' holds the negative time {int(t.min())} at edge {pos}; times must "
+                f"be >= 0"
+            )
+        dec = np.flatnonzero(t[1:] < t[:-1]) + 1  # offsets in the block
+        if prev is not None and int(t[0]) < prev:
+            dec = np.concatenate([[0], dec])
+        prev_last, first_bad = int(t[-1]), None
+        if dec.size:
+            values = t[np.maximum(dec - 1, 0)].copy(), t[dec].copy()
+            start = np.zeros(hi - lo, dtype=bool)
+            while node < ptr.rows:  # mark the segment starts inside [lo, hi)
+                p = ptr.read(node, min(ptr.rows, node + rows))
+                inside = p[(p >= lo) & (p < hi)]
+                start[inside - lo] = True
+                if int(p[-1]) >= hi:
+                    node += int(np.searchsorted(p, hi, side="left"))
+                    break
+                node += p.shape[0]
+            bad = np.flatnonzero(~start[dec])
+            if bad.size:
+                k = int(bad[0])
+                first_bad = (lo + int(dec[k]), int(values[0][k]), int(values[1][k]))
+                if dec[k] == 0:
+                    first_bad = (lo, prev, first_bad[2])
+        if first_bad is not None:
+            i, a, b = first_bad
+            raise GraphError(
+                f"'edge_time' must be non-decreasing within each node's in-edges; "
+                f"edge_time[{i - 1}] = {a} > edge_time[{i}] = {b} in one node's in-edges; "
+                f"prepare the dataset again (fleetgnn sorts each node's in-edges by time)"
+            )
+        prev = prev_last
+        tick(8 * (hi - lo))
 
 
 def _check_finite(name: str, blk: np.ndarray, lo: int, unit: str) -> None:
