@@ -151,8 +151,10 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "separated by whitespace or one comma, optionally a third column, the edge weight. With "
         "--edge-attr every column after 'src dst' is an edge feature instead: 'src dst a_1 .. "
         "a_D', the same D >= 1 on every line, finite numbers (stored as edge_attr [E, D] "
-        "float32, for edge-feature models such as model.name=gine). Text after '#' and blank "
-        "lines are ignored; a .gz file is read as it is.",
+        "float32, for edge-feature models such as model.name=gine). With --time-column K, "
+        "column K (1-based, >= 3) of every line is the edge's time, an integer >= 0 (stored as "
+        "edge_time, each node's in-edges sorted by time); the other columns are read as above. "
+        "Text after '#' and blank lines are ignored; a .gz file is read as it is.",
     )
     q.add_argument("--edges", required=True, type=Path, help="the edge-list file (.gz too)")
     q.add_argument(
@@ -160,6 +162,14 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="read the columns after 'src dst' as D edge features 'a_1 .. a_D' (edge_attr) "
         "instead of a weight",
+    )
+    q.add_argument(
+        "--time-column",
+        type=int,
+        default=None,
+        metavar="K",
+        help="column K (1-based, >= 3) holds each edge's integer time >= 0 (edge_time), e.g. 3 "
+        "for 'src dst time'",
     )
     q.add_argument("--features", type=Path, default=None, help="features .npy [N, F]")
     q.add_argument("--labels", type=Path, default=None, help="labels .npy [N]")
@@ -319,6 +329,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 labels=args.labels,
                 undirected=args.undirected,
                 edge_attr=args.edge_attr,
+                time_column=args.time_column,
                 num_train_per_class=args.num_train_per_class,
                 num_val=args.num_val,
                 num_test=args.num_test,

@@ -80,6 +80,8 @@ def dataset_info(
         "index_dtype": str(graph.indices.dtype),
         "feature_dtype": str(graph.x.dtype) if graph.x is not None else None,
         "weighted": graph.edge_weight is not None,
+        # [min, max] of the edge times (meta.json's, checked with the values), None: untimed
+        "edge_time": _edge_time_info(graph, meta),
         "in_degree": _summary(hist),
         "isolated_nodes": int(hist[0]) if hist.size else 0,
         # every value is valid once open_dataset returns; this says whether the next open
@@ -119,6 +121,18 @@ def dataset_info(
         if key in meta:
             info[key] = meta[key]
     return info
+
+
+def _edge_time_info(graph: Any, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"min", "max"}`` of a dataset's edge times (``None`` without edge times)."""
+    if graph.edge_time is None:
+        return None
+    span = meta.get("edge_time_range")
+    if span is None and graph.num_edges:  # written without the range: read the times
+        from fleetgnn.graph.edge_time import time_range
+
+        span = time_range(graph.edge_time)
+    return {"min": span[0], "max": span[1]} if span is not None else {"min": None, "max": None}
 
 
 def typed_dataset_info(
@@ -292,6 +306,7 @@ def render_info(info: dict[str, Any], console: Console | None = None) -> None:
         ),
         ("isolated nodes", f"{info['isolated_nodes']:,}"),
         ("edge weights", "yes" if info["weighted"] else "no"),
+        ("edge times", _edge_time_text(info.get("edge_time"))),
         (
             "verification stamp",
             "valid (opening skips the value check)"
@@ -311,6 +326,14 @@ def render_info(info: dict[str, Any], console: Console | None = None) -> None:
     for key, value in rows:
         table.add_row(key, escape(value))
     console.print(table)
+
+
+def _edge_time_text(span: dict[str, Any] | None) -> str:
+    if span is None:
+        return "no"
+    if span["min"] is None:
+        return "yes (no edges)"
+    return f"yes, {span['min']:,} .. {span['max']:,} (sorted per node)"
 
 
 def render_partition(result: dict[str, Any], console: Console | None = None) -> None:

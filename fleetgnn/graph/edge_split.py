@@ -446,10 +446,12 @@ def write_edge_split(
 
     Raises:
         ConfigError: Fractions outside (0, 1) or summing to 1 or more, or a bad ``chunk``.
-        DatasetError: Too few edges for a non-empty split each, or too dense for the negatives.
+        DatasetError: Too few edges for a non-empty split each, too dense for the negatives, or
+            a graph with ``edge_time`` (see :func:`refuse_timed`).
     """
     _check_fractions(val, test)
     chunk = _check_chunk(chunk)
+    refuse_timed(graph)
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(target.name), dir=target.parent))
@@ -460,6 +462,26 @@ def write_edge_split(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def refuse_timed(graph: Graph) -> None:
+    """Refuse a graph with edge times: this split is random and its training graph untimed.
+
+    The split ranks pairs by a keyed hash, not by time, merges duplicate edges (a pair seen at
+    several times) and writes a training CSC without ``edge_time``: held-out edges could precede
+    training ones and the times would be dropped. Splitting at random on purpose (ignoring the
+    times) is ``write_edge_split(graph.replace(edge_time=None), ...)``.
+
+    Raises:
+        DatasetError: ``graph.edge_time`` is set.
+    """
+    if graph.edge_time is not None:
+        raise DatasetError(
+            f"graph '{graph.name}' has edge times (edge_time), which the random edge split would "
+            f"drop (it merges an edge's occurrences and may hold out edges older than training "
+            f"ones); split it by time, or pass graph.replace(edge_time=None) to split at random "
+            f"ignoring the times"
+        )
 
 
 def _write(graph: Graph, out: Path, val: float, test: float, seed: int, chunk: int) -> None:
@@ -606,9 +628,11 @@ def edge_split_for(
     """The split of ``(val, test, seed)``: the one saved with the dataset, else a drawn one.
 
     A split is written under ``dataset_dir`` (when given and writable) and read back mapped; one
-    of an older format there is drawn again. Otherwise it is drawn in memory.
+    of an older format there is drawn again. Otherwise it is drawn in memory. A graph with
+    ``edge_time`` is refused (:func:`refuse_timed`).
     """
     _check_fractions(val, test)
+    refuse_timed(graph)
     if dataset_dir is not None:
         path = Path(dataset_dir) / "edge_splits" / split_name(val, test, seed)
         with contextlib.suppress(OSError, ValueError):

@@ -1,6 +1,7 @@
 """Edge lists in text form, with optional ``.npy`` node data.
 
-A line is ``src dst [weight]``, or ``src dst a_1 .. a_D`` with edge features (``edge_attr``).
+A line is ``src dst [weight]``, or ``src dst a_1 .. a_D`` with edge features (``edge_attr``);
+with ``time_column`` one more column (any after ``src dst``) is the edge's integer time.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def load_edgelist(
     split: str | os.PathLike[str] | None = None,
     name: str | None = None,
     edge_attr: bool = False,
+    time_column: int | None = None,
 ) -> Graph:
     """Load a text edge list and optional ``.npy`` features and labels.
 
@@ -60,6 +62,10 @@ def load_edgelist(
     keep the file's order per destination and are not deduplicated unless ``undirected``.
     With ``edge_attr`` every column after ``src dst`` is an edge feature instead (``src dst a_1
     .. a_D``, ``D >= 1`` the same on every line): the graph's ``edge_attr`` ``[E, D]`` (float32).
+    With ``time_column`` (1-based, ``>= 3``) that column of every line is the edge's time, an
+    integer ``>= 0`` (the graph's ``edge_time``; each node's in-edges are then sorted by time,
+    equal times in file order) and the other columns after ``src dst`` are read as above: e.g.
+    ``src dst time`` with ``time_column=3``, ``src dst weight time`` with ``time_column=4``.
 
     Edge lists carry no split: without ``labels`` no masks are set. With ``labels`` either the
     split comes from your own mask files (``train_mask`` and optionally ``val_mask`` /
@@ -91,18 +97,22 @@ def load_edgelist(
             the mask files; needs ``labels``).
         name: Graph name (default: the file name up to its first dot).
         edge_attr: Read the columns after ``src dst`` as edge features (no weight column).
+        time_column: The 1-based column holding each edge's integer time (``edge_time``);
+            ``None``: the edges have no times.
 
     Returns:
         The validated graph.
 
     Raises:
         DatasetError: A malformed line (with the file name and line number), negative or
-            out-of-range IDs, features / labels of the wrong shape or type, or IDs so sparse
-            that the inferred node count exceeds ``64 * (2 E + feature and label rows) + 2^24``
-            (relabel the IDs, or pass ``num_nodes`` to accept the size); mask files that are
-            not ``[N]`` bool/0-1 arrays, overlap, select unlabelled nodes, come without
-            ``labels`` or ``train_mask``, or are combined with the random split's arguments or
-            a split file; an invalid split file.
+            out-of-range IDs, a time that is not an integer ``>= 0`` (with the line number), a
+            ``time_column`` that is not a column of the file, features / labels of the wrong
+            shape or type, or IDs so sparse that the inferred node count exceeds
+            ``64 * (2 E + feature and label rows) + 2^24`` (relabel the IDs, or pass
+            ``num_nodes`` to accept the size); mask files that are not ``[N]`` bool/0-1
+            arrays, overlap, select unlabelled nodes, come without ``labels`` or
+            ``train_mask``, or are combined with the random split's arguments or a split file;
+            an invalid split file.
     """
     path = require_file(Path(edges), "edge list")
     if comments is not None and (not isinstance(comments, str) or not comments.strip()):
@@ -112,36 +122,50 @@ def load_edgelist(
     ):
         raise DatasetError(f"'num_nodes' must be an integer >= 0 (got {num_nodes!r})")
     delim, ncols, first_data = _layout(path, comments)
-    if edge_attr and ncols < 3:
+    timed = time_column is not None
+    if timed:
+        _check_time_column(time_column, ncols, path, first_data)
+    rest = ncols - 2 - int(timed)  # weight or edge-feature columns
+    with_time = " and a time column" if timed else ""
+    if edge_attr and rest < 1:
         raise DatasetError(
-            f"'{path}', line {first_data}: expected 'src dst a_1 .. a_D' with at least one edge "
-            f"feature column (found {ncols} columns); drop edge_attr for a plain edge list"
+            f"'{path}', line {first_data}: expected 'src dst a_1 .. a_D'{with_time} with at least "
+            f"one edge feature column (found {ncols} columns); drop edge_attr for a plain edge list"
         )
-    if not edge_attr and ncols not in (2, 3):
+    if not edge_attr and rest not in (0, 1):
         raise DatasetError(
-            f"'{path}', line {first_data}: expected 2 columns 'src dst' or 3 'src dst weight' "
-            f"(found {ncols}); fix the file or pass the right 'comments' marker"
+            f"'{path}', line {first_data}: expected 2 columns 'src dst' or 3 'src dst weight'"
+            f"{' plus the time column' if timed else ''} (found {ncols}); fix the file or pass "
+            f"the right 'comments' marker"
             + (
                 "; edge features after 'src dst' need edge_attr (prepare --edge-attr)"
-                if ncols > 3
+                if rest > 1
                 else ""
             )
         )
-    weighted = ncols == 3 and not edge_attr
-    if edge_attr:
+    weighted = rest == 1 and not edge_attr
+    if timed:
+        dtype, what = _timed_layout(ncols, int(time_column), edge_attr)  # type: ignore[arg-type]
+    elif edge_attr:
         what = f"'src dst' and {ncols - 2} edge features"
         dtype = np.dtype([("src", np.int64), ("dst", np.int64), ("attr", np.float64, (ncols - 2,))])
     else:
         what = "'src dst weight'" if weighted else "'src dst'"
         dtype = _WEIGHTED if weighted else np.dtype(np.int64)
     table = Table(path, dtype, ncols, delim, comments, what, True)
-    srcs, dsts, weights = [], [], []
+    srcs, dsts, weights, times = [], [], [], []
     max_id = -1
     for first, lines in iter_line_chunks(path, _CHUNK_LINES):
         arr = table.parse(lines, first)
+        if timed:
+            times.append(_times(arr["time"], table, lines, first))
         if weighted or edge_attr:
             s, d = arr["src"], arr["dst"]
-            w = arr["attr"] if edge_attr else arr["weight"]
+            if timed:
+                values = [arr[f] for f in dtype.names if f.startswith("v")]
+                w = np.stack(values, axis=1) if edge_attr else values[0]
+            else:
+                w = arr["attr"] if edge_attr else arr["weight"]
             if w.size and not np.isfinite(w).all():
                 r = int(np.argwhere(~np.isfinite(w))[0][0])
                 line = table.line_of_row(lines, first, r)
@@ -152,6 +176,8 @@ def load_edgelist(
                     f"({short(lines[line - first])})"
                 )
             weights.append(w.astype(np.float32) if edge_attr else w)
+        elif timed:
+            s, d = arr["src"], arr["dst"]
         else:
             s, d = arr[:, 0], arr[:, 1]
         for col, ids in (("source", s), ("destination", d)):
@@ -178,7 +204,8 @@ def load_edgelist(
     weight = (np.concatenate(weights) if weights else np.zeros(0)) if weighted else None
     attr = None
     if edge_attr:
-        attr = np.concatenate(weights) if weights else np.zeros((0, ncols - 2), np.float32)
+        attr = np.concatenate(weights) if weights else np.zeros((0, rest), np.float32)
+    edge_time = (np.concatenate(times) if times else np.zeros(0, np.int64)) if timed else None
 
     node_data: dict[str, np.ndarray] = {}
     if features is not None:
@@ -244,6 +271,7 @@ def load_edgelist(
             n,
             edge_weight=weight,
             edge_attr=attr,
+            edge_time=edge_time,
             node_data=node_data,
             num_classes=num_classes,
             name=name if name is not None else path.name.split(".")[0] or "graph",
@@ -251,3 +279,48 @@ def load_edgelist(
         return g.to_undirected() if undirected else g
     except FleetgnnError as e:
         raise DatasetError(f"'{path}' does not give a valid graph: {e}") from e
+
+
+def _check_time_column(k: object, ncols: int, path: Path, line: int) -> None:
+    """Refuse a ``time_column`` that is not one of the file's columns after ``src dst``."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 3 <= k <= ncols:
+        raise DatasetError(
+            f"'{path}', line {line}: time_column = {k!r} is not a column of this file's {ncols} "
+            f"(1-based; columns 1 and 2 are src and dst, so the time is one of 3..{ncols})"
+            if ncols >= 3
+            else f"'{path}', line {line}: time_column = {k!r} but the file has only {ncols} "
+            f"columns 'src dst'; add the times as a third column"
+        )
+
+
+def _timed_layout(ncols: int, k: int, edge_attr: bool) -> tuple[np.dtype, str]:
+    """The structured dtype (one field per column) and description of a timed edge list.
+
+    Fields ``src``, ``dst``, ``time`` (int64) and ``v0, v1, ..`` (float64) for the other
+    columns: the weight, or the edge features with ``edge_attr``.
+    """
+    fields: list[tuple[str, type]] = [("src", np.int64), ("dst", np.int64)]
+    names = ["src", "dst"]
+    values = 0
+    for col in range(3, ncols + 1):
+        if col == k:
+            fields.append(("time", np.int64))
+            names.append("time")
+        else:
+            fields.append((f"v{values}", np.float64))
+            values += 1
+            names.append(f"a_{values}" if edge_attr else "weight")
+    return np.dtype(fields), "'" + " ".join(names) + "'"
+
+
+def _times(t: np.ndarray, table: Table, lines: list[str], first: int) -> np.ndarray:
+    """A chunk's times, refused at the first negative one (with its line number)."""
+    if t.size and int(t.min()) < 0:
+        r = int(np.flatnonzero(t < 0)[0])
+        line = table.line_of_row(lines, first, r)
+        raise DatasetError(
+            f"'{table.path}', line {line}: edge time {int(t[r])} is negative "
+            f"({short(lines[line - first])}); times must be integers >= 0: shift them by their "
+            f"minimum"
+        )
+    return t.copy()

@@ -3,8 +3,8 @@
 PyTorch Geometric is an optional dependency (``pip install fleetgnn[pyg]``) and is imported only
 inside :func:`to_pyg` (torch too, so importing the loaders stays cheap). :func:`from_pyg` never
 imports either: it reads attributes, so it also accepts any object with a ``Data``-like interface
-(``edge_index``, ``x``, ``y``, masks, ``edge_weight``, ``edge_attr``) holding torch tensors or
-numpy arrays.
+(``edge_index``, ``x``, ``y``, masks, ``edge_weight``, ``edge_attr``, ``edge_time`` or
+``time``) holding torch tensors or numpy arrays.
 """
 
 from __future__ import annotations
@@ -43,7 +43,11 @@ def from_pyg(data: Any, *, name: str = "pyg", num_classes: int | None = None) ->
     ``train_mask`` / ``val_mask`` / ``test_mask`` (bool ``[N]``), ``edge_weight`` ``[E]`` and
     ``edge_attr`` (edge features ``[E, D]``, or ``[E]`` read as ``D = 1``; integer or bool values
     become float32), which follows its edges into CSC order (``Graph.edge_attr[e]`` belongs to
-    CSC edge ``e``). The node count is ``data.num_nodes`` when
+    CSC edge ``e``), and the edge times: ``edge_time``, else ``time`` when it has one entry per
+    edge (PyG's ``time_attr`` convention; a ``time`` of ``N`` entries is a node time and is not
+    read, one ambiguous because ``N == E`` is refused: rename it ``edge_time``), integers
+    ``>= 0`` (or integral floats), which sort each node's in-edges by time
+    (:func:`~fleetgnn.graph.csc.from_edges`). The node count is ``data.num_nodes`` when
     the object has it, else inferred from ``x`` or the largest ID. Edges keep their order within
     each destination; nothing is symmetrised or deduplicated.
 
@@ -125,23 +129,45 @@ def from_pyg(data: Any, *, name: str = "pyg", num_classes: int | None = None) ->
         isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer))
     ):
         raise GraphError(f"'num_nodes' must be an integer (got {num_nodes!r})")
+    edge_time = _edge_time(data, int(edge_index.shape[1]), num_nodes)
     return from_edges(
         edge_index[0],
         edge_index[1],
         None if num_nodes is None else int(num_nodes),
         edge_weight=edge_weight,
         edge_attr=edge_attr,
+        edge_time=edge_time,
         node_data=node_data,
         num_classes=num_classes,
         name=name,
     )
 
 
+def _edge_time(data: Any, num_edges: int, num_nodes: int | None) -> np.ndarray | None:
+    """``data.edge_time``, else ``data.time`` when it is one entry per edge; else ``None``."""
+    value = getattr(data, "edge_time", None)
+    if value is not None:
+        return _array(value, "edge_time")
+    value = getattr(data, "time", None)
+    if value is None:
+        return None
+    t = _array(value, "time")
+    if t.ndim != 1 or t.shape[0] != num_edges:
+        return None  # a node time (or anything else): not the edges'
+    if num_nodes is not None and int(num_nodes) == num_edges:
+        raise GraphError(
+            f"'time' has {num_edges} entries, as many as there are nodes and edges, so it may be "
+            f"either's; name edge times 'edge_time' (data.edge_time = data.time)"
+        )
+    return t
+
+
 def to_pyg(graph: Graph) -> Any:
     """Convert a :class:`Graph` to ``torch_geometric.data.Data``.
 
     ``edge_index`` (int64 ``[2, E]``, in CSC order: grouped by destination) and ``num_nodes`` are
-    always set; ``x``, ``y``, the split masks, ``edge_weight`` and ``edge_attr`` when present.
+    always set; ``x``, ``y``, the split masks, ``edge_weight``, ``edge_attr`` and ``edge_time``
+    when present.
     Arrays are copied, so a graph backed by read-only memory maps converts too (at the cost of
     loading it).
 
@@ -174,4 +200,6 @@ def to_pyg(graph: Graph) -> Any:
         kw["edge_weight"] = torch.from_numpy(np.array(graph.edge_weight))
     if graph.edge_attr is not None:
         kw["edge_attr"] = torch.from_numpy(np.array(graph.edge_attr))
+    if graph.edge_time is not None:
+        kw["edge_time"] = torch.from_numpy(np.array(graph.edge_time))
     return Data(**kw)
