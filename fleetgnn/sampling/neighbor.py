@@ -52,7 +52,7 @@ a distributed store implements the same four reads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -610,18 +610,39 @@ def _sample_hop(
         indptr_s, row, offsets = _sample_offsets(
             seeds.numpy(), deg.cpu().numpy().astype(np.int64, copy=False), fanout, key
         )
+    else:
+        indptr_s, row, offsets = _sample_offsets_torch(seeds, deg.to(device), fanout, key)
+    return _read_edges(topo, seeds, indptr_s, row, offsets, with_edge_weight, device, with_edge_ids)
+
+
+def _read_edges(
+    topo: TopologySource,
+    seeds: Tensor,
+    indptr_s: np.ndarray | Tensor,
+    row: np.ndarray | Tensor,
+    offsets: np.ndarray | Tensor,
+    with_edge_weight: bool,
+    device: torch.device | None,
+    with_edge_ids: bool = False,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """Read chosen edges: edge ``e`` is the ``offsets[e]``-th in-edge of ``seeds[row[e]]``.
+
+    ``indptr_s``, ``row`` and ``offsets`` are numpy arrays when ``device`` is None (the host),
+    else tensors on ``device``. Returns ``(indptr_s, nbrs, weight, edge_ids)`` as tensors there;
+    the last two ``None`` unless asked for.
+    """
+    if device is None:
         ids = torch.from_numpy(seeds.numpy()[row])  # numpy indexing: faster on CPU
-        off = torch.from_numpy(offsets)
+        off = torch.from_numpy(offsets)  # type: ignore[arg-type]
         nbrs = topo.neighbors_at(ids, off)
         weight = topo.edge_weight_at(ids, off) if with_edge_weight else None
         eids = topo.edge_ids_at(ids, off).cpu() if with_edge_ids else None  # type: ignore[attr-defined]
-        return torch.from_numpy(indptr_s), nbrs, weight, eids
-    indptr_t, row_t, off = _sample_offsets_torch(seeds, deg.to(device), fanout, key)
-    ids = seeds[row_t]
+        return torch.from_numpy(indptr_s), nbrs, weight, eids  # type: ignore[arg-type]
+    ids, off = seeds[row], cast(Tensor, offsets)
     nbrs = topo.neighbors_at(ids, off).to(device)
     weight = topo.edge_weight_at(ids, off).to(device) if with_edge_weight else None
     eids = topo.edge_ids_at(ids, off).to(device) if with_edge_ids else None  # type: ignore[attr-defined]
-    return indptr_t, nbrs, weight, eids
+    return cast(Tensor, indptr_s), nbrs, weight, eids
 
 
 def sample_neighbors(
@@ -677,17 +698,9 @@ def _make_block(
         topo, dst, dst_degree, fanout, key, with_edge_weight, device, with_edge_ids
     )
     num_dst = int(dst.numel())
-    if exclude is not None and exclude.numel() and nbrs.numel():
-        counts = indptr_s[1:] - indptr_s[:-1]
-        row = torch.repeat_interleave(torch.arange(num_dst, device=nbrs.device), counts)
-        keys = dst.to(nbrs.device)[row] * topo.num_nodes + nbrs
-        keep = ~_isin_sorted(keys, exclude.to(nbrs.device))
-        if not bool(keep.all()):  # drop them; edges stay grouped by destination
-            nbrs, row = nbrs[keep], row[keep]
-            weight = weight[keep] if weight is not None else None
-            eids = eids[keep] if eids is not None else None
-            indptr_s = torch.zeros_like(indptr_s)
-            indptr_s[1:] = torch.cumsum(torch.bincount(row, minlength=num_dst), 0)
+    indptr_s, nbrs, weight, eids = _drop_excluded(
+        dst, topo.num_nodes, indptr_s, nbrs, weight, eids, exclude
+    )
     if device is None:
         src_ids, local, _ = _append_unique_numpy(dst, nbrs)
         new_degree = topo.in_degree(src_ids[num_dst:]).cpu()
@@ -708,6 +721,35 @@ def _make_block(
         edge_ids=eids,
     )
     return block, src_degree
+
+
+def _drop_excluded(
+    dst: Tensor,
+    num_nodes: int,
+    indptr_s: Tensor,
+    nbrs: Tensor,
+    weight: Tensor | None,
+    eids: Tensor | None,
+    exclude: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """Drop the sampled edges ``nbrs -> dst`` whose keys (:func:`edge_keys`) are in ``exclude``.
+
+    ``dst`` holds global IDs, one per row of ``indptr_s``; edges stay grouped by destination.
+    """
+    num_dst = int(dst.numel())
+    if exclude is None or not exclude.numel() or not nbrs.numel():
+        return indptr_s, nbrs, weight, eids
+    counts = indptr_s[1:] - indptr_s[:-1]
+    row = torch.repeat_interleave(torch.arange(num_dst, device=nbrs.device), counts)
+    keys = dst.to(nbrs.device)[row] * num_nodes + nbrs
+    keep = ~_isin_sorted(keys, exclude.to(nbrs.device))
+    if not bool(keep.all()):  # drop them; edges stay grouped by destination
+        nbrs, row = nbrs[keep], row[keep]
+        weight = weight[keep] if weight is not None else None
+        eids = eids[keep] if eids is not None else None
+        indptr_s = torch.zeros_like(indptr_s)
+        indptr_s[1:] = torch.cumsum(torch.bincount(row, minlength=num_dst), 0)
+    return indptr_s, nbrs, weight, eids
 
 
 def edge_keys(src: Tensor, dst: Tensor, num_nodes: int, *, reverse: bool = True) -> Tensor:
