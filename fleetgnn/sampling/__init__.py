@@ -1,4 +1,4 @@
-"""Sampling layer: neighbour sampling without replacement, AppendUnique, blocks, seed loaders."""
+"""Sampling layer: neighbour sampling (plain and temporal), AppendUnique, blocks, seed loaders."""
 
 from fleetgnn.sampling.block import Block
 from fleetgnn.sampling.loader import PositionLoader, SeedLoader, keyed_positions
@@ -14,15 +14,25 @@ from fleetgnn.sampling.neighbor import (
     sample_neighbors,
     sample_neighbors_from,
 )
+from fleetgnn.sampling.temporal import (
+    EdgeTimeArray,
+    EdgeTimeSource,
+    TemporalSample,
+    TemporalSampler,
+)
 
 __all__ = [
     "Block",
     "DeviceTopology",
     "EdgeIdSource",
+    "EdgeTimeArray",
+    "EdgeTimeSource",
     "GraphTopology",
     "NeighborSampler",
     "PositionLoader",
     "SeedLoader",
+    "TemporalSample",
+    "TemporalSampler",
     "TopologySource",
     "append_unique",
     "edge_keys",
