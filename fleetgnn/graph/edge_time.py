@@ -71,9 +71,8 @@ def as_edge_time(values: object, num_edges: int, name: str = "edge_time") -> np.
                 f"'{name}' holds the time {arr[e].item()!r} at edge {e}, above int64's range "
                 f"[0, {_INT64_MAX}]; shift or rescale the times"
             )
-    low = arr.min()
-    if low < 0:
-        e = int(np.argmin(arr))
+    if arr.min() < 0:
+        e = int(np.flatnonzero(arr < 0)[0])
         raise GraphError(
             f"'{name}' holds the negative time {arr[e].item()!r} at edge {e}; times must be >= 0: "
             f"shift them by their minimum"

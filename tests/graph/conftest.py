@@ -5,7 +5,16 @@ import pytest
 
 from fleetgnn.graph import Graph
 
-_OPTIONAL = ("x", "y", "train_mask", "val_mask", "test_mask", "edge_weight", "edge_attr")
+_OPTIONAL = (
+    "x",
+    "y",
+    "train_mask",
+    "val_mask",
+    "test_mask",
+    "edge_weight",
+    "edge_attr",
+    "edge_time",
+)
 
 
 def assert_same_graph(a: Graph, b: Graph) -> None:
