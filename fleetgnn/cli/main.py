@@ -192,8 +192,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     q.add_argument(
         "--preset",
         default="small",
-        help="tiny | small | products-like | papers-like, or a typed graph: mag-like | igbh-like "
-        "(default: small)",
+        help="tiny | small | products-like | papers-like, a temporal graph (edge times, drifting "
+        "communities): temporal-like, or a typed graph: mag-like | igbh-like (default: small)",
     )
     q.add_argument("--scale", type=float, default=1.0, help="multiply nodes and edges by this")
     q.add_argument("--seed", type=int, default=0, help="seed of the generator")
@@ -227,18 +227,26 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         from fleetgnn.cli.progress import task_progress
         from fleetgnn.graph.synthetic import PRESETS, prepare_synthetic
         from fleetgnn.graph.synthetic_hetero import TYPED_PRESETS, prepare_typed_synthetic
+        from fleetgnn.graph.synthetic_temporal import (
+            TEMPORAL_PRESETS,
+            prepare_temporal_synthetic,
+        )
 
-        if args.preset not in PRESETS and args.preset not in TYPED_PRESETS:
+        presets = [*PRESETS, *TEMPORAL_PRESETS, *TYPED_PRESETS]
+        if args.preset not in presets:
             raise FleetgnnError(
-                f"unknown synthetic preset {args.preset!r}; valid presets: "
-                f"{', '.join([*PRESETS, *TYPED_PRESETS])}"
+                f"unknown synthetic preset {args.preset!r}; valid presets: {', '.join(presets)}"
             )
-        typed = args.preset in TYPED_PRESETS
-        if typed and args.edge_features:
-            raise FleetgnnError("--edge-features applies to homogeneous presets only")
-        extra = {} if typed else {"edge_features": args.edge_features}
+        typed, timed = args.preset in TYPED_PRESETS, args.preset in TEMPORAL_PRESETS
+        if (typed or timed) and args.edge_features:
+            raise FleetgnnError(
+                "--edge-features applies to the static homogeneous presets only: "
+                + ", ".join(PRESETS)
+            )
+        extra = {} if typed or timed else {"edge_features": args.edge_features}
+        make = prepare_typed_synthetic if typed else prepare_synthetic
         with task_progress(f"generating {args.preset} x{args.scale}") as progress:
-            out = (prepare_typed_synthetic if typed else prepare_synthetic)(
+            out = (prepare_temporal_synthetic if timed else make)(
                 args.out,
                 preset=args.preset,
                 scale=args.scale,

@@ -596,6 +596,17 @@ def _draw_edges(
         parts.append(_rng(seed, _EDGE_STREAM, b).random((3, size)))
     u = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
     del parts
+    src, dst = draw_pairs(u, nodes, float(spec.homophily))
+    keep = src != dst
+    return src[keep], dst[keep]
+
+
+def draw_pairs(u: np.ndarray, nodes: _Nodes, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, dst)`` of the draws with uniforms ``u`` ``[3, M]`` (self loops included).
+
+    Row 0 picks the source, row 1 decides (``< h``) whether the destination is in the source's
+    community, row 2 picks the destination; ``u`` is not modified.
+    """
     n = nodes.order.size
     # source: proportional to w over all nodes
     total = float(nodes.cum[-1])
@@ -610,7 +621,6 @@ def _draw_edges(
     np.take(nodes.class_weight, cls, out=target)
     target *= u[2]
     target += nodes.class_start[cls]
-    h = float(spec.homophily)
     mixed = nodes.nonempty.size > 1 and h < 1.0
     if mixed:
         other = np.flatnonzero(u[1] >= h)
@@ -638,9 +648,7 @@ def _draw_edges(
             )
         else:
             pos[bad] = np.clip(pos[bad], first, end - 1)
-    dst = nodes.order[pos]
-    keep = src != dst
-    return src[keep], dst[keep]
+    return src, nodes.order[pos]
 
 
 def _edge_chunks(spec: SyntheticSpec, chunk_edges: int) -> list[tuple[int, int]]:
