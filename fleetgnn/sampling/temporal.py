@@ -24,7 +24,8 @@ Semantics (PyG's for edge-time temporal sampling, ``NeighborLoader(time_attr=...
   :class:`~fleetgnn.sampling.NeighborSampler` draws (same key per ``(seed, epoch, step,
   stream, hop)``, row key = the node's global ID, ``N`` = its candidate count ``c``): a node's
   sample is a pure function of ``(key, node, c)``, so with every time after every edge the
-  temporal sample of each subtree equals the plain sampler's. ``"last"``: the ``min(k, c)``
+  temporal sample of each subtree equals the plain sampler's (and two subtrees that reach a
+  node with the same ``c`` in one hop draw the same edges for it). ``"last"``: the ``min(k, c)``
   most recent candidates, i.e. the last ``min(k, c)`` edges of the candidate range; among
   edges with equal times the later in CSC order counts as more recent. Fanout ``-1`` (or
   ``c <= k``) takes every candidate. A block lists a node's edges in CSC (oldest-first) order.
@@ -36,7 +37,13 @@ destinations are those pairs again. Everything downstream indexes by local posit
 (``indices``, ``num_dst``, ``x_src[:num_dst]``), and feature gathers and the store take
 repeated IDs, so the layers and the aggregator work unchanged. The seed index of every source
 is in :attr:`TemporalSample.seed_index`. Keyed model randomness (dropout) is keyed by global ID,
-so copies of one node in one batch draw the same mask. ``blocks[-1].dst_ids == seeds``.
+so copies of one node in one batch draw the same mask. ``blocks[-1].dst_ids == seeds``. A
+consumer that deduplicates or partitions a block's rows by global ID (an engine's exchange plan)
+must keep the copies apart, e.g. by the key ``seed_index * N + src_ids``.
+
+Where the times come from: a :class:`~fleetgnn.graph.Graph`'s ``edge_time`` (the default), an
+explicit array or tensor (:class:`EdgeTimeArray`), or any :class:`EdgeTimeSource` (one method,
+:meth:`~EdgeTimeSource.count_before`; :func:`bisect_counts` answers it over an array of times).
 
 Backends, as in :mod:`fleetgnn.sampling.neighbor` (identical blocks, tested):
 
@@ -53,7 +60,7 @@ disjoint AppendUnique         ``_append_unique_numpy``        ``_append_unique_t
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -86,7 +93,7 @@ __all__ = [
     "EdgeTimeSource",
     "TemporalSample",
     "TemporalSampler",
-    "count_candidates",
+    "bisect_counts",
 ]
 
 Strategy = Literal["uniform", "last"]
@@ -95,11 +102,47 @@ STRATEGIES = ("uniform", "last")
 
 @runtime_checkable
 class EdgeTimeSource(Protocol):
-    """Read access to the times of a topology's in-edges (each node's sorted by time)."""
+    """The one question the sampler asks of edge times (each node's in-edges sorted by time).
 
-    def edge_time_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
-        """int64 ``edge_time[indptr[ids] + offsets]``: the time of each ``offsets``-th in-edge."""
+    An implementation over an array of times by CSC position can answer it with
+    :func:`bisect_counts` (as :class:`EdgeTimeArray` does).
+    """
+
+    def count_before(self, ids: Tensor, t: Tensor, inclusive: bool = False) -> Tensor:
+        """How many in-edges of each node are before its time: its candidates.
+
+        Returns:
+            int64 ``[len(ids)]`` on ``ids``' device: the number of in-edges of ``ids[i]`` with a
+            time ``< t[i]`` (``<= t[i]`` when ``inclusive``), its first that many in-edges.
+        """
         ...
+
+
+def bisect_counts(
+    read: Callable[[Tensor], Tensor], start: Tensor, deg: Tensor, t: Tensor, inclusive: bool
+) -> Tensor:
+    """Binary search in every time-sorted segment ``[start[i], start[i] + deg[i])`` at once.
+
+    Branch-free: each round reads one time per segment (``read(positions)``, int64; a finished
+    segment reads position 0) and halves every open interval, so ``ceil(log2(max(deg) + 1))``
+    rounds, one host sync for that maximum and none in the rounds. Segments are ragged, so
+    numpy's or torch's ``searchsorted`` (one sorted sequence, or equal-length rows) do not fit.
+
+    Returns:
+        int64 ``[len(start)]`` on ``deg``'s device: the entries of each segment before ``t``.
+    """
+    lo = torch.zeros_like(deg)
+    if not deg.numel():
+        return lo
+    hi = deg.clone()
+    for _ in range(int(deg.max()).bit_length()):
+        active = lo < hi
+        mid = (lo + hi) >> 1
+        tm = read(torch.where(active, start + mid, 0)).to(deg.device)
+        before = tm <= t if inclusive else tm < t
+        lo = torch.where(active & before, mid + 1, lo)
+        hi = torch.where(active & ~before, mid, hi)
+    return lo
 
 
 class EdgeTimeArray:
@@ -159,9 +202,13 @@ class EdgeTimeArray:
         if validate:
             _check_sorted(topo, edge_time)
 
-    def edge_time_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
-        """int64 ``edge_time[indptr[ids] + offsets]``, on the array's device (CPU for numpy)."""
-        pos = self.topology.edge_ids_at(ids, offsets)  # type: ignore[attr-defined]
+    def count_before(self, ids: Tensor, t: Tensor, inclusive: bool = False) -> Tensor:
+        """:meth:`EdgeTimeSource.count_before` by :func:`bisect_counts`, on ``ids``' device."""
+        deg = self.topology.in_degree(ids).to(ids.device)
+        start = self.topology.edge_ids_at(ids, torch.zeros_like(ids))  # type: ignore[attr-defined]
+        return bisect_counts(self._read, start.to(ids.device), deg, t.to(ids.device), inclusive)
+
+    def _read(self, pos: Tensor) -> Tensor:
         if isinstance(self.edge_time, Tensor):
             return self.edge_time[pos.to(self.edge_time.device)].long()
         return torch.from_numpy(np.asarray(self.edge_time[pos.cpu().numpy()], dtype=np.int64))
@@ -202,43 +249,6 @@ def _as_times(name: str, times: object, length: int, device: torch.device) -> Te
             f"prediction gives both endpoints and the negatives of a pair the pair's time"
         )
     return t.to(device, torch.int64)
-
-
-def count_candidates(
-    times: EdgeTimeSource,
-    topo: TopologySource,
-    ids: Tensor,
-    t: Tensor,
-    inclusive: bool = False,
-) -> Tensor:
-    """How many in-edges of ``ids[i]`` are before ``t[i]`` (``<=`` when ``inclusive``).
-
-    A branch-free binary search in every node's time-sorted segment at once: each round reads
-    one time per node (a finished node re-reads an edge of the widest node: no bounds to mind,
-    no compaction, no host sync); ``ceil(log2(max degree + 1))`` rounds, one host sync for
-    that maximum.
-
-    Returns:
-        int64 ``[len(ids)]`` on ``ids``' device: the node's candidates are its first that many
-        in-edges.
-    """
-    deg = topo.in_degree(ids).to(ids.device)
-    lo = torch.zeros_like(deg)
-    if not ids.numel():
-        return lo
-    top = int(deg.max())
-    hi = deg.clone()
-    widest = ids[torch.argmax(deg)]  # has an in-edge when top > 0
-    for _ in range(top.bit_length()):
-        active = lo < hi
-        mid = (lo + hi) >> 1
-        tm = times.edge_time_at(torch.where(active, ids, widest), torch.where(active, mid, 0)).to(
-            ids.device
-        )
-        before = tm <= t if inclusive else tm < t
-        lo = torch.where(active & before, mid + 1, lo)
-        hi = torch.where(active & ~before, mid, hi)
-    return lo
 
 
 def _last_offsets(cnt: Tensor, fanout: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -347,7 +357,7 @@ class TemporalSampler:
             raise GraphError(
                 f"the sampler has no edge times: pass edge_time= (int64 [E], aligned with the "
                 f"CSC 'indices', sorted within each node's in-edges), or a topology with "
-                f"edge_time_at ({type(self.topology).__name__} has none)"
+                f"count_before ({type(self.topology).__name__} has none)"
             )
         if isinstance(edge_time, EdgeTimeSource):
             return edge_time
@@ -382,7 +392,8 @@ class TemporalSampler:
             step: Step index within the epoch (>= 0), part of the random key.
             stream: Extra key, e.g. the data-parallel rank (>= 0).
             exclude: Sorted edge keys (:func:`~fleetgnn.sampling.edge_keys`) dropped from every
-                hop's sampled edges after sampling, as in :meth:`NeighborSampler.sample`.
+                hop's sampled edges after sampling, as in :meth:`NeighborSampler.sample`; the
+                keys name global IDs, so an excluded edge is dropped in every subtree.
 
         Returns:
             A :class:`TemporalSample`: the blocks and each source's seed index.
@@ -404,7 +415,7 @@ class TemporalSampler:
         blocks: list[Block] = []
         index: list[Tensor] = []
         with serial(dev or torch.device("cpu")):
-            cnt = count_candidates(self.times, self.topology, node, t, self.inclusive)
+            cnt = self.times.count_before(node, t, self.inclusive)
             for hop, fanout in enumerate(self.fanouts):
                 k = self.key(key[0], key[1], hop, key[2])
                 block, owner, cnt = self._hop(node, owner, cnt, t, fanout, k, dev, exclude)
@@ -460,7 +471,7 @@ class TemporalSampler:
             )
         src_ids, src_owner = src_keys % n, src_keys // n
         new = src_ids[num_dst:]
-        new_cnt = count_candidates(self.times, topo, new, t[src_owner[num_dst:]], self.inclusive)
+        new_cnt = self.times.count_before(new, t[src_owner[num_dst:]], self.inclusive)
         src_cnt = torch.cat([cnt.to(new_cnt.device), new_cnt])
         block = Block(
             indptr=indptr_s,

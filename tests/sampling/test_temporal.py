@@ -18,7 +18,7 @@ from fleetgnn.sampling.temporal import (
     EdgeTimeArray,
     EdgeTimeSource,
     TemporalSample,
-    count_candidates,
+    bisect_counts,
 )
 
 BLOCK_FIELDS = ("indptr", "indices", "src_ids", "src_degree", "edge_weight", "edge_ids")
@@ -142,21 +142,20 @@ def test_blocks_equal_brute_force(graph_seed: int, strategy: str, inclusive: boo
         check_sample(g, et, out, seeds, seed_time, fanouts, strategy, inclusive)
 
 
-def test_count_candidates_is_the_brute_force_count() -> None:
+def test_count_before_is_the_brute_force_count() -> None:
     g, et = random_temporal_graph(seed=3, time_range=8)
-    topo = GraphTopology(g)
     times = EdgeTimeArray(g, et)
     rng = np.random.default_rng(0)
     ids = torch.from_numpy(rng.integers(0, g.num_nodes, 500))
     t = torch.from_numpy(rng.integers(-1, 10, 500))
     for inclusive in (False, True):
-        got = count_candidates(times, topo, ids, t, inclusive)
+        got = times.count_before(ids, t, inclusive)
         want = [
             len(brute_candidates(g, et, int(v), int(s), inclusive))
             for v, s in zip(ids, t, strict=True)
         ]
         assert got.tolist() == want
-    assert count_candidates(times, topo, ids[:0], t[:0]).numel() == 0
+    assert times.count_before(ids[:0], t[:0]).numel() == 0
 
 
 def test_uniform_draws_are_the_plain_samplers_when_nothing_is_in_the_future() -> None:
@@ -470,8 +469,10 @@ def test_edge_times_from_a_topology_that_serves_them() -> None:
     g, et = random_temporal_graph(seed=10)
 
     class TimedTopology(GraphTopology):
-        def edge_time_at(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-            return torch.from_numpy(et[self.edge_ids_at(ids, offsets).numpy()])
+        def count_before(self, ids: torch.Tensor, t: torch.Tensor, inclusive: bool = False):
+            start = self.edge_ids_at(ids, torch.zeros_like(ids))
+            read = lambda pos: torch.from_numpy(et[pos.numpy()])  # noqa: E731
+            return bisect_counts(read, start, self.in_degree(ids), t, inclusive)
 
     topo = TimedTopology(g)
     assert isinstance(topo, EdgeTimeSource)
