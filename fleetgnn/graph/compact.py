@@ -109,7 +109,8 @@ class FeatureCodec:
             return rows.view(self.float_dtype).to(dtype)
         f = rows.shape[1] - 4
         scale = rows[:, f:].contiguous().view(torch.float32)  # [n, 1]
-        return rows[:, :f].view(self.float_dtype).to(dtype) * scale.to(dtype)
+        out = rows[:, :f].view(self.float_dtype).to(dtype)
+        return out.mul_(scale.to(dtype))  # in place: no second [n, F] output
 
     def round_trip(self, x: Tensor | np.ndarray, dtype: torch.dtype | None = None) -> Tensor:
         """``decode(encode(x))`` in ``dtype`` (default: ``x``'s): the values a store holds."""
