@@ -469,8 +469,9 @@ def refuse_timed(graph: Graph) -> None:
 
     The split ranks pairs by a keyed hash, not by time, merges duplicate edges (a pair seen at
     several times) and writes a training CSC without ``edge_time``: held-out edges could precede
-    training ones and the times would be dropped. Splitting at random on purpose (ignoring the
-    times) is ``write_edge_split(graph.replace(edge_time=None), ...)``.
+    training ones and the times would be dropped. A timed graph is split by time
+    (:func:`fleetgnn.graph.time_split.split_by_time`); splitting at random on purpose (ignoring
+    the times) is ``write_edge_split(graph.replace(edge_time=None), ...)``.
 
     Raises:
         DatasetError: ``graph.edge_time`` is set.
@@ -479,8 +480,9 @@ def refuse_timed(graph: Graph) -> None:
         raise DatasetError(
             f"graph '{graph.name}' has edge times (edge_time), which the random edge split would "
             f"drop (it merges an edge's occurrences and may hold out edges older than training "
-            f"ones); split it by time, or pass graph.replace(edge_time=None) to split at random "
-            f"ignoring the times"
+            f"ones); split it by time with fleetgnn.graph.time_split.split_by_time (train."
+            f"temporal=auto or on), or pass graph.replace(edge_time=None) to split at random "
+            f"ignoring the times (train.temporal=off)"
         )
 
 
