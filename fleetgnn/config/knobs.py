@@ -73,6 +73,8 @@ TASKS: tuple[str, ...] = ("node", "link")
 NEGATIVE_SAMPLERS: tuple[str, ...] = ("uniform", "degree")
 DECODERS: tuple[str, ...] = ("dot", "mlp", "distmult")
 LINK_LOSSES: tuple[str, ...] = ("bce", "bpr")
+#: ``train.temporal``: use the edge times in link prediction (see :class:`TaskKnobs`).
+TEMPORAL_MODES: tuple[str, ...] = ("auto", "on", "off")
 
 _DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
 
@@ -503,6 +505,14 @@ class TaskKnobs(Knobs):
             ``src,name,dst`` (e.g. ``author,writes,paper``) or a name unique in the schema;
             its edges are split (train/val/test, saved with the dataset), negatives corrupt
             its destination within the destination type (``reference`` and ``minibatch``).
+        temporal: Whether link prediction uses the graph's edge times (link): ``"on"`` splits
+            the edges by time (the latest ``test_edges`` test, the ``val_edges`` before them
+            validate, the earlier ones train) and embeds every positive, its negatives and the
+            evaluation pairs at the pair's time, sampling only edges before it
+            (:mod:`fleetgnn.graph.time_split`; ``reference`` in mode ``minibatch``);
+            ``"off"`` ignores the times (the random edge split and the plain sampler: the
+            leakage baseline, whose message passing sees edges from the future); ``"auto"``
+            is ``on`` when the graph has ``edge_time``, else ``off``.
     """
 
     task: str = "node"
@@ -516,9 +526,11 @@ class TaskKnobs(Knobs):
     keep_target_edges: bool = False
     eval_edges: int | None = None
     link_relation: str | None = None
+    temporal: str = "auto"
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "task": TASKS,
+        "temporal": TEMPORAL_MODES,
         "negative_sampler": NEGATIVE_SAMPLERS,
         "decoder": DECODERS,
         "link_loss": LINK_LOSSES,

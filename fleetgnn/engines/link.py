@@ -1,7 +1,10 @@
 """Link prediction on the engines: which engines train it, its steps and its evaluation.
 
 The engines and modes of :data:`~fleetgnn.config.run.LINK_ENGINES` train ``train.task=link``;
-every other one refuses a link task in one line naming them (:func:`check_task`).
+every other one refuses a link task in one line naming them (:func:`check_task`). A temporal
+link task (:class:`~fleetgnn.tasks.TemporalLinkPrediction`) trains on those of
+:data:`TEMPORAL_ENGINES` (:mod:`fleetgnn.engines.temporal_link`); the others refuse it in one
+line (:func:`check_temporal`: a full graph has no "now").
 
 Negatives are keyed by ``(seed, epoch, src, dst)`` (:class:`~fleetgnn.tasks.NegativeSampler`
 with the epoch as its step): each training edge is a positive once per epoch in either mode, so
@@ -57,12 +60,46 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.sampling import Block, NeighborSampler, PositionLoader, edge_keys
 from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 from fleetgnn.tasks.link_metrics import histogram_sums, ranking_sums
+from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
+
+#: ``(engine, mode)`` pairs that train a temporal link task.
+TEMPORAL_ENGINES: tuple[tuple[str, str], ...] = (("reference", "minibatch"),)
+
+
+def is_temporal(task: Task | None) -> bool:
+    """Whether ``task`` is a temporal link task."""
+    return isinstance(task, TemporalLinkPrediction)
+
+
+def temporal_refusal(engine: str, mode: str | None) -> str:
+    """The one-line refusal of a temporal link task by ``engine`` in ``mode``."""
+    can = ", ".join(f"{e} (mode={m})" for e, m in TEMPORAL_ENGINES)
+    why = (
+        "a full graph has no 'now' (every embedding would see every edge, future ones included)"
+        if mode == "full"
+        else "its batches are not sampled in time yet"
+    )
+    return (
+        f"the {engine} engine (mode={mode}) does not train temporal link prediction: {why}; "
+        f"use {can}, or set train.temporal=off to ignore the edge times"
+    )
+
+
+def check_temporal(engine: str, mode: str | None, task: Task | None) -> None:
+    """Raise :class:`ConfigError` if temporal ``task`` cannot train on ``engine`` in ``mode``."""
+    if is_temporal(task) and (engine, mode) not in TEMPORAL_ENGINES:
+        raise ConfigError(temporal_refusal(engine, mode))
 
 
 def check_task(engine: str, mode: str, task: Task | None) -> None:
-    """Raise :class:`ConfigError` if ``engine`` in ``mode`` cannot train ``task``."""
+    """Raise :class:`ConfigError` if ``engine`` in ``mode`` cannot train ``task``.
+
+    A temporal link task trains only where its batches are sampled in time
+    (:func:`check_temporal`).
+    """
     if isinstance(task, LinkPrediction) and (engine, mode) not in LINK_ENGINES:
         raise ConfigError(link_refusal(engine, mode))
+    check_temporal(engine, mode, task)
 
 
 def setup_task(engine: Any, mode: str, task: Task | None, graph: Any, loss: Any) -> tuple[Any, Any]:
@@ -124,6 +161,8 @@ class EdgeBatch:
         neg: int64 ``[P, K]`` positions of their negative destinations.
         blocks: The sampled blocks (``blocks[-1].dst_ids == seeds``).
         global_count: Positives of the step over every rank.
+        sample: A temporal batch's :class:`~fleetgnn.sampling.TemporalSample` (its seeds are
+            distinct ``(node, time)`` pairs, so ``seeds`` may repeat a node; ``None``: static).
     """
 
     seeds: torch.Tensor
@@ -132,6 +171,7 @@ class EdgeBatch:
     neg: torch.Tensor
     blocks: list[Block]
     global_count: int
+    sample: Any = None
 
 
 class EdgeBatches:

@@ -7,7 +7,10 @@ Two modes over the same model objects:
 - ``minibatch``: the training nodes are shuffled by ``(seed, epoch)`` and cut into batches;
   each step samples blocks with :class:`~fleetgnn.sampling.NeighborSampler` (randomness keyed
   by ``(seed, epoch, step)``), gathers the input rows and trains on the batch's mean loss. A
-  link task's batches are training edges instead (:class:`~fleetgnn.engines.link.EdgeBatches`).
+  link task's batches are training edges instead (:class:`~fleetgnn.engines.link.EdgeBatches`);
+  a temporal link task's are timed edges sampled at their times with a
+  :class:`~fleetgnn.sampling.TemporalSampler`, and its evaluation embeds every query at its
+  time (:mod:`fleetgnn.engines.temporal_link`).
 
 Dropout masks are keyed by ``(seed, global step, layer, node ID, feature)`` where the global step
 is ``epoch * steps_per_epoch + step``, so a resumed run draws exactly the masks of an
@@ -47,13 +50,21 @@ from fleetgnn.engines.link import (
     check_link_model,
     edge_batch_loss,
     full_graph_link_loss,
+    is_temporal,
     setup_task,
 )
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
+from fleetgnn.engines.temporal_link import TemporalEdgeBatches, temporal_link_metrics
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
-from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader, full_neighbor_block
+from fleetgnn.sampling import (
+    GraphTopology,
+    NeighborSampler,
+    SeedLoader,
+    TemporalSampler,
+    full_neighbor_block,
+)
 from fleetgnn.tasks import Task
 
 
@@ -121,7 +132,15 @@ class ReferenceEngine(EngineBase):
                 seed=self.seed,
                 with_edge_ids=self.edge_rows is not None,
             )
-            if self.link:
+            if is_temporal(self.task):  # positives and negatives sampled at their times
+                self.sampler = TemporalSampler(self.topology, list(config.fanouts), seed=self.seed)
+                self.edges = TemporalEdgeBatches(
+                    self.task,  # type: ignore[arg-type]
+                    self.sampler,
+                    config.batch_size,
+                    seed=self.seed,
+                )
+            elif self.link:
                 self.edges = EdgeBatches(
                     self.task,  # type: ignore[arg-type]
                     self.sampler,
@@ -301,6 +320,15 @@ class ReferenceEngine(EngineBase):
         metrics in one place: the :class:`~fleetgnn.engines.metric_sums.MetricSums` sink (the
         task's metric sums), fed chunk by chunk when streaming, all nodes at once in full mode.
         """
+        if is_temporal(self.task):  # every query embedded at its positive's time
+            return temporal_link_metrics(
+                self.task,  # type: ignore[arg-type]
+                self.model,
+                self.sampler,
+                lambda ids: self.x[ids.to(self.device)],
+                dtype=self.dtype,
+                device=self.device,
+            )
         if self.link:
             return self.task.evaluate(self.infer(), self.model.decoder)
         if self.mode == "full":  # every node's logits at once, through the streaming sink

@@ -13,6 +13,7 @@ from fleetgnn.tasks.node import (
     check_label_range,
     cross_entropy,
 )
+from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
 from fleetgnn.tasks.typed_link import TypedLinkPrediction
 
 
@@ -30,6 +31,7 @@ __all__ = [
     "NegativeSampler",
     "NodeClassification",
     "Task",
+    "TemporalLinkPrediction",
     "TypedLinkPrediction",
     "check_label_range",
     "cross_entropy",

@@ -24,13 +24,20 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.edge_split import edge_split_for
 from fleetgnn.graph.hetero import HeteroGraph
+from fleetgnn.graph.time_split import split_by_time
 from fleetgnn.graph.typed_edge_split import typed_edge_split_for
 from fleetgnn.nn import build_model
 from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.nn.hetero import build_hetero_model
 from fleetgnn.nn.models import EDGE_CONVS
 from fleetgnn.partition import book_dir
-from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task, TypedLinkPrediction
+from fleetgnn.tasks import (
+    NODE_CLASSIFICATION,
+    LinkPrediction,
+    Task,
+    TemporalLinkPrediction,
+    TypedLinkPrediction,
+)
 from fleetgnn.train.resolve import resolve_device_name, resolve_feature_norm
 
 
@@ -140,7 +147,11 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
 
     For ``link``: over the edge split of ``(train.val_edges, train.test_edges, train.seed)``
     saved with ``data.dataset`` (drawn, and saved there, if absent); on a typed graph, of the
-    edges of ``train.link_relation`` (:mod:`fleetgnn.graph.typed_edge_split`).
+    edges of ``train.link_relation`` (:mod:`fleetgnn.graph.typed_edge_split`). With
+    ``train.temporal`` on (``auto``: when the graph has edge times), the edges are split by
+    time (:func:`~fleetgnn.graph.time_split.split_by_time`, recomputed, not saved) and the
+    task is :class:`~fleetgnn.tasks.TemporalLinkPrediction`; off, the times are dropped and
+    the random split is used.
     """
     t = cfg.train
     if t.task != "link":
@@ -169,6 +180,23 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
             f"train.link_relation={t.link_relation} is for typed graphs; '{graph.name}' has one "
             f"relation: leave it unset"
         )
+    temporal = t.temporal == "on" or (t.temporal == "auto" and graph.edge_time is not None)
+    if temporal:
+        if graph.edge_time is None:
+            raise ConfigError(
+                f"train.temporal=on needs edge times, and dataset '{graph.name}' has none "
+                f"(edge_time); set train.temporal=auto or off, or prepare it with times"
+            )
+        return TemporalLinkPrediction(
+            split_by_time(graph, t.val_edges, t.test_edges, int(t.seed)),
+            t.negatives,
+            t.negative_sampler,
+            t.link_loss,
+            int(t.seed),
+            eval_edges=t.eval_edges,
+        )
+    if graph.edge_time is not None:  # train.temporal=off: the times are ignored
+        graph = graph.replace(edge_time=None)
     split = edge_split_for(graph, cfg.data.dataset, t.val_edges, t.test_edges, int(t.seed))
     return LinkPrediction(
         split,

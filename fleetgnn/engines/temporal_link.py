@@ -1,0 +1,208 @@
+"""Temporal link prediction on the sampled engines: edge batches and evaluation at each edge's time.
+
+A :class:`~fleetgnn.tasks.temporal_link.TemporalLinkPrediction` trains on the engines and modes
+of :data:`TEMPORAL_ENGINES`; every other one refuses it in one line (:func:`temporal_refusal`):
+a full graph has no "now", every node's embedding there is computed from every edge.
+
+- Training (:class:`TemporalEdgeBatches`): a step's positives are training events ``(src, dst,
+  t)`` dealt like the static task's (:class:`~fleetgnn.sampling.PositionLoader`); their
+  negatives are the static task's keyed ones. The seeds are the distinct ``(node, time)`` pairs
+  of the endpoints and negatives, each at its positive's time, and the
+  :class:`~fleetgnn.sampling.TemporalSampler` samples their disjoint subtrees (strict ``<``:
+  no block holds an edge of a positive's time or later). A node seeded twice at one time is one
+  seed: its subtree is a pure function of ``(key, node, time)``, so the copies would be equal.
+- Evaluation (:func:`temporal_link_metrics`): each query (a positive, its negative pair and its
+  ``K`` negative destinations) is embedded at the positive's time in chunks of queries, with
+  the training fanouts and one fixed sampling key (``epoch=0, step=0``, stream
+  :data:`EVAL_STREAM`), so a seed's subtree does not depend on the chunking or on how the
+  queries are shared between ranks; the model runs in eval mode (no dropout). The task's metric
+  sums are added over chunks (and ranks: ``reduce``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from fleetgnn.engines.edges import block_aggregator
+from fleetgnn.engines.link import EdgeBatch
+from fleetgnn.sampling import PositionLoader, TemporalSample, TemporalSampler
+from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
+
+#: The sampler stream of evaluation (training streams are ranks, far below it).
+EVAL_STREAM = 1 << 30
+#: Evaluation queries embedded per chunk.
+EVAL_CHUNK = 2048
+
+
+def timed_seeds(
+    nodes: torch.Tensor, times: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Distinct ``(node, time)`` seeds: ``(seeds, seed_time, inverse)``, sorted by time, node.
+
+    ``seeds[inverse] == nodes`` and ``seed_time[inverse] == times``.
+    """
+    pairs, inverse = torch.unique(torch.stack([times, nodes]), dim=1, return_inverse=True)
+    return pairs[1].contiguous(), pairs[0].contiguous(), inverse
+
+
+class TemporalEdgeBatches:
+    """Batches of timed training edges for one rank, their blocks sampled at each edge's time.
+
+    Args:
+        task: The temporal link task.
+        sampler: A :class:`~fleetgnn.sampling.TemporalSampler` over the training graph.
+        batch_size: Positive edges per rank per step.
+        rank: This rank.
+        world_size: Data-parallel ranks.
+        seed: Run seed (the per-epoch order of the edges).
+    """
+
+    def __init__(
+        self,
+        task: TemporalLinkPrediction,
+        sampler: TemporalSampler,
+        batch_size: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+    ) -> None:
+        self.task, self.sampler = task, sampler
+        self.loader = PositionLoader(
+            task.num_train_pairs(), batch_size, rank=rank, world_size=world_size, seed=seed
+        )
+        self.rank, self.world_size = rank, world_size
+
+    @property
+    def num_batches(self) -> int:
+        """Steps per epoch (equal on every rank)."""
+        return self.loader.num_batches
+
+    def global_count(self, step: int) -> int:
+        """Positives of ``step`` over every rank (no communication)."""
+        bounds = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
+        return int(sum(hi - lo for lo, hi in bounds))
+
+    def batch(self, epoch: int, step: int, stream: int | None = None) -> EdgeBatch:
+        """This rank's edge batch of ``(epoch, step)``, sampled with ``stream`` (``None``: rank).
+
+        The batch's ``seeds`` are nodes of distinct ``(node, time)`` seeds (a node may repeat),
+        ``sample`` holds the :class:`~fleetgnn.sampling.TemporalSample`.
+        """
+        idx = self.loader.batch(epoch, step)
+        src, dst = self.task.train_pair_rows(idx)
+        t = self.task.train_pair_times(idx)
+        neg = self.task.sampler.sample(src, dst, epoch)  # [P, K], the static task's negatives
+        p, k = int(src.numel()), int(neg.shape[1])
+        seeds, seed_time, inv = timed_seeds(
+            torch.cat([src, dst, neg.reshape(-1)]), torch.cat([t, t, t.repeat_interleave(k)])
+        )
+        sample = self.sampler.sample(
+            seeds, seed_time, epoch, step, stream=self.rank if stream is None else stream
+        )
+        return EdgeBatch(
+            seeds,
+            inv[:p],
+            inv[p : 2 * p],
+            inv[2 * p :].view(p, k),
+            list(sample.blocks),
+            self.global_count(step),
+            sample=sample,
+        )
+
+
+def embed_at(
+    model: Any,
+    sampler: TemporalSampler,
+    features: Callable[[torch.Tensor], torch.Tensor],
+    seeds: torch.Tensor,
+    seed_time: torch.Tensor,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    on_sample: Callable[[TemporalSample], None] | None = None,
+) -> torch.Tensor:
+    """Output rows ``[len(seeds), D]`` of ``seeds`` at ``seed_time`` (evaluation's fixed key)."""
+    sample = sampler.sample(seeds, seed_time, 0, 0, stream=EVAL_STREAM)
+    if on_sample is not None:
+        on_sample(sample)
+    aggs = [block_aggregator(b, dtype, device) for b in sample.blocks]
+    return model(aggs, features(sample.blocks[0].src_ids))
+
+
+@torch.no_grad()
+def temporal_link_metrics(
+    task: TemporalLinkPrediction,
+    model: Any,
+    sampler: TemporalSampler,
+    features: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    share: tuple[int, int] = (0, 1),
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    chunk: int = EVAL_CHUNK,
+    on_sample: Callable[[TemporalSample], None] | None = None,
+) -> dict[str, float]:
+    """Validation and test metrics, every query embedded at its positive's time.
+
+    Args:
+        task: The temporal link task.
+        model: A link model (encoder layers and ``decoder``); put in eval mode, then back.
+        sampler: The temporal sampler over the training graph.
+        features: Input rows of node IDs (repeats allowed), on ``device``.
+        dtype: The compute dtype.
+        device: Where the model runs.
+        share: ``(r, W)``: score part ``r`` of the queries (:meth:`LinkPrediction.eval_positions`).
+        reduce: Sums a tensor over ranks (``None``: one process). Collective when given.
+        chunk: Queries embedded at once (bounds memory; the result does not depend on it).
+        on_sample: Called with every evaluation sample (tests check their times).
+    """
+    was_training = model.training
+    model.eval()
+    sums: dict[str, torch.Tensor] = {}
+    try:
+        for s in ("val", "test"):
+            pos, neg, nd, t = task.eval_queries(s, share)
+            hist, ranks = task.query_sums(
+                torch.zeros(0, dtype=dtype), torch.zeros(0, dtype=dtype), torch.zeros(0, 1)
+            )
+            for lo in range(0, int(t.size), chunk):
+                hi = min(int(t.size), lo + chunk)
+                m, k = hi - lo, int(nd.shape[1])
+                tt = torch.from_numpy(t[lo:hi])
+                nodes = torch.from_numpy(
+                    np.concatenate([pos[0, lo:hi], pos[1, lo:hi], neg[0, lo:hi], neg[1, lo:hi]])
+                )
+                nodes = torch.cat(
+                    [nodes, torch.from_numpy(np.asarray(nd[lo:hi], np.int64)).reshape(-1)]
+                )
+                times = torch.cat([tt.repeat(4), tt.repeat_interleave(k)])
+                seeds, seed_time, inv = timed_seeds(nodes, times)
+                h = embed_at(
+                    model,
+                    sampler,
+                    features,
+                    seeds,
+                    seed_time,
+                    dtype=dtype,
+                    device=device,
+                    on_sample=on_sample,
+                )
+                inv = inv.to(h.device)
+                rows = [h[inv[i * m : (i + 1) * m]] for i in range(4)]
+                ps = model.decoder(rows[0], rows[1])
+                ns = model.decoder(rows[2], rows[3])
+                rn = model.decoder(rows[0].repeat_interleave(k, dim=0), h[inv[4 * m :]]).view(m, k)
+                dh, dr = task.query_sums(ps, ns, rn)
+                hist, ranks = hist + dh.cpu(), ranks + dr.cpu()
+            sums[f"{s}_hist"], sums[f"{s}_rank"] = hist, ranks
+    finally:
+        model.train(was_training)
+    if reduce is not None:
+        sums = {key: reduce(v.to(device)).cpu() for key, v in sums.items()}
+    return task.metrics_from_sums(sums)
