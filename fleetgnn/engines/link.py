@@ -63,7 +63,10 @@ from fleetgnn.tasks.link_metrics import histogram_sums, ranking_sums
 from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
 
 #: ``(engine, mode)`` pairs that train a temporal link task.
-TEMPORAL_ENGINES: tuple[tuple[str, str], ...] = (("reference", "minibatch"),)
+TEMPORAL_ENGINES: tuple[tuple[str, str], ...] = (
+    ("reference", "minibatch"),
+    ("minibatch", "minibatch"),
+)
 
 
 def is_temporal(task: Task | None) -> bool:

@@ -78,14 +78,27 @@ from fleetgnn.engines.link import (
     EdgeBatches,
     check_link_model,
     edge_batch_loss,
+    is_temporal,
     sampled_link_metrics,
     setup_task,
 )
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
+from fleetgnn.engines.temporal_link import (
+    EVAL_CHUNK,
+    TemporalEdgeBatches,
+    temporal_link_metrics,
+)
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
-from fleetgnn.sampling import Block, DeviceTopology, GraphTopology, NeighborSampler, SeedLoader
+from fleetgnn.sampling import (
+    Block,
+    DeviceTopology,
+    GraphTopology,
+    NeighborSampler,
+    SeedLoader,
+    TemporalSampler,
+)
 from fleetgnn.store import (
     KINDS,
     SOURCE_LINKS,
@@ -186,7 +199,12 @@ class MinibatchEngine(SampledEngine):
             link task, the task's pair loss).
         task: What to train (``None``: node classification). A
             :class:`~fleetgnn.tasks.LinkPrediction` trains on batches of its split's training
-            edges over its message-passing graph (:class:`~fleetgnn.engines.link.EdgeBatches`).
+            edges over its message-passing graph (:class:`~fleetgnn.engines.link.EdgeBatches`);
+            a :class:`~fleetgnn.tasks.TemporalLinkPrediction` on timed edges sampled at their
+            times (:class:`~fleetgnn.engines.temporal_link.TemporalEdgeBatches`, ``stream`` =
+            the rank), evaluated at each query's time with the queries shared over the ranks and
+            the metric sums all-reduced
+            (:func:`~fleetgnn.engines.temporal_link.temporal_link_metrics`).
     """
 
     name = "minibatch"
@@ -254,6 +272,8 @@ class MinibatchEngine(SampledEngine):
             self.y = LabelRows(graph.y, self.num_classes)  # each batch reads its own rows
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
+        #: Temporal link evaluation: queries embedded at once (bounds its memory).
+        self.eval_chunk = EVAL_CHUNK
         self.module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere
         self.model = self.module
         #: The store's table of edge rows, when the model reads edge features (else ``None``).
@@ -292,7 +312,18 @@ class MinibatchEngine(SampledEngine):
             with_edge_ids=self.edge_rows is not None,
             backend="torch" if replica is not None else "auto",  # the same blocks either way
         )
-        if self.link:
+        if is_temporal(self.task):  # positives and negatives sampled at the positive's time
+            check_link_model(self.module)
+            self.sampler = self._temporal_sampler(topology, graph, sc, replica is not None)
+            self.edges = TemporalEdgeBatches(
+                self.task,  # type: ignore[arg-type]
+                self.sampler,
+                sc.batch_size,
+                rank=self.rank,
+                world_size=self.world_size,
+                seed=self.seed,
+            )
+        elif self.link:
             check_link_model(self.module)
             self.edges = EdgeBatches(
                 self.task,  # type: ignore[arg-type]
@@ -308,6 +339,27 @@ class MinibatchEngine(SampledEngine):
         )
         self._extra: dict[str, Any] = {}
         self._prepared_s = 0.0
+
+    def _temporal_sampler(
+        self, topology: Any, graph: Graph, sc: MinibatchEngineConfig, on_device: bool
+    ) -> TemporalSampler:
+        """The temporal sampler over the batches' topology, the store or the device replica.
+
+        The times are the training graph's ``edge_time`` (CSC positions, as the store's and
+        the replica's edge IDs are); the replica reads them as a tensor on its device.
+        """
+        times: Any = np.asarray(graph.edge_time)
+        if on_device:
+            times = torch.from_numpy(times.astype(np.int64, copy=False)).to(self.device)
+        return TemporalSampler(
+            topology,
+            list(sc.fanouts),
+            seed=self.seed,
+            edge_time=times,
+            with_edge_ids=self.edge_rows is not None,
+            backend="torch" if on_device else "auto",
+            validate=False,  # the graph format checked the order
+        )
 
     @staticmethod
     def _hotness(graph: Graph, sc: MinibatchEngineConfig, batches: int = 8) -> Any:
@@ -479,6 +531,18 @@ class MinibatchEngine(SampledEngine):
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, float]:
         """Node task: accuracies (streaming); link task: AUC/AP/MRR/Hits from summed sums."""
+        if is_temporal(self.task):  # every query embedded at its time, shared over ranks
+            return temporal_link_metrics(
+                self.task,  # type: ignore[arg-type]
+                self.module,
+                self.sampler,  # type: ignore[arg-type]
+                self._features,
+                dtype=self.dtype,
+                device=self.device,
+                share=(self.rank, self.world_size),
+                reduce=self.comm.all_reduce_sum if self.world_size > 1 else None,
+                chunk=self.eval_chunk,
+            )
         if self.link:
             return sampled_link_metrics(self)
         return super().evaluate()

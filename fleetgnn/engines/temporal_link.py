@@ -16,7 +16,9 @@ a full graph has no "now", every node's embedding there is computed from every e
   the training fanouts and one fixed sampling key (``epoch=0, step=0``, stream
   :data:`EVAL_STREAM`), so a seed's subtree does not depend on the chunking or on how the
   queries are shared between ranks; the model runs in eval mode (no dropout). The task's metric
-  sums are added over chunks (and ranks: ``reduce``).
+  sums are added over chunks (and ranks: ``reduce``). Every rank runs as many chunks as the
+  largest share needs (a shorter share's last ones are empty), so a store whose reads are
+  collective (the two-sided gather) is read the same number of times on every rank.
 """
 
 from __future__ import annotations
@@ -157,7 +159,8 @@ def temporal_link_metrics(
         features: Input rows of node IDs (repeats allowed), on ``device``.
         dtype: The compute dtype.
         device: Where the model runs.
-        share: ``(r, W)``: score part ``r`` of the queries (:meth:`LinkPrediction.eval_positions`).
+        share: ``(r, W)``: score part ``r`` of the queries (:meth:`LinkPrediction.eval_positions`);
+            every part runs the largest part's number of chunks (the module docstring).
         reduce: Sums a tensor over ranks (``None``: one process). Collective when given.
         chunk: Queries embedded at once (bounds memory; the result does not depend on it).
         on_sample: Called with every evaluation sample (tests check their times).
@@ -171,8 +174,10 @@ def temporal_link_metrics(
             hist, ranks = task.query_sums(
                 torch.zeros(0, dtype=dtype), torch.zeros(0, dtype=dtype), torch.zeros(0, 1)
             )
-            for lo in range(0, int(t.size), chunk):
-                hi = min(int(t.size), lo + chunk)
+            # as many chunks on every rank (the largest share's): equal store reads per rank
+            most = max(task.eval_positions(s, (r, share[1])).size for r in range(share[1]))
+            for lo in range(0, int(most), chunk):
+                hi = max(lo, min(int(t.size), lo + chunk))  # lo >= t.size: an empty chunk
                 m, k = hi - lo, int(nd.shape[1])
                 tt = torch.from_numpy(t[lo:hi])
                 nodes = torch.from_numpy(
