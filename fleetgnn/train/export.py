@@ -76,12 +76,13 @@ from fleetgnn.graph.edge_split import edge_split_for
 from fleetgnn.graph.files import apply_umask, sweep_stale, temp_prefix
 from fleetgnn.graph.pairs import read_pairs
 from fleetgnn.graph.rows import RowReader
+from fleetgnn.graph.time_split import split_by_time
 from fleetgnn.nn import build_model
 from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.sampling import GraphTopology
 from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, load_checkpoint
 from fleetgnn.train.resolve import resolve_feature_norm, resolve_threads
-from fleetgnn.train.setup import model_kwargs
+from fleetgnn.train.setup import model_kwargs, uses_time
 from fleetgnn.types import PathLikeStr
 
 #: Checkpoints ``predict``/``embed`` can load.
@@ -722,6 +723,10 @@ def _message_passing_graph(job: ExportJob, cfg: Config) -> Graph:
     if job.task != "link" or job.edges == "all":
         return graph
     t = cfg.train
+    if uses_time(t.temporal, graph):  # the training edges of the time split (recomputed)
+        return split_by_time(graph, t.val_edges, t.test_edges, int(t.seed)).train_graph
+    if graph.edge_time is not None:  # train.temporal=off: the times are ignored
+        graph = graph.replace(edge_time=None)
     # the split the run trained on (saved with the dataset; drawn identically if absent)
     return edge_split_for(graph, job.dataset, t.val_edges, t.test_edges, int(t.seed)).train_graph
 

@@ -142,6 +142,20 @@ def _typed_model_from_config(cfg: Config, graph: Any) -> torch.nn.Module:
         return build_hetero_model(name, graph, classes, seed=seed, **kwargs)
 
 
+def uses_time(temporal: str, graph: Graph) -> bool:
+    """Whether a link run's ``train.temporal`` splits and samples ``graph`` by time.
+
+    Raises:
+        ConfigError: ``on`` for a graph without edge times.
+    """
+    if temporal == "on" and graph.edge_time is None:
+        raise ConfigError(
+            f"train.temporal=on needs edge times, and dataset '{graph.name}' has none "
+            f"(edge_time); set train.temporal=auto or off, or prepare it with times"
+        )
+    return temporal != "off" and graph.edge_time is not None
+
+
 def task_from_config(cfg: Config, graph: Graph) -> Task:
     """The task of ``train.task`` for ``graph``.
 
@@ -180,13 +194,7 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
             f"train.link_relation={t.link_relation} is for typed graphs; '{graph.name}' has one "
             f"relation: leave it unset"
         )
-    temporal = t.temporal == "on" or (t.temporal == "auto" and graph.edge_time is not None)
-    if temporal:
-        if graph.edge_time is None:
-            raise ConfigError(
-                f"train.temporal=on needs edge times, and dataset '{graph.name}' has none "
-                f"(edge_time); set train.temporal=auto or off, or prepare it with times"
-            )
+    if uses_time(t.temporal, graph):
         return TemporalLinkPrediction(
             split_by_time(graph, t.val_edges, t.test_edges, int(t.seed)),
             t.negatives,

@@ -17,6 +17,7 @@ from fleetgnn.graph.edge_split import edge_split_for
 from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.loaders.planetoid import load_planetoid
 from fleetgnn.graph.pairs import read_pairs
+from fleetgnn.graph.time_split import split_by_time
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.train import load_checkpoint, load_config, model_from_config
 
@@ -194,3 +195,30 @@ def test_predict_pairs_with_two_processes(runs, tmp_path):
     for name in ("logits.npy", "probabilities.npy"):
         a, b = np.load(tmp_path / "one" / name), np.load(tmp_path / "two" / name)
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_embed_a_temporal_run_passes_messages_over_its_training_edges(tmp_path, capsys):
+    """A run split by time embeds over the time split's training graph (the random split
+    refuses a graph with edge times, and used to stop ``embed`` here)."""
+    data = tmp_path / "tl"
+    assert main(["prepare", "synthetic", "--preset", "temporal-like", "--scale", "0.001",
+                 "--out", str(data)]) == 0  # fmt: skip
+    run = tmp_path / "run"
+    argv = ["train", "--dataset", str(data), "--task", "link", "--engine", "reference"]
+    argv += ["--epochs", "1", "--quiet", "--set", "train.eval_edges=200", "--run-dir", str(run)]
+    assert main(argv) == 0
+    assert main(["embed", str(run), "--layer", "2", "--out", str(tmp_path / "e")]) == 0
+    cfg = load_config(run / "config.yaml")
+    t = cfg.train
+    graph = split_by_time(open_dataset(data), t.val_edges, t.test_edges, t.seed).train_graph
+    model = model_from_config(cfg, graph)
+    model.load_state_dict(load_checkpoint(run / "checkpoints" / "best.pt")["engine"]["model"])
+    model.eval()
+    agg = LocalAggregator.from_graph(graph)
+    h = node_features(graph, torch.float32, cfg.data.feature_norm)
+    with torch.no_grad():
+        for i in range(model.num_layers):
+            h = model.layer_forward(i, agg, h)
+    emb = np.load(tmp_path / "e" / "embeddings.npy")
+    np.testing.assert_allclose(emb, h.numpy(), rtol=1e-5, atol=1e-5)
