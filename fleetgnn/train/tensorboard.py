@@ -9,7 +9,8 @@ tag                               value
 ================================= ==================================================================
 ``train/loss``, ``train/acc``     the epoch's training loss and (training-mode) accuracy
 ``eval/val_acc`` ...              ``val_acc``, ``test_acc``, ``val_loss``, ``train_acc`` of the
-                                  epochs that evaluate
+                                  epochs that evaluate; for a link task also ``val_auc``,
+                                  ``val_ap``, ``val_mrr``, ``val_hits@K`` and their ``test_``
 ``time/epoch_s``, ``time/eval_s`` the epoch's training and evaluation seconds
 ``time/<phase>``                  seconds per phase (``sample``, ``gather``, ``forward``,
                                   ``backward``, ``communication``, ``optimizer``, ``total``)
@@ -33,6 +34,11 @@ from typing import Any
 from fleetgnn.errors import ConfigError
 from fleetgnn.train.callbacks import Callback, Trainer
 from fleetgnn.train.checkpoint import _utf8_path
+
+#: Record keys of a link task's metrics (``val_auc``, ``test_hits@10`` ...), logged as ``eval/``.
+LINK_METRIC_PREFIXES: tuple[str, ...] = tuple(
+    f"{split}_{m}" for split in ("val", "test") for m in ("auc", "ap", "mrr", "hits@")
+)
 
 #: The run directory's subdirectory of event files.
 TENSORBOARD_DIR = "tensorboard"
@@ -92,6 +98,9 @@ class TensorBoardLogger(Callback):
         }
         for key in ("val_acc", "test_acc", "val_loss"):
             scalars[f"eval/{key}"] = record.get(key)
+        for key, value in record.items():  # a link task's AUC, AP, MRR and Hits@K
+            if key.startswith(LINK_METRIC_PREFIXES):
+                scalars[f"eval/{key}"] = value
         scalars["eval/train_acc"] = record.get("eval_train_acc")
         for group in ("times", "traffic", "memory"):
             tag = "time" if group == "times" else group

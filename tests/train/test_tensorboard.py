@@ -70,3 +70,24 @@ def test_missing_package_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     msg = r"^train\.tensorboard=true needs the tensorboard package: pip install 'fleetgnn\["
     with pytest.raises(ConfigError, match=msg):
         check_trainer_settings(_cfg())
+
+
+def test_a_link_run_logs_its_auc_ap_mrr_and_hits(tmp_path: Path) -> None:
+    """A link task's metrics reach TensorBoard as eval/ scalars, equal to metrics.jsonl's."""
+    import json
+
+    pytest.importorskip("tensorboard")
+    from fleetgnn.graph import open_dataset
+
+    g = open_dataset(write_dataset(generate_graph(spec_for("tiny", 0.3), seed=1), tmp_path / "d"))
+    cfg = _cfg("train.task=link", "train.mode=full", "train.epochs=2")
+    run = tmp_path / "run"
+    with engine_from_config(cfg, g, engine="reference") as eng:
+        Trainer.from_config(eng, cfg, run, quiet=True).fit()
+    s = _scalars(run / "tensorboard")
+    records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if ln]
+    keys = ("val_auc", "test_auc", "val_ap", "test_ap", "val_mrr", "test_mrr", "val_hits@10")
+    for key in keys:
+        logged = [(r["epoch"], r[key]) for r in records if r.get(key) is not None]
+        assert logged, key
+        assert s[f"eval/{key}"] == [(e, pytest.approx(v)) for e, v in logged], key
