@@ -75,6 +75,8 @@ DECODERS: tuple[str, ...] = ("dot", "mlp", "distmult")
 LINK_LOSSES: tuple[str, ...] = ("bce", "bpr")
 #: ``train.temporal``: use the edge times in link prediction (see :class:`TaskKnobs`).
 TEMPORAL_MODES: tuple[str, ...] = ("auto", "on", "off")
+#: ``train.temporal_strategy``: which earlier in-edges the temporal sampler takes.
+TEMPORAL_STRATEGIES: tuple[str, ...] = ("uniform", "last")
 
 _DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
 
@@ -513,6 +515,10 @@ class TaskKnobs(Knobs):
             ``"off"`` ignores the times (the random edge split and the plain sampler: the
             leakage baseline, whose message passing sees edges from the future); ``"auto"``
             is ``on`` when the graph has ``edge_time``, else ``off``.
+        temporal_strategy: Which of a node's in-edges older than the pair's time the temporal
+            sampler takes per hop (link, ``train.temporal`` on): ``uniform`` (``fanout`` of
+            them at random, keyed as the plain sampler) or ``last`` (the ``fanout`` most
+            recent), as PyG's ``temporal_strategy``.
     """
 
     task: str = "node"
@@ -527,10 +533,12 @@ class TaskKnobs(Knobs):
     eval_edges: int | None = None
     link_relation: str | None = None
     temporal: str = "auto"
+    temporal_strategy: str = "uniform"
 
     CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "task": TASKS,
         "temporal": TEMPORAL_MODES,
+        "temporal_strategy": TEMPORAL_STRATEGIES,
         "negative_sampler": NEGATIVE_SAMPLERS,
         "decoder": DECODERS,
         "link_loss": LINK_LOSSES,

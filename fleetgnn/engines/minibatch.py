@@ -356,6 +356,7 @@ class MinibatchEngine(SampledEngine):
             list(sc.fanouts),
             seed=self.seed,
             edge_time=times,
+            strategy=self.task.strategy,  # type: ignore[attr-defined]
             with_edge_ids=self.edge_rows is not None,
             backend="torch" if on_device else "auto",
             validate=False,  # the graph format checked the order

@@ -133,7 +133,12 @@ class ReferenceEngine(EngineBase):
                 with_edge_ids=self.edge_rows is not None,
             )
             if is_temporal(self.task):  # positives and negatives sampled at their times
-                self.sampler = TemporalSampler(self.topology, list(config.fanouts), seed=self.seed)
+                self.sampler = TemporalSampler(
+                    self.topology,
+                    list(config.fanouts),
+                    seed=self.seed,
+                    strategy=self.task.strategy,  # type: ignore[attr-defined]
+                )
                 self.edges = TemporalEdgeBatches(
                     self.task,  # type: ignore[arg-type]
                     self.sampler,

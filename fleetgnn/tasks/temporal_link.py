@@ -38,6 +38,8 @@ class TemporalLinkPrediction(LinkPrediction):
         seed: Run seed (negatives are keyed by it).
         eval_edges: Evaluate on at most this many positives of each evaluation split, evenly
             spread over it (``None``: every one).
+        strategy: The temporal sampler's ``"uniform"`` or ``"last"``
+            (``train.temporal_strategy``), for training and evaluation alike.
 
     Engines that train it sample with a :class:`~fleetgnn.sampling.TemporalSampler` (see the
     module docstring); ``reference`` and ``minibatch`` in mini-batch mode do.
@@ -54,7 +56,14 @@ class TemporalLinkPrediction(LinkPrediction):
         loss: str = "bce",
         seed: int = 0,
         eval_edges: int | None = None,
+        strategy: str = "uniform",
     ) -> None:
+        if strategy not in ("uniform", "last"):
+            raise ConfigError(
+                f"train.temporal_strategy must be 'uniform' or 'last' (got {strategy!r})"
+            )
+        #: The temporal sampler's strategy (``train.temporal_strategy``).
+        self.strategy = strategy
         if getattr(split, "pos_time", None) is None or split.train_graph.edge_time is None:
             raise ConfigError(
                 f"temporal link prediction needs a time split (fleetgnn.graph.time_split."

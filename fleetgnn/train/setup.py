@@ -202,6 +202,7 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
             t.link_loss,
             int(t.seed),
             eval_edges=t.eval_edges,
+            strategy=t.temporal_strategy,
         )
     if graph.edge_time is not None:  # train.temporal=off: the times are ignored
         graph = graph.replace(edge_time=None)

@@ -24,6 +24,7 @@ from fleetgnn.nn.decoders import DotDecoder, LinkModel
 from fleetgnn.sampling import TemporalSampler
 from fleetgnn.tasks import LinkPrediction, TemporalLinkPrediction
 from fleetgnn.tasks.link_metrics import auc_ap, histogram_sums, ranking_metrics, ranking_sums
+from fleetgnn.train import engine_from_config
 from fleetgnn.train.setup import task_from_config
 
 
@@ -262,3 +263,20 @@ def test_train_temporal_knob_picks_the_split(tmp_path):
         task_from_config(on, untimed)
     with pytest.raises(ConfigError, match="temporal"):
         load_config(None, ["train.temporal=sometimes"])
+
+
+def test_train_temporal_strategy_reaches_the_sampler():
+    """train.temporal_strategy=last: the engine samples each node's most recent in-edges."""
+    g = generate_temporal_graph(temporal_spec_for("temporal-like", 0.002), seed=5)
+    sets = ["train.task=link", "train.engine=reference", "train.mode=minibatch", "train.seed=3"]
+    sets.append("train.fanouts=[2,2]")
+    src = {}
+    for strategy in ("uniform", "last"):
+        cfg = load_config(None, [*sets, f"train.temporal_strategy={strategy}"])
+        assert task_from_config(cfg, g).strategy == strategy
+        with engine_from_config(cfg, g) as eng:
+            assert eng.task.strategy == eng.sampler.strategy == strategy
+            src[strategy] = [b.src_ids for b in eng.edges.batch(0, 0).blocks]
+    assert any(not torch.equal(a, b) for a, b in zip(src["uniform"], src["last"]))
+    with pytest.raises(ConfigError, match="temporal_strategy"):
+        load_config(None, ["train.temporal_strategy=first"])

@@ -71,7 +71,7 @@ def _reference(world_size, extra=()):
     model = model_from_config(cfg, graph).double()
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     x = torch.from_numpy(np.asarray(graph.x)).double()
-    sampler = TemporalSampler(GraphTopology(graph), list(FANOUTS), seed=7)
+    sampler = TemporalSampler(GraphTopology(graph), list(FANOUTS), seed=7, strategy=task.strategy)
     ranks = [
         TemporalEdgeBatches(task, sampler, BATCH, rank=r, world_size=world_size, seed=7)
         for r in range(world_size)
@@ -145,8 +145,9 @@ def test_reference_engine_steps_are_the_one_rank_batches():
         (2, (), None),
         (3, (), None),
         (2, ("store.gather=two_sided", "store.sampling=device"), 10),
+        (2, ("train.temporal_strategy=last",), None),  # the most recent in-edges
     ],
-    ids=["1", "2", "3", "2-two-sided-device-sampled-chunked"],
+    ids=["1", "2", "3", "2-two-sided-device-sampled-chunked", "2-last"],
 )
 def test_minibatch_engine_temporal_link_equals_reference(world_size, extra, eval_chunk):
     results = run_world(_rank, world_size, list(extra), eval_chunk, timeout_s=300)
