@@ -18,6 +18,7 @@ from fleetgnn.nn import build_model
 from fleetgnn.nn.gat_conv import GATConv
 from fleetgnn.nn.gcn_conv import GCNConv
 from fleetgnn.nn.sage_conv import SAGEConv
+from fleetgnn.store.tiers import feature_row_bytes
 
 __all__ = ["IDX_BYTES", "ModelShape", "Prediction", "Workload"]
 
@@ -196,11 +197,11 @@ class Workload:
         ``2 F`` for bfloat16, ``F + 4`` for float8); else the dataset's ``F * itemsize``; else
         (counts only) ``F * elem`` (default ``model.elem``).
         """
+        if self.graph is not None and self.graph.x is not None:
+            return feature_row_bytes(self.graph, self.feature_dtype)
         codec = feature_codec(self.feature_dtype)
         if codec is not None:
             return codec.row_bytes(self.num_features)
-        if self.graph is not None and self.graph.x is not None:
-            return int(self.graph.x.shape[1]) * self.graph.x.dtype.itemsize
         return self.num_features * (self.model.elem if elem is None else int(elem))
 
     def stored_rows_text(self) -> str:

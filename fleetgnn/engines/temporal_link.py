@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from fleetgnn.engines.edges import block_aggregator
-from fleetgnn.engines.link import EdgeBatch
-from fleetgnn.sampling import PositionLoader, TemporalSample, TemporalSampler
+from fleetgnn.engines.link import EdgeBatch, EdgeBatches
+from fleetgnn.sampling import TemporalSample, TemporalSampler
 from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
 
 #: The sampler stream of evaluation (training streams are ranks, far below it).
@@ -51,43 +51,16 @@ def timed_seeds(
     return pairs[1].contiguous(), pairs[0].contiguous(), inverse
 
 
-class TemporalEdgeBatches:
+class TemporalEdgeBatches(EdgeBatches):
     """Batches of timed training edges for one rank, their blocks sampled at each edge's time.
 
-    Args:
-        task: The temporal link task.
-        sampler: A :class:`~fleetgnn.sampling.TemporalSampler` over the training graph.
-        batch_size: Positive edges per rank per step.
-        rank: This rank.
-        world_size: Data-parallel ranks.
-        seed: Run seed (the per-epoch order of the edges).
+    :class:`~fleetgnn.engines.link.EdgeBatches` (the same loader, steps and counts) whose
+    :meth:`batch` samples with a :class:`~fleetgnn.sampling.TemporalSampler` over the training
+    graph at each positive's time.
     """
 
-    def __init__(
-        self,
-        task: TemporalLinkPrediction,
-        sampler: TemporalSampler,
-        batch_size: int,
-        *,
-        rank: int = 0,
-        world_size: int = 1,
-        seed: int = 0,
-    ) -> None:
-        self.task, self.sampler = task, sampler
-        self.loader = PositionLoader(
-            task.num_train_pairs(), batch_size, rank=rank, world_size=world_size, seed=seed
-        )
-        self.rank, self.world_size = rank, world_size
-
-    @property
-    def num_batches(self) -> int:
-        """Steps per epoch (equal on every rank)."""
-        return self.loader.num_batches
-
-    def global_count(self, step: int) -> int:
-        """Positives of ``step`` over every rank (no communication)."""
-        bounds = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
-        return int(sum(hi - lo for lo, hi in bounds))
+    task: TemporalLinkPrediction
+    sampler: TemporalSampler  # type: ignore[assignment]
 
     def batch(self, epoch: int, step: int, stream: int | None = None) -> EdgeBatch:
         """This rank's edge batch of ``(epoch, step)``, sampled with ``stream`` (``None``: rank).

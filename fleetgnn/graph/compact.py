@@ -73,10 +73,6 @@ class FeatureCodec:
         itemsize = torch.empty((), dtype=self.bits).element_size()
         return int(width) * itemsize + (4 if self.scaled else 0)
 
-    def stored_width(self, width: int) -> int:
-        """Columns of a stored row of ``width`` features."""
-        return int(width) + (4 if self.scaled else 0)
-
     def encode(self, x: Tensor | np.ndarray) -> Tensor:
         """The stored rows ``[n, W]`` of rows ``x`` ``[n, F]`` (any float dtype)."""
         t = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x)

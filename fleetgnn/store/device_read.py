@@ -175,7 +175,7 @@ def gather_on_device(store: UnifiedStore, ids: object, *, checked: bool = False)
         raise GraphError("the graph has no node features 'x'; nothing to gather")
     dev = store.device
     idt = device_ids("ids", ids, dev, store.graph.num_nodes, checked=checked)
-    dtype = torch.from_numpy(np.empty(0, dtype=x.dtype)).dtype
+    dtype = store.x_dtype
     feat_device: Any = store._feat_device
     n, width = idt.numel(), int(x.shape[1])
     row_bytes, disk_bytes = store.row_bytes(), width * x.dtype.itemsize

@@ -104,6 +104,7 @@ from fleetgnn.store.tiers import (
     StorePlan,
     TierBudgets,
     TierOrder,
+    feature_row_bytes,
     plan_store,
 )
 
@@ -199,6 +200,9 @@ class UnifiedStore:
         self.graph = graph
         #: How the device and host tiers store feature rows (``None``: as the dataset does).
         self.codec = codec
+        #: The torch dtype of ``graph.x`` (what :meth:`gather` returns; ``None``: no features).
+        x = graph.x
+        self.x_dtype = None if x is None else torch.from_numpy(np.empty(0, x.dtype)).dtype
         self.device = torch.device("cpu" if device is None else device)
         # host- and disk-tier rows to a CUDA device: pinned staging, copies on a copy stream
         self._transfers = Transfers(self.device, overlap=self.device.type == "cuda")
@@ -626,7 +630,7 @@ class UnifiedStore:
             raise GraphError("the graph has no node features 'x'; nothing to gather")
         idn = self._ids("ids", ids, checked=checked)
         row_bytes, disk_bytes = self.row_bytes(), x.shape[1] * x.dtype.itemsize
-        dtype = torch.from_numpy(np.empty(0, dtype=x.dtype)).dtype
+        dtype = self.x_dtype
         read = self._read_back
         if not idn.size and self._feat_device is None:
             return torch.empty((0, x.shape[1]), dtype=dtype)
@@ -680,18 +684,14 @@ class UnifiedStore:
 
     def row_bytes(self) -> int:
         """Bytes of one feature row as the device and host tiers store it (0 without features)."""
-        x = self.graph.x
-        if x is None:
-            return 0
-        width = int(x.shape[1])
-        return width * x.dtype.itemsize if self.codec is None else self.codec.row_bytes(width)
+        return feature_row_bytes(self.graph, None if self.codec is None else self.codec.name)
 
     def _read_back(self, rows: Tensor) -> Tensor:
         """Stored device- or host-tier rows as ``graph.x``'s dtype (a no-op without a codec)."""
         if self.codec is None:
             return rows
-        assert self.graph.x is not None
-        return self.codec.decode(rows, torch.from_numpy(np.empty(0, self.graph.x.dtype)).dtype)
+        assert self.x_dtype is not None
+        return self.codec.decode(rows, self.x_dtype)
 
     def _disk_rows_read(self, ids: np.ndarray) -> Tensor:
         """Disk-tier rows ``ids`` with the values the stored rows would hold."""
