@@ -55,14 +55,21 @@ from fleetgnn.errors import ConfigError
 class EngineConfig(GradClip, FeatureStorage, FeatureNorm, Precision, Seeded):
     """What every engine shares: seed, device, dtypes, feature transform, clipping.
 
-    The fields: ``seed``, ``device``, ``dtype``, ``feature_norm``, ``feature_dtype``, clipping.
+    The fields: ``seed``, ``device``, ``dtype``, ``feature_norm``, ``feature_dtype``,
+    ``edge_feature_dtype``, clipping.
 
     ``feature_norm=None`` (the run config's "the dataset's transform", unresolved) becomes
     ``"none"``.
     """
 
     #: Fields that must match between a checkpoint and the engine resuming it.
-    RESUME_KEYS: ClassVar[tuple[str, ...]] = ("seed", "dtype", "feature_norm", "feature_dtype")
+    RESUME_KEYS: ClassVar[tuple[str, ...]] = (
+        "seed",
+        "dtype",
+        "feature_norm",
+        "feature_dtype",
+        "edge_feature_dtype",
+    )
 
     def __post_init__(self) -> None:
         if self.feature_norm is None:

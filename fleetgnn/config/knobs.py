@@ -239,16 +239,24 @@ class FeatureStorage(Knobs):
             ``split``) hold the compact rows, so a ``device_budget`` holds 2x (16-bit) or about
             4x (float8) the rows, and read them back to the compute dtype in the gather; the
             other engines compute on the same read-back values (:mod:`fleetgnn.graph.compact`).
+        edge_feature_dtype: The same for the edge feature rows (``edge_attr``, read by models
+            with edge features): the store's edge table (``minibatch``) holds them compact, the
+            other engines compute on the read-back values; ``None``: as the dataset stores them.
     """
 
     feature_dtype: str | None = None
+    edge_feature_dtype: str | None = None
 
-    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {"feature_dtype": (*FEATURE_DTYPES, None)}
+    CHOICES: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "feature_dtype": (*FEATURE_DTYPES, None),
+        "edge_feature_dtype": (*FEATURE_DTYPES, None),
+    }
 
     def __post_init__(self) -> None:
-        name = self.feature_dtype
-        if isinstance(name, str) and name.lower() in FEATURE_DTYPE_ALIASES:
-            object.__setattr__(self, "feature_dtype", FEATURE_DTYPE_ALIASES[name.lower()])
+        for key in ("feature_dtype", "edge_feature_dtype"):
+            name = getattr(self, key)
+            if isinstance(name, str) and name.lower() in FEATURE_DTYPE_ALIASES:
+                object.__setattr__(self, key, FEATURE_DTYPE_ALIASES[name.lower()])
         super().__post_init__()
 
 

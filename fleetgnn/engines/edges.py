@@ -29,6 +29,7 @@ from torch import Tensor
 
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
+from fleetgnn.graph.compact import feature_codec
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.store.edge_table import EdgeTable
 
@@ -51,6 +52,9 @@ class EdgeRows:
         table: The store's :class:`~fleetgnn.store.edge_table.EdgeTable` of ``graph`` to read
             the rows through (``None``: index ``graph.edge_attr`` directly). Rows are the same
             bits either way; a two-sided table makes :meth:`rows` a collective.
+        feature_dtype: How the rows are stored (``store.edge_feature_dtype``): read directly,
+            each row takes the values its compact form reads back, the values a table built
+            with the same ``feature_dtype`` returns. ``None``: as stored.
 
     Raises:
         ConfigError: The graph has no ``edge_attr``.
@@ -62,6 +66,7 @@ class EdgeRows:
         dtype: torch.dtype,
         device: torch.device | str,
         table: EdgeTable | None = None,
+        feature_dtype: str | None = None,
     ) -> None:
         if graph.edge_attr is None:
             raise ConfigError(
@@ -71,14 +76,22 @@ class EdgeRows:
             )
         self.attr = graph.edge_attr
         self.table = table
+        self.codec = None if table is not None else feature_codec(feature_dtype)
         self.dtype, self.device = dtype, torch.device(device)
 
     @classmethod
     def of(
-        cls, model: Any, graph: Graph, dtype: torch.dtype, device: torch.device | str
+        cls,
+        model: Any,
+        graph: Graph,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        feature_dtype: str | None = None,
     ) -> EdgeRows | None:
         """:class:`EdgeRows` of ``graph`` when ``model`` reads edge features, else ``None``."""
-        return cls(graph, dtype, device) if needs_edge_attr(model) else None
+        if not needs_edge_attr(model):
+            return None
+        return cls(graph, dtype, device, feature_dtype=feature_dtype)
 
     @property
     def dim(self) -> int:
@@ -95,6 +108,8 @@ class EdgeRows:
         else:
             ids = edge_ids.detach().cpu().numpy()
             out = torch.from_numpy(np.asarray(self.attr[ids]))
+            if self.codec is not None:
+                out = self.codec.round_trip(out)
         return out.to(device=self.device, dtype=self.dtype)
 
     def block_rows(self, blocks: Sequence[Any]) -> list[Tensor]:

@@ -311,7 +311,7 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         self.edge_attr: torch.Tensor | None = None
         if needs_edge_attr(model):
             lay = self.layout
-            rows = EdgeRows(g, self.dtype, self.device)
+            rows = EdgeRows(g, self.dtype, self.device, feature_dtype=fc.edge_feature_dtype)
             self.edge_attr = rows.rows(torch.arange(int(g.indptr[lay.lo]), int(g.indptr[lay.hi])))
         del g
         self._send_rows, self._send_counts = exchange_need_lists(self.layout, self.comm)

@@ -252,7 +252,13 @@ class MinibatchEngine(SampledEngine):
         #: reads no edge features, the node rows get all of them).
         self.budget_split: BudgetSplit | None = None
         if needs_edge_attr(model) and graph.edge_attr is not None:
-            self.budget_split = split_budgets(budgets, graph, sc.edge_share)
+            self.budget_split = split_budgets(
+                budgets,
+                graph,
+                sc.edge_share,
+                feature_dtype=sc.feature_dtype,
+                edge_feature_dtype=sc.edge_feature_dtype,
+            )
             budgets = self.budget_split.nodes
         self.store = UnifiedStore.build(
             graph,
@@ -292,6 +298,7 @@ class MinibatchEngine(SampledEngine):
                 name="store.edges",
                 hosts=self.hosts,
                 device=self.device,
+                feature_dtype=sc.edge_feature_dtype,  # compact rows, read back in the gather
             )
         #: The graph's edge features by edge ID, read through the store's edge table, when the
         #: model reads them (``None``: not).

@@ -118,7 +118,9 @@ class ReferenceEngine(EngineBase):
         if self.link:
             check_link_model(self.model)
         #: The graph's edge features by edge ID, when the model reads them (``None``: not).
-        self.edge_rows = EdgeRows.of(self.model, graph, self.dtype, self.device)
+        self.edge_rows = EdgeRows.of(
+            self.model, graph, self.dtype, self.device, config.edge_feature_dtype
+        )
         self.topology = GraphTopology(graph)
         self.train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         if self.mode == "minibatch":
@@ -166,7 +168,9 @@ class ReferenceEngine(EngineBase):
                 self.graph,
                 dtype=self.dtype,
                 device=self.device,
-                with_edge_attr=self.edge_rows is not None,
+                edge_attr=None  # the edge rows as stored (store.edge_feature_dtype)
+                if self.edge_rows is None
+                else self.edge_rows.rows(torch.arange(self.graph.num_edges)),
             )
         return self._full_agg
 
@@ -350,6 +354,7 @@ class ReferenceEngine(EngineBase):
             eval_nodes=self.config.eval_nodes,
             chunking=self.chunking,
             scratch_dir=self.config.scratch_dir,
+            edges=self.edge_rows,
         )
 
     # ------------------------------------------------------------------ state

@@ -280,18 +280,20 @@ class LocalAggregator:
         device: torch.device | str = "cpu",
         *,
         with_edge_attr: bool = False,
+        edge_attr: Tensor | None = None,
     ) -> LocalAggregator:
         """The full-graph aggregator: ``num_src = num_dst = N``, ``src_ids = arange(N)``.
 
         ``src_degree`` and ``dst_degree`` are both the graph's in-degrees. With
         ``with_edge_attr`` the graph's ``edge_attr`` is copied to ``device`` in ``dtype``
-        (``[E, D]``; the graph must have it) and served by :meth:`edge_attr`.
+        (``[E, D]``; the graph must have it) and served by :meth:`edge_attr`; ``edge_attr``
+        (``[E, D]``, CSC order) serves those rows instead (e.g. their stored values).
 
         Raises:
             GraphError: ``with_edge_attr`` on a graph without ``edge_attr``.
         """
-        attr = None
-        if with_edge_attr:
+        attr = None if edge_attr is None else edge_attr.to(device=device, dtype=dtype)
+        if with_edge_attr and attr is None:
             if graph.edge_attr is None:
                 raise GraphError(
                     f"the model reads edge features but graph '{graph.name}' has no edge_attr; "

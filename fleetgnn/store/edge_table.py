@@ -33,17 +33,19 @@ Budget split (:func:`split_budgets`), explicit: the node rows (topology and feat
 :class:`~fleetgnn.store.UnifiedStore`) and the edge rows share each tier's budget (device bytes
 per rank, host bytes per host). With ``share=s`` the edge rows get ``floor(s * budget)`` of each
 tier and the node rows the rest. Without a share the budget is split in proportion to the bytes
-of each table: the edge rows get ``budget * B_e // (B_e + B_n)`` with ``B_e = E * D * itemsize``
-and ``B_n`` the node store's bytes (``8 (N + 1) + E * per-edge topology bytes + N * F *
-itemsize``), so with a budget short of both, each table keeps the same fraction of its bytes in
-the tier. Either way ``nodes + edges <= budget`` on every tier.
+of each table: the edge rows get ``budget * B_e // (B_e + B_n)`` with ``B_e`` the edge rows'
+stored bytes (``E`` rows of :func:`edge_row_bytes`) and ``B_n`` the node store's
+(:func:`node_store_bytes`: ``8 (N + 1) + E * per-edge topology bytes`` and ``N`` stored feature
+rows), so with a budget short of both, each table keeps the same fraction of its bytes in the
+tier. Either way ``nodes + edges <= budget`` on every tier.
 
 Memory: the plan holds the edge hot order and its inverse, ``id_dtype(E)`` (4 bytes an edge
 below ``2^31`` edges) each, per rank; the tiers hold what the budgets give them.
 
-Traffic: every read records ``D * itemsize`` bytes a row into the table's meter (the node
-store's, when the engine passes it), by source as the node rows do; :meth:`EdgeTable.requests`,
-:meth:`EdgeTable.bytes_served` and :meth:`EdgeTable.hit_rates` count the edge rows alone.
+Traffic: every read records a row's stored bytes (:func:`edge_row_bytes`) into the table's meter
+(the node store's, when the engine passes it), by source as the node rows do;
+:meth:`EdgeTable.requests`, :meth:`EdgeTable.bytes_served` and :meth:`EdgeTable.hit_rates` count
+the edge rows alone.
 Two-sided mode makes every :meth:`EdgeTable.gather` a collective.
 """
 
@@ -63,7 +65,7 @@ from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph
 from fleetgnn.store.hotness import id_dtype
 from fleetgnn.store.store import UnifiedStore
-from fleetgnn.store.tiers import StorePlan, TierBudgets, TierPlan, plan_tiers
+from fleetgnn.store.tiers import StorePlan, TierBudgets, TierPlan, feature_row_bytes, plan_tiers
 
 __all__ = [
     "BudgetSplit",
@@ -79,22 +81,27 @@ __all__ = [
 _ORDER_BLOCK = 1 << 16
 
 
-def edge_row_bytes(graph: Graph) -> int:
-    """Bytes of one edge row, ``D * itemsize`` (0 without ``edge_attr``)."""
+def edge_row_bytes(graph: Graph, feature_dtype: str | None = None) -> int:
+    """Bytes of one edge row as stored (0 without ``edge_attr``).
+
+    ``D * itemsize`` of the dataset, or with ``feature_dtype`` (``store.edge_feature_dtype``)
+    the compact row's (:func:`~fleetgnn.store.tiers.feature_row_bytes` of the table's graph).
+    """
     if graph.edge_attr is None:
         return 0
-    return int(graph.edge_attr.shape[1]) * graph.edge_attr.dtype.itemsize
+    return feature_row_bytes(_table_graph(graph), feature_dtype)
 
 
-def node_store_bytes(graph: Graph) -> int:
-    """Bytes of the node store's rows: every CSC segment (with ``indptr``) and feature row."""
+def node_store_bytes(graph: Graph, feature_dtype: str | None = None) -> int:
+    """Bytes of the node store's rows: every CSC segment (with ``indptr``) and feature row.
+
+    Feature rows count as stored (``feature_dtype``: ``store.feature_dtype``).
+    """
     per_edge = graph.indices.dtype.itemsize
     if graph.edge_weight is not None:
         per_edge += graph.edge_weight.dtype.itemsize
     total = 8 * (graph.num_nodes + 1) + per_edge * graph.num_edges
-    if graph.x is not None:
-        total += graph.num_nodes * int(graph.x.shape[1]) * graph.x.dtype.itemsize
-    return int(total)
+    return int(total + graph.num_nodes * feature_row_bytes(graph, feature_dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +133,14 @@ class BudgetSplit:
         }
 
 
-def split_budgets(budgets: TierBudgets, graph: Graph, share: float | None = None) -> BudgetSplit:
+def split_budgets(
+    budgets: TierBudgets,
+    graph: Graph,
+    share: float | None = None,
+    *,
+    feature_dtype: str | None = None,
+    edge_feature_dtype: str | None = None,
+) -> BudgetSplit:
     """Split ``budgets`` between the node store and the edge table of ``graph``.
 
     Args:
@@ -134,6 +148,8 @@ def split_budgets(budgets: TierBudgets, graph: Graph, share: float | None = None
         graph: The graph (``edge_attr`` gives the edge rows; none: they get nothing).
         share: The edge rows' fraction of each tier, in ``[0, 1]`` (``store.edge_share``);
             ``None``: in proportion to the bytes of each table.
+        feature_dtype: How the node store stores feature rows (``store.feature_dtype``).
+        edge_feature_dtype: How the edge table stores its rows (``store.edge_feature_dtype``).
 
     Returns:
         The :class:`BudgetSplit` (``nodes + edges <= budgets`` on each tier).
@@ -148,7 +164,8 @@ def split_budgets(budgets: TierBudgets, graph: Graph, share: float | None = None
             f"'share' (store.edge_share) must be a fraction in [0, 1] of each tier's budget for "
             f"the edge rows (got {share!r}); leave it null to split by bytes"
         )
-    nb, eb = node_store_bytes(graph), graph.num_edges * edge_row_bytes(graph)
+    nb = node_store_bytes(graph, feature_dtype)
+    eb = graph.num_edges * edge_row_bytes(graph, edge_feature_dtype)
 
     def edges_of(budget: int) -> int:
         if share is not None:
@@ -239,12 +256,13 @@ def plan_edge_rows(
     fanout: int | None = None,
     counts: np.ndarray | None = None,
     ranks_per_host: int | None = None,
+    feature_dtype: str | None = None,
 ) -> TierPlan:
     """Plan the edge rows over device (modulo split) / host / disk within ``budgets``.
 
-    The rows are ``D * itemsize`` bytes each, in :func:`edge_hot_order` (of ``node_order``,
-    ``fanout`` and ``counts``); the device tier is the
-    longest hot prefix whose rows, dealt by hot rank modulo ``world_size``, fit every rank's
+    The rows are :func:`edge_row_bytes` each (compact with ``feature_dtype``), in
+    :func:`edge_hot_order` (of ``node_order``, ``fanout`` and ``counts``); the device tier is
+    the longest hot prefix whose rows, dealt by hot rank modulo ``world_size``, fit every rank's
     ``budgets.device``, the host tier the next run within ``budgets.host`` (per host).
 
     Raises:
@@ -256,7 +274,7 @@ def plan_edge_rows(
     order = edge_hot_order(graph, node_order, fanout=fanout, counts=counts)
     return plan_tiers(
         graph.num_edges,
-        edge_row_bytes(graph),
+        edge_row_bytes(graph, feature_dtype),
         budgets,
         world_size,
         order=order,
@@ -316,16 +334,18 @@ class EdgeTable:
         name: str = "edges",
         hosts: Sequence[int] | None = None,
         device: torch.device | str | None = None,
+        feature_dtype: str | None = None,
     ) -> EdgeTable:
         """Plan (:func:`plan_edge_rows`) and place the edge rows. Collective with ``comm``.
 
         Placement, communication and memory are those of :meth:`UnifiedStore.build` for one
-        table of ``E`` rows of ``D * itemsize`` bytes: each rank builds its device shard
+        table of ``E`` rows of :func:`edge_row_bytes` bytes: each rank builds its device shard
         (``[m_r, D]``), the owner of each host tier builds it; shared-memory segments are
         named ``{name}.feat`` / ``{name}.feath``. Arguments as :meth:`UnifiedStore.build`;
         ``node_order``, ``fanout`` and ``counts`` as :func:`edge_hot_order` (pass the node
         store's ``plan.topology.order``, the sampler's largest fanout and the same counts on
-        every rank).
+        every rank); ``feature_dtype`` (``store.edge_feature_dtype``) as the node store's
+        ``feature_dtype``: the device and host tiers hold compact rows, read back in the gather.
 
         Raises:
             GraphError: ``graph`` is not a Graph or has no ``edge_attr``.
@@ -341,7 +361,13 @@ class EdgeTable:
             )
         world = 1 if comm is None else comm.world_size
         plan = plan_edge_rows(
-            graph, budgets, world, node_order=node_order, fanout=fanout, counts=counts
+            graph,
+            budgets,
+            world,
+            node_order=node_order,
+            fanout=fanout,
+            counts=counts,
+            feature_dtype=feature_dtype,
         )
         # the table has no topology: a plan with every (empty) segment on disk, sharing arrays
         topo = TierPlan(
@@ -365,6 +391,7 @@ class EdgeTable:
             hosts=hosts,
             device=device,
             plan=StorePlan(topo, plan, budgets, "features_first", 1),
+            feature_dtype=feature_dtype,
         )
         return cls(graph, plan, budgets, store)
 
@@ -382,8 +409,10 @@ class EdgeTable:
     def gather(self, edge_ids: Tensor) -> Tensor:
         """Rows of ``edge_ids`` in input order, bit-exact with ``edge_attr[edge_ids]``.
 
+        With compact rows (``feature_dtype``) bit-exact with the rows' read-back values
+        (:meth:`FeatureCodec.round_trip <fleetgnn.graph.compact.FeatureCodec.round_trip>`).
         Each tier is read once per call (see :meth:`UnifiedStore.gather`); duplicates and empty
-        input are fine. Records ``D * itemsize`` bytes a row. Two-sided mode: a collective.
+        input are fine. Records a row's stored bytes. Two-sided mode: a collective.
 
         Shapes:
             - edge_ids: ``[n]`` int
@@ -413,7 +442,7 @@ class EdgeTable:
         return self.store.requests("features")
 
     def bytes_served(self) -> dict[str, int]:
-        """Edge-row bytes served per link kind (``requests * D * itemsize`` per source)."""
+        """Edge-row bytes served per link kind: ``requests`` times a row's stored bytes."""
         return self.store.bytes_served("features")
 
     def hit_rates(self) -> dict[str, float]:

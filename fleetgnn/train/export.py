@@ -67,6 +67,7 @@ from fleetgnn.config import Config
 from fleetgnn.config.textfile import load_yaml_file
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import DTYPES, normalize_rows, resolve_device, stored_values
+from fleetgnn.engines.edges import EdgeRows
 from fleetgnn.engines.inference import stream_inference
 from fleetgnn.engines.rowfiles import RowFile, RowWriter
 from fleetgnn.errors import ConfigError, DatasetError
@@ -82,7 +83,7 @@ from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.sampling import GraphTopology
 from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, load_checkpoint
 from fleetgnn.train.resolve import resolve_feature_norm, resolve_threads
-from fleetgnn.train.setup import model_kwargs, uses_time
+from fleetgnn.train.setup import graph_model_kwargs, uses_time
 from fleetgnn.types import PathLikeStr
 
 #: Checkpoints ``predict``/``embed`` can load.
@@ -528,9 +529,8 @@ def _build_model(cfg: Config, graph: Graph, link: bool = False) -> nn.Module:
                 f"dataset '{graph.name}' has no node features (x); the model needs them"
             )
         t = cfg.train
-        encoder = build_model(
-            cfg.model.name, graph.num_features, int(t.link_dim), seed=0, **model_kwargs(cfg.model)
-        )
+        kwargs = graph_model_kwargs(cfg, graph)
+        encoder = build_model(cfg.model.name, graph.num_features, int(t.link_dim), seed=0, **kwargs)
         return LinkModel(encoder, build_decoder(t.decoder, int(t.link_dim)))
     if graph.x is None:
         raise DatasetError(f"dataset '{graph.name}' has no node features (x); the model needs them")
@@ -543,7 +543,7 @@ def _build_model(cfg: Config, graph: Graph, link: bool = False) -> nn.Module:
             )
         classes = int(np.max(np.asarray(graph.y))) + 1
     return build_model(
-        cfg.model.name, graph.num_features, int(classes), seed=0, **model_kwargs(cfg.model)
+        cfg.model.name, graph.num_features, int(classes), seed=0, **graph_model_kwargs(cfg, graph)
     )
 
 
@@ -671,7 +671,10 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
     state = job.weights if job.weights is not None else _reload_weights(ckpt_path)
     _load_weights(model, state, ckpt_path)
     model = model.to(device=device, dtype=dtype).eval()
-    widths = layer_widths(model, graph.num_features, job.layer, device=device, dtype=dtype)
+    edges = EdgeRows.of(model, graph, dtype, device, cfg.store.edge_feature_dtype)
+    widths = layer_widths(
+        model, graph.num_features, job.layer, device=device, dtype=dtype, edges=edges
+    )
     files = _output_files(job, graph, widths, torch.empty(0, dtype=dtype).numpy().dtype)
     tmp = Path(agreed(comm, lambda: _create_outputs(job, files), everywhere=False))
     done = False
@@ -700,6 +703,7 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
             chunking=job.chunking,
             scratch_dir=job.run_dir,
             same_host=True if ctx is None else bool(ctx.same_host),
+            edges=edges,  # the edge rows as the model read them (store.edge_feature_dtype)
         )
         writer.close()
         if comm is not None and world > 1:

@@ -56,6 +56,24 @@ def model_kwargs(cfg: ModelConfig) -> dict[str, Any]:
     return out
 
 
+def graph_model_kwargs(cfg: Config, graph: Graph) -> dict[str, Any]:
+    """:func:`model_kwargs` of ``cfg.model``, with ``edge_dim`` from ``graph`` for an edge conv.
+
+    Raises:
+        ConfigError: The model reads edge features and ``graph`` has none.
+    """
+    kwargs = model_kwargs(cfg.model)
+    if cfg.model.name in EDGE_CONVS:
+        if graph.edge_attr is None:
+            raise ConfigError(
+                f"model.name={cfg.model.name} reads edge features but '{graph.name}' has no "
+                f"edge_attr; prepare a dataset with them (e.g. 'fleetgnn prepare synthetic "
+                f"--edge-features 4') or pick another model"
+            )
+        kwargs["edge_dim"] = graph.num_edge_features
+    return kwargs
+
+
 def model_from_config(cfg: Config, graph: Graph) -> torch.nn.Module:
     """The model of ``cfg.model`` for ``graph``, initialised from ``train.seed``.
 
@@ -68,15 +86,7 @@ def model_from_config(cfg: Config, graph: Graph) -> torch.nn.Module:
     seed = int(cfg.train.seed)
     torch.manual_seed(seed)  # parameter initialisation only; training draws are keyed
     link = cfg.train.task == "link"
-    kwargs = model_kwargs(cfg.model)
-    if name in EDGE_CONVS:
-        if graph.edge_attr is None:
-            raise ConfigError(
-                f"model.name={name} reads edge features but '{graph.name}' has no edge_attr; "
-                f"prepare a dataset with them (e.g. 'fleetgnn prepare synthetic "
-                f"--edge-features 4') or pick another model"
-            )
-        kwargs["edge_dim"] = graph.num_edge_features
+    kwargs = graph_model_kwargs(cfg, graph)
     with _allocating(cfg.model):
         model = build_model(
             cfg.model.name,
