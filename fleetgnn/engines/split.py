@@ -244,7 +244,9 @@ class SplitAggregator:
     """The :class:`~fleetgnn.nn.Aggregator` of rank ``r``'s split of one sampled block.
 
     Rows: ``num_src`` owned sources (block order), the first ``num_dst`` of them the owned
-    destinations; ``src_ids`` their ORIGINAL global IDs (dropout keys equal the reference's).
+    destinations; ``src_ids`` their ORIGINAL global IDs (dropout keys equal the reference's;
+    a temporal block may repeat an ID, once per subtree, so the exchanges key rows by block
+    position).
     Edge tensors (``edge_weight``, scores) cover the in-edges of the owned destinations, local and
     remote, in block CSC order. See the module docstring for which calls communicate; every rank
     makes the same calls (the model is the same), so the collectives match.
@@ -252,7 +254,6 @@ class SplitAggregator:
     Args:
         split: This rank's :class:`LayerSplit`.
         comm: The communicator (``None`` or one rank: nothing is exchanged).
-        owner: Owner of every ORIGINAL node ID (``book.part_of``).
         dtype: Float dtype of degrees.
         wire_dtype: The dtype shuffled rows (remote source rows, pre-aggregated partial sums)
             and their gradients travel in (mixed precision: ``torch.bfloat16``, half the
@@ -265,7 +266,6 @@ class SplitAggregator:
         self,
         split: LayerSplit,
         comm: Communicator | None,
-        owner: np.ndarray,
         *,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
@@ -275,7 +275,6 @@ class SplitAggregator:
         self.split = split
         self.wire_dtype = wire_dtype
         self.comm = comm if comm is not None and comm.world_size > 1 else None
-        self.owner = owner
         self.device = torch.device(device)
         self.dtype = dtype
         block = split.block
@@ -299,13 +298,16 @@ class SplitAggregator:
         """The exchange of remote source rows (built on first use; no communication)."""
         if self._halo is None:
             sp, w, r = self.split, self.split.world_size, self.split.rank
-            lay = block_layout(sp.block, self.owner, rank=r, world_size=w)
-            block = sp.block
-            src_all = block.src_ids.cpu().numpy()[block.indices.cpu().numpy()]
+            block, own = sp.block, sp.src_owner
+            # rows are keyed by block position, not node ID: a temporal block holds a node once
+            # per subtree that reached it, and each copy is a row of its own
+            keyed = dataclasses.replace(block, src_ids=torch.arange(block.num_src))
+            lay = block_layout(keyed, own, rank=r, world_size=w)
+            src_all = block.indices.cpu().numpy().astype(np.int64)
             deg = np.diff(block.indptr.cpu().numpy())
-            dst_owner = np.repeat(sp.src_owner[: block.num_dst], deg)
+            dst_owner = np.repeat(own[: block.num_dst], deg)
             rows, counts = send_lists(
-                lay, *requests_from_edges(src_all, dst_owner, self.owner, rank=r, world_size=w)
+                lay, *requests_from_edges(src_all, dst_owner, own, rank=r, world_size=w)
             )
             plan = build_plan(lay, rows, counts, 1)
             # one chunk: active iff any edge crosses splits anywhere (the same on every rank)
@@ -416,9 +418,10 @@ class SplitAggregator:
     def edge_ids(self) -> tuple[Tensor, Tensor]:
         """Original global ``(src_gid, dst_gid)`` of every in-edge of the owned destinations."""
         if self._edge_ids is None:
-            lay = self.halo.layout
-            src = torch.from_numpy(lay.src).to(self.device)
-            dst = torch.from_numpy(lay.dst_ids).to(self.device)
+            lay = self.halo.layout  # over block positions: their node IDs are the block's
+            gid = self.split.block.src_ids.long()
+            src = gid[torch.from_numpy(lay.src)].to(self.device)
+            dst = gid[torch.from_numpy(lay.dst_ids)].to(self.device)
             self._edge_ids = (src, dst.index_select(0, self.halo.structure.dst_index()))
         return self._edge_ids
 
@@ -744,7 +747,6 @@ class SplitEngine(SampledEngine):
                 SplitAggregator(
                     sp,
                     self.comm,
-                    self.owner,
                     dtype=self.dtype,
                     device=self.device,
                     meter_bytes=b,

@@ -406,7 +406,7 @@ def _gradcheck_rank(comm):
     out = []
     for block in _sample(graph):
         sp = split_block(block, owner[block.src_ids.numpy()], r, w)
-        agg = SplitAggregator(sp, comm, owner, dtype=torch.float64)
+        agg = SplitAggregator(sp, comm, dtype=torch.float64)
         gen = torch.Generator().manual_seed(100 + r)
         x = torch.randn(sp.num_rows, 3, dtype=torch.float64, generator=gen)
         ew = torch.rand(agg.halo.num_edges, dtype=torch.float64, generator=gen) + 0.5
