@@ -234,6 +234,20 @@ class EdgeBatches:
 
         return EdgeBatch(seeds, pos(src), pos(dst), pos(neg), blocks, self.global_count(step))
 
+    def part_blocks(
+        self, batch: EdgeBatch, positives: torch.Tensor, epoch: int, step: int, stream: int
+    ) -> list[Block]:
+        """The blocks of the positives ``positives`` of ``batch`` alone, sampled with ``stream``.
+
+        Their endpoints and negatives are the seeds, their target edges dropped as
+        :meth:`batch` drops them (a data-parallel rank's share of the batch, for counting).
+        """
+        src, dst, neg = (batch.seeds[t[positives]] for t in (batch.src, batch.dst, batch.neg))
+        seeds = torch.unique(torch.cat([src, dst, neg.reshape(-1)]))
+        n = self.sampler.topology.num_nodes
+        exclude = None if self.task.keep_target_edges else edge_keys(src, dst, n)
+        return self.sampler.sample(seeds, epoch, step, stream=stream, exclude=exclude)
+
 
 def edge_batch_loss(
     model: Any, task: LinkPrediction, h: torch.Tensor, batch: EdgeBatch, loss: Any

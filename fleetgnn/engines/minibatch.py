@@ -87,7 +87,7 @@ from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.engines.temporal_link import (
     EVAL_CHUNK,
     TemporalEdgeBatches,
-    temporal_link_metrics,
+    sampled_temporal_metrics,
 )
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
@@ -540,17 +540,7 @@ class MinibatchEngine(SampledEngine):
     def evaluate(self) -> dict[str, float]:
         """Node task: accuracies (streaming); link task: AUC/AP/MRR/Hits from summed sums."""
         if is_temporal(self.task):  # every query embedded at its time, shared over ranks
-            return temporal_link_metrics(
-                self.task,  # type: ignore[arg-type]
-                self.module,
-                self.sampler,  # type: ignore[arg-type]
-                self._features,
-                dtype=self.dtype,
-                device=self.device,
-                share=(self.rank, self.world_size),
-                reduce=self.comm.all_reduce_sum if self.world_size > 1 else None,
-                chunk=self.eval_chunk,
-            )
+            return sampled_temporal_metrics(self)
         if self.link:
             return sampled_link_metrics(self)
         return super().evaluate()

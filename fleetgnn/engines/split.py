@@ -102,7 +102,7 @@ from fleetgnn.nn.aggregator import BipartiteHop
 from fleetgnn.ops import edge_softmax, gspmm
 from fleetgnn.ops.adjacency import Structure
 from fleetgnn.partition import PartitionBook, partition
-from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader, edge_keys
+from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
 from fleetgnn.store import (
     SOURCE_LINKS,
     SOURCES,
@@ -669,20 +669,19 @@ class SplitEngine(SampledEngine):
 
         The global batch cut into ``W`` contiguous micro-batches, each sampled on its own stream
         (as data-parallel ranks sample), counted without training. A link task's micro-batches
-        are slices of its positives, each seeding its own endpoints and negatives.
+        are slices of its positives, each seeding its own endpoints and negatives
+        (:meth:`~fleetgnn.engines.link.EdgeBatches.part_blocks`; a temporal task's at the
+        positives' times).
         """
         edges = rows = 0
         parts = seeds if batch is None else torch.arange(batch.src.numel())
         for r, micro in enumerate(torch.tensor_split(parts, self.world_size)):
             if micro.numel() == 0:
                 continue
-            exclude = None
-            if batch is not None:
-                src, dst, neg = (batch.seeds[t[micro]] for t in (batch.src, batch.dst, batch.neg))
-                micro = torch.unique(torch.cat([src, dst, neg.reshape(-1)]))
-                if not self.task.keep_target_edges:  # type: ignore[attr-defined]
-                    exclude = edge_keys(src, dst, self.topology.num_nodes)
-            mb = self.sampler.sample(micro, epoch, step, stream=r, exclude=exclude)
+            if batch is None:
+                mb = self.sampler.sample(micro, epoch, step, stream=r)
+            else:
+                mb = self.edges.part_blocks(batch, micro, epoch, step, stream=r)
             edges += sum(b.num_edges for b in mb)
             rows += mb[0].num_src
         return {"dp_edges": int(edges), "dp_input_rows": int(rows)}

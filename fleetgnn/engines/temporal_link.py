@@ -31,7 +31,7 @@ import torch
 
 from fleetgnn.engines.edges import block_aggregator
 from fleetgnn.engines.link import EdgeBatch, EdgeBatches
-from fleetgnn.sampling import TemporalSample, TemporalSampler
+from fleetgnn.sampling import Block, TemporalSample, TemporalSampler
 from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
 
 #: The sampler stream of evaluation (training streams are ranks, far below it).
@@ -88,6 +88,21 @@ class TemporalEdgeBatches(EdgeBatches):
             self.global_count(step),
             sample=sample,
         )
+
+    def part_blocks(
+        self, batch: EdgeBatch, positives: torch.Tensor, epoch: int, step: int, stream: int
+    ) -> list[Block]:
+        """The blocks of the positives ``positives`` of ``batch`` alone, sampled with ``stream``.
+
+        Their seeds are the batch's ``(node, time)`` seeds of their endpoints and negatives (a
+        data-parallel rank's share of the batch, for counting).
+        """
+        mine = (batch.src[positives], batch.dst[positives], batch.neg[positives].reshape(-1))
+        at = torch.unique(torch.cat(mine))  # positions in the (time, node)-sorted seeds
+        sample = self.sampler.sample(
+            batch.seeds[at], batch.sample.seed_time[at], epoch, step, stream=stream
+        )
+        return list(sample.blocks)
 
 
 def embed_at(
@@ -184,3 +199,28 @@ def temporal_link_metrics(
     if reduce is not None:
         sums = {key: reduce(v.to(device)).cpu() for key, v in sums.items()}
     return task.metrics_from_sums(sums)
+
+
+def sampled_temporal_metrics(engine: Any) -> dict[str, float]:
+    """:func:`temporal_link_metrics` of a sampled distributed engine; collective over ranks.
+
+    Rank ``r`` of ``W`` embeds and scores share ``(r, W)`` of the queries with its replica of
+    the model (the parameters are equal on every rank), reading input rows through the engine's
+    ``_features`` (any node's, from the engine's store); the metric sums are all-reduced, so
+    every rank returns the one-process result.
+
+    ``engine``: a ``minibatch`` or ``split`` engine training a temporal link task (its
+    ``task``, ``module``, ``sampler``, ``_features``, ``dtype``, ``device``, ``rank``,
+    ``world_size``, ``comm`` and ``eval_chunk``).
+    """
+    return temporal_link_metrics(
+        engine.task,
+        engine.module,
+        engine.sampler,
+        engine._features,
+        dtype=engine.dtype,
+        device=engine.device,
+        share=(engine.rank, engine.world_size),
+        reduce=engine.comm.all_reduce_sum if engine.world_size > 1 else None,
+        chunk=engine.eval_chunk,
+    )
