@@ -32,7 +32,8 @@ every engine, mode and world size draws the same negatives for the same edge in 
   a step, the reference's, drawn by every rank; its seeds are split by owner like node seeds
   and each rank computes its owned seeds' rows, then scores the positives whose source it owns,
   the other endpoints' rows fetched once per step (:func:`owner_rows`); the loss is over the
-  batch's positives. Its evaluation is the sampled engines' (:func:`sampled_link_metrics`).
+  batch's positives. Its evaluation is the sampled engines' (:func:`sampled_link_metrics`;
+  a temporal task's: :func:`~fleetgnn.engines.temporal_link.sampled_temporal_metrics`).
 - Offloaded full graph (``offload``, :mod:`fleetgnn.engines.offload_link`): the pairs of
   :class:`OwnedPairs` scored on the host-resident last layer in chunks of pairs, each chunk's
   rows exchanged as :func:`owner_rows` does (:func:`request_rows`, :func:`answer_rows`).
@@ -66,6 +67,7 @@ from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
 TEMPORAL_ENGINES: tuple[tuple[str, str], ...] = (
     ("reference", "minibatch"),
     ("minibatch", "minibatch"),
+    ("split", "minibatch"),
 )
 
 

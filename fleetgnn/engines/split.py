@@ -46,6 +46,17 @@ endpoints of the positives and negatives) are split like node seeds, and each ra
 pairs whose source it owns, the other endpoints' rows fetched from their owners once per step
 (:func:`~fleetgnn.engines.link.split_edge_batch_loss`).
 
+A temporal link task (:class:`~fleetgnn.tasks.TemporalLinkPrediction`) samples the reference's
+timed edge batch (:class:`~fleetgnn.engines.temporal_link.TemporalEdgeBatches`, stream 0): every
+seed has its own subtree, so a block's rows are ``(seed, node)`` pairs and a node reached by
+several seeds is several rows, one per subtree. Every row belongs to the owner of its node
+(``part[src_ids[p]]``), so a rank computes all the copies of its nodes, each copy from its own
+in-edges, and reads a node's input row once per copy in the first block. The pre-aggregation
+and the halo exchange key rows by block position (never by node ID, which would merge the
+copies), so every rank computes the reference's rows. Evaluation embeds every query at its
+time, each rank its share of the queries with its replica of the model, and all-reduces the
+metric sums (:func:`~fleetgnn.engines.temporal_link.sampled_temporal_metrics`).
+
 Steps 1-2 of the next step run in a background thread while the current step trains.
 
 Input rows (the store's accounting, :meth:`~fleetgnn.store.UnifiedStore.requests`): training reads
@@ -88,6 +99,7 @@ from fleetgnn.engines.link import (
     EdgeBatch,
     EdgeBatches,
     check_link_model,
+    is_temporal,
     sampled_link_metrics,
     setup_task,
     split_edge_batch_loss,
@@ -95,6 +107,7 @@ from fleetgnn.engines.link import (
 from fleetgnn.engines.minibatch import MinibatchEngine, resolve_gather
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
+from fleetgnn.engines.temporal_link import EVAL_CHUNK, TemporalEdgeBatches, sampled_temporal_metrics
 from fleetgnn.errors import ConfigError, PartitionError
 from fleetgnn.exchange import HaloSpmm, block_layout, build_plan, requests_from_edges, send_lists
 from fleetgnn.graph import Graph
@@ -102,7 +115,7 @@ from fleetgnn.nn.aggregator import BipartiteHop
 from fleetgnn.ops import edge_softmax, gspmm
 from fleetgnn.ops.adjacency import Structure
 from fleetgnn.partition import PartitionBook, partition
-from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
+from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader, TemporalSampler
 from fleetgnn.store import (
     SOURCE_LINKS,
     SOURCES,
@@ -465,7 +478,10 @@ class SplitEngine(SampledEngine):
             :class:`~fleetgnn.tasks.LinkPrediction` trains on one global batch of its split's
             training edges a step, the reference's (:class:`~fleetgnn.engines.link.EdgeBatches`);
             its seeds are split by owner like node seeds, and each rank scores the pairs whose
-            source it owns (:func:`~fleetgnn.engines.link.split_edge_batch_loss`).
+            source it owns (:func:`~fleetgnn.engines.link.split_edge_batch_loss`). A
+            :class:`~fleetgnn.tasks.TemporalLinkPrediction` trains on the reference's timed
+            edge batch, sampled at the positives' times, its ``(seed, node)`` rows owned by
+            their nodes' owners (see the module docstring).
     """
 
     name = "split"
@@ -503,10 +519,18 @@ class SplitEngine(SampledEngine):
         self.loader = SeedLoader(train_ids, sc.batch_size, seed=self.seed, shuffle=True)
         self.topology = GraphTopology(graph)
         self.sampler = NeighborSampler(self.topology, list(sc.fanouts), seed=self.seed)
-        if self.link:  # the reference's edge batch on every rank (one rank's deal, its stream)
+        task: Any = self.task
+        if is_temporal(task):  # the reference's timed edge batch, sampled at the pairs' times
             check_link_model(self.module)
-            task: Any = self.task
+            self.sampler = TemporalSampler(
+                self.topology, list(sc.fanouts), seed=self.seed, strategy=task.strategy
+            )
+            self.edges = TemporalEdgeBatches(task, self.sampler, sc.batch_size, seed=self.seed)
+        elif self.link:  # the reference's edge batch on every rank (one rank's deal, its stream)
+            check_link_model(self.module)
             self.edges = EdgeBatches(task, self.sampler, sc.batch_size, seed=self.seed)
+        #: Temporal link evaluation: queries embedded at once (bounds its memory).
+        self.eval_chunk = EVAL_CHUNK
         self._build_store(graph, sc)
         self.eval_topology = self.topology
         self.prefetcher: Prefetcher[_Batch] = Prefetcher(
@@ -804,7 +828,13 @@ class SplitEngine(SampledEngine):
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, float]:
-        """Node task: accuracies (streaming); link task: AUC/AP/MRR/Hits from summed sums."""
+        """Node task: accuracies (streaming); link task: AUC/AP/MRR/Hits from summed sums.
+
+        A temporal link task embeds every query at its time, the queries shared over the ranks
+        (:func:`~fleetgnn.engines.temporal_link.sampled_temporal_metrics`).
+        """
+        if is_temporal(self.task):
+            return sampled_temporal_metrics(self)
         if self.link:
             return sampled_link_metrics(self)
         return super().evaluate()

@@ -10,13 +10,11 @@ from fleetgnn.config import (
     FullGraphEngineConfig,
     OffloadEngineConfig,
     ReferenceEngineConfig,
-    SplitEngineConfig,
     load_config,
 )
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.temporal_link import EVAL_STREAM, embed_at, temporal_link_metrics
 from fleetgnn.errors import ConfigError
-from fleetgnn.graph.csc import from_edges
 from fleetgnn.graph.synthetic_temporal import generate_temporal_graph, temporal_spec_for
 from fleetgnn.graph.time_split import split_by_time
 from fleetgnn.nn import build_model
@@ -27,26 +25,7 @@ from fleetgnn.tasks.link_metrics import auc_ap, histogram_sums, ranking_metrics,
 from fleetgnn.train import engine_from_config
 from fleetgnn.train.setup import task_from_config
 
-
-def _planted_graph():
-    """The temporal-like graph plus one pair (a, b) that interacts once, at time ``plant``.
-
-    ``plant`` is the latest training time, so the edge is a training positive and a training
-    edge that every positive before it must not see, and every evaluation pair may.
-    """
-    g = generate_temporal_graph(temporal_spec_for("temporal-like", 0.002), seed=5)
-    dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
-    src, time = np.asarray(g.indices, np.int64), np.asarray(g.edge_time)
-    a, b = 3, 11
-    pair = ((src == a) & (dst == b)) | ((src == b) & (dst == a))
-    src, dst, time = src[~pair], dst[~pair], time[~pair]
-    val_from = split_by_time(g, 0.1, 0.1).cuts[0]
-    plant = val_from - 1
-    src = np.concatenate([src, [a, b]])
-    dst = np.concatenate([dst, [b, a]])
-    time = np.concatenate([time, [plant, plant]])
-    g = from_edges(src, dst, g.num_nodes, edge_time=time, node_data=g.node_data(), name="planted")
-    return g, (a, b), plant
+from .link_setup import planted_temporal_graph
 
 
 def _model(graph, seed=0):
@@ -85,7 +64,7 @@ def _record(eng, fanouts):
 
 @pytest.mark.parametrize("fanouts", [(5, 5), (-1, -1)])
 def test_no_training_or_evaluation_block_holds_an_edge_of_its_time_or_later(fanouts):
-    g, (a, b), plant = _planted_graph()
+    g, (a, b), plant = planted_temporal_graph()
     split = split_by_time(g, 0.1, 0.1, seed=1)
     assert split.cuts[0] == plant + 1
     task = TemporalLinkPrediction(split, negatives=2, seed=3, eval_edges=150)
@@ -147,7 +126,7 @@ def test_no_training_or_evaluation_block_holds_an_edge_of_its_time_or_later(fano
 
 
 def test_a_step_seeds_positives_and_negatives_at_the_positive_time():
-    g, _, _ = _planted_graph()
+    g, _, _ = planted_temporal_graph()
     split = split_by_time(g, 0.1, 0.1, seed=1)
     task = TemporalLinkPrediction(split, negatives=3, seed=3)
     tg = split.train_graph
@@ -172,7 +151,7 @@ def test_a_step_seeds_positives_and_negatives_at_the_positive_time():
 
 
 def test_evaluation_scores_every_query_at_its_time_whatever_the_chunking():
-    g, _, _ = _planted_graph()
+    g, _, _ = planted_temporal_graph()
     split = split_by_time(g, 0.1, 0.1, seed=1, ranking_negatives=5)
     task = TemporalLinkPrediction(split, seed=3, eval_edges=40)
     tg = split.train_graph
@@ -222,23 +201,24 @@ def _task(g):
         (FullGraphEngineConfig(), "a full graph has no 'now'"),
         (OffloadEngineConfig(), "a full graph has no 'now'"),
         (ReferenceEngineConfig(mode="full"), "a full graph has no 'now'"),
-        (SplitEngineConfig(), "not sampled in time yet"),
     ],
 )
 def test_engines_that_cannot_sample_in_time_refuse_in_one_line(config, why):
-    g, _, _ = _planted_graph()
+    g, _, _ = planted_temporal_graph()
     task = _task(g)
     with pytest.raises(ConfigError) as e:
         build_engine(_model(task.split.train_graph), task.split.train_graph, config, task=task)
     msg = str(e.value)
     assert "\n" not in msg and why in msg
     assert re.search(
-        r"use reference \(mode=minibatch\), minibatch \(mode=minibatch\).*train.temporal=off", msg
+        r"use reference \(mode=minibatch\), minibatch \(mode=minibatch\), split "
+        r"\(mode=minibatch\), or set train.temporal=off",
+        msg,
     ), msg
 
 
 def test_the_task_refuses_a_static_split_and_whole_graph_scoring():
-    g, _, _ = _planted_graph()
+    g, _, _ = planted_temporal_graph()
     task = _task(g)
     with pytest.raises(ConfigError, match="needs a time split"):
         TemporalLinkPrediction(object())
@@ -247,7 +227,7 @@ def test_the_task_refuses_a_static_split_and_whole_graph_scoring():
 
 
 def test_train_temporal_knob_picks_the_split(tmp_path):
-    g, _, _ = _planted_graph()
+    g, _, _ = planted_temporal_graph()
     cfg = load_config(None, ["train.task=link", "train.val_edges=0.1", "train.test_edges=0.1"])
     assert cfg.train.temporal == "auto"
     assert isinstance(task_from_config(cfg, g), TemporalLinkPrediction)
