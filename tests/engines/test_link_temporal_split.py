@@ -80,10 +80,10 @@ def _rank(comm, model_name, kind, eval_chunk, extra):
         return {"steps": out, "params": params, "eval": engine.evaluate()}
 
 
-def _reference(model_name):
+def _reference(model_name, extra):
     """The reference engine (mode minibatch) on the same steps, then its evaluation."""
     torch.set_num_threads(1)
-    ref = engine_from_config(_config(model_name), _graph(), engine="reference")
+    ref = engine_from_config(_config(model_name, extra), _graph(), engine="reference")
     assert ref.mode == "minibatch" and isinstance(ref.task, TemporalLinkPrediction)
     out = []
     for epoch, step in STEPS:
@@ -102,19 +102,19 @@ def test_split_trains_temporal_link_prediction():
 @pytest.mark.parametrize(
     "world_size, model_name, kind, eval_chunk, extra",
     [
-        (1, "sage", "metis", None, ()),
+        (1, "sage", "metis", None, ("train.temporal_strategy=last",)),  # most recent in-edges
         # evaluation in chunks of 10 queries, input rows read with collective gathers
         (2, "sage", "metis", 10, ("store.gather=two_sided",)),
         (3, "sage", "one_empty", None, ()),
         (2, "gat", "metis", None, ()),  # remote source rows (the halo), attention dropout
     ],
-    ids=["1", "2-chunked-two-sided", "3-one-empty", "2-gat"],
+    ids=["1-last", "2-chunked-two-sided", "3-one-empty", "2-gat"],
 )
 def test_split_engine_temporal_link_equals_reference(
     world_size, model_name, kind, eval_chunk, extra
 ):
     results = run_world(_rank, world_size, model_name, kind, eval_chunk, list(extra), timeout_s=300)
-    want = _reference(model_name)
+    want = _reference(model_name, extra)
     for i, (loss, count, grads) in enumerate(want["steps"]):
         counts = [r["steps"][i][1] for r in results]
         assert sum(counts) == count
