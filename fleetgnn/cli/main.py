@@ -154,6 +154,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "float32, for edge-feature models such as model.name=gine). With --time-column K, "
         "column K (1-based, >= 3) of every line is the edge's time, an integer >= 0 (stored as "
         "edge_time, each node's in-edges sorted by time); the other columns are read as above. "
+        "With --node-time FILE (.npy, one integer >= 0 per node) each node gets the time at "
+        "which its label is asked (node_time), for temporal node classification. "
         "Text after '#' and blank lines are ignored; a .gz file is read as it is.",
     )
     q.add_argument("--edges", required=True, type=Path, help="the edge-list file (.gz too)")
@@ -173,6 +175,14 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument("--features", type=Path, default=None, help="features .npy [N, F]")
     q.add_argument("--labels", type=Path, default=None, help="labels .npy [N]")
+    q.add_argument(
+        "--node-time",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="node times .npy [N]: one integer >= 0 per node, when its label is asked "
+        "(node_time; in the unit of the edge times)",
+    )
     q.add_argument("--undirected", action="store_true", help="add reverse edges")
     split_knobs(q)
     common(q)
@@ -338,6 +348,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 undirected=args.undirected,
                 edge_attr=args.edge_attr,
                 time_column=args.time_column,
+                node_time=args.node_time,
                 num_train_per_class=args.num_train_per_class,
                 num_val=args.num_val,
                 num_test=args.num_test,

@@ -81,7 +81,9 @@ def dataset_info(
         "feature_dtype": str(graph.x.dtype) if graph.x is not None else None,
         "weighted": graph.edge_weight is not None,
         # [min, max] of the edge times (meta.json's, checked with the values), None: untimed
-        "edge_time": _edge_time_info(graph, meta),
+        "edge_time": _time_info(graph.edge_time, meta.get("edge_time_range")),
+        # [min, max] of the node times (when each label is asked), None: none
+        "node_time": _time_info(graph.node_time, meta.get("node_time_range")),
         "in_degree": _summary(hist),
         "isolated_nodes": int(hist[0]) if hist.size else 0,
         # every value is valid once open_dataset returns; this says whether the next open
@@ -123,15 +125,17 @@ def dataset_info(
     return info
 
 
-def _edge_time_info(graph: Any, meta: dict[str, Any]) -> dict[str, Any] | None:
-    """``{"min", "max"}`` of a dataset's edge times (``None`` without edge times)."""
-    if graph.edge_time is None:
+def _time_info(times: Any, span: list[int] | None) -> dict[str, Any] | None:
+    """``{"min", "max"}`` of a dataset's edge or node times (``None`` without them).
+
+    ``span``: ``meta.json``'s recorded range (``None``: read from the times).
+    """
+    if times is None:
         return None
-    span = meta.get("edge_time_range")
-    if span is None and graph.num_edges:  # written without the range: read the times
+    if span is None and times.shape[0]:  # written without the range: read the times
         from fleetgnn.graph.edge_time import time_range
 
-        span = time_range(graph.edge_time)
+        span = time_range(times)
     return {"min": span[0], "max": span[1]} if span is not None else {"min": None, "max": None}
 
 
@@ -307,6 +311,7 @@ def render_info(info: dict[str, Any], console: Console | None = None) -> None:
         ("isolated nodes", f"{info['isolated_nodes']:,}"),
         ("edge weights", "yes" if info["weighted"] else "no"),
         ("edge times", _edge_time_text(info.get("edge_time"))),
+        ("node times", _time_text(info.get("node_time"), "nodes", "")),
         (
             "verification stamp",
             "valid (opening skips the value check)"
@@ -329,11 +334,15 @@ def render_info(info: dict[str, Any], console: Console | None = None) -> None:
 
 
 def _edge_time_text(span: dict[str, Any] | None) -> str:
+    return _time_text(span, "edges", " (sorted per node)")
+
+
+def _time_text(span: dict[str, Any] | None, what: str, note: str) -> str:
     if span is None:
         return "no"
     if span["min"] is None:
-        return "yes (no edges)"
-    return f"yes, {span['min']:,} .. {span['max']:,} (sorted per node)"
+        return f"yes (no {what})"
+    return f"yes, {span['min']:,} .. {span['max']:,}{note}"
 
 
 def render_partition(result: dict[str, Any], console: Console | None = None) -> None:

@@ -11,6 +11,7 @@ array          dtype / shape              meaning
 ``x``          float ``[N, F]``           node features (optional)
 ``y``          int64 ``[N]``              class label in ``[0, C)``, ``-1`` = unlabelled
 ``*_mask``     bool ``[N]``               train / val / test splits, pairwise disjoint
+``node_time``  int64 ``[N]``              optional node times ``>= 0`` (when a label is asked)
 ``edge_weight`` float ``[E]``             optional, aligned with ``indices``
 ``edge_attr``  float ``[E, D]``           optional edge features, aligned with ``indices``
 ``edge_time``  int64 ``[E]``              optional edge times ``>= 0``, aligned with ``indices``,
@@ -23,7 +24,8 @@ An edge's ID is its position in ``indices``: ``edge_weight[e]``, ``edge_attr[e]`
 
 With ``edge_time`` each destination's in-edges are sorted by time (ties in the order of the edge
 list the graph was built from), so the in-edges of ``v`` before time ``t`` are a prefix of its
-segment found by binary search (:mod:`fleetgnn.graph.edge_time`).
+segment found by binary search (:mod:`fleetgnn.graph.edge_time`). ``node_time`` is node data
+like ``y``: every transformation that moves nodes moves it with them.
 
 Arrays may be numpy memory maps (see :func:`fleetgnn.graph.dataset.open_dataset`); methods that
 build new graphs read them in bounded chunks where that matters and never modify them.
@@ -40,7 +42,13 @@ from typing import Literal
 import numpy as np
 
 from fleetgnn.errors import GraphError
-from fleetgnn.graph.edge_time import TIME_DTYPE, as_edge_time, check_time_order
+from fleetgnn.graph.edge_time import (
+    TIME_DTYPE,
+    as_edge_time,
+    as_node_time,
+    check_node_time,
+    check_time_order,
+)
 from fleetgnn.graph.files import create_npy
 
 SPLITS: tuple[str, ...] = ("train_mask", "val_mask", "test_mask")
@@ -341,6 +349,8 @@ class Graph:
         edge_time: Optional int64 ``[E]``: edge times ``>= 0``, non-decreasing within each
             destination's segment ``indptr[v]:indptr[v + 1]`` (build with :func:`from_edges`'s
             ``edge_time`` to get that order; see :mod:`fleetgnn.graph.edge_time`).
+        node_time: Optional int64 ``[N]``: node times ``>= 0``, the time at which each node's
+            label is asked (a temporal node task samples a seed's in-edges before it).
         num_classes: Number of classes ``C``; inferred as ``max(y) + 1`` when omitted.
         name: A short name for reports.
         validate: ``"full"`` checks every value (default); ``"structure"`` checks shapes, dtypes
@@ -359,6 +369,7 @@ class Graph:
     edge_weight: np.ndarray | None = None
     edge_attr: np.ndarray | None = None
     edge_time: np.ndarray | None = None
+    node_time: np.ndarray | None = None
     num_classes: int | None = None
     name: str = "graph"
     validate: dataclasses.InitVar[Validation] = "full"
@@ -451,6 +462,8 @@ class Graph:
                 f"'edge_time' must be int64 (got {t.dtype}); build the graph with "
                 f"from_edges(..., edge_time=...), which checks and converts the times"
             )
+        if self.node_time is not None:
+            check_node_time(self.node_time, n, values=False)
         if self.num_classes is not None and int(self.num_classes) < 1:
             raise GraphError(f"'num_classes' must be >= 1 (got {self.num_classes})")
 
@@ -520,6 +533,8 @@ class Graph:
                 )
         if self.edge_time is not None:
             check_time_order(self.indptr, self.edge_time)
+        if self.node_time is not None:
+            check_node_time(self.node_time, n)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -568,8 +583,8 @@ class Graph:
         return np.repeat(np.arange(self.num_nodes, dtype=self.indices.dtype), self.in_degrees())
 
     def node_data(self) -> dict[str, np.ndarray]:
-        """The present node arrays by name (``x``, ``y`` and the split masks)."""
-        names = ("x", "y", *SPLITS)
+        """The present node arrays by name (``x``, ``y``, the split masks, ``node_time``)."""
+        names = ("x", "y", *SPLITS, "node_time")
         return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
 
     def __repr__(self) -> str:
@@ -592,6 +607,8 @@ class Graph:
             parts.append(f"edge_attr={tuple(self.edge_attr.shape)}:{self.edge_attr.dtype}")
         if self.edge_time is not None:
             parts.append("timed")
+        if self.node_time is not None:
+            parts.append("node_time")
         return f"Graph({', '.join(parts)})"
 
     # ------------------------------------------------------------------ transforms
@@ -610,10 +627,10 @@ class Graph:
     ) -> Graph:
         """Relabel nodes: new node ``i`` is old node ``perm[i]``.
 
-        Topology, features, labels, masks, edge weights, edge features and edge times are
-        permuted consistently, so the result is isomorphic to this graph. Each node's neighbour
-        order is kept (so each segment stays sorted by time). The edges are gathered in
-        blocks of about :data:`_PERMUTE_BLOCK_EDGES` edges (and at most
+        Topology, features, labels, masks, node times, edge weights, edge features and edge
+        times are permuted consistently, so the result is isomorphic to this graph. Each node's
+        neighbour order is kept (so each segment stays sorted by time). The edges are gathered
+        in blocks of about :data:`_PERMUTE_BLOCK_EDGES` edges (and at most
         :data:`_PERMUTE_BLOCK_NODES` destinations), so besides the result and the inverse
         permutation the work arrays are bounded (the old arrays may be memory maps).
 
@@ -628,8 +645,9 @@ class Graph:
             inv: Its inverse (``inv[perm[i]] == i``), when the caller already holds it (a
                 partition book does); checked, not rebuilt. ``None``: built here (int32 when
                 ``N < 2^31``).
-            node_data: Permute ``x``, ``y`` and the masks too; ``False`` leaves them out (a
-                topology-only graph, for callers that read their own rows of the node data).
+            node_data: Permute ``x``, ``y``, the masks and ``node_time`` too; ``False`` leaves
+                them out (a topology-only graph, for callers that read their own rows of the
+                node data).
             dst_range: ``(lo, hi)``: keep only the in-edges of the NEW destinations
                 ``[lo, hi)`` (every other node gets no in-edges), e.g. the nodes one rank owns;
                 ``None``: every node's.
@@ -884,14 +902,15 @@ def from_edges(
         edge_attr: Optional float ``[E, D]``, row ``i`` for edge ``src[i] -> dst[i]``.
         edge_time: Optional time of each edge ``[E]``: integers ``>= 0``, or floats that are all
             finite and integral; stored as int64.
-        node_data: Optional ``x``, ``y`` and split masks.
+        node_data: Optional ``x``, ``y``, split masks and ``node_time`` (one time per node,
+            integers ``>= 0`` or integral floats, stored as int64).
         num_classes: Class count (inferred from ``y`` when omitted).
         name: Graph name.
         allow_nonfinite: Accept NaN/Inf features.
 
     Raises:
         GraphError: An invalid array, e.g. a NaN, negative or non-integral time in
-            ``edge_time`` or one of the wrong length.
+            ``edge_time`` or ``node_time``, or one of the wrong length.
     """
     src, dst = np.asarray(src), np.asarray(dst)
     data = dict(node_data or {})
@@ -900,6 +919,8 @@ def from_edges(
         hi = max(int(src.max()) if src.size else -1, int(dst.max()) if dst.size else -1)
         num_nodes = max([hi + 1, *sizes])
     time = None if edge_time is None else as_edge_time(edge_time, src.size)
+    if data.get("node_time") is not None:  # checked and converted like edge_time
+        data["node_time"] = as_node_time(data["node_time"], int(num_nodes))
     indptr, indices, weight = coo_to_csc(src, dst, int(num_nodes), edge_weight, edge_time=time)
     attr = None
     order = None if edge_attr is None and time is None else csc_order(dst, time)

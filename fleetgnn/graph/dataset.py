@@ -9,6 +9,7 @@ Layout (format version 1)::
     DIR/x.npy            float [N, F]    (optional)
     DIR/y.npy            int64 [N]       (optional, -1 = unlabelled)
     DIR/{train,val,test}_mask.npy  bool [N]  (optional)
+    DIR/node_time.npy    int64 [N]       (optional) node times >= 0 (when each label is asked)
     DIR/edge_weight.npy  float [E]       (optional)
     DIR/edge_attr.npy    float [E, D]    (optional) edge features, row e for edge e
     DIR/edge_time.npy    int64 [E]       (optional) edge times >= 0, sorted within each node's
@@ -21,7 +22,8 @@ the GCN paper's preprocessing), which ``fleetgnn train`` applies unless ``data.f
 otherwise. The key is optional: a dataset without it (any written before it existed) means
 ``"none"``, so the format version is unchanged. Likewise ``"has_edge_time"`` (``true`` when
 ``edge_time.npy`` is there) and ``"edge_time_range"`` (``[min, max]``, ``null`` without edges),
-written with every dataset that has edge times; a dataset without them has none.
+written with every dataset that has edge times, and ``"has_node_time"`` / ``"node_time_range"``
+(``null`` without nodes) with every dataset that has node times; a dataset without them has none.
 
 Writing goes through :class:`DatasetWriter`: arrays are created as ``.npy`` memory maps in a
 temporary sibling directory (``.NAME.tmp-<pid>-<tag>-<random>``, so that a later run can sweep it
@@ -92,11 +94,15 @@ ARRAYS: tuple[str, ...] = (
     "x",
     "y",
     *SPLITS,
+    "node_time",
     "edge_weight",
     "edge_attr",
     "edge_time",
 )
 REQUIRED: tuple[str, ...] = ("indptr", "indices")
+#: The optional time arrays, ``{kind}_time.npy``, recorded in ``meta.json`` as
+#: ``has_{kind}_time`` and ``{kind}_time_range``.
+TIMES: tuple[str, ...] = ("edge", "node")
 _COPY_CHUNK_BYTES = 64 << 20  # bounded memory when copying arrays into a dataset
 #: Elements (``E + N * max(1, F)``) up to which ``open_dataset`` checks every value of a dataset
 #: without a valid verification stamp at each open; above, it checks once and records a stamp.
@@ -232,12 +238,14 @@ class DatasetWriter:
             )
         except GraphError as err:
             raise DatasetError(f"the dataset written to '{self.out}' is invalid: {err}") from err
-        if "edge_time" in arrays:  # checked above: int64, one per edge, sorted per segment
-            times = np.load(self.tmp / "edge_time.npy", mmap_mode="r", allow_pickle=False)
+        for kind in TIMES:  # checked above: int64, one per edge (sorted per segment) or node
+            if f"{kind}_time" not in arrays:
+                continue
+            times = np.load(self.tmp / f"{kind}_time.npy", mmap_mode="r", allow_pickle=False)
             span = time_range(times)
             del times
-            meta["has_edge_time"] = True
-            meta["edge_time_range"] = None if span is None else list(span)
+            meta[f"has_{kind}_time"] = True
+            meta[f"{kind}_time_range"] = None if span is None else list(span)
         return self._publish(meta, arrays, time.perf_counter() - t0)
 
     def _flush(self) -> dict[str, dict[str, Any]]:
@@ -538,27 +546,29 @@ def check_meta(meta: dict[str, Any], where: Path) -> None:
 
 
 def _check_time_meta(meta: dict[str, Any], where: Path) -> None:
-    """``has_edge_time`` a bool agreeing with ``arrays``; ``edge_time_range`` null or [lo, hi]."""
-    has = meta.get("has_edge_time", False)
-    listed = isinstance(meta.get("arrays"), dict) and "edge_time" in meta["arrays"]
-    if not isinstance(has, bool) or has != listed:
-        raise _meta_error(
-            where,
-            "has_edge_time",
-            has,
-            f"expected {str(listed).lower()} (edge_time is "
-            f"{'' if listed else 'not '}listed in arrays)",
-        )
-    span = meta.get("edge_time_range")
-    if span is not None and not (
-        isinstance(span, list)
-        and len(span) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in span)
-        and span[0] <= span[1]
-    ):
-        raise _meta_error(
-            where, "edge_time_range", span, "expected null or [min, max], 0 <= min <= max"
-        )
+    """``has_{edge,node}_time`` agreeing with ``arrays``; ``*_time_range`` null or [lo, hi]."""
+    for kind in TIMES:
+        name = f"{kind}_time"
+        has = meta.get(f"has_{name}", False)
+        listed = isinstance(meta.get("arrays"), dict) and name in meta["arrays"]
+        if not isinstance(has, bool) or has != listed:
+            raise _meta_error(
+                where,
+                f"has_{name}",
+                has,
+                f"expected {str(listed).lower()} ({name} is "
+                f"{'' if listed else 'not '}listed in arrays)",
+            )
+        span = meta.get(f"{name}_range")
+        if span is not None and not (
+            isinstance(span, list)
+            and len(span) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in span)
+            and span[0] <= span[1]
+        ):
+            raise _meta_error(
+                where, f"{name}_range", span, "expected null or [min, max], 0 <= min <= max"
+            )
 
 
 def _check_spec_dtype(value: Any, where: Path, key: str) -> np.dtype:

@@ -15,6 +15,7 @@ array                   checked
 ``*_mask``              bytes 0 or 1, pairwise disjoint, no unlabelled node in a split
 ``x``, ``edge_weight``  every value finite (``edge_attr`` too)
 ``edge_time``           every time ``>= 0``, non-decreasing within each node's in-edges
+``node_time``           int64, one per node, every time ``>= 0``
 ======================  ======================================================================
 
 :func:`fingerprint` summarises one file by its size, modification time and a hash of its header
@@ -173,7 +174,7 @@ def check_values(
     paths = {name: Path(p) for name, p in files.items()}
     # node arrays side by side (the masks and y are compared row by row), edges likewise; each
     # pass holds its own buffers only while it runs
-    node_names = [k for k in ("x", "y", *_MASKS) if k in paths]
+    node_names = [k for k in ("x", "y", *_MASKS, "node_time") if k in paths]
     edge_names = [k for k in ("indices", "edge_weight", "edge_attr") if k in paths]
     timed = ("edge_time",) if "edge_time" in paths else ()
     sizes = {k: _header(paths[k]) for k in ("indptr", *node_names, *edge_names, *timed)}
@@ -183,6 +184,8 @@ def check_values(
     tick = _Ticks(sum(rows * row for rows, row in sizes.values()), progress)
     n = sizes["indptr"][0] - 1
     e = sizes["indices"][0]
+    if "node_time" in paths:
+        _check_node_time_layout(paths["node_time"], n)
     with _open({"indptr": paths["indptr"]}, ptr_rows) as readers:
         _check_indptr(readers["indptr"], e, ptr_rows, tick)
     with _open({k: paths[k] for k in edge_names}, edge_rows) as readers:
@@ -333,6 +336,20 @@ def _check_edge_time(ptr: _Rows, times: _Rows, rows: int, tick: _Ticks) -> None:
         tick(8 * (hi - lo))
 
 
+def _check_node_time_layout(path: Path, n: int) -> None:
+    """``node_time``: int64 with one time per node (its values are checked with the node rows)."""
+    with open(path, "rb") as f:
+        shape, _, dtype = _read_header(f, path)
+    if dtype is None:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        shape, dtype = arr.shape, arr.dtype
+    if np.dtype(dtype) != np.int64 or tuple(shape) != (n,):
+        raise GraphError(
+            f"'node_time' must be int64 with one time per node, shape ({n},) (got "
+            f"{np.dtype(dtype)} {tuple(shape)})"
+        )
+
+
 def _check_finite(name: str, blk: np.ndarray, lo: int, unit: str) -> None:
     finite = np.isfinite(blk)
     if finite.all():
@@ -393,6 +410,13 @@ def _check_nodes(
                     )
         if "x" in blocks:
             _check_finite("x", blocks["x"], lo, "node")
+        t = blocks.get("node_time")
+        if t is not None and t.size and int(t.min()) < 0:
+            pos = int(np.flatnonzero(t < 0)[0])
+            raise GraphError(
+                f"'node_time' holds the negative time {int(t[pos])} at node {lo + pos}; times "
+                f"must be >= 0: shift them by their minimum"
+            )
         tick(sum(b.nbytes for b in blocks.values()))
 
 

@@ -14,6 +14,7 @@ _OPTIONAL = (
     "edge_weight",
     "edge_attr",
     "edge_time",
+    "node_time",
 )
 
 

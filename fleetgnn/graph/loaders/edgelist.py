@@ -1,7 +1,8 @@
 """Edge lists in text form, with optional ``.npy`` node data.
 
 A line is ``src dst [weight]``, or ``src dst a_1 .. a_D`` with edge features (``edge_attr``);
-with ``time_column`` one more column (any after ``src dst``) is the edge's integer time.
+with ``time_column`` one more column (any after ``src dst``) is the edge's integer time, and a
+``.npy`` of one integer per node gives the node times.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from fleetgnn.errors import DatasetError, FleetgnnError
 from fleetgnn.graph.csc import Graph, from_edges
+from fleetgnn.graph.edge_time import as_node_time
 from fleetgnn.graph.loaders._io import Table, iter_line_chunks, load_npy, require_file, short
 from fleetgnn.graph.loaders.splits import check_split_args, split_masks
 
@@ -52,6 +54,7 @@ def load_edgelist(
     name: str | None = None,
     edge_attr: bool = False,
     time_column: int | None = None,
+    node_time: str | os.PathLike[str] | None = None,
 ) -> Graph:
     """Load a text edge list and optional ``.npy`` features and labels.
 
@@ -66,6 +69,8 @@ def load_edgelist(
     integer ``>= 0`` (the graph's ``edge_time``; each node's in-edges are then sorted by time,
     equal times in file order) and the other columns after ``src dst`` are read as above: e.g.
     ``src dst time`` with ``time_column=3``, ``src dst weight time`` with ``time_column=4``.
+    With ``node_time`` (a ``.npy`` of ``N`` integers ``>= 0``, or ``[N, 1]``) each node gets the
+    time at which its label is asked (the graph's ``node_time``), in the unit of the edge times.
 
     Edge lists carry no split: without ``labels`` no masks are set. With ``labels`` either the
     split comes from your own mask files (``train_mask`` and optionally ``val_mask`` /
@@ -99,6 +104,7 @@ def load_edgelist(
         edge_attr: Read the columns after ``src dst`` as edge features (no weight column).
         time_column: The 1-based column holding each edge's integer time (``edge_time``);
             ``None``: the edges have no times.
+        node_time: Optional ``.npy`` of one integer time ``>= 0`` per node (``node_time``).
 
     Returns:
         The validated graph.
@@ -106,13 +112,13 @@ def load_edgelist(
     Raises:
         DatasetError: A malformed line (with the file name and line number), negative or
             out-of-range IDs, a time that is not an integer ``>= 0`` (with the line number), a
-            ``time_column`` that is not a column of the file, features / labels of the wrong
-            shape or type, or IDs so sparse that the inferred node count exceeds
-            ``64 * (2 E + feature and label rows) + 2^24`` (relabel the IDs, or pass
-            ``num_nodes`` to accept the size); mask files that are not ``[N]`` bool/0-1
-            arrays, overlap, select unlabelled nodes, come without ``labels`` or
-            ``train_mask``, or are combined with the random split's arguments or a split file;
-            an invalid split file.
+            ``time_column`` that is not a column of the file, features / labels / node times of
+            the wrong shape or type (a negative node time named by its node), or IDs so sparse
+            that the inferred node count exceeds ``64 * (2 E + feature and label rows) + 2^24``
+            (relabel the IDs, or pass ``num_nodes`` to accept the size); mask files that are
+            not ``[N]`` bool/0-1 arrays, overlap, select unlabelled nodes, come without
+            ``labels`` or ``train_mask``, or are combined with the random split's arguments or
+            a split file; an invalid split file.
     """
     path = require_file(Path(edges), "edge list")
     if comments is not None and (not isinstance(comments, str) or not comments.strip()):
@@ -228,6 +234,21 @@ def load_edgelist(
         if y.size and int(y.min()) < -1:
             raise DatasetError(f"labels '{labels}' hold {int(y.min())}; use -1 for unlabelled")
         node_data["y"] = y
+    if node_time is not None:
+        t = load_npy(node_time, "node times file")
+        if t.ndim == 2 and t.shape[1] == 1:
+            t = t[:, 0]
+        if t.ndim != 1:
+            raise DatasetError(
+                f"node times '{node_time}' must be one integer per node, shape [N] (got "
+                f"{t.dtype} {t.shape})"
+            )
+        try:
+            node_data["node_time"] = as_node_time(t, int(t.shape[0]))
+        except FleetgnnError as e:
+            raise DatasetError(f"node times '{node_time}': {e}") from e
+    given_files = {"x": ("features", features), "y": ("labels", labels)}
+    given_files["node_time"] = ("node times", node_time)
     rows = {k: int(v.shape[0]) for k, v in node_data.items()}
     if num_nodes is None:
         n = max([max_id + 1, *rows.values()])
@@ -241,9 +262,9 @@ def load_edgelist(
         n = int(num_nodes)
     for key, r in rows.items():
         if r != n:
-            arg = "features" if key == "x" else "labels"
+            arg, file = given_files[key]
             raise DatasetError(
-                f"{arg} '{features if key == 'x' else labels}' has {r} rows but the graph has {n} "
+                f"{arg} '{file}' has {r} rows but the graph has {n} "
                 f"nodes (max ID in the edge list + 1 = {max_id + 1}"
                 + ("" if num_nodes is None else f", num_nodes = {num_nodes}")
                 + f"); give one {arg} row per node"

@@ -3,8 +3,8 @@
 PyTorch Geometric is an optional dependency (``pip install fleetgnn[pyg]``) and is imported only
 inside :func:`to_pyg` (torch too, so importing the loaders stays cheap). :func:`from_pyg` never
 imports either: it reads attributes, so it also accepts any object with a ``Data``-like interface
-(``edge_index``, ``x``, ``y``, masks, ``edge_weight``, ``edge_attr``, ``edge_time`` or
-``time``) holding torch tensors or numpy arrays.
+(``edge_index``, ``x``, ``y``, masks, ``edge_weight``, ``edge_attr``, ``edge_time``,
+``node_time`` or ``time``) holding torch tensors or numpy arrays.
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ def from_pyg(data: Any, *, name: str = "pyg", num_classes: int | None = None) ->
     ``edge_attr`` (edge features ``[E, D]``, or ``[E]`` read as ``D = 1``; integer or bool values
     become float32), which follows its edges into CSC order (``Graph.edge_attr[e]`` belongs to
     CSC edge ``e``), and the edge times: ``edge_time``, else ``time`` when it has one entry per
-    edge (PyG's ``time_attr`` convention; a ``time`` of ``N`` entries is a node time and is not
-    read, one ambiguous because ``N == E`` is refused: rename it ``edge_time``), integers
-    ``>= 0`` (or integral floats), which sort each node's in-edges by time
-    (:func:`~fleetgnn.graph.csc.from_edges`). The node count is ``data.num_nodes`` when
+    edge (PyG's ``time_attr`` convention), integers ``>= 0`` (or integral floats), which sort
+    each node's in-edges by time (:func:`~fleetgnn.graph.csc.from_edges`); and the node times
+    (``node_time``): ``node_time``, else ``time`` when it has one entry per node (PyG's
+    ``NeighborLoader(time_attr=...)`` of a node task). A ``time`` with as many entries as there
+    are nodes and edges is refused as ambiguous (name it ``edge_time`` or ``node_time``), one
+    with neither count as fitting neither. The node count is ``data.num_nodes`` when
     the object has it, else inferred from ``x`` or the largest ID. Edges keep their order within
     each destination; nothing is symmetrised or deduplicated.
 
@@ -129,7 +131,12 @@ def from_pyg(data: Any, *, name: str = "pyg", num_classes: int | None = None) ->
         isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer))
     ):
         raise GraphError(f"'num_nodes' must be an integer (got {num_nodes!r})")
-    edge_time = _edge_time(data, int(edge_index.shape[1]), num_nodes)
+    edge_time, time_of_nodes = _times(data, edge_index, num_nodes, node_data)
+    node_time = getattr(data, "node_time", None)
+    if node_time is not None:
+        node_data["node_time"] = _array(node_time, "node_time")
+    elif time_of_nodes is not None:
+        node_data["node_time"] = time_of_nodes
     return from_edges(
         edge_index[0],
         edge_index[1],
@@ -143,31 +150,52 @@ def from_pyg(data: Any, *, name: str = "pyg", num_classes: int | None = None) ->
     )
 
 
-def _edge_time(data: Any, num_edges: int, num_nodes: int | None) -> np.ndarray | None:
-    """``data.edge_time``, else ``data.time`` when it is one entry per edge; else ``None``."""
+def _times(
+    data: Any, edge_index: np.ndarray, num_nodes: int | None, node_data: dict[str, np.ndarray]
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(edge times, node times read from 'time')``: ``edge_time``, or ``time`` by its length.
+
+    ``time`` is the edges' with ``E`` entries and the nodes' with ``N`` (``data.num_nodes``, else
+    the rows of ``x`` or the largest ID + 1, as :func:`from_pyg` counts them); it is read only
+    where ``edge_time`` (for edges) or ``node_time`` (for nodes) is absent.
+    """
+    num_edges = int(edge_index.shape[1])
     value = getattr(data, "edge_time", None)
-    if value is not None:
-        return _array(value, "edge_time")
+    edge_time = None if value is None else _array(value, "edge_time")
+    has_node_time = getattr(data, "node_time", None) is not None
     value = getattr(data, "time", None)
-    if value is None:
-        return None
+    if value is None or (edge_time is not None and has_node_time):
+        return edge_time, None
     t = _array(value, "time")
-    if t.ndim != 1 or t.shape[0] != num_edges:
-        return None  # a node time (or anything else): not the edges'
-    if num_nodes is not None and int(num_nodes) == num_edges:
+    n = num_nodes
+    if n is None:
+        rows = [int(v.shape[0]) for v in node_data.values()]
+        n = max([int(edge_index.max()) + 1 if edge_index.size else 0, *rows])
+    n = int(n)
+    per_edge = edge_time is None and t.ndim == 1 and t.shape[0] == num_edges
+    per_node = not has_node_time and t.ndim == 1 and t.shape[0] == n
+    if per_edge and per_node:
         raise GraphError(
             f"'time' has {num_edges} entries, as many as there are nodes and edges, so it may be "
-            f"either's; name edge times 'edge_time' (data.edge_time = data.time)"
+            f"either's; name edge times 'edge_time' (data.edge_time = data.time) or node times "
+            f"'node_time'"
         )
-    return t
+    if per_edge:
+        return t, None
+    if per_node:
+        return edge_time, t
+    raise GraphError(
+        f"'time' must hold one time per edge ({num_edges}) or per node ({n}) (got shape "
+        f"{tuple(t.shape)}); name the times 'edge_time' or 'node_time'"
+    )
 
 
 def to_pyg(graph: Graph) -> Any:
     """Convert a :class:`Graph` to ``torch_geometric.data.Data``.
 
     ``edge_index`` (int64 ``[2, E]``, in CSC order: grouped by destination) and ``num_nodes`` are
-    always set; ``x``, ``y``, the split masks, ``edge_weight``, ``edge_attr`` and ``edge_time``
-    when present.
+    always set; ``x``, ``y``, the split masks, ``node_time``, ``edge_weight``, ``edge_attr`` and
+    ``edge_time`` when present.
     Arrays are copied, so a graph backed by read-only memory maps converts too (at the cost of
     loading it).
 

@@ -218,7 +218,8 @@ def load_pyg_dataset(
     mmap=True)`` and converts it with :func:`~fleetgnn.graph.loaders.pyg.from_pyg`: edges
     (``edge_index``, row 0 = source) become in-neighbour CSC, ``x``, ``y`` and the split masks
     are kept, ``edge_weight``, ``edge_attr`` (edge features, in CSC order) and the edge times
-    (``edge_time``, or ``time`` with one entry per edge; see ``from_pyg``) too. A mask with
+    (``edge_time``, or ``time`` with one entry per edge; see ``from_pyg``) and node times
+    (``node_time``, or ``time`` with one entry per node) too. A mask with
     several columns (``[N, K]``: ``K`` alternative splits, e.g. WikiCS or the Geom-GCN splits)
     gives its column 0, with a warning saying so.
     Your own split (``.npy`` mask files or one ``split`` file, read as
@@ -265,7 +266,8 @@ def load_pyg_dataset(
     import torch
 
     fields: dict[str, Any] = {}
-    for key in ("edge_index", "x", "y", "edge_weight", "edge_attr", "edge_time", "time", *SPLITS):
+    keys = ("edge_index", "x", "y", "edge_weight", "edge_attr", "edge_time", "node_time", "time")
+    for key in (*keys, *SPLITS):
         if key in data and data[key] is not None:
             fields[key] = data[key]
     several = {}
