@@ -17,6 +17,11 @@ The generator is :mod:`fleetgnn.graph.synthetic`'s degree-corrected block model 
   community (``z1`` for a node that switches), with ``label_noise`` as in the static presets: a
   model that sees the edges after a node's switch learns its label from them, one that sees only
   the past must rely on the stale features and the older edges;
+* node times (``node_time``): a moving node's switch time ``switch[v]``, a staying node's
+  ``num_times`` (after every edge). A node task asks a moving node's label (its new community)
+  at the moment it moves: the edges before then show only its old community, the later ones
+  the new one, so a model whose message passing sees future edges scores differently on the
+  moving nodes from one that samples each node's neighbourhood before its node time;
 * splits as the static presets.
 
 Stored graph: both directions of every draw with the draw's time in ``edge_time`` (int64), self
@@ -82,7 +87,7 @@ __all__ = [
 _DRIFT_STREAM = 16
 _TEMPORAL_EDGE_STREAM = 17
 #: Bumped whenever the output for a given spec and seed changes.
-TEMPORAL_GENERATOR_VERSION = 1
+TEMPORAL_GENERATOR_VERSION = 2  # 2: node_time added, every other array unchanged
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +278,7 @@ def _generate(
     del masks
     z1, phase = _drift(spec, seed, z0)
     _write_labels(base, seed, z1, sink.create("y", np.dtype(np.int64), (n,)))
+    sink.create("node_time", TIME_DTYPE, (n,))[:] = _switch_times(spec, phase)  # no draws
     x = sink.create("x", np.dtype(np.float32), (n, int(base.num_features)))
     _write_features(base, seed, z0, x, tick)
     del x
@@ -344,7 +350,8 @@ def generate_temporal_graph(
         chunk_edges: Edges processed per step; affects memory and speed only.
 
     Returns:
-        A validated :class:`Graph` with ``edge_time``, features, labels and split masks.
+        A validated :class:`Graph` with ``edge_time``, ``node_time``, features, labels and
+        split masks.
 
     Raises:
         DatasetError: An invalid spec, seed or ``chunk_edges``.
@@ -373,7 +380,8 @@ def prepare_temporal_synthetic(
 
     The arrays equal :func:`generate_temporal_graph`'s. ``meta.json`` records ``source =
     "synthetic"``, ``preset``, ``scale``, ``seed``, the ``spec`` (with ``num_times``, ``phases``
-    and ``drift``) and, as every timed dataset, ``has_edge_time`` and ``edge_time_range``.
+    and ``drift``) and, as every timed dataset, ``has_edge_time``, ``edge_time_range``,
+    ``has_node_time`` and ``node_time_range``.
 
     Raises:
         DatasetError: Unknown preset, invalid scale/seed/chunk size, or ``out`` already exists.

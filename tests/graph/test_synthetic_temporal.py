@@ -1,6 +1,7 @@
 """The temporal-like preset: deterministic, chunking-free, timed CSC, communities that drift."""
 
 import dataclasses
+import hashlib
 
 import numpy as np
 import pytest
@@ -37,6 +38,10 @@ def test_disk_equals_memory(tmp_path, graph, same_graph):
     meta = read_meta(out)
     assert meta["has_edge_time"] and meta["spec"]["phases"] == SPEC.phases
     assert meta["edge_time_range"] == [int(graph.edge_time.min()), int(graph.edge_time.max())]
+    assert meta["has_node_time"] and meta["node_time_range"] == [
+        int(graph.node_time.min()),
+        int(graph.node_time.max()),
+    ]
 
 
 def test_timed_csc_shape(graph):
@@ -90,3 +95,29 @@ def test_spec_checks_and_cli(tmp_path, capsys):
     capsys.readouterr()
     assert main([*argv, "--edge-features", "2", "--out", str(tmp_path / "x")]) == 2
     assert "--edge-features applies to the static" in capsys.readouterr().err
+
+
+#: sha256 of the integer arrays (indptr, indices, edge_time, y, masks) of SPEC at seed 4 as the
+#: generator wrote them before it wrote node times (version 1): adding them changed none.
+ARRAYS_V1 = "00467a5a89564688a2c4ccd300deab08ff56f6656c28bf431e6adaf68ca3d850"
+
+
+def test_node_times_are_the_switch_times_and_the_rest_is_unchanged(graph):
+    h = hashlib.sha256()
+    for k in ("indptr", "indices", "edge_time", "y", "train_mask", "val_mask", "test_mask"):
+        h.update(np.ascontiguousarray(getattr(graph, k)).tobytes())
+    assert h.hexdigest() == ARRAYS_V1
+    z0, z1, switch = temporal_communities(SPEC, seed=4)
+    t = graph.node_time
+    assert t.dtype == np.int64
+    np.testing.assert_array_equal(t, switch)
+    moved = z0 != z1
+    assert (t[~moved] == SPEC.num_times).all()  # after every edge: a staying node sees them all
+    # a moved node's in-edges before its node time point to its old community (the features'),
+    # those from then on to its label's: only future edges tell its label
+    dst, src, et = graph.dst_of_edges(), graph.indices, graph.edge_time
+    m = moved[dst]
+    src_comm = np.where(et >= switch[src], z1[src], z0[src])
+    past, future = m & (et < t[dst]), m & (et >= t[dst])
+    assert (src_comm[past] == graph.y[dst[past]]).mean() < 0.1
+    assert (src_comm[future] == graph.y[dst[future]]).mean() > 0.7
