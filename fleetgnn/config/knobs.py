@@ -73,7 +73,7 @@ TASKS: tuple[str, ...] = ("node", "link")
 NEGATIVE_SAMPLERS: tuple[str, ...] = ("uniform", "degree")
 DECODERS: tuple[str, ...] = ("dot", "mlp", "distmult")
 LINK_LOSSES: tuple[str, ...] = ("bce", "bpr")
-#: ``train.temporal``: use the edge times in link prediction (see :class:`TaskKnobs`).
+#: ``train.temporal``: use the edge (and node) times (see :class:`TaskKnobs`).
 TEMPORAL_MODES: tuple[str, ...] = ("auto", "on", "off")
 #: ``train.temporal_strategy``: which earlier in-edges the temporal sampler takes.
 TEMPORAL_STRATEGIES: tuple[str, ...] = ("uniform", "last")
@@ -522,11 +522,16 @@ class TaskKnobs(Knobs):
             (:mod:`fleetgnn.graph.time_split`; ``reference`` in mode ``minibatch``);
             ``"off"`` ignores the times (the random edge split and the plain sampler: the
             leakage baseline, whose message passing sees edges from the future); ``"auto"``
-            is ``on`` when the graph has ``edge_time``, else ``off``.
-        temporal_strategy: Which of a node's in-edges older than the pair's time the temporal
-            sampler takes per hop (link, ``train.temporal`` on): ``uniform`` (``fanout`` of
-            them at random, keyed as the plain sampler) or ``last`` (the ``fanout`` most
-            recent), as PyG's ``temporal_strategy``.
+            is ``on`` when the graph has ``edge_time``, else ``off``. Node classification on a
+            graph with node times (``node_time``): ``"on"`` samples every seed (training,
+            evaluation, ``predict``/``embed``) at its node time, taking only edges before it
+            (``reference`` in mode ``minibatch``, ``minibatch``; the graph needs edge times
+            too); ``"off"`` ignores the times; ``"auto"`` is ``on`` when the graph has
+            ``node_time``.
+        temporal_strategy: Which of a node's in-edges older than the pair's (link) or the
+            seed's (node) time the temporal sampler takes per hop (``train.temporal`` on):
+            ``uniform`` (``fanout`` of them at random, keyed as the plain sampler) or ``last``
+            (the ``fanout`` most recent), as PyG's ``temporal_strategy``.
     """
 
     task: str = "node"

@@ -23,6 +23,7 @@ from fleetgnn.engines.common import TYPED_ENGINES, LossFn, cross_entropy, refuse
 from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, is_typed
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
+from fleetgnn.tasks import TemporalNodeClassification
 
 
 def engine_class(name: str) -> type:
@@ -111,7 +112,7 @@ def build_engine(
             f"train.fanouts, and leave train.relation_fanouts empty"
         )
     cls = engine_class(name)
-    if task is None or task.name == "node":
+    if task is None or (task.name == "node" and not isinstance(task, TemporalNodeClassification)):
         return cls(model, graph, ctx, config, optimizer=optimizer, loss=loss)
     if name != "reference":
         from fleetgnn.engines.link import check_task

@@ -4,7 +4,8 @@ The engines and modes of :data:`~fleetgnn.config.run.LINK_ENGINES` train ``train
 every other one refuses a link task in one line naming them (:func:`check_task`). A temporal
 link task (:class:`~fleetgnn.tasks.TemporalLinkPrediction`) trains on those of
 :data:`TEMPORAL_ENGINES` (:mod:`fleetgnn.engines.temporal_link`); the others refuse it in one
-line (:func:`check_temporal`: a full graph has no "now").
+line (:func:`check_temporal`: a full graph has no "now"); so does a temporal node task
+(:class:`~fleetgnn.tasks.TemporalNodeClassification`) outside :data:`TEMPORAL_NODE_ENGINES`.
 
 Negatives are keyed by ``(seed, epoch, src, dst)`` (:class:`~fleetgnn.tasks.NegativeSampler`
 with the epoch as its step): each training edge is a positive once per epoch in either mode, so
@@ -62,12 +63,18 @@ from fleetgnn.sampling import Block, NeighborSampler, PositionLoader, edge_keys
 from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 from fleetgnn.tasks.link_metrics import histogram_sums, ranking_sums
 from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
+from fleetgnn.tasks.temporal_node import TemporalNodeClassification
 
 #: ``(engine, mode)`` pairs that train a temporal link task.
 TEMPORAL_ENGINES: tuple[tuple[str, str], ...] = (
     ("reference", "minibatch"),
     ("minibatch", "minibatch"),
     ("split", "minibatch"),
+)
+#: ``(engine, mode)`` pairs that train a temporal node task (:mod:`fleetgnn.engines.temporal_node`).
+TEMPORAL_NODE_ENGINES: tuple[tuple[str, str], ...] = (
+    ("reference", "minibatch"),
+    ("minibatch", "minibatch"),
 )
 
 
@@ -76,17 +83,27 @@ def is_temporal(task: Task | None) -> bool:
     return isinstance(task, TemporalLinkPrediction)
 
 
-def temporal_refusal(engine: str, mode: str | None) -> str:
-    """The one-line refusal of a temporal link task by ``engine`` in ``mode``."""
-    can = ", ".join(f"{e} (mode={m})" for e, m in TEMPORAL_ENGINES)
+def temporal_refusal(
+    engine: str,
+    mode: str | None,
+    what: str = "link prediction",
+    engines: tuple[tuple[str, str], ...] = TEMPORAL_ENGINES,
+    times: str = "the edge times",
+) -> str:
+    """The one-line refusal of a temporal task (``what``) by ``engine`` in ``mode``.
+
+    ``engines``: the ``(engine, mode)`` pairs that train it; ``times``: what
+    ``train.temporal=off`` ignores.
+    """
+    can = ", ".join(f"{e} (mode={m})" for e, m in engines)
     why = (
         "a full graph has no 'now' (every embedding would see every edge, future ones included)"
         if mode == "full"
         else "its batches are not sampled in time yet"
     )
     return (
-        f"the {engine} engine (mode={mode}) does not train temporal link prediction: {why}; "
-        f"use {can}, or set train.temporal=off to ignore the edge times"
+        f"the {engine} engine (mode={mode}) does not train temporal {what}: {why}; "
+        f"use {can}, or set train.temporal=off to ignore {times}"
     )
 
 
@@ -94,6 +111,9 @@ def check_temporal(engine: str, mode: str | None, task: Task | None) -> None:
     """Raise :class:`ConfigError` if temporal ``task`` cannot train on ``engine`` in ``mode``."""
     if is_temporal(task) and (engine, mode) not in TEMPORAL_ENGINES:
         raise ConfigError(temporal_refusal(engine, mode))
+    if isinstance(task, TemporalNodeClassification) and (engine, mode) not in TEMPORAL_NODE_ENGINES:
+        what, times = "node classification", "the node and edge times"
+        raise ConfigError(temporal_refusal(engine, mode, what, TEMPORAL_NODE_ENGINES, times))
 
 
 def check_task(engine: str, mode: str, task: Task | None) -> None:

@@ -89,6 +89,12 @@ from fleetgnn.engines.temporal_link import (
     TemporalEdgeBatches,
     sampled_temporal_metrics,
 )
+from fleetgnn.engines.temporal_node import (
+    check_node_times,
+    is_temporal_node,
+    node_blocks,
+    temporal_node_metrics,
+)
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.sampling import (
@@ -204,7 +210,11 @@ class MinibatchEngine(SampledEngine):
             times (:class:`~fleetgnn.engines.temporal_link.TemporalEdgeBatches`, ``stream`` =
             the rank), evaluated at each query's time with the queries shared over the ranks and
             the metric sums all-reduced
-            (:func:`~fleetgnn.engines.temporal_link.temporal_link_metrics`).
+            (:func:`~fleetgnn.engines.temporal_link.temporal_link_metrics`). A
+            :class:`~fleetgnn.tasks.TemporalNodeClassification` samples every seed at its node
+            time (``stream`` = the rank) and is evaluated with every split node at its node
+            time, the nodes shared over the ranks and the metric sums all-reduced
+            (:mod:`fleetgnn.engines.temporal_node`).
     """
 
     name = "minibatch"
@@ -278,7 +288,7 @@ class MinibatchEngine(SampledEngine):
             self.y = LabelRows(graph.y, self.num_classes)  # each batch reads its own rows
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
-        #: Temporal link evaluation: queries embedded at once (bounds its memory).
+        #: Temporal evaluation: queries (link) or nodes embedded at once (bounds its memory).
         self.eval_chunk = EVAL_CHUNK
         self.module = setup_model(self, model, optimizer, loss)  # rank 0's parameters everywhere
         self.model = self.module
@@ -319,6 +329,9 @@ class MinibatchEngine(SampledEngine):
             with_edge_ids=self.edge_rows is not None,
             backend="torch" if replica is not None else "auto",  # the same blocks either way
         )
+        if is_temporal_node(self.task):  # every seed sampled at its node time
+            check_node_times(self.task, graph)  # type: ignore[arg-type]
+            self.sampler = self._temporal_sampler(topology, graph, sc, replica is not None)
         if is_temporal(self.task):  # positives and negatives sampled at the positive's time
             check_link_model(self.module)
             self.sampler = self._temporal_sampler(topology, graph, sc, replica is not None)
@@ -352,8 +365,9 @@ class MinibatchEngine(SampledEngine):
     ) -> TemporalSampler:
         """The temporal sampler over the batches' topology, the store or the device replica.
 
-        The times are the training graph's ``edge_time`` (CSC positions, as the store's and
-        the replica's edge IDs are); the replica reads them as a tensor on its device.
+        The times are the (training) graph's ``edge_time`` (CSC positions, as the store's and
+        the replica's edge IDs are); the replica reads them as a tensor on its device. The
+        strategy is the temporal task's (link or node).
         """
         times: Any = np.asarray(graph.edge_time)
         if on_device:
@@ -429,7 +443,7 @@ class MinibatchEngine(SampledEngine):
             seeds, blocks, count = edges.seeds, edges.blocks, edges.global_count
         else:
             seeds = self.loader.batch(epoch, step)
-            blocks = self.sampler.sample(seeds, epoch, step, stream=self.rank)
+            blocks = node_blocks(self.sampler, self.task, seeds, epoch, step, stream=self.rank)
             count = self._global_count(step)
         t1 = time.perf_counter()
         x = self._features(blocks[0].src_ids)
@@ -539,6 +553,19 @@ class MinibatchEngine(SampledEngine):
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, float]:
         """Node task: accuracies (streaming); link task: AUC/AP/MRR/Hits from summed sums."""
+        if is_temporal_node(self.task):  # every split node at its node time, shared over ranks
+            return temporal_node_metrics(
+                self.module,
+                self.sampler,  # type: ignore[arg-type]
+                self.task,  # type: ignore[arg-type]
+                self._features,
+                self.graph,
+                dtype=self.dtype,
+                device=self.device,
+                edges=self.edge_rows,
+                comm=self.comm,
+                chunk=self.eval_chunk,
+            )
         if is_temporal(self.task):  # every query embedded at its time, shared over ranks
             return sampled_temporal_metrics(self)
         if self.link:

@@ -10,7 +10,9 @@ Two modes over the same model objects:
   link task's batches are training edges instead (:class:`~fleetgnn.engines.link.EdgeBatches`);
   a temporal link task's are timed edges sampled at their times with a
   :class:`~fleetgnn.sampling.TemporalSampler`, and its evaluation embeds every query at its
-  time (:mod:`fleetgnn.engines.temporal_link`).
+  time (:mod:`fleetgnn.engines.temporal_link`). A temporal node task's seeds are sampled at
+  their node times, and its evaluation embeds every split node at its node time
+  (:mod:`fleetgnn.engines.temporal_node`).
 
 Dropout masks are keyed by ``(seed, global step, layer, node ID, feature)`` where the global step
 is ``epoch * steps_per_epoch + step``, so a resumed run draws exactly the masks of an
@@ -56,6 +58,13 @@ from fleetgnn.engines.link import (
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.engines.temporal_link import TemporalEdgeBatches, temporal_link_metrics
+from fleetgnn.engines.temporal_node import (
+    check_node_times,
+    is_temporal_node,
+    node_blocks,
+    temporal_node_metrics,
+    temporal_node_rows,
+)
 from fleetgnn.graph import Graph
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import (
@@ -84,7 +93,9 @@ class ReferenceEngine(EngineBase):
         task: What to train (``None``: node classification). A
             :class:`~fleetgnn.tasks.LinkPrediction` trains on its split's message-passing
             graph, in ``full`` mode on every training edge, in ``minibatch`` mode on edge
-            batches (:mod:`fleetgnn.engines.link`).
+            batches (:mod:`fleetgnn.engines.link`). A
+            :class:`~fleetgnn.tasks.TemporalNodeClassification` (``minibatch`` mode) samples
+            every seed at its node time.
     """
 
     name = "reference"
@@ -134,6 +145,15 @@ class ReferenceEngine(EngineBase):
                 seed=self.seed,
                 with_edge_ids=self.edge_rows is not None,
             )
+            if is_temporal_node(self.task):  # every seed sampled at its node time
+                check_node_times(self.task, graph)  # type: ignore[arg-type]
+                self.sampler = TemporalSampler(
+                    self.topology,
+                    list(config.fanouts),
+                    seed=self.seed,
+                    strategy=self.task.strategy,  # type: ignore[attr-defined]
+                    with_edge_ids=self.edge_rows is not None,
+                )
             if is_temporal(self.task):  # positives and negatives sampled at their times
                 self.sampler = TemporalSampler(
                     self.topology,
@@ -202,7 +222,7 @@ class ReferenceEngine(EngineBase):
             aggs = [self.full_aggregator] * self.num_layers
             return aggs, self.x, self.train_ids.to(self.device), 0.0
         seeds = self.loader.batch(epoch, step)
-        blocks = self.sampler.sample(seeds, epoch, step)
+        blocks = node_blocks(self.sampler, self.task, seeds, epoch, step)
         aggs = [self._local(b) for b in blocks]
         t_sample = self.clock() - t0
         x = self.x[blocks[0].src_ids.to(self.device)]
@@ -260,8 +280,26 @@ class ReferenceEngine(EngineBase):
         """Logits of every node by layer-wise full-neighbour inference (eval mode, no dropout).
 
         In memory: every layer's ``[N, width]`` output is one tensor (the plain ground truth;
-        :meth:`evaluate` streams instead in mini-batch mode).
+        :meth:`evaluate` streams instead in mini-batch mode). A temporal node task's rows are
+        every node's at its node time, from sampled blocks
+        (:func:`~fleetgnn.engines.temporal_node.temporal_node_rows`).
         """
+        if is_temporal_node(self.task):
+            n = self.graph.num_nodes
+            out: list[torch.Tensor] = []
+            temporal_node_rows(
+                self.model,
+                self.sampler,  # type: ignore[arg-type]
+                self.task,  # type: ignore[arg-type]
+                lambda ids: self.x[ids.to(self.device)],
+                np.arange(n, dtype=np.int64),
+                lambda ids, rows: out.append(rows),
+                dtype=self.dtype,
+                device=self.device,
+                edges=self.edge_rows,
+                chunk=chunk_size,
+            )
+            return torch.cat(out) if out else self.x.new_zeros(0, 0)
         self.model.eval()
         try:
             if self.mode == "full":
@@ -329,6 +367,17 @@ class ReferenceEngine(EngineBase):
         metrics in one place: the :class:`~fleetgnn.engines.metric_sums.MetricSums` sink (the
         task's metric sums), fed chunk by chunk when streaming, all nodes at once in full mode.
         """
+        if is_temporal_node(self.task):  # every split node embedded at its node time
+            return temporal_node_metrics(
+                self.model,
+                self.sampler,  # type: ignore[arg-type]
+                self.task,  # type: ignore[arg-type]
+                lambda ids: self.x[ids.to(self.device)],
+                self.graph,
+                dtype=self.dtype,
+                device=self.device,
+                edges=self.edge_rows,
+            )
         if is_temporal(self.task):  # every query embedded at its positive's time
             return temporal_link_metrics(
                 self.task,  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from fleetgnn.tasks.node import (
     cross_entropy,
 )
 from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
+from fleetgnn.tasks.temporal_node import TemporalNodeClassification
 from fleetgnn.tasks.typed_link import TypedLinkPrediction
 
 
@@ -32,6 +33,7 @@ __all__ = [
     "NodeClassification",
     "Task",
     "TemporalLinkPrediction",
+    "TemporalNodeClassification",
     "TypedLinkPrediction",
     "check_label_range",
     "cross_entropy",

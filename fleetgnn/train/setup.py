@@ -36,6 +36,7 @@ from fleetgnn.tasks import (
     LinkPrediction,
     Task,
     TemporalLinkPrediction,
+    TemporalNodeClassification,
     TypedLinkPrediction,
 )
 from fleetgnn.train.resolve import resolve_device_name, resolve_feature_norm
@@ -166,6 +167,33 @@ def uses_time(temporal: str, graph: Graph) -> bool:
     return temporal != "off" and graph.edge_time is not None
 
 
+def uses_node_time(temporal: str, graph: Graph) -> bool:
+    """Whether a node run's ``train.temporal`` samples ``graph``'s seeds at their node times.
+
+    ``auto`` is ``on`` when the graph has node times (``node_time``). Sampling at a time needs
+    edge times too, so a graph with node times and no edge times is refused unless ``off``.
+
+    Raises:
+        ConfigError: ``on`` for a graph without node times, or node times without edge times.
+    """
+    if temporal == "off" or isinstance(graph, HeteroGraph):
+        return False
+    if temporal == "on" and graph.node_time is None:
+        raise ConfigError(
+            f"train.temporal=on for node classification needs node times, and dataset "
+            f"'{graph.name}' has none (node_time); set train.temporal=auto or off, or prepare it "
+            f"with them (prepare edgelist --node-time FILE)"
+        )
+    if graph.node_time is not None and graph.edge_time is None:
+        raise ConfigError(
+            f"dataset '{graph.name}' has node times (node_time) but no edge times (edge_time): "
+            f"sampling each node at its time keeps its in-edges from before it, which needs edge "
+            f"times; prepare it with them (prepare edgelist --time-column K), or set "
+            f"train.temporal=off to ignore the node times"
+        )
+    return graph.node_time is not None
+
+
 def task_from_config(cfg: Config, graph: Graph) -> Task:
     """The task of ``train.task`` for ``graph``.
 
@@ -176,9 +204,15 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
     time (:func:`~fleetgnn.graph.time_split.split_by_time`, recomputed, not saved) and the
     task is :class:`~fleetgnn.tasks.TemporalLinkPrediction`; off, the times are dropped and
     the random split is used.
+
+    For ``node``: with ``train.temporal`` on (``auto``: when the graph has node times,
+    :func:`uses_node_time`) the task is :class:`~fleetgnn.tasks.TemporalNodeClassification`
+    over the graph's ``node_time``; off, the times are ignored.
     """
     t = cfg.train
     if t.task != "link":
+        if uses_node_time(t.temporal, graph):
+            return TemporalNodeClassification(graph.node_time, strategy=t.temporal_strategy)
         return NODE_CLASSIFICATION
     if isinstance(graph, HeteroGraph):
         if t.link_relation is None:

@@ -1,0 +1,199 @@
+"""Temporal node classification on the sampled engines: every seed sampled at its node time.
+
+A :class:`~fleetgnn.tasks.TemporalNodeClassification` trains on the engines and modes of
+:data:`~fleetgnn.engines.link.TEMPORAL_NODE_ENGINES`; every other one refuses it in one line
+(:func:`~fleetgnn.engines.link.check_temporal`): a full graph has no "now", and the split
+engine's batches are not sampled in time.
+
+- Training (:func:`node_blocks`): a step's seeds are the training nodes
+  :class:`~fleetgnn.sampling.SeedLoader` deals, as for static node classification; the
+  :class:`~fleetgnn.sampling.TemporalSampler` samples each seed's subtree at the seed's node time
+  (strict ``<``: no block holds an edge of that time or later) with the keys of the plain
+  sampler (``stream`` = the rank). Seeds are distinct nodes, so ``blocks[-1].dst_ids`` are the
+  seeds and the loss is the static task's.
+- Evaluation, ``predict`` and ``embed`` (:func:`temporal_node_rows`): every node of a list (the
+  splits' nodes to evaluate, every node to export) is embedded at its node time, in chunks of
+  :data:`~fleetgnn.engines.temporal_link.EVAL_CHUNK` nodes, with the training fanouts and one
+  fixed key (``epoch=0, step=0``, stream :data:`~fleetgnn.engines.temporal_link.EVAL_STREAM`),
+  so a node's subtree depends neither on the chunking nor on how the nodes are shared between
+  ranks; the model runs in eval mode (no dropout). Rank ``r`` of ``W`` takes a contiguous share
+  of the list, and every rank runs as many chunks as the largest share needs (a shorter share's
+  last ones are empty), so a store whose reads are collective is read equally often everywhere.
+  Evaluation passes the rows to :class:`~fleetgnn.engines.metric_sums.MetricSums`, whose sums are
+  all-reduced: every rank reports the numbers one process would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from fleetgnn.engines.chunks import rank_range
+from fleetgnn.engines.common import SPLITS
+from fleetgnn.engines.edges import EdgeRows, block_aggregator
+from fleetgnn.engines.inference import Sink
+from fleetgnn.engines.metric_sums import MetricSums
+from fleetgnn.engines.temporal_link import EVAL_CHUNK, EVAL_STREAM
+from fleetgnn.errors import ConfigError
+from fleetgnn.graph import Graph
+from fleetgnn.sampling import Block, NeighborSampler, TemporalSample, TemporalSampler
+from fleetgnn.tasks import Task, TemporalNodeClassification
+
+#: Nodes read per step when listing the splits' nodes (:func:`split_nodes`).
+_MASK_BLOCK = 1 << 22
+
+
+def is_temporal_node(task: Task | None) -> bool:
+    """Whether ``task`` is a temporal node task."""
+    return isinstance(task, TemporalNodeClassification)
+
+
+def check_node_times(task: TemporalNodeClassification, graph: Graph) -> None:
+    """Raise :class:`ConfigError` unless ``graph`` can be sampled at ``task``'s node times.
+
+    The task's times must be one per node of ``graph``, and ``graph`` must have edge times (the
+    sampler keeps the in-edges before each seed's time).
+    """
+    if task.num_nodes != graph.num_nodes:
+        raise ConfigError(
+            f"the temporal node task has {task.num_nodes} node times but graph '{graph.name}' "
+            f"has {graph.num_nodes} nodes; build the task from the graph's own node_time"
+        )
+    if graph.edge_time is None:
+        raise ConfigError(
+            f"temporal node classification samples each node's in-edges from before its node "
+            f"time, and graph '{graph.name}' has no edge times (edge_time); prepare it with edge "
+            f"times (prepare edgelist --time-column K), or set train.temporal=off to ignore the "
+            f"node times"
+        )
+
+
+def node_blocks(
+    sampler: NeighborSampler | TemporalSampler,
+    task: Task,
+    seeds: torch.Tensor,
+    epoch: int,
+    step: int,
+    stream: int = 0,
+) -> list[Block]:
+    """The blocks of node ``seeds``: at their node times for a temporal node task, else plain."""
+    if is_temporal_node(task):
+        times = task.seed_times(seeds)  # type: ignore[attr-defined]
+        return list(sampler.sample(seeds, times, epoch, step, stream=stream).blocks)  # type: ignore[call-arg,arg-type]
+    return sampler.sample(seeds, epoch, step, stream=stream)  # type: ignore[return-value]
+
+
+def split_nodes(graph: Graph) -> np.ndarray:
+    """int64 ascending IDs of the nodes in a split mask (train, val or test), read in blocks."""
+    masks = [getattr(graph, f"{s}_mask") for s in SPLITS]
+    masks = [m for m in masks if m is not None]
+    parts = []
+    for lo in range(0, graph.num_nodes, _MASK_BLOCK):
+        hi = min(graph.num_nodes, lo + _MASK_BLOCK)
+        hit = np.zeros(hi - lo, dtype=bool)
+        for m in masks:
+            hit |= np.asarray(m[lo:hi], dtype=bool)
+        parts.append(lo + np.flatnonzero(hit))
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+@torch.no_grad()
+def temporal_node_rows(
+    model: Any,
+    sampler: TemporalSampler,
+    task: TemporalNodeClassification,
+    features: Callable[[torch.Tensor], torch.Tensor],
+    nodes: np.ndarray,
+    sink: Sink,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    edges: EdgeRows | None = None,
+    share: tuple[int, int] = (0, 1),
+    chunk: int = EVAL_CHUNK,
+    on_sample: Callable[[TemporalSample], None] | None = None,
+) -> None:
+    """Embed ``nodes`` at their node times: ``sink(ids, rows)`` per non-empty chunk.
+
+    The model applies one layer per block the sampler samples (``len(sampler.fanouts)``, fewer
+    than the model's layers for an inner layer's output), in eval mode, then back.
+
+    Args:
+        model: A layer-wise model.
+        sampler: The temporal sampler (fanouts, key and strategy of the run).
+        task: The temporal node task (the node times).
+        features: Input rows of node IDs (repeats allowed), on ``device``.
+        nodes: int64 ascending global IDs to embed (the whole list, the same on every rank).
+        sink: Called with ascending ``ids`` (numpy) and their rows ``[len(ids), width]``.
+        dtype: The compute dtype.
+        device: Where the model runs.
+        edges: The graph's edge rows for a model that reads edge features (``None``: none).
+        share: ``(r, W)``: embed part ``r`` of ``W`` contiguous parts of ``nodes``; every part
+            runs the largest part's number of chunks (the module docstring).
+        chunk: Nodes embedded at once (bounds memory; the rows do not depend on it).
+        on_sample: Called with every sample (tests check their times).
+    """
+    r, world = share
+    bounds = [rank_range(int(nodes.size), world, k) for k in range(world)]
+    lo, hi = bounds[r]
+    mine = nodes[lo:hi]
+    most = max(b - a for a, b in bounds)
+    was_training = model.training
+    model.eval()
+    try:
+        for a in range(0, most, chunk):  # as many chunks on every rank: equal store reads
+            ids = mine[a : a + chunk]
+            seeds = torch.from_numpy(ids)
+            sample = sampler.sample(seeds, task.seed_times(seeds), 0, 0, stream=EVAL_STREAM)
+            if on_sample is not None:
+                on_sample(sample)
+            h = features(sample.blocks[0].src_ids)
+            for i, block in enumerate(sample.blocks):
+                h = model.layer_forward(i, block_aggregator(block, dtype, device, edges), h)
+            if ids.size:
+                sink(ids, h)
+    finally:
+        model.train(was_training)
+
+
+def temporal_node_metrics(
+    model: Any,
+    sampler: TemporalSampler,
+    task: TemporalNodeClassification,
+    features: Callable[[torch.Tensor], torch.Tensor],
+    graph: Graph,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    edges: EdgeRows | None = None,
+    comm: Any = None,
+    chunk: int = EVAL_CHUNK,
+    on_sample: Callable[[TemporalSample], None] | None = None,
+) -> dict[str, float]:
+    """Accuracy per split and validation loss, every split node embedded at its node time.
+
+    ``comm``: the ranks' communicator (``None``: one process); collective when it has several
+    ranks, which then share the nodes and all-reduce the sums. The other arguments are
+    :func:`temporal_node_rows`'s.
+    """
+    sums = MetricSums(graph, device)
+    world = comm.world_size if comm is not None else 1
+    share = (comm.rank if comm is not None else 0, world)
+    temporal_node_rows(
+        model,
+        sampler,
+        task,
+        features,
+        split_nodes(graph),
+        sums,
+        dtype=dtype,
+        device=device,
+        edges=edges,
+        share=share,
+        chunk=chunk,
+        on_sample=on_sample,
+    )
+    return sums.result(comm if world > 1 else None)
