@@ -18,6 +18,15 @@ probabilities.npy  ``[N, C]`` float32    softmax of the logits
 embeddings.npy     ``[N, W_K]``          layer ``K``'s output (``embed``; the model's dtype)
 =================  ====================  =====================================================
 
+A node run on a graph with node times that trained temporally (``train.temporal`` on, or
+``auto`` with ``node_time``; :func:`~fleetgnn.train.setup.uses_node_time`) computes every row
+as that run evaluated: node ``i`` embedded at its node time from the neighbourhood the temporal
+sampler draws with the run's fanouts, strategy and seed under evaluation's fixed key
+(:func:`~fleetgnn.engines.temporal_node.temporal_node_rows`; ``embed --layer K`` samples ``K``
+hops with the last ``K`` fanouts, those the model's first ``K`` layers trained on), never
+from edges of its time or later. A run of the Python API records no ``train.temporal``: its
+rows are full-neighbour ones.
+
 A link-prediction run (``train.task=link``): its model is the encoder with the decoder on top.
 ``embed --layer L`` writes the encoder's output, the embeddings the decoder scores (with the
 ``dot`` decoder an edge's logit is the inner product of two rows: retrieval is an
@@ -83,7 +92,7 @@ from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.sampling import GraphTopology
 from fleetgnn.train.checkpoint import CheckpointDir, CheckpointError, load_checkpoint
 from fleetgnn.train.resolve import resolve_feature_norm, resolve_threads
-from fleetgnn.train.setup import graph_model_kwargs, uses_time
+from fleetgnn.train.setup import graph_model_kwargs, uses_node_time, uses_time
 from fleetgnn.types import PathLikeStr
 
 #: Checkpoints ``predict``/``embed`` can load.
@@ -124,6 +133,7 @@ class ExportJob:
             edges) or ``"all"`` (every edge of the dataset).
         pair_array: The pairs as :func:`prepare_job` read them (``None`` in a job sent to
             workers: rank 0 reads the file again).
+        temporal: A node run whose rows are computed at the node times (module docstring).
     """
 
     kind: str
@@ -145,6 +155,7 @@ class ExportJob:
     pairs: str | None = None
     edges: str = "train"
     pair_array: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
+    temporal: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -480,6 +491,7 @@ def prepare_job(
         pairs=None if pairs is None else str(Path(pairs).absolute()),
         edges=edges,
         pair_array=pair_array,
+        temporal=not link and not recorded.api and uses_node_time(cfg.train.temporal, graph),
     )
 
 
@@ -689,22 +701,27 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
             rows = stored_values(torch.from_numpy(reader.take(ids.numpy())), stored)
             return normalize_rows(rows.to(device=device, dtype=dtype), norm)
 
-        stream_inference(
-            model,
-            GraphTopology(graph),
-            features,
-            graph.indptr,
-            writer,
-            in_width=graph.num_features,
-            comm=comm,
-            device=device,
-            dtype=dtype,
-            num_layers=job.layer,
-            chunking=job.chunking,
-            scratch_dir=job.run_dir,
-            same_host=True if ctx is None else bool(ctx.same_host),
-            edges=edges,  # the edge rows as the model read them (store.edge_feature_dtype)
-        )
+        if job.temporal:
+            _rows_at_node_times(
+                job, cfg, graph, model, features, writer, device, dtype, comm, edges
+            )
+        else:
+            stream_inference(
+                model,
+                GraphTopology(graph),
+                features,
+                graph.indptr,
+                writer,
+                in_width=graph.num_features,
+                comm=comm,
+                device=device,
+                dtype=dtype,
+                num_layers=job.layer,
+                chunking=job.chunking,
+                scratch_dir=job.run_dir,
+                same_host=True if ctx is None else bool(ctx.same_host),
+                edges=edges,  # the edge rows as the model read them (store.edge_feature_dtype)
+            )
         writer.close()
         if comm is not None and world > 1:
             comm.barrier()  # every rank's rows are written
@@ -719,6 +736,57 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
             writer.close()
         if rank == 0 and not done:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _rows_at_node_times(
+    job: ExportJob,
+    cfg: Config,
+    graph: Graph,
+    model: nn.Module,
+    features: Any,
+    writer: RowWriter,
+    device: torch.device,
+    dtype: torch.dtype,
+    comm: Any,
+    edges: EdgeRows | None,
+) -> None:
+    """Every node's layer-``job.layer`` rows at its node time, this rank's share to ``writer``.
+
+    The run's temporal sampler (``train.fanouts``, ``train.seed``, ``train.temporal_strategy``)
+    with its last ``job.layer`` fanouts, under evaluation's fixed key: the rows the run's
+    evaluation computed for the same weights.
+    """
+    from fleetgnn.engines.temporal_node import temporal_node_rows
+    from fleetgnn.sampling import TemporalSampler
+    from fleetgnn.tasks import TemporalNodeClassification
+
+    t = cfg.train
+    fanouts = list(t.fanouts)
+    if len(fanouts) != int(cfg.model.num_layers):
+        raise ConfigError(
+            f"the run's train.fanouts {fanouts} has not one fanout per layer of its "
+            f"{cfg.model.num_layers}-layer model; its rows cannot be sampled at the node times"
+        )
+    sampler = TemporalSampler(
+        GraphTopology(graph),
+        fanouts[len(fanouts) - job.layer :],
+        seed=int(t.seed),
+        strategy=t.temporal_strategy,  # type: ignore[arg-type]
+    )
+    world = 1 if comm is None else int(comm.world_size)
+    rank = 0 if comm is None else int(comm.rank)
+    temporal_node_rows(
+        model,
+        sampler,
+        TemporalNodeClassification(graph.node_time, t.temporal_strategy),
+        features,
+        np.arange(graph.num_nodes, dtype=np.int64),
+        writer,
+        dtype=dtype,
+        device=device,
+        edges=edges,  # the edge rows as the model read them (store.edge_feature_dtype)
+        share=(rank, world),
+    )
 
 
 def _message_passing_graph(job: ExportJob, cfg: Config) -> Graph:
