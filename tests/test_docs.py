@@ -173,6 +173,8 @@ def _setup(cwd):
     (cwd / "edges_attr.txt").write_text("\n".join(lines) + "\n")  # src dst a_1 a_2 a_3
     times = np.random.default_rng(1).integers(0, 10_000, size=(6000, 1))  # rng left as it was
     np.savetxt(cwd / "events.txt", np.hstack([pairs, times]), fmt="%d")  # src dst time
+    node_time = np.random.default_rng(2).integers(0, 10_000, size=n)  # one per node of events
+    np.save(cwd / "node_time.npy", node_time)
     np.save(cwd / "x.npy", rng.standard_normal((n, 8)).astype(np.float32))
     np.save(cwd / "y.npy", rng.integers(0, 3, size=n))
     (cwd / "my.yaml").write_text("data:\n  dataset: data/cora\nmodel:\n  name: sage\n")
