@@ -48,10 +48,10 @@ def from_pyg(data: Any, *, name: str = "pyg", num_classes: int | None = None) ->
     each node's in-edges by time (:func:`~fleetgnn.graph.csc.from_edges`); and the node times
     (``node_time``): ``node_time``, else ``time`` when it has one entry per node (PyG's
     ``NeighborLoader(time_attr=...)`` of a node task). A ``time`` with as many entries as there
-    are nodes and edges is refused as ambiguous (name it ``edge_time`` or ``node_time``), one
-    with neither count as fitting neither. The node count is ``data.num_nodes`` when
-    the object has it, else inferred from ``x`` or the largest ID. Edges keep their order within
-    each destination; nothing is symmetrised or deduplicated.
+    are nodes and edges is refused as ambiguous (name it ``edge_time`` or ``node_time``), and
+    so is one with neither count. The node count is ``data.num_nodes`` when the object has it,
+    else inferred from ``x`` or the largest ID. Edges keep their order within each destination;
+    nothing is symmetrised or deduplicated.
 
     Args:
         data: A ``torch_geometric.data.Data`` or a duck-typed object.
