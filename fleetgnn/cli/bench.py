@@ -29,7 +29,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         + ", ".join(_SECTIONS)
         + " (and, when --only names them, "
         + ", ".join(_NAMED_ONLY)
-        + "). The full suite takes about 10 minutes on 2 cores; --quick about a minute.",
+        + "); bench.json records the run's wall time. --quick runs small sizes at one thread.",
     )
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument(
