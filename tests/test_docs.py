@@ -103,7 +103,8 @@ NOT_RUN = {
     "--set data.feature_norm=row --set optim.lr=0.005 --set optim.weight_decay=5e-4; "
     "fleetgnn train --dataset data/cora --model sage --mode minibatch --epochs 50 --seed $s "
     "--set data.feature_norm=row --set train.fanouts=[10,10] --set train.batch_size=32; done": (
-        "15 trainings; tests/engines/test_cora_quality.py re-checks the GCN number"
+        "15 trainings: benchmarks/quality_cora.py runs them into benchmarks/results/"
+        "quality_cora.json, which tests/test_docs_numbers.py holds the table to"
     ),
     "fleetgnn bench --quick --only ops --out /tmp/bench": "17 s on 2 cores; tests/cli/test_bench.py"
     " runs the quick ops suite",
