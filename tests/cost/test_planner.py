@@ -252,17 +252,19 @@ def test_plan_prints_sizes_in_units(capsys):
     args = ["plan", "--shape", ",".join(f"{k}={v}" for k, v in PAPERS.items()), "--model", "gcn"]
     args += ["--set", "model.hidden=128", "--hardware", "4xa100-80g-nvlink", "--nproc", "4"]
     assert main([*args, "--mode", "full"]) == 0
-    printed = re.search(
-        r"fullgraph does not fit: device memory: needs (\S+) GiB", capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    printed = re.search(r"fullgraph does not fit: device memory: needs (\S+) GiB", out)
     assert printed, "the reason names fullgraph's device memory"
     page = Path(__file__).parents[2] / "docs" / "planning.md"  # the planning guide
-    quoted = re.search(
-        r"full-graph GCN needs (\S+) GiB per rank", page.read_text().replace("\n", " ")
-    )
+    text = page.read_text().replace("\n", " ")
+    quoted = re.search(r"full-graph GCN needs (\S+) GiB per rank", text)
     assert quoted, "the planning guide quotes the tool's figure in GiB"
-    # the step's peak is profiled: 157.41-160.51 GiB seen between runs
+    # the step's peak is profiled: 157.41-160.58 GiB seen between runs
     assert float(quoted.group(1)) == pytest.approx(float(printed.group(1)), rel=0.03)
+    # and the chunks per rank of the offload plan it chooses
+    chunks = re.search(r"\bchoice: offload\b.*Offload streams (\d+) chunk\(s\) per rank", out, re.S)
+    said = re.search(r"`offload` \((\d+) chunks per rank\) is chosen", text)
+    assert chunks and said and chunks.group(1) == said.group(1), (chunks, said)
 
 
 def test_the_one_process_run_is_a_candidate_at_any_nproc():
