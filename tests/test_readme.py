@@ -2,6 +2,7 @@
 (on real Cora, paths and epochs shortened), the Quick start reaches the accuracy it states, links
 resolve. The docs' other commands: tests/test_docs.py."""
 
+import json
 import re
 import subprocess
 import sys
@@ -137,13 +138,16 @@ def test_report_is_introduced_with_the_extra_it_needs():
 
 @pytest.mark.slow
 def test_quick_start_reaches_the_accuracy_the_readme_states(tmp_path, monkeypatch):
-    """`fleetgnn train` with no arguments: the first epoch's and the best test accuracy are the
-    numbers the Quick start states (read from the README, so the two cannot drift apart)."""
+    """`fleetgnn train` with no arguments: the first epoch's and the best test accuracy, the
+    epochs and the default dataset's classes are the numbers the Quick start states (read from
+    the README, so the two cannot drift apart; docs/getting-started.md must state the README's,
+    tests/test_docs_numbers.py)."""
     from fleetgnn.cli.main import main
     from fleetgnn.train import read_metrics
 
     text = " ".join((ROOT / "README.md").read_text().split())
-    stated = r"climbs from (0\.\d+) to ~(0\.\d+) test accuracy over the (\d+) epochs"
+    stated = r"climbs from (0\.\d+) to ~(0\.\d+) test accuracy over the (\d+) epochs, (\d+) "
+    stated += "classes"
     claim = re.search(stated, text)
     assert claim, "the Quick start no longer states its accuracy"
     first, best, epochs = float(claim[1]), float(claim[2]), int(claim[3])
@@ -154,3 +158,5 @@ def test_quick_start_reaches_the_accuracy_the_readme_states(tmp_path, monkeypatc
     assert len(records) == epochs
     assert abs(records[0]["test_acc"] - first) <= 0.03, records[0]
     assert abs(max(r["test_acc"] for r in records) - best) <= 0.03, records
+    (meta,) = (tmp_path / "cache").rglob("meta.json")  # the default dataset, generated above
+    assert json.loads(meta.read_text())["num_classes"] == int(claim[4])
