@@ -111,6 +111,15 @@ def test_gather_dtype_table_is_its_committed_json():
     settings = bench["settings"]
     assert int(rows.replace(",", "")) == settings["rows"] and int(features) == settings["features"]
     _check([(mib, settings["rows"] * settings["features"] * 4 / 2**20)], "the table's size")
+    load, ids, threads, repeat, out_mb = _grab(
+        text,
+        r"load average about (\d+)\), .*? ([\d,]+) random IDs, (\d+) thread, median of (\d+) "
+        r"interleaved repetitions .*? the same float32 output \(`\[\d+, \d+\]`, (\d+) MB,",
+    )
+    assert int(ids.replace(",", "")) == settings["ids"]
+    assert (int(threads), int(repeat)) == (settings["threads"], settings["repeat"])
+    assert round(bench["machine"]["loadavg_start"][0]) == int(load)
+    _check([(out_mb, settings["ids"] * settings["features"] * 4)], "the output", scale=1e-6)
     by_dtype = {r["extra"]["feature_dtype"]: r["extra"] for r in bench["rows"]}
     labels = {"float32 \\(the dataset's\\)": None, "bfloat16": "bfloat16", "float16": "float16"}
     labels["float8_e4m3"] = "float8_e4m3"
