@@ -54,6 +54,7 @@ from fleetgnn.distributed.comm import Communicator
 from fleetgnn.distributed.errors import DistError
 from fleetgnn.graph.files import owner_tag, process_alive
 from fleetgnn.kernels import gather_rows
+from fleetgnn.types import Closing
 
 #: Every shared-memory segment fleetgnn creates starts with this prefix.
 SHM_PREFIX = "fleetgnn-"
@@ -171,7 +172,7 @@ def _raise_errors(what: str, errors: list[str | None]) -> None:
         raise DistError(f"{what} failed (on every rank):\n  " + "\n  ".join(bad))
 
 
-class ShardedTensor:
+class ShardedTensor(Closing):
     """A row-sharded tensor in distributed shared memory, with a global gather.
 
     Build with :meth:`create` (collective). Shard ``p`` holds ``rows[p]`` rows of trailing shape
@@ -619,12 +620,6 @@ class ShardedTensor:
         self._keep = None
         self._closed = True
 
-    def __enter__(self) -> ShardedTensor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         mode = "one-sided" if self.one_sided else "two-sided"
         state = ", closed" if self._closed else ""
@@ -634,7 +629,7 @@ class ShardedTensor:
         )
 
 
-class SharedTensor:
+class SharedTensor(Closing):
     """One copy of a tensor per host in shared memory: written by ``owner``, mapped by the rest.
 
     Attributes:
@@ -739,12 +734,6 @@ class SharedTensor:
         """Drop this rank's mapping (local)."""
         self.tensor = torch.empty(0)
         self._closed = True
-
-    def __enter__(self) -> SharedTensor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 # the link kinds traffic is reported in, re-exported for engines and the Trainer
 from fleetgnn.distributed.traffic import LINK_KINDS as LINK_KINDS
+from fleetgnn.types import Closing
 
 if TYPE_CHECKING:
     import torch
@@ -157,7 +158,7 @@ class Engine(Protocol):
         ...
 
 
-class EngineBase:
+class EngineBase(Closing):
     """The engine protocol's optional members with their defaults, and a context manager.
 
     The :class:`~fleetgnn.train.Trainer` drives engines of this class (the built-in ones, and
@@ -224,12 +225,6 @@ class EngineBase:
 
     def close(self) -> None:
         """Release what the engine holds (nothing by default)."""
-
-    def __enter__(self) -> EngineBase:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class DistributedEngine(EngineBase):

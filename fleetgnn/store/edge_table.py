@@ -66,6 +66,7 @@ from fleetgnn.graph.csc import Graph
 from fleetgnn.store.hotness import id_dtype
 from fleetgnn.store.store import UnifiedStore
 from fleetgnn.store.tiers import StorePlan, TierBudgets, TierPlan, feature_row_bytes, plan_tiers
+from fleetgnn.types import Closing
 
 __all__ = [
     "BudgetSplit",
@@ -296,7 +297,7 @@ def _table_graph(graph: Graph) -> Graph:
     )
 
 
-class EdgeTable:
+class EdgeTable(Closing):
     """The rows of ``graph.edge_attr`` by edge ID over device shards, host memory and disk.
 
     Build with :meth:`build`. Reads are bit-exact with ``edge_attr[ids]``.
@@ -468,12 +469,6 @@ class EdgeTable:
     def close(self) -> None:
         """Release this rank's mappings of the shared tiers (local; idempotent)."""
         self.store.close()
-
-    def __enter__(self) -> EdgeTable:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"EdgeTable(graph={self.graph.name!r}, {self.budgets!r},\n  {self.plan!r})"

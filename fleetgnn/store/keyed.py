@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +46,7 @@ from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.store.hotness import HotnessRanking, id_dtype, inverse_order
 from fleetgnn.store.store import SOURCE_LINKS, SOURCES, UnifiedStore
 from fleetgnn.store.tiers import StorePlan, TierBudgets, TierPlan, feature_row_bytes, plan_tiers
+from fleetgnn.types import Closing
 
 __all__ = ["KeyedPlan", "KeyedStore", "keyed_hotness", "plan_keyed"]
 
@@ -176,7 +176,7 @@ def _table_graph(graph: HeteroGraph, ntype: str) -> Graph:
     )
 
 
-class KeyedStore:
+class KeyedStore(Closing):
     """Per-type feature tables of a typed graph over device shards, host memory and disk.
 
     Build with :meth:`build`. IDs are the typed graph's global IDs (type ``t`` owns
@@ -369,12 +369,6 @@ class KeyedStore:
         for st in self.tables.values():
             st.close()
         self._closed = True
-
-    def __enter__(self) -> KeyedStore:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         tables = ",\n  ".join(f"{t}: {p!r}" for t, p in self.plan.tables.items())

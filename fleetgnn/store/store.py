@@ -107,6 +107,7 @@ from fleetgnn.store.tiers import (
     feature_row_bytes,
     plan_store,
 )
+from fleetgnn.types import Closing
 
 __all__ = ["KINDS", "SOURCES", "SOURCE_LINKS", "UnifiedStore"]
 
@@ -162,7 +163,7 @@ def _stored(rows: np.ndarray, codec: FeatureCodec | None) -> Tensor:
     return t if codec is None else codec.encode(t)
 
 
-class UnifiedStore:
+class UnifiedStore(Closing):
     """Features and topology of one graph over device shards, host memory and disk.
 
     Build with :meth:`build`. Implements the sampling layer's ``TopologySource`` protocol
@@ -956,12 +957,6 @@ class UnifiedStore:
             self._x_reader.close()
             self._x_reader = None
         self._closed = True
-
-    def __enter__(self) -> UnifiedStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

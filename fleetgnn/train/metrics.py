@@ -45,7 +45,7 @@ from typing import IO, Any
 from fleetgnn.config.textfile import read_text
 from fleetgnn.errors import FleetgnnError
 from fleetgnn.graph.dataset import atomic_write_text
-from fleetgnn.types import PathLikeStr
+from fleetgnn.types import Closing, PathLikeStr
 
 
 def _clean(obj: Any) -> Any:
@@ -122,7 +122,7 @@ def read_metrics(path: PathLikeStr, *, events: bool = False) -> list[dict[str, A
     return out
 
 
-class MetricsWriter:
+class MetricsWriter(Closing):
     """Appends one JSON object per epoch (or event) to a JSONL file, flushing every line.
 
     The last epoch record written can be replaced (:meth:`replace_last`), e.g. by the same
@@ -226,9 +226,3 @@ class MetricsWriter:
         if self._f is not None:
             self._f.close()
             self._f = None
-
-    def __enter__(self) -> MetricsWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
