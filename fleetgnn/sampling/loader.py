@@ -46,7 +46,51 @@ def _int_arg(name: str, value: object, low: int) -> int:
     return int(value)
 
 
-class SeedLoader:
+class _Slots:
+    """The dealing both loaders share.
+
+    ``num_batches * world_size`` slots of near-equal size over the first ``_num_used`` positions
+    of an epoch's order; step ``s`` of rank ``r`` reads slot ``s * world_size + r``.
+    """
+
+    batch_size: int
+    rank: int
+    world_size: int
+    seed: int
+    num_batches: int
+    _num_used: int
+
+    def _check_deal(self, batch_size: int, rank: int, world_size: int, seed: int) -> None:
+        self.batch_size = _int_arg("batch_size", batch_size, 1)
+        self.world_size = _int_arg("world_size", world_size, 1)
+        self.rank = _int_arg("rank", rank, 0)
+        if self.rank >= self.world_size:
+            raise ConfigError(
+                f"'rank' must lie in [0, world_size) = [0, {self.world_size}) (got {self.rank})"
+            )
+        self.seed = _int_arg("seed", seed, 0)
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def slot_bounds(self, step: int, rank: int | None = None) -> tuple[int, int]:
+        """``[start, stop)`` of the slot of ``(step, rank)`` in the epoch's order."""
+        rank = self.rank if rank is None else rank
+        k = step * self.world_size + rank
+        q, r = divmod(self._num_used, self.num_batches * self.world_size)
+        start = k * q + min(k, r)
+        return start, start + q + (1 if k < r else 0)
+
+    def _check_step(self, step: int) -> int:
+        step = _int_arg("step", step, 0)
+        if step >= self.num_batches:
+            raise ConfigError(
+                f"'step' must lie in [0, num_batches) = [0, {self.num_batches}) (got {step})"
+            )
+        return step
+
+
+class SeedLoader(_Slots):
     """Random-access batches of training seeds for one rank.
 
     Args:
@@ -99,14 +143,7 @@ class SeedLoader:
                 f"'train_ids' repeats node ID {int(sorted_ids[rep[0]])}; each seed must appear "
                 f"once per epoch (deduplicate with torch.unique)"
             )
-        self.batch_size = _int_arg("batch_size", batch_size, 1)
-        self.world_size = _int_arg("world_size", world_size, 1)
-        self.rank = _int_arg("rank", rank, 0)
-        if self.rank >= self.world_size:
-            raise ConfigError(
-                f"'rank' must lie in [0, world_size) = [0, {self.world_size}) (got {self.rank})"
-            )
-        self.seed = _int_arg("seed", seed, 0)
+        self._check_deal(batch_size, rank, world_size, seed)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.train_ids = ids
@@ -127,9 +164,6 @@ class SeedLoader:
         """Number of training IDs (over all ranks)."""
         return int(self.train_ids.numel())
 
-    def __len__(self) -> int:
-        return self.num_batches
-
     def epoch_order(self, epoch: int) -> Tensor:
         """All training IDs in the order epoch ``epoch`` deals them (same on every rank)."""
         epoch = _int_arg("epoch", epoch, 0)
@@ -141,26 +175,13 @@ class SeedLoader:
             self._perm, self._perm_epoch = self.train_ids[perm], epoch
         return self._perm  # type: ignore[return-value]
 
-    def slot_bounds(self, step: int, rank: int | None = None) -> tuple[int, int]:
-        """``[start, stop)`` of the slot of ``(step, rank)`` in :meth:`epoch_order`."""
-        rank = self.rank if rank is None else rank
-        slots = self.num_batches * self.world_size
-        k = step * self.world_size + rank
-        q, r = divmod(self._num_used, slots)
-        start = k * q + min(k, r)
-        return start, start + q + (1 if k < r else 0)
-
     def batch(self, epoch: int, step: int) -> Tensor:
         """This rank's seeds for step ``step`` of epoch ``epoch`` (int64, possibly empty).
 
         Raises:
             ConfigError: If ``step`` is outside ``[0, num_batches)``.
         """
-        step = _int_arg("step", step, 0)
-        if step >= self.num_batches:
-            raise ConfigError(
-                f"'step' must lie in [0, num_batches) = [0, {self.num_batches}) (got {step})"
-            )
+        step = self._check_step(step)
         start, stop = self.slot_bounds(step)
         return self.epoch_order(epoch)[start:stop]
 
@@ -210,7 +231,7 @@ def keyed_positions(n: int, seed: int, epoch: int, at: np.ndarray) -> np.ndarray
     return out.astype(np.int64)
 
 
-class PositionLoader:
+class PositionLoader(_Slots):
     """Random-access batches of positions ``[0, n)`` for one rank, in ``O(batch)`` memory.
 
     Dealt as :class:`SeedLoader` deals its IDs (the same slots, steps and counts per rank), but
@@ -234,26 +255,9 @@ class PositionLoader:
         self, n: int, batch_size: int, *, rank: int = 0, world_size: int = 1, seed: int = 0
     ) -> None:
         self.n = _int_arg("n", n, 1)
-        self.batch_size = _int_arg("batch_size", batch_size, 1)
-        self.world_size = _int_arg("world_size", world_size, 1)
-        self.rank = _int_arg("rank", rank, 0)
-        if self.rank >= self.world_size:
-            raise ConfigError(
-                f"'rank' must lie in [0, world_size) = [0, {self.world_size}) (got {self.rank})"
-            )
-        self.seed = _int_arg("seed", seed, 0)
+        self._check_deal(batch_size, rank, world_size, seed)
         self.num_batches = -(-self.n // (self.world_size * self.batch_size))
-
-    def __len__(self) -> int:
-        return self.num_batches
-
-    def slot_bounds(self, step: int, rank: int | None = None) -> tuple[int, int]:
-        """``[start, stop)`` of the slot of ``(step, rank)`` in the epoch's order."""
-        rank = self.rank if rank is None else rank
-        k = step * self.world_size + rank
-        q, r = divmod(self.n, self.num_batches * self.world_size)
-        start = k * q + min(k, r)
-        return start, start + q + (1 if k < r else 0)
+        self._num_used = self.n
 
     def epoch_order(self, epoch: int, start: int = 0, stop: int | None = None) -> Tensor:
         """Positions ``[start, stop)`` of epoch ``epoch``'s order (int64; default: all of it)."""
@@ -268,11 +272,7 @@ class PositionLoader:
         Raises:
             ConfigError: If ``step`` is outside ``[0, num_batches)``.
         """
-        step = _int_arg("step", step, 0)
-        if step >= self.num_batches:
-            raise ConfigError(
-                f"'step' must lie in [0, num_batches) = [0, {self.num_batches}) (got {step})"
-            )
+        step = self._check_step(step)
         return self.epoch_order(epoch, *self.slot_bounds(step))
 
     def __repr__(self) -> str:
