@@ -354,12 +354,7 @@ class EdgeTable(Closing):
         """
         if not isinstance(graph, Graph):
             raise GraphError(f"'graph' must be a fleetgnn Graph (got {type(graph).__name__})")
-        budgets = TierBudgets() if budgets is None else budgets
-        if not isinstance(budgets, TierBudgets):
-            raise ConfigError(
-                f"'budgets' must be a TierBudgets (got {type(budgets).__name__}); e.g. "
-                "TierBudgets.parse(device='64MB', host='1GiB')"
-            )
+        budgets = TierBudgets.check(budgets)
         world = 1 if comm is None else comm.world_size
         plan = plan_edge_rows(
             graph,

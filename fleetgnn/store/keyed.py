@@ -232,12 +232,7 @@ class KeyedStore(Closing):
             ConfigError: On bad budgets, hosts or scores.
             GraphError: If ``graph`` is not a typed graph with features.
         """
-        budgets = TierBudgets() if budgets is None else budgets
-        if not isinstance(budgets, TierBudgets):
-            raise ConfigError(
-                f"'budgets' must be a TierBudgets (got {type(budgets).__name__}); e.g. "
-                "TierBudgets.parse(device='64MB', host='1GiB')"
-            )
+        budgets = TierBudgets.check(budgets)
         world = 1 if comm is None else comm.world_size
         plan = plan_keyed(graph, budgets, world, scores=scores, feature_dtype=feature_dtype)
         meter = TrafficMeter() if meter is None else meter

@@ -124,11 +124,7 @@ def plan_partitioned(
         GraphError: If the graph has no features.
     """
     world_size, rph = check_world(world_size, ranks_per_host)
-    if not isinstance(budgets, TierBudgets):
-        raise ConfigError(
-            f"'budgets' must be a TierBudgets (got {type(budgets).__name__}); e.g. "
-            "TierBudgets.parse(device='64MB', host='1GiB')"
-        )
+    budgets = TierBudgets.check(budgets, none_is_default=False)
     if graph.x is None:
         raise GraphError("the graph has no node features 'x'; a partitioned plan places features")
     n = graph.num_nodes

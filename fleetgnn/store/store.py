@@ -339,12 +339,7 @@ class UnifiedStore(Closing):
         codec = feature_codec(feature_dtype)
         if codec is not None and graph.x is None:
             codec = None  # nothing to store
-        budgets = TierBudgets() if budgets is None else budgets
-        if not isinstance(budgets, TierBudgets):
-            raise ConfigError(
-                f"'budgets' must be a TierBudgets (got {type(budgets).__name__}); e.g. "
-                "TierBudgets.parse(device='64MB', host='1GiB')"
-            )
+        budgets = TierBudgets.check(budgets)
         hot: HotnessRanking | None = None
         if plan is not None:
             pass  # placed as planned

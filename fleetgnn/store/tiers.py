@@ -77,6 +77,24 @@ class TierBudgets:
         """Build budgets from strings like ``"64MB"`` or ``"1.5GiB"`` (see :func:`parse_bytes`)."""
         return cls(parse_bytes(device, "device"), parse_bytes(host, "host"))
 
+    @classmethod
+    def check(cls, budgets: object, *, none_is_default: bool = True) -> TierBudgets:
+        """``budgets``, checked to be a :class:`TierBudgets`.
+
+        ``None`` is the default, nothing on device or host, when ``none_is_default``.
+
+        Raises:
+            ConfigError: If it is anything else.
+        """
+        if budgets is None and none_is_default:
+            return cls()
+        if not isinstance(budgets, TierBudgets):
+            raise ConfigError(
+                f"'budgets' must be a TierBudgets (got {type(budgets).__name__}); e.g. "
+                "TierBudgets.parse(device='64MB', host='1GiB')"
+            )
+        return budgets
+
     def __repr__(self) -> str:
         return f"TierBudgets(device={_fmt_bytes(self.device)}, host={_fmt_bytes(self.host)})"
 
