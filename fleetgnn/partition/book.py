@@ -172,17 +172,7 @@ class PartitionBook:
         offsets = np.zeros(num_parts + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         perm, inv_perm = _counting_sort(part_of, num_parts, offsets)
-        _check_method(method)
-        return cls(
-            num_parts=num_parts,
-            part_of=part_of,
-            method=method,
-            offsets=offsets,
-            perm=perm,
-            inv_perm=inv_perm,
-            params=dict(params or {}),
-            validate=False,
-        )
+        return cls._consistent(num_parts, part_of, method, offsets, perm, inv_perm, params)
 
     @classmethod
     def from_offsets(
@@ -209,14 +199,28 @@ class PartitionBook:
         part_of = np.repeat(np.arange(num_parts, dtype=np.int32), np.diff(offsets))
         ident = np.arange(n, dtype=index_dtype(n))
         ident.flags.writeable = False  # one identity serves both directions (4 bytes per node)
+        return cls._consistent(num_parts, part_of, method, offsets, ident, ident, params)
+
+    @classmethod
+    def _consistent(
+        cls,
+        num_parts: int,
+        part_of: np.ndarray,
+        method: str,
+        offsets: np.ndarray,
+        perm: np.ndarray,
+        inv_perm: np.ndarray,
+        params: Mapping[str, Any] | None,
+    ) -> PartitionBook:
+        """A book of arrays consistent by construction: only ``method`` is checked."""
         _check_method(method)
         return cls(
             num_parts=num_parts,
             part_of=part_of,
             method=method,
             offsets=offsets,
-            perm=ident,
-            inv_perm=ident,
+            perm=perm,
+            inv_perm=inv_perm,
             params=dict(params or {}),
             validate=False,
         )
