@@ -23,17 +23,23 @@ PLANETOID_NAMES: tuple[str, ...] = ("cora",)
 NPZ_NAMES: tuple[str, ...] = ("cora",)
 
 
+def _check_bundled(kind: str, name: str, names: tuple[str, ...], otherwise: str) -> None:
+    if name.lower() not in names:
+        raise DatasetError(
+            f"{kind} '{name}' does not ship with fleetgnn (bundled: {', '.join(names)}); "
+            f"{otherwise}"
+        )
+
+
 def planetoid_root(name: str = "cora") -> Path:
     """The directory holding the bundled ``ind.<name>.*`` files.
 
     Raises:
         DatasetError: ``name`` is not bundled (the message names the ones that are).
     """
-    if name.lower() not in PLANETOID_NAMES:
-        raise DatasetError(
-            f"Planetoid '{name}' does not ship with fleetgnn (bundled: "
-            f"{', '.join(PLANETOID_NAMES)}); give --root DIR holding your ind.{name}.* files"
-        )
+    _check_bundled(
+        "Planetoid", name, PLANETOID_NAMES, f"give --root DIR holding your ind.{name}.* files"
+    )
     return DATA_DIR / "planetoid"
 
 
@@ -43,9 +49,5 @@ def npz_file(name: str = "cora") -> Path:
     Raises:
         DatasetError: ``name`` is not bundled (the message names the ones that are).
     """
-    if name.lower() not in NPZ_NAMES:
-        raise DatasetError(
-            f"npz '{name}' does not ship with fleetgnn (bundled: {', '.join(NPZ_NAMES)}); "
-            "give --file PATH to your .npz file"
-        )
+    _check_bundled("npz", name, NPZ_NAMES, "give --file PATH to your .npz file")
     return DATA_DIR / "npz" / f"{name.lower()}.npz"
