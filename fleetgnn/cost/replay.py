@@ -126,13 +126,20 @@ class _Tally:
         per = np.array([int(b.indices.numel()) for b in blocks], dtype=np.int64)
         self.layer_edges = per if self.layer_edges is None else self.layer_edges + per
 
-    def means(self) -> dict[str, Any]:
+    def counts(self, steps: int, replayed: int) -> dict[str, Any]:
+        """The :class:`SampledCounts` fields of the sample sizes: means and maxima per step."""
         k = max(self.n, 1)
         per = () if self.layer_edges is None else tuple(float(e) / k for e in self.layer_edges)
         return {
+            "steps": steps,
+            "replayed": replayed,
+            "exact": replayed == steps,
             "input_rows": self.rows / k,
             "edges": self.edges / k,
             "nodes": self.nodes / k,
+            "max_input_rows": self.max_rows,
+            "max_edges": self.max_edges,
+            "max_nodes": self.max_nodes,
             "layer_edges": per,
         }
 
@@ -329,20 +336,10 @@ def minibatch_counts(
             s += 1
     scale = steps / replayed
     loads = {link: int(round(int(counts[i]) * scale)) for i, link in enumerate(STORE_LINKS)}
-    m = tally.means()
     disk = plan.topology.disk_bytes + (fp.disk_bytes if fp is not None else 0)
     return SampledCounts(
-        steps=steps,
-        replayed=replayed,
-        exact=replayed == steps,
+        **tally.counts(steps, replayed),
         loads=loads,
-        input_rows=m["input_rows"],
-        edges=m["edges"],
-        nodes=m["nodes"],
-        max_input_rows=tally.max_rows,
-        max_edges=tally.max_edges,
-        max_nodes=tally.max_nodes,
-        layer_edges=m["layer_edges"],
         device_bytes=tuple(int(b) for b in plan.device_bytes()),
         host_bytes=int(plan.host_bytes()),
         disk_bytes=int(disk),
@@ -450,23 +447,13 @@ def split_counts(
                 halo[i] += _unique_pairs(spos[cross], eo_dst[cross], world)
         s += 1
     scale = steps / replayed
-    m = tally.means()
     return SampledCounts(
-        steps=steps,
-        replayed=replayed,
-        exact=replayed == steps,
+        **tally.counts(steps, replayed),
         loads={
             link: int(round(int(c) * row * scale))
             for link, c in zip(("local", "h2d", "disk"), tiers.tolist(), strict=True)
             if c or link != "disk"
         },
-        input_rows=m["input_rows"],
-        edges=m["edges"],
-        nodes=m["nodes"],
-        max_input_rows=tally.max_rows,
-        max_edges=tally.max_edges,
-        max_nodes=tally.max_nodes,
-        layer_edges=m["layer_edges"],
         shuffle_rows=tuple(
             (int(round(int(p) * scale)), int(round(int(h) * scale)))
             for p, h in zip(pre, halo, strict=True)
