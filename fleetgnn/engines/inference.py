@@ -344,9 +344,7 @@ def stream_inference(
         for w in writers:
             w.close()
         if scratch is not None:
-            if done and shared:
-                barrier(comm)  # nobody still reads the last file
-            scratch.remove()
+            scratch.release(comm, wait=done and shared)
     return stats
 
 

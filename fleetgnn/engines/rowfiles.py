@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fleetgnn.engines.collectives import barrier
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.files import create_npy, disk_full_error, free_bytes, temp_prefix
 
@@ -171,6 +172,16 @@ class ScratchDir:
         """Remove the directory and its files (its owner only)."""
         if self.owner:
             shutil.rmtree(self.path, ignore_errors=True)
+
+    def release(self, comm: Any, wait: bool) -> None:
+        """:meth:`remove` at the end of a pass.
+
+        ``wait`` (a shared directory after a pass that finished) first waits at a barrier, so
+        that no rank still reads the last files.
+        """
+        if wait:
+            barrier(comm)
+        self.remove()
 
 
 def make_scratch(base: str | os.PathLike[str] | None, need: int) -> Path:

@@ -291,7 +291,5 @@ def stream_typed_inference(
         for r in readers.values():
             r.close()
         if scratch is not None:
-            if done and shared:
-                barrier(comm)  # nobody still reads the last files
-            scratch.remove()
+            scratch.release(comm, wait=done and shared)
     return rows_done
