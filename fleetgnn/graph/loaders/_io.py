@@ -1,4 +1,4 @@
-"""Internal helpers shared by the loaders: chunked line reading and strict table parsing.
+"""Internal helpers shared by the loaders: chunked line reading, strict table parsing, labels.
 
 Text is parsed with :func:`numpy.loadtxt` (C speed) a chunk of lines at a time. Only when a chunk
 fails does a slow path run: a bisection over prefixes of the chunk finds the first bad line, so an
@@ -461,3 +461,20 @@ def check_dense_size(shape: tuple[int, ...], itemsize: int, limit: int, what: st
     if nbytes > limit:
         dims = " x ".join(str(int(s)) for s in shape)
         raise too_big(f"{what} of shape {dims} declares a dense array", nbytes, limit)
+
+
+def class_ids(y: np.ndarray, where: str) -> np.ndarray:
+    """Integer labels ``y`` as int64 class IDs, ``-1`` = unlabelled (``where`` names the source).
+
+    Raises:
+        DatasetError: A label below ``-1``.
+    """
+    y = y.astype(np.int64)
+    if y.size and int(y.min()) < -1:
+        raise DatasetError(f"{where} hold {int(y.min())}; use -1 for unlabelled")
+    return y
+
+
+def num_classes_of(y: np.ndarray) -> int:
+    """Classes of labels ``y`` (``-1`` = unlabelled): the largest class ID + 1, at least 1."""
+    return int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1

@@ -15,7 +15,15 @@ import numpy as np
 from fleetgnn.errors import DatasetError, FleetgnnError
 from fleetgnn.graph.csc import Graph, from_edges
 from fleetgnn.graph.edge_time import as_node_time
-from fleetgnn.graph.loaders._io import Table, iter_line_chunks, load_npy, require_file, short
+from fleetgnn.graph.loaders._io import (
+    Table,
+    class_ids,
+    iter_line_chunks,
+    load_npy,
+    num_classes_of,
+    require_file,
+    short,
+)
 from fleetgnn.graph.loaders.splits import check_split_args, split_masks
 
 _CHUNK_LINES = 1 << 20
@@ -230,10 +238,7 @@ def load_edgelist(
                 f"labels '{labels}' must be an integer [N] array of class IDs, -1 = unlabelled "
                 f"(got {y.dtype} {y.shape})"
             )
-        y = y.astype(np.int64)
-        if y.size and int(y.min()) < -1:
-            raise DatasetError(f"labels '{labels}' hold {int(y.min())}; use -1 for unlabelled")
-        node_data["y"] = y
+        node_data["y"] = class_ids(y, f"labels '{labels}'")
     if node_time is not None:
         t = load_npy(node_time, "node times file")
         if t.ndim == 2 and t.shape[1] == 1:
@@ -281,7 +286,7 @@ def load_edgelist(
     num_classes = None
     if "y" in node_data:
         y = node_data["y"]
-        num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
+        num_classes = num_classes_of(y)
         node_data.update(
             split_masks(y, given, split, num_train_per_class, num_val, num_test, split_seed)
         )

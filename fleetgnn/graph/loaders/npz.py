@@ -30,8 +30,10 @@ from fleetgnn.graph.loaders._io import (
     NODE_BYTES,
     READ_ERRORS,
     MemoryBudget,
+    class_ids,
     nbytes_of,
     npy_header,
+    num_classes_of,
     require_file,
     resolve_max_bytes,
 )
@@ -370,11 +372,9 @@ def load_npz(
                 f"'{path}': labels must be an integer array of shape ({n},) (got {y.dtype} "
                 f"{y.shape}); multi-label (sparse labels_*) files are not supported"
             )
-        y = y.astype(np.int64)
-        if y.size and int(y.min()) < -1:
-            raise DatasetError(f"'{path}': labels hold {int(y.min())}; use -1 for unlabelled")
+        y = class_ids(y, f"'{path}': labels")
         node_data["y"] = y
-        num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
+        num_classes = num_classes_of(y)
         node_data.update(
             split_masks(
                 y,

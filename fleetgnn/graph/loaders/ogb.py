@@ -40,6 +40,7 @@ from fleetgnn.graph.loaders._io import (
     MemoryBudget,
     Table,
     iter_line_chunks,
+    num_classes_of,
     require_file,
     resolve_max_bytes,
     short,
@@ -347,7 +348,7 @@ def prepare_ogb(
         num_classes = None
         if y is not None:
             w.put("y", y)
-            num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
+            num_classes = num_classes_of(y)
         split_name = None
         if split_dir is not None:
             split_name = split_dir.name

@@ -37,6 +37,7 @@ from fleetgnn.graph.hetero import REVERSE_PREFIX, HeteroSchema, Relation
 from fleetgnn.graph.loaders._io import (
     MemoryBudget,
     iter_line_chunks,
+    num_classes_of,
     require_file,
     resolve_max_bytes,
     short,
@@ -300,7 +301,7 @@ def prepare_ogb_hetero(
             )
             y = _read_labels(label_file, n_of[target], chunk_rows, counted=LAYOUT_MARK)
             w.put("y", y)
-            num_classes = int(y.max()) + 1 if y.size and int(y.max()) >= 0 else 1
+            num_classes = num_classes_of(y)
         split_name = None
         if split_dir is not None and target is not None:
             split_name = split_dir.name
