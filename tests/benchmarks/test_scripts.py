@@ -54,6 +54,41 @@ def test_bench_sampler_script(tmp_path: Path) -> None:
     assert phases["frontier"] > 0 and phases["sampled_edges"] > 0 and phases["draws"] >= 0
 
 
+def test_bench_temporal_sampler_script(tmp_path: Path) -> None:
+    mod = _script("bench_temporal_sampler")
+    out = tmp_path / "temporal.json"
+    argv = ["--nodes", "3000", "--avg-degree", "5", "--fanouts", "4,3", "--batch-size", "64"]
+    mod.main([*argv, "--times", "50", "--batches", "2", "--repeat", "1", "--out", str(out)])
+    data = json.loads(out.read_text())
+    rows = {r["implementation"]: r for r in data["rows"]}
+    assert data["rows"][0]["ratio_to_fleetgnn_temporal_uniform"] == 1.0
+    assert all(r["edges_per_s"] > 0 and r["edges_per_call"] > 0 for r in rows.values())
+    # the inclusive switch takes edges at the seed's own time too: never fewer candidates
+    inclusive = rows["fleetgnn temporal uniform <= (numpy)"]["edges_per_call"]
+    assert inclusive >= rows["fleetgnn temporal uniform (numpy)"]["edges_per_call"]
+    pyg = {k for k in rows if k.startswith("PyG")} | set(data["skipped"])
+    assert pyg == {"PyG temporal uniform (pyg-lib, <=)", "PyG temporal last (pyg-lib, <=)"}
+
+
+def test_the_temporal_loop_peer_samples_what_fleetgnn_samples() -> None:
+    """The per-seed loop's semantics are the sampler's: with every candidate taken, or the last
+    ``k`` (no draws), both sample the same number of edges from the same seeds and times."""
+    import numpy as np
+    import torch
+
+    from fleetgnn.sampling import GraphTopology, TemporalSampler
+
+    mod = _script("bench_temporal_sampler")
+    g = mod.timed_graph(3000, 8, 100, 0)
+    rng = np.random.default_rng(5)
+    seeds, times = rng.choice(3000, 64, replace=False), rng.integers(0, 100, 64)
+    for fanouts, strategy in (([-1, -1], "uniform"), ([3, 2], "last"), ([5, 1], "last")):
+        s = TemporalSampler(GraphTopology(g), fanouts, strategy=strategy, backend="numpy")
+        blocks = s.sample(torch.from_numpy(seeds), torch.from_numpy(times)).blocks
+        loop = mod.python_temporal(g, fanouts, strategy)(seeds, times)
+        assert sum(b.num_edges for b in blocks) == loop, (fanouts, strategy)
+
+
 def test_bench_dropout_script(tmp_path: Path) -> None:
     _script("bench_dropout").main(
         ["--cases", "Cora input", "--repeat", "1", "--out", str(tmp_path)]
