@@ -349,14 +349,19 @@ def _preflight(cfg: Any, graph: Graph | HeteroGraph) -> None:
     """
     from fleetgnn.config.run import HETERO_MODEL_DEFAULTS
     from fleetgnn.engines.common import require_trainable
+    from fleetgnn.engines.link import refuse_temporal
     from fleetgnn.train import check_device
     from fleetgnn.train.hooks import check_trainer_settings
+    from fleetgnn.train.setup import temporal_kind
 
     check_device(cfg)
     check_trainer_settings(cfg)
     if isinstance(graph, HeteroGraph):
         _typed_preflight(cfg, graph)
         return
+    kind = temporal_kind(cfg, graph)
+    if kind is not None:  # a full graph has no "now": refused before any worker starts
+        refuse_temporal(cfg.train.engine, cfg.train.mode, kind)
     if cfg.train.task == "link" and (graph.y is None or graph.train_mask is None):
         features = "" if graph.x is not None else " and its node features (--features)"
         raise DatasetError(
@@ -449,11 +454,19 @@ def _plan_engine(
 
     from fleetgnn.cli.plan import plan_for
     from fleetgnn.config import engine_spec
+    from fleetgnn.engines.link import temporal_pairs
+    from fleetgnn.train.setup import temporal_kind
 
     graph, path = resolve_dataset(cfg.data, show_progress=progress)
     nproc = int(cfg.train.nproc)
     mode = cfg.train.mode or "auto"
-    plan = plan_for(cfg, graph, None, hardware, nproc, mode, None, target, path)
+    engines, note = None, ""
+    kind = temporal_kind(cfg, graph)
+    if kind is not None and mode != "full":  # mode=full: refused by the preflight, one line
+        # only sampled batches have a "now": the engines that sample this task in time
+        mode, engines = "minibatch", sorted({e for e, _ in temporal_pairs(kind)})
+        note = f" (temporal {kind} task: planned over {', '.join(engines)} in mode=minibatch)"
+    plan = plan_for(cfg, graph, None, hardware, nproc, mode, engines, target, path)
     if plan.choice is None:
         raise ConfigError(f"--engine auto: {plan.reason}")
     train = dataclasses.replace(cfg.train, engine=plan.choice, mode=plan.mode)
@@ -472,7 +485,7 @@ def _plan_engine(
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1) + "\n")
     if not quiet:
-        print(f"planner ({plan.hardware}): {plan.choice}. {plan.reason}", flush=True)
+        print(f"planner ({plan.hardware}): {plan.choice}{note}. {plan.reason}", flush=True)
     return cfg
 
 

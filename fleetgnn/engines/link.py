@@ -107,13 +107,30 @@ def temporal_refusal(
     )
 
 
+def temporal_pairs(kind: str) -> tuple[tuple[str, str], ...]:
+    """The ``(engine, mode)`` pairs that train a temporal ``kind`` task (``"link"``/``"node"``)."""
+    return TEMPORAL_ENGINES if kind == "link" else TEMPORAL_NODE_ENGINES
+
+
+def refuse_temporal(engine: str, mode: str | None, kind: str) -> None:
+    """Raise :class:`ConfigError` if a temporal ``kind`` task cannot train on ``engine``/``mode``.
+
+    ``kind``: ``"link"`` (edge times) or ``"node"`` (node times).
+    """
+    if (engine, mode) in temporal_pairs(kind):
+        return
+    if kind == "link":
+        raise ConfigError(temporal_refusal(engine, mode))
+    what, times = "node classification", "the node and edge times"
+    raise ConfigError(temporal_refusal(engine, mode, what, TEMPORAL_NODE_ENGINES, times))
+
+
 def check_temporal(engine: str, mode: str | None, task: Task | None) -> None:
     """Raise :class:`ConfigError` if temporal ``task`` cannot train on ``engine`` in ``mode``."""
-    if is_temporal(task) and (engine, mode) not in TEMPORAL_ENGINES:
-        raise ConfigError(temporal_refusal(engine, mode))
-    if isinstance(task, TemporalNodeClassification) and (engine, mode) not in TEMPORAL_NODE_ENGINES:
-        what, times = "node classification", "the node and edge times"
-        raise ConfigError(temporal_refusal(engine, mode, what, TEMPORAL_NODE_ENGINES, times))
+    if is_temporal(task):
+        refuse_temporal(engine, mode, "link")
+    if isinstance(task, TemporalNodeClassification):
+        refuse_temporal(engine, mode, "node")
 
 
 def check_task(engine: str, mode: str, task: Task | None) -> None:

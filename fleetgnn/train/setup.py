@@ -194,6 +194,19 @@ def uses_node_time(temporal: str, graph: Graph) -> bool:
     return graph.node_time is not None
 
 
+def temporal_kind(cfg: Config, graph: Graph | HeteroGraph) -> str | None:
+    """``"link"`` or ``"node"`` when ``cfg``'s task on ``graph`` samples in time, else ``None``.
+
+    As :func:`task_from_config` decides (:func:`uses_time`, :func:`uses_node_time`); typed
+    graphs have no times.
+    """
+    if isinstance(graph, HeteroGraph):
+        return None
+    if cfg.train.task == "link":
+        return "link" if uses_time(cfg.train.temporal, graph) else None
+    return "node" if uses_node_time(cfg.train.temporal, graph) else None
+
+
 def task_from_config(cfg: Config, graph: Graph) -> Task:
     """The task of ``train.task`` for ``graph``.
 
