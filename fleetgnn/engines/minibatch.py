@@ -93,7 +93,7 @@ from fleetgnn.engines.temporal_node import (
     check_node_times,
     is_temporal_node,
     node_blocks,
-    temporal_node_metrics,
+    sampled_temporal_node_metrics,
 )
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
@@ -554,18 +554,7 @@ class MinibatchEngine(SampledEngine):
     def evaluate(self) -> dict[str, float]:
         """Node task: accuracies (streaming); link task: AUC/AP/MRR/Hits from summed sums."""
         if is_temporal_node(self.task):  # every split node at its node time, shared over ranks
-            return temporal_node_metrics(
-                self.module,
-                self.sampler,  # type: ignore[arg-type]
-                self.task,  # type: ignore[arg-type]
-                self._features,
-                self.graph,
-                dtype=self.dtype,
-                device=self.device,
-                edges=self.edge_rows,
-                comm=self.comm,
-                chunk=self.eval_chunk,
-            )
+            return sampled_temporal_node_metrics(self)
         if is_temporal(self.task):  # every query embedded at its time, shared over ranks
             return sampled_temporal_metrics(self)
         if self.link:

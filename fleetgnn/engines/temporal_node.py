@@ -21,6 +21,7 @@ engine's batches are not sampled in time.
   last ones are empty), so a store whose reads are collective is read equally often everywhere.
   Evaluation passes the rows to :class:`~fleetgnn.engines.metric_sums.MetricSums`, whose sums are
   all-reduced: every rank reports the numbers one process would.
+- ``minibatch`` evaluates through :func:`sampled_temporal_node_metrics`.
 """
 
 from __future__ import annotations
@@ -197,3 +198,29 @@ def temporal_node_metrics(
         on_sample=on_sample,
     )
     return sums.result(comm if world > 1 else None)
+
+
+def sampled_temporal_node_metrics(engine: Any) -> dict[str, float]:
+    """:func:`temporal_node_metrics` of a sampled distributed engine; collective over ranks.
+
+    Rank ``r`` of ``W`` embeds share ``(r, W)`` of the split nodes with its replica of the model
+    (the parameters are equal on every rank), reading input rows through the engine's
+    ``_features`` (any node's, from the engine's store); the sums are all-reduced, so every rank
+    returns the one-process result.
+
+    ``engine``: a ``minibatch`` engine training a temporal node task (its
+    ``module``, ``sampler``, ``task``, ``_features``, ``graph``, ``dtype``, ``device``, ``comm``,
+    ``eval_chunk`` and, when its model reads edge features, ``edge_rows``).
+    """
+    return temporal_node_metrics(
+        engine.module,
+        engine.sampler,
+        engine.task,
+        engine._features,
+        engine.graph,
+        dtype=engine.dtype,
+        device=engine.device,
+        edges=getattr(engine, "edge_rows", None),
+        comm=engine.comm,
+        chunk=engine.eval_chunk,
+    )
