@@ -75,6 +75,7 @@ TEMPORAL_ENGINES: tuple[tuple[str, str], ...] = (
 TEMPORAL_NODE_ENGINES: tuple[tuple[str, str], ...] = (
     ("reference", "minibatch"),
     ("minibatch", "minibatch"),
+    ("split", "minibatch"),
 )
 
 

@@ -57,6 +57,13 @@ copies), so every rank computes the reference's rows. Evaluation embeds every qu
 time, each rank its share of the queries with its replica of the model, and all-reduces the
 metric sums (:func:`~fleetgnn.engines.temporal_link.sampled_temporal_metrics`).
 
+A temporal node task (:class:`~fleetgnn.tasks.TemporalNodeClassification`) samples the
+reference's seeds each at its node time (:func:`~fleetgnn.engines.temporal_node.node_blocks`,
+stream 0); its rows are ``(seed, node)`` pairs owned as above, the loss the static task's on the
+owned seeds. Evaluation embeds every split node at its node time, the nodes shared over the
+ranks, sums all-reduced
+(:func:`~fleetgnn.engines.temporal_node.sampled_temporal_node_metrics`).
+
 Steps 1-2 of the next step run in a background thread while the current step trains.
 
 Input rows (the store's accounting, :meth:`~fleetgnn.store.UnifiedStore.requests`): training reads
@@ -108,6 +115,12 @@ from fleetgnn.engines.minibatch import MinibatchEngine, resolve_gather
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.engines.temporal_link import EVAL_CHUNK, TemporalEdgeBatches, sampled_temporal_metrics
+from fleetgnn.engines.temporal_node import (
+    check_node_times,
+    is_temporal_node,
+    node_blocks,
+    sampled_temporal_node_metrics,
+)
 from fleetgnn.errors import ConfigError, PartitionError
 from fleetgnn.exchange import HaloSpmm, block_layout, build_plan, requests_from_edges, send_lists
 from fleetgnn.graph import Graph
@@ -481,7 +494,9 @@ class SplitEngine(SampledEngine):
             source it owns (:func:`~fleetgnn.engines.link.split_edge_batch_loss`). A
             :class:`~fleetgnn.tasks.TemporalLinkPrediction` trains on the reference's timed
             edge batch, sampled at the positives' times, its ``(seed, node)`` rows owned by
-            their nodes' owners (see the module docstring).
+            their nodes' owners (see the module docstring); a
+            :class:`~fleetgnn.tasks.TemporalNodeClassification` the reference's seeds, each
+            sampled at its node time.
     """
 
     name = "split"
@@ -520,7 +535,12 @@ class SplitEngine(SampledEngine):
         self.topology = GraphTopology(graph)
         self.sampler = NeighborSampler(self.topology, list(sc.fanouts), seed=self.seed)
         task: Any = self.task
-        if is_temporal(task):  # the reference's timed edge batch, sampled at the pairs' times
+        if is_temporal_node(task):  # the reference's seeds, each sampled at its node time
+            check_node_times(task, graph)
+            self.sampler = TemporalSampler(
+                self.topology, list(sc.fanouts), seed=self.seed, strategy=task.strategy
+            )
+        elif is_temporal(task):  # the reference's timed edge batch, sampled at the pairs' times
             check_link_model(self.module)
             self.sampler = TemporalSampler(
                 self.topology, list(sc.fanouts), seed=self.seed, strategy=task.strategy
@@ -645,7 +665,7 @@ class SplitEngine(SampledEngine):
             seeds, blocks, count = edges.seeds, edges.blocks, edges.global_count
         else:
             seeds = self.loader.batch(epoch, step)
-            blocks = self.sampler.sample(seeds, epoch, step)
+            blocks = node_blocks(self.sampler, self.task, seeds, epoch, step)
             count = int(seeds.numel())
         splits = [
             split_block(b, self.owner[b.src_ids.numpy()], self.rank, self.world_size)
@@ -703,7 +723,7 @@ class SplitEngine(SampledEngine):
             if micro.numel() == 0:
                 continue
             if batch is None:
-                mb = self.sampler.sample(micro, epoch, step, stream=r)
+                mb = node_blocks(self.sampler, self.task, micro, epoch, step, stream=r)
             else:
                 mb = self.edges.part_blocks(batch, micro, epoch, step, stream=r)
             edges += sum(b.num_edges for b in mb)
@@ -831,8 +851,11 @@ class SplitEngine(SampledEngine):
         """Node task: accuracies (streaming); link task: AUC/AP/MRR/Hits from summed sums.
 
         A temporal link task embeds every query at its time, the queries shared over the ranks
-        (:func:`~fleetgnn.engines.temporal_link.sampled_temporal_metrics`).
+        (:func:`~fleetgnn.engines.temporal_link.sampled_temporal_metrics`); a temporal node
+        task every split node at its node time, the nodes shared likewise.
         """
+        if is_temporal_node(self.task):
+            return sampled_temporal_node_metrics(self)
         if is_temporal(self.task):
             return sampled_temporal_metrics(self)
         if self.link:

@@ -2,8 +2,7 @@
 
 A :class:`~fleetgnn.tasks.TemporalNodeClassification` trains on the engines and modes of
 :data:`~fleetgnn.engines.link.TEMPORAL_NODE_ENGINES`; every other one refuses it in one line
-(:func:`~fleetgnn.engines.link.check_temporal`): a full graph has no "now", and the split
-engine's batches are not sampled in time.
+(:func:`~fleetgnn.engines.link.check_temporal`): a full graph has no "now".
 
 - Training (:func:`node_blocks`): a step's seeds are the training nodes
   :class:`~fleetgnn.sampling.SeedLoader` deals, as for static node classification; the
@@ -21,7 +20,9 @@ engine's batches are not sampled in time.
   last ones are empty), so a store whose reads are collective is read equally often everywhere.
   Evaluation passes the rows to :class:`~fleetgnn.engines.metric_sums.MetricSums`, whose sums are
   all-reduced: every rank reports the numbers one process would.
-- ``minibatch`` evaluates through :func:`sampled_temporal_node_metrics`.
+- On ``split`` every rank draws the reference's step (its seeds at their node times, stream 0)
+  and computes the ``(seed, node)`` rows whose node it owns (:mod:`fleetgnn.engines.split`);
+  ``minibatch`` and ``split`` evaluate through :func:`sampled_temporal_node_metrics`.
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ def sampled_temporal_node_metrics(engine: Any) -> dict[str, float]:
     ``_features`` (any node's, from the engine's store); the sums are all-reduced, so every rank
     returns the one-process result.
 
-    ``engine``: a ``minibatch`` engine training a temporal node task (its
+    ``engine``: a ``minibatch`` or ``split`` engine training a temporal node task (its
     ``module``, ``sampler``, ``task``, ``_features``, ``graph``, ``dtype``, ``device``, ``comm``,
     ``eval_chunk`` and, when its model reads edge features, ``edge_rows``).
     """

@@ -10,7 +10,6 @@ from fleetgnn.config import (
     FullGraphEngineConfig,
     OffloadEngineConfig,
     ReferenceEngineConfig,
-    SplitEngineConfig,
 )
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.link import TEMPORAL_NODE_ENGINES
@@ -142,9 +141,8 @@ def _refused(config):
         (FullGraphEngineConfig(), "a full graph has no 'now'"),
         (OffloadEngineConfig(), "a full graph has no 'now'"),
         (ReferenceEngineConfig(mode="full"), "a full graph has no 'now'"),
-        (SplitEngineConfig(), "not sampled in time yet"),
     ],
-    ids=["fullgraph", "offload", "reference-full", "split"],
+    ids=["fullgraph", "offload", "reference-full"],
 )
 def test_engines_that_cannot_sample_in_time_refuse_in_one_line(config, why):
     msg = _refused(config)
