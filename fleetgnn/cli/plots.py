@@ -259,6 +259,10 @@ def final_metrics(run: RunRecord) -> dict[str, Any]:
     s = run.summary or {}
     full = _full_epochs(run)
     traffic = [sum(float(v) for v in (r.get("traffic") or {}).values()) for r in full]
+    kinds: dict[str, float] = {}
+    for r in full:
+        for kind, v in (r.get("traffic") or {}).items():
+            kinds[kind] = kinds.get(kind, 0.0) + float(v)
     out = {
         "run": run.name,
         "task": run.task,
@@ -270,6 +274,8 @@ def final_metrics(run: RunRecord) -> dict[str, Any]:
         "best_epoch": s.get("best_epoch", None if best is None else best["epoch"]),
         "epoch_time_s": _mean([_number(r.get("epoch_time_s")) for r in full]),
         "bytes_per_epoch": _mean(traffic),
+        # the link kind that moved the most bytes (None: nothing moved)
+        "main_link": max(kinds, key=kinds.__getitem__) if any(kinds.values()) else None,
         "status": str(s.get("stopped", "done")) if run.summary is not None else "unfinished",
     }
     for key in _QUALITY_KEYS:
@@ -284,14 +290,30 @@ def _fmt(value: Any, spec: str) -> str:
     return format(value, spec)
 
 
+#: The table's note when runs' bytes are of different link kinds.
+BYTES_NOTE = (
+    "bytes/ep: the traffic meter per epoch, named by its largest kind (local: rows read where "
+    "they live; peer, net: between ranks; h2d, disk: from host memory or disk); engines meter "
+    "different things (fullgraph: its halo exchange only), so compare bytes of one kind"
+)
+
+
+def _bytes_cell(total: float, link: str | None) -> str:
+    if not math.isfinite(total):
+        return "-"
+    return human_bytes(total) + ("" if link is None else f" {link}")
+
+
 def render_table(runs: Sequence[RunRecord], console: Console | None = None) -> None:
     """Print one row of final metrics per run (rich table).
 
     Columns: the run, engine (``xN``: N ranks), model, epochs run (``*``: unfinished, no
     ``summary.json``), last training loss, the best-validation epoch and the metrics there
     (node runs: validation and test accuracy; link runs: validation and test AUC, and test AP),
-    and mean seconds and bytes moved per full epoch. Node and link runs together share the
-    ``val`` and ``test`` columns (accuracy or AUC), and a ``task`` column says which each is.
+    and mean seconds and bytes moved per full epoch (runs whose bytes are mostly of different
+    link kinds name each run's kind, with a note on what the meters count). Node and link runs
+    together share the ``val`` and ``test`` columns (accuracy or AUC), and a ``task`` column
+    says which each is.
     """
     console = console or Console()
     metrics = [final_metrics(run) for run in runs]
@@ -299,7 +321,13 @@ def render_table(runs: Sequence[RunRecord], console: Console | None = None) -> N
     # headers on two lines and columns one space apart: a link run's row fits 80 columns;
     # node and link runs together share the val and test columns, and a task column says which
     metric = {"node": "\nacc", "link": "\nauc"}[next(iter(tasks))] if len(tasks) == 1 else ""
-    table = Table(title="fleetgnn runs", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
+    table = Table(
+        title="fleetgnn runs",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 0),
+        caption_justify="left",
+    )
     table.add_column("run")
     table.add_column("engine", no_wrap=True)
     table.add_column("model")
@@ -311,6 +339,8 @@ def render_table(runs: Sequence[RunRecord], console: Console | None = None) -> N
         table.add_column("test\nap", justify="right")
     table.add_column("s/ep", justify="right")
     table.add_column("bytes/ep", justify="right", no_wrap=True)
+    # runs whose bytes are of different kinds: each cell names its kind, and a note says why
+    mixed = len({m["main_link"] for m in metrics if m["main_link"]}) > 1
     for run, m in zip(runs, metrics, strict=True):
         epochs = str(m["epochs"]) + ("" if run.summary is not None else "*")
         engine = run.engine + (f" x{run.world_size}" if run.world_size > 1 else "")
@@ -327,9 +357,11 @@ def render_table(runs: Sequence[RunRecord], console: Console | None = None) -> N
             _fmt(m[f"test_{key}"], ".3f"),
             *([_fmt(m["test_ap"], ".3f")] if "link" in tasks else []),
             _fmt(m["epoch_time_s"], ".3f"),
-            "-" if not math.isfinite(m["bytes_per_epoch"]) else human_bytes(m["bytes_per_epoch"]),
+            _bytes_cell(m["bytes_per_epoch"], m["main_link"] if mixed else None),
         )
     notes = ["val, test: accuracy of node runs, AUC of link runs"] if len(tasks) > 1 else []
+    if mixed:
+        notes.append(BYTES_NOTE)
     if any(run.summary is None for run in runs):
         notes.append("* unfinished: no summary.json (still running or interrupted)")
     table.caption = "\n".join(notes) or None

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from fleetgnn.cli.main import main
-from fleetgnn.cli.plots import PHASES, load_runs, plot_runs, report
+from fleetgnn.cli.plots import PHASES, load_runs, plot_runs, render_table, report
 from fleetgnn.errors import FleetgnnError
 from fleetgnn.graph import write_dataset
 from fleetgnn.graph.synthetic import generate_graph, spec_for
@@ -202,3 +202,16 @@ def test_runs_compare_bytes_per_link_kind_only(tmp_path):
     # several runs: one colour per run, the split still told by its line style
     styles = {(line.get_color(), line.get_linestyle()) for line in acc.get_lines()}
     assert len(styles) == 6 and len({c for c, _ in styles}) == 2
+
+
+def test_the_table_names_each_runs_link_kind_when_they_differ(tmp_path, capsys):
+    ref = _fake_run(tmp_path / "ref", 3, "reference", {"local": 15_500_000, "peer": 0})
+    fg = _fake_run(tmp_path / "fg", 3, "fullgraph", {"peer": 592_000, "local": 0}, world_size=2)
+    render_table(load_runs([ref, fg]))
+    table = capsys.readouterr().out
+    assert "15.5 MB local" in table and "592.0 KB peer" in table
+    assert "fullgraph: its halo exchange only" in " ".join(table.split())
+    # runs whose bytes are of one kind: bare numbers, no note
+    render_table(load_runs([ref]))
+    table = capsys.readouterr().out
+    assert "15.5 MB" in table and "local" not in table and "bytes/ep:" not in table
