@@ -67,6 +67,17 @@ def test_binary_features_are_exact_in_every_dtype():
         assert torch.equal(feature_codec(name).round_trip(x), x), name
 
 
+def test_the_bundled_coras_features_are_exact_in_every_dtype():
+    """So every model trained on Cora (GCN, GAE) reads bit-identical inputs whatever the stored
+    dtype: Cora's runs per stored dtype are its float32 runs (docs/training.md)."""
+    from fleetgnn.graph.loaders.bundled import DATA_DIR
+    from fleetgnn.graph.loaders.planetoid import load_planetoid
+
+    x = torch.from_numpy(np.asarray(load_planetoid(DATA_DIR / "planetoid", "cora").x))
+    for name in FEATURE_DTYPES:
+        assert torch.equal(feature_codec(name).round_trip(x), x), name
+
+
 def test_errors():
     with pytest.raises(GraphError, match="unknown feature dtype 'int4'"):
         feature_codec("int4")
