@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from fleetgnn.config.knobs import FEATURE_DTYPE_ALIASES, FEATURE_DTYPES
-from fleetgnn.graph.csc import GraphError
+from fleetgnn.errors import GraphError
 
 #: The largest finite float8 e4m3 value (``torch.finfo(torch.float8_e4m3fn).max``).
 FP8_MAX = 448.0
@@ -104,7 +104,8 @@ class FeatureCodec:
         if not self.scaled:
             return rows.view(self.float_dtype).to(dtype)
         f = rows.shape[1] - 4
-        scale = rows[:, f:].contiguous().view(torch.float32)  # [n, 1]
+        # a copy: a view's offset (one row of width F % 4 != 0) may not be float-aligned
+        scale = rows[:, f:].clone(memory_format=torch.contiguous_format).view(torch.float32)
         out = rows[:, :f].view(self.float_dtype).to(dtype)
         return out.mul_(scale.to(dtype))  # in place: no second [n, F] output
 

@@ -50,6 +50,7 @@ from fleetgnn.graph.edge_time import (
     check_time_order,
 )
 from fleetgnn.graph.files import create_npy
+from fleetgnn.graph.row_array import RowArray
 
 SPLITS: tuple[str, ...] = ("train_mask", "val_mask", "test_mask")
 _DEGREE_BLOCK = 1 << 23  # indices counted per step by Graph.out_degrees (64 MiB as int64)
@@ -339,7 +340,9 @@ class Graph:
     Args:
         indptr: int64 ``[N + 1]`` CSC offsets.
         indices: int ``[E]`` source of each edge, grouped by destination.
-        x: Optional node features ``[N, F]``.
+        x: Optional node features ``[N, F]``: a float array, or a
+            :class:`~fleetgnn.graph.row_array.RowArray` (rows a dataset stores compact, read
+            as floats: :mod:`fleetgnn.graph.compact_rows`).
         y: Optional labels ``[N]``: ``0 <= y < num_classes`` or ``-1`` for unlabelled nodes.
         train_mask: Optional bool ``[N]``.
         val_mask: Optional bool ``[N]``.
@@ -361,7 +364,7 @@ class Graph:
 
     indptr: np.ndarray
     indices: np.ndarray
-    x: np.ndarray | None = None
+    x: np.ndarray | RowArray | None = None
     y: np.ndarray | None = None
     train_mask: np.ndarray | None = None
     val_mask: np.ndarray | None = None
@@ -418,7 +421,7 @@ class Graph:
             arr = getattr(self, name)
             if arr is None:
                 continue
-            if not isinstance(arr, np.ndarray):
+            if not isinstance(arr, np.ndarray) and not (name == "x" and isinstance(arr, RowArray)):
                 raise GraphError(f"'{name}' must be a numpy array (got {type(arr).__name__})")
             if arr.shape[:1] != (n,):
                 raise GraphError(
@@ -691,7 +694,10 @@ class Graph:
             self._permuted_edges(perm, inv, lo, hi, indptr, indices, new_edges)
             data: dict[str, object] = {}
             if node_data:
-                data = {k: np.asarray(v)[perm] for k, v in self.node_data().items()}
+                data = {  # compact rows stay compact
+                    k: v.take(perm) if isinstance(v, RowArray) else np.asarray(v)[perm]
+                    for k, v in self.node_data().items()
+                }
             data.update(new_edges)
             return Graph(
                 indptr=indptr,

@@ -6,7 +6,7 @@ Layout (format version 1)::
                           "num_classes", "arrays": {name: {"dtype", "shape"}}, ...}
     DIR/indptr.npy       int64 [N + 1]   CSC offsets
     DIR/indices.npy      int32/int64 [E] in-neighbours, grouped by destination
-    DIR/x.npy            float [N, F]    (optional)
+    DIR/x.npy            float [N, F]    (optional; or compact: see below)
     DIR/y.npy            int64 [N]       (optional, -1 = unlabelled)
     DIR/{train,val,test}_mask.npy  bool [N]  (optional)
     DIR/node_time.npy    int64 [N]       (optional) node times >= 0 (when each label is asked)
@@ -24,6 +24,14 @@ otherwise. The key is optional: a dataset without it (any written before it exis
 ``edge_time.npy`` is there) and ``"edge_time_range"`` (``[min, max]``, ``null`` without edges),
 written with every dataset that has edge times, and ``"has_node_time"`` / ``"node_time_range"``
 (``null`` without nodes) with every dataset that has node times; a dataset without them has none.
+
+With ``"feature_dtype"`` (``bfloat16``, ``float16`` or ``float8_e4m3``: ``fleetgnn prepare
+--feature-dtype``) ``x.npy`` holds the feature rows in that codec's stored form (``uint16
+[N, F]`` bf16 bits, ``float16 [N, F]``, ``uint8 [N, F + 4]``) and ``"feature_read_dtype"`` names
+the float they read back as; opened, ``x`` is a :class:`~fleetgnn.graph.compact_rows.CompactRows`
+(see :mod:`fleetgnn.graph.compact_rows`). A reader without the key refuses such a ``x.npy`` in
+one line (``'x' must be a float array``), except a float16 one, which it reads as float16 rows:
+the same values, so the format version is unchanged.
 
 Writing goes through :class:`DatasetWriter`: arrays are created as ``.npy`` memory maps in a
 temporary sibling directory (``.NAME.tmp-<pid>-<tag>-<random>``, so that a later run can sweep it
@@ -67,6 +75,7 @@ from fleetgnn.graph.files import (
     swap_in_progress,
     temp_prefix,
 )
+from fleetgnn.graph.row_array import RowArray
 from fleetgnn.graph.verify import CHECK_VERSION, check_values, fingerprint
 
 FORMAT_VERSION = 1
@@ -129,9 +138,24 @@ class DatasetWriter:
         out: Target directory; must not exist unless ``overwrite``.
         name: Dataset name stored in ``meta.json``.
         overwrite: Replace an existing dataset at ``out`` (only after the new one is complete).
+        feature_dtype: Write ``x`` in this stored form (``store.feature_dtype``'s names and short
+            names, :mod:`fleetgnn.graph.compact_rows`): ``x`` put whole is encoded block by
+            block; ``x`` made with :meth:`create` is filled as floats and converted, block by
+            block, by :meth:`commit` (the float file is removed then). ``float32`` writes plain
+            float32 rows. ``None``: as given.
+
+    Raises:
+        DatasetError: An unknown ``feature_dtype`` (before anything is written).
     """
 
-    def __init__(self, out: str | os.PathLike[str], name: str, overwrite: bool = False) -> None:
+    def __init__(
+        self,
+        out: str | os.PathLike[str],
+        name: str,
+        overwrite: bool = False,
+        feature_dtype: str | None = None,
+    ) -> None:
+        self.codec = writer_codec(feature_dtype)
         self.out = Path(out)
         self.name = name
         self.overwrite = overwrite
@@ -143,6 +167,8 @@ class DatasetWriter:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(self.out.name), dir=self.out.parent))
         self._arrays: dict[str, np.ndarray] = {}
+        self._float_x: np.ndarray | None = None  # x as created, before commit converts it
+        self._x_stored: tuple[Any, str] | None = None  # compact x: (its codec, read as)
         self._done = False
 
     #: The end of a disk-full message about a dataset being written.
@@ -178,6 +204,9 @@ class DatasetWriter:
         dt = np.dtype(dtype)
         if dt.byteorder not in ("=", "|"):
             dt = dt.newbyteorder("=")
+        if name == "x" and self.codec is not None:  # floats, converted by commit
+            self._float_x = self.scratch("x.float.npy", dt, tuple(shape))
+            return self._float_x
         arr = create_npy(self.tmp / f"{name}.npy", dt, tuple(shape), self.DISK_FULL_FIX)
         self._arrays[name] = arr
         return arr
@@ -189,9 +218,19 @@ class DatasetWriter:
         """
         return create_npy(self.tmp / filename, dtype, tuple(shape), self.DISK_FULL_FIX)
 
-    def put(self, name: str, values: np.ndarray) -> None:
-        """Write a whole array, copied in chunks of bounded size."""
-        values = values if isinstance(values, np.ndarray) else np.asarray(values)
+    def put(self, name: str, values: np.ndarray | RowArray) -> None:
+        """Write a whole array, copied in chunks of bounded size.
+
+        ``x`` as :class:`~fleetgnn.graph.compact_rows.CompactRows` is written as stored (its
+        stored rows, bit for bit) without a ``feature_dtype`` or with its own; decoded with
+        ``float32``; another ``feature_dtype`` is refused (it would round the rows twice).
+        """
+        if name == "x" and (self.codec is not None or isinstance(values, RowArray)):
+            self._put_x(values)
+        else:
+            self._copy_in(name, values if isinstance(values, np.ndarray) else np.asarray(values))
+
+    def _copy_in(self, name: str, values: np.ndarray) -> None:
         out = self.create(name, values.dtype, values.shape)
         row_bytes = max(1, values.itemsize * int(np.prod(values.shape[1:], dtype=np.int64)))
         step = max(1, _COPY_CHUNK_BYTES // row_bytes)
@@ -214,9 +253,17 @@ class DatasetWriter:
         for req in REQUIRED:
             if req not in self._arrays:
                 raise DatasetError(f"dataset is missing required array {req!r}")
+        if self._float_x is not None:
+            self._put_x(self._float_x)
+            self._float_x = None
+            (self.tmp / "x.float.npy").unlink()
         arrays = self._flush()
         indptr = self._arrays["indptr"]
         x = self._arrays.get("x")
+        if x is not None and self._x_stored is not None:  # compact rows: F, how to read them
+            codec, read = self._x_stored
+            extra = {"feature_dtype": codec.name, "feature_read_dtype": read, **extra}
+            x = x[:, : x.shape[1] - (4 if codec.scaled else 0)]
         meta = {
             "format_version": FORMAT_VERSION,
             "name": self.name,
@@ -235,6 +282,7 @@ class DatasetWriter:
             check_values(
                 {name: self.tmp / f"{name}.npy" for name in arrays},
                 num_classes=meta["num_classes"],
+                feature_dtype=meta.get("feature_dtype"),
             )
         except GraphError as err:
             raise DatasetError(f"the dataset written to '{self.out}' is invalid: {err}") from err
@@ -247,6 +295,39 @@ class DatasetWriter:
             meta[f"has_{kind}_time"] = True
             meta[f"{kind}_time_range"] = None if span is None else list(span)
         return self._publish(meta, arrays, time.perf_counter() - t0)
+
+    def _put_x(self, values: np.ndarray | RowArray) -> None:
+        """Write ``x`` in the stored form of :attr:`codec` (or as ``values`` store it)."""
+        from fleetgnn.graph.compact_rows import NUMPY_BITS, CompactRows, encode_rows, stored_shape
+
+        codec = self.codec
+        if isinstance(values, CompactRows) and (codec is None or codec.name == values.codec.name):
+            self._x_stored = (values.codec, values.dtype.name)
+            self._copy_in("x", values.stored)
+            return
+        if isinstance(values, CompactRows) and codec is not None and codec.name != "float32":
+            raise DatasetError(
+                f"the features are stored as {values.codec.name}; writing them as {codec.name} "
+                f"would round them twice: prepare the dataset again from its source with "
+                f"--feature-dtype {codec.name}"
+            )
+        if codec is None:
+            self._copy_in("x", np.asarray(values))
+            return
+        if values.ndim != 2 or not np.issubdtype(values.dtype, np.floating):
+            raise DatasetError(
+                f"'x' must be a 2-D float array to store as {codec.name} "
+                f"(got {values.dtype} {tuple(values.shape)})"
+            )
+        n, f = (int(v) for v in values.shape)
+        if codec.name != "float32":
+            self._x_stored = (codec, np.dtype(values.dtype).name)
+        shape = stored_shape(codec, n, f)
+        out = create_npy(self.tmp / "x.npy", NUMPY_BITS[codec.name], shape, self.DISK_FULL_FIX)
+        self._arrays["x"] = out
+        step = max(1, _COPY_CHUNK_BYTES // max(1, f * max(4, np.dtype(values.dtype).itemsize)))
+        for lo in range(0, n, step):
+            out[lo : lo + step] = encode_rows(values[lo : lo + step], codec)
 
     def _flush(self) -> dict[str, dict[str, Any]]:
         """Flush every array written; their ``{"dtype", "shape"}`` specs by name."""
@@ -273,6 +354,22 @@ class DatasetWriter:
         replace_dir(self.tmp, self.out)
         self._done = True
         return self.out
+
+
+def writer_codec(feature_dtype: str | None) -> Any:
+    """The codec ``x`` is written in for ``feature_dtype`` (``None``: as given).
+
+    Raises:
+        DatasetError: An unknown name (one line naming the valid ones).
+    """
+    if feature_dtype is None:
+        return None
+    from fleetgnn.graph.compact import feature_codec
+
+    try:
+        return feature_codec(feature_dtype)
+    except GraphError as err:
+        raise DatasetError(f"feature_dtype (--feature-dtype): {err}") from None
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -372,7 +469,11 @@ def _json_depth(value: Any) -> int:
 
 
 def write_dataset(
-    graph: Graph, out: str | os.PathLike[str], overwrite: bool = False, **extra: Any
+    graph: Graph,
+    out: str | os.PathLike[str],
+    overwrite: bool = False,
+    feature_dtype: str | None = None,
+    **extra: Any,
 ) -> Path:
     """Write ``graph`` as a dataset directory (atomically, chunked).
 
@@ -380,12 +481,15 @@ def write_dataset(
         graph: The graph to write (its arrays may themselves be memory maps).
         out: Target directory.
         overwrite: Replace an existing directory once the new one is complete.
+        feature_dtype: Store the feature rows compact (``"bfloat16"``, ``"float16"``,
+            ``"float8_e4m3"`` or their short names; ``"float32"``: plain float32 rows); ``None``:
+            as ``graph.x`` holds them (see :class:`DatasetWriter`).
         **extra: Additional JSON-serialisable fields for ``meta.json`` (e.g. ``source``).
 
     Returns:
         The dataset directory.
     """
-    with DatasetWriter(out, name=graph.name, overwrite=overwrite) as w:
+    with DatasetWriter(out, name=graph.name, overwrite=overwrite, feature_dtype=feature_dtype) as w:
         w.put("indptr", graph.indptr)
         w.put("indices", graph.indices)
         for name, arr in graph.node_data().items():
@@ -523,6 +627,7 @@ def check_meta(meta: dict[str, Any], where: Path) -> None:
     if "feature_norm" in meta:
         _check_feature_norm(meta["feature_norm"], f"'{where}': feature_norm")
     _check_time_meta(meta, where)
+    _check_feature_meta(meta, where)
     arrays = meta["arrays"]
     if not isinstance(arrays, dict):
         raise _meta_error(where, "arrays", arrays, "expected an object {name: {dtype, shape}}")
@@ -569,6 +674,37 @@ def _check_time_meta(meta: dict[str, Any], where: Path) -> None:
             raise _meta_error(
                 where, f"{name}_range", span, "expected null or [min, max], 0 <= min <= max"
             )
+
+
+#: ``meta.json``'s ``feature_dtype`` (compact feature rows) -> ``x.npy``'s dtype and extra columns.
+_COMPACT_X: dict[str, tuple[str, int]] = {
+    "bfloat16": ("<u2", 0),
+    "float16": ("<f2", 0),
+    "float8_e4m3": ("|u1", 4),
+}
+
+
+def _check_feature_meta(meta: dict[str, Any], where: Path) -> None:
+    """``feature_dtype`` / ``feature_read_dtype``: a compact codec whose ``x.npy`` is listed."""
+    name = meta.get("feature_dtype")
+    if name is None:
+        return
+    if name not in _COMPACT_X:
+        raise _meta_error(where, "feature_dtype", name, f"expected one of {', '.join(_COMPACT_X)}")
+    read = meta.get("feature_read_dtype")
+    if read not in ("float16", "float32", "float64"):
+        raise _meta_error(
+            where, "feature_read_dtype", read, "expected 'float16', 'float32' or 'float64'"
+        )
+    spec = meta["arrays"].get("x") if isinstance(meta["arrays"], dict) else None
+    dtype, extra = _COMPACT_X[name]
+    want = [meta["num_nodes"], meta["num_features"] + extra]
+    if (
+        not isinstance(spec, dict)
+        or np.dtype(spec.get("dtype", "")) != np.dtype(dtype)
+        or (spec.get("shape") != want)
+    ):
+        raise _meta_error(where, "arrays.x", spec, f"{name} rows: {dtype} of shape {want}")
 
 
 def _check_spec_dtype(value: Any, where: Path, key: str) -> np.dtype:
@@ -718,7 +854,9 @@ def _open_dataset(
     for req in REQUIRED:
         if req not in specs:
             raise DatasetError(f"{root / META} lists no {req!r} array; re-create the dataset")
-    arrays = {name: _load_array(root, name, spec, mmap) for name, spec in specs.items()}
+    arrays: dict[str, Any] = {
+        name: _load_array(root, name, spec, mmap) for name, spec in specs.items()
+    }
     n, e = int(meta["num_nodes"]), int(meta["num_edges"])
     if arrays["indptr"].shape != (n + 1,) or arrays["indices"].shape != (e,):
         raise DatasetError(
@@ -742,9 +880,19 @@ def _open_dataset(
             )
     if validate == "full":
         verify_dataset(
-            root, list(specs), meta.get("num_classes"), progress, record=record, quiet=quiet
+            root,
+            list(specs),
+            meta.get("num_classes"),
+            progress,
+            record=record,
+            quiet=quiet,
+            feature_dtype=meta.get("feature_dtype"),
         )
         validate = "structure"
+    if meta.get("feature_dtype") is not None:  # compact rows, read back as floats
+        from fleetgnn.graph.compact_rows import compact_rows
+
+        arrays["x"] = compact_rows(arrays["x"], meta)
     try:
         return Graph(
             num_classes=meta.get("num_classes"),
@@ -764,6 +912,7 @@ def verify_dataset(
     *,
     record: bool = True,
     quiet: bool = False,
+    feature_dtype: str | None = None,
 ) -> float:
     """Check every value of a dataset directory's arrays; record the stamp if asked.
 
@@ -778,6 +927,8 @@ def verify_dataset(
         progress: Called as ``progress(done_bytes, total_bytes)``.
         record: Write ``verified.json`` once the check passes.
         quiet: No warning when the stamp cannot be written.
+        feature_dtype: ``meta.json``'s ``feature_dtype``: ``x`` is checked as the values its
+            compact rows read back.
 
     Returns:
         The seconds the check took.
@@ -793,6 +944,7 @@ def verify_dataset(
             {name: root / f"{name}.npy" for name in names},
             num_classes=num_classes,
             progress=progress,
+            feature_dtype=feature_dtype,
         )
     except GraphError as err:
         raise DatasetError(f"dataset '{root}' is invalid: {err}") from err

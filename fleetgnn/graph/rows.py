@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.graph.loaders._io import memory_available, memory_total
+from fleetgnn.graph.row_array import RowArray
 
 __all__ = [
     "CACHED_FRACTION",
@@ -124,6 +125,10 @@ class RowReader:
     See the module docstring. Thread-safe (``pread`` takes its own position; the mapping is
     only read); the file stays open until :meth:`close` (or until the reader is collected).
 
+    A :class:`~fleetgnn.graph.row_array.RowArray` (a dataset's compact feature rows) is read
+    from its stored rows' file and decoded: :meth:`take` returns the rows it reads as, while
+    :attr:`shape`, :attr:`dtype` and :attr:`row_bytes` describe the stored rows.
+
     Args:
         array: The rows (``[N, ...]``), or the path of a ``.npy`` file.
         cached: How a call reads a file's rows: ``"auto"`` (by the page-cache probe),
@@ -151,6 +156,9 @@ class RowReader:
         self.read_ahead = False
         if isinstance(array, (str, os.PathLike)):
             array = np.load(array, mmap_mode="r")
+        self._decode = None
+        if isinstance(array, RowArray):  # read as stored, decoded by take
+            self._decode, array = array.decode, array.stored
         self.array = array
         self.shape: tuple[int, ...] = tuple(int(n) for n in array.shape)
         self.dtype = np.dtype(array.dtype)
@@ -182,6 +190,11 @@ class RowReader:
         Raises:
             IndexError: An ID outside ``[0, N)``.
         """
+        out = self._take(ids)
+        return out if self._decode is None else self._decode(out)
+
+    def _take(self, ids: np.ndarray) -> np.ndarray:
+        """The stored rows ``ids`` (see :meth:`take`)."""
         ids = np.asarray(ids, dtype=np.int64)
         out = np.empty((ids.size, *self.shape[1:]), dtype=self.dtype)
         if ids.size == 0:

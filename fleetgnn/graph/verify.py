@@ -151,6 +151,7 @@ def check_values(
     num_classes: int | None,
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
+    feature_dtype: str | None = None,
 ) -> int:
     """Check every value of a dataset's arrays, streaming the files in bounded memory.
 
@@ -164,6 +165,8 @@ def check_values(
         block_bytes: Bytes read at a time over all arrays (memory used: about this much, plus
             a quarter of it for temporaries).
         progress: Called as ``progress(done_bytes, total_bytes)`` after each block.
+        feature_dtype: ``x`` holds compact rows of this codec
+            (:mod:`~fleetgnn.graph.compact_rows`): its values are checked as they read back.
 
     Returns:
         The bytes of array data checked.
@@ -190,8 +193,19 @@ def check_values(
         _check_indptr(readers["indptr"], e, ptr_rows, tick)
     with _open({k: paths[k] for k in edge_names}, edge_rows) as readers:
         _check_edges(readers, n, e, edge_rows, tick)
+    decode = None
+    if feature_dtype is not None:
+        from fleetgnn.graph.compact import feature_codec
+        from fleetgnn.graph.compact_rows import bits_tensor
+
+        codec = feature_codec(feature_dtype)
+        assert codec is not None
+
+        def decode(raw: np.ndarray) -> np.ndarray:
+            return codec.decode(bits_tensor(raw, codec)).numpy()
+
     with _open({k: paths[k] for k in node_names}, node_rows) as readers:
-        _check_nodes(readers, node_names, n, num_classes, node_rows, tick)
+        _check_nodes(readers, node_names, n, num_classes, node_rows, tick, decode)
     if "edge_time" in paths:
         time_rows = max(1, block_bytes // 16)  # edge times and indptr entries, side by side
         with _open({"indptr": paths["indptr"], "edge_time": paths["edge_time"]}, time_rows) as r:
@@ -367,7 +381,9 @@ def _check_nodes(
     num_classes: int | None,
     rows: int,
     tick: _Ticks,
+    decode: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> None:
+    """The node arrays' checks; ``decode``: how ``x``'s stored rows read back (compact rows)."""
     masks = [k for k in _MASKS if k in names]
     for lo in range(0, n, rows):
         hi = min(n, lo + rows)
@@ -409,7 +425,8 @@ def _check_nodes(
                         f"{lo + int(unl[0])}); drop them from the split or give them labels"
                     )
         if "x" in blocks:
-            _check_finite("x", blocks["x"], lo, "node")
+            x = blocks["x"] if decode is None else decode(blocks["x"])
+            _check_finite("x", x, lo, "node")
         t = blocks.get("node_time")
         if t is not None and t.size and int(t.min()) < 0:
             pos = int(np.flatnonzero(t < 0)[0])
