@@ -16,6 +16,7 @@ from rich.table import Table
 
 from fleetgnn.graph.csc import SPLITS
 from fleetgnn.graph.dataset import TYPED_KIND, dataset_kind, open_dataset, read_meta, stamp_problem
+from fleetgnn.graph.row_array import RowArray
 from fleetgnn.graph.verify import iter_rows
 
 _STAT_BYTES = 32 << 20  # bytes of x read per step for feature statistics
@@ -78,7 +79,10 @@ def dataset_info(
         "num_classes": graph.num_classes,
         "format_version": meta["format_version"],
         "index_dtype": str(graph.indices.dtype),
-        "feature_dtype": str(graph.x.dtype) if graph.x is not None else None,
+        # the dtype x.npy stores (a compact codec's name: meta.json's feature_dtype)
+        "feature_dtype": meta.get("feature_dtype", str(graph.x.dtype))
+        if graph.x is not None
+        else None,
         "weighted": graph.edge_weight is not None,
         # [min, max] of the edge times (meta.json's, checked with the values), None: untimed
         "edge_time": _time_info(graph.edge_time, meta.get("edge_time_range")),
@@ -106,7 +110,9 @@ def dataset_info(
     if graph.x is not None and n:
         total, sq, cnt = 0.0, 0.0, 0
         # blocks read into one buffer (no float64 copy, no mapped pages left resident)
-        for _, block in iter_rows(Path(path) / "x.npy", _STAT_BYTES):
+        decode = graph.x.decode if isinstance(graph.x, RowArray) else None  # compact rows
+        for _, raw in iter_rows(Path(path) / "x.npy", _STAT_BYTES):
+            block = raw if decode is None else decode(raw)
             total += float(block.sum(dtype=np.float64))
             sq += float(np.square(block).sum(dtype=np.float64))
             cnt += block.size

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from fleetgnn.config.units import UNLIMITED
 from fleetgnn.graph import Graph
-from fleetgnn.graph.compact import feature_codec
+from fleetgnn.graph.compact_rows import stored_row_bytes
 from fleetgnn.partition import partition
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
 from fleetgnn.store import SOURCE_LINKS, plan_partitioned
@@ -233,11 +233,7 @@ def presample_hotness(
 
 def _row_bytes(graph: Graph, feature_dtype: str | None) -> int:
     """Bytes of one feature row as the store holds it (0 without features)."""
-    if graph.x is None:
-        return 0
-    codec = feature_codec(feature_dtype)
-    width = int(graph.x.shape[1])
-    return width * graph.x.dtype.itemsize if codec is None else codec.row_bytes(width)
+    return stored_row_bytes(graph.x, feature_dtype)
 
 
 def _replayed_steps(

@@ -14,6 +14,7 @@ from fleetgnn.config.knobs import FEATURE_DTYPES
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.compact import feature_codec
+from fleetgnn.graph.compact_rows import CompactRows
 from fleetgnn.nn import build_model
 from fleetgnn.nn.gat_conv import GATConv
 from fleetgnn.nn.gcn_conv import GCNConv
@@ -194,8 +195,9 @@ class Workload:
 
         With ``feature_dtype`` the compact row's
         (:meth:`FeatureCodec.row_bytes <fleetgnn.graph.compact.FeatureCodec.row_bytes>`, e.g.
-        ``2 F`` for bfloat16, ``F + 4`` for float8); else the dataset's ``F * itemsize``; else
-        (counts only) ``F * elem`` (default ``model.elem``).
+        ``2 F`` for bfloat16, ``F + 4`` for float8); else the dataset's stored row (``F *
+        itemsize``, or a dataset written compact: its stored row); else (counts only) ``F *
+        elem`` (default ``model.elem``).
         """
         if self.graph is not None and self.graph.x is not None:
             return feature_row_bytes(self.graph, self.feature_dtype)
@@ -210,9 +212,9 @@ class Workload:
         computed = f"float{self.model.elem * 8}"
         if self.feature_dtype is None:
             if self.graph is not None and self.graph.x is not None:
-                return (
-                    f"feature rows stored as the dataset's {self.graph.x.dtype}, {row:,} B per row"
-                )
+                x = self.graph.x
+                stored = x.codec.name if isinstance(x, CompactRows) else x.dtype
+                return f"feature rows stored as the dataset's {stored}, {row:,} B per row"
             return f"feature rows stored as {computed} (as computed), {row:,} B per row"
         plain = self.num_features * self.model.elem
         return (

@@ -22,6 +22,7 @@ from fleetgnn.distributed.context import auto_device_type
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.compact import feature_codec
+from fleetgnn.graph.compact_rows import applied_feature_dtype
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn import check_model
 from fleetgnn.nn.pyg import PygModel
@@ -575,7 +576,8 @@ def node_features(
 
     With ``feature_dtype`` (``store.feature_dtype``) each row first takes the values its
     compact stored form reads back (:func:`stored_values`), as the unified store's gather
-    returns them.
+    returns them; a dataset written compact reads its rows as stored
+    (:func:`~fleetgnn.graph.compact_rows.applied_feature_dtype`).
 
     One copy: the ``[N, F]`` result of ``dtype`` is filled in row blocks of about
     :data:`FEATURE_BLOCK_BYTES`, each converted and normalised in place (the values of
@@ -589,7 +591,7 @@ def node_features(
     """
     _check_feature_norm(feature_norm)
     x = graph.x
-    codec = feature_codec(feature_dtype)
+    codec = feature_codec(applied_feature_dtype(x, feature_dtype))
     n, f = (int(s) for s in x.shape)
     out = torch.empty((n, f), dtype=dtype)
     wide = max(x.dtype.itemsize, out.element_size())

@@ -82,6 +82,7 @@ from fleetgnn.engines.link import OwnedPairs, check_link_model, owned_link_metri
 from fleetgnn.engines.step import StepLoss, run_step
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
+from fleetgnn.graph.compact_rows import applied_feature_dtype
 from fleetgnn.nn import check_model
 from fleetgnn.partition.chunks import contiguous_book
 from fleetgnn.tasks import Task
@@ -319,7 +320,8 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         lo, hi = self.layout.lo, self.layout.hi
         # ---- node data of the owned range (rows perm[lo:hi] of the dataset's arrays)
         own = self.book.part_rows(graph, self.rank)
-        x = stored_values(torch.from_numpy(own.x), fc.feature_dtype)  # type: ignore[arg-type]
+        stored = applied_feature_dtype(graph.x, fc.feature_dtype)  # as the dataset stores them
+        x = stored_values(torch.from_numpy(own.x), stored)  # type: ignore[arg-type]
         self.x = normalize_rows(x.to(self.dtype), fc.feature_norm).to(self.device)
         self.y, self.masks = labels_and_masks(own, 0, hi - lo, self.device, num_classes_of(graph))
         del own

@@ -99,6 +99,7 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.exchange import HONGTU_BANDWIDTHS, ChunkHop, build_transition_plan
 from fleetgnn.exchange.transition import RankPlan, chunk_hop
 from fleetgnn.graph import Graph
+from fleetgnn.graph.compact_rows import applied_feature_dtype
 from fleetgnn.graph.csc import open_topology, topology_nbytes
 from fleetgnn.graph.files import (
     disk_full_as_error,
@@ -224,7 +225,8 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         offsets = np.asarray(self.book.offsets, dtype=np.int64)
         self.lo, self.hi = int(offsets[self.rank]), int(offsets[self.rank + 1])
         own = self.book.part_rows(graph, self.rank)
-        x = stored_values(torch.from_numpy(own.x), oc.feature_dtype)  # type: ignore[arg-type]
+        stored = applied_feature_dtype(graph.x, oc.feature_dtype)  # as the dataset stores them
+        x = stored_values(torch.from_numpy(own.x), stored)  # type: ignore[arg-type]
         x = x.to(self.dtype)
         self.y, self.masks = labels_and_masks(
             own, 0, self.hi - self.lo, "cpu", num_classes_of(graph)

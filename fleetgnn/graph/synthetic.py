@@ -919,6 +919,7 @@ def prepare_synthetic(
     chunk_edges: int = 4_000_000,
     progress: Progress | None = None,
     edge_features: int = 0,
+    feature_dtype: str | None = None,
 ) -> Path:
     """Generate a synthetic graph straight into a dataset directory, in bounded memory.
 
@@ -941,6 +942,7 @@ def prepare_synthetic(
             pass plus feature rows, and ``done`` reaches ``total`` at the end.
         edge_features: Width of the edge features to draw (``SyntheticSpec.edge_features``;
             0: none, or the spec's own when ``preset`` is a spec).
+        feature_dtype: Store the features compact (:class:`DatasetWriter`'s ``feature_dtype``).
 
     Returns:
         The dataset directory.
@@ -961,7 +963,9 @@ def prepare_synthetic(
         spec = dataclasses.replace(spec, edge_features=edge_features)
     seed = _check_seed(seed)
     chunk_edges = _check_chunk_edges(chunk_edges)
-    with DatasetWriter(out, name=spec.name, overwrite=overwrite) as writer:
+    with DatasetWriter(
+        out, name=spec.name, overwrite=overwrite, feature_dtype=feature_dtype
+    ) as writer:
         _generate(spec, seed, chunk_edges, _DiskSink(writer), progress)
         return writer.commit(
             num_classes=int(spec.num_classes),

@@ -375,13 +375,15 @@ def prepare_temporal_synthetic(
     overwrite: bool = False,
     chunk_edges: int = 4_000_000,
     progress: Progress | None = None,
+    feature_dtype: str | None = None,
 ) -> Path:
     """Generate a temporal synthetic graph into a dataset directory, in bounded memory.
 
     The arrays equal :func:`generate_temporal_graph`'s. ``meta.json`` records ``source =
     "synthetic"``, ``preset``, ``scale``, ``seed``, the ``spec`` (with ``num_times``, ``phases``
     and ``drift``) and, as every timed dataset, ``has_edge_time``, ``edge_time_range``,
-    ``has_node_time`` and ``node_time_range``.
+    ``has_node_time`` and ``node_time_range``. ``feature_dtype``: store the features compact
+    (:class:`DatasetWriter`'s ``feature_dtype``).
 
     Raises:
         DatasetError: Unknown preset, invalid scale/seed/chunk size, or ``out`` already exists.
@@ -394,7 +396,9 @@ def prepare_temporal_synthetic(
         spec, preset_name = temporal_spec_for(preset, scale), str(preset)
     seed = _check_seed(seed)
     chunk_edges = _check_chunk_edges(chunk_edges)
-    with DatasetWriter(out, name=spec.name, overwrite=overwrite) as writer:
+    with DatasetWriter(
+        out, name=spec.name, overwrite=overwrite, feature_dtype=feature_dtype
+    ) as writer:
         _generate(spec, seed, chunk_edges, _DiskSink(writer), progress)
         return writer.commit(
             num_classes=int(spec.base.num_classes),

@@ -178,7 +178,7 @@ def gather_on_device(store: UnifiedStore, ids: object, *, checked: bool = False)
     dtype = store.x_dtype
     feat_device: Any = store._feat_device
     n, width = idt.numel(), int(x.shape[1])
-    row_bytes, disk_bytes = store.row_bytes(), width * x.dtype.itemsize
+    row_bytes, disk_bytes = store.row_bytes(), store.disk_row_bytes
     read = store._read_back  # stored rows (compact or not) as x's dtype, on the device
     if not n and feat_device is None:
         return torch.empty((0, width), dtype=dtype, device=dev)

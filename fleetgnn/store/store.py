@@ -89,6 +89,7 @@ from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.distributed.transfer import Transfers
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.compact import FeatureCodec, feature_codec
+from fleetgnn.graph.compact_rows import CompactRows, applied_feature_dtype
 from fleetgnn.graph.csc import Graph, check_edge_ids
 from fleetgnn.kernels import gather_rows
 from fleetgnn.store.device_read import DeviceIndex, gather_on_device
@@ -157,10 +158,23 @@ def _plans_row_bytes(plan: StorePlan, row_bytes: int) -> bool:
     return held == (fp.num_device + fp.num_host) * row_bytes
 
 
-def _stored(rows: np.ndarray, codec: FeatureCodec | None) -> Tensor:
-    """Feature rows as a tier stores them: the dataset's, or the codec's compact rows."""
-    t = torch.from_numpy(np.ascontiguousarray(rows))
+def _stored(x: Any, rows: np.ndarray, codec: FeatureCodec | None) -> Tensor:
+    """Feature rows ``rows`` of ``x`` as a tier stores them: the dataset's, or compact rows.
+
+    Rows a dataset stores compact (:class:`CompactRows`) with ``codec`` their own codec are
+    its stored rows, bit for bit (no decoding and encoding again).
+    """
+    if isinstance(x, CompactRows) and codec is x.codec:
+        return x.stored_tensor(rows)
+    t = torch.from_numpy(np.ascontiguousarray(x[rows]).reshape(rows.size, x.shape[1]))
     return t if codec is None else codec.encode(t)
+
+
+def _disk_row_bytes(x: Any) -> int:
+    """Bytes of one row of the feature array ``x`` as its file holds it."""
+    if isinstance(x, CompactRows):
+        return x.stored_row_bytes
+    return int(x.shape[1]) * x.dtype.itemsize
 
 
 class UnifiedStore(Closing):
@@ -204,6 +218,8 @@ class UnifiedStore(Closing):
         #: The torch dtype of ``graph.x`` (what :meth:`gather` returns; ``None``: no features).
         x = graph.x
         self.x_dtype = None if x is None else torch.from_numpy(np.empty(0, x.dtype)).dtype
+        #: Bytes of one feature row on disk (the dataset's row, compact or not).
+        self.disk_row_bytes = 0 if x is None else _disk_row_bytes(x)
         self.device = torch.device("cpu" if device is None else device)
         # host- and disk-tier rows to a CUDA device: pinned staging, copies on a copy stream
         self._transfers = Transfers(self.device, overlap=self.device.type == "cuda")
@@ -231,12 +247,14 @@ class UnifiedStore(Closing):
         # whole .npy too large to stay cached, else through a mapping without readahead (see the
         # module docstring)
         fp = plan.features
-        disk_rows = graph.x is not None and fp is not None and fp.num_disk > 0
-        big = disk_rows and int(graph.x.nbytes) > _map_limit()
-        self._x_reader = _file_reader(graph.x) if big else None
-        self._x_disk = graph.x
+        # (a dataset's compact rows are read as stored and decoded in the gather)
+        disk_x = x.stored if isinstance(x, CompactRows) else x
+        disk_rows = disk_x is not None and fp is not None and fp.num_disk > 0
+        big = disk_rows and int(disk_x.nbytes) > _map_limit()
+        self._x_reader = _file_reader(disk_x) if big else None
+        self._x_disk = disk_x
         if disk_rows and self._x_reader is None:
-            self._x_disk = _advise_random(graph.x)
+            self._x_disk = _advise_random(disk_x)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -336,7 +354,11 @@ class UnifiedStore(Closing):
                 "fleetgnn.graph.from_edges or open_dataset"
             )
         check_edge_ids(graph)  # a memory-mapped file may have changed since it was checked
-        codec = feature_codec(feature_dtype)
+        # a dataset's compact rows: held as stored unless feature_dtype widens them to float32
+        applied = applied_feature_dtype(graph.x, feature_dtype)
+        codec = feature_codec(applied)
+        if codec is None and isinstance(graph.x, CompactRows):
+            codec = graph.x.codec
         if codec is not None and graph.x is None:
             codec = None  # nothing to store
         budgets = TierBudgets.check(budgets)
@@ -426,15 +448,11 @@ class UnifiedStore(Closing):
         if fp is not None and graph.x is not None:
             x = graph.x
             if fp.num_device:
-                rows = fp.shard_rows(rank)
-                local = torch.from_numpy(
-                    np.ascontiguousarray(x[rows]).reshape(rows.size, x.shape[1])
-                )
-                local = (local if codec is None else codec.encode(local)).to(device)
+                local = _stored(x, fp.shard_rows(rank), codec).to(device)
                 feat_device = sharded(local, "feat")
                 memory["device"] += local.numel() * local.element_size()
             if fp.num_host:
-                feat_host = shared(lambda: _stored(x[fp.host_rows()], codec), "feath")
+                feat_host = shared(lambda: _stored(x, fp.host_rows(), codec), "feath")
                 memory["host"] += fp.host_bytes
         tp = plan.topology
         topo_device = topo_host = None
@@ -625,7 +643,7 @@ class UnifiedStore(Closing):
         if x is None or fp is None:
             raise GraphError("the graph has no node features 'x'; nothing to gather")
         idn = self._ids("ids", ids, checked=checked)
-        row_bytes, disk_bytes = self.row_bytes(), x.shape[1] * x.dtype.itemsize
+        row_bytes, disk_bytes = self.row_bytes(), self.disk_row_bytes
         dtype = self.x_dtype
         read = self._read_back
         if not idn.size and self._feat_device is None:
@@ -690,8 +708,17 @@ class UnifiedStore(Closing):
         return self.codec.decode(rows, self.x_dtype)
 
     def _disk_rows_read(self, ids: np.ndarray) -> Tensor:
-        """Disk-tier rows ``ids`` with the values the stored rows would hold."""
-        rows = torch.from_numpy(self._disk_rows(ids))
+        """Disk-tier rows ``ids`` with the values the stored rows would hold.
+
+        A dataset's compact rows are read as stored and decoded here.
+        """
+        raw = self._disk_rows(ids)
+        x = self.graph.x
+        if isinstance(x, CompactRows):
+            rows = x.decode_tensor(raw)
+            codec = self.codec  # the dataset's own (as stored) or float32 (widened)
+            return rows if codec is None or codec is x.codec else codec.round_trip(rows)
+        rows = torch.from_numpy(raw)
         return rows if self.codec is None else self.codec.round_trip(rows)
 
     def _disk_rows(self, ids: np.ndarray) -> np.ndarray:

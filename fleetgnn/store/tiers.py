@@ -34,7 +34,7 @@ import numpy as np
 from fleetgnn.config.topology import check_world
 from fleetgnn.config.units import parse_bytes
 from fleetgnn.errors import ConfigError
-from fleetgnn.graph.compact import feature_codec
+from fleetgnn.graph.compact_rows import stored_row_bytes
 from fleetgnn.graph.csc import Graph
 from fleetgnn.store.hotness import HotnessRanking, hotness_order, id_dtype, inverse_order
 from fleetgnn.store.placement import PlacementPlan, check_placement
@@ -125,13 +125,11 @@ def feature_row_bytes(graph: Graph, feature_dtype: str | None = None) -> int:
     """Bytes of one feature row as stored (0 without features).
 
     ``F * itemsize`` of the dataset, or with ``feature_dtype`` (``store.feature_dtype``) the
-    compact row's, :meth:`FeatureCodec.row_bytes <fleetgnn.graph.compact.FeatureCodec.row_bytes>`.
+    compact row's, :meth:`FeatureCodec.row_bytes <fleetgnn.graph.compact.FeatureCodec.row_bytes>`;
+    a dataset written compact counts its stored row
+    (:func:`~fleetgnn.graph.compact_rows.stored_row_bytes`).
     """
-    if graph.x is None:
-        return 0
-    codec = feature_codec(feature_dtype)
-    width = int(graph.x.shape[1])
-    return width * graph.x.dtype.itemsize if codec is None else codec.row_bytes(width)
+    return stored_row_bytes(graph.x, feature_dtype)
 
 
 def topology_row_bytes(graph: Graph) -> np.ndarray:

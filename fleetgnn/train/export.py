@@ -81,6 +81,7 @@ from fleetgnn.engines.inference import stream_inference
 from fleetgnn.engines.rowfiles import RowFile, RowWriter
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph import Graph, open_dataset
+from fleetgnn.graph.compact_rows import applied_feature_dtype
 from fleetgnn.graph.dataset import fsync_dir, replace_dir, write_json_atomic
 from fleetgnn.graph.edge_split import edge_split_for
 from fleetgnn.graph.files import apply_umask, sweep_stale, temp_prefix
@@ -695,7 +696,8 @@ def _run_rank(job: ExportJob, ctx: Any) -> None:
         writer = RowWriter({kind: RowFile(tmp / name) for name, (kind, _, _) in files.items()})
         reader = RowReader(graph.x)
         norm = cfg.data.feature_norm or "none"
-        stored = cfg.store.feature_dtype  # the values the trained model read
+        # the values the trained model read (a dataset's compact rows: as stored)
+        stored = applied_feature_dtype(graph.x, cfg.store.feature_dtype)
 
         def features(ids: torch.Tensor) -> torch.Tensor:
             rows = stored_values(torch.from_numpy(reader.take(ids.numpy())), stored)

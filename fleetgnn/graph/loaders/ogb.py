@@ -187,6 +187,7 @@ def prepare_ogb(
     undirected: bool = False,
     dataset_name: str | None = None,
     max_bytes: int | None = None,
+    feature_dtype: str | None = None,
 ) -> Path:
     """Convert an OGB node-property dataset's raw files into a fleetgnn dataset directory.
 
@@ -228,6 +229,8 @@ def prepare_ogb(
         max_bytes: The memory the conversion may use (``prepare --max-memory``; default: half
             of this machine's memory): a node count needing more (:data:`NODE_BYTES` per node)
             is refused with one line naming ``--max-memory``, before anything is allocated.
+        feature_dtype: Store the features compact (``prepare --feature-dtype``,
+            :class:`~fleetgnn.graph.dataset.DatasetWriter`'s ``feature_dtype``).
 
     Returns:
         The dataset directory, to open with :func:`fleetgnn.graph.dataset.open_dataset`.
@@ -268,7 +271,8 @@ def prepare_ogb(
             stacklevel=2,
         )
 
-    with DatasetWriter(out, name=dataset_name or root.name, overwrite=overwrite) as w:
+    name_ = dataset_name or root.name
+    with DatasetWriter(out, name=name_, overwrite=overwrite, feature_dtype=feature_dtype) as w:
         # scratch next to the output, named after this process (swept once it is gone), with
         # its space reserved (a full disk is a DiskFullError, not a SIGBUS)
         fix = w.DISK_FULL_FIX
