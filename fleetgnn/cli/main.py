@@ -238,13 +238,16 @@ def _refuse_typed_feature_dtype(args: argparse.Namespace) -> None:
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from fleetgnn.cli.report import report_removed
-    from fleetgnn.graph.dataset import write_dataset, writer_codec
+    from fleetgnn.graph.dataset import write_dataset
     from fleetgnn.graph.files import sweep_stale
     from fleetgnn.graph.loaders import load_edgelist, load_npz, load_planetoid, prepare_ogb
 
     # what a killed `prepare` left next to the output (its temporary directories); in a
     # directory that is not fleetgnn's, those without an owner only if named after this output
-    writer_codec(args.feature_dtype)  # a bad --feature-dtype is refused before any work
+    if args.feature_dtype is not None:  # a bad --feature-dtype is refused before any work
+        from fleetgnn.graph.compact_rows import writer_codec
+
+        writer_codec(args.feature_dtype)
     out = args.out.absolute()
     report_removed(sweep_stale(out.parent, files=False, legacy_names={out.name}), "prepare")
     max_bytes = None  # the loaders' default: half of this machine's memory

@@ -35,13 +35,14 @@ already rounded values again is not what converting the original would give.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fleetgnn.errors import GraphError
+from fleetgnn.errors import DatasetError, GraphError
 from fleetgnn.graph.compact import FeatureCodec, feature_codec
 from fleetgnn.graph.row_array import RowArray
 
@@ -232,3 +233,63 @@ def compact_rows(stored: np.ndarray, meta: dict[str, Any]) -> np.ndarray | Compa
     codec = feature_codec(name)
     assert codec is not None  # checked with meta.json
     return CompactRows(stored, codec, np.dtype(meta.get("feature_read_dtype", "float32")))
+
+
+def write_x(
+    values: Any,
+    codec: FeatureCodec | None,
+    copy_in: Callable[[str, np.ndarray], None],
+    create: Callable[[np.dtype, tuple[int, ...]], np.ndarray],
+    chunk_bytes: int,
+) -> tuple[FeatureCodec, str] | None:
+    """Write a dataset's ``x`` stored by ``codec`` (:class:`~fleetgnn.graph.dataset.DatasetWriter`).
+
+    :class:`CompactRows` are copied as stored (``codec`` ``None`` or theirs) or decoded
+    (``float32``); float rows are encoded block by block (about ``chunk_bytes`` at a time) into
+    the array ``create(dtype, shape)`` makes; ``copy_in("x", array)`` writes a plain array.
+
+    Returns:
+        ``(codec, read dtype name)`` of compact rows written (``meta.json``'s
+        ``feature_dtype`` and ``feature_read_dtype``), ``None`` for plain rows.
+
+    Raises:
+        GraphError: Compact rows asked to be stored by another compact codec (it would round
+            them twice), or ``x`` not a 2-D float array.
+    """
+    if isinstance(values, CompactRows) and (codec is None or codec.name == values.codec.name):
+        copy_in("x", values.stored)
+        return values.codec, values.dtype.name
+    if isinstance(values, CompactRows) and codec is not None and codec.name != "float32":
+        raise GraphError(
+            f"the features are stored as {values.codec.name}; writing them as {codec.name} "
+            f"would round them twice: prepare the dataset again from its source with "
+            f"--feature-dtype {codec.name}"
+        )
+    if codec is None:
+        copy_in("x", np.asarray(values))
+        return None
+    if values.ndim != 2 or not np.issubdtype(values.dtype, np.floating):
+        raise GraphError(
+            f"'x' must be a 2-D float array to store as {codec.name} "
+            f"(got {values.dtype} {tuple(values.shape)})"
+        )
+    n, f = (int(v) for v in values.shape)
+    out = create(NUMPY_BITS[codec.name], stored_shape(codec, n, f))
+    step = max(1, chunk_bytes // max(1, f * max(4, np.dtype(values.dtype).itemsize)))
+    for lo in range(0, n, step):
+        out[lo : lo + step] = encode_rows(values[lo : lo + step], codec)
+    return None if codec.name == "float32" else (codec, np.dtype(values.dtype).name)
+
+
+def writer_codec(feature_dtype: str) -> FeatureCodec:
+    """The codec a dataset's ``x`` is written in for ``feature_dtype`` (a name or short name).
+
+    Raises:
+        DatasetError: An unknown name (one line naming the valid ones).
+    """
+    try:
+        codec = feature_codec(feature_dtype)
+    except GraphError as err:
+        raise DatasetError(f"feature_dtype (--feature-dtype): {err}") from None
+    assert codec is not None
+    return codec

@@ -25,13 +25,10 @@ otherwise. The key is optional: a dataset without it (any written before it exis
 written with every dataset that has edge times, and ``"has_node_time"`` / ``"node_time_range"``
 (``null`` without nodes) with every dataset that has node times; a dataset without them has none.
 
-With ``"feature_dtype"`` (``bfloat16``, ``float16`` or ``float8_e4m3``: ``fleetgnn prepare
---feature-dtype``) ``x.npy`` holds the feature rows in that codec's stored form (``uint16
-[N, F]`` bf16 bits, ``float16 [N, F]``, ``uint8 [N, F + 4]``) and ``"feature_read_dtype"`` names
-the float they read back as; opened, ``x`` is a :class:`~fleetgnn.graph.compact_rows.CompactRows`
-(see :mod:`fleetgnn.graph.compact_rows`). A reader without the key refuses such a ``x.npy`` in
-one line (``'x' must be a float array``), except a float16 one, which it reads as float16 rows:
-the same values, so the format version is unchanged.
+With ``"feature_dtype"`` (``prepare --feature-dtype``) ``x.npy`` holds compact rows and
+``"feature_read_dtype"`` the float they read back as (:mod:`fleetgnn.graph.compact_rows`). A
+reader without the key refuses such a ``x.npy`` in one line (``'x' must be a float array``),
+except a float16 one, which it reads as the same values: the format version is unchanged.
 
 Writing goes through :class:`DatasetWriter`: arrays are created as ``.npy`` memory maps in a
 temporary sibling directory (``.NAME.tmp-<pid>-<tag>-<random>``, so that a later run can sweep it
@@ -75,7 +72,7 @@ from fleetgnn.graph.files import (
     swap_in_progress,
     temp_prefix,
 )
-from fleetgnn.graph.row_array import RowArray
+from fleetgnn.graph.row_array import RowArray, compact_meta_problem
 from fleetgnn.graph.verify import CHECK_VERSION, check_values, fingerprint
 
 FORMAT_VERSION = 1
@@ -138,11 +135,9 @@ class DatasetWriter:
         out: Target directory; must not exist unless ``overwrite``.
         name: Dataset name stored in ``meta.json``.
         overwrite: Replace an existing dataset at ``out`` (only after the new one is complete).
-        feature_dtype: Write ``x`` in this stored form (``store.feature_dtype``'s names and short
-            names, :mod:`fleetgnn.graph.compact_rows`): ``x`` put whole is encoded block by
-            block; ``x`` made with :meth:`create` is filled as floats and converted, block by
-            block, by :meth:`commit` (the float file is removed then). ``float32`` writes plain
-            float32 rows. ``None``: as given.
+        feature_dtype: Write ``x`` compact (:mod:`fleetgnn.graph.compact_rows`): encoded block
+            by block by :meth:`put`, or, made with :meth:`create`, filled as floats and
+            converted by :meth:`commit`. ``float32``: plain float32 rows. ``None``: as given.
 
     Raises:
         DatasetError: An unknown ``feature_dtype`` (before anything is written).
@@ -155,7 +150,11 @@ class DatasetWriter:
         overwrite: bool = False,
         feature_dtype: str | None = None,
     ) -> None:
-        self.codec = writer_codec(feature_dtype)
+        self.codec = None
+        if feature_dtype is not None:
+            from fleetgnn.graph.compact_rows import writer_codec
+
+            self.codec = writer_codec(feature_dtype)
         self.out = Path(out)
         self.name = name
         self.overwrite = overwrite
@@ -219,12 +218,7 @@ class DatasetWriter:
         return create_npy(self.tmp / filename, dtype, tuple(shape), self.DISK_FULL_FIX)
 
     def put(self, name: str, values: np.ndarray | RowArray) -> None:
-        """Write a whole array, copied in chunks of bounded size.
-
-        ``x`` as :class:`~fleetgnn.graph.compact_rows.CompactRows` is written as stored (its
-        stored rows, bit for bit) without a ``feature_dtype`` or with its own; decoded with
-        ``float32``; another ``feature_dtype`` is refused (it would round the rows twice).
-        """
+        """Write a whole array in chunks of bounded size (``x``: :func:`.compact_rows.write_x`)."""
         if name == "x" and (self.codec is not None or isinstance(values, RowArray)):
             self._put_x(values)
         else:
@@ -298,36 +292,17 @@ class DatasetWriter:
 
     def _put_x(self, values: np.ndarray | RowArray) -> None:
         """Write ``x`` in the stored form of :attr:`codec` (or as ``values`` store it)."""
-        from fleetgnn.graph.compact_rows import NUMPY_BITS, CompactRows, encode_rows, stored_shape
+        from fleetgnn.graph.compact_rows import write_x
 
-        codec = self.codec
-        if isinstance(values, CompactRows) and (codec is None or codec.name == values.codec.name):
-            self._x_stored = (values.codec, values.dtype.name)
-            self._copy_in("x", values.stored)
-            return
-        if isinstance(values, CompactRows) and codec is not None and codec.name != "float32":
-            raise DatasetError(
-                f"the features are stored as {values.codec.name}; writing them as {codec.name} "
-                f"would round them twice: prepare the dataset again from its source with "
-                f"--feature-dtype {codec.name}"
-            )
-        if codec is None:
-            self._copy_in("x", np.asarray(values))
-            return
-        if values.ndim != 2 or not np.issubdtype(values.dtype, np.floating):
-            raise DatasetError(
-                f"'x' must be a 2-D float array to store as {codec.name} "
-                f"(got {values.dtype} {tuple(values.shape)})"
-            )
-        n, f = (int(v) for v in values.shape)
-        if codec.name != "float32":
-            self._x_stored = (codec, np.dtype(values.dtype).name)
-        shape = stored_shape(codec, n, f)
-        out = create_npy(self.tmp / "x.npy", NUMPY_BITS[codec.name], shape, self.DISK_FULL_FIX)
-        self._arrays["x"] = out
-        step = max(1, _COPY_CHUNK_BYTES // max(1, f * max(4, np.dtype(values.dtype).itemsize)))
-        for lo in range(0, n, step):
-            out[lo : lo + step] = encode_rows(values[lo : lo + step], codec)
+        def create(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+            arr = create_npy(self.tmp / "x.npy", dtype, shape, self.DISK_FULL_FIX)
+            self._arrays["x"] = arr
+            return arr
+
+        try:
+            self._x_stored = write_x(values, self.codec, self._copy_in, create, _COPY_CHUNK_BYTES)
+        except GraphError as err:
+            raise DatasetError(str(err)) from None
 
     def _flush(self) -> dict[str, dict[str, Any]]:
         """Flush every array written; their ``{"dtype", "shape"}`` specs by name."""
@@ -354,22 +329,6 @@ class DatasetWriter:
         replace_dir(self.tmp, self.out)
         self._done = True
         return self.out
-
-
-def writer_codec(feature_dtype: str | None) -> Any:
-    """The codec ``x`` is written in for ``feature_dtype`` (``None``: as given).
-
-    Raises:
-        DatasetError: An unknown name (one line naming the valid ones).
-    """
-    if feature_dtype is None:
-        return None
-    from fleetgnn.graph.compact import feature_codec
-
-    try:
-        return feature_codec(feature_dtype)
-    except GraphError as err:
-        raise DatasetError(f"feature_dtype (--feature-dtype): {err}") from None
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -627,7 +586,9 @@ def check_meta(meta: dict[str, Any], where: Path) -> None:
     if "feature_norm" in meta:
         _check_feature_norm(meta["feature_norm"], f"'{where}': feature_norm")
     _check_time_meta(meta, where)
-    _check_feature_meta(meta, where)
+    problem = compact_meta_problem(meta)  # feature_dtype, feature_read_dtype, arrays.x
+    if problem is not None:
+        raise _meta_error(where, *problem)
     arrays = meta["arrays"]
     if not isinstance(arrays, dict):
         raise _meta_error(where, "arrays", arrays, "expected an object {name: {dtype, shape}}")
@@ -674,37 +635,6 @@ def _check_time_meta(meta: dict[str, Any], where: Path) -> None:
             raise _meta_error(
                 where, f"{name}_range", span, "expected null or [min, max], 0 <= min <= max"
             )
-
-
-#: ``meta.json``'s ``feature_dtype`` (compact feature rows) -> ``x.npy``'s dtype and extra columns.
-_COMPACT_X: dict[str, tuple[str, int]] = {
-    "bfloat16": ("<u2", 0),
-    "float16": ("<f2", 0),
-    "float8_e4m3": ("|u1", 4),
-}
-
-
-def _check_feature_meta(meta: dict[str, Any], where: Path) -> None:
-    """``feature_dtype`` / ``feature_read_dtype``: a compact codec whose ``x.npy`` is listed."""
-    name = meta.get("feature_dtype")
-    if name is None:
-        return
-    if name not in _COMPACT_X:
-        raise _meta_error(where, "feature_dtype", name, f"expected one of {', '.join(_COMPACT_X)}")
-    read = meta.get("feature_read_dtype")
-    if read not in ("float16", "float32", "float64"):
-        raise _meta_error(
-            where, "feature_read_dtype", read, "expected 'float16', 'float32' or 'float64'"
-        )
-    spec = meta["arrays"].get("x") if isinstance(meta["arrays"], dict) else None
-    dtype, extra = _COMPACT_X[name]
-    want = [meta["num_nodes"], meta["num_features"] + extra]
-    if (
-        not isinstance(spec, dict)
-        or np.dtype(spec.get("dtype", "")) != np.dtype(dtype)
-        or (spec.get("shape") != want)
-    ):
-        raise _meta_error(where, "arrays.x", spec, f"{name} rows: {dtype} of shape {want}")
 
 
 def _check_spec_dtype(value: Any, where: Path, key: str) -> np.dtype:

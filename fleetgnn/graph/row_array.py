@@ -43,3 +43,39 @@ class RowArray:
     def decode(self, raw: np.ndarray) -> np.ndarray:
         """Rows ``[n, ...]`` of :attr:`stored` as the rows they read as ``[n, F]``."""
         raise NotImplementedError
+
+
+#: ``meta.json``'s ``feature_dtype`` (compact feature rows) -> ``x.npy``'s dtype, extra columns.
+COMPACT_X: dict[str, tuple[str, int]] = {
+    "bfloat16": ("<u2", 0),
+    "float16": ("<f2", 0),
+    "float8_e4m3": ("|u1", 4),
+}
+
+
+def compact_meta_problem(meta: dict[str, Any]) -> tuple[str, Any, str] | None:
+    """``(key, value, what was expected)`` of a bad compact-feature entry of ``meta.json``.
+
+    ``feature_dtype`` (absent: plain rows) must name a compact codec, ``feature_read_dtype`` a
+    float, and ``arrays.x`` that codec's stored rows ``[num_nodes, num_features (+ 4)]``.
+    ``None``: nothing wrong.
+    """
+    name = meta.get("feature_dtype")
+    if name is None:
+        return None
+    if name not in COMPACT_X:
+        return "feature_dtype", name, f"expected one of {', '.join(COMPACT_X)}"
+    read = meta.get("feature_read_dtype")
+    if read not in ("float16", "float32", "float64"):
+        return "feature_read_dtype", read, "expected 'float16', 'float32' or 'float64'"
+    arrays = meta.get("arrays")
+    spec = arrays.get("x") if isinstance(arrays, dict) else None
+    dtype, extra = COMPACT_X[name]
+    want = [meta["num_nodes"], meta["num_features"] + extra]
+    if (
+        not isinstance(spec, dict)
+        or spec.get("dtype") != np.dtype(dtype).str
+        or (spec.get("shape") != want)
+    ):
+        return "arrays.x", spec, f"{name} rows: {dtype} of shape {want}"
+    return None
