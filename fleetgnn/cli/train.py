@@ -386,7 +386,7 @@ def _preflight(cfg: Any, graph: Graph | HeteroGraph) -> None:
 
 def _typed_preflight(cfg: Any, graph: HeteroGraph) -> None:
     """What a typed run needs: a typed engine and model, node classification, a labelled target."""
-    from fleetgnn.config.run import HETERO_MODEL_DEFAULTS
+    from fleetgnn.config.run import HETERO_MODEL_DEFAULTS, TYPED_LINK_ENGINES
     from fleetgnn.engines.common import TYPED_ENGINES, refuse_typed
     from fleetgnn.sampling.hetero import relation_fanouts
 
@@ -409,6 +409,10 @@ def _typed_preflight(cfg: Any, graph: HeteroGraph) -> None:
                 f"one of {rels}"
             )
         resolve_relation(graph, cfg.train.link_relation)  # one line listing the relations
+        if cfg.train.engine not in TYPED_LINK_ENGINES:
+            from fleetgnn.engines.typed_link import typed_link_engine
+
+            typed_link_engine(cfg.train.engine)  # one line naming the engines that train it
     elif s.target is None or graph.y is None or graph.train_mask is None:
         raise DatasetError(
             f"typed dataset '{graph.name}' has no target type, labels or train_mask; training "

@@ -224,6 +224,7 @@ ENGINES: Mapping[str, EngineSpec] = {
             True,
             "fleetgnn.engines.split:SplitEngine",
             "split-parallel sampled training: one mini-batch split across ranks (GSplit)",
+            typed=True,
         ),
         EngineSpec(
             "fullgraph",

@@ -81,6 +81,9 @@ LINK_ENGINES: tuple[tuple[str, str], ...] = (
     ("split", "minibatch"),
     ("offload", "full"),
 )
+#: The engines that train ``train.task=link`` on typed graphs (one relation's links); the
+#: other typed engines (the registry's ``typed``) train typed node classification only.
+TYPED_LINK_ENGINES: tuple[str, ...] = ("reference", "minibatch")
 #: Why each engine outside :data:`LINK_ENGINES` refuses ``train.task=link`` (one clause).
 LINK_REFUSALS: dict[str, str] = {
     "split": "",

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.config import ENGINES
-from fleetgnn.config.run import LINK_ENGINES, link_refusal
+from fleetgnn.config.run import LINK_ENGINES, TYPED_LINK_ENGINES, link_refusal
 from fleetgnn.cost.hardware import HardwareProfile
 from fleetgnn.cost.models import MODELS, _bw
 from fleetgnn.cost.target import EpochsToTarget, as_estimates, check_target_acc
@@ -202,6 +202,8 @@ def _candidates(
         if mode != "auto" and mode not in spec.modes:
             continue
         if task == "link" and not _trains_link(name, mode):
+            continue
+        if typed and task == "link" and name not in TYPED_LINK_ENGINES:
             continue
         if name == "reference" and mode == "minibatch":
             # its cost model is the full-graph mode's; sampled, it does one-rank minibatch's

@@ -61,8 +61,9 @@ def build_engine(
         model: A layer-wise ``nn.Module`` (see :mod:`fleetgnn.nn.protocol`).
         graph: The dataset (arrays may be memory maps); a typed
             :class:`~fleetgnn.graph.hetero.HeteroGraph` is trained by the typed classes of
-            ``reference`` and ``minibatch`` (:mod:`fleetgnn.engines.typed`; link prediction on
-            one relation: :mod:`fleetgnn.engines.typed_link`), refused by the others.
+            ``reference``, ``minibatch`` (:mod:`fleetgnn.engines.typed`; link prediction on
+            one relation: :mod:`fleetgnn.engines.typed_link`) and ``split`` (node
+            classification: :mod:`fleetgnn.engines.split_relations`), refused by the others.
         config: An engine config, e.g. :class:`~fleetgnn.config.MinibatchEngineConfig`.
         ctx: This process's :class:`~fleetgnn.distributed.DistContext` (distributed engines;
             ``None``: initialised from the environment, a one-rank group without a launcher).
@@ -99,7 +100,12 @@ def build_engine(
                 fanouts=fanouts,
                 task=task,
             )
-        typed = {"reference": TypedReferenceEngine, "minibatch": TypedMinibatchEngine}[name]
+        if name == "split":
+            from fleetgnn.engines.split_relations import TypedSplitEngine
+
+            typed: type = TypedSplitEngine
+        else:
+            typed = {"reference": TypedReferenceEngine, "minibatch": TypedMinibatchEngine}[name]
         return typed(model, graph, ctx, config, optimizer=optimizer, loss=loss, fanouts=fanouts)
     if getattr(task, "relation", None) is not None:  # a typed link task
         raise ConfigError(

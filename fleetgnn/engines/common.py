@@ -148,10 +148,11 @@ TYPED_ENGINES: tuple[str, ...] = tuple(n for n, s in ENGINES.items() if s.typed)
 def refuse_typed(engine: str, graph: Any) -> None:
     """Raise a one-line :class:`ConfigError` when ``engine`` cannot train the typed ``graph``.
 
-    ``split``, ``fullgraph`` and ``offload`` partition one feature table of one row width and
-    one CSC (their exchange plans, halos and chunks); none has per-relation hops yet.
-    ``reference`` and ``minibatch`` train typed graphs through
-    :func:`~fleetgnn.engines.build_engine` (their typed classes in :mod:`fleetgnn.engines.typed`).
+    ``fullgraph`` and ``offload`` partition one feature table of one row width and one CSC
+    (their exchange plans, halos and chunks); neither has per-relation hops yet. ``reference``,
+    ``minibatch`` and ``split`` train typed graphs through :func:`~fleetgnn.engines.build_engine`
+    (their typed classes in :mod:`fleetgnn.engines.typed` and, for ``split``,
+    :mod:`fleetgnn.engines.split_relations`).
     """
     from fleetgnn.graph.hetero import HeteroGraph
 

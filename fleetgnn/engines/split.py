@@ -124,6 +124,7 @@ from fleetgnn.engines.temporal_node import (
 from fleetgnn.errors import ConfigError, PartitionError
 from fleetgnn.exchange import HaloSpmm, block_layout, build_plan, requests_from_edges, send_lists
 from fleetgnn.graph import Graph
+from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.aggregator import BipartiteHop
 from fleetgnn.ops import edge_softmax, gspmm
 from fleetgnn.ops.adjacency import Structure
@@ -565,24 +566,8 @@ class SplitEngine(SampledEngine):
     def _book(
         self, graph: Graph, sc: SplitEngineConfig, book: PartitionBook | None
     ) -> PartitionBook:
-        """The offline partition: given, loaded, or computed once on rank 0 and broadcast."""
-        if book is None and sc.book is not None:
-            path = Path(sc.book)
-            book = PartitionBook.load(path)
-            agree_on_book(self.comm, book, path)
-        if book is None:
-            book = self.comm.broadcast_object(
-                partition(graph, sc.partition, self.world_size, seed=self.seed)
-                if self.rank == 0
-                else None
-            )
-        if book.num_parts != self.world_size or book.num_nodes != graph.num_nodes:
-            raise ConfigError(
-                f"the partition book has {book.num_parts} parts over {book.num_nodes} nodes; the "
-                f"split engine needs one part per rank ({self.world_size}) over the graph's "
-                f"{graph.num_nodes} nodes; run 'fleetgnn partition --parts {self.world_size}'"
-            )
-        return book
+        """The offline partition (:func:`split_book`)."""
+        return split_book(self.comm, graph, sc, book, seed=self.seed)
 
     def _build_store(self, graph: Graph, sc: SplitEngineConfig) -> None:
         """The unified store over a partition-aware placement (collective: every rank calls it).
@@ -825,13 +810,8 @@ class SplitEngine(SampledEngine):
     def _epoch_extra(self, t: Mapping[str, Any], shuffle: np.ndarray) -> dict[str, Any]:
         if not t:
             return {}
-        per_rank = np.asarray(t["edges_per_rank"], dtype=np.float64)
-        mean = per_rank.mean() if per_rank.size else 0.0
         extra: dict[str, Any] = {
-            # GSplit Table 5: (max - min) / mean of the edges per split; local-edge ratio
-            "edge_skew": float((per_rank.max() - per_rank.min()) / mean) if mean else 0.0,
-            "local_edge_ratio": float(t["local_edges"] / t["edges"]) if t["edges"] else 1.0,
-            "edges": int(t["edges"]),
+            **split_quality(t["edges_per_rank"], t["local_edges"]),
             "partition": self.book.method,
             "preprocess_s": self.preprocess_s,
         }
@@ -901,6 +881,22 @@ class SplitEngine(SampledEngine):
         )
 
 
+def split_quality(edges_per_rank: np.ndarray, local_edges: int) -> dict[str, Any]:
+    """GSplit's Table 5 of summed splits: edge skew, local-edge ratio, edges.
+
+    ``edge_skew`` is ``(max - min) / mean`` of the edges each rank processed, the local-edge
+    ratio the fraction of them whose source and destination share an owner.
+    """
+    per_rank = np.asarray(edges_per_rank, dtype=np.float64)
+    edges = int(per_rank.sum())
+    mean = per_rank.mean() if per_rank.size else 0.0
+    return {
+        "edge_skew": float((per_rank.max() - per_rank.min()) / mean) if mean else 0.0,
+        "local_edge_ratio": float(local_edges / edges) if edges else 1.0,
+        "edges": edges,
+    }
+
+
 def _rates(rows: Mapping[str, int]) -> dict[str, float]:
     """Each source's fraction of the rows (all 0 without rows)."""
     total = sum(rows.values())
@@ -927,3 +923,44 @@ def agree_on_book(comm: Communicator, book: PartitionBook, path: PathLikeStr) ->
             f"rewritten while the run started; wait for 'fleetgnn partition' to finish and "
             f"start again"
         )
+
+
+def split_book(
+    comm: Communicator,
+    graph: Graph | HeteroGraph,
+    sc: SplitEngineConfig,
+    book: PartitionBook | None = None,
+    *,
+    seed: int = 0,
+) -> PartitionBook:
+    """The split engine's offline partition: given, loaded, or computed on rank 0 and broadcast.
+
+    Collective (one ``broadcast_object``, or one ``all_gather_object`` for a loaded book). A
+    typed graph is partitioned over its global IDs (node types are ranges of them) through its
+    homogeneous view, every relation's edges together (:meth:`~fleetgnn.graph.hetero.
+    HeteroGraph.to_homogeneous`, without features), so ``sc.partition`` (METIS too) applies.
+
+    Raises:
+        ConfigError: The book's parts are not the ranks or its nodes not the graph's.
+    """
+    world_size, rank = comm.world_size, comm.rank
+    if book is None and sc.book is not None:
+        path = Path(sc.book)
+        book = PartitionBook.load(path)
+        agree_on_book(comm, book, path)
+    if book is None:
+        flat = graph
+        if rank == 0 and isinstance(graph, HeteroGraph):
+            flat, _ = graph.to_homogeneous(x=np.zeros((graph.num_nodes, 0), dtype=np.float32))
+        book = comm.broadcast_object(
+            partition(flat, sc.partition, world_size, seed=seed)  # type: ignore[arg-type]
+            if rank == 0
+            else None
+        )
+    if book.num_parts != world_size or book.num_nodes != graph.num_nodes:
+        raise ConfigError(
+            f"the partition book has {book.num_parts} parts over {book.num_nodes} nodes; the "
+            f"split engine needs one part per rank ({world_size}) over the graph's "
+            f"{graph.num_nodes} nodes; run 'fleetgnn partition --parts {world_size}'"
+        )
+    return book

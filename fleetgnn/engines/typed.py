@@ -298,6 +298,8 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
     """
 
     name = "minibatch"
+    #: The engine config this class takes.
+    config_cls: type[Any] = MinibatchEngineConfig
 
     def __init__(
         self,
@@ -312,7 +314,7 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
     ) -> None:
         from fleetgnn.distributed import TrafficMeter
 
-        cfg = engine_config(self.name, config, MinibatchEngineConfig)
+        cfg = engine_config(self.name, config, self.config_cls)
         _require_typed_trainable(graph)
         super().__init__(dist_setup(self.name, cfg, ctx), graph)
         self._setup_data(graph, cfg.feature_norm, cfg.feature_dtype)
@@ -321,15 +323,19 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
         if graph.x and (cfg.device_budget is not None or cfg.host_budget is not None):
             self._build_store(cfg, TrafficMeter)
         self.module = self.model = setup_model(self, model, optimizer, loss)
-        self.loader = SeedLoader(
+        self.loader = self._seed_loader(cfg)
+        self._setup_sampler(fanouts, cfg.fanouts)
+        self._setup_prefetch(cfg)
+
+    def _seed_loader(self, cfg: Any) -> SeedLoader:
+        """This rank's slot of every step's training seeds (``stream = rank``)."""
+        return SeedLoader(
             self.train_ids,
             cfg.batch_size,
             rank=self.rank,
             world_size=self.world_size,
             seed=self.seed,
         )
-        self._setup_sampler(fanouts, cfg.fanouts)
-        self._setup_prefetch(cfg)
 
     def _setup_prefetch(self, cfg: MinibatchEngineConfig) -> None:
         """The thread that prepares step ``k + 1``'s batch while step ``k`` trains."""

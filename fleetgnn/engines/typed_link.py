@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig
+from fleetgnn.config.run import TYPED_LINK_ENGINES
 from fleetgnn.engines.base import DistributedEngine, StepStats
 from fleetgnn.engines.common import (
     LossFn,
@@ -401,8 +402,18 @@ class TypedLinkMinibatchEngine(_TypedLink, TypedMinibatchEngine):
 
 
 def typed_link_engine(name: str) -> type:
-    """The typed link class of engine ``name`` (``reference`` or ``minibatch``)."""
-    return {"reference": TypedLinkReferenceEngine, "minibatch": TypedLinkMinibatchEngine}[name]
+    """The typed link class of engine ``name`` (:data:`~fleetgnn.config.run.TYPED_LINK_ENGINES`).
+
+    Raises:
+        ConfigError: For an engine that trains typed node classification only (one line).
+    """
+    classes = {"reference": TypedLinkReferenceEngine, "minibatch": TypedLinkMinibatchEngine}
+    if name not in TYPED_LINK_ENGINES or name not in classes:
+        raise ConfigError(
+            f"the {name} engine trains typed graphs for node classification only; link "
+            f"prediction on a typed graph runs on engine {' or '.join(TYPED_LINK_ENGINES)}"
+        )
+    return classes[name]
 
 
 __all__ = [

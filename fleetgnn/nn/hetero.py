@@ -575,7 +575,7 @@ class HeteroGNN(LayerwiseModule):
             embeddings only, e.g. in a :class:`~fleetgnn.nn.decoders.LinkModel`).
     """
 
-    hosts = ("reference", "minibatch")
+    hosts: tuple[str, ...] = ("reference", "minibatch", "split")
     hosts_reason = "a typed model runs on typed blocks, which these engines sample"
 
     def __init__(
@@ -605,6 +605,12 @@ class HeteroGNN(LayerwiseModule):
         self.schema, self.target = schema, schema.target
         self.dropout, self.seed = float(dropout), int(seed)
         self.conv_name = conv if isinstance(conv, str) else "custom"
+        if conv == "rgat":  # its fused scores read whole bipartite relations (agg.bipartite)
+            self.hosts = ("reference", "minibatch")
+            self.hosts_reason = (
+                "R-GAT's attention reads each relation's source rows by type, which the split "
+                "engine's per-relation exchange does not serve"
+            )
         self._offsets = {t: schema.type_range(t)[0] for t in schema.node_types}
         widths = {t: feature_widths.get(t) for t in schema.node_types}
         featured = {t: int(w) for t, w in widths.items() if w is not None}
