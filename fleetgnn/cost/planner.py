@@ -192,6 +192,7 @@ def _candidates(
     engines: Sequence[str] | None,
     typed: bool = False,
     task: str = "node",
+    model: str = "",
 ) -> list[str]:
     names = []
     for name, spec in ENGINES.items():
@@ -204,6 +205,8 @@ def _candidates(
         if task == "link" and not _trains_link(name, mode):
             continue
         if typed and task == "link" and name not in TYPED_LINK_ENGINES:
+            continue
+        if typed and model in TYPED_UNHOSTED.get(name, ()):
             continue
         if name == "reference" and mode == "minibatch":
             # its cost model is the full-graph mode's; sampled, it does one-rank minibatch's
@@ -436,7 +439,7 @@ def make_plan(
             if not _trains_link(e, mode):
                 asked = mode if mode != "auto" else ENGINES[e].modes[0]
                 raise ConfigError("train.task=link: " + link_refusal(e, asked))
-    names = _candidates(mode, nproc, engines, wl.typed, wl.task)
+    names = _candidates(mode, nproc, engines, wl.typed, wl.task, wl.model.name)
     if not names and wl.typed:
         typed = [n for n, spec in ENGINES.items() if spec.typed]
         raise ConfigError(
@@ -692,6 +695,11 @@ def knobs_from_config(cfg: Any) -> dict[str, dict[str, Any]]:
 
 #: The homogeneous layer a typed model is priced as (its per-relation weights and sums aside).
 TYPED_MODEL_TWINS: dict[str, str] = {"rgcn": "gcn", "rgat": "gat", "hetero-sage": "sage"}
+#: Per engine, the typed models (by their twins' names, as a typed workload carries them) it
+#: cannot host: R-GAT's fused per-type scores read whole bipartite relations, which the split
+#: engine's per-relation exchange does not serve (:class:`~fleetgnn.nn.hetero.HeteroGNN`'s
+#: ``hosts``).
+TYPED_UNHOSTED: dict[str, tuple[str, ...]] = {"split": (TYPED_MODEL_TWINS["rgat"],)}
 
 
 def workload_from_config(

@@ -133,7 +133,16 @@ def test_minibatch_with_relation_fanouts_matches_python_api(mag, tmp_path):
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
-        (["--model", "rgcn", "--engine", "split"], "use engine reference or minibatch"),
+        (
+            ["--model", "rgcn", "--engine", "fullgraph"],
+            "use engine reference or minibatch or split",
+        ),
+        (["--model", "rgat", "--engine", "split"], "cannot run HeteroGNN (R-GAT's attention"),
+        (
+            ["--model", "rgcn", "--engine", "split", "--task", "link"]
+            + ["--set", "train.link_relation=paper,cites,paper"],
+            "trains typed graphs for node classification only",
+        ),
         (["--model", "sage"], "choose one of rgcn, rgat, hetero-sage"),
         (["--model", "rgcn", "--set", "train.relation_fanouts={cites: [1, 1]}"], "no fanouts"),
         (["--model", "rgcn", "--task", "link"], "needs train.link_relation: one of"),
@@ -167,8 +176,22 @@ def test_plan_on_a_typed_dataset_names_only_typed_engines(mag, capsys):
     assert main(["plan", "--dataset", str(mag), "--model", "rgat", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert plan["choice"] in ("reference", "minibatch")
-    assert set(plan["engines"]) <= {"reference", "minibatch"}
+    assert set(plan["engines"]) <= {"reference", "minibatch"}  # split cannot host R-GAT
     assert "homogeneous view" in plan["workload"]["source"]
+    assert main(["plan", "--dataset", str(mag), "--model", "rgcn", "--nproc", "2", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "split" in plan["engines"]
+
+
+@pytest.mark.slow
+def test_train_typed_split_at_two_processes(mag, tmp_path):
+    """The split engine trains a typed dataset from the command line and reports accuracy."""
+    run = tmp_path / "run"
+    extra = ["--model", "rgcn", "--engine", "split", "--epochs", "1", "--nproc", "2"]
+    assert main(_train(mag, run, *extra, "--set", "train.batch_size=128")) == 0
+    (row,) = _epochs(run)
+    assert 0 <= row["test_acc"] <= 1 and row["loss"] > 0
+    assert "engine: split" in (run / "config.yaml").read_text()
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ def _wl(typed, mode):
 
 
 def test_registry_names_the_typed_engines():
-    assert [n for n, s in ENGINES.items() if s.typed] == ["reference", "minibatch"]
+    assert [n for n, s in ENGINES.items() if s.typed] == ["reference", "minibatch", "split"]
 
 
 @pytest.mark.parametrize("nproc", [1, 4])
@@ -25,12 +25,24 @@ def test_typed_workload_plans_only_typed_engines(nproc):
     hw = PROFILES["4xa100-80g-nvlink"]
     flat = make_plan(_wl(False, "full"), hw, nproc, mode="auto")
     typed = make_plan(_wl(True, "full"), hw, nproc, mode="auto")
-    assert set(flat.predictions) - {"reference", "minibatch"}  # others are planned untyped
-    assert set(typed.predictions) <= {"reference", "minibatch"}
-    assert typed.choice in ("reference", "minibatch")
+    assert set(flat.predictions) - {"reference", "minibatch", "split"}  # others: untyped
+    assert set(typed.predictions) <= {"reference", "minibatch", "split"}
+    assert typed.choice in ("reference", "minibatch", "split")
+    if nproc > 1:
+        assert "split" in typed.predictions
+
+
+def test_typed_rgat_and_typed_link_workloads_leave_split_out():
+    """R-GAT (priced as GAT) and typed link prediction do not run on split."""
+    hw = PROFILES["4xa100-80g-nvlink"]
+    for model, task in (("gat", "node"), ("sage", "link")):
+        wl = _wl(True, "minibatch")
+        shape = dataclasses.replace(wl.model, name=model)
+        plan = make_plan(dataclasses.replace(wl, model=shape, task=task), hw, 4, mode="auto")
+        assert "split" not in plan.predictions, (model, task)
 
 
 def test_typed_workload_refuses_engines_that_do_not_train_it():
     hw = PROFILES["4xa100-80g-nvlink"]
-    with pytest.raises(ConfigError, match="trains typed graphs.*reference or minibatch"):
+    with pytest.raises(ConfigError, match="trains typed graphs.*reference or minibatch or split"):
         make_plan(_wl(True, "full"), hw, 4, mode="full", engines=["fullgraph", "offload"])

@@ -1,4 +1,7 @@
-"""Typed graphs on the engines: reference and minibatch train them, the others refuse them."""
+"""Typed graphs on the engines: reference, minibatch and split train them, the others refuse them.
+
+The split engine's parity with the reference: ``tests/engines/test_split_relations.py``.
+"""
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.fullgraph import FullGraphEngine
 from fleetgnn.engines.reference import ReferenceEngine
+from fleetgnn.engines.split import SplitEngine
 from fleetgnn.engines.typed import TypedReferenceEngine
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.compact import feature_codec
@@ -60,13 +64,13 @@ FANOUTS = {
 
 @pytest.mark.parametrize(
     "engine_cfg",
-    [SplitEngineConfig(), FullGraphEngineConfig(), OffloadEngineConfig()],
+    [FullGraphEngineConfig(), OffloadEngineConfig()],
     ids=lambda c: type(c).__name__,
 )
 def test_other_engines_refuse_typed_graphs(engine_cfg):
     g = _graph()
     with pytest.raises(
-        ConfigError, match=r"does not train typed graphs.*reference or minibatch"
+        ConfigError, match=r"does not train typed graphs.*reference or minibatch or split"
     ) as e:
         build_engine(_model(g), g, engine_cfg)
     assert "\n" not in str(e.value)
@@ -78,6 +82,16 @@ def test_direct_construction_refuses_too():
         FullGraphEngine(_model(g), g, None, FullGraphEngineConfig())
     with pytest.raises(ConfigError, match="build the reference engine with"):
         ReferenceEngine(_model(g), g, None, ReferenceEngineConfig())
+    with pytest.raises(ConfigError, match="build the split engine with"):
+        SplitEngine(_model(g), g, None, SplitEngineConfig())
+
+
+def test_build_engine_picks_the_typed_split_class():
+    from fleetgnn.engines.split_relations import TypedSplitEngine
+
+    g = _graph()
+    with build_engine(_model(g), g, SplitEngineConfig(fanouts=(2, 2), partition="random")) as e:
+        assert type(e) is TypedSplitEngine and e.book.num_nodes == g.num_nodes
 
 
 @pytest.mark.parametrize("mode", ["minibatch", "full"])
