@@ -64,6 +64,10 @@ owned seeds. Evaluation embeds every split node at its node time, the nodes shar
 ranks, sums all-reduced
 (:func:`~fleetgnn.engines.temporal_node.sampled_temporal_node_metrics`).
 
+A typed graph trains on :class:`~fleetgnn.engines.split_relations.TypedSplitEngine`: the
+book is over its global IDs (:func:`split_book`), and each relation of the reference's typed
+block is split by :func:`split_block` and run by a :class:`SplitAggregator`.
+
 Steps 1-2 of the next step run in a background thread while the current step trains.
 
 Input rows (the store's accounting, :meth:`~fleetgnn.store.UnifiedStore.requests`): training reads

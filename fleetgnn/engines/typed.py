@@ -29,7 +29,9 @@ target type's logits become the splits' sums chunk by chunk
 (:class:`~fleetgnn.engines.metric_sums.MetricSums`), all-reduced. Features are read from the
 typed graph's arrays directly. ``full`` mode trains on the whole graph in memory.
 
-``split``, ``fullgraph`` and ``offload`` refuse typed graphs
+``split`` trains typed graphs through :class:`~fleetgnn.engines.split_relations.TypedSplitEngine`
+(this minibatch engine with the reference's global batch split by a partition, relation by
+relation); ``fullgraph`` and ``offload`` refuse them
 (:func:`~fleetgnn.engines.common.refuse_typed`).
 """
 
