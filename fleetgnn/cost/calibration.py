@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fleetgnn.cost.hardware import (
@@ -34,7 +35,9 @@ from fleetgnn.cost.hardware import (
     uniform_peer,
 )
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph import Graph
 from fleetgnn.ops import Adjacency, gspmm
+from fleetgnn.sampling import GraphTopology, TemporalSampler
 
 
 # ------------------------------------------------------------------------------- calibration
@@ -50,10 +53,14 @@ class _Sizes:
     narrow_rows: int  # [rows, k] @ [k, 16], k = gemm_n: a GNN layer's narrow transform
     disk_bytes: int
     repeats: int
+    temporal_nodes: int = 20_000  # the temporal sampler's power-law graph (mean in-degree 20)
+    temporal_seeds: int = 512  # seeds per batch, 4 batches per timing, fanouts (10, 10)
 
 
 _FULL = _Sizes(64 * MiB, 64 * MiB, 131072, 64, 100_000, 1_000_000, 1024, 8192, 64 * MiB, 3)
-_QUICK = _Sizes(4 * MiB, 4 * MiB, 8192, 64, 8_000, 50_000, 256, 2048, 4 * MiB, 2)
+_QUICK = _Sizes(4 * MiB, 4 * MiB, 8192, 64, 8_000, 50_000, 256, 2048, 4 * MiB, 2, 2_000, 64)
+#: Mean in-degree, fanouts, batches per timing and distinct times of the temporal measurement.
+_TEMPORAL_DEGREE, _TEMPORAL_FANOUTS, _TEMPORAL_BATCHES, _TEMPORAL_TIMES = 20.0, (10, 10), 4, 1000
 
 
 def _best_time(fn: Callable[[], object], repeats: int) -> float:
@@ -112,6 +119,64 @@ def _measure_narrow_gemm(rows: int, k: int, repeats: int) -> float:
     a, b = torch.rand(rows, k, generator=g), torch.rand(k, w, generator=g)
     gy = torch.rand(rows, w, generator=g)
     return 4.0 * rows * k * w / _best_time(lambda: (a @ b, a.t() @ gy), repeats)
+
+
+def _timed_power_law(num_nodes: int, avg_degree: float, times: int, seed: int = 0) -> Graph:
+    """A CSC graph with Pareto in-degrees, uniform sources and uniform integer edge times.
+
+    The times are sorted within each node's in-edges (the format's invariant); the graph of
+    ``benchmarks/bench_temporal_sampler.py``, built here without the benchmark package.
+    """
+    rng = np.random.default_rng(seed)
+    raw = rng.pareto(1.5, num_nodes) + 1.0
+    deg = np.minimum(np.floor(raw * avg_degree / raw.mean()), num_nodes).astype(np.int64)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    edges = int(indptr[-1])
+    indices = rng.integers(0, num_nodes, edges, dtype=np.int32)
+    t = rng.integers(0, times, edges, dtype=np.int64)
+    segment = np.repeat(np.arange(num_nodes, dtype=np.int64), deg)
+    return Graph(
+        indptr=indptr,
+        indices=indices,
+        edge_time=t[np.lexsort((t, segment))],
+        name="calibration-temporal",
+        validate="structure",
+    )
+
+
+def measure_temporal_sampler(num_nodes: int, seeds: int, repeats: int) -> float:
+    """Sampled edges/s of :class:`~fleetgnn.sampling.TemporalSampler` on the host.
+
+    The engines' host path (numpy backend over a :class:`~fleetgnn.sampling.GraphTopology`,
+    ``uniform``, fanouts ``(10, 10)``) on a power-law graph of ``num_nodes`` nodes and mean
+    in-degree 20 with uniform edge times (:func:`_timed_power_law`): 4 batches of ``seeds``
+    seeds at uniform times per timed call (each seed's own subtree, in-edges before its
+    time); the rate counts every hop's sampled edges of the fastest call.
+    """
+    g = _timed_power_law(num_nodes, _TEMPORAL_DEGREE, _TEMPORAL_TIMES)
+    sampler = TemporalSampler(
+        GraphTopology(g), list(_TEMPORAL_FANOUTS), seed=0, backend="numpy", validate=False
+    )
+    rng = np.random.default_rng(1)
+    batches = [
+        (
+            torch.from_numpy(rng.choice(num_nodes, seeds, replace=False).astype(np.int64)),
+            torch.from_numpy(rng.integers(1, _TEMPORAL_TIMES, seeds, dtype=np.int64)),
+        )
+        for _ in range(_TEMPORAL_BATCHES)
+    ]
+    edges = 0
+
+    def run() -> None:
+        nonlocal edges
+        edges = 0
+        for step, (ids, t) in enumerate(batches):
+            sample = sampler.sample(ids, t, 0, step)
+            edges += sum(int(b.indices.numel()) for b in sample.blocks)
+
+    best = _best_time(run, repeats)
+    return edges / best
 
 
 def measure_overheads(repeats: int, device: torch.device | str = "cpu") -> dict[str, float]:
@@ -228,8 +293,10 @@ def _calibrate(sizes: _Sizes, directory: Path) -> dict[str, Any]:
     narrow = _measure_narrow_gemm(sizes.narrow_rows, sizes.gemm_n, sizes.repeats)
     disk, disk_note = _measure_disk(sizes.disk_bytes, directory)
     fixed = measure_overheads(sizes.repeats)
+    temporal = measure_temporal_sampler(sizes.temporal_nodes, sizes.temporal_seeds, sizes.repeats)
     return {
         **fixed,
+        "temporal_sample": temporal,
         "copy": copy,
         "gather": gather,
         "spmm": spmm,
@@ -241,6 +308,11 @@ def _calibrate(sizes: _Sizes, directory: Path) -> dict[str, Any]:
         "seconds": time.perf_counter() - t0,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def _temporal_sizes(sizes: _Sizes) -> dict[str, int]:
+    """The temporal measurement's sizes, as the cache's ``sizes`` records them."""
+    return {"temporal_nodes": sizes.temporal_nodes, "temporal_seeds": sizes.temporal_seeds}
 
 
 def _probe(comm_probe: Callable[[], float]) -> float:
@@ -399,12 +471,15 @@ def _local_from(
         f"disk = {m.get('disk_note', '?')}; {peer_note} (one host, no NIC between its "
         f"processes); device_memory = host_memory / {nproc} (processes share host memory); "
         f"host_memory from {mem_note}; sample_rate = {DEFAULT_SAMPLE_RATE:.3g} edges/s "
-        "assumed (fleetgnn's numpy sampler, not measured here). Rates are one process's alone: "
-        "concurrent ranks share memory bandwidth."
+        "assumed (fleetgnn's numpy sampler, not measured here); temporal_sample_rate = "
+        "TemporalSampler (numpy, uniform, fanouts 10,10) on a power-law graph of "
+        f"{sizes.get('temporal_nodes', 0):,} nodes, mean in-degree 20, uniform edge times, "
+        f"batches of {sizes.get('temporal_seeds', 0)} seeds at uniform times. Rates are one "
+        "process's alone: concurrent ranks share memory bandwidth."
     )
     rates_from = (
         f"this machine's calibration ({key['hostname']}, torch {key['torch']}, "
-        f"{str(m.get('date', '?'))[:10]}); sample rate assumed"
+        f"{str(m.get('date', '?'))[:10]}); sample rate assumed, temporal sample rate measured"
     )
     return HardwareProfile(
         name="local",
@@ -429,6 +504,7 @@ def _local_from(
         layer_overhead=float(m["layer_overhead"]),
         param_overhead=float(m.get("param_overhead", FIXED_OVERHEADS["cpu"]["param_overhead"])),
         sample_rate=DEFAULT_SAMPLE_RATE,
+        temporal_sample_rate=float(m["temporal_sample"]),
         rates_from=rates_from,
         source=source,
     )
@@ -448,15 +524,18 @@ def local_profile(
     Measures (about 2-5 s on a 2-core machine; ``quick=True`` shrinks every size, well under a
     second): the copy rate of a 64 MiB tensor (``local`` = 2x it, counting reads and writes;
     ``h2d`` = ``d2h`` = it), random row gathers, :func:`fleetgnn.ops.gspmm` on a random graph
-    of 1M edges x width 64, ``torch.mm`` of 1024^2 float32, and reading back a 64 MiB temp file
-    (dropped from the page cache with ``posix_fadvise`` where the kernel allows; otherwise a
-    buffered read, and ``source`` says so). ``peer`` (every pair of processes) and ``net`` are
-    ``comm_probe()`` if given, else the copy rate / 2 (an estimate, noted in ``source``).
+    of 1M edges x width 64, ``torch.mm`` of 1024^2 float32, the temporal sampler's sampled
+    edges/s (:func:`measure_temporal_sampler`, ``temporal_sample_rate``), and reading back a
+    64 MiB temp file (dropped from the page cache with ``posix_fadvise`` where the kernel
+    allows; otherwise a buffered read, and ``source`` says so). ``peer`` (every pair of
+    processes) and ``net`` are ``comm_probe()`` if given, else the copy rate / 2 (an estimate,
+    noted in ``source``).
     ``device_memory`` is ``host_memory // nproc``: the processes share host memory.
 
     The measurements are cached as JSON under ``cache_dir``, keyed by hostname, CPU model, torch
     version, ``nproc``, threads and ``quick``, and reused unless ``refresh``; a cached
-    calibration without a peer measurement runs only ``comm_probe`` when one is given.
+    calibration without a peer measurement runs only ``comm_probe`` when one is given, one
+    without the temporal sampler's rate measures only that.
 
     Args:
         nproc: Processes (ranks) this host will run, ``>= 1``.
@@ -491,6 +570,19 @@ def local_profile(
             torch.set_num_threads(before)
     if comm_probe is not None and "peer" not in m:
         m["peer"] = _probe(comm_probe)
+        changed = True
+    if not isinstance(m.get("temporal_sample"), (int, float)) or m["temporal_sample"] <= 0:
+        # a calibration cached before the temporal sampler was measured: measure it alone
+        sizes = _QUICK if quick else _FULL
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            m["temporal_sample"] = measure_temporal_sampler(
+                sizes.temporal_nodes, sizes.temporal_seeds, sizes.repeats
+            )
+        finally:
+            torch.set_num_threads(before)
+        m["sizes"] = {**dict(m.get("sizes", {})), **_temporal_sizes(sizes)}
         changed = True
     host_memory, mem_note = _host_memory()
     profile = _local_from(nproc, key, m, host_memory, mem_note)

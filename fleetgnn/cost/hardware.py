@@ -40,6 +40,11 @@ field               meaning
                     numpy sampler on the host, on GPU machines too (default
                     :data:`DEFAULT_SAMPLE_RATE`; which engine samples where:
                     :mod:`fleetgnn.cost.gpu_rates`)
+``temporal_sample_rate`` sampled edges/s per rank of fleetgnn's temporal sampler on the host
+                    (:class:`~fleetgnn.sampling.TemporalSampler`: a binary search for every
+                    node's candidates, disjoint per-seed subtrees), what temporal tasks' batches
+                    are priced at (the ``local`` calibration measures it; default: not
+                    measured, ``sample_rate`` is used and the plan says so)
 ``rates_from``      one line: where the measured rates come from (a GPU check's file, GPU,
                     torch version and date; a calibration); ``""``: the built-in figures
 ==================  ============================================================================
@@ -301,6 +306,8 @@ class HardwareProfile:
         device_sample_rate: Sampled edges/s per rank of the torch sampler over a CSC replica
             in device memory (``minibatch`` with ``store.sampling`` resolved to ``device``);
             ``None``: not measured (the host rate is used).
+        temporal_sample_rate: Sampled edges/s per rank of the host temporal sampler (temporal
+            tasks' batches); ``None``: not measured (``sample_rate`` is used).
         rates_from: Where the measured rates come from, in one line (``""``: built-in).
         source: Where the numbers come from.
 
@@ -330,6 +337,7 @@ class HardwareProfile:
     param_overhead: float | None = None
     sample_rate: float | None = None
     device_sample_rate: float | None = None
+    temporal_sample_rate: float | None = None
     rates_from: str = ""
     source: str = ""
 
@@ -388,6 +396,11 @@ class HardwareProfile:
         if self.device_sample_rate is not None:
             rate = positive_arg("device_sample_rate", self.device_sample_rate, "sampled edges/s")
             set_(self, "device_sample_rate", rate)
+        if self.temporal_sample_rate is not None:
+            rate = positive_arg(
+                "temporal_sample_rate", self.temporal_sample_rate, "sampled edges/s"
+            )
+            set_(self, "temporal_sample_rate", rate)
         for name in ("rates_from", "source"):
             if not isinstance(getattr(self, name), str):
                 raise _fail(name, getattr(self, name), "must be a string")
@@ -519,6 +532,7 @@ class HardwareProfile:
             "param_overhead": self.param_overhead,
             "sample_rate": self.sample_rate,
             "device_sample_rate": self.device_sample_rate,
+            "temporal_sample_rate": self.temporal_sample_rate,
             "rates_from": self.rates_from,
             "source": self.source,
         }
@@ -550,7 +564,7 @@ class HardwareProfile:
                 f"hardware profile field {missing[0]!r} is missing; required fields: "
                 f"{', '.join(cls.REQUIRED)} (optional: num_hosts, peer, narrow_gemm_rate, "
                 f"elementwise_rate, layer_overhead, param_overhead, sample_rate, "
-                f"device_sample_rate, rates_from, source)"
+                f"device_sample_rate, temporal_sample_rate, rates_from, source)"
             )
         return cls(**{str(k): v for k, v in d.items()})
 
