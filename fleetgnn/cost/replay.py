@@ -26,6 +26,13 @@ split       the global batch (one sample per step), the offline partition
             (the halo path of edge-weighted aggregation)
 ==========  =====================================================================================
 
+A temporal task (:class:`~fleetgnn.cost.workload.TemporalSeeds`, ``temporal=``) is replayed as its
+engines train it: the steps' seeds are the task's (training nodes at their node times; a link
+batch's endpoints and negatives at their positives' times, distinct ``(node, time)`` pairs) and a
+:class:`~fleetgnn.sampling.TemporalSampler` with the run's keys and strategy samples each seed's
+own subtree (no deduplication across seeds, only in-edges before the seed's time), through the
+same metered store reads (its candidate counts look up each node's ``indptr``, 16 bytes).
+
 The gradient all-reduce and the shuffles' widths depend on the model; the cost models
 (:mod:`fleetgnn.cost.models`) add them. A replay of a large epoch (more sampled edges than
 ``max_edges``) draws only the first ``presample_steps`` steps of every rank and scales them to the
@@ -42,10 +49,11 @@ import torch
 from torch import Tensor
 
 from fleetgnn.config.units import UNLIMITED
+from fleetgnn.cost.workload import TemporalSeeds
 from fleetgnn.graph import Graph
 from fleetgnn.graph.compact_rows import stored_row_bytes
 from fleetgnn.partition import partition
-from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader
+from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader, TemporalSampler
 from fleetgnn.store import SOURCE_LINKS, plan_partitioned
 from fleetgnn.store.device_topology import resolve_placement
 from fleetgnn.store.hotness import HotnessRanking, hotness_order
@@ -171,6 +179,9 @@ class _MeteredTopology:
         self._inner = GraphTopology(graph)
         self._tp, self._rank, self._hosts = tp, rank, hosts
         self._counts = counts
+        #: Whether reads are counted (off while a sampler reads its setup, as the engines
+        #: build theirs before their meters count).
+        self.metering = True
         self._index = int(graph.indices.dtype.itemsize)
         ew = graph.edge_weight
         self._weight = 0 if ew is None else int(ew.dtype.itemsize)
@@ -187,7 +198,7 @@ class _MeteredTopology:
 
     def _charge(self, ids: Tensor, nbytes: int, per: np.ndarray | None = None) -> None:
         idn = ids.cpu().numpy().astype(np.int64, copy=False)
-        if idn.size == 0:
+        if idn.size == 0 or not self.metering:
             return
         code = _link_codes(self._tp, idn, self._rank, self._hosts)
         w = None if per is None else per.astype(np.float64)
@@ -214,6 +225,72 @@ class _MeteredTopology:
         self._charge(ids, _INDPTR_BYTES)
         self._charge(ids, self._index, per=counts.numpy())
         return counts, nbrs
+
+    def edge_ids_at(self, ids: Tensor, offsets: Tensor) -> Tensor:
+        """``indptr[ids] + offsets``: each in-edge's CSC position (uncharged, as the store's).
+
+        The temporal sampler's edge times are read at these positions.
+        """
+        return self._inner.edge_ids_at(ids, offsets)
+
+
+class _Steps:
+    """One rank's steps as its engine draws them: the seeds, and the sampler's blocks.
+
+    Plain node tasks: the :class:`~fleetgnn.sampling.SeedLoader` slots of the training nodes,
+    sampled by a :class:`~fleetgnn.sampling.NeighborSampler`. Temporal tasks (``temporal``):
+    the task's timed seeds, sampled by a :class:`~fleetgnn.sampling.TemporalSampler` with the
+    run's strategy over the graph's edge times.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        topology: Any,
+        fanouts: tuple[int, ...],
+        *,
+        batch_size: int,
+        rank: int,
+        world: int,
+        seed: int,
+        shuffle: bool = True,
+        temporal: TemporalSeeds | None = None,
+    ) -> None:
+        self.batch_size, self.rank, self.world = batch_size, rank, world
+        self.temporal = temporal
+        if temporal is None:
+            train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+            self.loader = SeedLoader(
+                train_ids, batch_size, rank=rank, world_size=world, seed=seed, shuffle=shuffle
+            )
+            self.num_steps = self.loader.num_batches
+            self.sampler: Any = NeighborSampler(topology, list(fanouts), seed=seed)
+        else:
+            if temporal.graph.num_nodes != graph.num_nodes or graph.edge_time is None:
+                raise ValueError(
+                    "a temporal replay samples the graph its seeds are for, with edge times"
+                )
+            self.num_steps = temporal.num_steps(batch_size, world)
+            metered = getattr(topology, "metering", None)
+            if metered is not None:  # its edge count, read once when it is built
+                topology.metering = False
+            self.sampler = TemporalSampler(
+                topology,
+                list(fanouts),
+                seed=seed,
+                edge_time=np.asarray(graph.edge_time),
+                strategy=temporal.strategy,  # type: ignore[arg-type]
+                validate=False,  # the graph format checked the order
+            )
+            if metered is not None:
+                topology.metering = metered
+
+    def blocks(self, epoch: int, step: int, stream: int) -> list[Block]:
+        """The blocks of step ``(epoch, step)``, sampled with ``stream``."""
+        if self.temporal is None:
+            return self.sampler.sample(self.loader.batch(epoch, step), epoch, step, stream=stream)
+        seeds, times = self.temporal.seeds(self.batch_size, self.rank, self.world, epoch, step)
+        return list(self.sampler.sample(seeds, times, epoch, step, stream=stream).blocks)
 
 
 def presample_hotness(
@@ -262,6 +339,7 @@ def minibatch_counts(
     max_edges: int = EXACT_EDGES,
     presample_steps: int = PRESAMPLE_STEPS,
     feature_dtype: str | None = None,
+    temporal: TemporalSeeds | None = None,
 ) -> SampledCounts:
     """Replay one epoch of the ``minibatch`` engine: store reads per link kind, store memory.
 
@@ -288,6 +366,9 @@ def minibatch_counts(
         presample_steps: The prefix's length per rank.
         feature_dtype: ``store.feature_dtype``: the tiers and the loads count the stored
             row's bytes (:meth:`~fleetgnn.graph.compact.FeatureCodec.row_bytes`).
+        temporal: A temporal task's seeds (``graph`` is then ``temporal.graph``): rank ``r``'s
+            steps are ``temporal.seeds(batch_size, r, W, epoch, step)``, sampled in time
+            (module docstring); ``None``: the training nodes, sampled plainly.
     """
     rph = world if ranks_per_host is None else max(1, min(int(ranks_per_host), world))
     hosts = np.arange(world, dtype=np.int64) // rph
@@ -309,18 +390,25 @@ def minibatch_counts(
     )
     fp = plan.features
     row = _row_bytes(graph, feature_dtype)
-    train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
     counts = np.zeros(5, dtype=np.int64)
     tally = _Tally()
     steps = replayed = 0
     for r in range(world):
-        loader = SeedLoader(train_ids, batch_size, rank=r, world_size=world, seed=seed)
         topo = _MeteredTopology(graph, plan.topology, r, hosts, counts)
-        sampler = NeighborSampler(topo, list(fanouts), seed=seed)
-        steps = loader.num_batches
+        drawn = _Steps(
+            graph,
+            topo,
+            fanouts,
+            batch_size=batch_size,
+            rank=r,
+            world=world,
+            seed=seed,
+            temporal=temporal,
+        )
+        steps = drawn.num_steps
         s = 0
         while s < (replayed or steps):
-            blocks = sampler.sample(loader.batch(epoch, s), epoch, s, stream=r)
+            blocks = drawn.blocks(epoch, s, stream=r)
             if not replayed:  # the first step decides how many to replay
                 first = sum(int(b.indices.numel()) for b in blocks)
                 replayed = _replayed_steps(steps, world, first, max_edges, presample_steps)
@@ -372,6 +460,7 @@ def split_counts(
     max_edges: int = EXACT_EDGES,
     presample_steps: int = PRESAMPLE_STEPS,
     feature_dtype: str | None = None,
+    temporal: TemporalSeeds | None = None,
 ) -> SampledCounts:
     """Replay one epoch of the ``split`` engine: input rows per tier, shuffle rows per layer.
 
@@ -399,6 +488,10 @@ def split_counts(
         presample_steps: The prefix's length.
         feature_dtype: ``store.feature_dtype``: the shards and the loads count the stored
             row's bytes.
+        temporal: A temporal task's seeds (``graph`` is then ``temporal.graph``): the global
+            step is ``temporal.seeds(batch_size, 0, 1, epoch, step)``, sampled in time with
+            stream 0, as every rank draws the reference's step; its blocks' rows are
+            ``(seed, node)`` pairs, so the shuffles count copies of a node apart.
     """
     own = split_owner(graph, partition_method, world, seed) if owner is None else owner
     row = _row_bytes(graph, feature_dtype)
@@ -412,10 +505,17 @@ def split_counts(
             graph, own, budgets, world, hotness=hotness, feature_dtype=feature_dtype
         ).features
     tiers = np.zeros(3, dtype=np.int64)  # input rows from the device, host and disk tiers
-    train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
-    loader = SeedLoader(train_ids, batch_size, seed=seed, shuffle=True)
-    sampler = NeighborSampler(GraphTopology(graph), list(fanouts), seed=seed)
-    steps = loader.num_batches
+    drawn = _Steps(
+        graph,
+        GraphTopology(graph),
+        fanouts,
+        batch_size=batch_size,
+        rank=0,
+        world=1,
+        seed=seed,
+        temporal=temporal,
+    )
+    steps = drawn.num_steps
     layers = len(fanouts)
     pre = np.zeros(layers, dtype=np.int64)
     halo = np.zeros(layers, dtype=np.int64)
@@ -423,7 +523,7 @@ def split_counts(
     replayed = 0
     s = 0
     while s < (replayed or steps):
-        blocks = sampler.sample(loader.batch(epoch, s), epoch, s)
+        blocks = drawn.blocks(epoch, s, stream=0)
         if not replayed:
             first = sum(int(b.indices.numel()) for b in blocks)
             replayed = _replayed_steps(steps, 1, first, max_edges, presample_steps)

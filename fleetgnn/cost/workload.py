@@ -8,7 +8,11 @@ imports the other to name them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
 
 from fleetgnn.config.knobs import FEATURE_DTYPES
 from fleetgnn.errors import ConfigError
@@ -19,9 +23,17 @@ from fleetgnn.nn import build_model
 from fleetgnn.nn.gat_conv import GATConv
 from fleetgnn.nn.gcn_conv import GCNConv
 from fleetgnn.nn.sage_conv import SAGEConv
+from fleetgnn.sampling import SeedLoader
 from fleetgnn.store.tiers import feature_row_bytes
 
-__all__ = ["IDX_BYTES", "ModelShape", "Prediction", "Workload"]
+__all__ = [
+    "IDX_BYTES",
+    "ModelShape",
+    "NodeTimeSeeds",
+    "Prediction",
+    "TemporalSeeds",
+    "Workload",
+]
 
 #: Bytes of one int64 index.
 IDX_BYTES = 8
@@ -135,6 +147,79 @@ class ModelShape:
         return per_layer + edges * IDX_BYTES * 2  # the topology and its transpose
 
 
+@runtime_checkable
+class TemporalSeeds(Protocol):
+    """A temporal task's training seeds, each with the time its subtree is sampled at.
+
+    What the replay (:mod:`fleetgnn.cost.replay`) draws in place of a
+    :class:`~fleetgnn.sampling.SeedLoader`'s nodes: the seeds of a step exactly as the engines
+    hand them to their :class:`~fleetgnn.sampling.TemporalSampler`.
+
+    Attributes:
+        kind: ``"node"`` (each training node at its node time) or ``"link"`` (both endpoints
+            and the negatives of every positive at the positive's time).
+        graph: The graph the engines sample, with its ``edge_time`` (node: the dataset; link:
+            the time split's training graph).
+        strategy: The temporal sampler's strategy, ``"uniform"`` or ``"last"``.
+        num_items: Training items per epoch: nodes (node) or positive edges (link).
+    """
+
+    kind: str
+    graph: Graph
+    strategy: str
+
+    @property
+    def num_items(self) -> int:
+        """Training items per epoch: nodes (node) or positive edges (link)."""
+        ...
+
+    def num_steps(self, batch_size: int, world: int) -> int:
+        """Steps per epoch with ``batch_size`` items (nodes or positives) per rank."""
+        ...
+
+    def seeds(
+        self, batch_size: int, rank: int, world: int, epoch: int, step: int
+    ) -> tuple[Tensor, Tensor]:
+        """Rank ``rank``'s seeds of ``(epoch, step)`` and their times (int64 ``[B]`` each)."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeTimeSeeds:
+    """:class:`TemporalSeeds` of temporal node classification: each training node at its time.
+
+    The engines' draw (:func:`~fleetgnn.engines.temporal_node.node_blocks`): rank ``r`` of
+    ``W`` takes its :class:`~fleetgnn.sampling.SeedLoader` slots of the training nodes
+    (``seed``: the run's), each seeded at ``graph.node_time``.
+    """
+
+    graph: Graph
+    seed: int = 0
+    strategy: str = "uniform"
+    kind: str = "node"
+
+    @property
+    def num_items(self) -> int:
+        """Training nodes."""
+        return int(np.count_nonzero(np.asarray(self.graph.train_mask)))
+
+    def _loader(self, batch_size: int, rank: int, world: int) -> SeedLoader:
+        train = torch.from_numpy(np.flatnonzero(np.asarray(self.graph.train_mask)))
+        return SeedLoader(train, batch_size, rank=rank, world_size=world, seed=self.seed)
+
+    def num_steps(self, batch_size: int, world: int) -> int:
+        """Steps per epoch (equal on every rank)."""
+        return self._loader(batch_size, 0, world).num_batches
+
+    def seeds(
+        self, batch_size: int, rank: int, world: int, epoch: int, step: int
+    ) -> tuple[Tensor, Tensor]:
+        """The training nodes of rank ``rank``'s step and their node times."""
+        ids = self._loader(batch_size, rank, world).batch(epoch, step)
+        times = np.asarray(self.graph.node_time)[ids.numpy()]
+        return ids, torch.from_numpy(np.asarray(times, dtype=np.int64))
+
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """The graph and the training setup a plan is for.
@@ -164,6 +249,10 @@ class Workload:
             in (:mod:`fleetgnn.graph.compact`; ``None``: as the dataset stores them). Store
             bytes (tiers, gathered traffic) count :meth:`feature_row_bytes`; the model's input
             rows stay ``model.elem`` bytes wide (the gather reads them back).
+        temporal: The task samples in time (``None``: it does not): the mini-batch replays
+            draw its seeds at their times with a :class:`~fleetgnn.sampling.TemporalSampler`
+            over ``temporal.graph`` (disjoint per-seed subtrees), and the sampling is priced at
+            the profile's ``temporal_sample_rate``.
     """
 
     num_nodes: int
@@ -182,6 +271,7 @@ class Workload:
     decoder: str = "dot"
     feature_norm: str = "none"
     feature_dtype: str | None = None
+    temporal: TemporalSeeds | None = None
 
     def __post_init__(self) -> None:
         if self.feature_dtype is not None and self.feature_dtype not in FEATURE_DTYPES:

@@ -62,20 +62,31 @@ class TemporalEdgeBatches(EdgeBatches):
     task: TemporalLinkPrediction
     sampler: TemporalSampler  # type: ignore[assignment]
 
+    def timed(self, epoch: int, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """The seeds of ``(epoch, step)``: ``(seeds, seed_time, inverse, P)``.
+
+        The distinct ``(node, time)`` pairs (:func:`timed_seeds`) of the step's ``P``
+        positives' sources, destinations and negatives, each at its positive's time;
+        ``seeds[inverse]`` lists those ``P + P + P K`` nodes in that order.
+        """
+        idx = self.loader.batch(epoch, step)
+        src, dst = self.task.train_pair_rows(idx)
+        t = self.task.train_pair_times(idx)
+        neg = self.task.sampler.sample(src, dst, epoch)  # [P, K], the static task's negatives
+        k = int(neg.shape[1])
+        seeds, seed_time, inv = timed_seeds(
+            torch.cat([src, dst, neg.reshape(-1)]), torch.cat([t, t, t.repeat_interleave(k)])
+        )
+        return seeds, seed_time, inv, int(src.numel())
+
     def batch(self, epoch: int, step: int, stream: int | None = None) -> EdgeBatch:
         """This rank's edge batch of ``(epoch, step)``, sampled with ``stream`` (``None``: rank).
 
         The batch's ``seeds`` are nodes of distinct ``(node, time)`` seeds (a node may repeat),
         ``sample`` holds the :class:`~fleetgnn.sampling.TemporalSample`.
         """
-        idx = self.loader.batch(epoch, step)
-        src, dst = self.task.train_pair_rows(idx)
-        t = self.task.train_pair_times(idx)
-        neg = self.task.sampler.sample(src, dst, epoch)  # [P, K], the static task's negatives
-        p, k = int(src.numel()), int(neg.shape[1])
-        seeds, seed_time, inv = timed_seeds(
-            torch.cat([src, dst, neg.reshape(-1)]), torch.cat([t, t, t.repeat_interleave(k)])
-        )
+        seeds, seed_time, inv, p = self.timed(epoch, step)
+        k = int(self.task.sampler.k)
         sample = self.sampler.sample(
             seeds, seed_time, epoch, step, stream=self.rank if stream is None else stream
         )
@@ -103,6 +114,59 @@ class TemporalEdgeBatches(EdgeBatches):
             batch.seeds[at], batch.sample.seed_time[at], epoch, step, stream=stream
         )
         return list(sample.blocks)
+
+
+class LinkTimeSeeds:
+    """The training seeds of a temporal link task, for the planner's replay.
+
+    A :class:`~fleetgnn.cost.workload.TemporalSeeds`: rank ``r`` of ``W``'s step is
+    :meth:`TemporalEdgeBatches.timed` of its edge batches (``batch_size`` positives per rank,
+    the run's ``seed``), the seeds the engines hand their temporal sampler.
+
+    Args:
+        task: The temporal link task (its time split's training graph is :attr:`graph`).
+        seed: The run's seed (the edges' order per epoch).
+    """
+
+    kind = "link"
+
+    def __init__(self, task: TemporalLinkPrediction, seed: int = 0) -> None:
+        self.task, self.seed = task, int(seed)
+        self.graph = task.split.train_graph
+        self.strategy = task.strategy
+        self._batches: dict[tuple[int, int, int], TemporalEdgeBatches] = {}
+
+    @property
+    def num_items(self) -> int:
+        """Training positives."""
+        return self.task.num_train_pairs()
+
+    def _edges(self, batch_size: int, rank: int, world: int) -> TemporalEdgeBatches:
+        key = (int(batch_size), int(rank), int(world))
+        if key not in self._batches:
+            self._batches[key] = TemporalEdgeBatches(
+                self.task,
+                None,  # type: ignore[arg-type]  # seeds only: the replay samples them
+                int(batch_size),
+                rank=int(rank),
+                world_size=int(world),
+                seed=self.seed,
+            )
+        return self._batches[key]
+
+    def num_steps(self, batch_size: int, world: int) -> int:
+        """Steps per epoch (equal on every rank)."""
+        return self._edges(batch_size, 0, world).num_batches
+
+    def seeds(
+        self, batch_size: int, rank: int, world: int, epoch: int, step: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rank ``rank``'s distinct ``(node, time)`` seeds of ``(epoch, step)``."""
+        seeds, seed_time, _, _ = self._edges(batch_size, rank, world).timed(epoch, step)
+        return seeds, seed_time
+
+    def __repr__(self) -> str:
+        return f"LinkTimeSeeds(positives={self.num_items}, strategy={self.strategy!r})"
 
 
 def embed_at(
