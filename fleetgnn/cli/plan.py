@@ -148,6 +148,32 @@ def add_plan(sub: Any) -> None:
     add_target_options(p)
 
 
+def temporal_seeds(cfg: Any, graph: Any) -> Any:
+    """The :class:`~fleetgnn.cost.workload.TemporalSeeds` of ``cfg``'s task on ``graph``.
+
+    ``None`` when the task does not sample in time (``train.temporal`` resolved as the run
+    resolves it, :func:`~fleetgnn.train.setup.temporal_kind`) or there is no dataset. A node
+    task's seeds are the training nodes at their node times; a link task's are built from the
+    task the run builds (:func:`~fleetgnn.train.setup.task_from_config`: the time split, its
+    positives' times, the keyed negatives).
+    """
+    if graph is None:
+        return None
+    from fleetgnn.train.setup import task_from_config, temporal_kind
+
+    kind = temporal_kind(cfg, graph)
+    if kind is None:
+        return None
+    from fleetgnn.cost.workload import NodeTimeSeeds
+    from fleetgnn.engines.temporal_link import LinkTimeSeeds
+
+    task = task_from_config(cfg, graph)
+    seed = int(cfg.train.seed)
+    if kind == "node":
+        return NodeTimeSeeds(graph, seed=seed, strategy=str(task.strategy))
+    return LinkTimeSeeds(task, seed=seed)
+
+
 def plan_for(
     cfg: Any,
     graph: Any,
@@ -174,7 +200,13 @@ def plan_for(
 
         # the transform the engines will apply (the dataset's), which the sampled models price
         cfg = cfg.with_key("data.feature_norm", dataset_feature_norm(dataset))
-    wl = workload_from_config(cfg, graph=graph, shape=shape)
+    temporal = temporal_seeds(cfg, graph)
+    if temporal is not None and mode != "full" and not engines:
+        # only sampled batches have a "now": the engines that sample this task in time
+        from fleetgnn.engines.link import temporal_pairs
+
+        mode, engines = "minibatch", sorted({e for e, _ in temporal_pairs(temporal.kind)})
+    wl = workload_from_config(cfg, graph=graph, shape=shape, temporal=temporal)
     hw = hardware_profile(hardware, nproc)
     epochs = int(cfg.train.epochs)
     knobs = knobs_from_config(cfg)

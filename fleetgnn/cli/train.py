@@ -470,7 +470,11 @@ def _plan_engine(
         # only sampled batches have a "now": the engines that sample this task in time
         mode, engines = "minibatch", sorted({e for e, _ in temporal_pairs(kind)})
         note = f" (temporal {kind} task: planned over {', '.join(engines)} in mode=minibatch)"
-    plan = plan_for(cfg, graph, None, hardware, nproc, mode, engines, target, path)
+    from fleetgnn.train import resolve_task_defaults
+
+    # the run's model: link prediction's GAE defaults are resolved before its workers start
+    planned = resolve_task_defaults(cfg)
+    plan = plan_for(planned, graph, None, hardware, nproc, mode, engines, target, path)
     if plan.choice is None:
         raise ConfigError(f"--engine auto: {plan.reason}")
     train = dataclasses.replace(cfg.train, engine=plan.choice, mode=plan.mode)

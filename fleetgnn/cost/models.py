@@ -168,6 +168,41 @@ def _expected_unique(draws: float, population: float) -> float:
     return population * (1.0 - math.exp(-draws / population))
 
 
+def temporal_rate(hw: Any) -> float:
+    """Sampled edges/s of a temporal task's batches: the profile's ``temporal_sample_rate``.
+
+    A profile that did not measure the temporal sampler prices it at its ``sample_rate`` (the
+    plan's reason says so: :func:`temporal_rate_text`).
+    """
+    return float(hw.temporal_sample_rate or hw.sample_rate)
+
+
+def temporal_rate_text(hw: Any) -> str:
+    """Where :func:`temporal_rate` comes from, in words."""
+    if hw.temporal_sample_rate:
+        return (
+            f"the temporal sampler's {float(hw.temporal_sample_rate):.3g} sampled edges/s "
+            f"(the profile's temporal_sample_rate)"
+        )
+    return (
+        f"the plain sampler's {float(hw.sample_rate):.3g} edges/s: profile {hw.name!r} did not "
+        f"measure the temporal sampler (temporal_sample_rate), which is slower per edge"
+    )
+
+
+def _temporal_knobs(wl: Workload, edges: float) -> dict[str, Any]:
+    """The knobs a temporal prediction adds: its sampler, and its sampled edges per step.
+
+    ``edges``: the replay's mean sampled edges per step and rank (what sampling is priced on).
+    """
+    if wl.temporal is None:
+        return {}
+    return {
+        "sampler": f"temporal {wl.temporal.kind} ({wl.temporal.strategy})",
+        "sampled_edges": int(round(edges)),
+    }
+
+
 # ---------------------------------------------------------------------------------- full graph
 def _dataset_masks(graph: Graph | None) -> int:
     """Split masks the dataset has (three for a graph known by its counts)."""
@@ -675,6 +710,8 @@ def predict_minibatch(
         if device_budget is not None:
             device_budget = dev_b
     rate = hw.device_sample_rate if on_device and hw.device_sample_rate else hw.sample_rate
+    if wl.temporal is not None and not on_device:  # the host temporal sampler's rate
+        rate = temporal_rate(hw)
     placement = str(knobs.get("placement", "degree"))
     order = str(knobs.get("order") or "graph_first")
     if placement not in PLACEMENTS:
@@ -694,6 +731,7 @@ def predict_minibatch(
             topology=knobs.get("topology"),
             ranks_per_host=per_host,
             feature_dtype=wl.feature_dtype,
+            temporal=wl.temporal,
         )
         steps, loads = c.steps, dict(c.loads)
         mean = {"input_rows": c.input_rows, "edges": c.edges, "nodes": c.nodes}
@@ -762,6 +800,7 @@ def predict_minibatch(
             "sampling": "device" if on_device else "host",
             "counts": counts,
             **(cache_knobs if wl.graph is None else {}),
+            **_temporal_knobs(wl, mean["edges"]),
         },
         steps,
         {"compute": compute, "sample": sample, "gather": gather, link: sync, **fixed},
@@ -827,6 +866,7 @@ def predict_split(
             host_budget=host_b,
             owner=np.arange(g.num_nodes, dtype=np.int64) % world if modelled_cut else None,
             feature_dtype=wl.feature_dtype,
+            temporal=wl.temporal,
         )
         steps, loads, rows = c.steps, dict(c.loads), c.shuffle_rows
         if modelled_cut:
@@ -860,7 +900,8 @@ def predict_split(
     compute = steps * _compute_s(
         hw, m, mean["nodes"] / layers / world, mean["edges"] / layers / world
     )
-    sample = steps * mean["edges"] / float(hw.sample_rate)  # each rank samples the global batch
+    rate = temporal_rate(hw) if wl.temporal is not None else float(hw.sample_rate)
+    sample = steps * mean["edges"] / rate  # each rank samples the global batch
     # per layer: rows forward and backward; plus the gradient all-reduce (none on one rank)
     collectives = (2 * layers + 1) if world > 1 else 0
     between = {link: traffic.get(link, 0)} if world > 1 else {}
@@ -889,6 +930,7 @@ def predict_split(
             **({} if host_b is None else {"host_budget": host_b}),
             "partition": method,
             "counts": counts,
+            **_temporal_knobs(wl, mean["edges"]),
         },
         steps,
         {

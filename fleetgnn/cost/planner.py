@@ -35,9 +35,9 @@ import numpy as np
 from fleetgnn.config import ENGINES
 from fleetgnn.config.run import LINK_ENGINES, TYPED_LINK_ENGINES, link_refusal
 from fleetgnn.cost.hardware import HardwareProfile
-from fleetgnn.cost.models import MODELS, _bw
+from fleetgnn.cost.models import MODELS, _bw, temporal_rate_text
 from fleetgnn.cost.target import EpochsToTarget, as_estimates, check_target_acc
-from fleetgnn.cost.workload import ModelShape, Prediction, Workload
+from fleetgnn.cost.workload import ModelShape, Prediction, TemporalSeeds, Workload
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.hetero import HeteroGraph
 
@@ -308,14 +308,19 @@ def _link_prediction(
     See the module docstring for the assumptions.
     """
     per = wl.seeds_per_item
-    sampled = name in ("minibatch", "split")  # their replay samples node seeds: modelled here
-    seeds = dataclasses.replace(
-        wl,
-        task="node",
-        num_train=wl.num_train * per,
-        batch_size=wl.batch_size * per,
-        graph=None if sampled else wl.graph,
-    )
+    sampled = name in ("minibatch", "split")
+    if sampled and wl.temporal is not None:
+        # replayed: the task's timed edge batches (endpoints and negatives at each positive's
+        # time) sampled in time over its training graph, the batch size in positives
+        seeds = dataclasses.replace(wl, task="node", graph=wl.temporal.graph)
+    else:  # the plain replay samples node seeds: an edge batch's seeds are modelled here
+        seeds = dataclasses.replace(
+            wl,
+            task="node",
+            num_train=wl.num_train * per,
+            batch_size=wl.batch_size * per,
+            graph=None if sampled else wl.graph,
+        )
     pred = predict_engine(name, seeds, hw, nproc, knobs)
     # forward and backward (twice the forward) of the decoder's flops, at the dense rate
     decoder = 3.0 * wl.decoder_flops() / max(nproc, 1) / float(hw.gemm_rate)
@@ -524,6 +529,8 @@ def make_plan(
     for n in names:
         if not preds[n].fits:
             parts.append(f"{n} does not fit: {' / '.join(preds[n].reasons)}.")
+    if wl.temporal is not None:
+        parts.append(_temporal_reason(wl, hw_used, p))
     if best == "offload":
         parts.append(f"Offload streams {p.knobs['chunks']} chunk(s) per rank through the device.")
     if "order_reason" in p.knobs:
@@ -555,6 +562,31 @@ def make_plan(
     parts.append(f"Hardware {hw.name}, {nproc} rank(s), {counts}.")
     plan.choice, plan.mode, plan.reason = best, plan.modes[best], " ".join(parts)
     return plan
+
+
+def _temporal_reason(wl: Workload, hw: HardwareProfile, p: Prediction) -> str:
+    """The reason's sentence on how a temporal task was priced (``wl.temporal`` set)."""
+    t = wl.temporal
+    assert t is not None
+    seeds = (
+        "each training node at its node time"
+        if t.kind == "node"
+        else "each positive's endpoints and negatives at the positive's time"
+    )
+    edges = p.knobs.get("sampled_edges")
+    per = f"{int(edges):,} sampled edges per step and rank, " if edges is not None else ""
+    if p.knobs.get("sampling") == "device":
+        rate = (
+            f"the device sampler's {float(hw.device_sample_rate or hw.sample_rate):.3g} edges/s "
+            f"(store.sampling=device; the temporal sampler on the device is not measured)"
+        )
+    else:
+        rate = temporal_rate_text(hw)
+    return (
+        f"Priced a temporal {t.kind} task: its batches were replayed with the temporal sampler "
+        f"({t.strategy}; {seeds}, every seed's own subtree of in-edges before its time, not "
+        f"deduplicated across seeds): {per}sampling at {rate}."
+    )
 
 
 def _demoted(plan: Plan) -> list[str]:
@@ -703,7 +735,10 @@ TYPED_UNHOSTED: dict[str, tuple[str, ...]] = {"split": (TYPED_MODEL_TWINS["rgat"
 
 
 def workload_from_config(
-    cfg: Any, graph: Any = None, shape: dict[str, Any] | None = None
+    cfg: Any,
+    graph: Any = None,
+    shape: dict[str, Any] | None = None,
+    temporal: TemporalSeeds | None = None,
 ) -> Workload:
     """The workload of a run config, from a dataset (exact counts) or a shape (modelled).
 
@@ -713,6 +748,9 @@ def workload_from_config(
             :class:`~fleetgnn.graph.hetero.HeteroGraph` gives a ``typed`` workload with the
             counts of its homogeneous view (:data:`TYPED_MODEL_TWINS`).
         shape: ``{"nodes", "edges", "features", "classes"[, "train"]}``.
+        temporal: The seeds of ``cfg``'s task on ``graph`` when it samples in time (the
+            caller resolves ``train.temporal``; ``None``: it does not): the workload is then
+            temporal, its training items (nodes or positives) are ``temporal.num_items``.
 
     Raises:
         ConfigError: Neither given, or a shape without the four counts.
@@ -766,11 +804,30 @@ def workload_from_config(
     t = cfg.train
     link = t.task == "link"
     out_width = int(t.link_dim) if link else counts[3]
-    if link:  # the training edges: one per undirected pair, less the held-out fractions
+    if link and temporal is not None:  # the time split's training positives, counted
+        num_train = int(temporal.num_items)
+        source += (
+            f"; link prediction: {num_train} training edges (the time split's), "
+            f"{int(t.negatives)} negative(s) each, decoder {t.decoder}"
+        )
+    elif link:  # the training edges: one per undirected pair, less the held-out fractions
         num_train = max(1, int(counts[1] // 2 * (1.0 - float(t.val_edges) - float(t.test_edges))))
         source += (
             f"; link prediction: {num_train} training edges (undirected pairs, assumed, less "
             f"val/test), {int(t.negatives)} negative(s) each, decoder {t.decoder}"
+        )
+    if temporal is not None:
+        if graph is None:
+            raise ConfigError("a temporal workload needs the dataset (--dataset DIR)")
+        num_train = int(temporal.num_items)
+        what = (
+            "training nodes, each sampled at its node time"
+            if temporal.kind == "node"
+            else "training positives, their endpoints and negatives sampled at their time"
+        )
+        source += (
+            f"; temporal {temporal.kind} task: {num_train} {what} (temporal sampler, "
+            f"{temporal.strategy})"
         )
     model = ModelShape.build(name, counts[2], out_width, elem=elem, **kwargs)
     return Workload(
@@ -791,4 +848,5 @@ def workload_from_config(
         # resolved by the caller (cli.plan.plan_for reads the dataset's); unset: none
         feature_norm=str(cfg.data.feature_norm or "none"),
         feature_dtype=cfg.store.feature_dtype,  # the store's tiers count the stored rows
+        temporal=temporal,
     )
