@@ -7,10 +7,11 @@ count, the dataset, the device topology, and that the run directory does not alr
 (``train.threads``, the model's ``null`` fields, ``data.feature_norm``: the transform the
 dataset's ``meta.json`` records) are resolved and recorded in ``config.yaml``.
 
-A typed (heterogeneous) dataset directory trains on ``reference`` or ``minibatch`` with a typed
-model (``model.name`` rgcn, rgat or hetero-sage; node classification on the target type, fanouts
-per relation from ``train.relation_fanouts``); other engines, models and tasks are refused in
-one line before any worker starts, and ``--engine auto`` plans only the typed engines.
+A typed (heterogeneous) dataset directory trains on ``reference``, ``minibatch`` or ``split``
+with a typed model (``model.name`` rgcn, rgat or hetero-sage; R-GAT not on ``split``; node
+classification on the target type, or link prediction on ``train.link_relation``; fanouts per
+relation from ``train.relation_fanouts``); other engines, models and tasks are refused in one
+line before any worker starts, and ``--engine auto`` plans only the typed engines.
 
 Ctrl-C stops the run (every worker, for a distributed one) and prints where it can be resumed
 from; the exit status is 130 (143 for SIGTERM, which stops the run the same way).

@@ -514,7 +514,8 @@ class TaskKnobs(Knobs):
         link_relation: Typed graphs: the relation whose edges are predicted (link), as
             ``src,name,dst`` (e.g. ``author,writes,paper``) or a name unique in the schema;
             its edges are split (train/val/test, saved with the dataset), negatives corrupt
-            its destination within the destination type (``reference`` and ``minibatch``).
+            its destination within the destination type (``reference``, ``minibatch`` and
+            ``split``).
         temporal: Whether link prediction uses the graph's edge times (link): ``"on"`` splits
             the edges by time (the latest ``test_edges`` test, the ``val_edges`` before them
             validate, the earlier ones train) and embeds every positive, its negatives and the

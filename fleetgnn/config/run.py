@@ -81,9 +81,10 @@ LINK_ENGINES: tuple[tuple[str, str], ...] = (
     ("split", "minibatch"),
     ("offload", "full"),
 )
-#: The engines that train ``train.task=link`` on typed graphs (one relation's links); the
-#: other typed engines (the registry's ``typed``) train typed node classification only.
-TYPED_LINK_ENGINES: tuple[str, ...] = ("reference", "minibatch")
+#: The engines that train ``train.task=link`` on typed graphs (one relation's links,
+#: :mod:`fleetgnn.engines.typed_link`); a typed engine (the registry's ``typed``) off this list
+#: trains typed node classification only (the planner and ``fleetgnn train`` refuse it).
+TYPED_LINK_ENGINES: tuple[str, ...] = ("reference", "minibatch", "split")
 #: Why each engine outside :data:`LINK_ENGINES` refuses ``train.task=link`` (one clause).
 LINK_REFUSALS: dict[str, str] = {
     "split": "",

@@ -61,9 +61,9 @@ def build_engine(
         model: A layer-wise ``nn.Module`` (see :mod:`fleetgnn.nn.protocol`).
         graph: The dataset (arrays may be memory maps); a typed
             :class:`~fleetgnn.graph.hetero.HeteroGraph` is trained by the typed classes of
-            ``reference``, ``minibatch`` (:mod:`fleetgnn.engines.typed`; link prediction on
-            one relation: :mod:`fleetgnn.engines.typed_link`) and ``split`` (node
-            classification: :mod:`fleetgnn.engines.split_relations`), refused by the others.
+            ``reference``, ``minibatch`` (:mod:`fleetgnn.engines.typed`) and ``split``
+            (:mod:`fleetgnn.engines.split_relations`), link prediction on one relation by
+            their classes in :mod:`fleetgnn.engines.typed_link`; refused by the others.
         config: An engine config, e.g. :class:`~fleetgnn.config.MinibatchEngineConfig`.
         ctx: This process's :class:`~fleetgnn.distributed.DistContext` (distributed engines;
             ``None``: initialised from the environment, a one-rank group without a launcher).

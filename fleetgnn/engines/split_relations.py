@@ -23,6 +23,10 @@ TypedMinibatchEngine`: the keyed store, prefetch, streaming evaluation) with the
 global batch, the partition book, and these aggregators. Layers that run on
 :meth:`~fleetgnn.nn.hetero.TypedAggregator.relation` (R-GCN, hetero-SAGE) train on it;
 R-GAT's fused per-type scores read the bipartite relations, which the split does not serve.
+
+Link prediction on one relation trains on
+:class:`~fleetgnn.engines.typed_link.TypedLinkSplitEngine` (the typed link engine with this
+engine's book, splits and aggregators; the pairs scored by the owner of their source).
 """
 
 from __future__ import annotations
@@ -244,9 +248,16 @@ class TypedSplitEngine(TypedMinibatchEngine):
         book: PartitionBook | None = None,
     ) -> None:
         super().__init__(model, graph, ctx, config, optimizer=optimizer, loss=loss, fanouts=fanouts)  # type: ignore[arg-type]
+        self._setup_split(book)
+
+    def _setup_split(self, book: PartitionBook | None) -> None:
+        """The partition book over ``self.graph``'s global IDs (collective) and the split's totals.
+
+        Closes the engine (its prefetch thread, its store) when the book cannot be had.
+        """
         t0 = self.clock()
         try:
-            self.book = split_book(self.comm, graph, self.config, book, seed=self.seed)
+            self.book = split_book(self.comm, self.graph, self.config, book, seed=self.seed)
         except BaseException:
             self.close()
             raise

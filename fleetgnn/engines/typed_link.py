@@ -1,4 +1,4 @@
-"""Link prediction on one relation of a typed graph, on the ``reference`` and ``minibatch`` engines.
+"""Link prediction on one relation of a typed graph, on ``reference``, ``minibatch`` and ``split``.
 
 The typed counterpart of :mod:`fleetgnn.engines.link`, for a
 :class:`~fleetgnn.tasks.typed_link.TypedLinkPrediction` over the target relation
@@ -17,11 +17,19 @@ The typed counterpart of :mod:`fleetgnn.engines.link`, for a
   the task keeps them (``train.keep_target_edges``). Each rank's loss is its positives' summed
   loss over the step's positives on every rank, so the summed gradient is the gradient of the
   step's mean loss, as in the homogeneous engines.
+- Split-parallel edge batches (``split``, :class:`TypedLinkSplitEngine`): one global edge batch
+  a step, the reference's (one deal, stream 0), drawn by every rank; its typed blocks are split
+  by the partition book over the training graph's global IDs relation by relation
+  (:class:`~fleetgnn.engines.split_relations.TypedSplitEngine`), and each rank scores the
+  positives whose source it owns, the other endpoints' rows fetched from their owners once per
+  step (:func:`split_typed_edge_batch_loss`); the loss is over the batch's positives.
 - Full graph (``reference``, ``mode=full``): every training pair and its negatives scored from
   one full forward over the training graph, one step per epoch.
-- Evaluation: one full-neighbourhood forward over the training graph (every rank computes the
-  same numbers; no collective), the fixed validation and test pairs scored from the two types'
-  embedding tables, AUC/AP/MRR/Hits from the task's metric sums.
+- Evaluation (every engine alike): the end types' full-neighbourhood rows over the training
+  graph, streamed layer by layer (:meth:`_TypedLink.endpoint_embeddings`: each rank computes
+  its share, one all-reduce gives every rank all the rows; collective), then every rank scores
+  the fixed validation and test pairs from the two types' tables, AUC/AP/MRR/Hits from the
+  task's metric sums (the same numbers on every rank).
 
 The decoders are the homogeneous ones (:mod:`fleetgnn.nn.decoders`: dot, Hadamard-MLP,
 DistMult with the target relation's diagonal); the loss is the task's (``bce`` or ``bpr``).
@@ -35,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig
+from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig, SplitEngineConfig
 from fleetgnn.config.run import TYPED_LINK_ENGINES
 from fleetgnn.engines.base import DistributedEngine, StepStats
 from fleetgnn.engines.common import (
@@ -45,13 +53,21 @@ from fleetgnn.engines.common import (
     one_process_setup,
     setup_model,
 )
-from fleetgnn.engines.link import EdgeBatches, check_link_model, pair_scores
+from fleetgnn.engines.link import (
+    EdgeBatch,
+    EdgeBatches,
+    check_link_model,
+    pair_scores,
+    split_edge_batch_loss,
+)
+from fleetgnn.engines.split_relations import TypedSplitEngine, split_hetero_block
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, _TypedData
 from fleetgnn.engines.typed_inference import typed_layer_widths
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.protocol import LayerwiseModule
+from fleetgnn.partition import PartitionBook
 from fleetgnn.sampling.hetero import (
     HeteroBlock,
     HeteroNeighborSampler,
@@ -156,6 +172,11 @@ class TypedEdgeBatches(EdgeBatches):
 
 
 def _endpoint_rows(h: dict[str, torch.Tensor], rel: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of ``rel``'s source type and destination type in ``h``.
+
+    Raises:
+        ConfigError: An end type has no rows (no relation of the last layer reaches it).
+    """
     for t in (rel[0], rel[2]):
         if t not in h:
             raise ConfigError(
@@ -366,7 +387,7 @@ class TypedLinkMinibatchEngine(_TypedLink, TypedMinibatchEngine):
     ) -> None:
         from fleetgnn.distributed import TrafficMeter
 
-        cfg = engine_config(self.name, config, MinibatchEngineConfig)
+        cfg = engine_config(self.name, config, self.config_cls)
         task = _require_link(graph, task)
         DistributedEngine.__init__(self, dist_setup(self.name, cfg, ctx), task.split.train_graph)
         self._setup_link(task, cfg.feature_norm, cfg.feature_dtype)
@@ -378,15 +399,19 @@ class TypedLinkMinibatchEngine(_TypedLink, TypedMinibatchEngine):
         self.module = self.model = setup_model(self, model, optimizer, loss)
         check_link_model(self.module)
         self._setup_sampler(fanouts, cfg.fanouts)
-        self.edges = TypedEdgeBatches(
-            task,
+        self.edges = self._edge_batches(cfg)
+        self._setup_prefetch(cfg)
+
+    def _edge_batches(self, cfg: Any) -> TypedEdgeBatches:
+        """This rank's slot of every step's training pairs (its blocks: ``stream = rank``)."""
+        return TypedEdgeBatches(
+            self.task,
             self.sampler,
             cfg.batch_size,
             rank=self.rank,
             world_size=self.world_size,
             seed=self.seed,
         )
-        self._setup_prefetch(cfg)
 
     def steps_per_epoch(self) -> int:
         """Edge batches per epoch, equal on every rank."""
@@ -401,13 +426,113 @@ class TypedLinkMinibatchEngine(_TypedLink, TypedMinibatchEngine):
         return typed_edge_batch_loss(self.module, self.task, out, batch.target, self.loss)
 
 
+def split_typed_edge_batch_loss(
+    model: Any,
+    task: TypedLinkPrediction,
+    comm: Any,
+    h_own: dict[str, torch.Tensor],
+    batch: TypedEdgeBatch,
+    owner: np.ndarray,
+    loss: Any,
+) -> StepLoss:
+    """This rank's share of a split typed edge batch's loss (one global batch a step).
+
+    ``h_own[t]``: the output rows of the seeds of type ``t`` this rank owns (``owner`` of their
+    global IDs), in seed order. The end types' seeds are laid end to end (the source type's,
+    then the destination type's; one list when they are one type), so the homogeneous
+    :func:`~fleetgnn.engines.link.split_edge_batch_loss` scores the positives whose source this
+    rank owns, the other endpoints' rows fetched from their owners. Collective.
+    """
+    s_t, _, d_t = task.relation
+    hs, hd = _endpoint_rows(h_own, task.relation)
+    src, dst, neg = batch.src, batch.dst, batch.neg
+    if s_t == d_t:
+        seeds, h = batch.seeds[s_t], hs
+    else:
+        n = int(batch.seeds[s_t].numel())
+        seeds, h = torch.cat([batch.seeds[s_t], batch.seeds[d_t]]), torch.cat([hs, hd])
+        dst, neg = dst + n, neg + n
+    flat = EdgeBatch(seeds, src, dst, neg, [], batch.global_count)
+    seed_owner = torch.from_numpy(np.asarray(owner[seeds.numpy()], dtype=np.int64))
+    return split_edge_batch_loss(model, task, comm, h, flat, seed_owner, loss)  # type: ignore[arg-type]
+
+
+class TypedLinkSplitEngine(TypedLinkMinibatchEngine, TypedSplitEngine):
+    """Split-parallel link prediction on one relation of a typed graph (see the module docstring).
+
+    The typed link engine (:class:`~fleetgnn.engines.typed_link.TypedLinkMinibatchEngine`) with
+    the reference's edge batch on every rank (:meth:`_edge_batches`), its typed blocks split by
+    the partition book over the training graph's global IDs (:meth:`_sample`), the split's
+    aggregators and numbers (:class:`TypedSplitEngine`), and the pairs scored by the owner of
+    their source (:func:`split_typed_edge_batch_loss`).
+
+    Args: as :class:`~fleetgnn.engines.typed_link.TypedLinkMinibatchEngine` with a
+    :class:`~fleetgnn.config.SplitEngineConfig`, plus ``book`` (a partition book over the
+    global IDs to use instead of the config's).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        graph: HeteroGraph,
+        ctx: Any = None,
+        config: SplitEngineConfig | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss: LossFn | None = None,
+        fanouts: Any = None,
+        task: Any = None,
+        book: PartitionBook | None = None,
+    ) -> None:
+        TypedLinkMinibatchEngine.__init__(
+            self,
+            model,
+            graph,
+            ctx,
+            config,  # type: ignore[arg-type]
+            optimizer=optimizer,
+            loss=loss,
+            fanouts=fanouts,
+            task=task,
+        )
+        self._setup_split(book)  # over the training graph (held-out pairs removed)
+
+    def _edge_batches(self, cfg: Any) -> TypedEdgeBatches:
+        """The reference's deal: ONE batch of training pairs per step for all ranks."""
+        return TypedEdgeBatches(self.task, self.sampler, cfg.batch_size, seed=self.seed)
+
+    def _sample(self, epoch: int, step: int) -> tuple[list[Any], Any, int]:
+        """The reference's edge batch (stream 0), its typed blocks split for this rank."""
+        batch = self.edges.batch(epoch, step, stream=0)
+        splits = [
+            split_hetero_block(b, self.owner, self.rank, self.world_size) for b in batch.blocks
+        ]
+        return splits, batch, int(batch.global_count)
+
+    def _step_loss(self, out: Any, batch: Any) -> StepLoss:
+        """This rank's share: the positives whose source it owns (collective)."""
+        return split_typed_edge_batch_loss(
+            self.module, self.task, self.comm, out, batch.target, self.owner, self.loss
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"TypedLinkSplitEngine(rank={self.rank}/{self.world_size}, "
+            f"relation={self.task.relation}, parts={self.book.part_sizes().tolist()})"
+        )
+
+
 def typed_link_engine(name: str) -> type:
     """The typed link class of engine ``name`` (:data:`~fleetgnn.config.run.TYPED_LINK_ENGINES`).
 
     Raises:
         ConfigError: For an engine that trains typed node classification only (one line).
     """
-    classes = {"reference": TypedLinkReferenceEngine, "minibatch": TypedLinkMinibatchEngine}
+    classes = {
+        "reference": TypedLinkReferenceEngine,
+        "minibatch": TypedLinkMinibatchEngine,
+        "split": TypedLinkSplitEngine,
+    }
     if name not in TYPED_LINK_ENGINES or name not in classes:
         raise ConfigError(
             f"the {name} engine trains typed graphs for node classification only; link "
@@ -421,7 +546,9 @@ __all__ = [
     "TypedEdgeBatches",
     "TypedLinkMinibatchEngine",
     "TypedLinkReferenceEngine",
+    "TypedLinkSplitEngine",
     "typed_edge_batch_loss",
     "typed_link_engine",
     "typed_pair_scores",
+    "split_typed_edge_batch_loss",
 ]

@@ -93,6 +93,16 @@ class LinkModel(LayerwiseModule):
         self.encoder = encoder
         self.decoder = decoder
 
+    @property
+    def hosts(self) -> tuple[str, ...] | None:
+        """The engines the encoder runs on (``None``: every engine), as the engines check it."""
+        return getattr(self.encoder, "hosts", None)
+
+    @property
+    def hosts_reason(self) -> str:
+        """Why the encoder runs only on :attr:`hosts` (empty when it says nothing)."""
+        return str(getattr(self.encoder, "hosts_reason", ""))
+
     def layer_forward(self, i: int, agg: Aggregator, h_src: Tensor, *, step: int = 0) -> Tensor:
         """The encoder's layer ``i``."""
         return self.encoder.layer_forward(i, agg, h_src, step=step)

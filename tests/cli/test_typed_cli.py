@@ -139,9 +139,9 @@ def test_minibatch_with_relation_fanouts_matches_python_api(mag, tmp_path):
         ),
         (["--model", "rgat", "--engine", "split"], "cannot run HeteroGNN (R-GAT's attention"),
         (
-            ["--model", "rgcn", "--engine", "split", "--task", "link"]
+            ["--model", "rgat", "--engine", "split", "--task", "link"]
             + ["--set", "train.link_relation=paper,cites,paper"],
-            "trains typed graphs for node classification only",
+            "cannot run LinkModel (R-GAT's attention",
         ),
         (["--model", "sage"], "choose one of rgcn, rgat, hetero-sage"),
         (["--model", "rgcn", "--set", "train.relation_fanouts={cites: [1, 1]}"], "no fanouts"),

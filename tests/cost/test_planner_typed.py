@@ -32,14 +32,29 @@ def test_typed_workload_plans_only_typed_engines(nproc):
         assert "split" in typed.predictions
 
 
-def test_typed_rgat_and_typed_link_workloads_leave_split_out():
-    """R-GAT (priced as GAT) and typed link prediction do not run on split."""
+def _typed_plan(model, task):
+    wl = _wl(True, "minibatch")
+    shape = dataclasses.replace(wl.model, name=model)
     hw = PROFILES["4xa100-80g-nvlink"]
-    for model, task in (("gat", "node"), ("sage", "link")):
-        wl = _wl(True, "minibatch")
-        shape = dataclasses.replace(wl.model, name=model)
-        plan = make_plan(dataclasses.replace(wl, model=shape, task=task), hw, 4, mode="auto")
-        assert "split" not in plan.predictions, (model, task)
+    return make_plan(dataclasses.replace(wl, model=shape, task=task), hw, 4, mode="auto")
+
+
+def test_typed_rgat_workloads_leave_split_out():
+    """R-GAT (priced as GAT) does not run on split, for either task."""
+    for task in ("node", "link"):
+        assert "split" not in _typed_plan("gat", task).predictions, task
+
+
+def test_typed_link_workloads_plan_split(monkeypatch):
+    """Typed link prediction trains on split: planned, and left out once it is not listed."""
+    plan = _typed_plan("sage", "link")
+    assert "split" in plan.predictions
+    assert set(plan.predictions) <= {"reference", "minibatch", "split"}
+    monkeypatch.setattr(
+        "fleetgnn.cost.planner.TYPED_LINK_ENGINES", ("reference", "minibatch")
+    )  # the guard reads the list: an engine off it is never planned for typed link
+    assert "split" not in _typed_plan("sage", "link").predictions
+    assert "split" in _typed_plan("sage", "node").predictions
 
 
 def test_typed_workload_refuses_engines_that_do_not_train_it():

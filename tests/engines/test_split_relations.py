@@ -5,7 +5,8 @@ computes the rows its part owns relation by relation, and after the gradient all
 the reference's optimizer step. Checked in float64 with dropout on and sparse embedding
 gradients, for W = 1, 2, 3, R-GCN and hetero-SAGE, and partitions METIS (through the
 homogeneous view), random, one part empty and everything on one rank; plus the per-relation
-splitting invariants on their own.
+splitting invariants on their own. Typed link prediction on split:
+``tests/engines/test_typed_link_split.py``.
 """
 
 import numpy as np
@@ -214,10 +215,3 @@ def test_rgat_on_split_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="split engine cannot run HeteroGNN.*R-GAT") as e:
         build_engine(_model(g, "rgat"), g, SplitEngineConfig(fanouts=(2, 2)))
     assert "\n" not in str(e.value)
-
-
-def test_typed_link_prediction_on_split_is_refused_in_one_line():
-    from fleetgnn.engines.typed_link import typed_link_engine
-
-    with pytest.raises(ConfigError, match="node classification only.*reference or minibatch"):
-        typed_link_engine("split")
