@@ -5,8 +5,9 @@ import json
 import pytest
 
 from fleetgnn.cli.main import main
-from fleetgnn.graph import write_typed_dataset
+from fleetgnn.graph import open_typed_dataset, write_typed_dataset
 from fleetgnn.graph.hetero_toy import toy_mag
+from fleetgnn.graph.typed_edge_split import load_typed_edge_split
 
 
 @pytest.fixture
@@ -74,3 +75,27 @@ def test_mag_like_cites_trains_and_validation_auc_rises(tmp_path, capsys):
     auc = [r["val_auc"] for r in rows if r.get("val_auc") is not None]
     assert len(auc) == 3 and auc[-1] > 0.6 and auc[-1] > auc[0]
     assert (data / "edge_splits" / "paper.cites.paper-val0.05-test0.1-seed0" / "meta.json").exists()
+
+
+@pytest.mark.slow
+def test_mag_like_link_on_split_at_two_processes_prints_test_auc(tmp_path, capfd):
+    """The split engine trains link prediction on a typed relation from the command line."""
+    data = tmp_path / "mag"
+    argv = ["prepare", "synthetic", "--preset", "mag-like", "--scale", "0.01", "--out", str(data)]
+    assert main(argv) == 0
+    capfd.readouterr()
+    run = tmp_path / "run"
+    argv = ["train", "--dataset", str(data), "--task", "link", "--model", "rgcn"]
+    argv += ["--engine", "split", "--nproc", "2", "--epochs", "1", "--run-dir", str(run)]
+    for kv in ("link_relation=paper,cites,paper", "eval_edges=200", "batch_size=4096"):
+        argv += ["--set", f"train.{kv}"]
+    assert main(argv) == 0, capfd.readouterr().err
+    out = capfd.readouterr().out  # rank 0's epoch line and summary (a worker's stdout)
+    assert "test auc" in out and "test_auc" in out and "run summary (split)" in out
+    (row,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert row["engine"] == "split" and row["world_size"] == 2
+    assert 0.0 <= row["test_auc"] <= 1.0 and row["loss"] > 0
+    split = load_typed_edge_split(
+        open_typed_dataset(data), data / "edge_splits" / "paper.cites.paper-val0.05-test0.1-seed0"
+    )  # every training pair scored once in the epoch, by the owner of its source
+    assert sum(row["extra"]["per_rank"]["count"]) == split.pos["train"].shape[1]
