@@ -5,8 +5,8 @@ the rows its part owns relation by relation and scores the positives whose sourc
 the gradient all-reduce it takes the reference's optimizer step. Checked in float64 with dropout
 on, at W = 1, 2, 3: summed losses, gradients and parameters step by step and after a whole epoch
 (prefetched), validation/test metrics, for R-GCN and hetero-SAGE, a relation between two types
-and one within a type, and partitions METIS (over the training graph), random, one part empty
-and everything on one rank.
+and one within a type, partitions METIS (over the training graph), random, one part empty and
+everything on one rank, and features read from the dataset's arrays or through the keyed store.
 """
 
 import numpy as np
@@ -66,18 +66,20 @@ def _book(kind, graph, w):
     raise AssertionError(kind)
 
 
-#: (conv, relation, decoder, partition, sparse embedding gradients) per world size
+#: (conv, relation, decoder, partition, sparse embedding gradients, keyed store) per world size
 CASES = {
-    1: [("rgcn", WRITES, "distmult", "metis", False)],
+    1: [("rgcn", WRITES, "distmult", "metis", False, False)],
     2: [
-        ("rgcn", WRITES, "distmult", "metis", True),
-        ("hetero-sage", CITES, "mlp", "one_empty", False),
+        ("rgcn", WRITES, "distmult", "metis", True, True),
+        ("hetero-sage", CITES, "mlp", "one_empty", False, False),
     ],
     3: [
-        ("hetero-sage", WRITES, "dot", "random", False),
-        ("rgcn", CITES, "distmult", "all_on_0", True),
+        ("hetero-sage", WRITES, "dot", "random", False, False),
+        ("rgcn", CITES, "distmult", "all_on_0", True, False),
     ],
 }
+#: Keyed-store budgets smaller than the features: rows from the own shard and peers' shards
+STORE = {"device_budget": "2KB", "host_budget": "4KB"}
 
 
 def _dense(p):
@@ -99,10 +101,12 @@ def _run(engine):
 def _split_rank(comm, cases):
     torch.set_num_threads(1)  # as the reference (one summation order)
     out = []
-    for conv, rel, decoder, kind, sparse in cases:
+    for conv, rel, decoder, kind, sparse, store in cases:
         task = _task(rel)
         model = _model(conv, decoder, sparse)
-        cfg = SplitEngineConfig(batch_size=BATCH, dtype="float64", seed=SEED, fanouts=(3, 2))
+        cfg = SplitEngineConfig(
+            batch_size=BATCH, dtype="float64", seed=SEED, fanouts=(3, 2), **(STORE if store else {})
+        )
         with TypedLinkSplitEngine(
             model,
             _graph(),
@@ -143,7 +147,7 @@ def test_steps_and_metrics_equal_the_typed_link_reference(world_size):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        refs = [_reference(conv, rel, dec, sparse) for conv, rel, dec, _, sparse in cases]
+        refs = [_reference(conv, rel, dec, sparse) for conv, rel, dec, _, sparse, _ in cases]
     finally:
         torch.set_num_threads(threads)
     for i, (case, ref) in enumerate(zip(cases, refs, strict=True)):
@@ -168,6 +172,8 @@ def test_steps_and_metrics_equal_the_typed_link_reference(world_size):
         emb = ref["steps"][0][1]["encoder.embed.field.weight"]  # featureless type trained
         assert emb is not None and emb.abs().sum() > 0
         extra = ranks[0]["extra"]
+        if case[5]:  # the keyed store served the rows, some from a peer's shard
+            assert extra["hit_rates"]["peer"] > 0, extra
         assert extra["edges"] > 0 and 0.0 <= extra["local_edge_ratio"] <= 1.0, what
         crossing = world_size > 1 and case[3] not in ("all_on_0",)
         shuffled = sum(sum(r["extra"]["shuffle_bytes_per_layer"]) for r in ranks)
