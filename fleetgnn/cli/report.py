@@ -138,6 +138,11 @@ def _time_info(times: Any, span: list[int] | None) -> dict[str, Any] | None:
     """
     if times is None:
         return None
+    if isinstance(times, dict):  # a typed graph's times (per relation or type): the overall range
+        spans = [v for v in (_time_info(t, None) for t in times.values()) if v["min"] is not None]
+        if span is None and spans:
+            span = [min(v["min"] for v in spans), max(v["max"] for v in spans)]
+        return {"min": span[0], "max": span[1]} if span is not None else {"min": None, "max": None}
     if span is None and times.shape[0]:  # written without the range: read the times
         from fleetgnn.graph.edge_time import time_range
 
@@ -177,13 +182,29 @@ def typed_dataset_info(
                 "num_nodes": n,
                 "features": graph.feature_width(t),
                 "feature_dtype": str(graph.x[t].dtype) if t in graph.x else None,
+                # [min, max] of the type's node times, None: none
+                "node_time": _time_info(graph.node_time.get(t), None),
             }
             for t, n in zip(s.node_types, s.num_nodes, strict=True)
         ],
         "relations": [
-            {"src": r[0], "name": r[1], "dst": r[2], "num_edges": graph.num_relation_edges(r)}
+            {
+                "src": r[0],
+                "name": r[1],
+                "dst": r[2],
+                "num_edges": graph.num_relation_edges(r),
+                # [min, max] of the relation's edge times, None: untimed
+                "edge_time": _time_info(graph.edge_time.get(r), None),
+            }
             for r in s.relations
         ],
+        # over every relation / timed type (meta.json's ranges), None: no times
+        "edge_time": _time_info(
+            graph.edge_time or None, meta.get("edge_time_range") if graph.edge_time else None
+        ),
+        "node_time": _time_info(
+            graph.node_time or None, meta.get("node_time_range") if graph.node_time else None
+        ),
         "stamp_valid": problem is None,
     }
     if problem is not None:
@@ -207,7 +228,8 @@ def render_typed_info(info: dict[str, Any], console: Console | None = None) -> N
     console = console or Console()
     target = info["target"]
     types = Table(title=f"typed dataset {escape(str(info['name']))} ({escape(str(info['path']))})")
-    for col in ("node type", "nodes", "features"):
+    timed_types = any(t.get("node_time") for t in info["node_types"])
+    for col in ("node type", "nodes", "features", *(("node times",) if timed_types else ())):
         types.add_column(col)
     for t in info["node_types"]:
         feats = (
@@ -216,15 +238,22 @@ def render_typed_info(info: dict[str, Any], console: Console | None = None) -> N
             else f"{t['features']} ({t['feature_dtype']})"
         )
         name = t["name"] + (" (target)" if t["name"] == target else "")
-        types.add_row(escape(name), f"{t['num_nodes']:,}", feats)
+        times = (_time_text(t.get("node_time"), "nodes", ""),) if timed_types else ()
+        types.add_row(escape(name), f"{t['num_nodes']:,}", feats, *times)
     console.print(types)
     rels = Table()
-    for col in ("relation (src, name, dst)", "edges"):
+    timed = info.get("edge_time") is not None
+    for col in ("relation (src, name, dst)", "edges", *(("edge times",) if timed else ())):
         rels.add_column(col)
     for r in info["relations"]:
-        rels.add_row(escape(f"{r['src']} -{r['name']}-> {r['dst']}"), f"{r['num_edges']:,}")
+        times = (_edge_time_text(r.get("edge_time")),) if timed else ()
+        rels.add_row(escape(f"{r['src']} -{r['name']}-> {r['dst']}"), f"{r['num_edges']:,}", *times)
     console.print(rels)
     console.print(f"{info['num_nodes']:,} nodes, {info['num_edges']:,} edges (directed)")
+    console.print(
+        f"edge times: {_edge_time_text(info.get('edge_time'))}; node times: "
+        f"{_time_text(info.get('node_time'), 'nodes', '')}"
+    )
     if target is not None:
         console.print(
             f"target {escape(target)}: {info['num_classes']} classes, train / val / test "

@@ -15,6 +15,13 @@ part                   dtype / shape               meaning
                                                    learnable embedding table)
 ``y``                  int64 ``[N_target]``        labels of the target type, ``-1`` unlabelled
 ``*_mask``             bool ``[N_target]``         splits of the target type
+``edge_time[r]``       int64 ``[E_r]``             optional, every relation or none: times
+                                                   ``>= 0`` aligned with ``csc[r]``'s
+                                                   ``indices``, non-decreasing within each
+                                                   destination's segment (the homogeneous
+                                                   ``edge_time`` invariant, per relation)
+``node_time[t]``       int64 ``[N_t]``             optional, per node type (any subset): times
+                                                   ``>= 0`` at which a node is asked about
 =====================  ==========================  ===========================================
 
 Global IDs: node types own contiguous ranges in schema order (type ``t`` owns
@@ -22,7 +29,10 @@ Global IDs: node types own contiguous ranges in schema order (type ``t`` owns
 (:meth:`HeteroGraph.to_homogeneous`: every relation's edges over global IDs, the relation of each
 edge in ``edge_type``) that the store, the partitioner and the homogeneous baselines address.
 Arrays may be numpy memory maps; nothing here copies a relation's edges except the conversions
-that say so.
+that say so. Times follow :mod:`fleetgnn.graph.edge_time` relation by relation, so "the in-edges
+of ``v`` in relation ``r`` before ``t``" is a prefix of ``v``'s segment of ``csc[r]``
+(:class:`~fleetgnn.sampling.TypedTemporalSampler` samples that way); the homogeneous view
+(:meth:`HeteroGraph.to_homogeneous`) carries no times.
 """
 
 from __future__ import annotations
@@ -35,7 +45,14 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.errors import GraphError
-from fleetgnn.graph.csc import SPLITS, Graph, coo_to_csc, index_dtype
+from fleetgnn.graph.csc import SPLITS, Graph, coo_to_csc, csc_order, index_dtype
+from fleetgnn.graph.edge_time import (
+    TIME_DTYPE,
+    as_edge_time,
+    as_node_time,
+    check_node_time,
+    check_time_order,
+)
 
 #: A relation: ``(source type, relation name, destination type)``, as PyG and OGB name them.
 Relation = tuple[str, str, str]
@@ -201,6 +218,10 @@ class HeteroGraph:
         train_mask: Split of the target type ``[N_target]`` (and ``val_mask``, ``test_mask``).
         num_classes: Class count (inferred from ``y`` when omitted).
         name: A short name for reports.
+        edge_time: Per relation, int64 ``[E_r]`` edge times ``>= 0`` aligned with its
+            ``indices``, non-decreasing within each destination's segment; every relation or
+            none (build with :func:`from_typed_edges` to get that order).
+        node_time: Per node type (any subset), int64 ``[N_t]`` node times ``>= 0``.
         validate: ``"full"`` (default) or ``"structure"`` (shapes, dtypes and ``indptr``'s
             ends only, for memory-mapped data validated when it was written).
     """
@@ -214,6 +235,8 @@ class HeteroGraph:
     test_mask: np.ndarray | None = None
     num_classes: int | None = None
     name: str = "typed graph"
+    edge_time: Mapping[Relation, np.ndarray] = dataclasses.field(default_factory=dict)
+    node_time: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
     validate: dataclasses.InitVar[str] = "full"
 
     def __post_init__(self, validate: str) -> None:
@@ -240,6 +263,46 @@ class HeteroGraph:
             if not np.issubdtype(feats.dtype, np.floating):
                 raise GraphError(f"x[{t!r}] must be floating point (got {feats.dtype})")
         self._check_target(full=validate == "full")
+        self._check_times(full=validate == "full")
+
+    def _check_times(self, *, full: bool) -> None:
+        """Edge times of every relation or none (order checked when ``full``); node times."""
+        s = self.schema
+        object.__setattr__(self, "edge_time", {tuple(k): v for k, v in self.edge_time.items()})
+        object.__setattr__(self, "node_time", dict(self.node_time))
+        if self.edge_time:
+            missing = [r for r in s.relations if r not in self.edge_time]
+            extra = [r for r in self.edge_time if r not in s.relations]
+            if missing or extra:
+                raise GraphError(
+                    f"edge_time must give the times of every relation or of none (missing "
+                    f"{missing}, not in the schema {extra})"
+                )
+        for rel, t in self.edge_time.items():
+            indptr, indices = self.csc[rel]
+            e = int(indices.shape[0])
+            if not isinstance(t, np.ndarray) or t.shape != (e,) or t.dtype != TIME_DTYPE:
+                raise GraphError(
+                    f"relation {rel}: edge_time must be int64 with one time per edge, shape "
+                    f"({e},) (got {getattr(t, 'dtype', None)} {getattr(t, 'shape', None)}); "
+                    f"build the graph with from_typed_edges(..., edge_time=...)"
+                )
+            if full:
+                try:
+                    check_time_order(indptr, t)
+                except GraphError as err:
+                    raise GraphError(f"relation {rel}: {err}") from None
+        for ntype, t in self.node_time.items():
+            n = s.count(ntype)
+            try:
+                check_node_time(t, n, values=full)
+            except GraphError as err:
+                raise GraphError(f"node type {ntype!r}: {err}") from None
+
+    @property
+    def has_edge_time(self) -> bool:
+        """Whether the relations carry edge times (all of them do, or none)."""
+        return bool(self.edge_time)
 
     def _check_relation(self, rel: Relation, *, full: bool) -> None:
         s = self.schema
@@ -398,8 +461,13 @@ def from_typed_edges(
     test_mask: np.ndarray | None = None,
     num_classes: int | None = None,
     name: str = "typed graph",
+    edge_time: Mapping[Relation, Sequence[int] | np.ndarray] | None = None,
+    node_time: Mapping[str, Sequence[int] | np.ndarray] | None = None,
 ) -> HeteroGraph:
     """Build a validated :class:`HeteroGraph` from per-relation edge lists of type-local IDs.
+
+    Each destination's in-edges of a relation keep the edge list's order, or, with
+    ``edge_time``, are sorted by time (equal times in list order), the times moving with them.
 
     Args:
         schema: Node types, relations, target.
@@ -411,8 +479,13 @@ def from_typed_edges(
         test_mask: Split of the target type.
         num_classes: Class count (inferred from ``y`` when omitted).
         name: Graph name.
+        edge_time: Per relation (every relation, or ``None``), one time per edge of
+            ``edges[rel]``: integers ``>= 0`` (or integral floats), checked as
+            :func:`~fleetgnn.graph.edge_time.as_edge_time` checks them.
+        node_time: Per node type (any subset), one time per node of that type.
     """
     csc: dict[Relation, tuple[np.ndarray, np.ndarray]] = {}
+    times: dict[Relation, np.ndarray] = {}
     for rel in schema.relations:
         if rel not in edges:
             raise GraphError(f"no edges given for relation {rel}")
@@ -426,13 +499,26 @@ def from_typed_edges(
                     f"relation {rel}: {what} IDs must lie in [0, {n}) (got "
                     f"{int(ids.min())}..{int(ids.max())})"
                 )
+        time = None
+        if edge_time is not None and rel in edge_time:
+            try:
+                time = as_edge_time(edge_time[rel], src.size, f"edge_time[{rel}]")
+            except GraphError as err:
+                raise GraphError(f"relation {rel}: {err}") from None
+            times[rel] = time[csc_order(dst, time)]
         # coo_to_csc checks both ends against one count: use the larger, keep N_dst segments
-        indptr, indices, _ = coo_to_csc(src, dst, max(n_src, n_dst))
+        indptr, indices, _ = coo_to_csc(src, dst, max(n_src, n_dst), edge_time=time)
         indptr = np.ascontiguousarray(indptr[: n_dst + 1])
         csc[rel] = (indptr, indices.astype(index_dtype(max(n_src, 1)), copy=False))
     unknown = [r for r in edges if tuple(r) not in schema.relations]
     if unknown:
         raise GraphError(f"edges given for relations not in the schema: {unknown}")
+    nodes = {}
+    for ntype, t in (node_time or {}).items():
+        try:
+            nodes[ntype] = as_node_time(t, schema.count(ntype), f"node_time[{ntype!r}]")
+        except GraphError as err:
+            raise GraphError(f"node type {ntype!r}: {err}") from None
     return HeteroGraph(
         schema=schema,
         csc=csc,
@@ -443,6 +529,8 @@ def from_typed_edges(
         test_mask=test_mask,
         num_classes=num_classes,
         name=name,
+        edge_time=times if edge_time is not None else {},
+        node_time=nodes,
     )
 
 
@@ -450,14 +538,18 @@ def add_reverse_relations(graph: HeteroGraph) -> HeteroGraph:
     """``graph`` with, for each relation ``(s, r, d)`` whose reverse is absent, ``(d, rev_r, s)``.
 
     Relations between one type (``s == d``) get a reverse too unless their name already starts
-    with :data:`REVERSE_PREFIX`; the new relations follow the old ones in the schema.
+    with :data:`REVERSE_PREFIX`; the new relations follow the old ones in the schema. A reverse
+    edge has its edge's time; node times are kept.
     """
     s = graph.schema
     new: list[Relation] = []
     edges: dict[Relation, tuple[np.ndarray, np.ndarray]] = {}
+    times: dict[Relation, np.ndarray] = {}
     for rel in s.relations:
         src, dst = graph.relation_edges(rel)
         edges[rel] = (src, dst)
+        if graph.edge_time:
+            times[rel] = np.asarray(graph.edge_time[rel])
         if rel[1].startswith(REVERSE_PREFIX):
             continue
         rev = (rel[2], REVERSE_PREFIX + rel[1], rel[0])
@@ -465,6 +557,8 @@ def add_reverse_relations(graph: HeteroGraph) -> HeteroGraph:
             continue
         new.append(rev)
         edges[rev] = (dst, src)
+        if graph.edge_time:
+            times[rev] = times[rel]
     schema = dataclasses.replace(s, relations=s.relations + tuple(new))
     return from_typed_edges(
         schema,
@@ -476,4 +570,6 @@ def add_reverse_relations(graph: HeteroGraph) -> HeteroGraph:
         test_mask=graph.test_mask,
         num_classes=graph.num_classes,
         name=graph.name,
+        edge_time=times if graph.edge_time else None,
+        node_time=graph.node_time,
     )

@@ -11,7 +11,16 @@ Layout (``meta.json`` format version 1, ``"kind": "typed"``)::
     DIR/x/TYPE.npy                    float [N_TYPE, F_TYPE]  features (absent: featureless type)
     DIR/y.npy                         int64 [N_target]    labels of the target type (-1: none)
     DIR/{train,val,test}_mask.npy     bool [N_target]     splits of the target type
+    DIR/rel/SRC.NAME.DST/edge_time.npy  int64 [E_r]       (optional, every relation or none) edge
+                                                          times >= 0, sorted within each
+                                                          destination's in-edges
+    DIR/node_time/TYPE.npy            int64 [N_TYPE]      (optional, any node types) node times
     DIR/verified.json                 as a homogeneous dataset's
+
+With times, ``meta.json`` also records ``"has_edge_time": true`` and ``"edge_time_range"``
+(``[min, max]`` over every relation, ``null`` without edges), and ``"has_node_time": true`` and
+``"node_time_range"`` over every timed type, as a homogeneous dataset does; a typed dataset
+without times has none of these keys, and opens as before.
 
 Type and relation names are letters, digits, ``_`` and ``-`` (:class:`HeteroSchema`), so the
 dotted ``SRC.NAME.DST`` names one relation unambiguously. ``num_nodes`` / ``num_edges`` are the
@@ -48,6 +57,7 @@ from fleetgnn.graph.dataset import (
     MAX_NODES,
     META,
     STAMP,
+    TIMES,
     TYPED_KIND,
     DatasetWriter,
     Progress,
@@ -67,6 +77,7 @@ from fleetgnn.graph.dataset import (
     stamp_problem,
     write_json_atomic,
 )
+from fleetgnn.graph.edge_time import time_range
 from fleetgnn.graph.files import create_npy
 from fleetgnn.graph.hetero import HeteroGraph, HeteroSchema, Relation
 from fleetgnn.graph.verify import check_typed_values
@@ -89,8 +100,10 @@ def array_names(schema: HeteroSchema) -> dict[str, str]:
     for rel in schema.relations:
         names[f"rel/{relation_key(rel)}/indptr"] = f"relation {rel} indptr"
         names[f"rel/{relation_key(rel)}/indices"] = f"relation {rel} indices"
+        names[f"rel/{relation_key(rel)}/edge_time"] = f"relation {rel} edge times"
     for t in schema.node_types:
         names[f"x/{t}"] = f"features of {t!r}"
+        names[f"node_time/{t}"] = f"node times of {t!r}"
     if schema.target is not None:
         for k in _TARGET_ARRAYS:
             names[k] = f"{k} of {schema.target!r}"
@@ -147,11 +160,23 @@ class TypedDatasetWriter(DatasetWriter):
         self._arrays[name] = arr
         return arr
 
-    def put_relation(self, rel: Relation, indptr: np.ndarray, indices: np.ndarray) -> None:
-        """Write one relation's CSC (``indices``: type-local source IDs), copied in chunks."""
+    def put_relation(
+        self,
+        rel: Relation,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        edge_time: np.ndarray | None = None,
+    ) -> None:
+        """Write one relation's CSC (``indices``: type-local source IDs), copied in chunks.
+
+        ``edge_time``: int64 ``[E_r]`` aligned with ``indices``, sorted within each
+        destination's segment (checked at :meth:`commit`).
+        """
         key = relation_key(tuple(rel))  # type: ignore[arg-type]
         self.put(f"rel/{key}/indptr", indptr)
         self.put(f"rel/{key}/indices", indices)
+        if edge_time is not None:
+            self.put(f"rel/{key}/edge_time", edge_time)
 
     def commit(self, num_classes: int | None = None, **extra: Any) -> Path:
         """Flush arrays, check every value, write ``meta.json`` and move the directory in place.
@@ -178,6 +203,7 @@ class TypedDatasetWriter(DatasetWriter):
             "arrays": arrays,
             **extra,
         }
+        meta.update(_time_meta(self.tmp, s, list(arrays), ranges=False))
         where = self.out / META
         try:
             _check_layout(meta, s, where)
@@ -185,7 +211,40 @@ class TypedDatasetWriter(DatasetWriter):
             _check_values(self.tmp, s, list(arrays), meta["num_classes"])
         except (DatasetError, GraphError) as err:
             raise DatasetError(f"the dataset written to '{self.out}' is invalid: {err}") from err
+        meta.update(_time_meta(self.tmp, s, list(arrays), ranges=True))  # values checked
         return self._publish(meta, arrays, time.perf_counter() - t0)
+
+
+def _time_meta(
+    root: Path, schema: HeteroSchema, names: list[str], *, ranges: bool
+) -> dict[str, Any]:
+    """``has_{edge,node}_time`` of the time arrays in ``names`` (and ``*_time_range``).
+
+    With ``ranges`` the ``[min, max]`` over every timed relation (or node type) is read from the
+    files under ``root`` (``null`` when they hold no times).
+    """
+    files = {
+        "edge": [f"rel/{relation_key(r)}/edge_time" for r in schema.relations],
+        "node": [f"node_time/{t}" for t in schema.node_types],
+    }
+    meta: dict[str, Any] = {}
+    for kind in TIMES:
+        present = [n for n in files[kind] if n in names]
+        if not present:
+            continue
+        meta[f"has_{kind}_time"] = True
+        if not ranges:
+            continue
+        spans = []
+        for name in present:
+            times = np.load(root / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+            spans.append(time_range(times))
+            del times
+        spans = [v for v in spans if v is not None]
+        meta[f"{kind}_time_range"] = (
+            [min(v[0] for v in spans), max(v[1] for v in spans)] if spans else None
+        )
+    return meta
 
 
 def write_typed_dataset(
@@ -205,10 +264,12 @@ def write_typed_dataset(
     with TypedDatasetWriter(out, graph.schema, name=graph.name, overwrite=overwrite) as w:
         for rel in graph.schema.relations:
             indptr, indices = graph.csc[rel]
-            w.put_relation(rel, indptr, indices)
+            w.put_relation(rel, indptr, indices, graph.edge_time.get(rel))
         for t in graph.schema.node_types:
             if t in graph.x:
                 w.put(f"x/{t}", graph.x[t])
+            if t in graph.node_time:
+                w.put(f"node_time/{t}", graph.node_time[t])
         for k in _TARGET_ARRAYS:
             v = getattr(graph, k)
             if v is not None:
@@ -280,7 +341,8 @@ def _check_layout(meta: dict[str, Any], schema: HeteroSchema, where: Path) -> No
                 "arrays",
                 name,
                 "not an array of this schema (rel/SRC.NAME.DST/indptr, "
-                "rel/SRC.NAME.DST/indices, x/TYPE, y, *_mask)",
+                "rel/SRC.NAME.DST/indices, rel/SRC.NAME.DST/edge_time, x/TYPE, node_time/TYPE, "
+                "y, *_mask)",
             )
         if not isinstance(spec, dict) or not {"dtype", "shape"} <= set(spec):
             raise _meta_error(where, f"arrays.{name}", spec, 'expected {"dtype", "shape"}')
@@ -304,6 +366,7 @@ def _check_layout(meta: dict[str, Any], schema: HeteroSchema, where: Path) -> No
                     f"(indptr and indices), re-create the dataset"
                 )
         total += arrays[f"rel/{relation_key(rel)}/indices"]["shape"][0]
+    _check_time_layout(meta, schema, where)
     if meta.get("num_edges") != total:
         raise _meta_error(where, "num_edges", meta.get("num_edges"), f"expected {total}")
     if meta.get("num_nodes") != schema.total_nodes:
@@ -313,6 +376,52 @@ def _check_layout(meta: dict[str, Any], schema: HeteroSchema, where: Path) -> No
             meta.get("num_nodes"),
             f"expected {schema.total_nodes}, the sum of schema.num_nodes",
         )
+
+
+def _check_time_layout(meta: dict[str, Any], schema: HeteroSchema, where: Path) -> None:
+    """Edge times of every relation or none, each ``[E_r]``; the ``has_*``/``*_range`` keys."""
+    arrays = meta["arrays"]
+    timed = [r for r in schema.relations if f"rel/{relation_key(r)}/edge_time" in arrays]
+    if timed and len(timed) != len(schema.relations):
+        missing = [r for r in schema.relations if r not in timed]
+        raise DatasetError(
+            f"'{where}' lists edge times of some relations but not of {missing}; edge times "
+            f"are given for every relation or none, re-create the dataset"
+        )
+    for rel in timed:
+        key = relation_key(rel)
+        e = arrays[f"rel/{key}/indices"]["shape"][0]
+        if arrays[f"rel/{key}/edge_time"]["shape"] != [e]:
+            raise _meta_error(
+                where,
+                f"arrays.rel/{key}/edge_time.shape",
+                arrays[f"rel/{key}/edge_time"]["shape"],
+                f"expected [{e}], one time per edge of relation {rel}",
+            )
+    listed = {
+        "edge": bool(timed),
+        "node": any(f"node_time/{t}" in arrays for t in schema.node_types),
+    }
+    for kind in TIMES:
+        has = meta.get(f"has_{kind}_time", False)
+        if not isinstance(has, bool) or has != listed[kind]:
+            raise _meta_error(
+                where,
+                f"has_{kind}_time",
+                has,
+                f"expected {str(listed[kind]).lower()} ({kind} times are "
+                f"{'' if listed[kind] else 'not '}listed in arrays)",
+            )
+        span = meta.get(f"{kind}_time_range")
+        if span is not None and not (
+            isinstance(span, list)
+            and len(span) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in span)
+            and span[0] <= span[1]
+        ):
+            raise _meta_error(
+                where, f"{kind}_time_range", span, "expected null or [min, max], 0 <= min <= max"
+            )
 
 
 _KINDS = {
@@ -330,7 +439,11 @@ def _expected(schema: HeteroSchema, name: str, shape: list[int]) -> tuple[tuple[
         rel = next(r for r in schema.relations if relation_key(r) == key)
         if part == "indptr":
             return (schema.count(rel[2]) + 1,), "i"
+        if part == "edge_time":
+            return (shape[0] if shape else -1,), "i"
         return (shape[0] if shape else -1,), "iu"
+    if name.startswith("node_time/"):
+        return (schema.count(name[len("node_time/") :]),), "i"
     if name.startswith("x/"):
         n = schema.count(name[2:])
         return (n, shape[1] if len(shape) == 2 else -1), "f"
@@ -355,7 +468,23 @@ def _check_values(
     }
     feats = {t: root / f"x/{t}.npy" for t in schema.node_types if f"x/{t}" in names}
     target = {k: root / f"{k}.npy" for k in _TARGET_ARRAYS if k in names}
-    check_typed_values(rels, feats, target, num_classes=num_classes, progress=progress)
+    edge_times = {
+        str(rel): root / f"rel/{relation_key(rel)}/edge_time.npy"
+        for rel in schema.relations
+        if f"rel/{relation_key(rel)}/edge_time" in names
+    }
+    node_times = {
+        t: root / f"node_time/{t}.npy" for t in schema.node_types if f"node_time/{t}" in names
+    }
+    check_typed_values(
+        rels,
+        feats,
+        target,
+        num_classes=num_classes,
+        progress=progress,
+        edge_times=edge_times,
+        node_times=node_times,
+    )
 
 
 def open_typed_dataset(
@@ -430,6 +559,14 @@ def open_typed_dataset(
             test_mask=arrays.get("test_mask"),
             num_classes=meta.get("num_classes"),
             name=str(meta.get("name", root.name)),
+            edge_time={
+                rel: arrays[f"rel/{relation_key(rel)}/edge_time"]
+                for rel in schema.relations
+                if f"rel/{relation_key(rel)}/edge_time" in arrays
+            },
+            node_time={
+                t: arrays[f"node_time/{t}"] for t in schema.node_types if f"node_time/{t}" in arrays
+            },
             validate="structure",
         )
     except GraphError as err:

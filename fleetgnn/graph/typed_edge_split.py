@@ -317,7 +317,9 @@ def load_typed_edge_split(graph: HeteroGraph, path: str | Path) -> TypedEdgeSpli
     csc[rel] = (arrays["train_indptr"], arrays["train_indices"])  # type: ignore[index]
     if rev is not None:
         csc[rev] = (arrays["rev_indptr"], arrays["rev_indices"])  # type: ignore[index]
-    train_graph = dataclasses.replace(graph, csc=csc, validate="structure")
+    # the training graph drops edge times (their relation lost edges): typed link prediction
+    # trains untimed (train.temporal=off; with times it is refused, fleetgnn.train.setup)
+    train_graph = dataclasses.replace(graph, csc=csc, edge_time={}, validate="structure")
     return TypedEdgeSplit(
         str(meta["name"]),
         rel,  # type: ignore[arg-type]

@@ -462,6 +462,8 @@ def check_typed_values(
     num_classes: int | None,
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
+    edge_times: Mapping[str, str | os.PathLike[str]] | None = None,
+    node_times: Mapping[str, str | os.PathLike[str]] | None = None,
 ) -> int:
     """Check every value of a typed dataset's arrays (what :func:`check_values` checks, per part).
 
@@ -478,6 +480,9 @@ def check_typed_values(
         num_classes: ``C``; ``None`` accepts any label ``>= -1``.
         block_bytes: Bytes read at a time.
         progress: Called as ``progress(done_bytes, total_bytes)`` after each block.
+        edge_times: Relation label -> its ``edge_time`` path (int64 ``[E_r]``, ``>= 0``,
+            non-decreasing within each destination's segment of that relation's ``indptr``).
+        node_times: Node type -> its ``node_time`` path (int64 ``[N_t]``, ``>= 0``).
 
     Returns:
         The bytes of array data checked.
@@ -494,6 +499,11 @@ def check_typed_values(
         sizes[f"x/{t}"] = _header(Path(p))
     for k, p in target.items():
         sizes[k] = _header(Path(p))
+    edge_times, node_times = dict(edge_times or {}), dict(node_times or {})
+    for label, p in edge_times.items():
+        sizes[f"{label}/edge_time"] = _header(Path(p))
+    for t, p in node_times.items():
+        sizes[f"node_time/{t}"] = _header(Path(p))
     tick = _Ticks(sum(rows * row for rows, row in sizes.values()), progress)
     ptr_rows = max(1, block_bytes // 8)
     for label, (ptr, idx, n_src) in relations.items():
@@ -520,4 +530,19 @@ def check_typed_values(
         rows = max(1, block_bytes // max(1, sum(sizes[k][1] for k in names)))
         with _open({k: Path(target[k]) for k in names}, rows) as readers:
             _check_nodes(readers, names, n, num_classes, rows, tick)
+    time_rows = max(1, block_bytes // 16)  # edge times and indptr entries, side by side
+    for label, p in edge_times.items():
+        try:
+            with _open({"indptr": Path(relations[label][0]), "edge_time": Path(p)}, time_rows) as r:
+                _check_edge_time(r["indptr"], r["edge_time"], time_rows, tick)
+        except GraphError as err:
+            raise GraphError(f"relation {label}: {err}") from err
+    for t, p in node_times.items():
+        try:
+            n = sizes[f"node_time/{t}"][0]
+            _check_node_time_layout(Path(p), n)
+            with _open({"node_time": Path(p)}, time_rows) as readers:
+                _check_nodes(readers, ["node_time"], n, None, time_rows, tick)
+        except GraphError as err:
+            raise GraphError(f"node times of node type {t!r}: {err}") from err
     return tick.done

@@ -33,10 +33,14 @@ def test_info_json_shows_the_schema(typed, capsys):
     assert main(["info", str(typed), "--json"]) == 0
     info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert info["kind"] == "typed" and info["target"] == "paper" and info["num_classes"] == 3
-    assert info["node_types"] == [
+    assert [{k: v for k, v in t.items() if k != "node_time"} for t in info["node_types"]] == [
         {"name": "paper", "num_nodes": 5, "features": 4, "feature_dtype": "float32"},
         {"name": "author", "num_nodes": 3, "features": None, "feature_dtype": None},
-    ]
+    ]  # an untimed dataset: no node times, no edge times anywhere
+    for t in info["node_types"]:
+        assert t.pop("node_time") is None
+    assert info["edge_time"] is None and info["node_time"] is None
+    assert all(r["edge_time"] is None for r in info["relations"])
     assert [(r["name"], r["num_edges"]) for r in info["relations"]] == [("cites", 4), ("writes", 3)]
     assert (info["num_train"], info["num_val"], info["num_test"]) == (2, 0, 2)
     assert info["labelled_nodes"] == 4 and info["source"] == "test" and info["stamp_valid"]
