@@ -1,6 +1,7 @@
 """Sampling layer: neighbour sampling (plain and temporal), AppendUnique, blocks, seed loaders."""
 
 from fleetgnn.sampling.block import Block
+from fleetgnn.sampling.hetero_temporal import TypedTemporalSample, TypedTemporalSampler
 from fleetgnn.sampling.loader import PositionLoader, SeedLoader, keyed_positions
 from fleetgnn.sampling.neighbor import (
     DeviceTopology,
@@ -34,6 +35,8 @@ __all__ = [
     "TemporalSample",
     "TemporalSampler",
     "TopologySource",
+    "TypedTemporalSample",
+    "TypedTemporalSampler",
     "append_unique",
     "edge_keys",
     "full_neighbor_block",

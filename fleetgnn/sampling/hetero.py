@@ -275,14 +275,13 @@ class HeteroNeighborSampler:
         indptrs: dict[Relation, Tensor] = {}
         nbrs: dict[Relation, np.ndarray] = {}
         for rel in s.relations:
-            src_t, _, dst_t = rel
-            d_local = dst[dst_t].numpy() - off[dst_t]
-            indptr, indices = self.graph.csc[rel]
-            deg = np.asarray(indptr[d_local + 1] - indptr[d_local], dtype=np.int64)
+            dst_t = rel[2]
             d_global = dst[dst_t].numpy()
+            indptr = self.graph.csc[rel][0]
+            d_local = d_global - off[dst_t]
+            deg = np.asarray(indptr[d_local + 1] - indptr[d_local], dtype=np.int64)
             indptr_s, row, offsets = _sample_offsets(d_global, deg, fanouts[rel], keys[rel])
-            pos = np.asarray(indptr[d_local[row]], dtype=np.int64) + offsets
-            nb = np.asarray(indices[pos], dtype=np.int64) + off[src_t]
+            nb = read_relation(self.graph, rel, d_local, row, offsets, off[rel[0]])
             drop = exclude.get(rel)
             if drop is not None and drop.numel() and nb.size:  # after the draws
                 n_all = s.total_nodes
@@ -293,24 +292,64 @@ class HeteroNeighborSampler:
                     np.cumsum(np.bincount(row, minlength=d_global.size), out=indptr_s[1:])
             nbrs[rel] = nb
             indptrs[rel] = torch.from_numpy(indptr_s)
-        src_ids: dict[str, Tensor] = {}
-        edges: dict[Relation, tuple[Tensor, Tensor]] = {}
-        for t in s.node_types:
-            rels = [r for r in s.relations if r[0] == t]
-            cat = np.concatenate([nbrs[r] for r in rels]) if rels else np.zeros(0, np.int64)
-            ids, local, _ = append_unique(dst[t], torch.from_numpy(cat))
-            src_ids[t] = ids
-            start = 0
-            for r in rels:
-                n = nbrs[r].size
-                edges[r] = (indptrs[r], local[start : start + n])
-                start += n
+        src_ids, edges = group_sources(s, dst, nbrs, indptrs)
         num_dst = {t: int(dst[t].numel()) for t in s.node_types}
-        return HeteroBlock(s, src_ids, num_dst, {r: edges[r] for r in s.relations})
+        return HeteroBlock(s, src_ids, num_dst, edges)
 
     def __repr__(self) -> str:
         fan = {r[1]: list(f) for r, f in self.fanouts.items()}
         return f"HeteroNeighborSampler(fanouts={fan}, seed={self.seed})"
+
+
+def read_relation(
+    graph: HeteroGraph,
+    rel: Relation,
+    d_local: np.ndarray,
+    row: np.ndarray,
+    offsets: np.ndarray,
+    src_offset: int,
+) -> np.ndarray:
+    """int64 global source IDs of relation ``rel``'s in-edges picked by ``(row, offsets)``.
+
+    Edge ``i`` is in-edge ``offsets[i]`` (within the segment) of destination ``d_local[row[i]]``
+    (a type-local ID); ``src_offset`` is the source type's first global ID.
+    """
+    indptr, indices = graph.csc[rel]
+    pos = np.asarray(indptr[d_local[row]], dtype=np.int64) + offsets
+    return np.asarray(indices[pos], dtype=np.int64) + src_offset
+
+
+def group_sources(
+    schema: HeteroSchema,
+    dst: Mapping[str, Tensor],
+    nbrs: Mapping[Relation, np.ndarray],
+    indptrs: Mapping[Relation, Tensor],
+) -> tuple[dict[str, Tensor], dict[Relation, tuple[Tensor, Tensor]]]:
+    """A typed block's sources and edges from its destinations and sampled neighbours.
+
+    Per source type: its destinations, then the new neighbours in order of first appearance
+    (:func:`~fleetgnn.sampling.append_unique`, relations in schema order). ``dst[t]`` are type
+    ``t``'s distinct destination keys and ``nbrs[r]`` relation ``r``'s sampled source keys
+    (grouped by destination as ``indptrs[r]``); a key is a global ID, or any other int64 naming
+    a node within the batch (the temporal sampler's ``seed index * N + global ID``).
+
+    Returns:
+        ``(src_keys per type, edges per relation)``: ``edges[r] = (indptrs[r], positions of
+        nbrs[r] in src_keys[r[0]])``, relations in schema order.
+    """
+    src_ids: dict[str, Tensor] = {}
+    edges: dict[Relation, tuple[Tensor, Tensor]] = {}
+    for t in schema.node_types:
+        rels = [r for r in schema.relations if r[0] == t]
+        cat = np.concatenate([nbrs[r] for r in rels]) if rels else np.zeros(0, np.int64)
+        ids, local, _ = append_unique(dst[t], torch.from_numpy(cat))
+        src_ids[t] = ids
+        start = 0
+        for r in rels:
+            n = nbrs[r].size
+            edges[r] = (indptrs[r], local[start : start + n])
+            start += n
+    return src_ids, {r: edges[r] for r in schema.relations}
 
 
 def typed_edge_keys(
