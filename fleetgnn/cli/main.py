@@ -212,7 +212,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "--preset",
         default="small",
         help="tiny | small | products-like | papers-like, a temporal graph (edge times, drifting "
-        "communities): temporal-like, or a typed graph: mag-like | igbh-like (default: small)",
+        "communities): temporal-like, or a typed graph: mag-like | igbh-like, or typed with "
+        "node and edge times: mag-temporal-like (default: small)",
     )
     q.add_argument("--scale", type=float, default=1.0, help="multiply nodes and edges by this")
     q.add_argument("--seed", type=int, default=0, help="seed of the generator")

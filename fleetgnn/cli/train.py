@@ -357,10 +357,10 @@ def _preflight(cfg: Any, graph: Graph | HeteroGraph) -> None:
 
     check_device(cfg)
     check_trainer_settings(cfg)
+    kind = temporal_kind(cfg, graph)  # typed: None, or refused when its times would be used
     if isinstance(graph, HeteroGraph):
         _typed_preflight(cfg, graph)
         return
-    kind = temporal_kind(cfg, graph)
     if kind is not None:  # a full graph has no "now": refused before any worker starts
         refuse_temporal(cfg.train.engine, cfg.train.mode, kind)
     if cfg.train.task == "link" and (graph.y is None or graph.train_mask is None):

@@ -1,4 +1,4 @@
-"""Synthetic typed graphs with learnable labels (``mag-like``, ``igbh-like``), streamed to disk.
+"""Synthetic typed graphs with learnable labels (``mag-like``, ...), streamed to disk.
 
 The generator is a typed planted-community model:
 
@@ -15,6 +15,15 @@ The generator is a typed planted-community model:
   has no features (models give it a learnable embedding);
 * labels of the target type are the communities, a ``label_noise`` share redrawn uniformly;
   splits are random (each node's own uniform draw against the split fractions).
+
+Times (``time_horizon > 0``, the ``mag-temporal-like`` preset: ``mag-like`` with times): every
+node of every type gets a node time and every draw an edge time, each uniform in
+``[0, time_horizon)`` from its own Philox streams; each destination's in-edges of a relation
+are then sorted by time (equal times in draw order), as the typed format requires. So for one
+seed the features, labels, splits, ``indptr`` and each destination's sources (as a multiset)
+equal the untimed preset's, and the untimed presets' arrays are those they always were. The
+times carry no signal about the labels: they exercise the format, the typed temporal sampler
+and the training refusals.
 
 Features alone name a paper's community only in part (``feature_noise``); its cited papers, its
 authors' other papers and its topics' papers share it with probability ``homophily``, so a model
@@ -52,6 +61,8 @@ _LABEL_STREAM = 101
 _CENTROID_STREAM = 200  # + type index
 _FEATURE_STREAM = 300  # + type index
 _EDGE_STREAM = 1000  # + relation index
+_NODE_TIME_STREAM = 400  # + type index
+_EDGE_TIME_STREAM = 2000  # + relation index
 GENERATOR_VERSION = 1
 Progress = Callable[[int, int], None]
 
@@ -73,6 +84,8 @@ class TypedSyntheticSpec:
         label_noise: Probability that a target label is redrawn uniformly.
         skew: Exponent ``>= 1`` of the ID law ``floor(N * u ** skew)`` (1: uniform degrees).
         name: Dataset name.
+        time_horizon: With ``T > 0``, node times of every type and edge times of every relation,
+            uniform in ``[0, T)``; ``0``: no times.
     """
 
     node_types: tuple[tuple[str, int, int], ...]
@@ -87,6 +100,7 @@ class TypedSyntheticSpec:
     label_noise: float = 0.0
     skew: float = 2.0
     name: str = "typed-synthetic"
+    time_horizon: int = 0
 
     def __post_init__(self) -> None:
         if int(self.num_classes) < 1:
@@ -101,6 +115,9 @@ class TypedSyntheticSpec:
             raise DatasetError(f"'feature_noise' must be >= 0 (got {self.feature_noise!r})")
         if not _is_real(self.skew) or self.skew < 1:
             raise DatasetError(f"'skew' must be >= 1 (got {self.skew!r})")
+        h = self.time_horizon
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < 1 << 62:
+            raise DatasetError(f"'time_horizon' must be an integer >= 0 (got {h!r})")
         for t, n, f in self.node_types:
             if int(n) < 1 or int(f) < 0:
                 raise DatasetError(f"node type {t!r}: count must be >= 1 and width >= 0")
@@ -178,7 +195,13 @@ _IGBH = TypedSyntheticSpec(
     name="igbh-like",
 )
 
-TYPED_PRESETS: dict[str, TypedSyntheticSpec] = {"mag-like": _MAG, "igbh-like": _IGBH}
+TYPED_PRESETS: dict[str, TypedSyntheticSpec] = {
+    "mag-like": _MAG,
+    "igbh-like": _IGBH,
+    # mag-like with node and edge times (uniform over 100 steps, e.g. years): the arrays of
+    # mag-like plus the times (see the module docstring)
+    "mag-temporal-like": dataclasses.replace(_MAG, time_horizon=100, name="mag-temporal-like"),
+}
 
 
 def typed_spec_for(preset: str, scale: float = 1.0) -> TypedSyntheticSpec:
@@ -232,6 +255,40 @@ def _draws(
     return np.concatenate(srcs), np.concatenate(dsts)
 
 
+def _draw_times(
+    spec: TypedSyntheticSpec, seed: int, rid: int, lo_blk: int, hi_blk: int
+) -> np.ndarray:
+    """int64 edge times of relation ``rid``'s draws in blocks ``[lo_blk, hi_blk)``."""
+    e, h = int(spec.relations[rid][3]), int(spec.time_horizon)
+    out = []
+    for b in range(lo_blk, hi_blk):
+        m = min(EDGE_BLOCK, e - b * EDGE_BLOCK)
+        u = _rng(seed, _EDGE_TIME_STREAM + rid, b).random(m)
+        out.append(np.minimum((u * h).astype(np.int64), h - 1))
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def _sort_by_time(
+    indptr: np.ndarray, indices: np.ndarray, times: np.ndarray, chunk_edges: int
+) -> None:
+    """Sort every segment of ``(indices, times)`` by time, ties in place order (stable).
+
+    Destination ranges of about ``chunk_edges`` edges at a time (one hub may exceed it).
+    """
+    n = indptr.shape[0] - 1
+    lo = 0
+    while lo < n:
+        hi = int(np.searchsorted(indptr, indptr[lo] + chunk_edges, side="right")) - 1
+        hi = min(n, max(hi, lo + 1))
+        a, b = int(indptr[lo]), int(indptr[hi])
+        local = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(indptr[lo : hi + 1]))
+        seg_src, seg_t = np.asarray(indices[a:b]), np.asarray(times[a:b])
+        order = np.lexsort((seg_t, local))  # stable: equal times keep their draw order
+        indices[a:b] = seg_src[order]
+        times[a:b] = seg_t[order]
+        lo = hi
+
+
 def prepare_typed_synthetic(
     out: str | os.PathLike[str],
     preset: str | TypedSyntheticSpec = "mag-like",
@@ -271,8 +328,10 @@ def prepare_typed_synthetic(
     blocks_per_step = max(1, _check_chunk_edges(chunk_edges) // EDGE_BLOCK)
     schema = spec.schema()
     counts = dict(zip(schema.node_types, schema.num_nodes, strict=True))
-    total = sum(2 * int(r[3]) for r in spec.relations)
+    timed = int(spec.time_horizon) > 0
+    total = sum((3 if timed else 2) * int(r[3]) for r in spec.relations)
     total += sum(int(n) for _, n, f in spec.node_types if f)
+    total += sum(int(n) for _, n, _ in spec.node_types) if timed else 0
     done = [0]
 
     def tick(k: int) -> None:
@@ -296,13 +355,23 @@ def prepare_typed_synthetic(
             key = relation_key((s, r, d))
             w.put(f"rel/{key}/indptr", indptr)
             indices = w.create(f"rel/{key}/indices", index_dtype(n_src), (e,))
+            times = w.create(f"rel/{key}/edge_time", np.int64, (e,)) if timed else None
             cursor = indptr[:-1].copy()
             for lo, hi in steps:  # pass 2: the same draws, placed at their destination
                 src, dst = _draws(spec, seed, rid, n_src, n_dst, lo, hi)
+                if times is not None:  # at the same places: a copy of the cursors before
+                    at = cursor.copy()
+                    append_to_segments(times, at, dst, _draw_times(spec, seed, rid, lo, hi))
                 append_to_segments(indices, cursor, dst, src)
                 tick(dst.size)
+            if times is not None:  # pass 3: each destination's in-edges by time
+                _sort_by_time(indptr, indices, times, blocks_per_step * EDGE_BLOCK)
+                tick(e)
             del cursor, indptr
         _write_node_data(spec, seed, w, tick)
+        if timed:
+            _write_node_times(spec, seed, w, tick)
+        extra = {"time_horizon": int(spec.time_horizon)} if timed else {}
         return w.commit(
             num_classes=int(spec.num_classes),
             source="synthetic",
@@ -310,7 +379,23 @@ def prepare_typed_synthetic(
             scale=float(scale),
             seed=seed,
             generator_version=GENERATOR_VERSION,
+            **extra,
         )
+
+
+def _write_node_times(
+    spec: TypedSyntheticSpec, seed: int, w: TypedDatasetWriter, tick: Callable[[int], None]
+) -> None:
+    """``node_time/TYPE`` of every type: uniform in ``[0, time_horizon)``, in node blocks."""
+    h = int(spec.time_horizon)
+    for ti, (t, n, _) in enumerate(spec.node_types):
+        n = int(n)
+        out = w.create(f"node_time/{t}", np.int64, (n,))
+        for b, lo in enumerate(range(0, n, NODE_BLOCK)):
+            hi = min(n, lo + NODE_BLOCK)
+            u = _rng(seed, _NODE_TIME_STREAM + ti, b).random(hi - lo)
+            out[lo:hi] = np.minimum((u * h).astype(np.int64), h - 1)
+            tick(hi - lo)
 
 
 def _write_node_data(

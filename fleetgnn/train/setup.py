@@ -194,13 +194,42 @@ def uses_node_time(temporal: str, graph: Graph) -> bool:
     return graph.node_time is not None
 
 
+def refuse_typed_times(temporal: str, task: str, graph: HeteroGraph) -> None:
+    """Raise where a typed run would sample in time: typed temporal training is not built.
+
+    (:class:`~fleetgnn.sampling.TypedTemporalSampler` samples in time; no engine uses it.)
+    Refused, as a homogeneous run would sample in time: ``train.temporal=on``; ``auto`` with
+    edge times for link prediction, or node times of the target type for node classification.
+    ``off`` trains ignoring every time.
+
+    Raises:
+        ConfigError: One line naming the times and ``train.temporal=off``.
+    """
+    if temporal == "off":
+        return
+    if task == "link":
+        has, what = graph.has_edge_time, "edge times (edge_time)"
+    else:
+        target = graph.schema.target
+        has, what = target in graph.node_time, f"node times of its target type {target!r}"
+    if temporal == "on" or has:
+        what_task = "link prediction" if task == "link" else "node classification"
+        held = f"'{graph.name}' has {what}" if has else f"train.temporal={temporal}"
+        raise ConfigError(
+            f"{held}, but typed graphs do not train in time yet (typed temporal {what_task} "
+            f"is not built); set train.temporal=off to train ignoring the times"
+        )
+
+
 def temporal_kind(cfg: Config, graph: Graph | HeteroGraph) -> str | None:
     """``"link"`` or ``"node"`` when ``cfg``'s task on ``graph`` samples in time, else ``None``.
 
-    As :func:`task_from_config` decides (:func:`uses_time`, :func:`uses_node_time`); typed
-    graphs have no times.
+    As :func:`task_from_config` decides (:func:`uses_time`, :func:`uses_node_time`); a typed
+    graph never does, and one whose task would use its times is refused
+    (:func:`refuse_typed_times`).
     """
     if isinstance(graph, HeteroGraph):
+        refuse_typed_times(cfg.train.temporal, cfg.train.task, graph)
         return None
     if cfg.train.task == "link":
         return "link" if uses_time(cfg.train.temporal, graph) else None
@@ -223,6 +252,8 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
     over the graph's ``node_time``; off, the times are ignored.
     """
     t = cfg.train
+    if isinstance(graph, HeteroGraph):  # typed times: refused unless train.temporal=off
+        refuse_typed_times(t.temporal, t.task, graph)
     if t.task != "link":
         if uses_node_time(t.temporal, graph):
             return TemporalNodeClassification(graph.node_time, strategy=t.temporal_strategy)

@@ -1,0 +1,82 @@
+"""A typed dataset with times on the command line: prepared, shown, refused for training in
+time in one line, trained ignoring the times with ``train.temporal=off``."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fleetgnn.cli.main import main
+from fleetgnn.graph import write_typed_dataset
+from fleetgnn.graph.hetero import HeteroSchema, from_typed_edges
+from fleetgnn.graph.typed_dataset import open_typed_dataset
+
+CITES = "--set train.link_relation=paper,cites,paper".split()
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory):
+    """A tiny mag-temporal-like dataset (736 papers, node and edge times), written once."""
+    out = tmp_path_factory.mktemp("typed-time") / "mag"
+    argv = ["prepare", "synthetic", "--preset", "mag-temporal-like", "--scale", "0.001"]
+    assert main([*argv, "--out", str(out)]) == 0
+    return out
+
+
+def _train(data, run, *extra):
+    return ["train", "--dataset", str(data), "--run-dir", str(run), "--quiet", "--epochs", "1"] + [
+        "--model",
+        "rgcn",
+        *extra,
+    ]
+
+
+def test_prepare_writes_every_relation_and_type_with_times(timed, capsys):
+    g = open_typed_dataset(timed)
+    assert g.has_edge_time and sorted(g.node_time) == sorted(g.schema.node_types)
+    assert main(["info", str(timed), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert info["edge_time"] == {"min": 0, "max": 99} and info["node_time"]["max"] <= 99
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ([], "has node times of its target type 'paper'"),
+        (["--set", "train.temporal=on"], "has node times of its target type 'paper'"),
+        (["--engine", "auto"], "typed temporal node classification is not built"),
+        (["--task", "link", *CITES], "has edge times (edge_time)"),
+        (["--engine", "minibatch", "--task", "link", *CITES], "temporal link prediction"),
+    ],
+)
+def test_training_in_time_is_refused_in_one_line(timed, tmp_path, capsys, extra, words):
+    assert main(_train(timed, tmp_path / "r", *extra)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and words in err and "set train.temporal=off" in err
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--engine", "minibatch"], ["--engine", "reference", "--task", "link", *CITES]],
+    ids=["node-minibatch", "link-reference"],
+)
+def test_temporal_off_trains_ignoring_the_times(timed, tmp_path, extra):
+    run = tmp_path / "r"
+    assert main(_train(timed, run, "--set", "train.temporal=off", *extra)) == 0
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert any('"epoch"' in x and '"event"' not in x for x in lines)
+
+
+def test_on_for_an_untimed_typed_dataset_is_refused(tmp_path, capsys):
+    schema = HeteroSchema(("paper", "author"), (4, 2), (("author", "writes", "paper"),), "paper")
+    g = from_typed_edges(
+        schema,
+        {("author", "writes", "paper"): ([0, 1, 1], [0, 1, 3])},
+        y=np.array([0, 1, 0, 1]),
+        train_mask=np.ones(4, bool),
+        name="plain",
+    )
+    data = write_typed_dataset(g, tmp_path / "plain")
+    assert main(_train(data, tmp_path / "r", "--set", "train.temporal=on")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "train.temporal=on, but typed graphs do not train in time" in err
