@@ -290,8 +290,9 @@ class HeteroGraph:
             if full:
                 try:
                     check_time_order(indptr, t)
-                except GraphError as err:
-                    raise GraphError(f"relation {rel}: {err}") from None
+                except GraphError as err:  # the fix names the typed constructor
+                    fix = str(err).replace("from_edges(", "from_typed_edges(")
+                    raise GraphError(f"relation {rel}: {fix}") from None
         for ntype, t in self.node_time.items():
             n = s.count(ntype)
             try:

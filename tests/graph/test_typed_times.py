@@ -62,7 +62,7 @@ def test_an_unsorted_segment_names_the_relation_node_and_edges():
         HeteroGraph(SCHEMA, g.csc, edge_time=bad)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("relation ('paper', 'cites', 'paper'):")
-    assert "node 1 has edge_time[1]" in msg
+    assert "node 1 has edge_time[1]" in msg and "from_typed_edges(..., edge_time=...)" in msg
 
 
 def test_bad_node_times_name_the_type_and_node():
