@@ -68,6 +68,23 @@ NOT_RUN = {
     "fleetgnn train --engine split --nproc 2 --dataset data/cora --model sage --epochs 50 "
     "--set data.feature_norm=row --set train.fanouts=[10,10] --set train.batch_size=32": "starts "
     "2 processes (15 s); tests/engines/test_split.py::test_split_engine_through_the_cli runs it",
+    "fleetgnn train --dataset data/tl --engine minibatch --nproc 2 --epochs 20": "starts 2 "
+    "processes; tests/engines/test_node_temporal_minibatch.py trains the engine at W = 1..3",
+    "fleetgnn train --dataset data/tl --engine split --nproc 2 --epochs 20": "starts 2 "
+    "processes; tests/engines/test_node_temporal_split.py trains the engine at W = 1..3",
+    "fleetgnn train --dataset data/tl --task link --engine split --nproc 2 --epochs 5 --set "
+    "train.eval_edges=2000": "starts 2 processes; tests/engines/test_link_temporal_split.py::"
+    "test_split_engine_trains_temporal_links_through_the_cli runs it",
+    "fleetgnn train --dataset data/mag-tiny --model rgcn --engine split --nproc 2 --epochs 10 "
+    "--set train.batch_size=256 --run-dir runs/rgcn-split": "starts 2 processes; "
+    "tests/cli/test_typed_cli.py::test_train_typed_split_at_two_processes runs it",
+    "fleetgnn train --engine split --nproc 2 --dataset data/mag-small --model rgcn --epochs 1": (
+        "starts 2 processes; tests/cli/test_typed_cli.py::test_train_typed_split_at_two_processes"
+    ),
+    "fleetgnn train --dataset data/mag-tiny --model rgcn --task link --engine split --nproc 2 "
+    "--set train.link_relation=paper,cites,paper --set train.fanouts=[5,5] --set "
+    "train.batch_size=256 --run-dir runs/cites-split": "starts 2 processes; tests/cli/"
+    "test_typed_link_cli.py::test_mag_like_link_on_split_at_two_processes_prints_test_auc",
     "fleetgnn train --task link --engine fullgraph --nproc 2 --dataset data/cora --model gcn": (
         "starts 2 processes; tests/engines/test_link_fullgraph.py runs the engine at W = 1..3"
     ),
