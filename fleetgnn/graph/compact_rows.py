@@ -35,7 +35,7 @@ already rounded values again is not what converting the original would give.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -293,3 +293,51 @@ def writer_codec(feature_dtype: str) -> FeatureCodec:
         raise DatasetError(f"feature_dtype (--feature-dtype): {err}") from None
     assert codec is not None
     return codec
+
+
+def typed_writer_codecs(
+    feature_dtype: str | Mapping[str, str], node_types: Sequence[str]
+) -> dict[str, FeatureCodec]:
+    """Node type -> the codec its feature table is written in, for a typed dataset.
+
+    ``feature_dtype`` is one dtype for every type (``"bf16"``), or per type as a mapping or the
+    text ``"paper=bf16,author=fp8"`` (types not named keep the rows their source holds).
+
+    Raises:
+        DatasetError: An unknown dtype or node type, a type named twice, or an empty entry
+            (one line naming the valid ones).
+    """
+    if isinstance(feature_dtype, str) and "=" not in feature_dtype:
+        codec = writer_codec(feature_dtype)
+        return dict.fromkeys(node_types, codec)
+    if isinstance(feature_dtype, str):
+        pairs = [p.partition("=") for p in feature_dtype.split(",")]
+        if any(not t.strip() or not sep or not d.strip() for t, sep, d in pairs):
+            raise DatasetError(
+                f"feature_dtype (--feature-dtype) {feature_dtype!r}: expected one dtype or "
+                f"TYPE=DTYPE,TYPE=DTYPE (e.g. paper=bf16,author=fp8)"
+            )
+        items = [(t.strip(), d.strip()) for t, _, d in pairs]
+    else:
+        items = list(feature_dtype.items())
+    out: dict[str, FeatureCodec] = {}
+    for t, d in items:
+        if t not in node_types:
+            raise DatasetError(
+                f"feature_dtype (--feature-dtype) names node type {t!r}, which the dataset "
+                f"does not have; its node types are {', '.join(node_types)}"
+            )
+        if t in out:
+            raise DatasetError(f"feature_dtype (--feature-dtype) names node type {t!r} twice")
+        out[t] = writer_codec(d)
+    return out
+
+
+def typed_compact_rows(stored: np.ndarray, meta: dict[str, Any], ntype: str) -> Any:
+    """Node type ``ntype``'s ``x`` of a typed dataset: compact when ``meta.json`` says so."""
+    names = meta.get("feature_dtype") or {}
+    if ntype not in names:
+        return stored
+    codec = feature_codec(names[ntype])
+    assert codec is not None  # checked with meta.json
+    return CompactRows(stored, codec, np.dtype(meta["feature_read_dtype"][ntype]))

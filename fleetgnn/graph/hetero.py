@@ -12,7 +12,9 @@ part                   dtype / shape               meaning
                                                    sources' *type-local* IDs
 ``x[t]``               float ``[N_t, F_t]``        features of node type ``t`` (a type without
                                                    features is absent: models give it a
-                                                   learnable embedding table)
+                                                   learnable embedding table); or compact rows
+                                                   read as floats (a typed dataset written
+                                                   compact: ``CompactRows``)
 ``y``                  int64 ``[N_target]``        labels of the target type, ``-1`` unlabelled
 ``*_mask``             bool ``[N_target]``         splits of the target type
 ``edge_time[r]``       int64 ``[E_r]``             optional, every relation or none: times
@@ -53,6 +55,7 @@ from fleetgnn.graph.edge_time import (
     check_node_time,
     check_time_order,
 )
+from fleetgnn.graph.row_array import RowArray
 
 #: A relation: ``(source type, relation name, destination type)``, as PyG and OGB name them.
 Relation = tuple[str, str, str]
@@ -256,7 +259,8 @@ class HeteroGraph:
             self._check_relation(rel, full=validate == "full")
         for t, feats in self.x.items():
             n = s.count(t)
-            if not isinstance(feats, np.ndarray) or feats.ndim != 2 or feats.shape[0] != n:
+            plain = isinstance(feats, (np.ndarray, RowArray))  # RowArray: compact rows
+            if not plain or feats.ndim != 2 or feats.shape[0] != n:
                 raise GraphError(
                     f"x[{t!r}] must be a [{n}, F] array (got shape {getattr(feats, 'shape', None)})"
                 )

@@ -79,3 +79,48 @@ def compact_meta_problem(meta: dict[str, Any]) -> tuple[str, Any, str] | None:
     ):
         return "arrays.x", spec, f"{name} rows: {dtype} of shape {want}"
     return None
+
+
+def typed_compact_meta_problem(
+    meta: dict[str, Any], counts: dict[str, int]
+) -> tuple[str, Any, str] | None:
+    """``(key, value, what was expected)`` of a bad compact-feature entry of a typed ``meta.json``.
+
+    ``feature_dtype`` (absent: every table plain) maps node types to compact codecs and
+    ``feature_read_dtype`` the same types to floats; ``arrays["x/TYPE"]`` of each such type
+    must be that codec's stored rows ``[N_TYPE, F (+ 4)]``. ``counts``: node type -> ``N_TYPE``.
+    ``None``: nothing wrong.
+    """
+    names = meta.get("feature_dtype")
+    if names is None:
+        return None
+    if not isinstance(names, dict) or any(t not in counts for t in names):
+        return "feature_dtype", names, "expected an object {node type: compact dtype}"
+    read = meta.get("feature_read_dtype")
+    if not isinstance(read, dict) or set(read) != set(names):
+        return "feature_read_dtype", read, f"expected an object with the types {sorted(names)}"
+    arrays = meta.get("arrays")
+    for t, name in names.items():
+        if name not in COMPACT_X:
+            return f"feature_dtype.{t}", name, f"expected one of {', '.join(COMPACT_X)}"
+        if read[t] not in ("float16", "float32", "float64"):
+            return (
+                f"feature_read_dtype.{t}",
+                read[t],
+                "expected 'float16', 'float32' or 'float64'",
+            )
+        spec = arrays.get(f"x/{t}") if isinstance(arrays, dict) else None
+        dtype, extra = COMPACT_X[name]
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        if (
+            not isinstance(spec, dict)
+            or spec.get("dtype") != np.dtype(dtype).str
+            or not isinstance(shape, list)
+            or len(shape) != 2
+            or shape[0] != counts[t]
+            or not isinstance(shape[1], int)
+            or shape[1] < extra
+        ):
+            width = "F + 4" if extra else "F"
+            return f"arrays.x/{t}", spec, f"{name} rows: {dtype} of shape [{counts[t]}, {width}]"
+    return None

@@ -297,6 +297,7 @@ def prepare_typed_synthetic(
     overwrite: bool = False,
     chunk_edges: int = 4_000_000,
     progress: Progress | None = None,
+    feature_dtype: str | dict[str, str] | None = None,
 ) -> Path:
     """Generate a synthetic typed graph straight into a typed dataset directory.
 
@@ -311,6 +312,8 @@ def prepare_typed_synthetic(
         overwrite: Replace an existing dataset once the new one is complete.
         chunk_edges: Edge draws held in memory per step; never changes the result.
         progress: ``progress(done, total)`` in draws (twice per relation) plus feature rows.
+        feature_dtype: Store the feature tables compact (:class:`TypedDatasetWriter`'s
+            ``feature_dtype``: one dtype, or per type); the float32 draws are unchanged.
 
     Returns:
         The dataset directory (open it with :func:`~fleetgnn.graph.open_typed_dataset`).
@@ -339,7 +342,9 @@ def prepare_typed_synthetic(
         if progress is not None:
             progress(min(done[0], total), total)
 
-    with TypedDatasetWriter(out, schema, name=spec.name, overwrite=overwrite) as w:
+    with TypedDatasetWriter(
+        out, schema, name=spec.name, overwrite=overwrite, feature_dtype=feature_dtype
+    ) as w:
         for rid, (s, r, d, e) in enumerate(spec.relations):
             n_src, n_dst, e = counts[s], counts[d], int(e)
             nblk = -(-e // EDGE_BLOCK)

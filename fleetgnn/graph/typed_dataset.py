@@ -22,6 +22,15 @@ With times, ``meta.json`` also records ``"has_edge_time": true`` and ``"edge_tim
 ``"node_time_range"`` over every timed type, as a homogeneous dataset does; a typed dataset
 without times has none of these keys, and opens as before.
 
+With ``"feature_dtype"`` (``prepare --feature-dtype``: one dtype for every featured type, or
+``TYPE=DTYPE,...`` per type), an object ``{TYPE: codec}``, ``x/TYPE.npy`` of each type it names
+holds that codec's stored rows (``uint16 [N_TYPE, F]`` bf16 bits, ``float16 [N_TYPE, F]``,
+``uint8 [N_TYPE, F + 4]``), and ``"feature_read_dtype"`` ``{TYPE: float}`` the float they read
+back as; the types it does not name hold plain floats. Opened, such a type's ``x`` is a
+:class:`~fleetgnn.graph.compact_rows.CompactRows`. A reader without the keys refuses such a
+table in one line (``expected a float dtype``), except a float16 one, which it reads as the
+same values: the format version is unchanged.
+
 Type and relation names are letters, digits, ``_`` and ``-`` (:class:`HeteroSchema`), so the
 dotted ``SRC.NAME.DST`` names one relation unambiguously. ``num_nodes`` / ``num_edges`` are the
 totals over types and relations (the homogeneous view's ``N`` and ``E``).
@@ -80,6 +89,7 @@ from fleetgnn.graph.dataset import (
 from fleetgnn.graph.edge_time import time_range
 from fleetgnn.graph.files import create_npy
 from fleetgnn.graph.hetero import HeteroGraph, HeteroSchema, Relation
+from fleetgnn.graph.row_array import RowArray, typed_compact_meta_problem
 from fleetgnn.graph.verify import check_typed_values
 
 #: Most node types and relations a typed ``meta.json`` may declare.
@@ -127,6 +137,15 @@ class TypedDatasetWriter(DatasetWriter):
         schema: The node types, relations and target type.
         name: Dataset name stored in ``meta.json``.
         overwrite: Replace an existing dataset at ``out`` (only after the new one is complete).
+        feature_dtype: Write feature tables compact (:mod:`fleetgnn.graph.compact_rows`): one
+            dtype for every type (``"bf16"``) or per type (``{"paper": "bf16"}`` or
+            ``"paper=bf16,author=fp8"``; types not named as given). ``x/TYPE`` put whole is
+            encoded block by block; made with :meth:`create` it is filled as floats and
+            converted by :meth:`commit`. ``None``: every table as given.
+
+    Raises:
+        DatasetError: An unknown ``feature_dtype`` or node type in it (before anything is
+            written).
     """
 
     def __init__(
@@ -135,10 +154,20 @@ class TypedDatasetWriter(DatasetWriter):
         schema: HeteroSchema,
         name: str,
         overwrite: bool = False,
+        feature_dtype: str | dict[str, str] | None = None,
     ) -> None:
+        codecs: dict[str, Any] = {}
+        if feature_dtype is not None:
+            from fleetgnn.graph.compact_rows import typed_writer_codecs
+
+            codecs = typed_writer_codecs(feature_dtype, schema.node_types)
         super().__init__(out, name=name, overwrite=overwrite)
         self.schema = schema
         self._names = array_names(schema)
+        #: Node type -> the codec its features are written in.
+        self.codecs = codecs
+        self._float_xs: dict[str, np.ndarray] = {}  # x/TYPE as created, converted by commit
+        self._xs_stored: dict[str, tuple[Any, str]] = {}  # compact x/TYPE: (codec, read as)
 
     def create(self, name: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         """Create array ``name`` as a writable ``.npy`` memory map (space reserved first).
@@ -154,11 +183,51 @@ class TypedDatasetWriter(DatasetWriter):
         dt = np.dtype(dtype)
         if dt.byteorder not in ("=", "|"):
             dt = dt.newbyteorder("=")
+        ntype = name[2:] if name.startswith("x/") else None
+        if ntype in self.codecs:  # floats, converted by commit
+            (self.tmp / "x").mkdir(exist_ok=True)
+            self._float_xs[ntype] = self.scratch(f"x/{ntype}.float.npy", dt, tuple(shape))
+            return self._float_xs[ntype]
+        return self._create_file(name, dt, tuple(shape))
+
+    def _create_file(self, name: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """Array ``name``'s ``.npy`` memory map in the temporary directory (space reserved)."""
         path = self.tmp / f"{name}.npy"
         path.parent.mkdir(parents=True, exist_ok=True)
-        arr = create_npy(path, dt, tuple(shape), self.DISK_FULL_FIX)
+        arr = create_npy(path, dtype, tuple(shape), self.DISK_FULL_FIX)
         self._arrays[name] = arr
         return arr
+
+    def put(self, name: str, values: np.ndarray | RowArray) -> None:
+        """Write a whole array in chunks of bounded size (``x/TYPE``: :meth:`_put_typed_x`)."""
+        ntype = name[2:] if name.startswith("x/") else None
+        if ntype is not None and (ntype in self.codecs or isinstance(values, RowArray)):
+            self._put_typed_x(ntype, values)
+        else:
+            super().put(name, values)
+
+    def _put_typed_x(self, ntype: str, values: np.ndarray | RowArray) -> None:
+        """Write ``x/ntype`` by its codec, or as ``values`` store it (:func:`.write_x`)."""
+        from fleetgnn.graph.compact_rows import write_x
+
+        name = f"x/{ntype}"
+
+        def create(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+            return self._create_file(name, dtype, shape)
+
+        def copy_in(_: str, rows: np.ndarray) -> None:
+            out = self._create_file(name, rows.dtype.newbyteorder("="), rows.shape)
+            step = max(1, _COPY_CHUNK_BYTES // max(1, rows.itemsize * int(np.prod(rows.shape[1:]))))
+            for lo in range(0, rows.shape[0], step):
+                out[lo : lo + step] = rows[lo : lo + step]
+
+        try:
+            stored = write_x(values, self.codecs.get(ntype), copy_in, create, _COPY_CHUNK_BYTES)
+        except GraphError as err:
+            raise DatasetError(f"features of node type {ntype!r}: {err}") from None
+        self._xs_stored.pop(ntype, None)
+        if stored is not None:
+            self._xs_stored[ntype] = stored
 
     def put_relation(
         self,
@@ -187,8 +256,18 @@ class TypedDatasetWriter(DatasetWriter):
                 ``[-1, num_classes)``, a NaN feature, overlapping splits, ...).
         """
         s = self.schema
+        for t in list(self._float_xs):  # created as floats: converted to their stored form
+            self._put_typed_x(t, self._float_xs.pop(t))
+            (self.tmp / f"x/{t}.float.npy").unlink()
         arrays = self._flush()
         self._arrays.clear()
+        if self._xs_stored:  # compact tables: their codecs and the floats they read back as
+            stored = {t: self._xs_stored[t] for t in s.node_types if t in self._xs_stored}
+            extra = {
+                "feature_dtype": {t: c.name for t, (c, _) in stored.items()},
+                "feature_read_dtype": {t: read for t, (_, read) in stored.items()},
+                **extra,
+            }
         meta = {
             "format_version": FORMAT_VERSION,
             "kind": TYPED_KIND,
@@ -208,7 +287,7 @@ class TypedDatasetWriter(DatasetWriter):
         try:
             _check_layout(meta, s, where)
             t0 = time.perf_counter()
-            _check_values(self.tmp, s, list(arrays), meta["num_classes"])
+            _check_values(self.tmp, s, list(arrays), meta["num_classes"], compact=meta)
         except (DatasetError, GraphError) as err:
             raise DatasetError(f"the dataset written to '{self.out}' is invalid: {err}") from err
         meta.update(_time_meta(self.tmp, s, list(arrays), ranges=True))  # values checked
@@ -248,20 +327,28 @@ def _time_meta(
 
 
 def write_typed_dataset(
-    graph: HeteroGraph, out: str | os.PathLike[str], overwrite: bool = False, **extra: Any
+    graph: HeteroGraph,
+    out: str | os.PathLike[str],
+    overwrite: bool = False,
+    feature_dtype: str | dict[str, str] | None = None,
+    **extra: Any,
 ) -> Path:
     """Write ``graph`` as a typed dataset directory (atomically, chunked).
 
     Args:
-        graph: The typed graph (its arrays may themselves be memory maps).
+        graph: The typed graph (its arrays may themselves be memory maps; compact feature
+            tables are written as stored).
         out: Target directory.
         overwrite: Replace an existing directory once the new one is complete.
+        feature_dtype: Store the feature tables compact (:class:`TypedDatasetWriter`'s).
         **extra: Additional JSON-serialisable fields for ``meta.json`` (e.g. ``source``).
 
     Returns:
         The dataset directory.
     """
-    with TypedDatasetWriter(out, graph.schema, name=graph.name, overwrite=overwrite) as w:
+    with TypedDatasetWriter(
+        out, graph.schema, name=graph.name, overwrite=overwrite, feature_dtype=feature_dtype
+    ) as w:
         for rel in graph.schema.relations:
             indptr, indices = graph.csc[rel]
             w.put_relation(rel, indptr, indices, graph.edge_time.get(rel))
@@ -333,6 +420,11 @@ def _check_layout(meta: dict[str, Any], schema: HeteroSchema, where: Path) -> No
     arrays = meta["arrays"]
     if not isinstance(arrays, dict):
         raise _meta_error(where, "arrays", arrays, "expected an object {name: {dtype, shape}}")
+    counts = dict(zip(schema.node_types, schema.num_nodes, strict=True))
+    problem = typed_compact_meta_problem(meta, counts)  # feature_dtype, arrays.x/TYPE
+    if problem is not None:
+        raise _meta_error(where, *problem)
+    compact = {f"x/{t}" for t in meta.get("feature_dtype") or {}}
     known = array_names(schema)
     for name, spec in arrays.items():
         if name not in known:
@@ -355,7 +447,7 @@ def _check_layout(meta: dict[str, Any], schema: HeteroSchema, where: Path) -> No
         want, kind = _expected(schema, name, shape)
         if tuple(shape) != want[: len(shape)] or len(shape) != len(want):
             raise _meta_error(where, f"arrays.{name}.shape", shape, f"expected {list(want)}")
-        if dt.kind not in kind:
+        if dt.kind not in kind and name not in compact:
             raise _meta_error(where, f"arrays.{name}.dtype", spec["dtype"], _KINDS[kind])
     total = 0
     for rel in schema.relations:
@@ -457,7 +549,13 @@ def _check_values(
     names: list[str],
     num_classes: int | None,
     progress: Progress | None = None,
+    compact: dict[str, Any] | None = None,
 ) -> None:
+    """Check every value of the arrays ``names`` under ``root``.
+
+    ``compact``: the dataset's ``meta.json``; its ``feature_dtype`` tables are checked as they
+    read back.
+    """
     rels = {
         str(rel): (
             root / f"rel/{relation_key(rel)}/indptr.npy",
@@ -484,6 +582,7 @@ def _check_values(
         progress=progress,
         edge_times=edge_times,
         node_times=node_times,
+        feature_dtypes=(compact or {}).get("feature_dtype"),
     )
 
 
@@ -530,7 +629,9 @@ def open_typed_dataset(
         prints = _fingerprints(root, list(specs)) if record else None
         t0 = time.perf_counter()
         try:
-            _check_values(root, schema, list(specs), meta.get("num_classes"), progress)
+            _check_values(
+                root, schema, list(specs), meta.get("num_classes"), progress, compact=meta
+            )
         except GraphError as err:
             raise DatasetError(f"dataset '{root}' is invalid: {err}") from err
         if prints is not None:
@@ -548,11 +649,16 @@ def open_typed_dataset(
         rel: (arrays[f"rel/{relation_key(rel)}/indptr"], arrays[f"rel/{relation_key(rel)}/indices"])
         for rel in schema.relations
     }
+    x = {t: arrays[f"x/{t}"] for t in schema.node_types if f"x/{t}" in arrays}
+    if meta.get("feature_dtype"):  # compact tables, read back as floats
+        from fleetgnn.graph.compact_rows import typed_compact_rows
+
+        x = {t: typed_compact_rows(rows, meta, t) for t, rows in x.items()}
     try:
         return HeteroGraph(
             schema=schema,
             csc=csc,
-            x={t: arrays[f"x/{t}"] for t in schema.node_types if f"x/{t}" in arrays},
+            x=x,
             y=arrays.get("y"),
             train_mask=arrays.get("train_mask"),
             val_mask=arrays.get("val_mask"),

@@ -193,17 +193,7 @@ def check_values(
         _check_indptr(readers["indptr"], e, ptr_rows, tick)
     with _open({k: paths[k] for k in edge_names}, edge_rows) as readers:
         _check_edges(readers, n, e, edge_rows, tick)
-    decode = None
-    if feature_dtype is not None:
-        from fleetgnn.graph.compact import feature_codec
-        from fleetgnn.graph.compact_rows import bits_tensor
-
-        codec = feature_codec(feature_dtype)
-        assert codec is not None
-
-        def decode(raw: np.ndarray) -> np.ndarray:
-            return codec.decode(bits_tensor(raw, codec)).numpy()
-
+    decode = _decoder(feature_dtype)
     with _open({k: paths[k] for k in node_names}, node_rows) as readers:
         _check_nodes(readers, node_names, n, num_classes, node_rows, tick, decode)
     if "edge_time" in paths:
@@ -437,6 +427,22 @@ def _check_nodes(
         tick(sum(b.nbytes for b in blocks.values()))
 
 
+def _decoder(feature_dtype: str | None) -> Callable[[np.ndarray], np.ndarray] | None:
+    """How stored rows of compact codec ``feature_dtype`` read back (``None``: plain rows)."""
+    if feature_dtype is None:
+        return None
+    from fleetgnn.graph.compact import feature_codec
+    from fleetgnn.graph.compact_rows import bits_tensor
+
+    codec = feature_codec(feature_dtype)
+    assert codec is not None
+
+    def decode(raw: np.ndarray) -> np.ndarray:
+        return codec.decode(bits_tensor(raw, codec)).numpy()
+
+    return decode
+
+
 def iter_rows(
     path: str | os.PathLike[str], block_bytes: int = BLOCK_BYTES
 ) -> Iterator[tuple[int, np.ndarray]]:
@@ -464,6 +470,7 @@ def check_typed_values(
     progress: Progress | None = None,
     edge_times: Mapping[str, str | os.PathLike[str]] | None = None,
     node_times: Mapping[str, str | os.PathLike[str]] | None = None,
+    feature_dtypes: Mapping[str, str] | None = None,
 ) -> int:
     """Check every value of a typed dataset's arrays (what :func:`check_values` checks, per part).
 
@@ -483,6 +490,8 @@ def check_typed_values(
         edge_times: Relation label -> its ``edge_time`` path (int64 ``[E_r]``, ``>= 0``,
             non-decreasing within each destination's segment of that relation's ``indptr``).
         node_times: Node type -> its ``node_time`` path (int64 ``[N_t]``, ``>= 0``).
+        feature_dtypes: Node type -> the compact codec its features are stored in
+            (:mod:`~fleetgnn.graph.compact_rows`): their values are checked as they read back.
 
     Returns:
         The bytes of array data checked.
@@ -520,8 +529,9 @@ def check_typed_values(
         n, row = sizes[f"x/{t}"]
         rows = max(1, block_bytes // max(1, row))
         try:
+            decode = _decoder((feature_dtypes or {}).get(t))
             with _open({"x": Path(p)}, rows) as readers:
-                _check_nodes(readers, ["x"], n, None, rows, tick)
+                _check_nodes(readers, ["x"], n, None, rows, tick, decode)
         except GraphError as err:
             raise GraphError(f"features of node type {t!r}: {err}") from err
     if target:

@@ -204,6 +204,7 @@ def prepare_ogb_hetero(
     target: str | None = None,
     dataset_name: str | None = None,
     max_bytes: int | None = None,
+    feature_dtype: str | dict[str, str] | None = None,
 ) -> Path:
     """Convert an OGB heterogeneous node-property dataset's raw files into a typed dataset.
 
@@ -222,6 +223,8 @@ def prepare_ogb_hetero(
         target: The labelled type; needed only when several types carry labels.
         dataset_name: Name stored in ``meta.json`` (default: the name of ``root``).
         max_bytes: The memory the conversion may use (``prepare --max-memory``).
+        feature_dtype: Store the feature tables compact (:class:`TypedDatasetWriter`'s
+            ``feature_dtype``: one dtype, or per type; ``prepare --feature-dtype``).
 
     Returns:
         The dataset directory, to open with :func:`~fleetgnn.graph.open_typed_dataset`.
@@ -264,7 +267,13 @@ def prepare_ogb_hetero(
         raise DatasetError(f"'{raw}': {err}") from err
     split_dir = _split_dir(root, name)
 
-    with TypedDatasetWriter(out, schema, name=dataset_name or root.name, overwrite=overwrite) as w:
+    with TypedDatasetWriter(
+        out,
+        schema,
+        name=dataset_name or root.name,
+        overwrite=overwrite,
+        feature_dtype=feature_dtype,
+    ) as w:
         fix = w.DISK_FULL_FIX
         for rel in rels:
             with tempfile.TemporaryDirectory(
