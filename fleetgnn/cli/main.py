@@ -48,8 +48,9 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
             metavar="DTYPE",
             help="store the node features compact on disk: bf16 | fp16 | fp8 (float8 e4m3 "
             "with a scale per row) or fp32; x.npy then holds 2x / about 4x fewer bytes, and "
-            "the store's tiers read those rows as stored (default: as the source holds them; "
-            "homogeneous datasets)",
+            "the store's tiers read those rows as stored (default: as the source holds them). "
+            "A typed dataset: one dtype for every featured type, or TYPE=DTYPE,... per type "
+            "(e.g. paper=bf16,author=fp8; types not named as the source holds them)",
         )
 
     def max_memory(q: argparse.ArgumentParser) -> None:
@@ -227,14 +228,26 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     common(q)
 
 
-def _refuse_typed_feature_dtype(args: argparse.Namespace) -> None:
-    """``--feature-dtype`` writes homogeneous datasets only: refuse it for a typed one."""
-    if args.feature_dtype is not None:
+def _check_feature_dtype(spec: str) -> None:
+    """Refuse a bad ``--feature-dtype`` before any work: its dtypes (one, or ``TYPE=DTYPE,...``).
+
+    The node types of the per-type form are checked against the typed source's schema.
+    """
+    from fleetgnn.graph.compact_rows import writer_codec
+
+    for part in spec.split(","):
+        writer_codec(part.partition("=")[2] if "=" in part else part)
+
+
+def _homogeneous_feature_dtype(args: argparse.Namespace) -> str | None:
+    """``--feature-dtype`` for a homogeneous dataset: one dtype (per type is refused)."""
+    spec = args.feature_dtype
+    if spec is not None and "=" in spec:
         raise FleetgnnError(
-            "--feature-dtype applies to homogeneous datasets; a typed dataset keeps its "
-            "features as its source holds them: drop --feature-dtype and set "
-            f"store.feature_dtype={args.feature_dtype} when training"
+            f"--feature-dtype {spec} gives a dtype per node type, but this source is "
+            "homogeneous (one node type): give one dtype, e.g. --feature-dtype bf16"
         )
+    return spec
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -246,9 +259,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     # what a killed `prepare` left next to the output (its temporary directories); in a
     # directory that is not fleetgnn's, those without an owner only if named after this output
     if args.feature_dtype is not None:  # a bad --feature-dtype is refused before any work
-        from fleetgnn.graph.compact_rows import writer_codec
-
-        writer_codec(args.feature_dtype)
+        _check_feature_dtype(args.feature_dtype)
     out = args.out.absolute()
     report_removed(sweep_stale(out.parent, files=False, legacy_names={out.name}), "prepare")
     max_bytes = None  # the loaders' default: half of this machine's memory
@@ -279,9 +290,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             )
         extra = {} if typed or timed else {"edge_features": args.edge_features}
         if typed:
-            _refuse_typed_feature_dtype(args)
-        else:
             extra["feature_dtype"] = args.feature_dtype
+        else:
+            extra["feature_dtype"] = _homogeneous_feature_dtype(args)
         make = prepare_typed_synthetic if typed else prepare_synthetic
         with task_progress(f"generating {args.preset} x{args.scale}") as progress:
             out = (prepare_temporal_synthetic if timed else make)(
@@ -298,7 +309,6 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         from fleetgnn.graph.loaders import is_hetero_layout, prepare_ogb_hetero
 
         if is_hetero_layout(args.root):
-            _refuse_typed_feature_dtype(args)
             if args.undirected:
                 raise ConfigError(
                     f"'{args.root}' holds a heterogeneous (typed) layout, whose relations have a "
@@ -312,6 +322,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 add_reverse=args.add_reverse,
                 target=args.target,
                 max_bytes=max_bytes,
+                feature_dtype=args.feature_dtype,
             )
         else:
             if args.add_reverse or args.target is not None:
@@ -327,7 +338,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 overwrite=args.overwrite,
                 undirected=args.undirected,
                 max_bytes=max_bytes,
-                feature_dtype=args.feature_dtype,
+                feature_dtype=_homogeneous_feature_dtype(args),
             )
     else:
         from fleetgnn.graph.loaders import npz, planetoid
@@ -390,7 +401,11 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             )
             source = {"source": "edgelist", "file": str(args.edges)}
         out = write_dataset(
-            graph, args.out, overwrite=args.overwrite, feature_dtype=args.feature_dtype, **source
+            graph,
+            args.out,
+            overwrite=args.overwrite,
+            feature_dtype=_homogeneous_feature_dtype(args),
+            **source,
         )
     _print_info(out, as_json=False)
     return 0

@@ -181,7 +181,10 @@ def typed_dataset_info(
                 "name": t,
                 "num_nodes": n,
                 "features": graph.feature_width(t),
-                "feature_dtype": str(graph.x[t].dtype) if t in graph.x else None,
+                # as stored (a compact table: its codec)
+                "feature_dtype": (meta.get("feature_dtype") or {}).get(t, str(graph.x[t].dtype))
+                if t in graph.x
+                else None,
                 # [min, max] of the type's node times, None: none
                 "node_time": _time_info(graph.node_time.get(t), None),
             }
