@@ -39,6 +39,7 @@ from fleetgnn.cost.models import MODELS, _bw, temporal_rate_text
 from fleetgnn.cost.target import EpochsToTarget, as_estimates, check_target_acc
 from fleetgnn.cost.workload import ModelShape, Prediction, TemporalSeeds, Workload
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph.compact_rows import CompactRows
 from fleetgnn.graph.hetero import HeteroGraph
 
 #: The engines whose unified store holds feature rows as ``store.feature_dtype`` stores them.
@@ -746,7 +747,9 @@ def workload_from_config(
         cfg: A :class:`~fleetgnn.config.Config`.
         graph: The dataset (``None``: use ``shape``); a typed
             :class:`~fleetgnn.graph.hetero.HeteroGraph` gives a ``typed`` workload with the
-            counts of its homogeneous view (:data:`TYPED_MODEL_TWINS`).
+            counts of its homogeneous view (:data:`TYPED_MODEL_TWINS`), its rows priced as
+            the widest table stores them (a compact table without ``store.feature_dtype``:
+            its stored rows).
         shape: ``{"nodes", "edges", "features", "classes"[, "train"]}``.
         temporal: The seeds of ``cfg``'s task on ``graph`` when it samples in time (the
             caller resolves ``train.temporal``; ``None``: it does not): the workload is then
@@ -763,9 +766,13 @@ def workload_from_config(
         kwargs["heads"] = m.heads
     elem = 8 if cfg.train.dtype == "float64" else 4
     name, typed = m.name, isinstance(graph, HeteroGraph)
+    feature_dtype = cfg.store.feature_dtype  # the store's tiers count the stored rows
     if typed:  # counts of the homogeneous view, the typed model priced as its homogeneous twin
         name = TYPED_MODEL_TWINS.get(name, name)
         widths = [int(f.shape[1]) for f in graph.x.values()]
+        widest = max(graph.x.values(), key=lambda f: int(f.shape[1]), default=None)
+        if feature_dtype is None and isinstance(widest, CompactRows):  # its stored rows
+            feature_dtype = widest.codec.name
         width = max(widths, default=int(m.hidden or 64))  # featureless: embedding rows
         num_train = int(np.asarray(graph.train_mask).sum()) if graph.train_mask is not None else 0
         classes = int(graph.num_classes or int(np.max(np.asarray(graph.y))) + 1)
@@ -847,6 +854,6 @@ def workload_from_config(
         decoder=str(t.decoder),
         # resolved by the caller (cli.plan.plan_for reads the dataset's); unset: none
         feature_norm=str(cfg.data.feature_norm or "none"),
-        feature_dtype=cfg.store.feature_dtype,  # the store's tiers count the stored rows
+        feature_dtype=feature_dtype,
         temporal=temporal,
     )

@@ -67,6 +67,7 @@ from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.engines.typed_inference import TypedSink, stream_typed_inference
 from fleetgnn.errors import ConfigError, DatasetError
+from fleetgnn.graph.compact_rows import applied_feature_dtypes
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.hetero import TypedAggregator
 from fleetgnn.sampling import SeedLoader
@@ -109,6 +110,8 @@ class _TypedData:
         self.schema = s
         self.feature_norm = feature_norm or "none"
         self.feature_dtype = feature_dtype  # store.feature_dtype: the rows' stored values
+        # per type, what it still applies (a table written compact: as stored, or widened)
+        self.applied_dtypes = applied_feature_dtypes(graph.x, feature_dtype)
         self.offsets = {t: s.type_range(t)[0] for t in s.node_types}
         self.num_classes = int(graph.num_classes or int(np.max(graph.y)) + 1)
         self.y = torch.from_numpy(np.array(graph.y, dtype=np.int64))
@@ -173,7 +176,7 @@ class _TypedData:
     def type_rows(self, ntype: str, local: np.ndarray) -> torch.Tensor:
         """Input rows of type-local IDs ``local`` of a featured type (cast, normalised)."""
         rows = stored_values(
-            torch.from_numpy(np.asarray(self.graph.x[ntype][local])), self.feature_dtype
+            torch.from_numpy(np.asarray(self.graph.x[ntype][local])), self.applied_dtypes[ntype]
         )
         return normalize_rows(rows.to(self.device, self.dtype), self.feature_norm)
 

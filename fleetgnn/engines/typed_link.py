@@ -65,6 +65,7 @@ from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, _TypedData
 from fleetgnn.engines.typed_inference import typed_layer_widths
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph.compact_rows import applied_feature_dtypes
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.protocol import LayerwiseModule
 from fleetgnn.partition import PartitionBook
@@ -240,6 +241,8 @@ class _TypedLink(_TypedData):
         self.schema = s
         self.feature_norm = feature_norm or "none"
         self.feature_dtype = feature_dtype  # store.feature_dtype: the rows' stored values
+        # per type, what it still applies (a table written compact: as stored, or widened)
+        self.applied_dtypes = applied_feature_dtypes(self.graph.x, feature_dtype)
         self.offsets = {t: s.type_range(t)[0] for t in s.node_types}
         self._full = None
 

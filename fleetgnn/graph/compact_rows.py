@@ -341,3 +341,25 @@ def typed_compact_rows(stored: np.ndarray, meta: dict[str, Any], ntype: str) -> 
     codec = feature_codec(names[ntype])
     assert codec is not None  # checked with meta.json
     return CompactRows(stored, codec, np.dtype(meta["feature_read_dtype"][ntype]))
+
+
+def applied_feature_dtypes(
+    xs: Mapping[str, Any], feature_dtype: str | None
+) -> dict[str, str | None]:
+    """:func:`applied_feature_dtype` of every table of a typed graph's ``x`` (node type -> rows).
+
+    ``store.feature_dtype`` is one dtype for every type: a compact table takes it as its
+    own table would (unset or its own dtype: as stored; ``float32``: widened), a float table
+    converts to it.
+
+    Raises:
+        GraphError: It names another compact dtype than a table is stored in (one line
+            naming the type).
+    """
+    out = {}
+    for t, x in xs.items():
+        try:
+            out[t] = applied_feature_dtype(x, feature_dtype)
+        except GraphError as err:
+            raise GraphError(f"features of node type {t!r}: {err}") from None
+    return out

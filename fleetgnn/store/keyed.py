@@ -23,6 +23,15 @@ Featureless types have no table: their learnable embedding tables are model para
 summed by the engines' all-reduce like every parameter): a store table is read-only, and
 training one through the tiers would need a sparse optimiser writing rows back to every tier.
 
+Compact tables: a typed dataset written compact (``prepare --feature-dtype``) gives
+:class:`~fleetgnn.graph.compact_rows.CompactRows` tables, which their stores take as stored (the
+device and host tiers hold the file's rows, bit for bit; the disk tier reads the stored rows and
+decodes them in the gather), so every byte count (the plan's budgets and shares,
+:meth:`KeyedStore.memory`, the traffic) is of the stored rows. ``store.feature_dtype`` is one
+dtype for every table (:func:`~fleetgnn.graph.compact_rows.applied_feature_dtypes`): unset or a
+compact table's own dtype keeps it as stored, ``float32`` widens it, another compact dtype is
+refused in one line naming the type; a float table converts to it.
+
 Traffic: every table records into one :class:`TrafficMeter` (bytes served per link kind, as the
 homogeneous store does); :meth:`KeyedStore.requests` and :meth:`KeyedStore.bytes_served` sum the
 tables. Two-sided mode makes every table's device read a collective: :meth:`KeyedStore.gather`
@@ -41,6 +50,7 @@ from torch import Tensor
 from fleetgnn.distributed.comm import Communicator
 from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.graph.compact_rows import applied_feature_dtypes
 from fleetgnn.graph.csc import Graph
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.store.hotness import HotnessRanking, id_dtype, inverse_order
@@ -102,7 +112,8 @@ def plan_keyed(
         world_size: Number of device ranks ``N``.
         scores: Hotness per featured type (int ``[N_t]``; default :func:`keyed_hotness`).
         feature_dtype: How every table stores its rows (``store.feature_dtype``): the budgets
-            count the stored bytes of each type's rows; ``None``: each table's own dtype.
+            count the stored bytes of each type's rows; ``None``: each table's own dtype (a
+            compact table's stored rows).
 
     Returns:
         The :class:`KeyedPlan`.
@@ -116,6 +127,7 @@ def plan_keyed(
     types = [t for t in graph.schema.node_types if t in graph.x]
     if not types:
         raise GraphError(f"typed graph '{graph.name}' has no node features; nothing to store")
+    applied_feature_dtypes(graph.x, feature_dtype)  # a compact table refuses another codec
     scores = keyed_hotness(graph) if scores is None else scores
     for t in types:
         if np.shape(scores.get(t)) != (graph.schema.count(t),):
@@ -324,7 +336,7 @@ class KeyedStore(Closing):
         return {s: sum(st.requests("features")[s] for st in self.tables.values()) for s in SOURCES}
 
     def bytes_served(self) -> dict[str, int]:
-        """Feature bytes served per link kind, all tables together (``F_t * itemsize`` a row)."""
+        """Feature bytes served per link kind, all tables together (each row's stored bytes)."""
         return {
             link: sum(st.bytes_served("features")[link] for st in self.tables.values())
             for link in SOURCE_LINKS.values()
