@@ -53,6 +53,11 @@ NOT_RUN = {
         "needs ogbn-mag's raw files; tests/graph/test_loaders_ogb_hetero.py writes the layout and "
         "tests the loader, tests/cli/test_typed_cli.py the command"
     ),
+    "fleetgnn prepare ogb --root path/to/ogbn_mag --add-reverse --feature-dtype paper=bf16 "
+    "--out data/mag-bf16": (
+        "needs ogbn-mag's raw files; tests/graph/test_loaders_ogb_hetero.py writes the layout and "
+        "tests the loader with feature_dtype"
+    ),
     "fleetgnn prepare pyg --root ~/pyg_data --name Cora --out data/cora-pyg": "needs PyG's "
     "processed Cora on disk (PyG downloads it); tests/graph/test_loaders_pyg_dataset.py",
     "fleetgnn train --engine minibatch --nproc 4 --dataset data/products-0.05 "

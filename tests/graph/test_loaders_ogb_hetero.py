@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph import open_typed_dataset, read_typed_meta
@@ -156,3 +157,22 @@ def test_bad_inputs_are_one_line(tmp_path, what):
         prepare_ogb_hetero(tmp_path / "ogbn_mag", tmp_path / "ds", chunk_rows=4)
     assert "\n" not in str(e.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ogbn_mag"]  # nothing left behind
+
+
+def test_feature_dtype_writes_the_tables_compact(tmp_path):
+    """``prepare ogb --feature-dtype`` on a typed layout: each table as its round trip."""
+    from fleetgnn.graph.compact import feature_codec
+    from fleetgnn.graph.compact_rows import CompactRows
+
+    _write_mag(tmp_path / "ogbn_mag")
+    plain = open_typed_dataset(prepare_ogb_hetero(tmp_path / "ogbn_mag", tmp_path / "f32"))
+    out = prepare_ogb_hetero(
+        tmp_path / "ogbn_mag", tmp_path / "bf", chunk_rows=4, feature_dtype="paper=bf16"
+    )
+    g = open_typed_dataset(out)
+    assert isinstance(g.x["paper"], CompactRows) and g.x["paper"].codec.name == "bfloat16"
+    want = feature_codec("bf16").round_trip(torch.from_numpy(np.asarray(plain.x["paper"])))
+    assert np.array_equal(np.asarray(g.x["paper"]), want.numpy())
+    for t in plain.x:  # the other tables as their source holds them
+        if t != "paper":
+            assert np.array_equal(g.x[t], plain.x[t])
