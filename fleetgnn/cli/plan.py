@@ -155,11 +155,17 @@ def temporal_seeds(cfg: Any, graph: Any) -> Any:
     resolves it, :func:`~fleetgnn.train.setup.temporal_kind`) or there is no dataset. A node
     task's seeds are the training nodes at their node times; a link task's are built from the
     task the run builds (:func:`~fleetgnn.train.setup.task_from_config`: the time split, its
-    positives' times, the keyed negatives).
+    positives' times, the keyed negatives). ``None`` for a typed graph: the planner prices
+    its sampling untimed (the typed temporal sampler draws at most as many edges).
     """
     if graph is None:
         return None
+    from fleetgnn.graph.hetero import HeteroGraph
     from fleetgnn.train.setup import task_from_config, temporal_kind
+
+    if isinstance(graph, HeteroGraph):  # typed: priced as untimed typed sampling
+        temporal_kind(cfg, graph)  # refuses typed link in time in one line
+        return None
 
     kind = temporal_kind(cfg, graph)
     if kind is None:

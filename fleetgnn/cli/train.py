@@ -357,9 +357,13 @@ def _preflight(cfg: Any, graph: Graph | HeteroGraph) -> None:
 
     check_device(cfg)
     check_trainer_settings(cfg)
-    kind = temporal_kind(cfg, graph)  # typed: None, or refused when its times would be used
+    kind = temporal_kind(cfg, graph)  # typed link: None, or refused when its times would be used
     if isinstance(graph, HeteroGraph):
         _typed_preflight(cfg, graph)
+        if kind is not None:  # typed node in time: reference and minibatch (mode=minibatch)
+            from fleetgnn.engines.typed_temporal import refuse_typed_temporal
+
+            refuse_typed_temporal(cfg.train.engine, cfg.train.mode)
         return
     if kind is not None:  # a full graph has no "now": refused before any worker starts
         refuse_temporal(cfg.train.engine, cfg.train.mode, kind)
@@ -468,8 +472,11 @@ def _plan_engine(
     engines, note = None, ""
     kind = temporal_kind(cfg, graph)
     if kind is not None and mode != "full":  # mode=full: refused by the preflight, one line
+        from fleetgnn.engines.typed_temporal import TYPED_TEMPORAL_NODE_ENGINES
+
         # only sampled batches have a "now": the engines that sample this task in time
-        mode, engines = "minibatch", sorted({e for e, _ in temporal_pairs(kind)})
+        pairs = TYPED_TEMPORAL_NODE_ENGINES if isinstance(graph, HeteroGraph) else None
+        mode, engines = "minibatch", sorted({e for e, _ in pairs or temporal_pairs(kind)})
         note = f" (temporal {kind} task: planned over {', '.join(engines)} in mode=minibatch)"
     from fleetgnn.train import resolve_task_defaults
 

@@ -21,6 +21,7 @@ from fleetgnn.engines.base import (
 )
 from fleetgnn.engines.common import TYPED_ENGINES, LossFn, cross_entropy, refuse_typed
 from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, is_typed
+from fleetgnn.engines.typed_temporal import check_typed_temporal, is_typed_temporal_node
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.tasks import TemporalNodeClassification
@@ -63,7 +64,9 @@ def build_engine(
             :class:`~fleetgnn.graph.hetero.HeteroGraph` is trained by the typed classes of
             ``reference``, ``minibatch`` (:mod:`fleetgnn.engines.typed`) and ``split``
             (:mod:`fleetgnn.engines.split_relations`), link prediction on one relation by
-            their classes in :mod:`fleetgnn.engines.typed_link`; refused by the others.
+            their classes in :mod:`fleetgnn.engines.typed_link`; refused by the others. Typed
+            temporal node classification trains on ``reference`` and ``minibatch`` in
+            ``mode=minibatch`` (:mod:`fleetgnn.engines.typed_temporal`).
         config: An engine config, e.g. :class:`~fleetgnn.config.MinibatchEngineConfig`.
         ctx: This process's :class:`~fleetgnn.distributed.DistContext` (distributed engines;
             ``None``: initialised from the environment, a one-rank group without a launcher).
@@ -100,13 +103,18 @@ def build_engine(
                 fanouts=fanouts,
                 task=task,
             )
+        # typed temporal node classification: reference and minibatch, in mode=minibatch
+        check_typed_temporal(name, getattr(config, "mode", None) or "minibatch", task)
+        extra = {"task": task} if is_typed_temporal_node(task) else {}
         if name == "split":
             from fleetgnn.engines.split_relations import TypedSplitEngine
 
             typed: type = TypedSplitEngine
         else:
             typed = {"reference": TypedReferenceEngine, "minibatch": TypedMinibatchEngine}[name]
-        return typed(model, graph, ctx, config, optimizer=optimizer, loss=loss, fanouts=fanouts)
+        return typed(
+            model, graph, ctx, config, optimizer=optimizer, loss=loss, fanouts=fanouts, **extra
+        )
     if getattr(task, "relation", None) is not None:  # a typed link task
         raise ConfigError(
             f"link prediction on a relation is for typed graphs; '{graph.name}' has one relation: "

@@ -41,7 +41,7 @@ from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.temporal_link import EVAL_CHUNK, EVAL_STREAM
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
-from fleetgnn.sampling import Block, NeighborSampler, TemporalSample, TemporalSampler
+from fleetgnn.sampling import Block, NeighborSampler, TemporalSampler
 from fleetgnn.tasks import Task, TemporalNodeClassification
 
 #: Nodes read per step when listing the splits' nodes (:func:`split_nodes`).
@@ -88,13 +88,17 @@ def node_blocks(
     return sampler.sample(seeds, epoch, step, stream=stream)  # type: ignore[return-value]
 
 
-def split_nodes(graph: Graph) -> np.ndarray:
-    """int64 ascending IDs of the nodes in a split mask (train, val or test), read in blocks."""
+def split_nodes(graph: Any) -> np.ndarray:
+    """int64 ascending IDs of the nodes in a split mask (train, val or test), read in blocks.
+
+    The masks' own IDs: global on a graph, type-local of the target type on a typed graph.
+    """
     masks = [getattr(graph, f"{s}_mask") for s in SPLITS]
     masks = [m for m in masks if m is not None]
+    n = int(masks[0].shape[0]) if masks else 0
     parts = []
-    for lo in range(0, graph.num_nodes, _MASK_BLOCK):
-        hi = min(graph.num_nodes, lo + _MASK_BLOCK)
+    for lo in range(0, n, _MASK_BLOCK):
+        hi = min(n, lo + _MASK_BLOCK)
         hit = np.zeros(hi - lo, dtype=bool)
         for m in masks:
             hit |= np.asarray(m[lo:hi], dtype=bool)
@@ -105,7 +109,7 @@ def split_nodes(graph: Graph) -> np.ndarray:
 @torch.no_grad()
 def temporal_node_rows(
     model: Any,
-    sampler: TemporalSampler,
+    sampler: Any,
     task: TemporalNodeClassification,
     features: Callable[[torch.Tensor], torch.Tensor],
     nodes: np.ndarray,
@@ -116,7 +120,9 @@ def temporal_node_rows(
     edges: EdgeRows | None = None,
     share: tuple[int, int] = (0, 1),
     chunk: int = EVAL_CHUNK,
-    on_sample: Callable[[TemporalSample], None] | None = None,
+    on_sample: Callable[[Any], None] | None = None,
+    forward: Callable[[Any], torch.Tensor] | None = None,
+    offset: int = 0,
 ) -> None:
     """Embed ``nodes`` at their node times: ``sink(ids, rows)`` per non-empty chunk.
 
@@ -125,7 +131,8 @@ def temporal_node_rows(
 
     Args:
         model: A layer-wise model.
-        sampler: The temporal sampler (fanouts, key and strategy of the run).
+        sampler: The temporal sampler (fanouts, key and strategy of the run): a
+            :class:`~fleetgnn.sampling.TemporalSampler`, or with ``forward`` a typed one.
         task: The temporal node task (the node times).
         features: Input rows of node IDs (repeats allowed), on ``device``.
         nodes: int64 ascending global IDs to embed (the whole list, the same on every rank).
@@ -137,6 +144,11 @@ def temporal_node_rows(
             runs the largest part's number of chunks (the module docstring).
         chunk: Nodes embedded at once (bounds memory; the rows do not depend on it).
         on_sample: Called with every sample (tests check their times).
+        forward: ``forward(sample) -> rows`` of the sample's seeds, run in eval mode instead of
+            the layer-by-layer forward above (a typed model over a typed sample: ``features``
+            is then unused).
+        offset: Added to ``nodes`` to give the seeds sampled (a typed target type's first
+            global ID when ``nodes`` are type-local); ``sink`` gets ``nodes`` as given.
     """
     r, world = share
     bounds = [rank_range(int(nodes.size), world, k) for k in range(world)]
@@ -148,13 +160,16 @@ def temporal_node_rows(
     try:
         for a in range(0, most, chunk):  # as many chunks on every rank: equal store reads
             ids = mine[a : a + chunk]
-            seeds = torch.from_numpy(ids)
+            seeds = torch.from_numpy(ids + offset)
             sample = sampler.sample(seeds, task.seed_times(seeds), 0, 0, stream=EVAL_STREAM)
             if on_sample is not None:
                 on_sample(sample)
-            h = features(sample.blocks[0].src_ids)
-            for i, block in enumerate(sample.blocks):
-                h = model.layer_forward(i, block_aggregator(block, dtype, device, edges), h)
+            if forward is not None:
+                h = forward(sample)
+            else:
+                h = features(sample.blocks[0].src_ids)
+                for i, block in enumerate(sample.blocks):
+                    h = model.layer_forward(i, block_aggregator(block, dtype, device, edges), h)
             if ids.size:
                 sink(ids, h)
     finally:
@@ -163,23 +178,26 @@ def temporal_node_rows(
 
 def temporal_node_metrics(
     model: Any,
-    sampler: TemporalSampler,
+    sampler: Any,
     task: TemporalNodeClassification,
     features: Callable[[torch.Tensor], torch.Tensor],
-    graph: Graph,
+    graph: Any,
     *,
     dtype: torch.dtype,
     device: torch.device,
     edges: EdgeRows | None = None,
     comm: Any = None,
     chunk: int = EVAL_CHUNK,
-    on_sample: Callable[[TemporalSample], None] | None = None,
+    on_sample: Callable[[Any], None] | None = None,
+    forward: Callable[[Any], torch.Tensor] | None = None,
+    offset: int = 0,
 ) -> dict[str, float]:
     """Accuracy per split and validation loss, every split node embedded at its node time.
 
     ``comm``: the ranks' communicator (``None``: one process); collective when it has several
-    ranks, which then share the nodes and all-reduce the sums. The other arguments are
-    :func:`temporal_node_rows`'s.
+    ranks, which then share the nodes and all-reduce the sums. ``graph``: the labels and masks
+    (a typed graph's are its target type's, ``offset`` its first global ID). The other
+    arguments are :func:`temporal_node_rows`'s.
     """
     sums = MetricSums(graph, device)
     world = comm.world_size if comm is not None else 1
@@ -197,6 +215,8 @@ def temporal_node_metrics(
         share=share,
         chunk=chunk,
         on_sample=on_sample,
+        forward=forward,
+        offset=offset,
     )
     return sums.result(comm if world > 1 else None)
 

@@ -65,7 +65,15 @@ from fleetgnn.engines.common import (
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
+from fleetgnn.engines.temporal_link import EVAL_CHUNK
 from fleetgnn.engines.typed_inference import TypedSink, stream_typed_inference
+from fleetgnn.engines.typed_temporal import (
+    check_typed_temporal,
+    is_typed_temporal_node,
+    typed_node_blocks,
+    typed_temporal_node_metrics,
+    typed_temporal_sampler,
+)
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph.compact_rows import applied_feature_dtypes
 from fleetgnn.graph.hetero import HeteroGraph
@@ -102,6 +110,10 @@ class _TypedData:
     num_layers: int
     #: How evaluation cuts each rank's nodes into chunks.
     chunking = Chunking()
+    #: The task (``None``: node classification; a typed temporal node task samples in time).
+    task: Any = None
+    #: Temporal evaluation: nodes embedded at once (bounds its memory).
+    eval_chunk = EVAL_CHUNK
 
     def _setup_data(
         self, graph: HeteroGraph, feature_norm: str | None, feature_dtype: str | None = None
@@ -127,10 +139,16 @@ class _TypedData:
         self._full: TypedAggregator | None = None
 
     def _setup_sampler(self, fanouts: Any, config_fanouts: Any) -> None:
-        """The typed sampler: ``fanouts`` (per relation) if given, else the config's list."""
-        self.sampler = HeteroNeighborSampler(
-            self.graph, fanouts if fanouts is not None else list(config_fanouts), seed=self.seed
-        )
+        """The typed sampler: ``fanouts`` (per relation) if given, else the config's list.
+
+        A typed temporal node task's is a :class:`~fleetgnn.sampling.TypedTemporalSampler`
+        (its strategy; the same fanouts and keys).
+        """
+        fan = fanouts if fanouts is not None else list(config_fanouts)
+        if is_typed_temporal_node(self.task):
+            self.sampler: Any = typed_temporal_sampler(self.graph, fan, self.seed, self.task)
+        else:
+            self.sampler = HeteroNeighborSampler(self.graph, fan, seed=self.seed)
         _check_layers(self.sampler, self.module)  # type: ignore[attr-defined]
 
     def features(self, block: HeteroBlock) -> dict[str, torch.Tensor]:
@@ -184,8 +202,12 @@ class _TypedData:
         """Accuracy per split and validation loss on the target type (full neighbourhoods).
 
         Streaming, the ranks splitting every layer's nodes (collective; see
-        :func:`~fleetgnn.engines.typed_inference.stream_typed_inference`).
+        :func:`~fleetgnn.engines.typed_inference.stream_typed_inference`). A typed temporal node
+        task embeds every split node at its node time instead, the ranks sharing the nodes
+        (:func:`~fleetgnn.engines.typed_temporal.typed_temporal_node_metrics`).
         """
+        if is_typed_temporal_node(self.task):
+            return typed_temporal_node_metrics(self)
         sums = MetricSums(self.graph, self.device)
         self.stream(lambda _, ids, rows: sums(ids, rows))
         return sums.result(self.comm)  # type: ignore[attr-defined]
@@ -224,6 +246,9 @@ class TypedReferenceEngine(_TypedData, EngineBase):
         loss: Per-node loss (``None``: cross-entropy).
         fanouts: Per-relation fanouts overriding ``config.fanouts`` (a mapping, see
             :func:`~fleetgnn.sampling.hetero.relation_fanouts`).
+        task: ``None`` (node classification) or a
+            :class:`~fleetgnn.tasks.TypedTemporalNodeClassification` (``minibatch`` mode:
+            every seed sampled at its node time, :mod:`fleetgnn.engines.typed_temporal`).
     """
 
     name = "reference"
@@ -241,8 +266,11 @@ class TypedReferenceEngine(_TypedData, EngineBase):
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
         fanouts: Any = None,
+        task: Any = None,
     ) -> None:
         config = one_process_setup(self, config)
+        check_typed_temporal(self.name, self.mode, task)
+        self.task = task
         self.graph = _require_typed_trainable(graph)
         self._setup_data(graph, config.feature_norm, config.feature_dtype)
         self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
@@ -273,7 +301,7 @@ class TypedReferenceEngine(_TypedData, EngineBase):
             seeds = self.train_ids
         else:
             seeds = self.loader.batch(epoch, step)
-            blocks = self.sampler.sample(seeds, epoch, step)
+            blocks = typed_node_blocks(self.sampler, self.task, seeds, epoch, step)
             aggs = self.aggregators(blocks)
             x = self.features(blocks[0])
         t_prep = self.clock() - t0
@@ -300,6 +328,9 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
         optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
         loss: Per-node loss (``None``: cross-entropy).
         fanouts: Per-relation fanouts overriding ``config.fanouts``.
+        task: ``None`` (node classification) or a
+            :class:`~fleetgnn.tasks.TypedTemporalNodeClassification` (every seed sampled at its
+            node time, ``stream`` = the rank; :mod:`fleetgnn.engines.typed_temporal`).
     """
 
     name = "minibatch"
@@ -316,10 +347,13 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
         optimizer: torch.optim.Optimizer | None = None,
         loss: LossFn | None = None,
         fanouts: Any = None,
+        task: Any = None,
     ) -> None:
         from fleetgnn.distributed import TrafficMeter
 
         cfg = engine_config(self.name, config, self.config_cls)
+        check_typed_temporal(self.name, "minibatch", task)
+        self.task = task
         _require_typed_trainable(graph)
         super().__init__(dist_setup(self.name, cfg, ctx), graph)
         self._setup_data(graph, cfg.feature_norm, cfg.feature_dtype)
@@ -421,7 +455,7 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
         Node classification: the seeds' labels on the device.
         """
         seeds = self.loader.batch(epoch, step)
-        blocks = self.sampler.sample(seeds, epoch, step, stream=self.rank)
+        blocks = typed_node_blocks(self.sampler, self.task, seeds, epoch, step, self.rank)
         return blocks, self.labels(seeds), self._global_count(step)
 
     def _step_loss(self, out: Any, batch: _TypedBatch) -> StepLoss:

@@ -14,7 +14,10 @@ from fleetgnn.tasks.node import (
     cross_entropy,
 )
 from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
-from fleetgnn.tasks.temporal_node import TemporalNodeClassification
+from fleetgnn.tasks.temporal_node import (
+    TemporalNodeClassification,
+    TypedTemporalNodeClassification,
+)
 from fleetgnn.tasks.typed_link import TypedLinkPrediction
 
 
@@ -35,6 +38,7 @@ __all__ = [
     "TemporalLinkPrediction",
     "TemporalNodeClassification",
     "TypedLinkPrediction",
+    "TypedTemporalNodeClassification",
     "check_label_range",
     "cross_entropy",
     "task_of",

@@ -72,3 +72,39 @@ class TemporalNodeClassification(NodeClassification):
 
     def __repr__(self) -> str:
         return f"TemporalNodeClassification(num_nodes={self.num_nodes}, strategy={self.strategy!r})"
+
+
+class TypedTemporalNodeClassification(TemporalNodeClassification):
+    """Temporal node classification on a typed graph's target type.
+
+    Every target-type seed is sampled with a
+    :class:`~fleetgnn.sampling.TypedTemporalSampler` at its node time (strict ``<`` in every
+    relation); evaluation embeds every split node of the target type at its own time
+    (:mod:`fleetgnn.engines.typed_temporal`).
+
+    Args:
+        node_time: int64 ``[N_target]``: the target type's node times, by type-local ID (a typed
+            graph's ``node_time[target]``).
+        node_type: The target type.
+        offset: The target type's first global ID (``schema.type_range(node_type)[0]``).
+        strategy: ``"uniform"`` or ``"last"`` (``train.temporal_strategy``).
+    """
+
+    def __init__(
+        self, node_time: Any, node_type: str, offset: int, strategy: str = "uniform"
+    ) -> None:
+        super().__init__(node_time, strategy)
+        #: The classified node type.
+        self.node_type = str(node_type)
+        #: Its first global ID: ``seed_times`` takes global IDs.
+        self.offset = int(offset)
+
+    def seed_times(self, ids: torch.Tensor) -> torch.Tensor:
+        """int64 ``[len(ids)]`` on the CPU: the node times of target-type global IDs ``ids``."""
+        return super().seed_times(ids - self.offset)
+
+    def __repr__(self) -> str:
+        return (
+            f"TypedTemporalNodeClassification(node_type={self.node_type!r}, "
+            f"num_nodes={self.num_nodes}, strategy={self.strategy!r})"
+        )

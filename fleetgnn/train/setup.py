@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
 from fleetgnn.config import Config, ModelConfig, OptimConfig, SplitEngineConfig, engine_spec
@@ -38,6 +39,7 @@ from fleetgnn.tasks import (
     TemporalLinkPrediction,
     TemporalNodeClassification,
     TypedLinkPrediction,
+    TypedTemporalNodeClassification,
 )
 from fleetgnn.train.resolve import resolve_device_name, resolve_feature_norm
 
@@ -195,42 +197,71 @@ def uses_node_time(temporal: str, graph: Graph) -> bool:
 
 
 def refuse_typed_times(temporal: str, task: str, graph: HeteroGraph) -> None:
-    """Raise where a typed run would sample in time: typed temporal training is not built.
+    """Raise where a typed link run would sample in time: typed temporal link is not built.
 
-    (:class:`~fleetgnn.sampling.TypedTemporalSampler` samples in time; no engine uses it.)
-    Refused, as a homogeneous run would sample in time: ``train.temporal=on``; ``auto`` with
-    edge times for link prediction, or node times of the target type for node classification.
-    ``off`` trains ignoring every time.
+    Refused, as a homogeneous run would sample in time: ``train.temporal=on``, or ``auto`` with
+    edge times. ``off`` trains ignoring every time. Node classification is
+    :func:`uses_typed_node_time`'s (it trains in time).
 
     Raises:
         ConfigError: One line naming the times and ``train.temporal=off``.
     """
-    if temporal == "off":
+    if temporal == "off" or task != "link":
         return
-    if task == "link":
-        has, what = graph.has_edge_time, "edge times (edge_time)"
-    else:
-        target = graph.schema.target
-        has, what = target in graph.node_time, f"node times of its target type {target!r}"
-    if temporal == "on" or has:
-        what_task = "link prediction" if task == "link" else "node classification"
-        held = f"'{graph.name}' has {what}" if has else f"train.temporal={temporal}"
-        raise ConfigError(
-            f"{held}, but typed graphs do not train in time yet (typed temporal {what_task} "
-            f"is not built); set train.temporal=off to train ignoring the times"
+    if temporal == "on" or graph.has_edge_time:
+        held = (
+            f"'{graph.name}' has edge times (edge_time)"
+            if graph.has_edge_time
+            else f"train.temporal={temporal}"
         )
+        raise ConfigError(
+            f"{held}, but typed link prediction does not train in time yet (typed temporal link "
+            f"prediction is not built); set train.temporal=off to train ignoring the times"
+        )
+
+
+def uses_typed_node_time(temporal: str, graph: HeteroGraph) -> bool:
+    """Whether a typed node run samples its target-type seeds at their node times.
+
+    ``auto`` is ``on`` when the target type has node times (``node_time[target]``); sampling at
+    a time needs every relation's edge times too.
+
+    Raises:
+        ConfigError: ``on`` without node times of the target type, or node times without edge
+            times (unless ``off``).
+    """
+    target = graph.schema.target
+    has = target in graph.node_time
+    if temporal == "off":
+        return False
+    if temporal == "on" and not has:
+        raise ConfigError(
+            f"train.temporal=on for node classification needs node times of the target type "
+            f"{target!r}, and typed dataset '{graph.name}' has none (node_time/{target}.npy); "
+            f"set train.temporal=auto or off"
+        )
+    if has and not graph.has_edge_time:
+        raise ConfigError(
+            f"typed dataset '{graph.name}' has node times of its target type {target!r} but no "
+            f"edge times: sampling each node at its time keeps its in-edges from before it, "
+            f"which needs every relation's edge times; set train.temporal=off to ignore the "
+            f"node times"
+        )
+    return has
 
 
 def temporal_kind(cfg: Config, graph: Graph | HeteroGraph) -> str | None:
     """``"link"`` or ``"node"`` when ``cfg``'s task on ``graph`` samples in time, else ``None``.
 
-    As :func:`task_from_config` decides (:func:`uses_time`, :func:`uses_node_time`); a typed
-    graph never does, and one whose task would use its times is refused
+    As :func:`task_from_config` decides (:func:`uses_time`, :func:`uses_node_time`,
+    :func:`uses_typed_node_time`); a typed link task whose times would be used is refused
     (:func:`refuse_typed_times`).
     """
     if isinstance(graph, HeteroGraph):
-        refuse_typed_times(cfg.train.temporal, cfg.train.task, graph)
-        return None
+        if cfg.train.task == "link":
+            refuse_typed_times(cfg.train.temporal, cfg.train.task, graph)
+            return None
+        return "node" if uses_typed_node_time(cfg.train.temporal, graph) else None
     if cfg.train.task == "link":
         return "link" if uses_time(cfg.train.temporal, graph) else None
     return "node" if uses_node_time(cfg.train.temporal, graph) else None
@@ -249,11 +280,24 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
 
     For ``node``: with ``train.temporal`` on (``auto``: when the graph has node times,
     :func:`uses_node_time`) the task is :class:`~fleetgnn.tasks.TemporalNodeClassification`
-    over the graph's ``node_time``; off, the times are ignored.
+    over the graph's ``node_time``; on a typed graph (``auto``: when its target type has node
+    times, :func:`uses_typed_node_time`) it is
+    :class:`~fleetgnn.tasks.TypedTemporalNodeClassification` over ``node_time[target]``; off,
+    the times are ignored.
     """
     t = cfg.train
-    if isinstance(graph, HeteroGraph):  # typed times: refused unless train.temporal=off
+    if isinstance(graph, HeteroGraph):  # typed link in time: refused unless train.temporal=off
         refuse_typed_times(t.temporal, t.task, graph)
+    if t.task != "link" and isinstance(graph, HeteroGraph):
+        if uses_typed_node_time(t.temporal, graph):
+            target = graph.schema.target
+            return TypedTemporalNodeClassification(
+                np.asarray(graph.node_time[target]),
+                str(target),
+                graph.schema.type_range(str(target))[0],
+                strategy=t.temporal_strategy,
+            )
+        return NODE_CLASSIFICATION
     if t.task != "link":
         if uses_node_time(t.temporal, graph):
             return TemporalNodeClassification(graph.node_time, strategy=t.temporal_strategy)
