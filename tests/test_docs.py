@@ -90,6 +90,9 @@ NOT_RUN = {
     "--set train.link_relation=paper,cites,paper --set train.fanouts=[5,5] --set "
     "train.batch_size=256 --run-dir runs/cites-split": "starts 2 processes; tests/cli/"
     "test_typed_link_cli.py::test_mag_like_link_on_split_at_two_processes_prints_test_auc",
+    "fleetgnn train --dataset data/mag-times --model rgcn --engine minibatch --nproc 2 --epochs "
+    "1 --run-dir runs/mag-times-2": "starts 2 processes; tests/cli/test_typed_time_cli.py::"
+    "test_minibatch_two_ranks_trains_typed_nodes_in_time runs it",
     "fleetgnn train --task link --engine fullgraph --nproc 2 --dataset data/cora --model gcn": (
         "starts 2 processes; tests/engines/test_link_fullgraph.py runs the engine at W = 1..3"
     ),

@@ -108,3 +108,11 @@ def test_on_for_an_untimed_typed_dataset_is_refused(tmp_path, capsys):
     assert main(_train(data, tmp_path / "r", "--set", "train.temporal=on")) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "train.temporal=on for node classification needs node times" in err
+
+
+def test_engine_auto_plans_over_the_engines_that_train_it_in_time(timed, tmp_path):
+    run = tmp_path / "r"
+    assert main(_train(timed, run, "--engine", "auto")) == 0
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["choice"] in ("reference", "minibatch") and plan["mode"] == "minibatch"
+    assert set(plan["engines"]) <= {"reference", "minibatch"}
