@@ -29,6 +29,10 @@ target type's logits become the splits' sums chunk by chunk
 (:class:`~fleetgnn.engines.metric_sums.MetricSums`), all-reduced. Features are read from the
 typed graph's arrays directly. ``full`` mode trains on the whole graph in memory.
 
+A :class:`~fleetgnn.tasks.TypedTemporalNodeClassification` (``task=``; ``minibatch`` mode of the
+reference) samples each seed with a :class:`~fleetgnn.sampling.TypedTemporalSampler` at its node
+time and evaluates every split node at its own time (:mod:`fleetgnn.engines.typed_temporal`).
+
 ``split`` trains typed graphs through :class:`~fleetgnn.engines.split_relations.TypedSplitEngine`
 (this minibatch engine with the reference's global batch split by a partition, relation by
 relation); ``fullgraph`` and ``offload`` refuse them
