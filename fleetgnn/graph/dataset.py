@@ -611,19 +611,27 @@ def check_meta(meta: dict[str, Any], where: Path) -> None:
             )
 
 
-def _check_time_meta(meta: dict[str, Any], where: Path) -> None:
-    """``has_{edge,node}_time`` agreeing with ``arrays``; ``*_time_range`` null or [lo, hi]."""
+def _check_time_meta(
+    meta: dict[str, Any], where: Path, listed: dict[str, bool] | None = None
+) -> None:
+    """``has_{edge,node}_time`` agreeing with ``arrays``; ``*_time_range`` null or [lo, hi].
+
+    ``listed``: whether each kind's times are among the arrays (default: ``{kind}_time`` in
+    ``meta["arrays"]``, a homogeneous dataset's; a typed dataset lists them per relation and
+    node type).
+    """
     for kind in TIMES:
         name = f"{kind}_time"
+        arrays = meta.get("arrays")
+        there = (isinstance(arrays, dict) and name in arrays) if listed is None else listed[kind]
         has = meta.get(f"has_{name}", False)
-        listed = isinstance(meta.get("arrays"), dict) and name in meta["arrays"]
-        if not isinstance(has, bool) or has != listed:
+        if not isinstance(has, bool) or has != there:
             raise _meta_error(
                 where,
                 f"has_{name}",
                 has,
-                f"expected {str(listed).lower()} ({name} is "
-                f"{'' if listed else 'not '}listed in arrays)",
+                f"expected {str(there).lower()} ({kind} times are "
+                f"{'' if there else 'not '}listed in arrays)",
             )
         span = meta.get(f"{name}_range")
         if span is not None and not (

@@ -71,6 +71,7 @@ from fleetgnn.graph.dataset import (
     DatasetWriter,
     Progress,
     _check_spec_dtype,
+    _check_time_meta,
     _fingerprints,
     _load_array,
     _meta_error,
@@ -494,26 +495,7 @@ def _check_time_layout(meta: dict[str, Any], schema: HeteroSchema, where: Path) 
         "edge": bool(timed),
         "node": any(f"node_time/{t}" in arrays for t in schema.node_types),
     }
-    for kind in TIMES:
-        has = meta.get(f"has_{kind}_time", False)
-        if not isinstance(has, bool) or has != listed[kind]:
-            raise _meta_error(
-                where,
-                f"has_{kind}_time",
-                has,
-                f"expected {str(listed[kind]).lower()} ({kind} times are "
-                f"{'' if listed[kind] else 'not '}listed in arrays)",
-            )
-        span = meta.get(f"{kind}_time_range")
-        if span is not None and not (
-            isinstance(span, list)
-            and len(span) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in span)
-            and span[0] <= span[1]
-        ):
-            raise _meta_error(
-                where, f"{kind}_time_range", span, "expected null or [min, max], 0 <= min <= max"
-            )
+    _check_time_meta(meta, where, listed)
 
 
 _KINDS = {
