@@ -67,6 +67,7 @@ def _epoch(run):
     return [json.loads(x) for x in lines if '"epoch"' in x and '"event"' not in x][-1]
 
 
+@pytest.mark.slow
 def test_minibatch_two_ranks_trains_typed_nodes_in_time(timed, tmp_path):
     """The issue's command: node classification of the papers at their node times, two ranks.
 

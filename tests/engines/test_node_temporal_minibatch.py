@@ -179,6 +179,7 @@ def _planted_rank(comm):
         engine.close()
 
 
+@pytest.mark.slow
 def test_no_block_of_the_minibatch_engine_holds_an_edge_of_its_seeds_time():
     """Two ranks, every earlier in-edge of a seed taken at the first hop (where the plain
     sampler puts the planted edges in their seed's block: test_node_temporal shows it)."""

@@ -135,6 +135,7 @@ def _rank(comm, eval_chunk, strategy):
         engine.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "world_size, eval_chunk, strategy",
     [(1, None, "uniform"), (2, None, "uniform"), (3, 5, "uniform"), (2, 7, "last")],
@@ -216,6 +217,7 @@ def _planted_run(comm, kind):
         engine.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, world_size", [("reference", 1), ("minibatch", 2)])
 def test_no_block_holds_a_planted_future_edge(kind, world_size):
     """Steps and evaluation; the planted paper is a seed once in each, and the same seeds sampled
