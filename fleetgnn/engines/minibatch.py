@@ -75,7 +75,6 @@ from fleetgnn.engines.common import (
 from fleetgnn.engines.edges import EdgeRows, block_aggregator, needs_edge_attr
 from fleetgnn.engines.link import (
     EdgeBatch,
-    EdgeBatches,
     check_link_model,
     edge_batch_loss,
     is_temporal,
@@ -86,7 +85,7 @@ from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.engines.temporal_link import (
     EVAL_CHUNK,
-    TemporalEdgeBatches,
+    edge_batches,
     sampled_temporal_metrics,
 )
 from fleetgnn.engines.temporal_node import (
@@ -331,22 +330,12 @@ class MinibatchEngine(SampledEngine):
         )
         if is_temporal_node(self.task):  # every seed sampled at its node time
             check_node_times(self.task, graph)  # type: ignore[arg-type]
+        if is_temporal_node(self.task) or is_temporal(self.task):  # link: at the pairs' times
             self.sampler = self._temporal_sampler(topology, graph, sc, replica is not None)
-        if is_temporal(self.task):  # positives and negatives sampled at the positive's time
+        if self.link:
             check_link_model(self.module)
-            self.sampler = self._temporal_sampler(topology, graph, sc, replica is not None)
-            self.edges = TemporalEdgeBatches(
-                self.task,  # type: ignore[arg-type]
-                self.sampler,
-                sc.batch_size,
-                rank=self.rank,
-                world_size=self.world_size,
-                seed=self.seed,
-            )
-        elif self.link:
-            check_link_model(self.module)
-            self.edges = EdgeBatches(
-                self.task,  # type: ignore[arg-type]
+            self.edges = edge_batches(
+                self.task,
                 self.sampler,
                 sc.batch_size,
                 rank=self.rank,

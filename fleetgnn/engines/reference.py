@@ -48,7 +48,6 @@ from fleetgnn.engines.common import (
 from fleetgnn.engines.edges import EdgeRows, block_aggregator
 from fleetgnn.engines.inference import streaming_metrics
 from fleetgnn.engines.link import (
-    EdgeBatches,
     check_link_model,
     edge_batch_loss,
     full_graph_link_loss,
@@ -57,7 +56,7 @@ from fleetgnn.engines.link import (
 )
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
-from fleetgnn.engines.temporal_link import TemporalEdgeBatches, temporal_link_metrics
+from fleetgnn.engines.temporal_link import edge_batches, temporal_link_metrics
 from fleetgnn.engines.temporal_node import (
     check_node_times,
     is_temporal_node,
@@ -147,6 +146,7 @@ class ReferenceEngine(EngineBase):
             )
             if is_temporal_node(self.task):  # every seed sampled at its node time
                 check_node_times(self.task, graph)  # type: ignore[arg-type]
+            if is_temporal_node(self.task) or is_temporal(self.task):  # link: the pairs' times
                 self.sampler = TemporalSampler(
                     self.topology,
                     list(config.fanouts),
@@ -154,26 +154,9 @@ class ReferenceEngine(EngineBase):
                     strategy=self.task.strategy,  # type: ignore[attr-defined]
                     with_edge_ids=self.edge_rows is not None,
                 )
-            if is_temporal(self.task):  # positives and negatives sampled at their times
-                self.sampler = TemporalSampler(
-                    self.topology,
-                    list(config.fanouts),
-                    seed=self.seed,
-                    strategy=self.task.strategy,  # type: ignore[attr-defined]
-                )
-                self.edges = TemporalEdgeBatches(
-                    self.task,  # type: ignore[arg-type]
-                    self.sampler,
-                    config.batch_size,
-                    seed=self.seed,
-                )
-            elif self.link:
-                self.edges = EdgeBatches(
-                    self.task,  # type: ignore[arg-type]
-                    self.sampler,
-                    config.batch_size,
-                    seed=self.seed,
-                )
+            if self.link:
+                task = self.task
+                self.edges = edge_batches(task, self.sampler, config.batch_size, seed=self.seed)
         self._full_agg: LocalAggregator | None = None
         self._memory: dict[str, int] = {}
         #: How mini-batch-mode evaluation cuts the nodes into chunks (bounds its memory).

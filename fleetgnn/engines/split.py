@@ -108,7 +108,6 @@ from fleetgnn.engines.common import (
 )
 from fleetgnn.engines.link import (
     EdgeBatch,
-    EdgeBatches,
     check_link_model,
     is_temporal,
     sampled_link_metrics,
@@ -118,7 +117,7 @@ from fleetgnn.engines.link import (
 from fleetgnn.engines.minibatch import MinibatchEngine, resolve_gather
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
-from fleetgnn.engines.temporal_link import EVAL_CHUNK, TemporalEdgeBatches, sampled_temporal_metrics
+from fleetgnn.engines.temporal_link import EVAL_CHUNK, edge_batches, sampled_temporal_metrics
 from fleetgnn.engines.temporal_node import (
     check_node_times,
     is_temporal_node,
@@ -542,18 +541,13 @@ class SplitEngine(SampledEngine):
         task: Any = self.task
         if is_temporal_node(task):  # the reference's seeds, each sampled at its node time
             check_node_times(task, graph)
+        if is_temporal_node(task) or is_temporal(task):  # link: at the pairs' times
             self.sampler = TemporalSampler(
                 self.topology, list(sc.fanouts), seed=self.seed, strategy=task.strategy
             )
-        elif is_temporal(task):  # the reference's timed edge batch, sampled at the pairs' times
+        if self.link:  # the reference's edge batch on every rank (one rank's deal, its stream)
             check_link_model(self.module)
-            self.sampler = TemporalSampler(
-                self.topology, list(sc.fanouts), seed=self.seed, strategy=task.strategy
-            )
-            self.edges = TemporalEdgeBatches(task, self.sampler, sc.batch_size, seed=self.seed)
-        elif self.link:  # the reference's edge batch on every rank (one rank's deal, its stream)
-            check_link_model(self.module)
-            self.edges = EdgeBatches(task, self.sampler, sc.batch_size, seed=self.seed)
+            self.edges = edge_batches(task, self.sampler, sc.batch_size, seed=self.seed)
         #: Temporal link evaluation: queries embedded at once (bounds its memory).
         self.eval_chunk = EVAL_CHUNK
         self._build_store(graph, sc)

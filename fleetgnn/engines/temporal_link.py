@@ -51,6 +51,18 @@ def timed_seeds(
     return pairs[1].contiguous(), pairs[0].contiguous(), inverse
 
 
+def edge_batches(task: Any, sampler: Any, batch_size: int, **deal: Any) -> EdgeBatches:
+    """A link task's training batches, sampled at each positive's time for a temporal task.
+
+    :class:`TemporalEdgeBatches` for a
+    :class:`~fleetgnn.tasks.temporal_link.TemporalLinkPrediction`, else
+    :class:`~fleetgnn.engines.link.EdgeBatches`; ``deal``: their ``rank``, ``world_size``,
+    ``seed``.
+    """
+    cls = TemporalEdgeBatches if isinstance(task, TemporalLinkPrediction) else EdgeBatches
+    return cls(task, sampler, batch_size, **deal)
+
+
 class TemporalEdgeBatches(EdgeBatches):
     """Batches of timed training edges for one rank, their blocks sampled at each edge's time.
 
