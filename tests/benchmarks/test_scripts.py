@@ -61,7 +61,6 @@ def test_bench_temporal_sampler_script(tmp_path: Path) -> None:
     mod.main([*argv, "--times", "50", "--batches", "2", "--repeat", "1", "--out", str(out)])
     data = json.loads(out.read_text())
     rows = {r["implementation"]: r for r in data["rows"]}
-    assert data["rows"][0]["ratio_to_fleetgnn_temporal_uniform"] == 1.0
     assert all(r["edges_per_s"] > 0 and r["edges_per_call"] > 0 for r in rows.values())
     # the inclusive switch takes edges at the seed's own time too: never fewer candidates
     inclusive = rows["fleetgnn temporal uniform <= (numpy)"]["edges_per_call"]
