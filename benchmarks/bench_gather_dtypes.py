@@ -3,11 +3,13 @@
 The measurement is :func:`fleetgnn.bench.gather.dtype_rows`: one process on the CPU, a
 :class:`~fleetgnn.store.UnifiedStore` with every row on the device tier, its rows stored as the
 dataset's float32 (``store.feature_dtype`` None), ``bfloat16``, ``float16`` and ``float8_e4m3``,
-the same random IDs gathered through each (read back to float32), interleaved. Reported per
+the same random IDs gathered through each (read back to float32) into a fresh output each
+call and into one output buffer reused call after call, interleaved. Reported per output and
 dtype: million rows per second, stored bytes per row, GB/s counted in stored bytes, and the
-rate over the float32 rows'. This script only picks the table (``--rows`` x ``--features``
-float32 uniform in [0, 1), an edgeless graph) and the batch of IDs. Results are written as
-``fleetgnn bench`` writes them (``bench.json`` + ``bench.md`` in ``--out``).
+rate over the float32 rows' with the same output. This script only picks the table
+(``--rows`` x ``--features`` float32 uniform in [0, 1), an edgeless graph) and the batch of
+IDs. Results are written as ``fleetgnn bench`` writes them (``bench.json`` + ``bench.md`` in
+``--out``).
 
 Usage::
 

@@ -21,9 +21,10 @@ store too: its figure was a host gather and a copy, labelled as the device tier.
 Per stored dtype (``store.feature_dtype``, :mod:`fleetgnn.graph.compact`; on the CPU): the
 store's gather of the same random IDs, every row on the device tier, with the rows stored as
 the dataset's (``None``), ``bfloat16``, ``float16`` and ``float8_e4m3`` and read back to the
-dataset's dtype (:func:`dtype_rows`): rows per second, stored bytes per row, GB per second
-counted in stored bytes, and the rate over the dataset's rows (``ratio_to_dataset``, the
-``speedup`` over the ``dataset rows`` baseline). The four stores are timed interleaved.
+dataset's dtype (:func:`dtype_rows`), into a fresh output each call and into one output
+buffer reused call after call: rows per second, stored bytes per row, GB per second counted in
+stored bytes, and the rate over the dataset's rows with the same output (``ratio_to_dataset``,
+the ``speedup`` over the ``dataset rows`` baseline). The eight calls are timed interleaved.
 ``benchmarks/bench_gather_dtypes.py`` runs the same measurement on a table of a chosen size.
 """
 
@@ -48,6 +49,9 @@ SECTION = "gather"
 FEATURE_DTYPES: tuple[str | None, ...] = (None, "bfloat16", "float16", "float8_e4m3")
 #: The name of the baseline in :func:`dtype_rows`' rows: the store of the dataset's rows.
 DATASET_ROWS = "dataset rows (feature_dtype None)"
+#: :func:`dtype_rows`' outputs: a fresh tensor each call, or one buffer given as ``out``.
+OUTPUTS: tuple[str, ...] = ("fresh", "reused")
+OUTPUT_WORDS = {"fresh": "into a fresh output", "reused": "into a reused output buffer"}
 
 
 def run(
@@ -162,14 +166,17 @@ def dtype_rows(
     log: Callable[[str], None],
     dtypes: tuple[str | None, ...] = FEATURE_DTYPES,
 ) -> list[dict[str, Any]]:
-    """The store's gather of ``ids`` per stored feature dtype, on the CPU (one row per dtype).
+    """The store's gather of ``ids`` per stored feature dtype and output, on the CPU.
 
     One store per dtype over ``graph`` (every row on the device tier, in memory), each checked
-    first to read back ``round_trip`` of the dataset's rows; then the gathers of ``ids`` timed
-    interleaved. Each row's rate is million rows per second; ``extra`` has the stored dtype,
+    first to read back ``round_trip`` of the dataset's rows, into a fresh output and into a
+    given one; then the gathers of ``ids`` timed interleaved, every dtype in both
+    :data:`OUTPUTS` (a fresh output tensor each call; one buffer per store, passed as ``out``
+    on every call, as a training loop that keeps its input buffer would). One row per output
+    and dtype: million rows per second; ``extra`` has the ``output``, the stored dtype,
     ``row_bytes``, ``rows_per_s``, ``stored_gbps`` (GB/s of stored bytes) and
-    ``ratio_to_dataset``; against the baseline :data:`DATASET_ROWS` (``None``'s gather) the
-    speed-up is that ratio.
+    ``ratio_to_dataset``, the rate over :data:`DATASET_ROWS` (``None``'s gather) with the
+    same output, which is that row's speed-up over its baseline.
     """
     x_map = graph.x
     if x_map is None:
@@ -184,6 +191,7 @@ def dtype_rows(
     expected = torch.from_numpy(np.asarray(x_map[check.numpy()]))
     stores: dict[str | None, UnifiedStore] = {}
     try:
+        calls: dict[tuple[str, str | None], Callable[[], Any]] = {}
         for d in dtypes:
             store = UnifiedStore.build(
                 graph,
@@ -194,46 +202,54 @@ def dtype_rows(
             stores[d] = store
             codec = feature_codec(d)
             want = expected if codec is None else codec.round_trip(expected)
-            if not torch.equal(store.gather(check), want):
+            buf = torch.empty((int(ids.numel()), width), dtype=want.dtype)
+            if not (
+                torch.equal(store.gather(check), want)
+                and torch.equal(store.gather(check, out=buf[: check.numel()]), want)
+            ):
                 raise RuntimeError(f"the {d or 'dataset'} store's rows differ from round_trip(x)")
-        times = interleaved(
-            {d: (lambda s=s: s.gather(ids)) for d, s in stores.items()}, repeat, "cpu"
-        )
+            calls["fresh", d] = lambda s=store: s.gather(ids)
+            calls["reused", d] = lambda s=store, buf=buf: s.gather(ids, out=buf)
+        times = interleaved(calls, repeat, "cpu")  # type: ignore[arg-type]
         row_bytes = {d: s.row_bytes() for d, s in stores.items()}
     finally:
         for s in stores.values():
             s.close()
     n_ids = int(ids.numel())
-    rates = dtype_rates(times, n_ids, row_bytes)
     dataset_dtype = str(np.asarray(x_map[:0]).dtype)
     out = []
-    for d in dtypes:
-        r = rates[d]
-        impls = {"fleetgnn": times[d]}
-        if d is not None:
-            impls[DATASET_ROWS] = times[None]
-        stored = d or f"{dataset_dtype} (the dataset's)"
-        row = measurement(
-            SECTION,
-            f"store gather of {n_ids:,} random rows x {width} stored as {stored} "
-            f"({r['row_bytes']} B/row), read back as {dataset_dtype}, device tier, {name}",
-            threads,
-            impls,
-            work=dict.fromkeys(impls, n_ids / 1e6),
-            unit="M rows/s",
-            kinds={DATASET_ROWS: "baseline"},
-            extra={
-                "feature_dtype": d,
-                "dataset_dtype": dataset_dtype,
-                "rows": n_ids,
-                "table_rows": int(graph.num_nodes),
-                **r,
-            },
-        )
-        out.append(row)
-        log(
-            progress_line(row)
-            + f"; {r['stored_gbps']:.3g} GB/s stored, x{r['ratio_to_dataset']:.2f} of the "
-            "dataset's rows/s"
-        )
+    for output in OUTPUTS:
+        mine = {d: times[output, d] for d in dtypes}  # type: ignore[index]
+        rates = dtype_rates(mine, n_ids, row_bytes)
+        for d in dtypes:
+            r = rates[d]
+            impls = {"fleetgnn": mine[d]}
+            if d is not None:
+                impls[DATASET_ROWS] = mine[None]
+            stored = d or f"{dataset_dtype} (the dataset's)"
+            row = measurement(
+                SECTION,
+                f"store gather of {n_ids:,} random rows x {width} stored as {stored} "
+                f"({r['row_bytes']} B/row), read back as {dataset_dtype} {OUTPUT_WORDS[output]}, "
+                f"device tier, {name}",
+                threads,
+                impls,
+                work=dict.fromkeys(impls, n_ids / 1e6),
+                unit="M rows/s",
+                kinds={DATASET_ROWS: "baseline"},
+                extra={
+                    "output": output,
+                    "feature_dtype": d,
+                    "dataset_dtype": dataset_dtype,
+                    "rows": n_ids,
+                    "table_rows": int(graph.num_nodes),
+                    **r,
+                },
+            )
+            out.append(row)
+            log(
+                progress_line(row)
+                + f"; {r['stored_gbps']:.3g} GB/s stored, x{r['ratio_to_dataset']:.2f} of the "
+                "dataset's rows/s"
+            )
     return out

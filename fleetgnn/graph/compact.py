@@ -38,9 +38,14 @@ from torch import Tensor
 
 from fleetgnn.config.knobs import FEATURE_DTYPE_ALIASES, FEATURE_DTYPES
 from fleetgnn.errors import GraphError
+from fleetgnn.kernels import gather_rows
 
 #: The largest finite float8 e4m3 value (``torch.finfo(torch.float8_e4m3fn).max``).
 FP8_MAX = 448.0
+
+#: Stored bytes a CPU :meth:`FeatureCodec.gather` reads per pass: one pass's rows stay in the
+#: core's cache between their gather and their decode (a few hundred KiB fits an L2).
+GATHER_CHUNK_BYTES = 1 << 18
 
 #: Stored dtype name -> (the float it rounds to, the dtype of the stored tensor: the float itself
 #: for 16 bits (gloo has no int16 collectives), bytes for float8 and its scale).
@@ -94,20 +99,71 @@ class FeatureCodec:
 
     def decode(self, rows: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
         """Stored rows ``[n, W]`` read back as ``dtype`` ``[n, F]`` (row-wise, elementwise)."""
+        self._check_bits(rows)
+        if self.name == "float32":
+            return rows.to(dtype)
+        out = rows.new_empty((rows.shape[0], self.width(rows.shape[1])), dtype=dtype)
+        self._decode_into(rows, out)
+        return out
+
+    def gather(
+        self,
+        table: Tensor,
+        ids: Tensor,
+        dtype: torch.dtype = torch.float32,
+        out: Tensor | None = None,
+    ) -> Tensor:
+        """``decode(table[ids], dtype)``: stored rows of a tier tensor read back, into ``out``.
+
+        On the CPU the rows pass through a cache-sized scratch (:data:`GATHER_CHUNK_BYTES` of
+        stored rows at a time): each chunk is gathered, then decoded into its rows of the
+        output while it is still in the cache, so the output is the only ``[n, F]`` tensor
+        written and the stored rows are read from memory once. On other devices the gather,
+        then the decode. Bit for bit ``decode(gather_rows(table, ids), dtype)`` either way.
+
+        Shapes:
+            - table: ``[N, W]`` stored rows (``bits``); ids: ``[n]`` int64 on its device
+            - out (optional) and output: ``[n, F]`` ``dtype`` on the table's device
+        """
+        self._check_bits(table)
+        n, f = int(ids.numel()), self.width(int(table.shape[1]))
+        if out is None:
+            out = torch.empty((n, f), dtype=dtype, device=table.device)
+        elif tuple(out.shape) != (n, f) or out.dtype != dtype or out.device != table.device:
+            raise GraphError(
+                f"the output of a gather of {n} rows must be [{n}, {f}] {dtype} on "
+                f"{table.device} (got {list(out.shape)} {out.dtype} on {out.device})"
+            )
+        if table.device.type != "cpu":
+            return out.copy_(self.decode(gather_rows(table, ids), dtype))
+        chunk = max(1, GATHER_CHUNK_BYTES // max(1, int(table.shape[1]) * table.element_size()))
+        scratch = table.new_empty((min(chunk, n), int(table.shape[1])))
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            self._decode_into(gather_rows(table, ids[s:e], scratch[: e - s]), out[s:e])
+        return out
+
+    def _check_bits(self, rows: Tensor) -> None:
         if rows.dtype != self.bits:
             raise GraphError(
                 f"stored {self.name} rows must be {self.bits} (got {rows.dtype}); a tier holds "
                 "rows of another feature dtype"
             )
-        if self.name == "float32":
-            return rows.to(dtype)
+
+    def width(self, stored_width: int) -> int:
+        """Features per row of stored rows ``stored_width`` wide."""
+        return stored_width - 4 if self.scaled else stored_width
+
+    def _decode_into(self, rows: Tensor, out: Tensor) -> None:
+        """:meth:`decode` of ``rows`` written into ``out`` (its dtype), the same ops in place."""
         if not self.scaled:
-            return rows.view(self.float_dtype).to(dtype)
+            out.copy_(rows if self.name == "float32" else rows.view(self.float_dtype))
+            return
         f = rows.shape[1] - 4
         # a copy: a view's offset (one row of width F % 4 != 0) may not be float-aligned
         scale = rows[:, f:].clone(memory_format=torch.contiguous_format).view(torch.float32)
-        out = rows[:, :f].view(self.float_dtype).to(dtype)
-        return out.mul_(scale.to(dtype))  # in place: no second [n, F] output
+        out.copy_(rows[:, :f].view(self.float_dtype))
+        out.mul_(scale.to(out.dtype))  # in place: no second [n, F] output
 
     def round_trip(self, x: Tensor | np.ndarray, dtype: torch.dtype | None = None) -> Tensor:
         """``decode(encode(x))`` in ``dtype`` (default: ``x``'s): the values a store holds."""

@@ -604,7 +604,7 @@ class UnifiedStore(Closing):
         """Feature dimension ``F`` (0 without features)."""
         return 0 if self.graph.x is None else int(self.graph.x.shape[1])
 
-    def gather(self, ids: Tensor, *, checked: bool = False) -> Tensor:
+    def gather(self, ids: Tensor, *, checked: bool = False, out: Tensor | None = None) -> Tensor:
         """Feature rows of ``ids`` in input order, bit-exact with ``graph.x[ids]``.
 
         Buckets the IDs by tier (and owner on the device tier) and reads each tier once:
@@ -628,37 +628,51 @@ class UnifiedStore(Closing):
         sync, the only one of a read from the device tier of one rank. An ID out of range is
         then undefined behaviour, as for ``index_select``.
 
+        ``out``: the rows are written into it and it is returned (a caller that reuses one
+        buffer a step saves the allocation of a fresh ``[n, F]`` output, and its page faults,
+        each time). On the CPU, rows that stay on one tier of this process are read and
+        decoded straight into it (:meth:`FeatureCodec.gather`); on a CUDA store they are
+        gathered, then copied into it.
+
         Shapes:
             - ids: ``[n]`` int
-            - output: ``[n, F]``, dtype of ``graph.x``, on :attr:`device` (the CPU by default).
+            - output (and ``out``): ``[n, F]``, dtype of ``graph.x``, on :attr:`device` (the
+              CPU by default).
 
         Raises:
-            GraphError: If the graph has no features or an ID is out of range.
+            GraphError: If the graph has no features, an ID is out of range, or ``out`` is not
+                an ``[n, F]`` tensor of the store's dtype on its device.
         """
         self._check_open()
-        if self.device.type != "cpu":
-            return gather_on_device(self, ids, checked=checked)
         x = self.graph.x
         fp = self.plan.features
         if x is None or fp is None:
             raise GraphError("the graph has no node features 'x'; nothing to gather")
+        if out is not None:
+            self._check_out(out, int(ids.numel()))
+        if self.device.type != "cpu":
+            rows = gather_on_device(self, ids, checked=checked)
+            return rows if out is None else out.copy_(rows)
         idn = self._ids("ids", ids, checked=checked)
         row_bytes, disk_bytes = self.row_bytes(), self.disk_row_bytes
         dtype = self.x_dtype
         read = self._read_back
         if not idn.size and self._feat_device is None:
-            return torch.empty((0, x.shape[1]), dtype=dtype)
+            return torch.empty((0, x.shape[1]), dtype=dtype) if out is None else out
         own = self._own_shard_rows(idn)
-        if own is not None:  # every row in this process's shard: one index_select
+        if own is not None:  # every row in this process's shard: one gather
             assert self._feat_device is not None
             self._record_own_shard(idn.size, row_bytes, "features")
-            owner0 = torch.zeros(idn.size, dtype=torch.int64)
-            return read(self._feat_device.gather(owner0, torch.from_numpy(own.astype(np.int64))))
+            index = torch.from_numpy(own.astype(np.int64))
+            if isinstance(self._feat_device, _LocalShard):
+                return self._tier_rows(self._feat_device.tensor, index, out)
+            rows = read(self._feat_device.gather(torch.zeros_like(index), index))
+            return rows if out is None else out.copy_(rows)
         tier, owner, local = fp.locate(idn, self.rank)
         sources = self._sources(tier, owner)
         self._account(tier, owner, row_bytes, "features", sources, disk_bytes=disk_bytes)
         self._count_hits(tier, owner, "features", sources)
-        out: Tensor | None = None  # allocated only when rows come from more than one tier
+        given = out  # without it, allocated only when rows come from more than one tier
 
         def scatter(sel: np.ndarray, rows: Tensor) -> None:
             nonlocal out
@@ -666,28 +680,47 @@ class UnifiedStore(Closing):
                 out = torch.empty((idn.size, x.shape[1]), dtype=dtype)
             out[torch.from_numpy(sel)] = rows.to(out.device)
 
+        def whole(rows: Tensor) -> Tensor:
+            return rows if given is None else given.copy_(rows)
+
         if self._feat_device is not None:  # every rank calls it (two-sided is collective)
             sel = np.flatnonzero(tier == DEVICE)
             rows = read(
                 self._feat_device.gather(torch.from_numpy(owner[sel]), torch.from_numpy(local[sel]))
             )
             if sel.size == idn.size:  # all hits: no scatter
-                return rows.cpu()
+                return whole(rows.cpu())
             scatter(sel, rows)
         sel = np.flatnonzero(tier == HOST)
         if sel.size:
             assert self._feat_host is not None  # planned rows exist
-            rows = read(gather_rows(self._feat_host, torch.from_numpy(local[sel])))
+            index = torch.from_numpy(local[sel])
             if sel.size == idn.size:  # all from the host tier: no scatter
-                return rows
-            scatter(sel, rows)
+                return self._tier_rows(self._feat_host, index, given)
+            scatter(sel, self._tier_rows(self._feat_host, index))
         sel = np.flatnonzero(tier == DISK)
         if sel.size == idn.size:  # all from disk: no scatter
-            return self._disk_rows_read(idn)
+            return whole(self._disk_rows_read(idn))
         if sel.size:
             scatter(sel, self._disk_rows_read(idn[sel]))
         assert out is not None
         return out
+
+    def _check_out(self, out: Tensor, n: int) -> None:
+        """Refuses a :meth:`gather` output other than ``[n, F]`` of the store's dtype and device."""
+        want = (n, self.num_features)
+        if tuple(out.shape) != want or out.dtype != self.x_dtype or out.device != self.device:
+            raise GraphError(
+                f"gather's out must be a {list(want)} {self.x_dtype} tensor on {self.device} "
+                f"(got {list(out.shape)} {out.dtype} on {out.device})"
+            )
+
+    def _tier_rows(self, table: Tensor, index: Tensor, out: Tensor | None = None) -> Tensor:
+        """Rows ``index`` of a device- or host-tier tensor of this process, read back."""
+        if self.codec is None:
+            return gather_rows(table, index, out)
+        assert self.x_dtype is not None
+        return self.codec.gather(table, index, self.x_dtype, out)
 
     def _device_index(self) -> DeviceIndex:
         """The feature plan's lookups on :attr:`device` (made on the first device read)."""

@@ -42,12 +42,17 @@ def test_dtype_rows_measure_every_stored_dtype_on_the_same_ids():
     ids = torch.from_numpy(np.random.default_rng(1).integers(0, g.num_nodes, 500))
     lines = []
     rows = gather.dtype_rows(g, "t", ids, 2, 1, lines.append)
-    assert [r["extra"]["feature_dtype"] for r in rows] == list(gather.FEATURE_DTYPES)
+    n = len(gather.FEATURE_DTYPES)
+    assert [r["extra"]["feature_dtype"] for r in rows] == 2 * list(gather.FEATURE_DTYPES)
+    assert [r["extra"]["output"] for r in rows] == n * ["fresh"] + n * ["reused"]
     assert len(lines) == len(rows)
     want_bytes = {None: 4 * F, "bfloat16": 2 * F, "float16": 2 * F, "float8_e4m3": F + 4}
-    base = rows[0]
+    bases = {"fresh": rows[0], "reused": rows[n]}
+    assert rows[0]["impls"]["fleetgnn"]["all_s"] != rows[n]["impls"]["fleetgnn"]["all_s"]
     for r in rows:
         d, extra = r["extra"]["feature_dtype"], r["extra"]
+        base = bases[extra["output"]]  # each output against the dataset rows' same output
+        assert gather.OUTPUT_WORDS[extra["output"]] in r["case"]
         assert r["section"] == gather.SECTION and r["unit"] == "M rows/s" and r["threads"] == 1
         assert extra["row_bytes"] == want_bytes[d] and extra["rows"] == 500
         assert extra["table_rows"] == g.num_nodes and extra["dataset_dtype"] == "float32"
@@ -78,7 +83,7 @@ def test_the_gather_section_includes_the_stored_dtypes_on_the_cpu():
     opts = types.SimpleNamespace(quick=True, repeat=1)
     rows = gather.run(opts, 1, lambda _: None, g, "t")
     dtypes = [r["extra"].get("feature_dtype", "-") for r in rows]
-    assert dtypes == ["-", "-", *gather.FEATURE_DTYPES]  # the device and disk tier rows first
+    assert dtypes == ["-", "-", *gather.FEATURE_DTYPES, *gather.FEATURE_DTYPES]  # tiers first
 
 
 def test_dtype_rows_refuse_a_graph_without_features_or_the_baseline():

@@ -6,6 +6,7 @@ import torch
 
 from fleetgnn.config.knobs import FEATURE_DTYPES
 from fleetgnn.errors import GraphError
+from fleetgnn.graph import compact
 from fleetgnn.graph.compact import FP8_MAX, feature_codec
 
 NARROW = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -33,6 +34,27 @@ def test_decoding_commutes_with_gathering(name, dtype):
     whole = codec.decode(stored, dtype)
     assert torch.equal(codec.decode(stored.index_select(0, ids), dtype), whole[ids])
     assert torch.equal(codec.round_trip(x), whole) and whole.dtype == dtype
+
+
+@pytest.mark.parametrize("name", FEATURE_DTYPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_fused_gather_equals_gathering_then_decoding(name, dtype, device, monkeypatch):
+    """:meth:`FeatureCodec.gather` (chunks through a scratch on the CPU) is bit for bit the
+    gather then the decode, across chunk edges, into a given buffer too."""
+    monkeypatch.setattr(compact, "GATHER_CHUNK_BYTES", 40)  # a few rows a chunk: many edges
+    codec = feature_codec(name)
+    stored = codec.encode(_rows(dtype=dtype)).to(device)
+    ids = torch.tensor([3, 0, 63, 3, 5, 6, 6, 17, 40, 41, 2], device=device)
+    want = codec.decode(stored.index_select(0, ids), dtype)
+    assert torch.equal(codec.gather(stored, ids, dtype), want)
+    buf = torch.full_like(want, float("nan"))
+    assert codec.gather(stored, ids, dtype, out=buf) is buf and torch.equal(buf, want)
+    empty = codec.gather(stored, ids[:0], dtype)
+    assert empty.shape == (0, 12) and empty.dtype == dtype
+    with pytest.raises(GraphError, match=r"must be \[11, 12\]"):
+        codec.gather(stored, ids, dtype, out=buf[:, :5])
+    with pytest.raises(GraphError, match="rows of another feature dtype"):
+        codec.gather(stored.view(torch.uint8) if codec.bits != torch.uint8 else stored.float(), ids)
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "float16"])

@@ -108,6 +108,18 @@ def test_compact_features_read_back_the_stored_values(dev, host, name, device):
     mem = store.memory()
     assert mem["device"] <= b.device and mem["host"] <= b.host
     assert mem["device"] == store.plan.device_bytes()[0]
+    into = torch.full_like(out, float("nan"))  # a caller's buffer: the same rows written into it
+    assert store.gather(ids.to(device), out=into) is into and torch.equal(into, out)
+    store.close()
+
+
+def test_gather_into_a_wrong_buffer_is_refused_in_one_line():
+    g = _graph(f=8)
+    store = UnifiedStore.build(g, None, _budgets(g, 1.0, 0.0), feature_dtype="bfloat16")
+    ids = torch.tensor([0, 1, 2])
+    for bad in (torch.empty(3, 7, dtype=torch.float64), torch.empty(3, 8, dtype=torch.float32)):
+        with pytest.raises(GraphError, match=r"gather's out must be a \[3, 8\] torch.float64"):
+            store.gather(ids, out=bad)
     store.close()
 
 
