@@ -405,7 +405,7 @@ def _typed_preflight(cfg: Any, graph: HeteroGraph) -> None:
         )
     s = graph.schema
     if cfg.train.task == "link":
-        from fleetgnn.graph.typed_edge_split import resolve_relation
+        from fleetgnn.graph.edge_split import resolve_relation
 
         if cfg.train.link_relation is None:
             rels = ", ".join(",".join(r) for r in s.relations)

@@ -5,7 +5,7 @@ The typed counterpart of :mod:`fleetgnn.engines.link`, for a
 ``(src_type, name, dst_type)``:
 
 - Message passing runs on the split's training graph
-  (:attr:`~fleetgnn.graph.typed_edge_split.TypedEdgeSplit.train_graph`: validation and test
+  (:attr:`~fleetgnn.graph.edge_split.EdgeSplit.train_graph`: validation and test
   pairs removed from the relation and from its reverse), never on the held-out edges.
 - Edge mini-batches (:class:`TypedEdgeBatches`): a step's positives are dealt like the
   homogeneous ones (:class:`~fleetgnn.sampling.PositionLoader` over the training pairs, equal

@@ -44,9 +44,9 @@ import numpy as np
 
 from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph.csc import Graph, index_dtype
+from fleetgnn.graph.edge_split import SPLITS, check_fractions
 from fleetgnn.keyhash import base_key, bounded_draws_numpy, mix64_numpy
 
-SPLITS: tuple[str, ...] = ("train", "val", "test")
 #: Negative destinations per evaluation positive (MRR, Hits@K): each is a temporal subtree to
 #: sample at the positive's time, so fewer than the static split's 100.
 RANKING_NEGATIVES = 20
@@ -86,14 +86,6 @@ class TimeSplit:
         return (
             f"TimeSplit({self.name!r}, undirected={self.undirected}, val_from={self.cuts[0]}, "
             f"test_from={self.cuts[1]}, {sizes})"
-        )
-
-
-def _check_fractions(val: float, test: float) -> None:
-    if not (0.0 < val < 1.0 and 0.0 < test < 1.0 and val + test < 1.0):
-        raise ConfigError(
-            f"time split fractions val={val!r}, test={test!r} must each lie in (0, 1) and sum to "
-            f"less than 1 (the earliest rest trains), e.g. val=0.05, test=0.1"
         )
 
 
@@ -166,7 +158,7 @@ def split_by_time(
             f"edge split (fleetgnn.graph.edge_split.split_edges, train.temporal=off)"
         )
     if cuts is None:
-        _check_fractions(val, test)
+        check_fractions(val, test, "time split", "the earliest rest trains")
     else:
         cuts = _check_cuts(cuts)
     k = ranking_negatives

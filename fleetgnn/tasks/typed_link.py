@@ -1,7 +1,7 @@
 """Link prediction on one relation of a typed graph.
 
 :class:`TypedLinkPrediction` is :class:`~fleetgnn.tasks.LinkPrediction` over a
-:class:`~fleetgnn.graph.typed_edge_split.TypedEdgeSplit`: its pairs are type-local
+:class:`~fleetgnn.graph.edge_split.EdgeSplit` of one relation: its pairs are type-local
 ``(src, dst)`` IDs of the target relation ``(src_type, name, dst_type)``, its keyed negatives
 corrupt the destination within the destination type (``K`` type-local IDs in ``[0, N_dst)``,
 keyed by ``(seed, epoch, src, dst)``), and its evaluation scores the fixed pairs from the
@@ -25,7 +25,7 @@ class TypedLinkPrediction(LinkPrediction):
     """Predict edges of one relation of a typed graph (see the module docstring).
 
     Args:
-        split: The :class:`~fleetgnn.graph.typed_edge_split.TypedEdgeSplit`.
+        split: The :class:`~fleetgnn.graph.edge_split.EdgeSplit` of the relation.
         negatives: ``K`` negatives per positive in training.
         sampler: ``"uniform"`` over the destination type, or ``"degree"`` (its in-degree in
             the training relation, to the power 0.75).

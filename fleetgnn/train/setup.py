@@ -26,7 +26,6 @@ from fleetgnn.graph import Graph
 from fleetgnn.graph.edge_split import edge_split_for
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.graph.time_split import split_by_time
-from fleetgnn.graph.typed_edge_split import typed_edge_split_for
 from fleetgnn.nn import build_model
 from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.nn.hetero import build_hetero_model
@@ -272,7 +271,7 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
 
     For ``link``: over the edge split of ``(train.val_edges, train.test_edges, train.seed)``
     saved with ``data.dataset`` (drawn, and saved there, if absent); on a typed graph, of the
-    edges of ``train.link_relation`` (:mod:`fleetgnn.graph.typed_edge_split`). With
+    edges of ``train.link_relation`` (:mod:`fleetgnn.graph.edge_split`). With
     ``train.temporal`` on (``auto``: when the graph has edge times), the edges are split by
     time (:func:`~fleetgnn.graph.time_split.split_by_time`, recomputed, not saved) and the
     task is :class:`~fleetgnn.tasks.TemporalLinkPrediction`; off, the times are dropped and
@@ -309,8 +308,13 @@ def task_from_config(cfg: Config, graph: Graph) -> Task:
                 f"train.task=link on the typed graph '{graph.name}' needs train.link_relation: "
                 f"one of {rels}"
             )
-        typed = typed_edge_split_for(
-            graph, cfg.data.dataset, t.link_relation, t.val_edges, t.test_edges, int(t.seed)
+        typed = edge_split_for(
+            graph,
+            cfg.data.dataset,
+            t.val_edges,
+            t.test_edges,
+            int(t.seed),
+            relation=t.link_relation,
         )
         return TypedLinkPrediction(
             typed,

@@ -6,8 +6,8 @@ import pytest
 
 from fleetgnn.cli.main import main
 from fleetgnn.graph import open_typed_dataset, write_typed_dataset
+from fleetgnn.graph.edge_split import load_edge_split
 from fleetgnn.graph.hetero_toy import toy_mag
-from fleetgnn.graph.typed_edge_split import load_typed_edge_split
 
 
 @pytest.fixture
@@ -95,7 +95,7 @@ def test_mag_like_link_on_split_at_two_processes_prints_test_auc(tmp_path, capfd
     (row,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert row["engine"] == "split" and row["world_size"] == 2
     assert 0.0 <= row["test_auc"] <= 1.0 and row["loss"] > 0
-    split = load_typed_edge_split(
+    split = load_edge_split(
         open_typed_dataset(data), data / "edge_splits" / "paper.cites.paper-val0.05-test0.1-seed0"
     )  # every training pair scored once in the epoch, by the owner of its source
     assert sum(row["extra"]["per_rank"]["count"]) == split.pos["train"].shape[1]

@@ -13,12 +13,8 @@ from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.typed_link import TypedEdgeBatches, typed_edge_batch_loss
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph.edge_split import edge_split_for, load_edge_split, write_edge_split
 from fleetgnn.graph.hetero_toy import toy_mag
-from fleetgnn.graph.typed_edge_split import (
-    load_typed_edge_split,
-    typed_edge_split_for,
-    write_typed_edge_split,
-)
 from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.nn.hetero import TypedAggregator, build_hetero_model
 from fleetgnn.sampling.hetero import HeteroNeighborSampler
@@ -38,7 +34,7 @@ def _graph():
 
 
 def _task(rel=WRITES, keep=False):
-    split = typed_edge_split_for(_graph(), None, ",".join(rel), 0.15, 0.15, seed=3)
+    split = edge_split_for(_graph(), None, 0.15, 0.15, seed=3, relation=",".join(rel))
     return TypedLinkPrediction(split, negatives=2, seed=SEED, keep_target_edges=keep)
 
 
@@ -57,7 +53,7 @@ def _pairs(edges):
 
 def test_split_holds_pairs_out_of_the_relation_and_its_reverse(tmp_path):
     g = _graph()
-    split = typed_edge_split_for(g, tmp_path, "writes", 0.15, 0.15, seed=3)
+    split = edge_split_for(g, tmp_path, 0.15, 0.15, seed=3, relation="writes")
     assert split.relation == WRITES and split.reverse == REV_WRITES
     whole = _pairs(g.relation_edges(WRITES))
     parts = {s: _pairs(split.pos[s]) for s in ("train", "val", "test")}
@@ -77,16 +73,16 @@ def test_split_holds_pairs_out_of_the_relation_and_its_reverse(tmp_path):
         assert split.neg[s][0].max() < 30 and split.neg_dst[s].max() < 60
     assert not _pairs(split.neg["val"]) & _pairs(split.neg["test"])
     saved = tmp_path / "edge_splits" / "author.writes.paper-val0.15-test0.15-seed3"
-    again = load_typed_edge_split(g, saved)  # read back from the dataset directory
+    again = load_edge_split(g, saved)  # read back from the dataset directory
     for s in ("train", "val", "test"):
         assert np.array_equal(again.pos[s], split.pos[s])
-    other = write_typed_edge_split(g, tmp_path / "o", WRITES, 0.15, 0.15, seed=4)
-    assert not np.array_equal(load_typed_edge_split(g, other).pos["val"], split.pos["val"])
+    other = write_edge_split(g, tmp_path / "o", 0.15, 0.15, seed=4, relation=WRITES)
+    assert not np.array_equal(load_edge_split(g, other).pos["val"], split.pos["val"])
 
 
 def test_unknown_relation_is_refused_in_one_line_listing_the_relations():
     with pytest.raises(ConfigError, match=r"not a relation.*author,writes,paper") as e:
-        typed_edge_split_for(_graph(), None, "paper,writes,author", 0.1, 0.1)
+        edge_split_for(_graph(), None, 0.1, 0.1, relation="paper,writes,author")
     assert "\n" not in str(e.value)
 
 

@@ -18,8 +18,8 @@ from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.typed_link import TypedLinkSplitEngine, typed_link_engine
 from fleetgnn.errors import ConfigError
+from fleetgnn.graph.edge_split import edge_split_for
 from fleetgnn.graph.hetero_toy import toy_mag
-from fleetgnn.graph.typed_edge_split import typed_edge_split_for
 from fleetgnn.nn.decoders import LinkModel, build_decoder
 from fleetgnn.nn.hetero import build_hetero_model
 from fleetgnn.partition import PartitionBook, partition
@@ -39,7 +39,7 @@ def _graph():
 
 
 def _task(rel):
-    split = typed_edge_split_for(_graph(), None, ",".join(rel), 0.15, 0.15, seed=3)
+    split = edge_split_for(_graph(), None, 0.15, 0.15, seed=3, relation=",".join(rel))
     return TypedLinkPrediction(split, negatives=2, seed=SEED)
 
 

@@ -178,3 +178,61 @@ def test_split_streams_in_bounded_memory(tmp_path):
         (ds.edges()[0] == ds.edges()[1]).sum()
     )
     assert isinstance(sp.train_graph.indices, np.memmap)
+
+
+def _digest(root) -> str:
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    for p in sorted(root.glob("*.npy")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    h.update(json.dumps(json.loads((root / "meta.json").read_text()), sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def test_split_files_are_the_ones_always_written(graph, tmp_path):
+    """The bytes of a graph's split and of a relation's (with and without a reverse) are pinned:
+    splits saved with existing datasets stay the ones a new draw gives."""
+    from fleetgnn.graph.edge_split import write_edge_split
+    from fleetgnn.graph.hetero_toy import toy_mag
+
+    out = write_edge_split(graph, tmp_path / "u", 0.05, 0.1, 3, chunk=700)
+    assert _digest(out) == "3cb13d35868eceee"
+    d = from_edges(np.arange(60) % 13, np.arange(60) * 7 % 29, 30)
+    assert _digest(write_edge_split(d, tmp_path / "d", 0.2, 0.2, 1)) == "ac17351d7ed16f8d"
+    mag = toy_mag(num_papers=60, num_authors=30, num_fields=5, featureless_fields=True, seed=4)
+    pinned = {"writes": "ebd14a073de7a210", "cites": "d179b111fa3b22b1"}
+    pinned["rev_writes"] = "5fc382b8e176f383"
+    for rel, digest in pinned.items():
+        out = write_edge_split(mag, tmp_path / rel, 0.15, 0.15, 3, relation=rel)
+        assert _digest(out) == digest, rel
+
+
+def test_relation_is_required_on_a_typed_graph_and_refused_on_a_homogeneous_one(graph):
+    from fleetgnn.graph.hetero_toy import toy_mag
+
+    with pytest.raises(ConfigError, match="needs the relation.*author,writes,paper"):
+        split_edges(toy_mag(num_papers=20, num_authors=10, num_fields=3), 0.1, 0.1)
+    with pytest.raises(ConfigError, match="relation='writes' is for typed graphs"):
+        split_edges(graph, 0.1, 0.1, relation="writes")
+
+
+def test_typed_split_in_memory_equals_the_saved_one(tmp_path):
+    from fleetgnn.graph.hetero_toy import toy_mag
+
+    mag = toy_mag(num_papers=60, num_authors=30, num_fields=5, featureless_fields=True, seed=4)
+    mem = split_edges(mag, 0.15, 0.15, seed=3, relation="writes")
+    saved = edge_split_for(mag, tmp_path, 0.15, 0.15, seed=3, relation="author,writes,paper")
+    assert mem.relation == saved.relation == ("author", "writes", "paper") and not mem.undirected
+    assert mem.name == saved.name == "author.writes.paper-val0.15-test0.15-seed3"
+    assert not isinstance(mem.pos["val"], np.memmap) and isinstance(saved.pos["val"], np.memmap)
+    for s in ("train", "val", "test"):
+        np.testing.assert_array_equal(mem.pos[s], saved.pos[s])
+    for rel in mem.train_graph.schema.relations:
+        for a, b in zip(mem.train_graph.csc[rel], saved.train_graph.csc[rel], strict=True):
+            np.testing.assert_array_equal(a, b)
+    copy = load_edge_split(mag, save_edge_split(mem, tmp_path / "copy"))
+    assert copy.reverse == ("paper", "rev_writes", "author")
+    np.testing.assert_array_equal(copy.neg_dst["test"], mem.neg_dst["test"])
