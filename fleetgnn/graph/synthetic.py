@@ -56,11 +56,12 @@ chunk_edges`` bytes, not a multiple of the output size.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -92,6 +93,7 @@ _EDGE_ATTR_STREAM = 5
 Progress = Callable[[int, int], None]
 
 _MASKS = ("train_mask", "val_mask", "test_mask")
+_S = TypeVar("_S")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,76 +228,57 @@ def _is_real(value: object) -> bool:
 #: Bumped whenever the generator's output for a given spec and seed changes (cache keys use it).
 GENERATOR_VERSION = 3
 
+
+def _preset(
+    name: str,
+    size: tuple[int, int, int, int],
+    split: tuple[float, float, float],
+    **statistics: float,
+) -> SyntheticSpec:
+    """A preset's spec: ``size`` = (nodes, edges, features, classes), ``split`` its fractions."""
+    n, e, f, c = size
+    return SyntheticSpec(n, e, f, c, *split, name=name, **statistics)  # type: ignore[arg-type]
+
+
 PRESETS: dict[str, SyntheticSpec] = {
     # for tests: 1k nodes, 10k edges
-    "tiny": SyntheticSpec(
-        num_nodes=1_000,
-        num_edges=10_000,
-        num_features=16,
-        num_classes=4,
-        train_frac=0.6,
-        val_frac=0.2,
-        test_frac=0.2,
-        homophily=0.8,
-        degree_exponent=2.5,
-        feature_noise=3.0,
-        name="tiny",
-    ),
-    # the embedded default of `fleetgnn train`: trains in seconds on two CPU cores
-    "small": SyntheticSpec(
-        num_nodes=20_000,
-        num_edges=400_000,
-        num_features=64,
-        num_classes=8,
-        # few labels and noisy features: the default `fleetgnn train` run visibly climbs over its
-        # 10 epochs instead of starting saturated
-        train_frac=0.1,
-        val_frac=0.1,
-        test_frac=0.8,
+    "tiny": _preset("tiny", (1_000, 10_000, 16, 4), (0.6, 0.2, 0.2), feature_noise=3.0),
+    # the embedded default of `fleetgnn train`: trains in seconds on two CPU cores; few labels and
+    # noisy features, so the default run visibly climbs over its 10 epochs instead of starting
+    # saturated
+    "small": _preset(
+        "small",
+        (20_000, 400_000, 64, 8),
+        (0.1, 0.1, 0.8),
         homophily=0.7,
-        degree_exponent=2.5,
         feature_noise=6.0,
         label_noise=0.1,
         class_skew=0.5,
-        name="small",
     ),
     # the shape of ogbn-products (2,449,029 nodes, 61,859,140 directed edges; its split is
-    # 196,615 / 39,323 / 2,213,091 nodes = 8.03% / 1.61% / 90.37%)
-    "products-like": SyntheticSpec(
-        num_nodes=2_449_029,
-        num_edges=61_859_140,
-        num_features=100,
-        num_classes=47,
-        train_frac=0.0803,
-        val_frac=0.0161,
-        test_frac=0.9036,
-        # as hard as ogbn-products (GraphSAGE ~0.79 test accuracy, an MLP ~0.61): features alone
-        # name the community of ~75% of the nodes, the graph nearly all of them, and 22% of the
-        # labels are redrawn from the Zipf-like class distribution (best accuracy ~0.80)
-        homophily=0.8,
-        degree_exponent=2.5,
+    # 196,615 / 39,323 / 2,213,091 nodes = 8.03% / 1.61% / 90.37%), as hard as it (GraphSAGE
+    # ~0.79 test accuracy, an MLP ~0.61): features alone name the community of ~75% of the
+    # nodes, the graph nearly all of them, and 22% of the labels are redrawn from the Zipf-like
+    # class distribution (best accuracy ~0.80)
+    "products-like": _preset(
+        "products-like",
+        (2_449_029, 61_859_140, 100, 47),
+        (0.0803, 0.0161, 0.9036),
         feature_noise=2.8,
         label_noise=0.22,
         class_skew=1.0,
-        name="products-like",
     ),
     # the shape of ogbn-papers100M (111,059,956 nodes, 1,615,685,872 edges; 1,207,179 / 125,265 /
-    # 214,338 labelled split nodes = 1.09% / 0.11% / 0.19%)
-    "papers-like": SyntheticSpec(
-        num_nodes=111_059_956,
-        num_edges=1_615_685_872,
-        num_features=128,
-        num_classes=172,
-        train_frac=0.0109,
-        val_frac=0.00113,
-        test_frac=0.00193,
-        # as hard as ogbn-papers100M (GraphSAGE ~0.67, an MLP ~0.47): best accuracy ~0.69
+    # 214,338 labelled split nodes = 1.09% / 0.11% / 0.19%), as hard as it (GraphSAGE ~0.67, an
+    # MLP ~0.47): best accuracy ~0.69
+    "papers-like": _preset(
+        "papers-like",
+        (111_059_956, 1_615_685_872, 128, 172),
+        (0.0109, 0.00113, 0.00193),
         homophily=0.6,
-        degree_exponent=2.5,
         feature_noise=3.0,
         label_noise=0.33,
         class_skew=1.0,
-        name="papers-like",
     ),
 }
 
@@ -316,19 +299,34 @@ def spec_for(preset: str, scale: float = 1.0) -> SyntheticSpec:
     Raises:
         DatasetError: Unknown preset, a non-positive scale, or one so small that no node is left.
     """
-    if preset not in PRESETS:
-        raise DatasetError(
-            f"unknown synthetic preset {preset!r}; valid presets: {', '.join(PRESETS)}"
-        )
-    if not _is_real(scale) or float(scale) <= 0.0:
+    base, scale = preset_and_scale(PRESETS, preset, scale, "synthetic")
+    return base if scale == 1.0 else scaled(base, preset, scale)
+
+
+def preset_and_scale(
+    presets: dict[str, _S], preset: str, scale: object, kind: str
+) -> tuple[_S, float]:
+    """The spec named ``preset`` in ``presets`` and ``scale`` checked (a finite number > 0).
+
+    Raises:
+        DatasetError: Unknown preset or a bad scale (both messages list the presets).
+    """
+    if preset not in presets:
+        raise DatasetError(f"unknown {kind} preset {preset!r}; valid presets: {', '.join(presets)}")
+    if not _is_real(scale) or float(scale) <= 0.0:  # type: ignore[arg-type]
         raise DatasetError(
             f"'scale' must be a finite number > 0 (got {scale!r}); 1.0 keeps the preset's size "
-            f"(valid presets: {', '.join(PRESETS)})"
+            f"(valid presets: {', '.join(presets)})"
         )
-    base = PRESETS[preset]
-    scale = float(scale)
-    if scale == 1.0:
-        return base
+    return presets[preset], float(scale)  # type: ignore[arg-type]
+
+
+def scaled(base: SyntheticSpec, preset: str, scale: float) -> SyntheticSpec:
+    """``base`` with nodes and edges scaled linearly, named ``preset@scale``.
+
+    Raises:
+        DatasetError: A scale leaving fewer than 2 nodes.
+    """
     num_nodes = int(round(base.num_nodes * scale))
     if num_nodes < 2:
         raise DatasetError(
@@ -349,6 +347,75 @@ def _rng(seed: int, stream: int, block: int) -> np.random.Generator:
     return np.random.Generator(
         np.random.Philox(np.random.SeedSequence(entropy=seed, spawn_key=(stream, block)))
     )
+
+
+def blocks(n: int, size: int) -> Iterator[tuple[int, int, int]]:
+    """``(b, lo, hi)`` of the fixed blocks of ``size`` rows over ``[0, n)``; ``b`` keys a stream."""
+    for b, lo in enumerate(range(0, n, size)):
+        yield b, lo, min(n, lo + size)
+
+
+def split_masks(
+    masks: dict[str, np.ndarray], lo: int, hi: int, u: np.ndarray, fracs: tuple[float, ...]
+) -> None:
+    """Rows ``[lo, hi)`` of the split masks from the uniforms ``u``.
+
+    Fractions ``(t, v, s)``: train ``[0, t)``, val ``[t, t + v)``, test ``[t + v, t + v + s)``.
+    """
+    t = float(fracs[0])
+    v = t + float(fracs[1])
+    s = v + float(fracs[2])
+    masks["train_mask"][lo:hi] = u < t
+    masks["val_mask"][lo:hi] = (u >= t) & (u < v)
+    masks["test_mask"][lo:hi] = (u >= v) & (u < s)
+
+
+def write_labels(
+    y: np.ndarray,
+    community: Callable[[int, int], np.ndarray],
+    label_noise: float,
+    redraw: Callable[[np.ndarray], np.ndarray],
+    seed: int,
+    stream: int,
+) -> None:
+    """Fill the int64 labels ``y`` block by block.
+
+    A label is the node's community (``community(lo, hi)``) or, with probability
+    ``label_noise``, ``redraw(u)`` of a uniform ``u`` (a stream of its own, so nothing else
+    changes with ``label_noise``).
+    """
+    rho = float(label_noise)
+    for b, lo, hi in blocks(int(y.shape[0]), NODE_BLOCK):
+        block = community(lo, hi).astype(np.int64)
+        if rho > 0.0:
+            u = _rng(seed, stream, b).random((2, hi - lo))
+            flip = u[0] < rho
+            block[flip] = redraw(u[1][flip])
+        y[lo:hi] = block
+
+
+def write_features(
+    x: np.ndarray,
+    mu: np.ndarray,
+    noise: np.float32,
+    community: Callable[[int, int], np.ndarray],
+    seed: int,
+    stream: int,
+    tick: Callable[[int], None],
+) -> None:
+    """Fill ``x`` ``[N, F]`` block by block: ``mu[community(lo, hi)] + noise * eps`` (float32).
+
+    Callers scale ``mu`` and ``noise`` by ``s = 1 / sqrt(1 + feature_noise**2)``, so every
+    feature has unit variance without a change of the signal-to-noise ratio and deep models
+    train at ordinary learning rates without a normalisation step.
+    """
+    n, f = int(x.shape[0]), int(x.shape[1])
+    for b, lo, hi in blocks(n, FEATURE_BLOCK):
+        block = _rng(seed, stream, b).standard_normal((hi - lo, f), dtype=np.float32)
+        block *= noise
+        block += mu[community(lo, hi)]
+        x[lo:hi] = block
+        tick(hi - lo)
 
 
 def _check_seed(seed: object) -> int:
@@ -455,20 +522,14 @@ def _node_draws(
     w = np.empty(n, dtype=np.float64)
     cdf = _class_cdf(spec)
     inv_shape = -1.0 / (float(spec.degree_exponent) - 1.0)
-    t = float(spec.train_frac)
-    v = t + float(spec.val_frac)
-    s = v + float(spec.test_frac)
-    for b, lo in enumerate(range(0, n, NODE_BLOCK)):
-        hi = min(n, lo + NODE_BLOCK)
+    fracs = (spec.train_frac, spec.val_frac, spec.test_frac)
+    for b, lo, hi in blocks(n, NODE_BLOCK):
         u = _rng(seed, _NODE_STREAM, b).random((3, hi - lo))
         z[lo:hi] = _draw_classes(cdf, u[0])
         np.subtract(1.0, u[1], out=u[1])  # (0, 1]
         np.power(u[1], inv_shape, out=w[lo:hi])  # Pareto(x_m = 1, shape = gamma - 1) >= 1
         if masks is not None:
-            u_split = u[2]
-            masks["train_mask"][lo:hi] = u_split < t
-            masks["val_mask"][lo:hi] = (u_split >= t) & (u_split < v)
-            masks["test_mask"][lo:hi] = (u_split >= v) & (u_split < s)
+            split_masks(masks, lo, hi, u[2], fracs)
     return z, w
 
 
@@ -478,16 +539,9 @@ def _write_labels(spec: SyntheticSpec, seed: int, z: np.ndarray, y: np.ndarray) 
     A label is the node's community or, with probability ``label_noise``, a class redrawn from
     the class distribution (a stream of its own, so nothing else changes with ``label_noise``).
     """
-    n, rho = int(spec.num_nodes), float(spec.label_noise)
     cdf = _class_cdf(spec)
-    for b, lo in enumerate(range(0, n, NODE_BLOCK)):
-        hi = min(n, lo + NODE_BLOCK)
-        block = z[lo:hi].astype(np.int64)
-        if rho > 0.0:
-            u = _rng(seed, _LABEL_STREAM, b).random((2, hi - lo))
-            flip = u[0] < rho
-            block[flip] = _draw_classes(cdf, u[1][flip])
-        y[lo:hi] = block
+    redraw = functools.partial(_draw_classes, cdf)
+    write_labels(y, lambda lo, hi: z[lo:hi], spec.label_noise, redraw, seed, _LABEL_STREAM)
 
 
 def _class_order(z: np.ndarray, class_lo: np.ndarray) -> np.ndarray:
@@ -561,23 +615,11 @@ def _centroids(spec: SyntheticSpec, seed: int) -> np.ndarray:
 def _write_features(
     spec: SyntheticSpec, seed: int, z: np.ndarray, x: np.ndarray, tick: Callable[[int], None]
 ) -> None:
-    """Fill ``x`` ``[N, F]`` block by block: ``x = (mu[z] + feature_noise * eps) / s`` (float32).
-
-    ``s = sqrt(1 + feature_noise**2)`` scales every feature to unit variance without changing the
-    signal-to-noise ratio, so deep models train at ordinary learning rates without a
-    normalisation step.
-    """
-    n, f = int(spec.num_nodes), int(spec.num_features)
+    """Fill ``x`` ``[N, F]``: ``x = (mu[z] + feature_noise * eps) / s`` (:func:`write_features`)."""
     scale = np.float32(1.0 / math.sqrt(1.0 + float(spec.feature_noise) ** 2))
     mu = _centroids(spec, seed) * scale
     noise = np.float32(spec.feature_noise) * scale
-    for b, lo in enumerate(range(0, n, FEATURE_BLOCK)):
-        hi = min(n, lo + FEATURE_BLOCK)
-        block = _rng(seed, _FEATURE_STREAM, b).standard_normal((hi - lo, f), dtype=np.float32)
-        block *= noise
-        block += mu[z[lo:hi]]
-        x[lo:hi] = block
-        tick(hi - lo)
+    write_features(x, mu, noise, lambda lo, hi: z[lo:hi], seed, _FEATURE_STREAM, tick)
 
 
 # ---------------------------------------------------------------------------- edge draws
@@ -677,6 +719,76 @@ def _cumsum_in_place(a: np.ndarray) -> None:
         seg[0] += carry
         np.cumsum(seg, out=seg)
         carry = int(seg[-1])
+
+
+def count_in_degrees(
+    ptr: np.ndarray,
+    chunks: list[tuple[int, int]],
+    draw: Callable[[int, int], tuple[np.ndarray, ...]],
+    num_draws: int,
+    tick: Callable[[int], None],
+) -> None:
+    """Pass 1: add the in-degree of both directions of every draw into ``ptr[1:]``."""
+    for b0, b1 in chunks:
+        src, dst = draw(b0, b1)[:2]
+        _add_counts(ptr[1:], src)
+        _add_counts(ptr[1:], dst)
+        tick(2 * (min(b1 * EDGE_BLOCK, num_draws) - b0 * EDGE_BLOCK))
+
+
+def cursor_positions(ptr: np.ndarray, fill: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Pass 2: the slots of the sorted destinations ``dst`` past their segments' fill counts.
+
+    ``fill[d]`` (the count placed so far in ``d``'s segment) advances by ``d``'s count.
+    """
+    first = np.ones(dst.size, dtype=bool)
+    first[1:] = dst[1:] != dst[:-1]
+    starts = np.flatnonzero(first)
+    group = np.cumsum(first) - 1
+    pos = ptr[dst] + fill[dst] + (np.arange(dst.size, dtype=np.int64) - starts[group])
+    fill[dst[starts]] += np.diff(np.append(starts, dst.size)).astype(fill.dtype)
+    return pos
+
+
+def node_ranges(
+    indptr: np.ndarray, chunk_edges: int
+) -> Iterator[tuple[int, int, int, int, np.ndarray]]:
+    """Destination ranges of about ``chunk_edges`` edges (one node at least; a hub may exceed it).
+
+    Yields ``(lo, hi, a, b, local)``: nodes ``[lo, hi)``, their edges ``[a, b)`` and each
+    edge's destination offset ``local`` (int64, ``dst - lo``).
+    """
+    n = int(indptr.shape[0]) - 1
+    lo = 0
+    while lo < n:
+        hi = int(np.searchsorted(indptr, indptr[lo] + chunk_edges, side="right")) - 1
+        hi = min(n, max(hi, lo + 1))
+        a, b = int(indptr[lo]), int(indptr[hi])
+        local = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(indptr[lo : hi + 1]))
+        yield lo, hi, a, b, local
+        lo = hi
+
+
+def sort_by_time(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    times: np.ndarray,
+    chunk_edges: int,
+    tick: Callable[[int], None],
+    *,
+    by_source: bool,
+) -> None:
+    """Sort each segment of ``(indices, times)`` by time, then source (``by_source``) or stably.
+
+    Destination ranges of about ``chunk_edges`` edges at a time (:func:`node_ranges`).
+    """
+    for _, _, a, b, local in node_ranges(indptr, chunk_edges):
+        seg_src, seg_t = np.asarray(indices[a:b]), np.asarray(times[a:b])
+        keys = (seg_src, seg_t, local) if by_source else (seg_t, local)
+        order = np.lexsort(keys)  # stable: without by_source, equal times keep their order
+        indices[a:b] = seg_src[order]
+        times[a:b] = seg_t[order]
+        tick(b - a)
 
 
 def _sort_pairs(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -786,11 +898,8 @@ def _generate(
 
     # pass 1: in-degree of every node in the symmetrised multigraph, counted into raw_ptr[1:]
     raw_ptr = np.zeros(n + 1, dtype=np.int64)
-    for b0, b1 in chunks:
-        src, dst = _draw_edges(spec, seed, nodes, b0, b1)
-        _add_counts(raw_ptr[1:], src)
-        _add_counts(raw_ptr[1:], dst)
-        tick(2 * (min(b1 * EDGE_BLOCK, spec.num_draws) - b0 * EDGE_BLOCK))
+    draw = functools.partial(_draw_edges, spec, seed, nodes)
+    count_in_degrees(raw_ptr, chunks, draw, spec.num_draws, tick)
     _cumsum_in_place(raw_ptr)
     num_raw = int(raw_ptr[-1])
     raw = sink.scratch(idx_dtype, (num_raw,))
@@ -799,34 +908,21 @@ def _generate(
     # the cursor is kept as the count placed so far, int32 while the edges fit
     fill = np.zeros(n, dtype=np.int32 if num_raw < 2**31 else np.int64)
     for b0, b1 in chunks:
-        s, d = _draw_edges(spec, seed, nodes, b0, b1)
+        s, d = draw(b0, b1)
         src, dst = np.concatenate([s, d]), np.concatenate([d, s])
         del s, d
         dst, src = _sort_pairs(dst, src)  # by (dst, src); pass 3 sorts segments anyway
-        first = np.ones(dst.size, dtype=bool)
-        first[1:] = dst[1:] != dst[:-1]
-        starts = np.flatnonzero(first)
-        group = np.cumsum(first) - 1
-        pos = raw_ptr[dst] + fill[dst] + (np.arange(dst.size, dtype=np.int64) - starts[group])
-        raw[pos] = src
-        fill[dst[starts]] += np.diff(np.append(starts, dst.size)).astype(fill.dtype)
-        del src, dst, pos, group, first, starts
+        raw[cursor_positions(raw_ptr, fill, dst)] = src
+        del src, dst
         tick(2 * (min(b1 * EDGE_BLOCK, spec.num_draws) - b0 * EDGE_BLOCK))
-    del fill, nodes
+    del fill, nodes, draw
 
     # pass 3: sort and deduplicate each node's segment, compacting in place
     indptr = sink.create("indptr", np.dtype(np.int64), (n + 1,))
     indptr[0] = 0
     written = 0
-    lo_node = 0
     pass3_base = tick.done
-    while lo_node < n:
-        hi_node = int(np.searchsorted(raw_ptr, raw_ptr[lo_node] + chunk_edges, side="right")) - 1
-        hi_node = min(n, max(hi_node, lo_node + 1))
-        a, b = int(raw_ptr[lo_node]), int(raw_ptr[hi_node])
-        local = np.repeat(
-            np.arange(hi_node - lo_node, dtype=np.int64), np.diff(raw_ptr[lo_node : hi_node + 1])
-        )
+    for lo_node, hi_node, a, b, local in node_ranges(raw_ptr, chunk_edges):
         seg_dst, seg_src = _sort_pairs(local, raw[a:b])
         del local
         keep = np.ones(seg_dst.size, dtype=bool)
@@ -837,7 +933,6 @@ def _generate(
         np.cumsum(kept, out=indptr[lo_node + 1 : hi_node + 1])
         indptr[lo_node + 1 : hi_node + 1] += written
         written += int(seg_src.size)
-        lo_node = hi_node
         tick.to(pass3_base + min(slots, b))
     tick.to(pass3_base + slots)
     del raw_ptr

@@ -49,7 +49,18 @@ import numpy as np
 from fleetgnn.errors import DatasetError, GraphError
 from fleetgnn.graph.csc import append_to_segments, index_dtype
 from fleetgnn.graph.hetero import HeteroSchema
-from fleetgnn.graph.synthetic import _check_chunk_edges, _check_seed, _is_real, _rng
+from fleetgnn.graph.synthetic import (
+    _check_chunk_edges,
+    _check_seed,
+    _is_real,
+    _rng,
+    blocks,
+    preset_and_scale,
+    sort_by_time,
+    split_masks,
+    write_features,
+    write_labels,
+)
 from fleetgnn.graph.typed_dataset import TypedDatasetWriter, relation_key
 
 NODE_BLOCK = 1 << 16
@@ -210,13 +221,7 @@ def typed_spec_for(preset: str, scale: float = 1.0) -> TypedSyntheticSpec:
     Raises:
         DatasetError: Unknown preset or a scale that is not a finite number > 0.
     """
-    if preset not in TYPED_PRESETS:
-        raise DatasetError(
-            f"unknown typed synthetic preset {preset!r}; valid: {', '.join(TYPED_PRESETS)}"
-        )
-    if not _is_real(scale) or float(scale) <= 0.0:
-        raise DatasetError(f"'scale' must be a finite number > 0 (got {scale!r})")
-    base, scale = TYPED_PRESETS[preset], float(scale)
+    base, scale = preset_and_scale(TYPED_PRESETS, preset, scale, "typed synthetic")
     if scale == 1.0:
         return base
     return dataclasses.replace(
@@ -266,27 +271,6 @@ def _draw_times(
         u = _rng(seed, _EDGE_TIME_STREAM + rid, b).random(m)
         out.append(np.minimum((u * h).astype(np.int64), h - 1))
     return np.concatenate(out) if out else np.zeros(0, np.int64)
-
-
-def _sort_by_time(
-    indptr: np.ndarray, indices: np.ndarray, times: np.ndarray, chunk_edges: int
-) -> None:
-    """Sort every segment of ``(indices, times)`` by time, ties in place order (stable).
-
-    Destination ranges of about ``chunk_edges`` edges at a time (one hub may exceed it).
-    """
-    n = indptr.shape[0] - 1
-    lo = 0
-    while lo < n:
-        hi = int(np.searchsorted(indptr, indptr[lo] + chunk_edges, side="right")) - 1
-        hi = min(n, max(hi, lo + 1))
-        a, b = int(indptr[lo]), int(indptr[hi])
-        local = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(indptr[lo : hi + 1]))
-        seg_src, seg_t = np.asarray(indices[a:b]), np.asarray(times[a:b])
-        order = np.lexsort((seg_t, local))  # stable: equal times keep their draw order
-        indices[a:b] = seg_src[order]
-        times[a:b] = seg_t[order]
-        lo = hi
 
 
 def prepare_typed_synthetic(
@@ -369,9 +353,9 @@ def prepare_typed_synthetic(
                     append_to_segments(times, at, dst, _draw_times(spec, seed, rid, lo, hi))
                 append_to_segments(indices, cursor, dst, src)
                 tick(dst.size)
-            if times is not None:  # pass 3: each destination's in-edges by time
-                _sort_by_time(indptr, indices, times, blocks_per_step * EDGE_BLOCK)
-                tick(e)
+            if times is not None:  # pass 3: each destination's in-edges by time, stably
+                chunk = blocks_per_step * EDGE_BLOCK
+                sort_by_time(indptr, indices, times, chunk, tick, by_source=False)
             del cursor, indptr
         _write_node_data(spec, seed, w, tick)
         if timed:
@@ -396,8 +380,7 @@ def _write_node_times(
     for ti, (t, n, _) in enumerate(spec.node_types):
         n = int(n)
         out = w.create(f"node_time/{t}", np.int64, (n,))
-        for b, lo in enumerate(range(0, n, NODE_BLOCK)):
-            hi = min(n, lo + NODE_BLOCK)
+        for b, lo, hi in blocks(n, NODE_BLOCK):
             u = _rng(seed, _NODE_TIME_STREAM + ti, b).random(hi - lo)
             out[lo:hi] = np.minimum((u * h).astype(np.int64), h - 1)
             tick(hi - lo)
@@ -408,6 +391,10 @@ def _write_node_data(
 ) -> None:
     c = int(spec.num_classes)
     s = 1.0 / math.sqrt(1.0 + float(spec.feature_noise) ** 2)
+
+    def community(lo: int, hi: int) -> np.ndarray:  # node v of any type is in community v mod C
+        return np.arange(lo, hi, dtype=np.int64) % c
+
     for ti, (t, n, f) in enumerate(spec.node_types):
         n, f = int(n), int(f)
         if not f:
@@ -415,27 +402,17 @@ def _write_node_data(
         mu = _rng(seed, _CENTROID_STREAM + ti, 0).standard_normal((c, f), dtype=np.float32)
         mu *= np.float32(s)
         x = w.create(f"x/{t}", np.float32, (n, f))
-        for b, lo in enumerate(range(0, n, FEATURE_BLOCK)):
-            hi = min(n, lo + FEATURE_BLOCK)
-            block = _rng(seed, _FEATURE_STREAM + ti, b).standard_normal((hi - lo, f), np.float32)
-            block *= np.float32(spec.feature_noise * s)
-            block += mu[np.arange(lo, hi) % c]
-            x[lo:hi] = block
-            tick(hi - lo)
+        noise = np.float32(spec.feature_noise * s)
+        write_features(x, mu, noise, community, seed, _FEATURE_STREAM + ti, tick)
     n = dict((t, int(k)) for t, k, _ in spec.node_types)[spec.target]
-    y = w.create("y", np.int64, (n,))
+
+    def redraw(u: np.ndarray) -> np.ndarray:  # uniform over the classes
+        return np.minimum((u * c).astype(np.int64), c - 1)
+
+    write_labels(
+        w.create("y", np.int64, (n,)), community, spec.label_noise, redraw, seed, _LABEL_STREAM
+    )
     masks = {m: w.create(m, np.bool_, (n,)) for m in ("train_mask", "val_mask", "test_mask")}
-    t1 = spec.train_frac
-    t2 = t1 + spec.val_frac
-    t3 = t2 + spec.test_frac
-    for b, lo in enumerate(range(0, n, NODE_BLOCK)):
-        hi = min(n, lo + NODE_BLOCK)
-        lab = np.arange(lo, hi, dtype=np.int64) % c
-        u = _rng(seed, _LABEL_STREAM, b).random((2, hi - lo))
-        redraw = u[0] < spec.label_noise
-        lab[redraw] = np.minimum((u[1][redraw] * c).astype(np.int64), c - 1)
-        y[lo:hi] = lab
-        v = _rng(seed, _SPLIT_STREAM, b).random(hi - lo)
-        masks["train_mask"][lo:hi] = v < t1
-        masks["val_mask"][lo:hi] = (v >= t1) & (v < t2)
-        masks["test_mask"][lo:hi] = (v >= t2) & (v < t3)
+    fracs = (spec.train_frac, spec.val_frac, spec.test_frac)
+    for b, lo, hi in blocks(n, NODE_BLOCK):
+        split_masks(masks, lo, hi, _rng(seed, _SPLIT_STREAM, b).random(hi - lo), fracs)

@@ -41,6 +41,7 @@ each edge at its destination's cursor, sort each destination's segment by time),
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
 
@@ -56,7 +57,6 @@ from fleetgnn.graph.synthetic import (
     NODE_BLOCK,
     Progress,
     SyntheticSpec,
-    _add_counts,
     _check_chunk_edges,
     _check_seed,
     _DiskSink,
@@ -66,12 +66,19 @@ from fleetgnn.graph.synthetic import (
     _node_draws,
     _Nodes,
     _nodes,
+    _preset,
     _rng,
     _Sink,
     _Ticker,
     _write_features,
     _write_labels,
+    blocks,
+    count_in_degrees,
+    cursor_positions,
     draw_pairs,
+    preset_and_scale,
+    scaled,
+    sort_by_time,
 )
 
 __all__ = [
@@ -144,20 +151,13 @@ TEMPORAL_PRESETS: dict[str, TemporalSpec] = {
     # an interaction stream (users and items, messages, transactions): 1M nodes, 20M edges over
     # 1000 time steps, half of the nodes changing community once
     "temporal-like": TemporalSpec(
-        base=SyntheticSpec(
-            num_nodes=1_000_000,
-            num_edges=20_000_000,
-            num_features=64,
-            num_classes=16,
-            train_frac=0.6,
-            val_frac=0.2,
-            test_frac=0.2,
-            homophily=0.8,
-            degree_exponent=2.5,
+        base=_preset(
+            "temporal-like",
+            (1_000_000, 20_000_000, 64, 16),
+            (0.6, 0.2, 0.2),
             feature_noise=3.0,
             label_noise=0.05,
             class_skew=0.5,
-            name="temporal-like",
         ),
         num_times=1000,
         phases=4,
@@ -172,29 +172,10 @@ def temporal_spec_for(preset: str, scale: float = 1.0) -> TemporalSpec:
     Raises:
         DatasetError: Unknown preset, a non-positive scale, or one leaving fewer than 2 nodes.
     """
-    if preset not in TEMPORAL_PRESETS:
-        raise DatasetError(
-            f"unknown temporal synthetic preset {preset!r}; valid: {', '.join(TEMPORAL_PRESETS)}"
-        )
-    spec = TEMPORAL_PRESETS[preset]
-    if not _is_real(scale) or float(scale) <= 0.0:
-        raise DatasetError(f"'scale' must be a finite number > 0 (got {scale!r})")
-    scale = float(scale)
-    if scale == 1.0:
-        return spec
-    n = int(round(spec.base.num_nodes * scale))
-    if n < 2:
-        raise DatasetError(
-            f"'scale' {scale:g} leaves {n} nodes of preset {preset!r}; use scale >= "
-            f"{2 / spec.base.num_nodes:.3g}"
-        )
-    base = dataclasses.replace(
-        spec.base,
-        num_nodes=n,
-        num_edges=int(round(spec.base.num_edges * scale)),
-        name=f"{preset}@{scale:g}",
+    spec, scale = preset_and_scale(TEMPORAL_PRESETS, preset, scale, "temporal synthetic")
+    return (
+        spec if scale == 1.0 else dataclasses.replace(spec, base=scaled(spec.base, preset, scale))
     )
-    return dataclasses.replace(spec, base=base)
 
 
 def temporal_communities(spec: TemporalSpec, seed: int = 0) -> tuple[np.ndarray, ...]:
@@ -216,8 +197,7 @@ def _drift(spec: TemporalSpec, seed: int, z0: np.ndarray) -> tuple[np.ndarray, n
     phase = np.full(n, p, dtype=np.int64)
     if c < 2:
         return z1, phase  # one community: nowhere to drift to
-    for b, lo in enumerate(range(0, n, NODE_BLOCK)):
-        hi = min(n, lo + NODE_BLOCK)
+    for b, lo, hi in blocks(n, NODE_BLOCK):
         u = _rng(seed, _DRIFT_STREAM, b).random((3, hi - lo))
         moves = u[0] < float(spec.drift)
         shift = 1 + np.minimum((u[1] * (c - 1)).astype(np.int64), c - 2)  # 1 .. C - 1
@@ -291,11 +271,8 @@ def _generate(
 
     # pass 1: in-degrees (both directions of every draw)
     indptr = np.zeros(n + 1, dtype=np.int64)
-    for b0, b1 in chunks:
-        s, d, _ = _draw_timed(spec, seed, tables, b0, b1)
-        _add_counts(indptr[1:], s)
-        _add_counts(indptr[1:], d)
-        tick(2 * (min(b1 * EDGE_BLOCK, base.num_draws) - b0 * EDGE_BLOCK))
+    draw = functools.partial(_draw_timed, spec, seed, tables)
+    count_in_degrees(indptr, chunks, draw, base.num_draws, tick)
     np.cumsum(indptr, out=indptr)
     e = int(indptr[-1])
     indices = sink.create("indices", idx_dtype, (e,))
@@ -304,37 +281,18 @@ def _generate(
     # pass 2: each edge at its destination's cursor (the draws regenerated)
     fill = np.zeros(n, dtype=np.int64)
     for b0, b1 in chunks:
-        s, d, t = _draw_timed(spec, seed, tables, b0, b1)
+        s, d, t = draw(b0, b1)
         src, dst, tt = np.concatenate([s, d]), np.concatenate([d, s]), np.concatenate([t, t])
         del s, d, t
         order = np.argsort(dst, kind="stable")
-        src, dst, tt = src[order], dst[order], tt[order]
-        first = np.ones(dst.size, dtype=bool)
-        first[1:] = dst[1:] != dst[:-1]
-        starts = np.flatnonzero(first)
-        group = np.cumsum(first) - 1
-        pos = indptr[dst] + fill[dst] + (np.arange(dst.size, dtype=np.int64) - starts[group])
-        indices[pos] = src
-        times[pos] = tt
-        fill[dst[starts]] += np.diff(np.append(starts, dst.size))
+        pos = cursor_positions(indptr, fill, dst[order])
+        indices[pos] = src[order]
+        times[pos] = tt[order]
         tick(2 * (min(b1 * EDGE_BLOCK, base.num_draws) - b0 * EDGE_BLOCK))
-    del fill, tables
+    del fill, tables, draw
 
     # pass 3: sort each destination's segment by (time, source), node ranges of ~chunk_edges
-    lo_node = 0
-    while lo_node < n:
-        hi_node = int(np.searchsorted(indptr, indptr[lo_node] + chunk_edges, side="right")) - 1
-        hi_node = min(n, max(hi_node, lo_node + 1))
-        a, b = int(indptr[lo_node]), int(indptr[hi_node])
-        local = np.repeat(
-            np.arange(hi_node - lo_node, dtype=np.int64), np.diff(indptr[lo_node : hi_node + 1])
-        )
-        seg_src, seg_t = np.asarray(indices[a:b]), np.asarray(times[a:b])
-        order = np.lexsort((seg_src, seg_t, local))
-        indices[a:b] = seg_src[order]
-        times[a:b] = seg_t[order]
-        lo_node = hi_node
-        tick(b - a)
+    sort_by_time(indptr, indices, times, chunk_edges, tick, by_source=True)
     sink.create("indptr", np.dtype(np.int64), (n + 1,))[:] = indptr
     tick.to(tick.total)
 
