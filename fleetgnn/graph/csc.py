@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -79,19 +79,27 @@ def index_dtype(num_nodes: int) -> np.dtype:
 
 
 def append_to_segments(
-    out: np.ndarray, cursor: np.ndarray, dst: np.ndarray, src: np.ndarray
+    out: np.ndarray,
+    cursor: np.ndarray,
+    dst: np.ndarray,
+    src: np.ndarray,
+    also: Sequence[tuple[np.ndarray, np.ndarray]] = (),
 ) -> None:
     """Append ``src[i]`` to the segment of ``dst[i]`` at ``cursor[dst[i]]``, keeping input order.
 
     Vectorised, without ``np.add.at``: a stable sort groups the chunk by destination, the rank of
     an edge inside its group is its offset past the cursor, and each cursor then advances by the
-    group's size.
+    group's size. Each ``(out_k, values_k)`` of ``also`` (per-edge data of the same chunk: times,
+    line numbers) is written to the same positions, ``out_k[pos] = values_k``, so one cursor
+    serves every array scattered alongside ``src``.
     """
     order = np.argsort(dst, kind="stable")
     d = dst[order].astype(np.int64)
     first = np.searchsorted(d, d, side="left")
     pos = cursor[d] + (np.arange(d.size, dtype=np.int64) - first)
     out[pos] = src[order]
+    for other, values in also:
+        other[pos] = np.asarray(values)[order]
     uniq, cnt = np.unique(d, return_counts=True)
     cursor[uniq] += cnt
 

@@ -1,4 +1,4 @@
-"""OGB node-property datasets (``ogbn-*``) from their raw CSV files, streamed to a dataset folder.
+"""OGB datasets' raw CSV files (``ogbn-*``, and ``ogbl-*`` graphs), streamed to a dataset folder.
 
 Input layout (as unpacked from the OGB release; ``root`` is e.g. ``.../ogbn_products``)::
 
@@ -9,7 +9,15 @@ Input layout (as unpacked from the OGB release; ``root`` is e.g. ``.../ogbn_prod
     raw/node-label.csv.gz        optional: N lines, one label each ("nan" = unlabelled)
     raw/edge-feat.csv.gz         optional: E lines of D comma-separated floats (edge_attr; read
                                  for a directed prepare, ignored with a warning for undirected)
+    raw/edge_year.csv.gz         optional: E lines, one integer time >= 0 each, line i the time
+                                 of edge i (ogbl-collab's years): the graph's edge_time
+    raw/node_year.csv.gz         optional: N lines, one integer time >= 0 each (ogbn-arxiv's and
+                                 ogbn-papers100M's publication years): the graph's node_time
     split/<split_name>/{train,valid,test}.csv.gz   optional: one node ID per line
+
+Other files (``edge_weight.csv.gz``, ``node_species.csv.gz``, link splits in ``.pt`` files)
+are not read. The time files are the ones OGB's own reader takes as ``additional_edge_files`` /
+``additional_node_files``; a dataset gets ``edge_time`` and ``node_time`` only from them.
 
 Memory stays bounded by ``O(N + chunk_rows * F)`` whatever ``E`` is: edges are parsed in chunks
 into temporary ``.npy`` memory maps next to ``out``, then the CSC arrays are built by a two-pass
@@ -47,6 +55,10 @@ from fleetgnn.graph.loaders._io import (
 )
 
 SPLIT_FILES: dict[str, str] = {"train_mask": "train", "val_mask": "valid", "test_mask": "test"}
+#: OGB's time files under ``raw/``: one integer per edge (``edge_time``) and per node
+#: (``node_time``); a typed layout keeps a type's node times in ``raw/node-feat/TYPE/``.
+EDGE_TIME_FILE = "edge_year.csv.gz"
+NODE_TIME_FILE = "node_year.csv.gz"
 #: Bytes held per node at the peak: degree counters and their ``bincount`` (or ``indptr`` and
 #: the cursors, or the deduplicated degrees), labels, split owners and masks.
 NODE_BYTES = 32
@@ -80,35 +92,94 @@ def _add_counts(counts: np.ndarray, ids: np.ndarray) -> None:
         counts[uniq] += cnt
 
 
-def _dedup_segments(buf: np.ndarray, indptr: np.ndarray, chunk_edges: int) -> np.ndarray:
+def _node_ranges(indptr: np.ndarray, chunk_edges: int) -> Iterator[tuple[int, int]]:
+    """Node ranges ``[lo, hi)`` covering ``[0, N)`` that hold about ``chunk_edges`` edges each.
+
+    A range holds at least one node, so a node with more in-edges than that is a range alone.
+    """
+    n = indptr.size - 1
+    lo = 0
+    while lo < n:
+        hi = int(np.searchsorted(indptr, indptr[lo] + chunk_edges, side="right")) - 1
+        hi = min(n, max(hi, lo + 1))
+        yield lo, hi
+        lo = hi
+
+
+def _local_ids(indptr: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """For every edge of nodes ``lo..hi``, its destination minus ``lo`` (int64, CSC order)."""
+    return np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(indptr[lo : hi + 1]))
+
+
+def _sort_segments_by_time(
+    indptr: np.ndarray, time: np.ndarray, moved: list[np.ndarray], chunk_edges: int
+) -> None:
+    """Sort every CSC segment of ``time`` by time in place, moving ``moved`` alike.
+
+    The sort is stable, so edges of one destination with equal times keep their order (the
+    file's, as scattered); each array of ``moved`` (one entry per edge, aligned with ``time``:
+    the sources, the line numbers) is permuted with it. Node ranges holding about
+    ``chunk_edges`` edges are read, sorted and written back one at a time.
+    """
+    for lo, hi in _node_ranges(indptr, chunk_edges):
+        a, b = int(indptr[lo]), int(indptr[hi])
+        t = np.asarray(time[a:b])
+        order = np.lexsort((t, _local_ids(indptr, lo, hi)))
+        if np.array_equal(order, np.arange(b - a)):
+            continue  # already in time order (a file sorted by time)
+        time[a:b] = t[order]
+        for arr in moved:
+            arr[a:b] = np.asarray(arr[a:b])[order]
+
+
+def _dedup_segments(
+    buf: np.ndarray,
+    indptr: np.ndarray,
+    chunk_edges: int,
+    time: np.ndarray | None = None,
+    mirror: np.ndarray | None = None,
+) -> np.ndarray:
     """Sort every CSC segment of ``buf`` and drop repeated sources, compacting ``buf`` in place.
 
     Node ranges holding about ``chunk_edges`` edges are processed at a time (a single node may
     exceed that). The write position never passes the read position, so compaction in place is
     safe once a range has been read.
 
+    With ``time`` (each entry's time) and ``mirror`` (``1`` where the entry is an added reverse
+    edge, ``0`` where it is an edge of the file), the entry kept of a repeated source is the one
+    :meth:`~fleetgnn.graph.csc.Graph.to_undirected` keeps: an edge of the file before a mirror,
+    then the earliest; each segment is then sorted by ``(time, source)`` and ``time`` compacted
+    alongside ``buf``.
+
     Returns:
-        The new ``indptr`` (int64 ``[N + 1]``); ``buf[:indptr[-1]]`` holds the result.
+        The new ``indptr`` (int64 ``[N + 1]``); ``buf[:indptr[-1]]`` (and ``time[:indptr[-1]]``)
+        holds the result.
     """
     n = indptr.size - 1
     new_deg = np.zeros(n, dtype=np.int64)
     write = 0
-    lo = 0
-    while lo < n:
-        hi = int(np.searchsorted(indptr, indptr[lo] + chunk_edges, side="right")) - 1
-        hi = min(n, max(hi, lo + 1))
+    for lo, hi in _node_ranges(indptr, chunk_edges):
         a, b = int(indptr[lo]), int(indptr[hi])
         seg = np.asarray(buf[a:b], dtype=np.int64)
-        local = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(indptr[lo : hi + 1]))
-        order = np.lexsort((seg, local))
+        local = _local_ids(indptr, lo, hi)
+        # by (node, source[, file edge before mirror, time]): the first of each source is kept
+        keys = [seg, local]
+        if time is not None and mirror is not None:
+            t = np.asarray(time[a:b])
+            keys = [t, np.asarray(mirror[a:b]), *keys]
+        order = np.lexsort(keys)
         seg, local = seg[order], local[order]
         keep = np.ones(seg.size, dtype=bool)
         keep[1:] = (seg[1:] != seg[:-1]) | (local[1:] != local[:-1])
-        kept = seg[keep]
+        kept, kept_local = seg[keep], local[keep]
+        if time is not None and mirror is not None:
+            kept_time = t[order][keep]
+            by_time = np.lexsort((kept, kept_time, kept_local))  # sources are unique now
+            kept, kept_time = kept[by_time], kept_time[by_time]
+            time[write : write + kept.size] = kept_time
         buf[write : write + kept.size] = kept
-        new_deg[lo:hi] = np.bincount(local[keep], minlength=hi - lo)
+        new_deg[lo:hi] = np.bincount(kept_local, minlength=hi - lo)
         write += kept.size
-        lo = hi
     out = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(new_deg, out=out[1:])
     return out
@@ -147,6 +218,49 @@ def _edge_chunks(edge_file: Path, e: int, chunk_rows: int) -> Iterator[tuple[int
         raise DatasetError(
             f"'{edge_file}' has {seen} lines but num-edge-list.csv.gz says {e} edges; "
             f"the file is truncated or the files do not belong together"
+        )
+
+
+def read_times(
+    path: Path, out: np.ndarray, chunk_rows: int, counted: str, unit: str = "node"
+) -> None:
+    """Stream ``path`` (one integer time ``>= 0`` per line, ``len(out)`` lines) into ``out``.
+
+    Args:
+        path: An OGB time file (``edge_year.csv.gz``, ``node_year.csv.gz``).
+        out: The int64 array to fill (a memory map), one time per ``unit``.
+        chunk_rows: Lines read per step.
+        counted: The file that declared ``len(out)``, for messages.
+        unit: ``"edge"`` or ``"node"``, for messages.
+
+    Raises:
+        DatasetError: A line that is not one integer (a fraction, a word, ``nan``), a negative
+            time, or more or fewer lines than ``len(out)``: one line naming the file (and the
+            line).
+    """
+    count = int(out.shape[0])
+    table = Table(path, np.dtype(np.int64), 1, ",", None, f"one integer time >= 0 per {unit}")
+    seen = 0
+    for first, lines in iter_line_chunks(path, chunk_rows):
+        if seen + len(lines) > count:
+            raise DatasetError(
+                f"'{path}' has more than {count} lines, the {unit} count in {counted} (line "
+                f"{count + 1}: {short(lines[count - seen])}); one time per {unit} is needed"
+            )
+        t = table.parse(lines, first)[:, 0]
+        neg = np.flatnonzero(t < 0)
+        if neg.size:
+            r = int(neg[0])
+            raise DatasetError(
+                f"'{path}', line {first + r}: {unit} time {int(t[r])} is negative; times must "
+                f"be integers >= 0: shift them by their minimum"
+            )
+        out[seen : seen + t.size] = t
+        seen += t.size
+    if seen != count:
+        raise DatasetError(
+            f"'{path}' has {seen} lines but {counted} says {count} {unit}s; one time per {unit} "
+            f"is needed (the file may be truncated)"
         )
 
 
@@ -212,11 +326,27 @@ def prepare_ogb(
        temporary map in file order, and pass 2 scatters each edge's line number beside its
        source, so ``edge_attr`` is then gathered into CSC order chunk by chunk. An undirected
        prepare merges edges, whose features would have to be merged too: it ignores them with a
-       warning.
+       warning;
+    6. edge times (``edge_year.csv.gz``, line ``i`` for edge ``i``) are streamed into a
+       temporary map in file order and scattered by pass 2 beside their sources; each node's
+       segment is then sorted by time, stably (equal times keep the file's order), over node
+       ranges of about ``chunk_rows`` edges, moving the sources and line numbers (so
+       ``edge_attr``) with it. The result equals
+       ``from_edges(src, dst, edge_attr=..., edge_time=...)`` of the file's edges, bit for bit;
+    7. node times (``node_year.csv.gz``) are streamed into ``node_time``.
+
+    With ``undirected`` and edge times, a reverse edge gets the time of the edge it mirrors, and
+    merging follows :meth:`~fleetgnn.graph.csc.Graph.to_undirected`: an edge of the file keeps
+    its own time, the earliest of its duplicates (an edge written once per year, as ogbl-collab
+    writes a collaboration, exists from its first year), and an edge only added as a reverse the
+    earliest of the edges it mirrors; each node's in-neighbours are then sorted by time, then ID.
+    The result equals ``from_edges(..., edge_time=...).to_undirected()``.
 
     Labels: ``nan`` marks an unlabelled node (``y = -1``); other values must be integers >= 0.
-    A malformed line raises :class:`DatasetError` with the file name and line number; counts
-    that disagree with ``num-node-list`` / ``num-edge-list`` are refused too.
+    Times must be integers >= 0, one per line. A malformed line raises :class:`DatasetError`
+    with the file name and line number; counts that disagree with ``num-node-list`` /
+    ``num-edge-list`` are refused too. ``meta.json`` records ``has_edge_time`` /
+    ``edge_time_range`` and ``has_node_time`` / ``node_time_range`` when the times were read.
 
     Args:
         root: The dataset folder holding ``raw/`` and ``split/``.
@@ -224,7 +354,7 @@ def prepare_ogb(
         name: Name of the split subdirectory of ``split/``; needed only when there are several.
         overwrite: Replace an existing ``out`` once the new dataset is complete.
         chunk_rows: Lines (and edges) handled per step.
-        undirected: Store every reverse edge too (and merge duplicates).
+        undirected: Store every reverse edge too (and merge duplicates, their times as above).
         dataset_name: Name stored in ``meta.json`` (default: the name of ``root``).
         max_bytes: The memory the conversion may use (``prepare --max-memory``; default: half
             of this machine's memory): a node count needing more (:data:`NODE_BYTES` per node)
@@ -270,6 +400,8 @@ def prepare_ogb(
             f"features; prepare without --undirected to keep them as edge_attr",
             stacklevel=2,
         )
+    time_file = raw / EDGE_TIME_FILE
+    timed = time_file.is_file()
 
     name_ = dataset_name or root.name
     with DatasetWriter(out, name=name_, overwrite=overwrite, feature_dtype=feature_dtype) as w:
@@ -301,22 +433,40 @@ def prepare_ogb(
             indptr = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(counts, out=indptr[1:])
             del counts
+            t_time = ctime = mirror = t_eid = None
+            if timed:  # file order, then scattered beside the sources
+                t_time = create_npy(Path(tmp) / "time.npy", np.int64, (e,), fix)
+                read_times(time_file, t_time, chunk_rows, "num-edge-list.csv.gz", "edge")
+                if undirected:
+                    ctime = create_npy(Path(tmp) / "ctime.npy", np.int64, (total,), fix)
+                    mirror = create_npy(Path(tmp) / "mirror.npy", np.int8, (total,), fix)
+                else:
+                    ctime = w.create("edge_time", np.int64, (e,))
             if undirected:
                 target = create_npy(Path(tmp) / "csc.npy", idt, (total,), fix)
             else:
                 target = w.create("indices", idt, (total,))
-            cursor = indptr[:-1].copy()
-            start = cursor.copy() if with_attr else None
-            for lo, hi in _chunks(e, chunk_rows):
-                append_to_segments(
-                    target, cursor, np.asarray(t_dst[lo:hi]), np.asarray(t_src[lo:hi])
-                )
-            if with_attr and start is not None:
-                # the line number (edge ID in the file) of every CSC position, scattered alike
+            if with_attr:  # the line number (edge ID in the file) of every CSC position
                 t_eid = create_npy(Path(tmp) / "eid.npy", np.int64, (e,), fix)
+            cursor = indptr[:-1].copy()
+            for rev in (False, True) if undirected else (False,):
+                ends = (t_src, t_dst) if rev else (t_dst, t_src)
                 for lo, hi in _chunks(e, chunk_rows):
-                    append_to_segments(t_eid, start, np.asarray(t_dst[lo:hi]), np.arange(lo, hi))
-                del start
+                    also: list[tuple[np.ndarray, np.ndarray]] = []
+                    if ctime is not None and t_time is not None:
+                        also.append((ctime, t_time[lo:hi]))
+                    if mirror is not None:
+                        also.append((mirror, np.full(hi - lo, int(rev), np.int8)))
+                    if t_eid is not None:
+                        also.append((t_eid, np.arange(lo, hi)))
+                    append_to_segments(
+                        target, cursor, np.asarray(ends[0][lo:hi]), np.asarray(ends[1][lo:hi]), also
+                    )
+            del cursor, t_time
+            if ctime is not None and not undirected:
+                moved = [target] if t_eid is None else [target, t_eid]
+                _sort_segments_by_time(indptr, ctime, moved, chunk_rows)
+            if t_eid is not None:
                 feat = _write_features(
                     w,
                     edge_feat,
@@ -331,22 +481,26 @@ def prepare_ogb(
                     attr[lo:hi] = feat[np.asarray(t_eid[lo:hi])]
                 del t_eid, feat, attr
             if undirected:
-                for lo, hi in _chunks(e, chunk_rows):
-                    append_to_segments(
-                        target, cursor, np.asarray(t_src[lo:hi]), np.asarray(t_dst[lo:hi])
-                    )
-            del cursor
-            if undirected:
-                indptr = _dedup_segments(target, indptr, chunk_rows)
-                final = w.create("indices", idt, (int(indptr[-1]),))
-                for lo, hi in _chunks(int(indptr[-1]), chunk_rows):
+                indptr = _dedup_segments(target, indptr, chunk_rows, ctime, mirror)
+                m = int(indptr[-1])
+                final = w.create("indices", idt, (m,))
+                final_time = None if ctime is None else w.create("edge_time", np.int64, (m,))
+                for lo, hi in _chunks(m, chunk_rows):
                     final[lo:hi] = target[lo:hi]
-            del target, t_src, t_dst
+                    if final_time is not None and ctime is not None:
+                        final_time[lo:hi] = ctime[lo:hi]
+                del final, final_time
+            del target, t_src, t_dst, ctime, mirror
         w.put("indptr", indptr)
 
         feat_file = raw / "node-feat.csv.gz"
         if feat_file.is_file():
             _write_features(w, feat_file, n, chunk_rows)
+        node_time_file = raw / NODE_TIME_FILE
+        if node_time_file.is_file():
+            node_time = w.create("node_time", np.int64, (n,))
+            read_times(node_time_file, node_time, chunk_rows, "num-node-list.csv.gz")
+            del node_time
         label_file = raw / "node-label.csv.gz"
         y = _read_labels(label_file, n, chunk_rows) if label_file.is_file() else None
         num_classes = None
