@@ -27,8 +27,11 @@ def _gz(path: Path, lines) -> None:
         f.write("".join(f"{line}\n" for line in lines))
 
 
-def _write_mag(root: Path, seed=0):
-    """A small ogbn-mag-like raw folder, as OGB lays it out; returns the in-memory graph."""
+def _write_mag(root: Path, seed=0, years=True):
+    """A small ogbn-mag-like raw folder, as OGB lays it out; returns the in-memory graph.
+
+    With ``years`` the papers have ``node_year.csv.gz`` (their node times), as in ogbn-mag.
+    """
     rng = np.random.default_rng(seed)
     raw = root / "raw"
     types = sorted(COUNTS)
@@ -49,7 +52,9 @@ def _write_mag(root: Path, seed=0):
         raw / "node-feat" / "paper" / "node-feat.csv.gz",
         [",".join(map(repr, r.tolist())) for r in x],
     )
-    _gz(raw / "node-feat" / "paper" / "node_year.csv.gz", [2019] * COUNTS["paper"])  # ignored
+    year = rng.integers(2010, 2020, COUNTS["paper"])
+    if years:  # where OGB's read_csv_heterograph_raw reads additional node files
+        _gz(raw / "node-feat" / "paper" / "node_year.csv.gz", year)
     _gz(
         raw / "nodetype-has-label.csv.gz",
         [",".join(types), ",".join(str(t == "paper") for t in types)],
@@ -69,7 +74,10 @@ def _write_mag(root: Path, seed=0):
         masks[key] = np.zeros(COUNTS["paper"], bool)
         masks[key][parts[stem]] = True
     schema = HeteroSchema(tuple(types), tuple(COUNTS[t] for t in types), tuple(RELS), "paper")
-    return from_typed_edges(schema, edges, x={"paper": x}, y=y, num_classes=4, **masks)
+    node_time = {"paper": year} if years else None
+    return from_typed_edges(
+        schema, edges, x={"paper": x}, y=y, num_classes=4, node_time=node_time, **masks
+    )
 
 
 def _same(got, want):
@@ -82,6 +90,10 @@ def _same(got, want):
         np.testing.assert_array_equal(got.x[t], want.x[t])
     for k in ("y", "train_mask", "val_mask", "test_mask"):
         np.testing.assert_array_equal(getattr(got, k), getattr(want, k))
+    assert set(got.node_time) == set(want.node_time) and not got.edge_time
+    for t in want.node_time:
+        assert got.node_time[t].dtype == np.int64
+        np.testing.assert_array_equal(got.node_time[t], want.node_time[t])
 
 
 @pytest.mark.parametrize("chunk_rows", [3, 10**6])
@@ -105,6 +117,23 @@ def test_add_reverse_equals_add_reverse_relations(tmp_path, chunk_rows):
     assert ("paper", "rev_writes", "author") in got.schema.relations
     assert ("paper", "rev_cites", "paper") in got.schema.relations
     _same(got, want)
+
+
+def test_node_year_gives_the_type_node_times(tmp_path):
+    """ogbn-mag's paper years become ``node_time/paper``, recorded in ``meta.json``."""
+    want = _write_mag(tmp_path / "ogbn_mag")
+    out = prepare_ogb_hetero(tmp_path / "ogbn_mag", tmp_path / "ds", chunk_rows=4)
+    got = open_typed_dataset(out)
+    assert set(got.node_time) == {"paper"}
+    np.testing.assert_array_equal(got.node_time["paper"], want.node_time["paper"])
+    meta, _ = read_typed_meta(out)
+    year = want.node_time["paper"]
+    assert meta["has_node_time"] is True and "has_edge_time" not in meta
+    assert meta["node_time_range"] == [int(year.min()), int(year.max())]
+    _write_mag(tmp_path / "plain", years=False)  # without the file: no node times, no keys
+    plain = prepare_ogb_hetero(tmp_path / "plain", tmp_path / "ds2")
+    assert not open_typed_dataset(plain).node_time
+    assert "has_node_time" not in read_typed_meta(plain)[0]
 
 
 def _break(root: Path, what: str) -> str:
@@ -131,6 +160,16 @@ def _break(root: Path, what: str) -> str:
     if what == "edge_count":
         _gz(writes / "num-edge-list.csv.gz", [40])
         return "has 27 lines but num-edge-list.csv.gz says 40"
+    years = raw / "node-feat" / "paper" / "node_year.csv.gz"
+    if what == "year_negative":
+        _gz(years, [2019] * 7 + [-1] + [2019] * 22)
+        return r"node_year\.csv\.gz', line 8: node time -1 is negative"
+    if what == "year_fraction":
+        _gz(years, [2019] * 3 + ["2019.5"] + [2019] * 26)
+        return r"node_year\.csv\.gz', line 4, column 1: cannot parse '2019\.5' as an integer"
+    if what == "year_count":
+        _gz(years, [2019] * 29)
+        return r"has 29 lines but num-node-dict\.csv\.gz \('paper'\) says 30 nodes"
     if what == "split_type":
         _gz(root / "split" / "time" / "nodetype-has-split.csv.gz", ["author,paper", "True,False"])
         return "no split of the target type 'paper'"
@@ -147,6 +186,9 @@ def _break(root: Path, what: str) -> str:
         "type_list",
         "count_row",
         "edge_count",
+        "year_negative",
+        "year_fraction",
+        "year_count",
         "split_type",
     ],
 )

@@ -8,12 +8,17 @@ Input layout (what OGB's ``read_csv_heterograph_raw``, ``read_node_label_hetero`
     raw/relations/S___R___D/edge.csv.gz          "src,dst" per line (type-local IDs)
     raw/relations/S___R___D/num-edge-list.csv.gz one integer: E of the relation
     raw/node-feat/TYPE/node-feat.csv.gz optional: N_TYPE lines of F_TYPE floats
+    raw/node-feat/TYPE/node_year.csv.gz optional: N_TYPE lines, one integer time >= 0 each
+                                        (ogbn-mag's paper years): the type's node_time
     raw/nodetype-has-label.csv.gz       optional: header of types; one row True/False
     raw/node-label/TYPE/node-label.csv.gz        labels of a type marked True ("nan": none)
     split/SCHEME/nodetype-has-split.csv.gz       header of types; one row True/False
     split/SCHEME/TYPE/{train,valid,test}.csv.gz  one type-local node ID per line
 
-Other files (``edge_reltype.csv.gz``, ``node_year.csv.gz``, ``edge-feat.csv.gz``) are ignored.
+``node_year.csv.gz`` sits where OGB's ``read_csv_heterograph_raw`` reads a type's additional
+node files, beside its features; each type that has one gets node times (``node_time/TYPE``),
+in the unit of the file (years). Other files (``edge_reltype.csv.gz``, ``edge-feat.csv.gz``)
+are ignored; the relations get no edge times.
 Node types and relations are taken in sorted order, as OGB sorts them. Labels and splits belong
 to one target type (the one type ``nodetype-has-label`` marks, or ``target``).
 
@@ -44,6 +49,7 @@ from fleetgnn.graph.loaders._io import (
 )
 from fleetgnn.graph.loaders.ogb import (
     NODE_BYTES,
+    NODE_TIME_FILE,
     _add_counts,
     _check_edge_count,
     _chunks,
@@ -53,6 +59,7 @@ from fleetgnn.graph.loaders.ogb import (
     _split_dir,
     _write_features,
     _write_splits,
+    read_times,
 )
 from fleetgnn.graph.typed_dataset import TypedDatasetWriter, relation_key
 
@@ -211,7 +218,10 @@ def prepare_ogb_hetero(
     Each relation's ``edge.csv.gz`` line ``i`` is the edge ``src -> dst`` (type-local IDs),
     kept in file order within each destination, duplicates kept. With ``add_reverse``, every
     relation ``(s, r, d)`` whose reverse is absent also gets ``(d, rev_r, s)``, equal to
-    :func:`~fleetgnn.graph.hetero.add_reverse_relations` of the result without it.
+    :func:`~fleetgnn.graph.hetero.add_reverse_relations` of the result without it. A type's
+    ``raw/node-feat/TYPE/node_year.csv.gz`` (one integer time ``>= 0`` per node, as ogbn-mag
+    gives its papers' years) becomes its node times (``node_time/TYPE``; ``meta.json`` then
+    records ``has_node_time`` and ``node_time_range``).
 
     Args:
         root: The dataset folder holding ``raw/`` and ``split/``.
@@ -302,6 +312,11 @@ def prepare_ogb_hetero(
             feat = raw / "node-feat" / t / "node-feat.csv.gz"
             if feat.is_file():
                 _write_features(w, feat, n_of[t], chunk_rows, name=f"x/{t}", counted=LAYOUT_MARK)
+            time_file = raw / "node-feat" / t / NODE_TIME_FILE
+            if time_file.is_file():
+                times = w.create(f"node_time/{t}", np.int64, (n_of[t],))
+                read_times(time_file, times, chunk_rows, f"{LAYOUT_MARK} ({t!r})")
+                del times
         y = None
         num_classes = None
         if target is not None and labelled:
