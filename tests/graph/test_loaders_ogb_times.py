@@ -168,3 +168,17 @@ def test_without_time_files_there_are_no_times(tmp_path):
     (root / "raw" / "node_year.csv.gz").unlink()
     g = open_dataset(prepare_ogb(root, tmp_path / "ds", overwrite=True))
     assert g.node_time is None
+
+
+def test_an_ogbl_split_of_pt_files_is_skipped_with_a_warning(tmp_path):
+    """ogbl-collab keeps its split in ``split/time/*.pt``: the graph and its times are read."""
+    root = tmp_path / "ogbl_collab"
+    src, dst, edge_year, data, n = _write_timed(root)
+    for stem in ("train", "valid", "test"):
+        (root / "split" / "sales" / f"{stem}.csv.gz").unlink()
+        (root / "split" / "sales" / f"{stem}.pt").write_bytes(b"not read")
+    with pytest.warns(UserWarning, match=r"sales' holds OGB link-prediction splits .* not read"):
+        out = prepare_ogb(root, tmp_path / "ds")
+    g = open_dataset(out)
+    assert g.train_mask is None and read_meta(out)["split"] is None
+    np.testing.assert_array_equal(g.edge_time, _reference(src, dst, edge_year, data, n).edge_time)

@@ -14,10 +14,12 @@ Input layout (as unpacked from the OGB release; ``root`` is e.g. ``.../ogbn_prod
     raw/node_year.csv.gz         optional: N lines, one integer time >= 0 each (ogbn-arxiv's and
                                  ogbn-papers100M's publication years): the graph's node_time
     split/<split_name>/{train,valid,test}.csv.gz   optional: one node ID per line
+                                 (an ogbl-* split, train.pt ..., is not read: a warning)
 
-Other files (``edge_weight.csv.gz``, ``node_species.csv.gz``, link splits in ``.pt`` files)
-are not read. The time files are the ones OGB's own reader takes as ``additional_edge_files`` /
-``additional_node_files``; a dataset gets ``edge_time`` and ``node_time`` only from them.
+The time files are the ones OGB's own reader takes as ``additional_edge_files`` /
+``additional_node_files``. Other files (``edge_weight.csv.gz``, ``node_species.csv.gz``, link
+splits in ``.pt`` files) are not read, so an ``ogbl-*`` folder (ogbl-collab) gives its graph with
+the edge times and no split masks: a link task splits the edges itself (by time, with times).
 
 Memory stays bounded by ``O(N + chunk_rows * F)`` whatever ``E`` is: edges are parsed in chunks
 into temporary ``.npy`` memory maps next to ``out``, then the CSC arrays are built by a two-pass
@@ -264,6 +266,11 @@ def read_times(
         )
 
 
+def _is_link_split(split_dir: Path) -> bool:
+    """Whether ``split_dir`` is an ``ogbl-*`` split (``train.pt``), not a node split."""
+    return not (split_dir / "train.csv.gz").exists() and (split_dir / "train.pt").is_file()
+
+
 def _split_dir(root: Path, name: str | None) -> Path | None:
     split_root = root / "split"
     if name is not None:
@@ -390,6 +397,14 @@ def prepare_ogb(
     budget.take(f"'{node_file}' declares {n} nodes", n * NODE_BYTES)
     _check_edge_count(edge_file, edge_count_file, e)
     split_dir = _split_dir(root, name)
+    if split_dir is not None and _is_link_split(split_dir):
+        warnings.warn(
+            f"'{split_dir}' holds OGB link-prediction splits (train.pt, ...), which are not "
+            f"read: the dataset gets no split masks, and 'fleetgnn train --task link' splits "
+            f"its edges itself (by time when they have times)",
+            stacklevel=2,
+        )
+        split_dir = None
     idt = index_dtype(n)
     total = 2 * e if undirected else e
     edge_feat = raw / "edge-feat.csv.gz"
