@@ -136,6 +136,18 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "ogb",
         help="OGB node-property raw layout (raw/*.csv.gz, split/*), homogeneous or typed "
         "(ogbn-mag's)",
+        description="Convert an OGB dataset folder as unpacked from its release, streamed in "
+        "bounded memory. Homogeneous layout, under raw/: edge.csv.gz ('src,dst' per line), "
+        "num-node-list.csv.gz and num-edge-list.csv.gz (one integer each); optional "
+        "node-feat.csv.gz (features), node-label.csv.gz (labels, 'nan' = unlabelled), "
+        "edge-feat.csv.gz (edge_attr), edge_year.csv.gz (one integer time >= 0 per edge, "
+        "ogbl-collab's years: edge_time, each node's in-edges sorted by time) and "
+        "node_year.csv.gz (one per node, ogbn-arxiv's years: node_time); and "
+        "split/NAME/{train,valid,test}.csv.gz; other files (edge_weight.csv.gz) are not "
+        "read. With --undirected a reverse edge takes its edge's time and duplicates of an "
+        "edge keep the earliest. Typed layout (ogbn-mag's, detected by "
+        "raw/num-node-dict.csv.gz): the per-type and per-relation files as OGB lays them out; "
+        "a type's raw/node-feat/TYPE/node_year.csv.gz becomes its node_time.",
     )
     q.add_argument("--root", required=True, type=Path, help="dataset root with raw/ and split/")
     q.add_argument("--name", default=None, help="split name (auto-detected when there is one)")
