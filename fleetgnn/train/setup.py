@@ -171,8 +171,9 @@ def uses_time(temporal: str, graph: Graph) -> bool:
 def uses_node_time(temporal: str, graph: Graph) -> bool:
     """Whether a node run's ``train.temporal`` samples ``graph``'s seeds at their node times.
 
-    ``auto`` is ``on`` when the graph has node times (``node_time``). Sampling at a time needs
-    edge times too, so a graph with node times and no edge times is refused unless ``off``.
+    ``auto`` is ``on`` when the graph has node times (``node_time``) and edge times: sampling at a
+    time needs edge times, so node times alone (ogbn-arxiv's years, ``prepare ogb``) train
+    without time under ``auto``, and are refused under ``on``.
 
     Raises:
         ConfigError: ``on`` for a graph without node times, or node times without edge times.
@@ -185,6 +186,8 @@ def uses_node_time(temporal: str, graph: Graph) -> bool:
             f"'{graph.name}' has none (node_time); set train.temporal=auto or off, or prepare it "
             f"with them (prepare edgelist --node-time FILE)"
         )
+    if temporal == "auto" and graph.edge_time is None:
+        return False
     if graph.node_time is not None and graph.edge_time is None:
         raise ConfigError(
             f"dataset '{graph.name}' has node times (node_time) but no edge times (edge_time): "
@@ -222,16 +225,17 @@ def refuse_typed_times(temporal: str, task: str, graph: HeteroGraph) -> None:
 def uses_typed_node_time(temporal: str, graph: HeteroGraph) -> bool:
     """Whether a typed node run samples its target-type seeds at their node times.
 
-    ``auto`` is ``on`` when the target type has node times (``node_time[target]``); sampling at
-    a time needs every relation's edge times too.
+    ``auto`` is ``on`` when the target type has node times (``node_time[target]``) and the
+    relations edge times: sampling at a time needs every relation's edge times, so node times
+    alone (ogbn-mag's paper years, ``prepare ogb``) train without time under ``auto``.
 
     Raises:
         ConfigError: ``on`` without node times of the target type, or node times without edge
-            times (unless ``off``).
+            times (under ``on``).
     """
     target = graph.schema.target
     has = target in graph.node_time
-    if temporal == "off":
+    if temporal == "off" or (temporal == "auto" and not graph.has_edge_time):
         return False
     if temporal == "on" and not has:
         raise ConfigError(

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from fleetgnn.cli.main import main
-from fleetgnn.graph import open_dataset, read_meta
+from fleetgnn.graph import open_dataset, open_typed_dataset, read_meta
+from tests.graph.test_loaders_ogb_hetero import _write_mag
 
 
 def _gz(path: Path, lines) -> None:
@@ -17,11 +18,12 @@ def _gz(path: Path, lines) -> None:
         f.write("".join(f"{line}\n" for line in lines))
 
 
-def _write_collab(root: Path, n=120, e=900, f=8, seed=0):
+def _write_collab(root: Path, n=120, e=900, f=8, seed=0, edge_years=True):
     """An ogbl-collab-like raw folder: edges with a year each, node features and node years.
 
     The engines still read a label array and a train mask on a link task, so the folder also
-    has one class for every node and a node split, as an ogbn folder would.
+    has labels and a node split, as an ogbn folder would. Without ``edge_years`` it is an
+    ogbn-arxiv-like folder: node years only.
     """
     rng = np.random.default_rng(seed)
     src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
@@ -31,10 +33,11 @@ def _write_collab(root: Path, n=120, e=900, f=8, seed=0):
     _gz(raw / "num-edge-list.csv.gz", [e])
     x = rng.standard_normal((n, f))
     _gz(raw / "node-feat.csv.gz", [",".join(f"{v:.4f}" for v in row) for row in x])
-    _gz(raw / "edge_year.csv.gz", rng.integers(2000, 2020, e))
+    if edge_years:
+        _gz(raw / "edge_year.csv.gz", rng.integers(2000, 2020, e))
     _gz(raw / "node_year.csv.gz", rng.integers(1990, 2000, n))
     _gz(raw / "edge_weight.csv.gz", [1] * e)  # in ogbl-collab too; not read
-    _gz(raw / "node-label.csv.gz", [0] * n)
+    _gz(raw / "node-label.csv.gz", rng.integers(0, 3, n))
     perm = rng.permutation(n)
     for stem, ids in (("train", perm[:80]), ("valid", perm[80:100]), ("test", perm[100:])):
         _gz(root / "split" / "time" / f"{stem}.csv.gz", ids)
@@ -68,3 +71,37 @@ def test_a_prepared_timed_ogb_folder_trains_a_temporal_link_task(tmp_path, capsy
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["engine"], summary["epochs"]) == ("reference", 1)
     assert np.isfinite(summary["final_train_loss"]) and 0.0 <= summary["val_auc"] <= 1.0
+
+
+def test_node_years_alone_train_without_time_under_auto(tmp_path, capsys):
+    """ogbn-arxiv has node years and no edge times: ``train.temporal=auto`` (the default)
+    trains the static task it always trained; ``on`` is refused in one line."""
+    _write_collab(tmp_path / "ogbn_arxiv", edge_years=False)
+    data = tmp_path / "arxiv"
+    assert main(["prepare", "ogb", "--root", str(tmp_path / "ogbn_arxiv"), "--out", str(data)]) == 0
+    g = open_dataset(data)
+    assert g.node_time is not None and g.edge_time is None
+    argv = ["train", "--dataset", str(data), "--engine", "reference", "--epochs", "1", "--quiet"]
+    argv += ["--set", "model.hidden=8"]
+    assert main([*argv, "--run-dir", str(tmp_path / "auto")]) == 0
+    capsys.readouterr()
+    on = [*argv, "--set", "train.temporal=on", "--run-dir", str(tmp_path / "on")]
+    assert main(on) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "has node times (node_time) but no edge times" in err
+
+
+def test_typed_node_years_alone_train_without_time_under_auto(tmp_path, capsys):
+    """ogbn-mag's paper years, without edge times: the default typed run trains as before."""
+    _write_mag(tmp_path / "ogbn_mag")
+    data = tmp_path / "mag"
+    assert main(["prepare", "ogb", "--root", str(tmp_path / "ogbn_mag"), "--out", str(data)]) == 0
+    assert set(open_typed_dataset(data).node_time) == {"paper"}
+    argv = ["train", "--dataset", str(data), "--model", "rgcn", "--engine", "reference"]
+    argv += ["--epochs", "1", "--quiet", "--set", "model.hidden=8"]
+    assert main([*argv, "--run-dir", str(tmp_path / "auto")]) == 0
+    capsys.readouterr()
+    on = [*argv, "--set", "train.temporal=on", "--run-dir", str(tmp_path / "on")]
+    assert main(on) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "has node times of its target type 'paper' but no edge" in err

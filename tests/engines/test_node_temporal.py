@@ -165,10 +165,11 @@ def test_train_temporal_knob_picks_the_node_task():
     with pytest.raises(ConfigError, match="train.temporal=on for node classification needs node"):
         task_from_config(on, graph.replace(node_time=None))
     assert type(task_from_config(auto, graph.replace(node_time=None))) is NodeClassification
-    untimed_edges = graph.replace(edge_time=None)
+    untimed_edges = graph.replace(edge_time=None)  # node times alone (ogbn-arxiv's years)
     with pytest.raises(ConfigError, match="has node times .* but no edge times") as e:
-        task_from_config(auto, untimed_edges)
+        task_from_config(on, untimed_edges)
     assert "train.temporal=off" in str(e.value)
+    assert type(task_from_config(auto, untimed_edges)) is NodeClassification  # not usable
     assert type(task_from_config(off_cfg, untimed_edges)) is NodeClassification
 
 
