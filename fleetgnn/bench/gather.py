@@ -24,7 +24,8 @@ the dataset's (``None``), ``bfloat16``, ``float16`` and ``float8_e4m3`` and read
 dataset's dtype (:func:`dtype_rows`), into a fresh output each call and into one output
 buffer reused call after call: rows per second, stored bytes per row, GB per second counted in
 stored bytes, and the rate over the dataset's rows with the same output (``ratio_to_dataset``,
-the ``speedup`` over the ``dataset rows`` baseline). The eight calls are timed interleaved.
+the ``speedup`` over the ``dataset rows`` baseline), and beside the reused output the read
+alone (``index_select`` of the stored rows, not decoded). The calls are timed interleaved.
 ``benchmarks/bench_gather_dtypes.py`` runs the same measurement on a table of a chosen size.
 """
 
@@ -49,6 +50,9 @@ SECTION = "gather"
 FEATURE_DTYPES: tuple[str | None, ...] = (None, "bfloat16", "float16", "float8_e4m3")
 #: The name of the baseline in :func:`dtype_rows`' rows: the store of the dataset's rows.
 DATASET_ROWS = "dataset rows (feature_dtype None)"
+#: The limit beside :func:`dtype_rows`' reused-output rows: the read alone, ``index_select`` of
+#: the stored rows (a tensor of the stored dtype) into a reused buffer, without decoding.
+STORED_ROWS = "index_select of the stored rows alone (no decode)"
 #: :func:`dtype_rows`' outputs: a fresh tensor each call, or one buffer given as ``out``.
 OUTPUTS: tuple[str, ...] = ("fresh", "reused")
 OUTPUT_WORDS = {"fresh": "into a fresh output", "reused": "into a reused output buffer"}
@@ -176,7 +180,9 @@ def dtype_rows(
     and dtype: million rows per second; ``extra`` has the ``output``, the stored dtype,
     ``row_bytes``, ``rows_per_s``, ``stored_gbps`` (GB/s of stored bytes) and
     ``ratio_to_dataset``, the rate over :data:`DATASET_ROWS` (``None``'s gather) with the
-    same output, which is that row's speed-up over its baseline.
+    same output, which is that row's speed-up over its baseline. A reused-output row also
+    has the limit :data:`STORED_ROWS`, timed in the same rounds: what reading the stored rows
+    costs without writing the decoded output.
     """
     x_map = graph.x
     if x_map is None:
@@ -210,6 +216,10 @@ def dtype_rows(
                 raise RuntimeError(f"the {d or 'dataset'} store's rows differ from round_trip(x)")
             calls["fresh", d] = lambda s=store: s.gather(ids)
             calls["reused", d] = lambda s=store, buf=buf: s.gather(ids, out=buf)
+            # the read alone: the stored rows gathered into a reused buffer, not decoded
+            stored = torch.from_numpy(np.asarray(x_map)) if codec is None else codec.encode(x_map)
+            into = stored.new_empty((int(ids.numel()), int(stored.shape[1])))
+            calls["stored", d] = lambda t=stored, o=into: torch.index_select(t, 0, ids, out=o)
         times = interleaved(calls, repeat, "cpu")  # type: ignore[arg-type]
         row_bytes = {d: s.row_bytes() for d, s in stores.items()}
     finally:
@@ -226,6 +236,8 @@ def dtype_rows(
             impls = {"fleetgnn": mine[d]}
             if d is not None:
                 impls[DATASET_ROWS] = mine[None]
+            if output == "reused":
+                impls[STORED_ROWS] = times["stored", d]  # type: ignore[index]
             stored = d or f"{dataset_dtype} (the dataset's)"
             row = measurement(
                 SECTION,
@@ -236,7 +248,7 @@ def dtype_rows(
                 impls,
                 work=dict.fromkeys(impls, n_ids / 1e6),
                 unit="M rows/s",
-                kinds={DATASET_ROWS: "baseline"},
+                kinds={DATASET_ROWS: "baseline", STORED_ROWS: "limit"},
                 extra={
                     "output": output,
                     "feature_dtype": d,

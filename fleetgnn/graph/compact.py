@@ -44,8 +44,9 @@ from fleetgnn.kernels import gather_rows
 FP8_MAX = 448.0
 
 #: Stored bytes a CPU :meth:`FeatureCodec.gather` reads per pass: one pass's rows stay in the
-#: core's cache between their gather and their decode (a few hundred KiB fits an L2).
-GATHER_CHUNK_BYTES = 1 << 18
+#: last-level cache between their gather and their decode, and no ``[n, W]`` copy of the stored
+#: rows is allocated (a few MiB; L2-sized passes measured slower, docs/benchmarks.md).
+GATHER_CHUNK_BYTES = 1 << 22
 
 #: Stored dtype name -> (the float it rounds to, the dtype of the stored tensor: the float itself
 #: for 16 bits (gloo has no int16 collectives), bytes for float8 and its scale).
@@ -118,7 +119,7 @@ class FeatureCodec:
         On the CPU the rows pass through a cache-sized scratch (:data:`GATHER_CHUNK_BYTES` of
         stored rows at a time): each chunk is gathered, then decoded into its rows of the
         output while it is still in the cache, so the output is the only ``[n, F]`` tensor
-        written and the stored rows are read from memory once. On other devices the gather,
+        allocated and the stored rows are read from memory once. On other devices the gather,
         then the decode. Bit for bit ``decode(gather_rows(table, ids), dtype)`` either way.
 
         Shapes:
@@ -162,13 +163,36 @@ class FeatureCodec:
         f = rows.shape[1] - 4
         # a copy: a view's offset (one row of width F % 4 != 0) may not be float-aligned
         scale = rows[:, f:].clone(memory_format=torch.contiguous_format).view(torch.float32)
-        out.copy_(rows[:, :f].view(self.float_dtype))
-        out.mul_(scale.to(out.dtype))  # in place: no second [n, F] output
+        out.copy_(_e4m3_as_half(rows[:, :f]))
+        out.mul_(scale.mul(_E4M3_HALF_SCALE).to(out.dtype))  # in place: no second [n, F] output
 
     def round_trip(self, x: Tensor | np.ndarray, dtype: torch.dtype | None = None) -> Tensor:
         """``decode(encode(x))`` in ``dtype`` (default: ``x``'s): the values a store holds."""
         t = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x)
         return self.decode(self.encode(t), t.dtype if dtype is None else dtype)
+
+
+#: :func:`_e4m3_as_half`'s values times this are the e4m3 values (a power of two: exact).
+_E4M3_HALF_SCALE = 256.0
+#: The half bits :func:`_e4m3_as_half` gives e4m3's NaN (``S.1111.111``) before it marks it.
+_E4M3_NAN_AS_HALF = 0x3F80
+
+
+def _e4m3_as_half(bits: Tensor) -> Tensor:
+    """float16 ``[n, F]`` whose values times :data:`_E4M3_HALF_SCALE` are the e4m3 ``bits``.
+
+    e4m3 (exponent bias 7, 3 mantissa bits) widens into float16 (bias 15, 10 bits) by moving
+    its exponent and mantissa bits up by 7 and its sign to bit 15: the half then holds the
+    e4m3 value times ``2**-8``, exactly, subnormals included (both formats' subnormals scale
+    alike); e4m3's NaN lands on a finite half and is made the NaN torch's cast gives, sign
+    kept. A few vectorised int16 passes, faster on the CPU than torch's float8 cast.
+    """
+    h = bits.to(torch.int16)
+    sign = (h & 0x80).bitwise_left_shift_(8)
+    h.bitwise_and_(0x7F).bitwise_left_shift_(7).bitwise_or_(sign)
+    nan = ((h & 0x7FFF) == _E4M3_NAN_AS_HALF).to(torch.int16)  # 1 where e4m3 held NaN
+    h.bitwise_or_(nan * 0x7E00)  # there: all exponent bits set, the mantissa kept (torch's NaN)
+    return h.view(torch.float16)
 
 
 def feature_codec(name: str | None) -> FeatureCodec | None:

@@ -57,6 +57,25 @@ def test_the_fused_gather_equals_gathering_then_decoding(name, dtype, device, mo
         codec.gather(stored.view(torch.uint8) if codec.bits != torch.uint8 else stored.float(), ids)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float8_decoding_is_torchs_cast_for_every_byte(dtype):
+    """Every e4m3 byte (NaN, signed zeros, subnormals, +-448) at several scales decodes to
+    torch's own float8 cast times the scale, bit for bit."""
+    codec = feature_codec("float8_e4m3")
+    bits = torch.arange(256, dtype=torch.int64).to(torch.uint8).repeat(4, 1)  # [4, 256]
+    scales = torch.tensor([1.0, 3.0e-4, 7.5e35, 1.0e-41])  # a subnormal scale too
+    rows = torch.cat([bits, scales[:, None].contiguous().view(torch.uint8)], dim=1)
+    want = bits.view(torch.float8_e4m3fn).to(dtype) * scales.to(dtype)[:, None]
+    got = codec.decode(rows, dtype)
+    assert torch.equal(got.isnan(), want.isnan()) and int(got.isnan().sum()) == 8
+    assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(want))
+    assert torch.equal(got.signbit(), want.signbit())
+    assert torch.equal(
+        got.view(torch.int64 if dtype == torch.float64 else torch.int32),
+        want.view(torch.int64 if dtype == torch.float64 else torch.int32),
+    )
+
+
 @pytest.mark.parametrize("name", ["bfloat16", "float16"])
 def test_sixteen_bit_rows_are_the_casts(name):
     x = _rows(n=16) / 1e3  # inside float16's range
