@@ -43,10 +43,10 @@ from fleetgnn.kernels import gather_rows
 #: The largest finite float8 e4m3 value (``torch.finfo(torch.float8_e4m3fn).max``).
 FP8_MAX = 448.0
 
-#: Stored bytes a CPU :meth:`FeatureCodec.gather` reads per pass: one pass's rows stay in the
-#: last-level cache between their gather and their decode, and no ``[n, W]`` copy of the stored
-#: rows is allocated (a few MiB; L2-sized passes measured slower, docs/benchmarks.md).
-GATHER_CHUNK_BYTES = 1 << 22
+#: Stored bytes a CPU :meth:`FeatureCodec.gather` reads per pass: one pass's rows, and the
+#: float8 decode's int16 temporaries, stay in the core's cache between their gather and their
+#: decode, and no ``[n, W]`` copy of the stored rows is allocated (an L2's worth).
+GATHER_CHUNK_BYTES = 1 << 18
 
 #: Stored dtype name -> (the float it rounds to, the dtype of the stored tensor: the float itself
 #: for 16 bits (gloo has no int16 collectives), bytes for float8 and its scale).
