@@ -106,7 +106,7 @@ class TensorBoardLogger(Callback):
             tag = "time" if group == "times" else group
             for k, v in (record.get(group) or {}).items():
                 scalars[f"{tag}/{k}"] = v
-        optimizer = getattr(trainer.engine, "optimizer", None)
+        optimizer = trainer.engine.optimizer  # EngineBase declares it (None by default)
         if optimizer is not None and optimizer.param_groups:
             scalars["optim/lr"] = optimizer.param_groups[0]["lr"]
         for tag, value in scalars.items():

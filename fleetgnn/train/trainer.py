@@ -80,6 +80,7 @@ from rich.progress import (
 from rich.table import Table
 
 from fleetgnn.config import Config, TrainerConfig
+from fleetgnn.config.engines import EngineConfig
 from fleetgnn.config.run import save_config
 from fleetgnn.durable import atomic_write_text
 from fleetgnn.engines.base import Engine, EngineBase, EpochStats, StepStats
@@ -215,7 +216,8 @@ class Trainer:
         the engine applies (its config's ``feature_norm``), so ``config.yaml`` says what was used.
         """
         config = config.validate()
-        used = getattr(_checked(engine).config, "feature_norm", None)  # engine configs differ
+        cfg = _checked(engine).config  # a user engine's may be None or of its own
+        used = cfg.feature_norm if isinstance(cfg, EngineConfig) else None
         if config.data.feature_norm is None and isinstance(used, str):
             data = dataclasses.replace(config.data, feature_norm=used)
             config = dataclasses.replace(config, data=data)
