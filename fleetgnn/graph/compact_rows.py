@@ -225,6 +225,18 @@ def stored_row_bytes(x: Any, feature_dtype: str | None) -> int:
     return width * np.dtype(x.dtype).itemsize
 
 
+def tier_rows(x: Any, rows: np.ndarray, codec: FeatureCodec | None) -> Tensor:
+    """Feature rows ``rows`` of ``x`` as a store's tier holds them: the dataset's, or compact.
+
+    Rows a dataset stores compact (:class:`CompactRows`) with ``codec`` their own codec are
+    its stored rows, bit for bit (no decoding and encoding again).
+    """
+    if isinstance(x, CompactRows) and codec is x.codec:
+        return x.stored_tensor(rows)
+    t = torch.from_numpy(np.ascontiguousarray(x[rows]).reshape(rows.size, x.shape[1]))
+    return t if codec is None else codec.encode(t)
+
+
 def compact_rows(stored: np.ndarray, meta: dict[str, Any]) -> np.ndarray | CompactRows:
     """A dataset's ``x`` from its ``x.npy`` array and ``meta.json``: compact when it says so."""
     name = meta.get("feature_dtype")

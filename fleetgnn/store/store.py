@@ -89,7 +89,12 @@ from fleetgnn.distributed.traffic import TrafficMeter
 from fleetgnn.distributed.transfer import Transfers
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.compact import FeatureCodec, feature_codec
-from fleetgnn.graph.compact_rows import CompactRows, applied_feature_dtype
+from fleetgnn.graph.compact_rows import (
+    CompactRows,
+    applied_feature_dtype,
+    stored_row_bytes,
+    tier_rows,
+)
 from fleetgnn.graph.csc import Graph, check_edge_ids
 from fleetgnn.kernels import gather_rows
 from fleetgnn.store.device_read import DeviceIndex, gather_on_device
@@ -149,34 +154,6 @@ class _LocalShard:
         self.tensor = torch.empty(0)
 
 
-def _plans_row_bytes(plan: StorePlan, row_bytes: int) -> bool:
-    """Whether ``plan``'s feature tiers count ``row_bytes`` per row (no replicas: a given plan)."""
-    fp = plan.features
-    if fp is None:
-        return True
-    held = int(np.asarray(fp.device_bytes).sum()) + int(fp.host_bytes)
-    return held == (fp.num_device + fp.num_host) * row_bytes
-
-
-def _stored(x: Any, rows: np.ndarray, codec: FeatureCodec | None) -> Tensor:
-    """Feature rows ``rows`` of ``x`` as a tier stores them: the dataset's, or compact rows.
-
-    Rows a dataset stores compact (:class:`CompactRows`) with ``codec`` their own codec are
-    its stored rows, bit for bit (no decoding and encoding again).
-    """
-    if isinstance(x, CompactRows) and codec is x.codec:
-        return x.stored_tensor(rows)
-    t = torch.from_numpy(np.ascontiguousarray(x[rows]).reshape(rows.size, x.shape[1]))
-    return t if codec is None else codec.encode(t)
-
-
-def _disk_row_bytes(x: Any) -> int:
-    """Bytes of one row of the feature array ``x`` as its file holds it."""
-    if isinstance(x, CompactRows):
-        return x.stored_row_bytes
-    return int(x.shape[1]) * x.dtype.itemsize
-
-
 class UnifiedStore(Closing):
     """Features and topology of one graph over device shards, host memory and disk.
 
@@ -219,7 +196,7 @@ class UnifiedStore(Closing):
         x = graph.x
         self.x_dtype = None if x is None else torch.from_numpy(np.empty(0, x.dtype)).dtype
         #: Bytes of one feature row on disk (the dataset's row, compact or not).
-        self.disk_row_bytes = 0 if x is None else _disk_row_bytes(x)
+        self.disk_row_bytes = stored_row_bytes(x, None)  # as the file holds a row
         self.device = torch.device("cpu" if device is None else device)
         # host- and disk-tier rows to a CUDA device: pinned staging, copies on a copy stream
         self._transfers = Transfers(self.device, overlap=self.device.type == "cuda")
@@ -409,10 +386,12 @@ class UnifiedStore(Closing):
                 placement=placed,
                 feature_dtype=None if codec is None else codec.name,
             )
-        elif codec is not None and not _plans_row_bytes(plan, codec.row_bytes(graph.x.shape[1])):
+        elif codec is not None and not plan.counts_feature_rows_of(
+            row := stored_row_bytes(graph.x, codec.name)
+        ):
             raise ConfigError(
                 f"'plan' counts feature rows of another size than {codec.name} rows "
-                f"({codec.row_bytes(graph.x.shape[1])} bytes); make it with the stored row bytes "
+                f"({row} bytes); make it with the stored row bytes "
                 "(plan_store(..., feature_dtype=...))"
             )
         elif (
@@ -448,11 +427,11 @@ class UnifiedStore(Closing):
         if fp is not None and graph.x is not None:
             x = graph.x
             if fp.num_device:
-                local = _stored(x, fp.shard_rows(rank), codec).to(device)
+                local = tier_rows(x, fp.shard_rows(rank), codec).to(device)
                 feat_device = sharded(local, "feat")
                 memory["device"] += local.numel() * local.element_size()
             if fp.num_host:
-                feat_host = shared(lambda: _stored(x, fp.host_rows(), codec), "feath")
+                feat_host = shared(lambda: tier_rows(x, fp.host_rows(), codec), "feath")
                 memory["host"] += fp.host_bytes
         tp = plan.topology
         topo_device = topo_host = None

@@ -560,6 +560,14 @@ class StorePlan:
         """Bytes of the host tier (one copy per host)."""
         return self.topology.host_bytes + (self.features.host_bytes if self.features else 0)
 
+    def counts_feature_rows_of(self, row_bytes: int) -> bool:
+        """Whether the feature tiers count ``row_bytes`` per row (no replicas: a given plan)."""
+        fp = self.features
+        if fp is None:
+            return True
+        held = int(np.asarray(fp.device_bytes).sum()) + int(fp.host_bytes)
+        return held == (fp.num_device + fp.num_host) * row_bytes
+
     def __repr__(self) -> str:
         return (
             f"StorePlan(order={self.order!r}, {self.budgets!r},\n  {self.topology!r},\n  "

@@ -79,8 +79,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from fleetgnn.config import Config, TrainerConfig
-from fleetgnn.config.engines import EngineConfig
+from fleetgnn.config import Config, EngineConfig, TrainerConfig
 from fleetgnn.config.run import save_config
 from fleetgnn.durable import atomic_write_text
 from fleetgnn.engines.base import Engine, EngineBase, EpochStats, StepStats
