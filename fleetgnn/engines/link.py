@@ -243,17 +243,12 @@ class EdgeBatches:
         self.loader = PositionLoader(
             task.num_train_pairs(), batch_size, rank=rank, world_size=world_size, seed=seed
         )
-        self.rank, self.world_size = rank, world_size
+        self.rank = rank
 
     @property
     def num_batches(self) -> int:
         """Steps per epoch (equal on every rank)."""
         return self.loader.num_batches
-
-    def global_count(self, step: int) -> int:
-        """Positives of ``step`` over every rank (no communication)."""
-        bounds = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
-        return int(sum(hi - lo for lo, hi in bounds))
 
     def batch(self, epoch: int, step: int, stream: int | None = None) -> EdgeBatch:
         """This rank's edge batch of ``(epoch, step)``, blocks sampled with ``stream``.
@@ -272,7 +267,9 @@ class EdgeBatches:
         def pos(ids: torch.Tensor) -> torch.Tensor:
             return torch.searchsorted(seeds, ids)
 
-        return EdgeBatch(seeds, pos(src), pos(dst), pos(neg), blocks, self.global_count(step))
+        return EdgeBatch(
+            seeds, pos(src), pos(dst), pos(neg), blocks, self.loader.global_count(step)
+        )
 
     def part_blocks(
         self, batch: EdgeBatch, positives: torch.Tensor, epoch: int, step: int, stream: int

@@ -414,10 +414,6 @@ class MinibatchEngine(SampledEngine):
         """Batches per epoch, equal on every rank."""
         return self.edges.num_batches if self.link else self.loader.num_batches
 
-    def _global_count(self, step: int) -> int:
-        lo_hi = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
-        return int(sum(hi - lo for lo, hi in lo_hi))
-
     def prepare(self, epoch: int, step: int) -> _Batch:
         """Sample and gather one step's batch (runs in the prefetch thread).
 
@@ -433,7 +429,7 @@ class MinibatchEngine(SampledEngine):
         else:
             seeds = self.loader.batch(epoch, step)
             blocks = node_blocks(self.sampler, self.task, seeds, epoch, step, stream=self.rank)
-            count = self._global_count(step)
+            count = self.loader.global_count(step)
         t1 = time.perf_counter()
         x = self._features(blocks[0].src_ids)
         # edge rows through the store here, on the store's group, like the node rows

@@ -108,7 +108,7 @@ class TemporalEdgeBatches(EdgeBatches):
             inv[p : 2 * p],
             inv[2 * p :].view(p, k),
             list(sample.blocks),
-            self.global_count(step),
+            self.loader.global_count(step),
             sample=sample,
         )
 

@@ -445,10 +445,6 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
         """Batches per epoch, equal on every rank."""
         return self.loader.num_batches
 
-    def _global_count(self, step: int) -> int:
-        bounds = [self.loader.slot_bounds(step, rank=r) for r in range(self.world_size)]
-        return int(sum(hi - lo for lo, hi in bounds))
-
     def _epoch_start(self) -> None:
         if self.store is not None:
             self.store.reset_stats()  # hit rates of this epoch's training
@@ -460,7 +456,7 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
         """
         seeds = self.loader.batch(epoch, step)
         blocks = typed_node_blocks(self.sampler, self.task, seeds, epoch, step, self.rank)
-        return blocks, self.labels(seeds), self._global_count(step)
+        return blocks, self.labels(seeds), self.loader.global_count(step)
 
     def _step_loss(self, out: Any, batch: _TypedBatch) -> StepLoss:
         """The step's loss of the model's output rows."""

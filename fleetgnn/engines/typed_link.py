@@ -168,7 +168,7 @@ class TypedEdgeBatches(EdgeBatches):
             torch.searchsorted(seeds[d_t], gd),
             torch.searchsorted(seeds[d_t], gn),
             blocks,
-            self.global_count(step),
+            self.loader.global_count(step),
         )
 
 

@@ -81,6 +81,11 @@ class _Slots:
         start = k * q + min(k, r)
         return start, start + q + (1 if k < r else 0)
 
+    def global_count(self, step: int) -> int:
+        """Items of ``step`` over every rank (the sizes of its slots; no communication)."""
+        bounds = (self.slot_bounds(step, rank=r) for r in range(self.world_size))
+        return int(sum(hi - lo for lo, hi in bounds))
+
     def _check_step(self, step: int) -> int:
         step = _int_arg("step", step, 0)
         if step >= self.num_batches:

@@ -41,6 +41,7 @@ def test_ranks_and_steps_deal_every_position_once_as_seed_loader_slots(world):
                 assert b.numel() <= batch
                 assert loader.slot_bounds(step) == seeds.slot_bounds(step, rank=r)
                 got.append(b)
+            assert seeds.global_count(step) == sum(int(b.numel()) for b in got[-world:])
         order = torch.cat(got)
         assert torch.equal(order, loaders[0].epoch_order(epoch))
         assert torch.equal(torch.sort(order).values, torch.arange(n))
