@@ -325,14 +325,6 @@ BLOCK_FORMATS = {
 }
 
 
-def _target(eng: Any, batch: Any, device: torch.device) -> torch.Tensor:
-    """A prepared batch's labels on ``device`` (read by ``prepare``, or from the engine's)."""
-    target = getattr(batch, "target", None)
-    if target is not None:
-        return target.to(device)
-    return eng.y[batch.seeds.to(eng.y.device)].to(device)
-
-
 def _dropout(model: Any) -> float:
     """The dropout rate of a fleetgnn model (its layers' inputs), for the PyG peer."""
     p = getattr(model, "dropout", None)
@@ -402,7 +394,7 @@ def peers_on_blocks(
             copy_weights(eng.model, model, "sage")
             opt = peer_optimizer(cfg, model, device)
             graphs = [[_block_graph(b, fmt, device, dt) for b in p.blocks] for p in batches]
-            targets = [_target(eng, p, device) for p in batches]
+            targets = [p.target.to(device) for p in batches]
 
             def layers(
                 model: Any = model, opt: Any = opt, graphs: Any = graphs, targets: Any = targets
@@ -419,7 +411,7 @@ def peers_on_blocks(
                 for s in range(steps):
                     p = eng.prepare(e, s)
                     g = [_block_graph(b, fmt, device, dt) for b in p.blocks]
-                    optimizer_step(opt, F.cross_entropy(model(p.x, g), _target(eng, p, device)))
+                    optimizer_step(opt, F.cross_entropy(model(p.x, g), p.target.to(device)))
                 return steps
 
             secs, _ = _timed(lambda epoch=epoch: epoch(epoch0 + 1), device)

@@ -19,7 +19,8 @@ every engine, mode and world size draws the same negatives for the same edge in 
   keyed bijection per epoch computed slice by slice, equal slots per rank, so the order costs
   ``O(batch)`` memory; the positives are read from the split's mapped arrays batch by batch).
   The sampler samples the neighbourhoods of the union of the endpoints of the positives and
-  their negatives (deduplicated; PyG's ``sample_from_edges``, GraphBolt's ``MiniBatch``), with
+  their negatives (deduplicated; PyG's ``sample_from_edges``), a
+  :class:`~fleetgnn.engines.batch.MiniBatch` with its pairs set, with
   the batch's target edges and their reverses dropped from its blocks unless the task keeps
   them (``train.keep_target_edges``). Each rank's loss is its positives' summed loss over the
   step's positives on every rank, so the summed gradient is the gradient of the step's mean
@@ -55,6 +56,7 @@ from typing import Any
 import torch
 
 from fleetgnn.config.run import LINK_ENGINES, link_refusal
+from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.chunks import Chunking, rank_range
 from fleetgnn.engines.inference import layer_widths, stream_inference
 from fleetgnn.engines.step import StepLoss
@@ -192,31 +194,6 @@ def full_graph_link_loss(
     return StepLoss.of(loss, scores, None, int(src.numel()), task)  # type: ignore[arg-type]
 
 
-@dataclasses.dataclass(frozen=True)
-class EdgeBatch:
-    """One rank's edge mini-batch of a step.
-
-    Attributes:
-        seeds: int64 ``[S]`` sorted distinct endpoints of the positives and negatives (the
-            output nodes of the blocks).
-        src: int64 ``[P]`` positions in ``seeds`` of the positives' sources.
-        dst: int64 ``[P]`` positions of their destinations.
-        neg: int64 ``[P, K]`` positions of their negative destinations.
-        blocks: The sampled blocks (``blocks[-1].dst_ids == seeds``).
-        global_count: Positives of the step over every rank.
-        sample: A temporal batch's :class:`~fleetgnn.sampling.TemporalSample` (its seeds are
-            distinct ``(node, time)`` pairs, so ``seeds`` may repeat a node; ``None``: static).
-    """
-
-    seeds: torch.Tensor
-    src: torch.Tensor
-    dst: torch.Tensor
-    neg: torch.Tensor
-    blocks: list[Block]
-    global_count: int
-    sample: Any = None
-
-
 class EdgeBatches:
     """Batches of training edges for one rank, and the blocks each one samples.
 
@@ -250,8 +227,8 @@ class EdgeBatches:
         """Steps per epoch (equal on every rank)."""
         return self.loader.num_batches
 
-    def batch(self, epoch: int, step: int, stream: int | None = None) -> EdgeBatch:
-        """This rank's edge batch of ``(epoch, step)``, blocks sampled with ``stream``.
+    def batch(self, epoch: int, step: int, stream: int | None = None) -> MiniBatch:
+        """This rank's edge batch of ``(epoch, step)`` (its pairs set), sampled with ``stream``.
 
         ``stream`` (``None``: the rank) keys the neighbour sampling, as node batches do.
         """
@@ -267,12 +244,12 @@ class EdgeBatches:
         def pos(ids: torch.Tensor) -> torch.Tensor:
             return torch.searchsorted(seeds, ids)
 
-        return EdgeBatch(
-            seeds, pos(src), pos(dst), pos(neg), blocks, self.loader.global_count(step)
+        return MiniBatch(
+            blocks, seeds, self.loader.global_count(step), pos(src), pos(dst), pos(neg)
         )
 
     def part_blocks(
-        self, batch: EdgeBatch, positives: torch.Tensor, epoch: int, step: int, stream: int
+        self, batch: MiniBatch, positives: torch.Tensor, epoch: int, step: int, stream: int
     ) -> list[Block]:
         """The blocks of the positives ``positives`` of ``batch`` alone, sampled with ``stream``.
 
@@ -287,7 +264,7 @@ class EdgeBatches:
 
 
 def edge_batch_loss(
-    model: Any, task: LinkPrediction, h: torch.Tensor, batch: EdgeBatch, loss: Any
+    model: Any, task: LinkPrediction, h: torch.Tensor, batch: MiniBatch, loss: Any
 ) -> StepLoss:
     """The step loss of an edge batch from its seeds' output rows ``h`` ``[S, D]``."""
     dev = h.device
@@ -300,7 +277,7 @@ def split_edge_batch_loss(
     task: LinkPrediction,
     comm: Any,
     h_own: torch.Tensor,
-    batch: EdgeBatch,
+    batch: MiniBatch,
     seed_owner: torch.Tensor,
     loss: Any,
 ) -> StepLoss:

@@ -62,6 +62,7 @@ from fleetgnn.config import MinibatchEngineConfig
 from fleetgnn.config.units import budget_bytes
 from fleetgnn.distributed import DistContext, TrafficMeter
 from fleetgnn.engines.base import StepStats
+from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
     LabelRows,
@@ -74,7 +75,6 @@ from fleetgnn.engines.common import (
 )
 from fleetgnn.engines.edges import EdgeRows, block_aggregator, needs_edge_attr
 from fleetgnn.engines.link import (
-    EdgeBatch,
     check_link_model,
     edge_batch_loss,
     is_temporal,
@@ -91,13 +91,11 @@ from fleetgnn.engines.temporal_link import (
 from fleetgnn.engines.temporal_node import (
     check_node_times,
     is_temporal_node,
-    node_blocks,
     sampled_temporal_node_metrics,
 )
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.sampling import (
-    Block,
     DeviceTopology,
     GraphTopology,
     NeighborSampler,
@@ -170,22 +168,6 @@ def resolve_gather(gather: str, ctx: DistContext, hosts: tuple[int, ...]) -> str
             n,
         )
     return "two_sided"
-
-
-@dataclasses.dataclass(frozen=True)
-class _Batch:
-    """One prefetched step: blocks, input rows, seeds and how long it took to prepare."""
-
-    blocks: list[Block]
-    x: torch.Tensor
-    seeds: torch.Tensor
-    t_sample: float
-    t_gather: float
-    global_count: int  # training nodes (link: positive edges) in this step over all ranks
-    traffic: dict[str, int]
-    edges: EdgeBatch | None = None  # a link task's edge batch (its seeds are ``seeds``)
-    edge_attr: list[torch.Tensor] | None = None  # each block's edge rows (edge-feature models)
-    target: torch.Tensor | None = None  # the seeds' labels on the device (node task)
 
 
 class MinibatchEngine(SampledEngine):
@@ -343,7 +325,7 @@ class MinibatchEngine(SampledEngine):
                 seed=self.seed,
             )
         self.eval_topology = topology
-        self.prefetcher: Prefetcher[_Batch] = Prefetcher(
+        self.prefetcher: Prefetcher[MiniBatch] = Prefetcher(
             self.prepare, enabled=sc.prefetch, name="fleetgnn-prefetch", device=self.device
         )
         self._extra: dict[str, Any] = {}
@@ -414,7 +396,7 @@ class MinibatchEngine(SampledEngine):
         """Batches per epoch, equal on every rank."""
         return self.edges.num_batches if self.link else self.loader.num_batches
 
-    def prepare(self, epoch: int, step: int) -> _Batch:
+    def prepare(self, epoch: int, step: int) -> MiniBatch:
         """Sample and gather one step's batch (runs in the prefetch thread).
 
         Timed with the host clock: the thread's work is host-side, and a device synchronise here
@@ -422,23 +404,24 @@ class MinibatchEngine(SampledEngine):
         """
         before = self.store_meter.snapshot()  # only this thread reads the store meanwhile
         t0 = time.perf_counter()
-        edges = None
-        if self.link:
-            edges = self.edges.batch(epoch, step)
-            seeds, blocks, count = edges.seeds, edges.blocks, edges.global_count
-        else:
-            seeds = self.loader.batch(epoch, step)
-            blocks = node_blocks(self.sampler, self.task, seeds, epoch, step, stream=self.rank)
-            count = self.loader.global_count(step)
+        batch = self._sample(epoch, step)  # on this rank's stream
         t1 = time.perf_counter()
-        x = self._features(blocks[0].src_ids)
+        x = self._features(batch.blocks[0].src_ids)
         # edge rows through the store here, on the store's group, like the node rows
-        attr = None if self.edge_rows is None else self.edge_rows.block_rows(blocks)
+        attr = None if self.edge_rows is None else self.edge_rows.block_rows(batch.blocks)
         # the labels too: read on the host and copied here, not on the step's critical path
-        target = None if self.link else self.y[seeds].to(self.device, non_blocking=True)
+        target = None if self.link else self.y[batch.seeds].to(self.device, non_blocking=True)
         t2 = time.perf_counter()
         traffic = {k: v["bytes"] for k, v in self.store_meter.delta(before).items()}
-        return _Batch(blocks, x, seeds, t1 - t0, t2 - t1, count, traffic, edges, attr, target)
+        return dataclasses.replace(
+            batch,
+            x=x,
+            target=target,
+            edge_attr=attr,
+            t_sample=t1 - t0,
+            t_gather=t2 - t1,
+            traffic=traffic,
+        )
 
     # ------------------------------------------------------------------ training
     def _epoch_start(self) -> None:
@@ -447,7 +430,7 @@ class MinibatchEngine(SampledEngine):
             self.edge_table.reset_stats()
         self._prepared_s = 0.0
 
-    def _run_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
+    def _run_step(self, epoch: int, step: int, batch: MiniBatch, waited: float) -> StepStats:
         stats = self.train_step(epoch, step, batch, waited)
         self._prepared_s += batch.t_sample + batch.t_gather
         return stats
@@ -510,7 +493,7 @@ class MinibatchEngine(SampledEngine):
             ),
         }
 
-    def train_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
+    def train_step(self, epoch: int, step: int, batch: MiniBatch, waited: float) -> StepStats:
         """One data-parallel step on a prepared batch (gradients summed over ranks after it)."""
 
         def forward() -> StepLoss:
@@ -520,11 +503,9 @@ class MinibatchEngine(SampledEngine):
                 for b, a in zip(batch.blocks, attrs, strict=True)
             ]
             logits = self.module(aggs, batch.x, step=epoch * self.steps_per_epoch() + step)
-            if batch.edges is not None:
-                task = self.task
-                return edge_batch_loss(self.module, task, logits, batch.edges, self.loss)  # type: ignore[arg-type]
-            assert batch.target is not None  # prepare reads a node task's labels
-            return StepLoss.of(self.loss, logits, batch.target, batch.global_count)
+            if self.link:
+                return edge_batch_loss(self.module, self.task, logits, batch, self.loss)  # type: ignore[arg-type]
+            return StepLoss.of(self.loss, logits, batch.target, batch.global_count)  # type: ignore[arg-type]
 
         # sample and gather: the work spent preparing this batch; how much of it was hidden
         # behind the previous step is the epoch's prefetch_hidden_s

@@ -1,11 +1,12 @@
 """What the sampled distributed engines (``minibatch``, ``split``) share.
 
 The epoch loop around a prefetched batch per step, and evaluation by streaming layer-wise
-inference. An engine on this base says how a step's batch is prepared (``prepare(epoch,
-step)``, run in the :class:`~fleetgnn.engines.step.Prefetcher`'s thread), how one prepared step
-trains (``_run_step``, which goes through :func:`~fleetgnn.engines.step.train_step`), what it
-sums at the start and end of an epoch, and where evaluation reads topology (``eval_topology``)
-and input rows (``_features``).
+inference. An engine on this base says how a step's :class:`~fleetgnn.engines.batch.MiniBatch`
+is sampled (``_sample``) and prepared (``prepare(epoch, step)`` fills in its rows, run in the
+:class:`~fleetgnn.engines.step.Prefetcher`'s thread), how one prepared step trains
+(``_run_step``, which goes through :func:`~fleetgnn.engines.step.train_step`), what it sums at
+the start and end of an epoch, and where evaluation reads topology (``eval_topology``) and input
+rows (``_features``).
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from typing import Any
 import torch
 
 from fleetgnn.engines.base import DistributedEngine, StepCallback, StepStats, resolve_steps
+from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.inference import streaming_metrics
 from fleetgnn.engines.step import Prefetcher
+from fleetgnn.engines.temporal_node import node_blocks
 
 
 class SampledEngine(DistributedEngine):
     """A sampled mini-batch engine: prefetching epoch loop, streaming evaluation, ``drain``.
 
     Subclasses set ``prefetcher`` (over their ``prepare``), ``eval_topology`` and ``chunking``
-    (their config has ``eval_nodes`` and ``scratch_dir``), and implement ``steps_per_epoch``,
+    (their config has ``eval_nodes`` and ``scratch_dir``), ``loader``, ``sampler`` and (link)
+    ``edges`` for :meth:`_sample` (or override it), and implement ``steps_per_epoch``,
     ``_run_step`` and ``_features``.
     """
 
@@ -34,6 +38,18 @@ class SampledEngine(DistributedEngine):
     _closed: bool = False
 
     # ------------------------------------------------------------------ training
+    def _sample(self, epoch: int, step: int) -> MiniBatch:
+        """The step's sampled batch, on the stream of the deal's rank.
+
+        A link task's edge batch (its pairs set), else the blocks of the loader's seeds.
+        """
+        if self.link:
+            return self.edges.batch(epoch, step)  # type: ignore[attr-defined]
+        loader: Any = self.loader  # type: ignore[attr-defined]
+        seeds = loader.batch(epoch, step)
+        blocks = node_blocks(self.sampler, self.task, seeds, epoch, step, stream=loader.rank)  # type: ignore[attr-defined]
+        return MiniBatch(blocks, seeds, loader.global_count(step))
+
     def _epoch_start(self) -> None:
         """Reset what the epoch sums (nothing by default)."""
 

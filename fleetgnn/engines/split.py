@@ -95,6 +95,7 @@ from fleetgnn.config import SplitEngineConfig
 from fleetgnn.config.units import budget_bytes
 from fleetgnn.distributed import Communicator, DistContext, TrafficMeter
 from fleetgnn.engines.base import StepStats
+from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
     LabelRows,
@@ -107,7 +108,6 @@ from fleetgnn.engines.common import (
     setup_model,
 )
 from fleetgnn.engines.link import (
-    EdgeBatch,
     check_link_model,
     is_temporal,
     sampled_link_metrics,
@@ -460,21 +460,6 @@ class SplitAggregator:
 
 
 # ---------------------------------------------------------------------------------- engine
-@dataclasses.dataclass(frozen=True)
-class _Batch:
-    """One prepared step: the splits, this rank's input rows and targets, counters."""
-
-    splits: list[LayerSplit]
-    x: Tensor
-    targets: Tensor  # global IDs of the owned seeds
-    global_count: int
-    t_sample: float
-    t_gather: float
-    counters: dict[str, Any]
-    traffic: dict[str, int]  # bytes the store served per link kind
-    edges: EdgeBatch | None = None  # a link task's edge batch (its seeds: the last block's)
-
-
 class SplitEngine(SampledEngine):
     """Split-parallel mini-batch training (GSplit) over an offline partition.
 
@@ -552,7 +537,7 @@ class SplitEngine(SampledEngine):
         self.eval_chunk = EVAL_CHUNK
         self._build_store(graph, sc)
         self.eval_topology = self.topology
-        self.prefetcher: Prefetcher[_Batch] = Prefetcher(
+        self.prefetcher: Prefetcher[MiniBatch] = Prefetcher(
             self.prepare, enabled=sc.prefetch, name="fleetgnn-split", device=self.device
         )
         self._extra: dict[str, Any] = {}
@@ -635,36 +620,38 @@ class SplitEngine(SampledEngine):
         """Mini-batches per epoch (one per step for all ranks)."""
         return self.edges.num_batches if self.link else self.loader.num_batches
 
-    def prepare(self, epoch: int, step: int) -> _Batch:
+    def prepare(self, epoch: int, step: int) -> MiniBatch:
         """Sample, split and load one step (no communication; runs in the prefetch thread).
 
         Timed with the host clock: the thread's work is host-side, and a device synchronise here
         would wait for the training step it overlaps.
         """
         t0 = time.perf_counter()
-        edges = None
-        if self.link:
-            edges = self.edges.batch(epoch, step)
-            seeds, blocks, count = edges.seeds, edges.blocks, edges.global_count
-        else:
-            seeds = self.loader.batch(epoch, step)
-            blocks = node_blocks(self.sampler, self.task, seeds, epoch, step)
-            count = int(seeds.numel())
+        batch = self._sample(epoch, step)  # the reference's: one deal, stream 0
         splits = [
             split_block(b, self.owner[b.src_ids.numpy()], self.rank, self.world_size)
-            for b in blocks
+            for b in batch.blocks
         ]
         t1 = time.perf_counter()
-        first = splits[0]
+        first, last = splits[0], splits[-1]
         ids = first.block.src_ids.numpy()[first.rows]
         x, loaded, traffic = self._load(torch.from_numpy(ids))
+        owned = last.block.src_ids[torch.from_numpy(last.rows[: last.num_dst])]  # global IDs
+        target = None if self.link else self.y[owned].to(self.device, non_blocking=True)
         t2 = time.perf_counter()
-        last = splits[-1]
-        targets = last.block.src_ids[torch.from_numpy(last.rows[: last.num_dst])]
-        counters = self._counters(blocks, splits, loaded)
+        counters = self._counters(batch.blocks, splits, loaded)
         if self.rank == 0 and self.config.report_dp and self.world_size > 1:
-            counters.update(self._dp_counterfactual(seeds, blocks, epoch, step, edges))
-        return _Batch(splits, x, targets, count, t1 - t0, t2 - t1, counters, traffic, edges)
+            counters.update(self._dp_counterfactual(batch, epoch, step))
+        return dataclasses.replace(
+            batch,
+            splits=splits,
+            x=x,
+            target=target,
+            t_sample=t1 - t0,
+            t_gather=t2 - t1,
+            traffic=traffic,
+            counters=counters,
+        )
 
     def _counters(
         self, blocks: list[Block], splits: list[LayerSplit], loaded: Mapping[str, int]
@@ -684,14 +671,7 @@ class SplitEngine(SampledEngine):
             "input_rows_total": int(blocks[0].num_src),
         }
 
-    def _dp_counterfactual(
-        self,
-        seeds: Tensor,
-        blocks: list[Block],
-        epoch: int,
-        step: int,
-        batch: EdgeBatch | None = None,
-    ) -> dict[str, Any]:
+    def _dp_counterfactual(self, batch: MiniBatch, epoch: int, step: int) -> dict[str, Any]:
         """Edges and input rows data parallelism would process for the same targets.
 
         The global batch cut into ``W`` contiguous micro-batches, each sampled on its own stream
@@ -701,14 +681,14 @@ class SplitEngine(SampledEngine):
         positives' times).
         """
         edges = rows = 0
-        parts = seeds if batch is None else torch.arange(batch.src.numel())
+        parts = torch.arange(batch.src.numel()) if self.link else batch.seeds  # type: ignore[union-attr]
         for r, micro in enumerate(torch.tensor_split(parts, self.world_size)):
             if micro.numel() == 0:
                 continue
-            if batch is None:
-                mb = node_blocks(self.sampler, self.task, micro, epoch, step, stream=r)
-            else:
+            if self.link:
                 mb = self.edges.part_blocks(batch, micro, epoch, step, stream=r)
+            else:
+                mb = node_blocks(self.sampler, self.task, micro, epoch, step, stream=r)
             edges += sum(b.num_edges for b in mb)
             rows += mb[0].num_src
         return {"dp_edges": int(edges), "dp_input_rows": int(rows)}
@@ -719,7 +699,7 @@ class SplitEngine(SampledEngine):
         self._totals = {}
         self._shuffle = np.zeros(self.num_layers, dtype=np.int64)
 
-    def _run_step(self, epoch: int, step: int, batch: _Batch, waited: float) -> StepStats:
+    def _run_step(self, epoch: int, step: int, batch: MiniBatch, waited: float) -> StepStats:
         stats, per_layer = self.train_step(epoch, step, batch, waited)
         self._shuffle += per_layer
         for k, v in batch.counters.items():
@@ -759,14 +739,15 @@ class SplitEngine(SampledEngine):
         }
 
     def train_step(
-        self, epoch: int, step: int, batch: _Batch, waited: float = 0.0
+        self, epoch: int, step: int, batch: MiniBatch, waited: float = 0.0
     ) -> tuple[StepStats, np.ndarray]:
         """Forward with shuffles, loss on the owned targets, backward, all-reduce, step.
 
         Returns:
             The step's stats and the forward shuffle bytes sent by this rank per layer.
         """
-        sent: list[list[int]] = [[] for _ in batch.splits]
+        splits: list[LayerSplit] = batch.splits  # type: ignore[assignment]
+        sent: list[list[int]] = [[] for _ in splits]
 
         def forward() -> StepLoss:  # the shuffles run inside the aggregators
             aggs = [
@@ -778,19 +759,17 @@ class SplitEngine(SampledEngine):
                     meter_bytes=b,
                     wire_dtype=autocast_dtype(self.config),
                 )
-                for sp, b in zip(batch.splits, sent, strict=True)
+                for sp, b in zip(splits, sent, strict=True)
             ]
             logits = self.module(aggs, batch.x, step=epoch * self.steps_per_epoch() + step)
-            if batch.edges is not None:  # the owned seeds' rows: score the owned sources' pairs
-                last = batch.splits[-1]
+            if self.link:  # the owned seeds' rows: score the owned sources' pairs
+                last = splits[-1]
                 owner = torch.from_numpy(last.src_owner[: last.block.num_dst])
                 task: Any = self.task
-                comm = self.comm
                 return split_edge_batch_loss(
-                    self.module, task, comm, logits, batch.edges, owner, self.loss
+                    self.module, task, self.comm, logits, batch, owner, self.loss
                 )
-            target = self.y[batch.targets].to(self.device)
-            return StepLoss.of(self.loss, logits, target, batch.global_count)
+            return StepLoss.of(self.loss, logits, batch.target, batch.global_count)  # type: ignore[arg-type]
 
         prepared = Prepared(
             batch.t_sample,

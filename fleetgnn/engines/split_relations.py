@@ -42,6 +42,7 @@ from torch import Tensor
 from fleetgnn.config import SplitEngineConfig
 from fleetgnn.distributed import Communicator
 from fleetgnn.engines.base import StepStats
+from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.common import LossFn, autocast_dtype
 from fleetgnn.engines.split import (
     LayerSplit,
@@ -271,18 +272,19 @@ class TypedSplitEngine(TypedMinibatchEngine):
         """The reference's loader: ONE shuffled global batch per step for all ranks."""
         return SeedLoader(self.train_ids, cfg.batch_size, seed=self.seed, shuffle=True)
 
-    def _sample(self, epoch: int, step: int) -> tuple[list[Any], Any, int]:
-        """The reference's typed blocks split for this rank, its owned seeds' labels, the batch.
+    def _sample(self, epoch: int, step: int) -> MiniBatch:
+        """The reference's typed blocks, split for this rank, and its owned seeds' labels.
 
-        The splits stand in for blocks: their ``src_ids`` are the owned rows, which the
-        features are read for.
+        The splits are the batch's :attr:`~fleetgnn.engines.batch.MiniBatch.hops`: their
+        ``src_ids`` are the owned rows, which the features are read for.
         """
         seeds = self.loader.batch(epoch, step)
         blocks = self.sampler.sample(seeds, epoch, step)
         splits = [split_hetero_block(b, self.owner, self.rank, self.world_size) for b in blocks]
-        target = self.schema.target
-        owned = splits[-1].src_ids[target][: splits[-1].num_dst[target]]  # type: ignore[index]
-        return splits, self.labels(owned), int(seeds.numel())
+        t = self.schema.target
+        owned = splits[-1].src_ids[t][: splits[-1].num_dst[t]]  # type: ignore[index]
+        target = self.labels(owned)
+        return MiniBatch(blocks, {t: seeds}, int(seeds.numel()), splits=splits, target=target)
 
     def aggregators(self, blocks: list[Any]) -> list[TypedAggregator]:
         """One :class:`TypedSplitAggregator` per split (their shuffle bytes kept per layer)."""
@@ -312,9 +314,9 @@ class TypedSplitEngine(TypedMinibatchEngine):
         super()._epoch_start()
         self._reset_totals()
 
-    def _run_step(self, epoch: int, step: int, batch: Any, waited: float) -> StepStats:
+    def _run_step(self, epoch: int, step: int, batch: MiniBatch, waited: float) -> StepStats:
         stats = super()._run_step(epoch, step, batch, waited)
-        for sp in batch.blocks:
+        for sp in batch.hops:
             self._totals["edges_per_rank"] += sp.edges_per_rank
             self._totals["local_edges"] += sp.block_local_edges
         self._shuffle += np.array([sum(b) for b in self._sent], dtype=np.int64)

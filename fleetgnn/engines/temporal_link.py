@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.edges import block_aggregator
-from fleetgnn.engines.link import EdgeBatch, EdgeBatches
+from fleetgnn.engines.link import EdgeBatches
 from fleetgnn.sampling import Block, TemporalSample, TemporalSampler
 from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
 
@@ -91,7 +92,7 @@ class TemporalEdgeBatches(EdgeBatches):
         )
         return seeds, seed_time, inv, int(src.numel())
 
-    def batch(self, epoch: int, step: int, stream: int | None = None) -> EdgeBatch:
+    def batch(self, epoch: int, step: int, stream: int | None = None) -> MiniBatch:
         """This rank's edge batch of ``(epoch, step)``, sampled with ``stream`` (``None``: rank).
 
         The batch's ``seeds`` are nodes of distinct ``(node, time)`` seeds (a node may repeat),
@@ -102,18 +103,18 @@ class TemporalEdgeBatches(EdgeBatches):
         sample = self.sampler.sample(
             seeds, seed_time, epoch, step, stream=self.rank if stream is None else stream
         )
-        return EdgeBatch(
+        return MiniBatch(
+            list(sample.blocks),
             seeds,
+            self.loader.global_count(step),
             inv[:p],
             inv[p : 2 * p],
             inv[2 * p :].view(p, k),
-            list(sample.blocks),
-            self.loader.global_count(step),
             sample=sample,
         )
 
     def part_blocks(
-        self, batch: EdgeBatch, positives: torch.Tensor, epoch: int, step: int, stream: int
+        self, batch: MiniBatch, positives: torch.Tensor, epoch: int, step: int, stream: int
     ) -> list[Block]:
         """The blocks of the positives ``positives`` of ``batch`` alone, sampled with ``stream``.
 

@@ -56,6 +56,7 @@ from fleetgnn.engines.base import (
     StepStats,
     run_steps,
 )
+from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
     LossFn,
@@ -382,7 +383,7 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
 
     def _setup_prefetch(self, cfg: MinibatchEngineConfig) -> None:
         """The thread that prepares step ``k + 1``'s batch while step ``k`` trains."""
-        self.prefetcher: Prefetcher[_TypedBatch] = Prefetcher(
+        self.prefetcher: Prefetcher[MiniBatch] = Prefetcher(
             self.prepare, enabled=cfg.prefetch, name="fleetgnn-prefetch", device=self.device
         )
 
@@ -449,42 +450,42 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
         if self.store is not None:
             self.store.reset_stats()  # hit rates of this epoch's training
 
-    def _sample(self, epoch: int, step: int) -> tuple[list[HeteroBlock], Any, int]:
-        """A step's blocks, what its loss reads besides the output, and its global item count.
-
-        Node classification: the seeds' labels on the device.
-        """
+    def _sample(self, epoch: int, step: int) -> MiniBatch:
+        """A step's sampled batch: its blocks, seeds and count, and the seeds' labels."""
         seeds = self.loader.batch(epoch, step)
         blocks = typed_node_blocks(self.sampler, self.task, seeds, epoch, step, self.rank)
-        return blocks, self.labels(seeds), self.loader.global_count(step)
+        target = self.labels(seeds)
+        return MiniBatch(
+            blocks, {self.schema.target: seeds}, self.loader.global_count(step), target=target
+        )
 
-    def _step_loss(self, out: Any, batch: _TypedBatch) -> StepLoss:
+    def _step_loss(self, out: Any, batch: MiniBatch) -> StepLoss:
         """The step's loss of the model's output rows."""
-        return StepLoss.of(self.loss, out, batch.target, batch.count)
+        return StepLoss.of(self.loss, out, batch.target, batch.global_count)  # type: ignore[arg-type]
 
-    def prepare(self, epoch: int, step: int) -> _TypedBatch:
+    def prepare(self, epoch: int, step: int) -> MiniBatch:
         """Sample and read one step's batch (in the prefetch thread while a step trains).
 
         Timed with the host clock: the sampling is host work, and a device clock would wait for
         the step it overlaps (on a GPU ``gather`` is the time to issue the reads).
         """
         t0 = time.perf_counter()
-        blocks, target, count = self._sample(epoch, step)
+        batch = self._sample(epoch, step)
         t1 = time.perf_counter()
         before = None if self.store is None else self.store.meter.snapshot()
-        x = self.train_features(blocks[0])
+        x = self.train_features(batch.hops[0])
         t2 = time.perf_counter()
         if self.store is None or before is None:
             traffic = {"local": int(sum(v.numel() * v.element_size() for v in x.values()))}
         else:
             traffic = {k: v["bytes"] for k, v in self.store.meter.delta(before).items()}
-        return _TypedBatch(blocks, x, target, count, t1 - t0, t2 - t1, traffic)
+        return dataclasses.replace(batch, x=x, t_sample=t1 - t0, t_gather=t2 - t1, traffic=traffic)
 
-    def _run_step(self, epoch: int, step: int, batch: _TypedBatch, waited: float) -> StepStats:
+    def _run_step(self, epoch: int, step: int, batch: MiniBatch, waited: float) -> StepStats:
         g_step = epoch * self.steps_per_epoch() + step
 
         def forward() -> StepLoss:
-            out = self.module(self.aggregators(batch.blocks), batch.x, step=g_step)
+            out = self.module(self.aggregators(batch.hops), batch.x, step=g_step)
             return self._step_loss(out, batch)
 
         prepared = Prepared(batch.t_sample, batch.t_gather, inline=waited, traffic=batch.traffic)
@@ -494,19 +495,6 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
         """One data-parallel step, its batch prepared inline (gradients summed over ranks)."""
         batch = self.prepare(epoch, step)
         return self._run_step(epoch, step, batch, batch.t_sample + batch.t_gather)
-
-
-@dataclasses.dataclass(frozen=True)
-class _TypedBatch:
-    """One prepared typed step: blocks, input rows per type, what the loss reads, timings."""
-
-    blocks: list[HeteroBlock]
-    x: dict[str, torch.Tensor]
-    target: Any  # the seeds' labels (node task) or the edge batch (link task)
-    count: int  # training items of the step over all ranks
-    t_sample: float
-    t_gather: float
-    traffic: dict[str, int]
 
 
 def _check_layers(sampler: HeteroNeighborSampler, model: torch.nn.Module) -> None:

@@ -46,6 +46,7 @@ import torch
 from fleetgnn.config import MinibatchEngineConfig, ReferenceEngineConfig, SplitEngineConfig
 from fleetgnn.config.run import TYPED_LINK_ENGINES
 from fleetgnn.engines.base import DistributedEngine, StepStats
+from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.common import (
     LossFn,
     dist_setup,
@@ -54,7 +55,6 @@ from fleetgnn.engines.common import (
     setup_model,
 )
 from fleetgnn.engines.link import (
-    EdgeBatch,
     EdgeBatches,
     check_link_model,
     pair_scores,
@@ -70,33 +70,11 @@ from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.protocol import LayerwiseModule
 from fleetgnn.partition import PartitionBook
 from fleetgnn.sampling.hetero import (
-    HeteroBlock,
     HeteroNeighborSampler,
     full_hetero_block,
     typed_edge_keys,
 )
 from fleetgnn.tasks.typed_link import TypedLinkPrediction
-
-
-@dataclasses.dataclass(frozen=True)
-class TypedEdgeBatch:
-    """One rank's typed edge mini-batch of a step.
-
-    Attributes:
-        seeds: Per endpoint type, int64 sorted distinct global IDs (the blocks' outputs).
-        src: int64 ``[P]`` positions of the positives' sources in ``seeds[src_type]``.
-        dst: int64 ``[P]`` positions of their destinations in ``seeds[dst_type]``.
-        neg: int64 ``[P, K]`` positions of their negative destinations in ``seeds[dst_type]``.
-        blocks: The sampled typed blocks (the last block's destinations are ``seeds``).
-        global_count: Positives of the step over every rank.
-    """
-
-    seeds: dict[str, torch.Tensor]
-    src: torch.Tensor
-    dst: torch.Tensor
-    neg: torch.Tensor
-    blocks: list[HeteroBlock]
-    global_count: int
 
 
 class TypedEdgeBatches(EdgeBatches):
@@ -143,8 +121,12 @@ class TypedEdgeBatches(EdgeBatches):
 
     def batch(  # type: ignore[override]
         self, epoch: int, step: int, stream: int | None = None
-    ) -> TypedEdgeBatch:
-        """This rank's batch of ``(epoch, step)``, blocks sampled with ``stream`` (the rank)."""
+    ) -> MiniBatch:
+        """This rank's batch of ``(epoch, step)``, blocks sampled with ``stream`` (the rank).
+
+        Its ``seeds`` are per end type; ``src`` are positions in the source type's seeds,
+        ``dst`` and ``neg`` in the destination type's.
+        """
         src, dst = self.task.train_pair_rows(self.loader.batch(epoch, step))  # type-local
         neg = self.task.sampler.sample(src, dst, epoch)  # [P, K] destination-type local
         s_t, _, d_t = self.relation
@@ -162,13 +144,13 @@ class TypedEdgeBatches(EdgeBatches):
         blocks = self.sampler.sample(
             seeds, epoch, step, stream=self.rank if stream is None else stream, exclude=exclude
         )
-        return TypedEdgeBatch(
+        return MiniBatch(
+            blocks,
             seeds,
+            self.loader.global_count(step),
             torch.searchsorted(seeds[s_t], gs),
             torch.searchsorted(seeds[d_t], gd),
             torch.searchsorted(seeds[d_t], gn),
-            blocks,
-            self.loader.global_count(step),
         )
 
 
@@ -210,7 +192,7 @@ def typed_edge_batch_loss(
     model: Any,
     task: TypedLinkPrediction,
     h: dict[str, torch.Tensor],
-    batch: TypedEdgeBatch,
+    batch: MiniBatch,
     loss: Any,
 ) -> StepLoss:
     """The step loss of a typed edge batch from its seeds' output rows ``h`` (per type)."""
@@ -420,13 +402,12 @@ class TypedLinkMinibatchEngine(_TypedLink, TypedMinibatchEngine):
         """Edge batches per epoch, equal on every rank."""
         return self.edges.num_batches
 
-    def _sample(self, epoch: int, step: int) -> tuple[list[Any], Any, int]:
-        """This rank's edge batch: its blocks, the batch (the loss's pairs) and its count."""
-        batch = self.edges.batch(epoch, step)
-        return batch.blocks, batch, int(batch.global_count)
+    def _sample(self, epoch: int, step: int) -> MiniBatch:
+        """This rank's edge batch (its pairs set)."""
+        return self.edges.batch(epoch, step)
 
-    def _step_loss(self, out: Any, batch: Any) -> StepLoss:
-        return typed_edge_batch_loss(self.module, self.task, out, batch.target, self.loss)
+    def _step_loss(self, out: Any, batch: MiniBatch) -> StepLoss:
+        return typed_edge_batch_loss(self.module, self.task, out, batch, self.loss)
 
 
 def split_typed_edge_batch_loss(
@@ -434,7 +415,7 @@ def split_typed_edge_batch_loss(
     task: TypedLinkPrediction,
     comm: Any,
     h_own: dict[str, torch.Tensor],
-    batch: TypedEdgeBatch,
+    batch: MiniBatch,
     owner: np.ndarray,
     loss: Any,
 ) -> StepLoss:
@@ -448,14 +429,14 @@ def split_typed_edge_batch_loss(
     """
     s_t, _, d_t = task.relation
     hs, hd = _endpoint_rows(h_own, task.relation)
-    src, dst, neg = batch.src, batch.dst, batch.neg
+    dst, neg = batch.dst, batch.neg
     if s_t == d_t:
         seeds, h = batch.seeds[s_t], hs
     else:
         n = int(batch.seeds[s_t].numel())
         seeds, h = torch.cat([batch.seeds[s_t], batch.seeds[d_t]]), torch.cat([hs, hd])
         dst, neg = dst + n, neg + n
-    flat = EdgeBatch(seeds, src, dst, neg, [], batch.global_count)
+    flat = dataclasses.replace(batch, seeds=seeds, dst=dst, neg=neg)
     seed_owner = torch.from_numpy(np.asarray(owner[seeds.numpy()], dtype=np.int64))
     return split_edge_batch_loss(model, task, comm, h, flat, seed_owner, loss)  # type: ignore[arg-type]
 
@@ -504,18 +485,18 @@ class TypedLinkSplitEngine(TypedLinkMinibatchEngine, TypedSplitEngine):
         """The reference's deal: ONE batch of training pairs per step for all ranks."""
         return TypedEdgeBatches(self.task, self.sampler, cfg.batch_size, seed=self.seed)
 
-    def _sample(self, epoch: int, step: int) -> tuple[list[Any], Any, int]:
+    def _sample(self, epoch: int, step: int) -> MiniBatch:
         """The reference's edge batch (stream 0), its typed blocks split for this rank."""
         batch = self.edges.batch(epoch, step, stream=0)
         splits = [
             split_hetero_block(b, self.owner, self.rank, self.world_size) for b in batch.blocks
         ]
-        return splits, batch, int(batch.global_count)
+        return dataclasses.replace(batch, splits=splits)
 
-    def _step_loss(self, out: Any, batch: Any) -> StepLoss:
+    def _step_loss(self, out: Any, batch: MiniBatch) -> StepLoss:
         """This rank's share: the positives whose source it owns (collective)."""
         return split_typed_edge_batch_loss(
-            self.module, self.task, self.comm, out, batch.target, self.owner, self.loss
+            self.module, self.task, self.comm, out, batch, self.owner, self.loss
         )
 
     def __repr__(self) -> str:
@@ -545,7 +526,6 @@ def typed_link_engine(name: str) -> type:
 
 
 __all__ = [
-    "TypedEdgeBatch",
     "TypedEdgeBatches",
     "TypedLinkMinibatchEngine",
     "TypedLinkReferenceEngine",

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from fleetgnn.distributed.testing import context_of, run_world
-from fleetgnn.engines.link import EdgeBatch, split_edge_batch_loss
+from fleetgnn.engines.batch import MiniBatch
+from fleetgnn.engines.link import split_edge_batch_loss
 from fleetgnn.engines.split import SplitEngine
 from fleetgnn.nn.decoders import DotDecoder
 from fleetgnn.partition import PartitionBook
@@ -111,7 +112,7 @@ def test_split_edge_batch_loss_on_one_rank_is_the_edge_batch_loss():
     h = torch.randn(9, 4, dtype=torch.float64, generator=g, requires_grad=True)
     src, dst = torch.tensor([0, 3, 5, 8]), torch.tensor([1, 2, 7, 0])
     neg = torch.tensor([[4, 6], [8, 1], [2, 2], [3, 5]])
-    batch = EdgeBatch(torch.arange(9), src, dst, neg, [], 6)
+    batch = MiniBatch([], torch.arange(9), 6, src, dst, neg)
 
     class Model:
         decoder = DotDecoder()

@@ -161,7 +161,7 @@ def _computed_edges(comm, leaky):
         for epoch, step in ((0, 0), (0, 1)):
             batch = engine.prepare(epoch, step)
             engine.train_step(epoch, step, batch)  # the blocks below are the ones it trained on
-            sample = batch.edges.sample
+            sample = batch.sample
             for layer, sp in enumerate(batch.splits):
                 block, own = sp.block, sp.src_owner
                 dpos = np.repeat(np.arange(block.num_dst), np.diff(block.indptr.numpy()))
