@@ -68,7 +68,7 @@ _WIDE = ((16, torch.complex128), (8, torch.int64), (4, torch.int32), (2, torch.i
 #: GB/s read + written, 0.75 of a device-to-device copy (2,950 GB/s), where ``index_select``
 #: moved 1,142 (0.39) and ``wide`` 1,119 (0.38).
 #: For the sampler's Fisher-Yates offsets (3 hops, fanouts 15,10,5, batch 1024, products-like
-#: 0.2, stop 35's H100 check): 212 M edges/s with the Triton kernel, 106 with torch's ops (the
+#: 0.2, one H100, the source below): 212 M edges/s with the Triton kernel, 106 with torch's ops (the
 #: host's numpy sampler: 5.27), the batch's aten ops 1,052 -> 473 and launches 368 -> 150.
 MEASURED: dict[tuple[str, str], tuple[str, str]] = {
     ("gather_rows", "cuda"): ("triton", "benchmarks/results/gpu/gpu-check-h100-stop34-gather.json"),

@@ -192,10 +192,8 @@ def serial(device: torch.device, rows: int = 0) -> Iterator[None]:
 
     Each op of such a loop is a parallel region of ~0.1 ms: with two threads the wake-up and
     barrier of each region cost more than they save, and when another process holds the second
-    core each region waits for it to be scheduled (measured on 2 cores with a compiler running:
-    keyed dropout of Cora's input 548 ms at 2 threads vs 12 ms at 1; a 100k x 256 layer 7.4 s
-    vs 69 ms; the torch sampler on products-like 0.05 at 2 threads on a loaded machine 0.14 vs
-    2.1 M edges/s). ``rows``: the size of a one-off op; at :data:`SERIAL_ROWS` and above it
+    core each region waits for it to be scheduled (tens of times slower on a loaded 2-core
+    machine). ``rows``: the size of a one-off op; at :data:`SERIAL_ROWS` and above it
     keeps every thread. ``torch.set_num_threads`` sets the calling thread's OpenMP team size,
     so other threads' ops are unaffected.
     """

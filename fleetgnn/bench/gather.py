@@ -15,8 +15,7 @@ On a CUDA device (``device=``) the plain tensor, the IDs and the copy limit live
 (``index_select`` there against a device-to-device copy). The device-tier store is built on the
 device (every row there, read with IDs on the device: an engine's read of its device tier); the
 disk-tier one stays on the host, its rows gathered there and copied to the device, and says so
-(``host gather + copy to <device>``). Up to stop 35 the device-tier case on CUDA was a host
-store too: its figure was a host gather and a copy, labelled as the device tier.
+(``host gather + copy to <device>``).
 
 Per stored dtype (``store.feature_dtype``, :mod:`fleetgnn.graph.compact`; on the CPU): the
 store's gather of the same random IDs, every row on the device tier, with the rows stored as

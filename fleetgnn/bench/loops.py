@@ -60,8 +60,7 @@ def peer_optimizer(
 
     ``device``: where the peer's parameters are (``None``: the first parameter's device). The
     engines use torch's fused Adam/AdamW on CUDA (``optimizer_from_config``); the peers get the
-    same, so a figure compares the layers and not two optimizers (the GPU checks up to stop 35
-    gave PyG the default, foreach, Adam).
+    same, so a figure compares the layers and not two optimizers.
     """
     from fleetgnn.train.setup import optimizer_from_config
 

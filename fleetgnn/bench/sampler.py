@@ -64,8 +64,8 @@ def run(
     rng = np.random.default_rng(1)
     n_batches = batches_per_call or (2 if opts.quick else 5)
     # every timed call samples batches of its own (other seeds, other draws' keys): calls that
-    # re-sampled the same batches measured them with their reads cached (the GPU checks to
-    # stop 35); a pool of groups, one per call of the warm-up and the repetitions
+    # re-sampled the same batches would measure them with their reads cached; a pool of
+    # groups, one per call of the warm-up and the repetitions
     groups = max(1, int(opts.repeat)) + 1
     pool = [
         [

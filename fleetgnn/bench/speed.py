@@ -142,7 +142,7 @@ def device_us(events: Any) -> float:
     The device's own events only (kernels, copies, memsets: every event whose ``device_type``
     is not the CPU), as torch's profiler table totals "Self CUDA": a CPU op's
     ``self_device_time_total`` is the time of the kernels it launched, so summing every event
-    (the GPU checks to stop 35) can count a kernel twice.
+    would count a kernel twice.
     """
     from torch.autograd import DeviceType
 

@@ -217,8 +217,8 @@ def measure_overheads(repeats: int, device: torch.device | str = "cpu") -> dict[
         gspmm(adj, h, "sum").relu().sum().backward()
 
     params = [torch.rand(4, generator=g).to(dev).requires_grad_() for _ in range(16)]
-    # the engines' optimizer: fused on CUDA (train.setup.optimizer_from_config), per tensor on
-    # the CPU (stop 35's committed H100 figure, 51 us a tensor, timed foreach, the old default)
+    # the engines' optimizer: fused on CUDA (train.setup.optimizer_from_config), torch's default
+    # (foreach) on the CPU
     opt = torch.optim.Adam(params, fused=True if dev.type == "cuda" else None)
     for q in params:
         q.grad = torch.ones_like(q)

@@ -395,11 +395,8 @@ class RGATConv(nn.Module):
         if self.order != "auto":
             return self.order == "aggregate"
         if st.indptr.device.type != "cpu":
-            # the costs are a CPU's. On an H100 (igbh-like 0.1, 3 layers, 4 heads x 64, 6
-            # steps, two runs; benchmarks/results/gpu/gpu-check-h100-stop34*.json) a step took
-            # 110 / 124 ms projecting first and 105 / 113 ms aggregating first, within the
-            # runs' noise of each other (the same projecting path took 105 / 127 ms as "auto"):
-            # the order barely matters there, and the rule keeps the simpler one
+            # the costs are a CPU's; on a GPU both orders ran within noise of each other
+            # (benchmarks/results/gpu/gpu-check-h100-stop34*.json), so the simpler one
             return False
         grad = torch.is_grad_enabled()
         passes = 1 + grad + (grad and x_src.requires_grad)  # forward, weight, rows

@@ -160,9 +160,8 @@ def check_adjacency(adj: object) -> None:
 
 
 #: Bytes of source rows one column block of a CSR product reads, at :data:`BLOCK_WIDTH` values a
-#: row (a quarter to a half of a server CPU's last-level cache). Measured on a 32 MiB-L3 EPYC,
-#: 122k float32 rows, 2.9M edges, one thread, 1/2/4/8/16 blocks: 100 wide 245/170/120/126/159 ms,
-#: 47 wide 97/51/47/58/82 ms, 128 wide 352/267/188/150/177 ms.
+#: row (a quarter to a half of a server CPU's last-level cache: fewer, wider blocks spill it,
+#: more, narrower ones pay each block's pass over the row pointers again).
 BLOCK_BYTES = 12 << 20
 #: The row width the blocks are sized for: one cut of the columns serves every width (each
 #: layer's products), so the cut and what it holds depend only on the node count.

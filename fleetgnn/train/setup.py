@@ -365,9 +365,8 @@ def optimizer_from_config(
 
     On CUDA (``device``, where the engine puts the parameters) Adam and AdamW are torch's
     fused implementations: one kernel a step for every parameter, where the default (foreach)
-    launches several per group of tensors and a minibatch step's is host-bound (stop 35's H100
-    profile: ``Adam.step`` held the host 1.2 ms of a 13 ms step). The results equal the
-    default's up to rounding.
+    launches several per group of tensors, on steps whose launches the host bounds. The
+    results equal the default's up to rounding.
     """
     classes = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
     if cfg.optimizer not in classes:
