@@ -2,7 +2,7 @@
 
 Per scale: ``fleetgnn prepare synthetic --preset igbh-like --scale S`` (its own process), then the
 reverse relations written next to it (one process: ``add_reverse_relations`` of the memory-mapped
-graph, ``write_typed_dataset``; every type then receives messages), then one epoch (or
+graph, ``write_dataset``; every type then receives messages), then one epoch (or
 ``--max-steps``) of R-GAT mini-batch training at 2 gloo ranks (``TypedMinibatchEngine`` through
 the Python API, as ``fleetgnn train`` does not take typed datasets on this branch yet) with
 ``store.device_budget`` and ``store.host_budget`` well below the feature bytes.
@@ -48,12 +48,12 @@ def _train(comm: Any, path: str, opts: dict[str, Any]) -> dict[str, Any]:
     from fleetgnn.config import MinibatchEngineConfig
     from fleetgnn.distributed.testing import context_of
     from fleetgnn.engines.typed import TypedMinibatchEngine
-    from fleetgnn.graph.typed_dataset import open_typed_dataset
+    from fleetgnn.graph.dataset import open_dataset
     from fleetgnn.nn.hetero import build_hetero_model
 
     torch.set_num_threads(1)
     opened = _status()
-    g = open_typed_dataset(path)
+    g = open_dataset(path, kind="typed")
     torch.manual_seed(0)
     model = build_hetero_model(
         "rgat", g, int(g.num_classes), hidden_dim=opts["hidden"], num_layers=len(opts["fanouts"])
@@ -122,7 +122,7 @@ def _mib(n: int) -> str:
 
 def rung(args: argparse.Namespace, scale: float) -> dict[str, Any]:
     from fleetgnn.distributed.testing import run_world
-    from fleetgnn.graph.typed_dataset import open_typed_dataset
+    from fleetgnn.graph.dataset import open_dataset
 
     base = args.root / f"igbh-like-{scale:g}"
     rev = args.root / f"igbh-like-{scale:g}-rev"
@@ -136,15 +136,15 @@ def rung(args: argparse.Namespace, scale: float) -> dict[str, Any]:
         res["prepare_s"] = time.perf_counter() - t0
         res["prepare_cmd"] = " ".join(cmd[1:])
         code = (
-            "import sys; from fleetgnn.graph.typed_dataset import open_typed_dataset, "
-            "write_typed_dataset; from fleetgnn.graph.hetero import add_reverse_relations; "
-            "write_typed_dataset(add_reverse_relations(open_typed_dataset(sys.argv[1])), "
+            "import sys; from fleetgnn.graph.dataset import open_dataset, write_dataset; "
+            "from fleetgnn.graph.hetero import add_reverse_relations; "
+            "write_dataset(add_reverse_relations(open_dataset(sys.argv[1])), "
             "sys.argv[2], overwrite=True, source='igbh-like + reverse relations')"
         )
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-c", code, str(base), str(rev)], check=True, env=env)
         res["reverse_s"] = time.perf_counter() - t0
-    g = open_typed_dataset(rev)
+    g = open_dataset(rev, kind="typed")
     feat = sum(int(a.nbytes) for a in g.x.values())
     res.update(
         nodes=g.num_nodes,

@@ -40,7 +40,7 @@ import numpy as np
 from fleetgnn.graph.hetero import HeteroGraph, add_reverse_relations
 from fleetgnn.graph.hetero_toy import homogeneous_collapse
 from fleetgnn.graph.synthetic_hetero import prepare_typed_synthetic
-from fleetgnn.graph.typed_dataset import open_typed_dataset
+from fleetgnn.graph.dataset import open_dataset
 from fleetgnn.train import engine_from_config, load_config
 
 MODELS = ("rgcn", "rgat")
@@ -81,7 +81,7 @@ def compare(
     dataset: Path, models: tuple[str, ...], epochs: int, seeds: list[int], inputs: str
 ) -> list[dict[str, Any]]:
     """Per model and seed: the typed graph's and the collapse's test accuracies."""
-    g = add_reverse_relations(open_typed_dataset(dataset))
+    g = add_reverse_relations(open_dataset(dataset, kind="typed"))
     typed = with_zero_inputs(g) if inputs == "zeros" else g
     flat = collapse(g)
     rows = []

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from fleetgnn.errors import DatasetError
-from fleetgnn.graph import Graph, open_dataset
+from fleetgnn.graph import Graph, open_dataset, write_dataset
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.graph.synthetic import (
     GENERATOR_VERSION,
@@ -93,7 +93,6 @@ def cached_typed_dataset(
     """
     from fleetgnn.graph.hetero import add_reverse_relations
     from fleetgnn.graph.synthetic_hetero import prepare_typed_synthetic
-    from fleetgnn.graph.typed_dataset import open_typed_dataset, write_typed_dataset
 
     out = typed_dataset_dir(cache_dir, preset, scale, seed)
     gen_s = 0.0
@@ -103,8 +102,8 @@ def cached_typed_dataset(
         base = out.with_name(f"{out.name}.base-{os.getpid()}")
         try:
             prepare_typed_synthetic(base, preset, scale=scale, seed=seed, overwrite=True)
-            graph = add_reverse_relations(open_typed_dataset(base))
-            write_typed_dataset(
+            graph = add_reverse_relations(open_dataset(base, kind="typed"))
+            write_dataset(
                 graph, out, overwrite=out.exists(), source=f"{preset} + reverse relations"
             )
         except DatasetError:
@@ -113,7 +112,7 @@ def cached_typed_dataset(
         finally:
             shutil.rmtree(base, ignore_errors=True)
         gen_s = time.perf_counter() - t0
-    return open_typed_dataset(out), gen_s
+    return open_dataset(out, kind="typed"), gen_s
 
 
 def cora(path: Path, cache_dir: Path) -> Graph:
@@ -130,7 +129,6 @@ def cora(path: Path, cache_dir: Path) -> Graph:
             f"'{path}' holds neither a prepared dataset (meta.json) nor Planetoid's ind.cora.* "
             f"files; point --cora at one of them (fleetgnn prepare planetoid writes the former)"
         )
-    from fleetgnn.graph.dataset import write_dataset
     from fleetgnn.graph.loaders import load_planetoid
     from fleetgnn.graph.loaders.planetoid import FEATURE_NORM
 

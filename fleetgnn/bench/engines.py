@@ -74,7 +74,7 @@ def engine_worker(cfg_dict: dict[str, Any], dataset: str, epochs: int) -> dict[s
     engine = None
     try:
         t0 = time.perf_counter()
-        engine = engine_from_config(cfg, open_dataset(dataset), ctx)
+        engine = engine_from_config(cfg, open_dataset(dataset, kind="graph"), ctx)
         setup_s = time.perf_counter() - t0
         walls = []
         for epoch in range(1 + epochs):

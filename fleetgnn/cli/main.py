@@ -503,7 +503,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from fleetgnn.partition import evaluate, partition
 
     with check_progress() as progress:
-        graph = open_dataset(args.dataset, progress=progress)
+        graph = open_dataset(args.dataset, progress=progress, kind="graph")
     if args.parts > graph.num_nodes:  # METIS would report every empty part; nobody wants those
         raise PartitionError(
             f"--parts {args.parts} is more than the {graph.num_nodes} nodes of '{args.dataset}'; "

@@ -56,7 +56,7 @@ def _predict(cfg: Any, dataset: Path, engine: str) -> tuple[dict[str, int], dict
     from fleetgnn.graph import open_dataset
 
     nproc = int(cfg.train.nproc)
-    wl = workload_from_config(cfg, graph=open_dataset(dataset))
+    wl = workload_from_config(cfg, graph=open_dataset(dataset, kind="graph"))
     hw = load_profile("local", nproc, quick=True)
     pred = predict_engine(engine, wl, hw, nproc, knobs_from_config(cfg).get(engine, {}))
     return dict(pred.memory), dict(pred.workspace)

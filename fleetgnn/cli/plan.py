@@ -244,7 +244,7 @@ def plan_for(
 
 def run_plan(args: argparse.Namespace) -> int:
     """Run ``fleetgnn plan``; returns the exit status (1 when nothing fits)."""
-    from fleetgnn.graph import open_any_dataset
+    from fleetgnn.graph import open_dataset
     from fleetgnn.train import load_config, resolve_task_defaults
 
     overrides = list(args.overrides)
@@ -257,7 +257,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.nproc < 1:
         raise ConfigError(f"--nproc {args.nproc} must be >= 1")
     check_request(target, args.dataset)
-    graph = open_any_dataset(args.dataset) if args.dataset is not None else None
+    graph = open_dataset(args.dataset) if args.dataset is not None else None
     shape = parse_shape(args.shape) if args.shape is not None else None
     plan = plan_for(
         cfg, graph, shape, args.hardware, args.nproc, args.mode, args.engine, target, args.dataset

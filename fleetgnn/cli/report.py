@@ -15,7 +15,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from fleetgnn.graph.csc import SPLITS
-from fleetgnn.graph.dataset import TYPED_KIND, dataset_kind, open_dataset, read_meta, stamp_problem
+from fleetgnn.graph.dataset import (
+    GRAPH_KIND,
+    TYPED_KIND,
+    dataset_kind,
+    open_dataset,
+    read_meta,
+    stamp_problem,
+)
 from fleetgnn.graph.row_array import RowArray
 from fleetgnn.graph.verify import iter_rows
 
@@ -65,8 +72,10 @@ def dataset_info(
     """
     if dataset_kind(path) == TYPED_KIND:
         return typed_dataset_info(path, verify=verify, progress=progress)
-    meta = read_meta(path)
-    graph = open_dataset(path, validate="full" if verify else None, progress=progress)
+    meta = read_meta(path, kind=GRAPH_KIND)
+    graph = open_dataset(
+        path, validate="full" if verify else None, progress=progress, kind=GRAPH_KIND
+    )
     problem = stamp_problem(Path(path), list(meta["arrays"]))
     n = graph.num_nodes
     hist = degree_histogram(graph.indptr)
@@ -160,10 +169,10 @@ def typed_dataset_info(
         verify: Check every value and record the verification stamp (as :func:`dataset_info`).
         progress: ``progress(done_bytes, total_bytes)`` while values are checked.
     """
-    from fleetgnn.graph.typed_dataset import open_typed_dataset, read_typed_meta
-
-    meta, _ = read_typed_meta(path)
-    graph = open_typed_dataset(path, validate="full" if verify else None, progress=progress)
+    meta = read_meta(path, kind=TYPED_KIND)
+    graph = open_dataset(
+        path, validate="full" if verify else None, progress=progress, kind=TYPED_KIND
+    )
     problem = stamp_problem(Path(path), list(meta["arrays"]))
     s = graph.schema
     info: dict[str, Any] = {

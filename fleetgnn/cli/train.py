@@ -45,7 +45,7 @@ from typing import Any
 
 from fleetgnn.cli.messages import printable
 from fleetgnn.errors import ConfigError, DatasetError, FleetgnnError
-from fleetgnn.graph import Graph, HeteroGraph, open_any_dataset
+from fleetgnn.graph import Graph, HeteroGraph, open_dataset
 
 
 def default_cache_dir() -> Path:
@@ -61,7 +61,7 @@ def resolve_dataset(
     dataset = getattr(data_cfg, "dataset", None)
     if dataset:
         path = Path(dataset)
-        return open_any_dataset(path), path
+        return open_dataset(path), path
     from fleetgnn.cli.progress import task_progress
     from fleetgnn.graph.synthetic import GENERATOR_VERSION, prepare_synthetic, spec_for
 
@@ -79,7 +79,7 @@ def resolve_dataset(
             except DatasetError:
                 if not (path / "meta.json").is_file():  # another process may have won the race
                     raise
-    return open_any_dataset(path), path
+    return open_dataset(path), path
 
 
 def feature_width(graph: Graph | HeteroGraph) -> int | None:
@@ -277,10 +277,10 @@ def record_dataset(run_dir: Path, dataset: Path, resume: bool, accept: bool, qui
             (another ``prepare``, an edit), unless ``accept`` (``--accept-changed-dataset``).
     """
     from fleetgnn.config.textfile import load_json_file
-    from fleetgnn.graph import any_dataset_fingerprint
+    from fleetgnn.graph import dataset_fingerprint
     from fleetgnn.graph.dataset import atomic_write_text
 
-    current = any_dataset_fingerprint(dataset)
+    current = dataset_fingerprint(dataset)
     path = run_dir / DATASET_RECORD
     if resume and os.path.lexists(path):
         fix = "delete it to resume without the check"
@@ -765,7 +765,7 @@ def run_worker(
     ctx = init(device=str(cfg.train.device).split(":", 1)[0])
     guard = device_memory_guard(cfg.train.engine, ctx.rank, ctx.device)
     try:
-        with guard as phase, engine_from_config(cfg, open_any_dataset(dataset), ctx) as engine:
+        with guard as phase, engine_from_config(cfg, open_dataset(dataset), ctx) as engine:
             restart = restart_info()
             trainer = Trainer.from_config(
                 engine,

@@ -1,6 +1,13 @@
 """Datasets on disk: a directory of ``.npy`` arrays plus ``meta.json``, opened as memory maps.
 
-Layout (format version 1)::
+One module for both kinds of dataset: a homogeneous graph (one node type, one relation) and a
+typed (heterogeneous) one share the writer, the ``meta.json`` checks, the value checks and their
+stamp, the compact feature rows, the times and the opener; the typed layout adds only its array
+names, its schema and the checks of one CSC per relation. ``meta.json``'s ``kind`` says which
+layout a directory holds, and :func:`open_dataset` returns a :class:`~fleetgnn.graph.csc.Graph`
+or a :class:`~fleetgnn.graph.hetero.HeteroGraph` from it.
+
+Homogeneous layout (format version 1; ``kind`` absent or ``"graph"``)::
 
     DIR/meta.json        {"format_version": 1, "name", "num_nodes", "num_edges", "num_features",
                           "num_classes", "arrays": {name: {"dtype", "shape"}}, ...}
@@ -16,19 +23,46 @@ Layout (format version 1)::
                                          in-edges (see fleetgnn.graph.edge_time)
     DIR/verified.json    {"check_version", "files": {file: {"bytes", "mtime_ns", "sample"}}}
 
+Typed layout (format version 1, ``"kind": "typed"``)::
+
+    DIR/meta.json                     {"format_version": 1, "kind": "typed", "name",
+                                       "schema": {"node_types", "num_nodes", "relations",
+                                       "target"}, "num_nodes", "num_edges", "num_classes",
+                                       "arrays": {name: {"dtype", "shape"}}, ...}
+    DIR/rel/SRC.NAME.DST/indptr.npy   int64 [N_DST + 1]   CSC of relation (SRC, NAME, DST)
+    DIR/rel/SRC.NAME.DST/indices.npy  int32/int64 [E_r]   sources, *type-local* IDs of SRC
+    DIR/x/TYPE.npy                    float [N_TYPE, F_TYPE]  features (absent: featureless type)
+    DIR/y.npy                         int64 [N_target]    labels of the target type (-1: none)
+    DIR/{train,val,test}_mask.npy     bool [N_target]     splits of the target type
+    DIR/rel/SRC.NAME.DST/edge_time.npy  int64 [E_r]       (optional, every relation or none) edge
+                                                          times >= 0, sorted within each
+                                                          destination's in-edges
+    DIR/node_time/TYPE.npy            int64 [N_TYPE]      (optional, any node types) node times
+    DIR/verified.json                 as a homogeneous dataset's
+
+Type and relation names are letters, digits, ``_`` and ``-``
+(:class:`~fleetgnn.graph.hetero.HeteroSchema`), so the dotted ``SRC.NAME.DST`` names one
+relation unambiguously. A typed ``num_nodes`` / ``num_edges`` are the totals over types and
+relations (the homogeneous view's ``N`` and ``E``).
+
 ``meta.json`` may also say ``"feature_norm"``: the transform the dataset's features customarily
 get before training (``"row"`` for Planetoid's and gnn-benchmark's bag-of-words features, as in
 the GCN paper's preprocessing), which ``fleetgnn train`` applies unless ``data.feature_norm`` says
 otherwise. The key is optional: a dataset without it (any written before it existed) means
 ``"none"``, so the format version is unchanged. Likewise ``"has_edge_time"`` (``true`` when
-``edge_time.npy`` is there) and ``"edge_time_range"`` (``[min, max]``, ``null`` without edges),
-written with every dataset that has edge times, and ``"has_node_time"`` / ``"node_time_range"``
-(``null`` without nodes) with every dataset that has node times; a dataset without them has none.
+edge times are there) and ``"edge_time_range"`` (``[min, max]``, over every relation of a typed
+dataset, ``null`` without edges), written with every dataset that has edge times, and
+``"has_node_time"`` / ``"node_time_range"`` (over every timed node type; ``null`` without
+nodes) with every dataset that has node times; a dataset without them has none.
 
 With ``"feature_dtype"`` (``prepare --feature-dtype``) ``x.npy`` holds compact rows and
-``"feature_read_dtype"`` the float they read back as (:mod:`fleetgnn.graph.compact_rows`). A
-reader without the key refuses such a ``x.npy`` in one line (``'x' must be a float array``),
-except a float16 one, which it reads as the same values: the format version is unchanged.
+``"feature_read_dtype"`` the float they read back as (:mod:`fleetgnn.graph.compact_rows`); a
+typed dataset records both per type (``{TYPE: codec}``, ``{TYPE: float}``: one dtype for every
+featured type, or ``TYPE=DTYPE,...``), and the types they do not name hold plain floats. The
+stored rows are ``uint16 [N, F]`` bf16 bits, ``float16 [N, F]`` or ``uint8 [N, F + 4]``. A
+reader without the keys refuses such a table in one line (``'x' must be a float array``,
+``expected a float dtype``), except a float16 one, which it reads as the same values: the format
+version is unchanged.
 
 Writing goes through :class:`DatasetWriter`: arrays are created as ``.npy`` memory maps in a
 temporary sibling directory (``.NAME.tmp-<pid>-<tag>-<random>``, so that a later run can sweep it
@@ -72,8 +106,9 @@ from fleetgnn.graph.files import (
     swap_in_progress,
     temp_prefix,
 )
-from fleetgnn.graph.row_array import RowArray, compact_meta_problem
-from fleetgnn.graph.verify import CHECK_VERSION, check_values, fingerprint
+from fleetgnn.graph.hetero import HeteroGraph, HeteroSchema, Relation
+from fleetgnn.graph.row_array import RowArray, compact_meta_problem, typed_compact_meta_problem
+from fleetgnn.graph.verify import CHECK_VERSION, check_typed_values, check_values, fingerprint
 
 FORMAT_VERSION = 1
 META = "meta.json"
@@ -83,6 +118,9 @@ MAX_EDGES = 1 << 48
 MAX_FEATURES = 1 << 24
 MAX_CLASSES = 1 << 20
 MAX_NAME_CHARS = 1000
+#: Most node types and relations a typed ``meta.json`` may declare.
+MAX_TYPES = 4096
+MAX_RELATIONS = 4096
 #: Largest and deepest metadata file read (``meta.json``, a partition book's ``book.json``).
 MAX_META_BYTES = 16 << 20
 MAX_META_DEPTH = 16
@@ -106,17 +144,71 @@ ARRAYS: tuple[str, ...] = (
     "edge_time",
 )
 REQUIRED: tuple[str, ...] = ("indptr", "indices")
+#: The arrays of a typed dataset's target type.
+_TARGET_ARRAYS = ("y", *SPLITS)
 #: The optional time arrays, ``{kind}_time.npy``, recorded in ``meta.json`` as
 #: ``has_{kind}_time`` and ``{kind}_time_range``.
 TIMES: tuple[str, ...] = ("edge", "node")
 _COPY_CHUNK_BYTES = 64 << 20  # bounded memory when copying arrays into a dataset
-#: Elements (``E + N * max(1, F)``) up to which ``open_dataset`` checks every value of a dataset
-#: without a valid verification stamp at each open; above, it checks once and records a stamp.
+#: Elements (``E + N * max(1, F)``, a typed dataset's arrays' elements) up to which
+#: ``open_dataset`` checks every value of a dataset without a valid verification stamp at each
+#: open; above, it checks once and records a stamp.
 _FULL_CHECK_LIMIT = 200_000_000
 #: The verification stamp: the fingerprints of the files whose values were all checked.
 STAMP = "verified.json"
 STAMP_VERSION = 1
 Progress = Callable[[int, int], None]
+
+
+def relation_key(rel: Relation) -> str:
+    """``"src.name.dst"``: a relation's directory name under ``rel/``."""
+    return ".".join(rel)
+
+
+def array_names(schema: HeteroSchema | None) -> dict[str, str]:
+    """Every array name a dataset of ``schema`` may hold -> what it is (for messages).
+
+    ``None``: a homogeneous dataset's (:data:`ARRAYS`).
+    """
+    if schema is None:
+        return {name: name for name in ARRAYS}
+    names: dict[str, str] = {}
+    for rel in schema.relations:
+        names[f"rel/{relation_key(rel)}/indptr"] = f"relation {rel} indptr"
+        names[f"rel/{relation_key(rel)}/indices"] = f"relation {rel} indices"
+        names[f"rel/{relation_key(rel)}/edge_time"] = f"relation {rel} edge times"
+    for t in schema.node_types:
+        names[f"x/{t}"] = f"features of {t!r}"
+        names[f"node_time/{t}"] = f"node times of {t!r}"
+    if schema.target is not None:
+        for k in _TARGET_ARRAYS:
+            names[k] = f"{k} of {schema.target!r}"
+    return names
+
+
+def time_arrays(schema: HeteroSchema | None) -> dict[str, list[str]]:
+    """Each time kind (:data:`TIMES`) -> the arrays that hold such times in ``schema``'s layout.
+
+    A homogeneous dataset (``None``) has one of each (``edge_time``, ``node_time``); a typed one
+    an ``edge_time`` per relation and a ``node_time`` per node type.
+    """
+    if schema is None:
+        return {kind: [f"{kind}_time"] for kind in TIMES}
+    return {
+        "edge": [f"rel/{relation_key(r)}/edge_time" for r in schema.relations],
+        "node": [f"node_time/{t}" for t in schema.node_types],
+    }
+
+
+def _native(dtype: Any) -> np.dtype:
+    """``dtype`` in native byte order (a big-endian input is converted as it is copied in)."""
+    dt = np.dtype(dtype)
+    return dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
+
+
+def _is_x(name: str) -> bool:
+    """Whether array ``name`` is a feature table (``x``, a typed dataset's ``x/TYPE``)."""
+    return name == "x" or name.startswith("x/")
 
 
 class DatasetWriter:
@@ -131,16 +223,30 @@ class DatasetWriter:
             for lo in range(0, n, chunk): x[lo:lo + chunk] = ...
             w.commit(num_classes=7)
 
+    A typed dataset names its schema; its array names are those of the typed layout
+    (:func:`array_names`), and :meth:`put_relation` writes one relation's CSC::
+
+        with DatasetWriter(out, name="mag", schema=schema) as w:
+            w.put_relation(("paper", "cites", "paper"), indptr, indices)
+            x = w.create("x/paper", np.float32, (n_paper, 128))   # filled in chunks
+            w.put("y", y)
+            w.commit(num_classes=349)
+
     Args:
         out: Target directory; must not exist unless ``overwrite``.
         name: Dataset name stored in ``meta.json``.
         overwrite: Replace an existing dataset at ``out`` (only after the new one is complete).
-        feature_dtype: Write ``x`` compact (:mod:`fleetgnn.graph.compact_rows`): encoded block
-            by block by :meth:`put`, or, made with :meth:`create`, filled as floats and
-            converted by :meth:`commit`. ``float32``: plain float32 rows. ``None``: as given.
+        feature_dtype: Write the feature rows compact (:mod:`fleetgnn.graph.compact_rows`):
+            encoded block by block by :meth:`put`, or, made with :meth:`create`, filled as
+            floats and converted by :meth:`commit`. ``float32``: plain float32 rows. ``None``:
+            as given. A typed dataset: one dtype for every type (``"bf16"``) or per type
+            (``{"paper": "bf16"}`` or ``"paper=bf16,author=fp8"``; types not named as given).
+        schema: The node types, relations and target type of a typed dataset; ``None``: a
+            homogeneous one.
 
     Raises:
-        DatasetError: An unknown ``feature_dtype`` (before anything is written).
+        DatasetError: An unknown ``feature_dtype`` or node type in it (before anything is
+            written).
     """
 
     def __init__(
@@ -148,13 +254,21 @@ class DatasetWriter:
         out: str | os.PathLike[str],
         name: str,
         overwrite: bool = False,
-        feature_dtype: str | None = None,
+        feature_dtype: str | dict[str, str] | None = None,
+        schema: HeteroSchema | None = None,
     ) -> None:
-        self.codec = None
+        #: Feature table (``x``, ``x/TYPE``) -> the codec it is written in.
+        self.codecs: dict[str, Any] = {}
         if feature_dtype is not None:
-            from fleetgnn.graph.compact_rows import writer_codec
+            from fleetgnn.graph.compact_rows import typed_writer_codecs, writer_codec
 
-            self.codec = writer_codec(feature_dtype)
+            if schema is None:
+                self.codecs = {"x": writer_codec(str(feature_dtype))}
+            else:
+                codecs = typed_writer_codecs(feature_dtype, schema.node_types)
+                self.codecs = {f"x/{t}": c for t, c in codecs.items()}
+        self.schema = schema
+        self._names = array_names(schema)
         self.out = Path(out)
         self.name = name
         self.overwrite = overwrite
@@ -166,8 +280,8 @@ class DatasetWriter:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(self.out.name), dir=self.out.parent))
         self._arrays: dict[str, np.ndarray] = {}
-        self._float_x: np.ndarray | None = None  # x as created, before commit converts it
-        self._x_stored: tuple[Any, str] | None = None  # compact x: (its codec, read as)
+        self._float_xs: dict[str, np.ndarray] = {}  # tables as created, converted by commit
+        self._xs_stored: dict[str, tuple[Any, str]] = {}  # compact tables: (codec, read as)
         self._done = False
 
     #: The end of a disk-full message about a dataset being written.
@@ -185,6 +299,7 @@ class DatasetWriter:
     def abort(self) -> None:
         """Remove the temporary directory; nothing is left at ``out``."""
         self._arrays.clear()
+        self._float_xs.clear()
         shutil.rmtree(self.tmp, ignore_errors=True)
         self._done = True
 
@@ -195,18 +310,25 @@ class DatasetWriter:
         is converted as it is copied in).
 
         Raises:
-            DatasetError: Unknown array name.
+            DatasetError: An array name not of this dataset's layout.
             DiskFullError: Not enough space for the array.
         """
-        if name not in ARRAYS:
-            raise DatasetError(f"unknown dataset array {name!r}; valid names: {', '.join(ARRAYS)}")
-        dt = np.dtype(dtype)
-        if dt.byteorder not in ("=", "|"):
-            dt = dt.newbyteorder("=")
-        if name == "x" and self.codec is not None:  # floats, converted by commit
-            self._float_x = self.scratch("x.float.npy", dt, tuple(shape))
-            return self._float_x
-        arr = create_npy(self.tmp / f"{name}.npy", dt, tuple(shape), self.DISK_FULL_FIX)
+        self._check_name(name)
+        if name in self.codecs:  # floats, converted by commit
+            self._float_xs[name] = self.scratch(f"{name}.float.npy", _native(dtype), shape)
+            return self._float_xs[name]
+        return self._create_file(name, dtype, shape)
+
+    def _check_name(self, name: str) -> None:
+        if name not in self._names:
+            kind = "dataset" if self.schema is None else "typed dataset"
+            raise DatasetError(
+                f"unknown {kind} array {name!r}; valid names: {', '.join(self._names)}"
+            )
+
+    def _create_file(self, name: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """Array ``name``'s native-endian ``.npy`` memory map in the temporary directory."""
+        arr = self.scratch(f"{name}.npy", _native(dtype), shape)
         self._arrays[name] = arr
         return arr
 
@@ -215,94 +337,140 @@ class DatasetWriter:
 
         Its space is reserved like :meth:`create`'s; delete the file before :meth:`commit`.
         """
-        return create_npy(self.tmp / filename, dtype, tuple(shape), self.DISK_FULL_FIX)
+        path = self.tmp / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return create_npy(path, dtype, tuple(shape), self.DISK_FULL_FIX)
 
     def put(self, name: str, values: np.ndarray | RowArray) -> None:
-        """Write a whole array in chunks of bounded size (``x``: :func:`.compact_rows.write_x`)."""
-        if name == "x" and (self.codec is not None or isinstance(values, RowArray)):
-            self._put_x(values)
+        """Write a whole array in chunks of bounded size (features: :func:`.write_x`)."""
+        self._check_name(name)
+        if name in self.codecs or (_is_x(name) and isinstance(values, RowArray)):
+            self._put_x(name, values)
         else:
             self._copy_in(name, values if isinstance(values, np.ndarray) else np.asarray(values))
 
+    def put_relation(
+        self,
+        rel: Relation,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        edge_time: np.ndarray | None = None,
+    ) -> None:
+        """Write one relation's CSC of a typed dataset (``indices``: type-local source IDs).
+
+        ``edge_time``: int64 ``[E_r]`` aligned with ``indices``, sorted within each
+        destination's segment (checked at :meth:`commit`).
+        """
+        key = relation_key(tuple(rel))  # type: ignore[arg-type]
+        self.put(f"rel/{key}/indptr", indptr)
+        self.put(f"rel/{key}/indices", indices)
+        if edge_time is not None:
+            self.put(f"rel/{key}/edge_time", edge_time)
+
     def _copy_in(self, name: str, values: np.ndarray) -> None:
-        out = self.create(name, values.dtype, values.shape)
+        out = self._create_file(name, values.dtype, values.shape)
         row_bytes = max(1, values.itemsize * int(np.prod(values.shape[1:], dtype=np.int64)))
         step = max(1, _COPY_CHUNK_BYTES // row_bytes)
         for lo in range(0, values.shape[0], step):
             out[lo : lo + step] = values[lo : lo + step]
 
+    def _put_x(self, name: str, values: np.ndarray | RowArray) -> None:
+        """Write feature table ``name`` by its codec (or as ``values`` store it)."""
+        from fleetgnn.graph.compact_rows import write_x
+
+        def create(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+            return self._create_file(name, dtype, shape)
+
+        def copy_in(_: str, rows: np.ndarray) -> None:
+            self._copy_in(name, rows)
+
+        try:
+            stored = write_x(values, self.codecs.get(name), copy_in, create, _COPY_CHUNK_BYTES)
+        except GraphError as err:
+            where = "" if self.schema is None else f"features of node type {name[2:]!r}: "
+            raise DatasetError(f"{where}{err}") from None
+        self._xs_stored.pop(name, None)
+        if stored is not None:
+            self._xs_stored[name] = stored
+
     def commit(self, num_classes: int | None = None, **extra: Any) -> Path:
         """Flush arrays, check every value, write ``meta.json`` and move the directory into place.
 
-        The values are checked in bounded memory (:func:`~fleetgnn.graph.verify.check_values`)
-        and the files' fingerprints recorded in ``verified.json`` (see :func:`open_dataset`).
+        The values are checked in bounded memory (:mod:`fleetgnn.graph.verify`) and the files'
+        fingerprints recorded in ``verified.json`` (see :func:`open_dataset`).
 
         Raises:
-            DatasetError: A required array is missing, a value is invalid (an ID out of range,
-                a label outside ``[-1, num_classes)``, a NaN, ...), or ``feature_norm`` (in
-                ``extra``) is not one of ``"none"``, ``"row"``.
+            DatasetError: A required array (a relation's CSC) is missing, a shape disagrees
+                with the schema, a value is invalid (an ID out of its type's range, a label
+                outside ``[-1, num_classes)``, a NaN, overlapping splits, ...), or
+                ``feature_norm`` (in ``extra``) is not one of ``"none"``, ``"row"``.
         """
         if "feature_norm" in extra:
             _check_feature_norm(extra["feature_norm"], "feature_norm")
-        for req in REQUIRED:
+        for req in REQUIRED if self.schema is None else ():
             if req not in self._arrays:
                 raise DatasetError(f"dataset is missing required array {req!r}")
-        if self._float_x is not None:
-            self._put_x(self._float_x)
-            self._float_x = None
-            (self.tmp / "x.float.npy").unlink()
+        for name in list(self._float_xs):  # created as floats: converted to their stored form
+            self._put_x(name, self._float_xs.pop(name))
+            (self.tmp / f"{name}.float.npy").unlink()
         arrays = self._flush()
-        indptr = self._arrays["indptr"]
-        x = self._arrays.get("x")
-        if x is not None and self._x_stored is not None:  # compact rows: F, how to read them
-            codec, read = self._x_stored
-            extra = {"feature_dtype": codec.name, "feature_read_dtype": read, **extra}
-            x = x[:, : x.shape[1] - (4 if codec.scaled else 0)]
         meta = {
             "format_version": FORMAT_VERSION,
             "name": self.name,
-            "num_nodes": int(indptr.shape[0] - 1),
-            "num_edges": int(self._arrays["indices"].shape[0]),
-            "num_features": int(x.shape[1]) if x is not None else 0,
+            **self._counts(arrays),
             "num_classes": int(num_classes) if num_classes is not None else None,
             "arrays": arrays,
+            **self._compact_meta(),
             **extra,
         }
         self._arrays.clear()
+        times = time_arrays(self.schema)
+        meta.update(_time_meta(self.tmp, times, arrays, ranges=False))
         # every value is checked once, here, and the files' fingerprints recorded (verified.json),
         # so that opening the dataset later needs to compare fingerprints only
         t0 = time.perf_counter()
         try:
-            check_values(
-                {name: self.tmp / f"{name}.npy" for name in arrays},
-                num_classes=meta["num_classes"],
-                feature_dtype=meta.get("feature_dtype"),
-            )
-        except GraphError as err:
+            if self.schema is not None:
+                _check_typed_layout(meta, self.schema, self.out / META)
+            _check_values(self.tmp, meta, self.schema, list(arrays))
+        except (DatasetError, GraphError) as err:
             raise DatasetError(f"the dataset written to '{self.out}' is invalid: {err}") from err
-        for kind in TIMES:  # checked above: int64, one per edge (sorted per segment) or node
-            if f"{kind}_time" not in arrays:
-                continue
-            times = np.load(self.tmp / f"{kind}_time.npy", mmap_mode="r", allow_pickle=False)
-            span = time_range(times)
-            del times
-            meta[f"has_{kind}_time"] = True
-            meta[f"{kind}_time_range"] = None if span is None else list(span)
+        meta.update(_time_meta(self.tmp, times, arrays, ranges=True))  # values checked
         return self._publish(meta, arrays, time.perf_counter() - t0)
 
-    def _put_x(self, values: np.ndarray | RowArray) -> None:
-        """Write ``x`` in the stored form of :attr:`codec` (or as ``values`` store it)."""
-        from fleetgnn.graph.compact_rows import write_x
+    def _counts(self, arrays: dict[str, Any]) -> dict[str, Any]:
+        """``meta.json``'s kind, schema and counts of the arrays written."""
+        s = self.schema
+        if s is None:
+            x = self._arrays.get("x")
+            stored = self._xs_stored.get("x")
+            width = 0 if x is None else x.shape[1] - (4 if stored and stored[0].scaled else 0)
+            return {
+                "num_nodes": int(self._arrays["indptr"].shape[0] - 1),
+                "num_edges": int(self._arrays["indices"].shape[0]),
+                "num_features": int(width),
+            }
+        edges = [arrays.get(f"rel/{relation_key(r)}/indices") for r in s.relations]
+        return {
+            "kind": TYPED_KIND,
+            "schema": s.to_dict(),
+            "num_nodes": s.total_nodes,
+            "num_edges": sum(spec["shape"][0] for spec in edges if spec is not None),
+        }
 
-        def create(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-            arr = create_npy(self.tmp / "x.npy", dtype, shape, self.DISK_FULL_FIX)
-            self._arrays["x"] = arr
-            return arr
-
-        try:
-            self._x_stored = write_x(values, self.codec, self._copy_in, create, _COPY_CHUNK_BYTES)
-        except GraphError as err:
-            raise DatasetError(str(err)) from None
+    def _compact_meta(self) -> dict[str, Any]:
+        """``feature_dtype`` and ``feature_read_dtype`` of the compact tables written."""
+        stored = self._xs_stored
+        if not stored:
+            return {}
+        if self.schema is None:
+            codec, read = stored["x"]
+            return {"feature_dtype": codec.name, "feature_read_dtype": read}
+        types = [t for t in self.schema.node_types if f"x/{t}" in stored]
+        return {
+            "feature_dtype": {t: stored[f"x/{t}"][0].name for t in types},
+            "feature_read_dtype": {t: stored[f"x/{t}"][1] for t in types},
+        }
 
     def _flush(self) -> dict[str, dict[str, Any]]:
         """Flush every array written; their ``{"dtype", "shape"}`` specs by name."""
@@ -428,34 +596,77 @@ def _json_depth(value: Any) -> int:
 
 
 def write_dataset(
-    graph: Graph,
+    graph: Graph | HeteroGraph,
     out: str | os.PathLike[str],
     overwrite: bool = False,
-    feature_dtype: str | None = None,
+    feature_dtype: str | dict[str, str] | None = None,
     **extra: Any,
 ) -> Path:
     """Write ``graph`` as a dataset directory (atomically, chunked).
 
     Args:
-        graph: The graph to write (its arrays may themselves be memory maps).
+        graph: The graph to write, homogeneous or typed (its arrays may themselves be memory
+            maps; compact feature rows are written as stored).
         out: Target directory.
         overwrite: Replace an existing directory once the new one is complete.
         feature_dtype: Store the feature rows compact (``"bfloat16"``, ``"float16"``,
-            ``"float8_e4m3"`` or their short names; ``"float32"``: plain float32 rows); ``None``:
-            as ``graph.x`` holds them (see :class:`DatasetWriter`).
+            ``"float8_e4m3"`` or their short names; ``"float32"``: plain float32 rows; a typed
+            graph: also per type); ``None``: as ``graph.x`` holds them (see
+            :class:`DatasetWriter`).
         **extra: Additional JSON-serialisable fields for ``meta.json`` (e.g. ``source``).
 
     Returns:
         The dataset directory.
     """
-    with DatasetWriter(out, name=graph.name, overwrite=overwrite, feature_dtype=feature_dtype) as w:
-        w.put("indptr", graph.indptr)
-        w.put("indices", graph.indices)
-        for name, arr in graph.node_data().items():
-            w.put(name, arr)
-        for name, arr in graph.edge_data().items():
-            w.put(name, arr)
+    typed = isinstance(graph, HeteroGraph)
+    with DatasetWriter(
+        out,
+        name=graph.name,
+        overwrite=overwrite,
+        feature_dtype=feature_dtype,
+        schema=graph.schema if typed else None,
+    ) as w:
+        if isinstance(graph, HeteroGraph):
+            for rel in graph.schema.relations:
+                w.put_relation(rel, *graph.csc[rel], graph.edge_time.get(rel))
+            data = {f"x/{t}": x for t, x in graph.x.items()}
+            data.update({f"node_time/{t}": v for t, v in graph.node_time.items()})
+            data.update({k: getattr(graph, k) for k in _TARGET_ARRAYS})
+        else:
+            data = {"indptr": graph.indptr, "indices": graph.indices}
+            data.update({**graph.node_data(), **graph.edge_data()})
+        for name, arr in data.items():
+            if arr is not None:
+                w.put(name, arr)
         return w.commit(num_classes=graph.num_classes, **extra)
+
+
+def _time_meta(
+    root: Path, times: dict[str, list[str]], names: Iterable[str], *, ranges: bool
+) -> dict[str, Any]:
+    """``has_{edge,node}_time`` of the time arrays (:func:`time_arrays`) among ``names``.
+
+    With ``ranges`` also ``{kind}_time_range``: the ``[min, max]`` over every such array, read
+    from the files under ``root`` (``null`` when they hold no times).
+    """
+    meta: dict[str, Any] = {}
+    for kind in TIMES:
+        present = [n for n in times[kind] if n in names]
+        if not present:
+            continue
+        meta[f"has_{kind}_time"] = True
+        if not ranges:
+            continue
+        spans = []
+        for name in present:
+            values = np.load(root / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+            spans.append(time_range(values))
+            del values
+        spans = [v for v in spans if v is not None]
+        meta[f"{kind}_time_range"] = (
+            [min(v[0] for v in spans), max(v[1] for v in spans)] if spans else None
+        )
+    return meta
 
 
 _META_FIX = "re-create the dataset with 'fleetgnn prepare'"
@@ -465,8 +676,7 @@ def open_meta(path: str | os.PathLike[str]) -> tuple[Path, Path, dict[str, Any]]
     """``(root, meta.json path, meta)`` of a dataset directory of either kind.
 
     Checks only that the directory and its ``meta.json`` exist and that the file is a JSON
-    object of this format version; :func:`read_meta` and
-    :func:`~fleetgnn.graph.typed_dataset.read_typed_meta` check the rest.
+    object of this format version; :func:`read_meta` checks the rest.
 
     Raises:
         DatasetError: No directory at ``path``, no ``meta.json`` in it, or an unreadable one.
@@ -501,18 +711,50 @@ def require_meta_keys(meta: dict[str, Any], meta_path: Path, keys: Iterable[str]
             raise DatasetError(f"'{meta_path}' lacks the key {key!r}; {_META_FIX}")
 
 
-def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and check ``meta.json`` of a dataset directory."""
+def read_meta(path: str | os.PathLike[str], kind: str | None = None) -> dict[str, Any]:
+    """Read and check ``meta.json`` of a dataset directory (:func:`check_meta`).
+
+    Args:
+        path: The dataset directory.
+        kind: ``None``: either kind of dataset; ``"graph"``: refuse a typed one in one line
+            naming the commands that read typed data; ``"typed"``: refuse a homogeneous one.
+
+    Raises:
+        DatasetError: No dataset at ``path``, one of the other kind, or a malformed
+            ``meta.json`` (each one line naming the key and the fix).
+    """
+    return _read_meta(path, kind)[0]
+
+
+def _read_meta(
+    path: str | os.PathLike[str], kind: str | None
+) -> tuple[dict[str, Any], HeteroSchema | None]:
+    """:func:`read_meta` and the schema of a typed dataset (``None``: a homogeneous one)."""
+    if kind not in (None, GRAPH_KIND, TYPED_KIND):
+        raise DatasetError(f"kind = {kind!r} is invalid: expected None, 'graph' or 'typed'")
     root, meta_path, meta = open_meta(path)
-    if dataset_kind_of(meta, meta_path) == TYPED_KIND:
+    found = dataset_kind_of(meta, meta_path)
+    if kind == GRAPH_KIND and found == TYPED_KIND:
         raise DatasetError(typed_refusal(root, meta))
-    require_meta_keys(meta, meta_path, ("num_nodes", "num_edges", "num_features", "arrays"))
-    check_meta(meta, meta_path)
-    return meta
+    if kind == TYPED_KIND and found == GRAPH_KIND:
+        raise DatasetError(
+            f"'{root}' holds a homogeneous dataset (one node type), not a typed one; open it "
+            f"with open_dataset(path) or kind='graph'"
+        )
+    if found == GRAPH_KIND:
+        require_meta_keys(meta, meta_path, ("num_nodes", "num_edges", "num_features", "arrays"))
+        check_meta(meta, meta_path)
+        return meta, None
+    require_meta_keys(meta, meta_path, ("schema", "num_nodes", "num_edges", "arrays"))
+    schema = _check_schema(meta["schema"], meta_path)
+    _meta_int(meta, "num_nodes", meta_path, 0, MAX_NODES)
+    _meta_int(meta, "num_edges", meta_path, 0, MAX_EDGES)
+    _check_typed_layout(meta, schema, meta_path)
+    return meta, schema
 
 
 def dataset_kind_of(meta: dict[str, Any], where: Path) -> str:
-    """``meta.json``'s ``kind``: ``"graph"`` or ``"typed"`` (:mod:`~fleetgnn.graph.typed_dataset`).
+    """``meta.json``'s ``kind``: ``"graph"`` or ``"typed"`` (see the layouts above).
 
     A ``meta.json`` without the key (every dataset written before typed ones existed) is a graph.
     """
@@ -543,7 +785,7 @@ def typed_refusal(root: Path, meta: dict[str, Any]) -> str:
     return (
         f"'{root}' holds a typed (heterogeneous) dataset{shown}, which this command does not "
         f"read (it takes one node type and one relation); typed datasets are read by "
-        f"{', '.join(TYPED_COMMANDS)} (and fleetgnn.graph.open_typed_dataset in Python)"
+        f"{', '.join(TYPED_COMMANDS)} (and fleetgnn.graph.open_dataset in Python)"
     )
 
 
@@ -563,7 +805,7 @@ def _meta_int(meta: dict[str, Any], key: str, where: Path, low: int, high: int) 
 
 
 def check_meta(meta: dict[str, Any], where: Path) -> None:
-    """Check a dataset's ``meta.json`` against its schema before any field is used.
+    """Check a homogeneous dataset's ``meta.json`` against its schema before any field is used.
 
     Types and ranges: ``num_nodes`` in [0, :data:`MAX_NODES`], ``num_edges`` in [0,
     :data:`MAX_EDGES`], ``num_features`` in [0, :data:`MAX_FEATURES`], ``num_classes`` ``null``
@@ -571,6 +813,7 @@ def check_meta(meta: dict[str, Any], where: Path) -> None:
     at most :data:`MAX_NAME_CHARS` characters, ``feature_norm`` a known transform, and
     ``arrays`` an object mapping known array names to ``{"dtype", "shape"}``: a dtype string of
     a bool, integer or float type in native (or no) byte order, a shape of one or two integers.
+    A typed dataset's is checked against its schema (:func:`read_meta`).
 
     Raises:
         DatasetError: The first violation, naming the key, the value and the valid range.
@@ -578,6 +821,19 @@ def check_meta(meta: dict[str, Any], where: Path) -> None:
     _meta_int(meta, "num_nodes", where, 0, MAX_NODES)
     _meta_int(meta, "num_edges", where, 0, MAX_EDGES)
     _meta_int(meta, "num_features", where, 0, MAX_FEATURES)
+    _check_named(meta, where)
+    _check_time_meta(meta, where)
+    problem = compact_meta_problem(meta)  # feature_dtype, feature_read_dtype, arrays.x
+    if problem is not None:
+        raise _meta_error(where, *problem)
+    for name, spec in _specs(meta, where).items():
+        if name not in ARRAYS:
+            raise _meta_error(where, "arrays", name, f"unknown array; valid: {', '.join(ARRAYS)}")
+        _check_spec(spec, where, name, (1, 2), f"expected 1 or 2 integers in [0, {MAX_EDGES}]")
+
+
+def _check_named(meta: dict[str, Any], where: Path) -> None:
+    """``num_classes`` null or in range, ``name`` a short string, ``feature_norm`` known."""
     if meta.get("num_classes") is not None:
         _meta_int(meta, "num_classes", where, 1, MAX_CLASSES)
     name = meta.get("name", "")
@@ -585,45 +841,168 @@ def check_meta(meta: dict[str, Any], where: Path) -> None:
         raise _meta_error(where, "name", name, f"expected a string of <= {MAX_NAME_CHARS} chars")
     if "feature_norm" in meta:
         _check_feature_norm(meta["feature_norm"], f"'{where}': feature_norm")
-    _check_time_meta(meta, where)
-    problem = compact_meta_problem(meta)  # feature_dtype, feature_read_dtype, arrays.x
-    if problem is not None:
-        raise _meta_error(where, *problem)
+
+
+def _specs(meta: dict[str, Any], where: Path) -> dict[str, Any]:
+    """``meta.json``'s ``arrays``, an object."""
     arrays = meta["arrays"]
     if not isinstance(arrays, dict):
         raise _meta_error(where, "arrays", arrays, "expected an object {name: {dtype, shape}}")
+    return arrays
+
+
+def _check_spec(
+    spec: Any, where: Path, name: str, dims: tuple[int, ...] | None, want: str
+) -> tuple[np.dtype, list[int]]:
+    """Array ``name``'s ``{"dtype", "shape"}``: its dtype, and its shape (``dims`` long).
+
+    The shape is a list of integers in ``[0, MAX_EDGES]`` (``want`` says what is expected).
+    """
+    key = f"arrays.{name}"
+    if not isinstance(spec, dict) or not {"dtype", "shape"} <= set(spec):
+        raise _meta_error(where, key, spec, 'expected {"dtype": ..., "shape": [...]}')
+    dt = _check_spec_dtype(spec["dtype"], where, key)
+    shape = spec["shape"]
+    if (
+        not isinstance(shape, list)
+        or (dims is not None and len(shape) not in dims)
+        or any(isinstance(d, bool) or not isinstance(d, int) for d in shape)
+        or any(not 0 <= d <= MAX_EDGES for d in shape)
+    ):
+        raise _meta_error(where, f"{key}.shape", shape, want)
+    return dt, shape
+
+
+def _check_schema(raw: Any, where: Path) -> HeteroSchema:
+    """A typed ``meta.json``'s ``schema``: its node types, their counts and its relations."""
+    if not isinstance(raw, dict):
+        raise _meta_error(where, "schema", raw, "expected an object {node_types, ...}")
+    for key, most in (("node_types", MAX_TYPES), ("num_nodes", MAX_TYPES)):
+        v = raw.get(key)
+        if not isinstance(v, list) or len(v) > most:
+            raise _meta_error(where, f"schema.{key}", v, f"expected a list of at most {most}")
+    if any(isinstance(c, bool) or not isinstance(c, int) for c in raw["num_nodes"]) or any(
+        not 0 <= c <= MAX_NODES for c in raw["num_nodes"]
+    ):
+        raise _meta_error(
+            where, "schema.num_nodes", raw["num_nodes"], f"expected integers in [0, {MAX_NODES}]"
+        )
+    rels = raw.get("relations")
+    if not isinstance(rels, list) or len(rels) > MAX_RELATIONS:
+        raise _meta_error(
+            where, "schema.relations", rels, f"expected a list of at most {MAX_RELATIONS}"
+        )
+    if any(not isinstance(r, list) or any(not isinstance(p, str) for p in r) for r in rels):
+        raise _meta_error(where, "schema.relations", rels, "expected [src, name, dst] strings")
+    try:
+        return HeteroSchema.from_dict(raw)
+    except GraphError as err:
+        raise DatasetError(f"'{where}': schema is invalid: {err}; re-create the dataset") from err
+
+
+def _check_typed_layout(meta: dict[str, Any], schema: HeteroSchema, where: Path) -> None:
+    """The arrays a typed ``meta.json`` lists against the schema: names, dtypes and shapes."""
+    _check_named(meta, where)
+    arrays = _specs(meta, where)
+    counts = dict(zip(schema.node_types, schema.num_nodes, strict=True))
+    problem = typed_compact_meta_problem(meta, counts)  # feature_dtype, arrays.x/TYPE
+    if problem is not None:
+        raise _meta_error(where, *problem)
+    compact = {f"x/{t}" for t in meta.get("feature_dtype") or {}}
+    known = array_names(schema)
     for name, spec in arrays.items():
-        key = f"arrays.{name}"
-        if name not in ARRAYS:
-            raise _meta_error(where, "arrays", name, f"unknown array; valid: {', '.join(ARRAYS)}")
-        if not isinstance(spec, dict) or not {"dtype", "shape"} <= set(spec):
-            raise _meta_error(where, key, spec, 'expected {"dtype": ..., "shape": [...]}')
-        _check_spec_dtype(spec["dtype"], where, key)
-        shape = spec["shape"]
-        if (
-            not isinstance(shape, list)
-            or not 1 <= len(shape) <= 2
-            or any(isinstance(d, bool) or not isinstance(d, int) for d in shape)
-            or any(not 0 <= d <= MAX_EDGES for d in shape)
-        ):
+        if name not in known:
             raise _meta_error(
-                where, f"{key}.shape", shape, f"expected 1 or 2 integers in [0, {MAX_EDGES}]"
+                where,
+                "arrays",
+                name,
+                "not an array of this schema (rel/SRC.NAME.DST/indptr, "
+                "rel/SRC.NAME.DST/indices, rel/SRC.NAME.DST/edge_time, x/TYPE, node_time/TYPE, "
+                "y, *_mask)",
             )
+        dt, shape = _check_spec(spec, where, name, None, "expected a list of integers")
+        want, kind = _expected(schema, name, shape)
+        if tuple(shape) != want[: len(shape)] or len(shape) != len(want):
+            raise _meta_error(where, f"arrays.{name}.shape", shape, f"expected {list(want)}")
+        if dt.kind not in kind and name not in compact:
+            raise _meta_error(where, f"arrays.{name}.dtype", spec["dtype"], _KINDS[kind])
+    total = 0
+    for rel in schema.relations:
+        for part in ("indptr", "indices"):
+            if f"rel/{relation_key(rel)}/{part}" not in arrays:
+                raise DatasetError(
+                    f"'{where}' lists no {part} of relation {rel}; every relation needs its CSC "
+                    f"(indptr and indices), re-create the dataset"
+                )
+        total += arrays[f"rel/{relation_key(rel)}/indices"]["shape"][0]
+    timed = [r for r in schema.relations if f"rel/{relation_key(r)}/edge_time" in arrays]
+    if timed and len(timed) != len(schema.relations):
+        missing = [r for r in schema.relations if r not in timed]
+        raise DatasetError(
+            f"'{where}' lists edge times of some relations but not of {missing}; edge times "
+            f"are given for every relation or none, re-create the dataset"
+        )
+    for rel in timed:
+        key = relation_key(rel)
+        e = arrays[f"rel/{key}/indices"]["shape"][0]
+        if arrays[f"rel/{key}/edge_time"]["shape"] != [e]:
+            raise _meta_error(
+                where,
+                f"arrays.rel/{key}/edge_time.shape",
+                arrays[f"rel/{key}/edge_time"]["shape"],
+                f"expected [{e}], one time per edge of relation {rel}",
+            )
+    _check_time_meta(meta, where, schema)
+    if meta.get("num_edges") != total:
+        raise _meta_error(where, "num_edges", meta.get("num_edges"), f"expected {total}")
+    if meta.get("num_nodes") != schema.total_nodes:
+        raise _meta_error(
+            where,
+            "num_nodes",
+            meta.get("num_nodes"),
+            f"expected {schema.total_nodes}, the sum of schema.num_nodes",
+        )
 
 
-def _check_time_meta(
-    meta: dict[str, Any], where: Path, listed: dict[str, bool] | None = None
-) -> None:
+_KINDS = {
+    "iu": "expected an integer dtype",
+    "i": "expected a signed integer dtype",
+    "f": "expected a float dtype",
+    "b": "expected bool",
+}
+
+
+def _expected(schema: HeteroSchema, name: str, shape: list[int]) -> tuple[tuple[int, ...], str]:
+    """The shape (``-1``: any) and dtype kinds typed array ``name`` must have."""
+    if name.startswith("rel/"):
+        key, part = name[4:].rsplit("/", 1)
+        rel = next(r for r in schema.relations if relation_key(r) == key)
+        if part == "indptr":
+            return (schema.count(rel[2]) + 1,), "i"
+        if part == "edge_time":
+            return (shape[0] if shape else -1,), "i"
+        return (shape[0] if shape else -1,), "iu"
+    if name.startswith("node_time/"):
+        return (schema.count(name[len("node_time/") :]),), "i"
+    if name.startswith("x/"):
+        n = schema.count(name[2:])
+        return (n, shape[1] if len(shape) == 2 else -1), "f"
+    n = schema.count(schema.target)  # type: ignore[arg-type]
+    return (n,), ("i" if name == "y" else "b")
+
+
+def _check_time_meta(meta: dict[str, Any], where: Path, schema: HeteroSchema | None = None) -> None:
     """``has_{edge,node}_time`` agreeing with ``arrays``; ``*_time_range`` null or [lo, hi].
 
-    ``listed``: whether each kind's times are among the arrays (default: ``{kind}_time`` in
-    ``meta["arrays"]``, a homogeneous dataset's; a typed dataset lists them per relation and
-    node type).
+    Whether each kind's times are among the arrays is read from the layout of ``schema``
+    (:func:`time_arrays`; ``None``: a homogeneous dataset).
     """
+    arrays = meta.get("arrays")
+    listed = arrays if isinstance(arrays, dict) else {}
+    files = time_arrays(schema)
     for kind in TIMES:
         name = f"{kind}_time"
-        arrays = meta.get("arrays")
-        there = (isinstance(arrays, dict) and name in arrays) if listed is None else listed[kind]
+        there = any(f in listed for f in files[kind])
         has = meta.get(f"has_{name}", False)
         if not isinstance(has, bool) or has != there:
             raise _meta_error(
@@ -684,17 +1063,7 @@ def dataset_feature_norm(path: str | os.PathLike[str]) -> str:
     Raises:
         DatasetError: The directory is not a dataset, or the recorded value is unknown.
     """
-    root = Path(path)
-    if dataset_kind(root) == TYPED_KIND:  # a typed dataset records it in the same key
-        fix = "re-create the dataset with 'fleetgnn prepare'"
-        meta = read_json_meta(
-            root / META, version=FORMAT_VERSION, keys=(), error=DatasetError, fix=fix
-        )
-    else:
-        meta = read_meta(root)
-    return _check_feature_norm(
-        meta.get("feature_norm", "none"), f"'{Path(path) / META}': feature_norm"
-    )
+    return str(read_meta(path).get("feature_norm", "none"))  # checked by read_meta
 
 
 def _load_array(root: Path, name: str, spec: dict[str, Any], mmap: bool) -> np.ndarray:
@@ -728,8 +1097,13 @@ def open_dataset(
     mmap: bool = True,
     validate: Validation | None = None,
     progress: Progress | None = None,
-) -> Graph:
-    """Open a dataset directory as a :class:`Graph` backed by read-only memory maps.
+    kind: str | None = None,
+) -> Graph | HeteroGraph:
+    """Open a dataset directory as a :class:`Graph` or :class:`HeteroGraph` of read-only maps.
+
+    ``meta.json`` says which: a homogeneous dataset opens as a
+    :class:`~fleetgnn.graph.csc.Graph`, a typed one as a
+    :class:`~fleetgnn.graph.hetero.HeteroGraph`.
 
     Every value of a dataset is checked once: by ``fleetgnn prepare`` (:class:`DatasetWriter`),
     which records each file's size, modification time and sampled-content hash in
@@ -747,6 +1121,9 @@ def open_dataset(
         validate: ``None`` (default) as above; ``"full"`` checks every value (and records the
             stamp), ``"structure"`` only files, dtypes, shapes and ``indptr``'s ends.
         progress: Called as ``progress(done_bytes, total_bytes)`` while values are checked.
+        kind: ``None``: either kind; ``"graph"``: a homogeneous dataset only, refusing a typed
+            one in one line that names the commands reading typed data (what a command that
+            takes one node type and one relation asks for); ``"typed"``: a typed one only.
 
     A dataset replaced while it is opened (``fleetgnn prepare --overwrite``,
     :func:`replace_dir`) is read whole, the old one or the new one: the directory's identity
@@ -754,14 +1131,15 @@ def open_dataset(
     while the old directory is moved aside, it is read there.
 
     Raises:
-        DatasetError: Missing, truncated or inconsistent files, or invalid contents.
+        DatasetError: Missing, truncated or inconsistent files, invalid contents, or a dataset
+            of the other ``kind``.
     """
     root = Path(path)
     for _ in range(_OPEN_TRIES):
         where = root if root.exists() else (swap_in_progress(root) or root)
         before = _identity(where)
         try:
-            graph = _open_dataset(where, mmap, validate, progress)
+            graph = _open_dataset(where, mmap, validate, progress, kind)
         except (DatasetError, OSError):
             if before is None or _identity(where) == before:
                 raise  # not replaced meanwhile: the error is the dataset's
@@ -784,27 +1162,35 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 def _open_dataset(
-    root: Path, mmap: bool, validate: Validation | None, progress: Progress | None
-) -> Graph:
+    root: Path,
+    mmap: bool,
+    validate: Validation | None,
+    progress: Progress | None,
+    kind: str | None,
+) -> Graph | HeteroGraph:
     """:func:`open_dataset` of the directory ``root`` as it is now (no retry)."""
-    meta = read_meta(root)  # checked against the schema: every field below is well-typed
+    meta, schema = _read_meta(root, kind)  # checked: every field below is well-typed
     specs = meta["arrays"]
-    for req in REQUIRED:
+    for req in REQUIRED if schema is None else ():
         if req not in specs:
             raise DatasetError(f"{root / META} lists no {req!r} array; re-create the dataset")
     arrays: dict[str, Any] = {
         name: _load_array(root, name, spec, mmap) for name, spec in specs.items()
     }
-    n, e = int(meta["num_nodes"]), int(meta["num_edges"])
-    if arrays["indptr"].shape != (n + 1,) or arrays["indices"].shape != (e,):
-        raise DatasetError(
-            f"{root / META} says {n} nodes / {e} edges but indptr has shape "
-            f"{arrays['indptr'].shape} and indices {arrays['indices'].shape}; re-create the dataset"
-        )
+    if schema is None:
+        n, e = int(meta["num_nodes"]), int(meta["num_edges"])
+        if arrays["indptr"].shape != (n + 1,) or arrays["indices"].shape != (e,):
+            raise DatasetError(
+                f"{root / META} says {n} nodes / {e} edges but indptr has shape "
+                f"{arrays['indptr'].shape} and indices {arrays['indices'].shape}; re-create the "
+                f"dataset"
+            )
+        size = e + n * max(1, int(meta.get("num_features") or 0))
+    else:
+        size = sum(int(np.prod(spec["shape"])) for spec in specs.values())
     record, quiet = validate == "full", False
     if validate is None:
         problem = stamp_problem(root, list(specs))
-        size = e + n * max(1, int(meta.get("num_features") or 0))
         validate = "structure" if problem is None else "full"
         record = problem is not None
         quiet = size <= _FULL_CHECK_LIMIT  # small: checked at each open unless recorded
@@ -812,21 +1198,16 @@ def _open_dataset(
             nbytes = sum(a.nbytes for a in arrays.values())
             shown = f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
             warnings.warn(
-                f"checking every value of dataset '{root}' ({shown}) once, "
-                f"because {problem}; later opens skip this until a file changes",
+                f"checking every value of {'dataset' if schema is None else 'typed dataset'} "
+                f"'{root}' ({shown}) once, because {problem}; later opens skip this until a "
+                f"file changes",
                 stacklevel=3,
             )
     if validate == "full":
-        verify_dataset(
-            root,
-            list(specs),
-            meta.get("num_classes"),
-            progress,
-            record=record,
-            quiet=quiet,
-            feature_dtype=meta.get("feature_dtype"),
-        )
+        verify_dataset(root, meta, progress, record=record, quiet=quiet)
         validate = "structure"
+    if schema is not None:
+        return _typed_graph(root, meta, schema, arrays)
     if meta.get("feature_dtype") is not None:  # compact rows, read back as floats
         from fleetgnn.graph.compact_rows import compact_rows
 
@@ -842,15 +1223,51 @@ def _open_dataset(
         raise DatasetError(f"dataset '{root}' is invalid: {err}") from err
 
 
+def _typed_graph(
+    root: Path, meta: dict[str, Any], schema: HeteroSchema, arrays: dict[str, Any]
+) -> HeteroGraph:
+    """The :class:`HeteroGraph` of a typed dataset's arrays (their values checked)."""
+    csc = {
+        rel: (arrays[f"rel/{relation_key(rel)}/indptr"], arrays[f"rel/{relation_key(rel)}/indices"])
+        for rel in schema.relations
+    }
+    x = {t: arrays[f"x/{t}"] for t in schema.node_types if f"x/{t}" in arrays}
+    if meta.get("feature_dtype"):  # compact tables, read back as floats
+        from fleetgnn.graph.compact_rows import typed_compact_rows
+
+        x = {t: typed_compact_rows(rows, meta, t) for t, rows in x.items()}
+    try:
+        return HeteroGraph(
+            schema=schema,
+            csc=csc,
+            x=x,
+            y=arrays.get("y"),
+            train_mask=arrays.get("train_mask"),
+            val_mask=arrays.get("val_mask"),
+            test_mask=arrays.get("test_mask"),
+            num_classes=meta.get("num_classes"),
+            name=str(meta.get("name", root.name)),
+            edge_time={
+                rel: arrays[f"rel/{relation_key(rel)}/edge_time"]
+                for rel in schema.relations
+                if f"rel/{relation_key(rel)}/edge_time" in arrays
+            },
+            node_time={
+                t: arrays[f"node_time/{t}"] for t in schema.node_types if f"node_time/{t}" in arrays
+            },
+            validate="structure",
+        )
+    except GraphError as err:
+        raise DatasetError(f"dataset '{root}' is invalid: {err}") from err
+
+
 def verify_dataset(
     root: Path,
-    names: Iterable[str],
-    num_classes: int | None,
+    meta: dict[str, Any],
     progress: Progress | None = None,
     *,
     record: bool = True,
     quiet: bool = False,
-    feature_dtype: str | None = None,
 ) -> float:
     """Check every value of a dataset directory's arrays; record the stamp if asked.
 
@@ -860,13 +1277,11 @@ def verify_dataset(
 
     Args:
         root: The dataset directory (its layout already checked).
-        names: The arrays listed in ``meta.json``.
-        num_classes: ``meta.json``'s ``num_classes``.
+        meta: Its ``meta.json`` (checked by :func:`read_meta`): the arrays it lists are checked,
+            compact feature rows as the values they read back.
         progress: Called as ``progress(done_bytes, total_bytes)``.
         record: Write ``verified.json`` once the check passes.
         quiet: No warning when the stamp cannot be written.
-        feature_dtype: ``meta.json``'s ``feature_dtype``: ``x`` is checked as the values its
-            compact rows read back.
 
     Returns:
         The seconds the check took.
@@ -874,16 +1289,13 @@ def verify_dataset(
     Raises:
         DatasetError: A value is invalid (the message names the array, position and range).
     """
-    names = list(names)
+    names = list(meta["arrays"])
+    typed = meta.get("kind") == TYPED_KIND
+    schema = HeteroSchema.from_dict(meta["schema"]) if typed else None
     prints = _fingerprints(root, names) if record else None
     t0 = time.perf_counter()
     try:
-        check_values(
-            {name: root / f"{name}.npy" for name in names},
-            num_classes=num_classes,
-            progress=progress,
-            feature_dtype=feature_dtype,
-        )
+        _check_values(root, meta, schema, names, progress)
     except GraphError as err:
         raise DatasetError(f"dataset '{root}' is invalid: {err}") from err
     seconds = time.perf_counter() - t0
@@ -901,6 +1313,52 @@ def verify_dataset(
                 stacklevel=3,
             )
     return seconds
+
+
+def _check_values(
+    root: Path,
+    meta: dict[str, Any],
+    schema: HeteroSchema | None,
+    names: list[str],
+    progress: Progress | None = None,
+) -> None:
+    """Check every value of the arrays ``names`` under ``root`` of a dataset of ``schema``.
+
+    ``meta``: the dataset's ``meta.json``; its ``feature_dtype`` tables are checked as they read
+    back.
+    """
+    num_classes, compact = meta.get("num_classes"), meta.get("feature_dtype")
+    if schema is None:
+        paths = {name: root / f"{name}.npy" for name in names}
+        check_values(paths, num_classes=num_classes, progress=progress, feature_dtype=compact)
+        return
+    rels = {
+        str(rel): (
+            root / f"rel/{relation_key(rel)}/indptr.npy",
+            root / f"rel/{relation_key(rel)}/indices.npy",
+            schema.count(rel[0]),
+        )
+        for rel in schema.relations
+    }
+    times = time_arrays(schema)
+    check_typed_values(
+        rels,
+        {t: root / f"x/{t}.npy" for t in schema.node_types if f"x/{t}" in names},
+        {k: root / f"{k}.npy" for k in _TARGET_ARRAYS if k in names},
+        num_classes=num_classes,
+        progress=progress,
+        edge_times={
+            str(rel): root / f"{name}.npy"
+            for rel, name in zip(schema.relations, times["edge"], strict=True)
+            if name in names
+        },
+        node_times={
+            t: root / f"{name}.npy"
+            for t, name in zip(schema.node_types, times["node"], strict=True)
+            if name in names
+        },
+        feature_dtypes=compact,
+    )
 
 
 def _fingerprints(root: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:

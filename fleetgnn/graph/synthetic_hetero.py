@@ -48,6 +48,7 @@ import numpy as np
 
 from fleetgnn.errors import DatasetError, GraphError
 from fleetgnn.graph.csc import append_to_segments, index_dtype
+from fleetgnn.graph.dataset import DatasetWriter, relation_key
 from fleetgnn.graph.hetero import HeteroSchema
 from fleetgnn.graph.synthetic import (
     _check_chunk_edges,
@@ -61,7 +62,6 @@ from fleetgnn.graph.synthetic import (
     write_features,
     write_labels,
 )
-from fleetgnn.graph.typed_dataset import TypedDatasetWriter, relation_key
 
 NODE_BLOCK = 1 << 16
 FEATURE_BLOCK = 1 << 14
@@ -296,11 +296,11 @@ def prepare_typed_synthetic(
         overwrite: Replace an existing dataset once the new one is complete.
         chunk_edges: Edge draws held in memory per step; never changes the result.
         progress: ``progress(done, total)`` in draws (twice per relation) plus feature rows.
-        feature_dtype: Store the feature tables compact (:class:`TypedDatasetWriter`'s
+        feature_dtype: Store the feature tables compact (:class:`.DatasetWriter`'s
             ``feature_dtype``: one dtype, or per type); the float32 draws are unchanged.
 
     Returns:
-        The dataset directory (open it with :func:`~fleetgnn.graph.open_typed_dataset`).
+        The dataset directory (open it with :func:`~fleetgnn.graph.open_dataset`).
 
     Raises:
         DatasetError: Unknown preset, invalid scale, seed or chunk size, or ``out`` exists.
@@ -326,8 +326,8 @@ def prepare_typed_synthetic(
         if progress is not None:
             progress(min(done[0], total), total)
 
-    with TypedDatasetWriter(
-        out, schema, name=spec.name, overwrite=overwrite, feature_dtype=feature_dtype
+    with DatasetWriter(
+        out, name=spec.name, overwrite=overwrite, feature_dtype=feature_dtype, schema=schema
     ) as w:
         for rid, (s, r, d, e) in enumerate(spec.relations):
             n_src, n_dst, e = counts[s], counts[d], int(e)
@@ -373,7 +373,7 @@ def prepare_typed_synthetic(
 
 
 def _write_node_times(
-    spec: TypedSyntheticSpec, seed: int, w: TypedDatasetWriter, tick: Callable[[int], None]
+    spec: TypedSyntheticSpec, seed: int, w: DatasetWriter, tick: Callable[[int], None]
 ) -> None:
     """``node_time/TYPE`` of every type: uniform in ``[0, time_horizon)``, in node blocks."""
     h = int(spec.time_horizon)
@@ -387,7 +387,7 @@ def _write_node_times(
 
 
 def _write_node_data(
-    spec: TypedSyntheticSpec, seed: int, w: TypedDatasetWriter, tick: Callable[[int], None]
+    spec: TypedSyntheticSpec, seed: int, w: DatasetWriter, tick: Callable[[int], None]
 ) -> None:
     c = int(spec.num_classes)
     s = 1.0 / math.sqrt(1.0 + float(spec.feature_noise) ** 2)

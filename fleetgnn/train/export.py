@@ -436,7 +436,7 @@ def prepare_job(
             f"the dataset directory (--dataset)"
         )
     data_path = Path(data).absolute()
-    graph = open_dataset(data_path)
+    graph = open_dataset(data_path, kind="graph")
     link = cfg.train.task == "link" or isinstance(model, LinkModel)
     run_task = "link" if link else "node"
     _check_task(run, kind, run_task, task, pairs, edges, recorded.api)
@@ -793,7 +793,7 @@ def _rows_at_node_times(
 
 def _message_passing_graph(job: ExportJob, cfg: Config) -> Graph:
     """The dataset, or for a link run with ``edges="train"`` its edge split's training graph."""
-    graph = open_dataset(job.dataset)
+    graph = open_dataset(job.dataset, kind="graph")
     if job.task != "link" or job.edges == "all":
         return graph
     t = cfg.train

@@ -9,7 +9,7 @@ import pytest
 
 from fleetgnn.cli.main import main
 from fleetgnn.cli.plots import load_runs, plot_runs, render_table
-from fleetgnn.graph import write_dataset, write_typed_dataset
+from fleetgnn.graph import write_dataset
 from fleetgnn.graph.hetero_toy import toy_mag
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.train.results import LINK_NOTE, NODE_NOTE
@@ -33,7 +33,7 @@ def runs(tmp_path_factory):
     what each printed (stdout redirected, as in a log file)."""
     root = tmp_path_factory.mktemp("results")
     data = write_dataset(generate_graph(spec_for("tiny", 0.3), seed=2), root / "tiny")
-    toy = write_typed_dataset(
+    toy = write_dataset(
         toy_mag(num_papers=40, num_authors=20, num_fields=4, seed=1), root / "toy", source="test"
     )
     base = ["train", "--epochs", "3", "--no-progress", "--set", "train.device=cpu"]

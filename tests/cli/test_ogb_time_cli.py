@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetgnn.cli.main import main
-from fleetgnn.graph import open_dataset, open_typed_dataset, read_meta
+from fleetgnn.graph import open_dataset, read_meta
 from tests.graph.test_loaders_ogb_hetero import _write_mag
 
 
@@ -96,7 +96,7 @@ def test_typed_node_years_alone_train_without_time_under_auto(tmp_path, capsys):
     _write_mag(tmp_path / "ogbn_mag")
     data = tmp_path / "mag"
     assert main(["prepare", "ogb", "--root", str(tmp_path / "ogbn_mag"), "--out", str(data)]) == 0
-    assert set(open_typed_dataset(data).node_time) == {"paper"}
+    assert set(open_dataset(data).node_time) == {"paper"}
     argv = ["train", "--dataset", str(data), "--model", "rgcn", "--engine", "reference"]
     argv += ["--epochs", "1", "--quiet", "--set", "model.hidden=8"]
     assert main([*argv, "--run-dir", str(tmp_path / "auto")]) == 0

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fleetgnn.cli.main import main
-from fleetgnn.graph import open_typed_dataset, write_typed_dataset
+from fleetgnn.graph import open_dataset, write_dataset
 from fleetgnn.graph.hetero import HeteroSchema, from_typed_edges
 from tests.graph.test_loaders_ogb_hetero import _write_mag
 
@@ -26,7 +26,7 @@ def typed(tmp_path):
         test_mask=np.array([False, False, True, True, False]),
         name="toy",
     )
-    return write_typed_dataset(g, tmp_path / "typed", source="test")
+    return write_dataset(g, tmp_path / "typed", source="test")
 
 
 def test_info_json_shows_the_schema(typed, capsys):
@@ -64,7 +64,7 @@ def test_prepare_ogb_reads_the_typed_layout(tmp_path, capsys):
     argv = ["prepare", "ogb", "--root", str(tmp_path / "ogbn_mag"), "--out", str(tmp_path / "d")]
     assert main([*argv, "--add-reverse"]) == 0
     assert "rev_writes" in capsys.readouterr().out  # the schema, printed by info
-    g = open_typed_dataset(tmp_path / "d")
+    g = open_dataset(tmp_path / "d")
     assert g.schema.target == "paper" and len(g.schema.relations) == 8
     assert main([*argv, "--overwrite", "--undirected"]) == 2
     assert "use --add-reverse instead of --undirected" in capsys.readouterr().err
@@ -75,7 +75,7 @@ def test_prepare_synthetic_typed_preset(tmp_path, capsys):
     argv = ["prepare", "synthetic", "--preset", "mag-like", "--scale", "0.001", "--out", str(out)]
     assert main(argv) == 0
     assert "learnable embedding" in capsys.readouterr().out
-    assert open_typed_dataset(out).schema.count("paper") == 736
+    assert open_dataset(out).schema.count("paper") == 736
     assert main(["prepare", "synthetic", "--preset", "nope", "--out", str(tmp_path / "n")]) == 2
     assert "mag-like, igbh-like" in capsys.readouterr().err
 
@@ -113,7 +113,7 @@ def test_train_on_a_typed_dataset_and_resume(mag, tmp_path, model):
 
 def test_minibatch_with_relation_fanouts_matches_python_api(mag, tmp_path):
     """``train.relation_fanouts`` reaches the sampler: the CLI's losses are the API's."""
-    from fleetgnn.graph import open_typed_dataset
+    from fleetgnn.graph import open_dataset
     from fleetgnn.train import engine_from_config, load_config
 
     fanouts = "{cites: [4, 2], writes: [3, 0], affiliated_with: [0, 2], has_topic: [2, 2]}"
@@ -127,7 +127,7 @@ def test_minibatch_with_relation_fanouts_matches_python_api(mag, tmp_path):
     cli_loss = _epochs(run)[0]["loss"]
     keys = [f"data.dataset={mag}", "model.name=rgcn", "train.engine=reference"]
     cfg = load_config(None, [*keys, "train.mode=minibatch", *sets])
-    with engine_from_config(cfg, open_typed_dataset(mag)) as engine:
+    with engine_from_config(cfg, open_dataset(mag)) as engine:
         assert engine.sampler.fanouts[("author", "writes", "paper")] == (3, 0)
         stats = engine.run_epoch(0)
     api_loss = sum(s.loss_sum for s in stats) / sum(s.count for s in stats)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from fleetgnn.cli.main import main
-from fleetgnn.graph import open_typed_dataset, write_typed_dataset
+from fleetgnn.graph import open_dataset, write_dataset
 from fleetgnn.graph.edge_split import load_edge_split
 from fleetgnn.graph.hetero_toy import toy_mag
 
@@ -13,7 +13,7 @@ from fleetgnn.graph.hetero_toy import toy_mag
 @pytest.fixture
 def toy(tmp_path):
     g = toy_mag(num_papers=40, num_authors=20, num_fields=4, seed=1)
-    return write_typed_dataset(g, tmp_path / "toy", source="test")
+    return write_dataset(g, tmp_path / "toy", source="test")
 
 
 def _train(data, run, *extra):
@@ -96,6 +96,6 @@ def test_mag_like_link_on_split_at_two_processes_prints_test_auc(tmp_path, capfd
     assert row["engine"] == "split" and row["world_size"] == 2
     assert 0.0 <= row["test_auc"] <= 1.0 and row["loss"] > 0
     split = load_edge_split(
-        open_typed_dataset(data), data / "edge_splits" / "paper.cites.paper-val0.05-test0.1-seed0"
+        open_dataset(data), data / "edge_splits" / "paper.cites.paper-val0.05-test0.1-seed0"
     )  # every training pair scored once in the epoch, by the owner of its source
     assert sum(row["extra"]["per_rank"]["count"]) == split.pos["train"].shape[1]

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from fleetgnn.cli.main import main
-from fleetgnn.graph import write_typed_dataset
+from fleetgnn.graph import write_dataset
+from fleetgnn.graph.dataset import open_dataset
 from fleetgnn.graph.hetero import HeteroSchema, from_typed_edges
-from fleetgnn.graph.typed_dataset import open_typed_dataset
 
 CITES = "--set train.link_relation=paper,cites,paper".split()
 
@@ -33,7 +33,7 @@ def _train(data, run, *extra):
 
 
 def test_prepare_writes_every_relation_and_type_with_times(timed, capsys):
-    g = open_typed_dataset(timed)
+    g = open_dataset(timed)
     assert g.has_edge_time and sorted(g.node_time) == sorted(g.schema.node_types)
     assert main(["info", str(timed), "--json"]) == 0
     info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -105,7 +105,7 @@ def test_on_for_an_untimed_typed_dataset_is_refused(tmp_path, capsys):
         train_mask=np.ones(4, bool),
         name="plain",
     )
-    data = write_typed_dataset(g, tmp_path / "plain")
+    data = write_dataset(g, tmp_path / "plain")
     assert main(_train(data, tmp_path / "r", "--set", "train.temporal=on")) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "train.temporal=on for node classification needs node times" in err

@@ -14,8 +14,8 @@ from fleetgnn.cli.main import main
 from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.errors import GraphError
 from fleetgnn.graph.compact import feature_codec
+from fleetgnn.graph.dataset import open_dataset, write_dataset
 from fleetgnn.graph.hetero_toy import toy_mag
-from fleetgnn.graph.typed_dataset import open_typed_dataset, write_typed_dataset
 from fleetgnn.train import engine_from_config, load_config
 
 DTYPES = ("bfloat16", "float8_e4m3")
@@ -26,15 +26,15 @@ MIXED = "paper=bf16,author=fp8"
 def datasets(tmp_path_factory):
     root = tmp_path_factory.mktemp("typed-compact")
     g = toy_mag(num_papers=80, num_authors=40, num_fields=6, featureless_fields=True, seed=4)
-    out = {None: write_typed_dataset(g, root / "plain")}
+    out = {None: write_dataset(g, root / "plain")}
     for d in (*DTYPES, MIXED):
-        out[d] = write_typed_dataset(g, root / d.replace(",", "_"), feature_dtype=d)
+        out[d] = write_dataset(g, root / d.replace(",", "_"), feature_dtype=d)
     # the mixed dataset's values, as plain float32 tables (each type converted by its codec)
     rt = {
         t: feature_codec(d).round_trip(torch.from_numpy(np.asarray(g.x[t]))).numpy()
         for t, d in (("paper", "bf16"), ("author", "fp8"))
     }
-    out["mixed-float"] = write_typed_dataset(dataclasses.replace(g, x=rt), root / "mixed-float")
+    out["mixed-float"] = write_dataset(dataclasses.replace(g, x=rt), root / "mixed-float")
     return {k: str(v) for k, v in out.items()}
 
 
@@ -60,7 +60,7 @@ def _config(engine, dtype):
 
 
 def _train(cfg, path, ctx=None):
-    with engine_from_config(cfg, open_typed_dataset(path), ctx) as eng:
+    with engine_from_config(cfg, open_dataset(path), ctx) as eng:
         losses = [s.loss_sum for epoch in range(2) for s in eng.run_epoch(epoch)]
         params = {n: p.detach().clone() for n, p in eng.module.named_parameters()}
         store = getattr(eng, "store", None)
@@ -112,7 +112,7 @@ def test_cli_prepares_mag_like_bf16_and_trains_rgcn(tmp_path, capsys):
     argv = ["prepare", "synthetic", "--preset", "mag-like", "--scale", "0.002"]
     assert main([*argv, "--feature-dtype", "bf16", "--out", str(out)]) == 0
     assert "128 (bfloat16)" in capsys.readouterr().out
-    g = open_typed_dataset(out)
+    g = open_dataset(out)
     assert g.x["paper"].codec.name == "bfloat16"
     assert (out / "x" / "paper.npy").stat().st_size < 128 * 2 * g.schema.count("paper") + 256
     run = tmp_path / "run"

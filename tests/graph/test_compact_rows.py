@@ -114,3 +114,5 @@ def test_permute_and_rewrite_keep_rows_compact(tmp_path):
     assert p.x.stored.tobytes() == np.asarray(g.x.stored)[perm].tobytes()
     again = write_dataset(g, tmp_path / "again")  # as stored: the same bytes
     assert open_dataset(again).x.stored.tobytes() == g.x.stored.tobytes()
+    same = write_dataset(g, tmp_path / "same", feature_dtype="fp8")  # its own dtype: as stored
+    assert open_dataset(same).x.stored.tobytes() == g.x.stored.tobytes()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fleetgnn.errors import DatasetError
-from fleetgnn.graph import open_typed_dataset, read_typed_meta
+from fleetgnn.graph import open_dataset, read_meta
 from fleetgnn.graph.hetero import HeteroSchema, add_reverse_relations, from_typed_edges
 from fleetgnn.graph.loaders import is_hetero_layout, prepare_ogb_hetero
 
@@ -101,8 +101,8 @@ def test_matches_the_in_memory_typed_graph(tmp_path, chunk_rows):
     want = _write_mag(tmp_path / "ogbn_mag")
     assert is_hetero_layout(tmp_path / "ogbn_mag")
     out = prepare_ogb_hetero(tmp_path / "ogbn_mag", tmp_path / "ds", chunk_rows=chunk_rows)
-    _same(open_typed_dataset(out), want)
-    meta, _ = read_typed_meta(out)
+    _same(open_dataset(out), want)
+    meta = read_meta(out)
     assert (meta["source"], meta["split"], meta["reverse_relations"]) == ("ogb", "time", [])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "ogbn_mag"]  # no temp leftovers
 
@@ -113,7 +113,7 @@ def test_add_reverse_equals_add_reverse_relations(tmp_path, chunk_rows):
     out = prepare_ogb_hetero(
         tmp_path / "ogbn_mag", tmp_path / "ds", chunk_rows=chunk_rows, add_reverse=True
     )
-    got = open_typed_dataset(out)
+    got = open_dataset(out)
     assert ("paper", "rev_writes", "author") in got.schema.relations
     assert ("paper", "rev_cites", "paper") in got.schema.relations
     _same(got, want)
@@ -123,17 +123,17 @@ def test_node_year_gives_the_type_node_times(tmp_path):
     """ogbn-mag's paper years become ``node_time/paper``, recorded in ``meta.json``."""
     want = _write_mag(tmp_path / "ogbn_mag")
     out = prepare_ogb_hetero(tmp_path / "ogbn_mag", tmp_path / "ds", chunk_rows=4)
-    got = open_typed_dataset(out)
+    got = open_dataset(out)
     assert set(got.node_time) == {"paper"}
     np.testing.assert_array_equal(got.node_time["paper"], want.node_time["paper"])
-    meta, _ = read_typed_meta(out)
+    meta = read_meta(out)
     year = want.node_time["paper"]
     assert meta["has_node_time"] is True and "has_edge_time" not in meta
     assert meta["node_time_range"] == [int(year.min()), int(year.max())]
     _write_mag(tmp_path / "plain", years=False)  # without the file: no node times, no keys
     plain = prepare_ogb_hetero(tmp_path / "plain", tmp_path / "ds2")
-    assert not open_typed_dataset(plain).node_time
-    assert "has_node_time" not in read_typed_meta(plain)[0]
+    assert not open_dataset(plain).node_time
+    assert "has_node_time" not in read_meta(plain)
 
 
 def _break(root: Path, what: str) -> str:
@@ -207,11 +207,11 @@ def test_feature_dtype_writes_the_tables_compact(tmp_path):
     from fleetgnn.graph.compact_rows import CompactRows
 
     _write_mag(tmp_path / "ogbn_mag")
-    plain = open_typed_dataset(prepare_ogb_hetero(tmp_path / "ogbn_mag", tmp_path / "f32"))
+    plain = open_dataset(prepare_ogb_hetero(tmp_path / "ogbn_mag", tmp_path / "f32"))
     out = prepare_ogb_hetero(
         tmp_path / "ogbn_mag", tmp_path / "bf", chunk_rows=4, feature_dtype="paper=bf16"
     )
-    g = open_typed_dataset(out)
+    g = open_dataset(out)
     assert isinstance(g.x["paper"], CompactRows) and g.x["paper"].codec.name == "bfloat16"
     want = feature_codec("bf16").round_trip(torch.from_numpy(np.asarray(plain.x["paper"])))
     assert np.array_equal(np.asarray(g.x["paper"]), want.numpy())

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fleetgnn.errors import DatasetError
-from fleetgnn.graph import open_typed_dataset, read_typed_meta
+from fleetgnn.graph import open_dataset, read_meta
 from fleetgnn.graph.synthetic_hetero import (
     TYPED_PRESETS,
     TypedSyntheticSpec,
@@ -54,15 +54,15 @@ def _arrays(g):
 
 
 def test_chunk_size_never_changes_the_result_and_seeds_do(tmp_path):
-    a = open_typed_dataset(prepare_typed_synthetic(tmp_path / "a", "igbh-like", 0.01, seed=3))
-    b = open_typed_dataset(
+    a = open_dataset(prepare_typed_synthetic(tmp_path / "a", "igbh-like", 0.01, seed=3))
+    b = open_dataset(
         prepare_typed_synthetic(tmp_path / "b", "igbh-like", 0.01, seed=3, chunk_edges=1)
     )
-    c = open_typed_dataset(prepare_typed_synthetic(tmp_path / "c", "igbh-like", 0.01, seed=4))
+    c = open_dataset(prepare_typed_synthetic(tmp_path / "c", "igbh-like", 0.01, seed=4))
     for k, v in _arrays(a).items():
         assert np.array_equal(v, _arrays(b)[k]), k
     assert not np.array_equal(a.csc[a.schema.relations[0]][1], c.csc[c.schema.relations[0]][1])
-    meta, _ = read_typed_meta(tmp_path / "a")
+    meta = read_meta(tmp_path / "a")
     assert (meta["preset"], meta["scale"], meta["seed"]) == ("igbh-like", 0.01, 3)
 
 
@@ -82,7 +82,7 @@ def _cites_signal(g):
 
 @pytest.mark.parametrize("preset, scale, chance", [("igbh-like", 0.05, 1 / 19)])
 def test_labels_are_learnable_and_need_the_graph(tmp_path, preset, scale, chance):
-    g = open_typed_dataset(prepare_typed_synthetic(tmp_path / "d", preset, scale, seed=1))
+    g = open_dataset(prepare_typed_synthetic(tmp_path / "d", preset, scale, seed=1))
     mlp, gnn = _cites_signal(g)
     assert 3 * chance < mlp < 0.6, mlp  # features carry some signal, far from all
     assert gnn >= mlp + 0.15, (mlp, gnn)
@@ -92,7 +92,7 @@ def test_labels_are_learnable_and_need_the_graph(tmp_path, preset, scale, chance
 
 
 def test_mag_like_papers_need_their_neighbours(tmp_path):
-    g = open_typed_dataset(prepare_typed_synthetic(tmp_path / "m", "mag-like", 0.005, seed=1))
+    g = open_dataset(prepare_typed_synthetic(tmp_path / "m", "mag-like", 0.005, seed=1))
     assert set(g.x) == {"paper"}  # authors, institutions and fields: learnable embeddings
     mlp, gnn = _cites_signal(g)
     assert gnn >= mlp + 0.2 and gnn > 50 / 349, (mlp, gnn)

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fleetgnn.graph.dataset import open_dataset
 from fleetgnn.graph.synthetic_hetero import TYPED_PRESETS, prepare_typed_synthetic
-from fleetgnn.graph.typed_dataset import open_typed_dataset
 
 
 def _digest(root: Path) -> str:
@@ -33,13 +33,13 @@ def test_untimed_presets_write_what_they_always_wrote(tmp_path, preset, scale, s
 
 def test_mag_temporal_like_is_mag_like_with_sorted_times(tmp_path):
     assert TYPED_PRESETS["mag-temporal-like"].time_horizon == 100
-    plain = open_typed_dataset(prepare_typed_synthetic(tmp_path / "p", "mag-like", 0.002, seed=4))
+    plain = open_dataset(prepare_typed_synthetic(tmp_path / "p", "mag-like", 0.002, seed=4))
     out = prepare_typed_synthetic(tmp_path / "t", "mag-temporal-like", 0.002, seed=4)
-    timed = open_typed_dataset(out, validate="full")  # every time >= 0, sorted per segment
+    timed = open_dataset(out, validate="full")  # every time >= 0, sorted per segment
     small = prepare_typed_synthetic(
         tmp_path / "c", "mag-temporal-like", 0.002, seed=4, chunk_edges=1 << 14
     )
-    chunked = open_typed_dataset(small)
+    chunked = open_dataset(small)
     s = timed.schema
     assert sorted(timed.node_time) == sorted(s.node_types)
     for t in s.node_types:

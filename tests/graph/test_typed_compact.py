@@ -12,8 +12,8 @@ import torch
 from fleetgnn.errors import DatasetError, GraphError
 from fleetgnn.graph.compact import FeatureCodec, feature_codec
 from fleetgnn.graph.compact_rows import CompactRows
+from fleetgnn.graph.dataset import open_dataset, write_dataset
 from fleetgnn.graph.hetero_toy import toy_mag
-from fleetgnn.graph.typed_dataset import open_typed_dataset, write_typed_dataset
 from fleetgnn.store import KeyedStore, TierBudgets
 
 DTYPES = ("bfloat16", "float16", "float8_e4m3")
@@ -31,7 +31,7 @@ def _round_trip(x, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_table_written_compact_and_read_as_its_round_trip(tmp_path, dtype):
     g = _graph()
-    out = write_typed_dataset(g, tmp_path / "d", feature_dtype=dtype)
+    out = write_dataset(g, tmp_path / "d", feature_dtype=dtype)
     meta = json.loads((out / "meta.json").read_text())
     assert meta["feature_dtype"] == dict.fromkeys(g.x, dtype)
     assert meta["feature_read_dtype"] == dict.fromkeys(g.x, "float32")
@@ -44,7 +44,7 @@ def test_every_table_written_compact_and_read_as_its_round_trip(tmp_path, dtype)
         raw = np.load(out / "x" / f"{t}.npy")
         assert raw.dtype.str == bits
     for validate in (None, "full"):
-        h = open_typed_dataset(out, validate=validate)
+        h = open_dataset(out, validate=validate)
         for t, x in g.x.items():
             assert isinstance(h.x[t], CompactRows) and h.x[t].codec.name == dtype
             assert h.x[t].shape == x.shape and h.x[t].dtype == np.float32
@@ -53,13 +53,11 @@ def test_every_table_written_compact_and_read_as_its_round_trip(tmp_path, dtype)
 
 def test_per_type_dtypes_and_types_not_named_as_given(tmp_path):
     g = _graph()
-    out = write_typed_dataset(g, tmp_path / "d", feature_dtype="paper=bf16,author=fp8")
-    h = open_typed_dataset(out)
+    out = write_dataset(g, tmp_path / "d", feature_dtype="paper=bf16,author=fp8")
+    h = open_dataset(out)
     assert h.x["paper"].codec.name == "bfloat16" and h.x["author"].codec.name == "float8_e4m3"
     assert np.array_equal(np.asarray(h.x["author"]), _round_trip(g.x["author"], "float8_e4m3"))
-    only = open_typed_dataset(
-        write_typed_dataset(g, tmp_path / "p", feature_dtype={"paper": "fp16"})
-    )
+    only = open_dataset(write_dataset(g, tmp_path / "p", feature_dtype={"paper": "fp16"}))
     assert isinstance(only.x["paper"], CompactRows) and isinstance(only.x["author"], np.ndarray)
     assert np.array_equal(only.x["author"], g.x["author"])
     meta = json.loads((tmp_path / "p" / "meta.json").read_text())
@@ -68,14 +66,14 @@ def test_per_type_dtypes_and_types_not_named_as_given(tmp_path):
 
 def test_rewriting_keeps_the_stored_rows_and_refuses_rounding_twice(tmp_path):
     g = _graph()
-    h = open_typed_dataset(write_typed_dataset(g, tmp_path / "a", feature_dtype="bf16"))
-    again = open_typed_dataset(write_typed_dataset(h, tmp_path / "b"))
+    h = open_dataset(write_dataset(g, tmp_path / "a", feature_dtype="bf16"))
+    again = open_dataset(write_dataset(h, tmp_path / "b"))
     for t in g.x:
         assert np.array_equal(again.x[t].stored, h.x[t].stored)
-    wide = open_typed_dataset(write_typed_dataset(h, tmp_path / "c", feature_dtype="float32"))
+    wide = open_dataset(write_dataset(h, tmp_path / "c", feature_dtype="float32"))
     assert np.array_equal(wide.x["paper"], np.asarray(h.x["paper"]))
     with pytest.raises(DatasetError, match=r"^features of node type 'paper'.*round them twice"):
-        write_typed_dataset(h, tmp_path / "e", feature_dtype="fp8")
+        write_dataset(h, tmp_path / "e", feature_dtype="fp8")
 
 
 @pytest.mark.parametrize(
@@ -89,7 +87,7 @@ def test_rewriting_keeps_the_stored_rows_and_refuses_rounding_twice(tmp_path):
 )
 def test_bad_per_type_specs_are_refused_before_writing(tmp_path, spec, match):
     with pytest.raises(DatasetError, match=match) as e:
-        write_typed_dataset(_graph(), tmp_path / "d", feature_dtype=spec)
+        write_dataset(_graph(), tmp_path / "d", feature_dtype=spec)
     assert "\n" not in str(e.value)
     assert not list(tmp_path.iterdir())  # nothing written
 
@@ -111,25 +109,25 @@ def _edit_meta(path, edit):
     ],
 )
 def test_bad_compact_meta_is_refused_in_one_line(tmp_path, edit, match):
-    out = write_typed_dataset(_graph(), tmp_path / "d", feature_dtype="bf16")
+    out = write_dataset(_graph(), tmp_path / "d", feature_dtype="bf16")
     _edit_meta(out, edit)
     with pytest.raises(DatasetError, match=match) as e:
-        open_typed_dataset(out)
+        open_dataset(out)
     assert "\n" not in str(e.value)
 
 
 def test_values_checked_as_they_read_back(tmp_path):
-    out = write_typed_dataset(_graph(), tmp_path / "d", feature_dtype="bf16")
+    out = write_dataset(_graph(), tmp_path / "d", feature_dtype="bf16")
     raw = np.load(out / "x" / "author.npy")
     raw[3, 1] = 0x7FC0  # a bf16 NaN
     np.save(out / "x" / "author.npy", raw)
     with pytest.raises(DatasetError, match=r"features of node type 'author'.*'x'.*node 3"):
-        open_typed_dataset(out)
+        open_dataset(out)
 
 
 def _stores(tmp_path, dtype, monkeypatch):
     g = _graph()
-    comp = open_typed_dataset(write_typed_dataset(g, tmp_path / dtype, feature_dtype=dtype))
+    comp = open_dataset(write_dataset(g, tmp_path / dtype, feature_dtype=dtype))
     rb = sum(x.stored_row_bytes for x in comp.x.values())
     budgets = TierBudgets(device=15 * rb, host=30 * rb)  # rows from device, host and disk
     a = KeyedStore.build(g, budgets=budgets, feature_dtype=dtype)
@@ -172,7 +170,7 @@ def test_keyed_store_holds_the_tables_as_stored(tmp_path, dtype, monkeypatch):
 
 def test_store_feature_dtype_per_table(tmp_path):
     g = _graph()
-    comp = open_typed_dataset(write_typed_dataset(g, tmp_path / "d", feature_dtype="paper=bf16"))
+    comp = open_dataset(write_dataset(g, tmp_path / "d", feature_dtype="paper=bf16"))
     budgets = TierBudgets(device=0, host=0)
     with pytest.raises(GraphError, match=r"^features of node type 'paper': .*round them twice"):
         KeyedStore.build(comp, budgets=budgets, feature_dtype="fp8")

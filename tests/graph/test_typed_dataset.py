@@ -8,14 +8,14 @@ import pytest
 
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph import (
-    TypedDatasetWriter,
+    DatasetWriter,
+    Graph,
+    HeteroGraph,
+    dataset_fingerprint,
     from_edges,
     open_dataset,
-    open_typed_dataset,
     read_meta,
-    read_typed_meta,
     write_dataset,
-    write_typed_dataset,
 )
 from fleetgnn.graph.hetero import HeteroSchema, from_typed_edges
 
@@ -63,11 +63,12 @@ def _one_line(err):
 
 
 def test_roundtrip_is_exact_and_memory_mapped(graph, tmp_path):
-    out = write_typed_dataset(graph, tmp_path / "ds", source="test")
-    meta, schema = read_typed_meta(out)
+    out = write_dataset(graph, tmp_path / "ds", source="test")
+    meta = read_meta(out, kind="typed")
+    schema = HeteroSchema.from_dict(meta["schema"])
     assert schema == graph.schema and meta["kind"] == "typed" and meta["source"] == "test"
     assert (meta["num_nodes"], meta["num_edges"], meta["num_classes"]) == (71, 260, 5)
-    g = open_typed_dataset(out)
+    g = open_dataset(out)
     assert g.schema == graph.schema and g.num_classes == 5 and g.name == "toy-typed"
     for rel in schema.relations:
         for got, want in zip(g.csc[rel], graph.csc[rel], strict=True):
@@ -87,23 +88,35 @@ def test_roundtrip_is_exact_and_memory_mapped(graph, tmp_path):
 
 
 def test_homogeneous_readers_refuse_a_typed_dataset_in_one_line(graph, tmp_path):
-    out = write_typed_dataset(graph, tmp_path / "ds")
+    out = write_dataset(graph, tmp_path / "ds")
     for reader in (open_dataset, read_meta):
         with pytest.raises(DatasetError, match="typed .heterogeneous. dataset") as e:
-            reader(out)
+            reader(out, kind="graph")
         assert "'fleetgnn info'" in _one_line(e) and "3 node types, 3 relations" in str(e.value)
 
 
 def test_typed_reader_refuses_a_homogeneous_dataset(tmp_path):
     g = from_edges(np.array([0, 1]), np.array([1, 0]), 2)
     out = write_dataset(g, tmp_path / "h")
-    with pytest.raises(DatasetError, match="homogeneous dataset") as e:
-        open_typed_dataset(out)
-    _one_line(e)
+    for reader in (open_dataset, read_meta):
+        with pytest.raises(DatasetError, match="homogeneous dataset") as e:
+            reader(out, kind="typed")
+        _one_line(e)
+    with pytest.raises(DatasetError, match="kind = 'forest' is invalid"):
+        open_dataset(out, kind="forest")
+
+
+def test_one_opener_reads_either_kind_as_meta_json_says(graph, tmp_path):
+    typed = write_dataset(graph, tmp_path / "t")
+    plain = write_dataset(from_edges(np.array([0, 1]), np.array([1, 0]), 2), tmp_path / "h")
+    assert isinstance(open_dataset(typed), HeteroGraph)
+    assert isinstance(open_dataset(plain), Graph)
+    assert read_meta(typed)["kind"] == "typed" and "kind" not in read_meta(plain)
+    assert dataset_fingerprint(typed) != dataset_fingerprint(plain)
 
 
 def test_interrupted_write_leaves_nothing(graph, tmp_path):
-    with pytest.raises(RuntimeError), TypedDatasetWriter(tmp_path / "ds", graph.schema, "t") as w:
+    with pytest.raises(RuntimeError), DatasetWriter(tmp_path / "ds", "t", schema=graph.schema) as w:
         w.put_relation(CITES, *graph.csc[CITES])
         raise RuntimeError("interrupted")
     assert list(tmp_path.iterdir()) == []
@@ -112,12 +125,12 @@ def test_interrupted_write_leaves_nothing(graph, tmp_path):
 def test_writer_checks_values_and_layout(graph, tmp_path):
     s = graph.schema
     with pytest.raises(DatasetError, match=r"lists no indptr of relation") as e:
-        with TypedDatasetWriter(tmp_path / "a", s, "t") as w:
+        with DatasetWriter(tmp_path / "a", "t", schema=s) as w:
             w.put_relation(CITES, *graph.csc[CITES])
             w.commit()
     _one_line(e)
     with pytest.raises(DatasetError, match=r"'writes', 'paper'\): 'indices' holds node ID 25") as e:
-        with TypedDatasetWriter(tmp_path / "b", s, "t") as w:
+        with DatasetWriter(tmp_path / "b", "t", schema=s) as w:
             for rel in s.relations:
                 indptr, indices = graph.csc[rel]
                 if rel == WRITES:
@@ -127,13 +140,13 @@ def test_writer_checks_values_and_layout(graph, tmp_path):
             w.commit()
     _one_line(e)
     with pytest.raises(DatasetError, match="unknown typed dataset array 'x/venue'"):
-        with TypedDatasetWriter(tmp_path / "c", s, "t") as w:
+        with DatasetWriter(tmp_path / "c", "t", schema=s) as w:
             w.create("x/venue", np.float32, (3, 2))
     assert not any(p.name in "abc" for p in tmp_path.iterdir())
 
 
 def test_edited_values_fail_in_one_line(graph, tmp_path):
-    out = write_typed_dataset(graph, tmp_path / "ds")
+    out = write_dataset(graph, tmp_path / "ds")
     path = out / "rel" / "paper.has_topic.field" / "indices.npy"
     bad = np.load(path)
     bad[7] = 40  # a paper ID past the 40 papers
@@ -141,29 +154,29 @@ def test_edited_values_fail_in_one_line(graph, tmp_path):
     with pytest.raises(
         DatasetError, match=r"'has_topic', 'field'\): 'indices' holds node ID 40"
     ) as e:
-        open_typed_dataset(out)
+        open_dataset(out)
     assert "[0, 40)" in _one_line(e)
 
-    out2 = write_typed_dataset(graph, tmp_path / "ds2")
+    out2 = write_dataset(graph, tmp_path / "ds2")
     x = np.load(out2 / "x" / "field.npy")
     x[2, 1] = np.nan
     np.save(out2 / "x" / "field.npy", x)
     with pytest.raises(DatasetError, match="features of node type 'field'.*non-finite") as e:
-        open_typed_dataset(out2)
+        open_dataset(out2)
     _one_line(e)
 
 
 def test_truncated_and_missing_files_fail_in_one_line(graph, tmp_path):
-    out = write_typed_dataset(graph, tmp_path / "ds")
+    out = write_dataset(graph, tmp_path / "ds")
     path = out / "rel" / "paper.cites.paper" / "indices.npy"
     path.write_bytes(path.read_bytes()[:-16])
     with pytest.raises(DatasetError, match="truncated or corrupt") as e:
-        open_typed_dataset(out)
+        open_dataset(out)
     _one_line(e)
-    out2 = write_typed_dataset(graph, tmp_path / "ds2")
+    out2 = write_dataset(graph, tmp_path / "ds2")
     (out2 / "x" / "paper.npy").unlink()
     with pytest.raises(DatasetError, match="listed in meta.json but missing") as e:
-        open_typed_dataset(out2)
+        open_dataset(out2)
     _one_line(e)
 
 
@@ -181,19 +194,19 @@ def test_truncated_and_missing_files_fail_in_one_line(graph, tmp_path):
     ],
 )
 def test_edited_meta_fails_in_one_line(graph, tmp_path, edit, words):
-    out = write_typed_dataset(graph, tmp_path / "ds")
+    out = write_dataset(graph, tmp_path / "ds")
     meta = json.loads((out / "meta.json").read_text())
     edit(meta)
     (out / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(DatasetError, match=words) as e:
-        open_typed_dataset(out)
+        open_dataset(out)
     _one_line(e)
 
 
 def test_featureless_unlabelled_graph_round_trips(tmp_path):
     schema = HeteroSchema(("a", "b"), (3, 2), (("a", "to", "b"),))
     g = from_typed_edges(schema, {("a", "to", "b"): ([0, 2], [1, 1])})
-    h = open_typed_dataset(write_typed_dataset(g, tmp_path / "ds"), validate="full")
+    h = open_dataset(write_dataset(g, tmp_path / "ds"), validate="full")
     assert h.x == {} and h.y is None and h.num_edges == 2
     src, dst = h.relation_edges("to")
     assert sorted(zip(src.tolist(), dst.tolist(), strict=True)) == [(0, 1), (2, 1)]

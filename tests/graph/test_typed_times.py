@@ -7,13 +7,13 @@ import pytest
 
 from fleetgnn.cli.main import main
 from fleetgnn.errors import DatasetError, GraphError
+from fleetgnn.graph.dataset import open_dataset, write_dataset
 from fleetgnn.graph.hetero import (
     HeteroGraph,
     HeteroSchema,
     add_reverse_relations,
     from_typed_edges,
 )
-from fleetgnn.graph.typed_dataset import open_typed_dataset, write_typed_dataset
 
 CITES = ("paper", "cites", "paper")
 WRITES = ("author", "writes", "paper")
@@ -82,14 +82,14 @@ def test_reverse_relations_carry_their_edges_times():
 
 
 def test_dataset_round_trip_and_meta_keys(tmp_path):
-    out = write_typed_dataset(timed(), tmp_path / "t")
+    out = write_dataset(timed(), tmp_path / "t")
     meta = json.loads((out / "meta.json").read_text())
     assert meta["has_edge_time"] and meta["edge_time_range"] == [1, 9]
     assert meta["has_node_time"] and meta["node_time_range"] == [10, 13]
     assert (
         "rel/paper.cites.paper/edge_time" in meta["arrays"] and "node_time/paper" in meta["arrays"]
     )
-    h = open_typed_dataset(out, validate="full")
+    h = open_dataset(out, validate="full")
     g = timed()
     for rel in SCHEMA.relations:
         assert np.array_equal(h.edge_time[rel], g.edge_time[rel])
@@ -98,10 +98,10 @@ def test_dataset_round_trip_and_meta_keys(tmp_path):
 
 def test_an_untimed_typed_dataset_opens_unchanged(tmp_path):
     g = from_typed_edges(SCHEMA, EDGES, y=np.array([0, 1, 0, 1]))
-    out = write_typed_dataset(g, tmp_path / "u")
+    out = write_dataset(g, tmp_path / "u")
     meta = json.loads((out / "meta.json").read_text())
     assert not any("time" in k for k in meta) and not any("time" in a for a in meta["arrays"])
-    h = open_typed_dataset(out, validate="full")
+    h = open_dataset(out, validate="full")
     assert h.edge_time == {} and h.node_time == {} and not h.has_edge_time
 
 
@@ -112,38 +112,38 @@ def _rewrite(path, edit):
 
 
 def test_a_corrupted_edge_time_file_names_relation_and_edge(tmp_path):
-    out = write_typed_dataset(timed(), tmp_path / "t")
+    out = write_dataset(timed(), tmp_path / "t")
     _rewrite(out / "rel/paper.cites.paper/edge_time.npy", lambda a: a.__setitem__(2, 0))
     with pytest.raises(DatasetError) as e:
-        open_typed_dataset(out)
+        open_dataset(out)
     msg = str(e.value)
     assert "\n" not in msg and "relation ('paper', 'cites', 'paper')" in msg
     assert "edge_time[1] = 5 > edge_time[2] = 0" in msg
 
 
 def test_a_negative_node_time_on_disk_names_type_and_node(tmp_path):
-    out = write_typed_dataset(timed(), tmp_path / "t")
+    out = write_dataset(timed(), tmp_path / "t")
     _rewrite(out / "node_time/paper.npy", lambda a: a.__setitem__(3, -5))
     with pytest.raises(DatasetError, match=r"node type 'paper'.*negative time -5 at node 3"):
-        open_typed_dataset(out)
+        open_dataset(out)
 
 
 def test_meta_that_disagrees_with_the_arrays_is_one_line(tmp_path):
-    out = write_typed_dataset(timed(), tmp_path / "t")
+    out = write_dataset(timed(), tmp_path / "t")
     meta = json.loads((out / "meta.json").read_text())
     meta["has_edge_time"] = False
     (out / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(DatasetError, match="has_edge_time = False is invalid: expected true"):
-        open_typed_dataset(out)
+        open_dataset(out)
     del meta["arrays"]["rel/author.writes.paper/edge_time"]
     meta["has_edge_time"] = True
     (out / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(DatasetError, match=r"edge times of some relations but not of \[\('author"):
-        open_typed_dataset(out)
+        open_dataset(out)
 
 
 def test_info_shows_times_per_relation_and_type(tmp_path, capsys):
-    out = write_typed_dataset(timed(), tmp_path / "t")
+    out = write_dataset(timed(), tmp_path / "t")
     assert main(["info", str(out), "--json"]) == 0
     info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert info["edge_time"] == {"min": 1, "max": 9} and info["node_time"] == {"min": 10, "max": 13}

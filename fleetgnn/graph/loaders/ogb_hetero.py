@@ -37,6 +37,7 @@ import numpy as np
 
 from fleetgnn.errors import DatasetError, GraphError
 from fleetgnn.graph.csc import append_to_segments, index_dtype
+from fleetgnn.graph.dataset import DatasetWriter, relation_key
 from fleetgnn.graph.files import create_npy, temp_prefix
 from fleetgnn.graph.hetero import REVERSE_PREFIX, HeteroSchema, Relation
 from fleetgnn.graph.loaders._io import (
@@ -61,7 +62,6 @@ from fleetgnn.graph.loaders.ogb import (
     _write_splits,
     read_times,
 )
-from fleetgnn.graph.typed_dataset import TypedDatasetWriter, relation_key
 
 #: The file whose presence marks OGB's heterogeneous raw layout.
 LAYOUT_MARK = "num-node-dict.csv.gz"
@@ -233,11 +233,11 @@ def prepare_ogb_hetero(
         target: The labelled type; needed only when several types carry labels.
         dataset_name: Name stored in ``meta.json`` (default: the name of ``root``).
         max_bytes: The memory the conversion may use (``prepare --max-memory``).
-        feature_dtype: Store the feature tables compact (:class:`TypedDatasetWriter`'s
+        feature_dtype: Store the feature tables compact (:class:`.DatasetWriter`'s
             ``feature_dtype``: one dtype, or per type; ``prepare --feature-dtype``).
 
     Returns:
-        The dataset directory, to open with :func:`~fleetgnn.graph.open_typed_dataset`.
+        The dataset directory, to open with :func:`~fleetgnn.graph.open_dataset`.
 
     Raises:
         DatasetError: Missing, malformed or inconsistent input files (one line naming the file,
@@ -277,9 +277,9 @@ def prepare_ogb_hetero(
         raise DatasetError(f"'{raw}': {err}") from err
     split_dir = _split_dir(root, name)
 
-    with TypedDatasetWriter(
+    with DatasetWriter(
         out,
-        schema,
+        schema=schema,
         name=dataset_name or root.name,
         overwrite=overwrite,
         feature_dtype=feature_dtype,
@@ -364,7 +364,7 @@ def _labelled_types(raw: Path, types: list[str]) -> list[str]:
 
 
 def _write_reverse(
-    w: TypedDatasetWriter,
+    w: DatasetWriter,
     rev: Relation,
     indptr: np.ndarray,
     indices: np.ndarray,
