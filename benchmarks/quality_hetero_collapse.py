@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
+from fleetgnn.graph.dataset import open_dataset
 from fleetgnn.graph.hetero import HeteroGraph, add_reverse_relations
 from fleetgnn.graph.hetero_toy import homogeneous_collapse
 from fleetgnn.graph.synthetic_hetero import prepare_typed_synthetic
-from fleetgnn.graph.dataset import open_dataset
 from fleetgnn.train import engine_from_config, load_config
 
 MODELS = ("rgcn", "rgat")

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from fleetgnn.cli.main import main
-from fleetgnn.graph import dataset as dataset_mod
 from fleetgnn.graph import open_dataset, write_dataset
+from fleetgnn.graph.dataset import reader as dataset_mod
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 
 TRAIN = ["--quiet", "--set", "model.hidden=8", "--epochs", "1"]

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
-import fleetgnn.graph.dataset as dataset_mod
+import fleetgnn.graph.dataset.reader as dataset_mod
 from fleetgnn.cli.main import main
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph import from_edges, open_dataset, write_dataset

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fleetgnn
-import fleetgnn.graph.dataset as dataset_mod
+import fleetgnn.graph.dataset.writer as dataset_mod
 import fleetgnn.train.export as export_mod
 from fleetgnn.cli.main import build_parser, main
 from fleetgnn.engines.chunks import Chunking

@@ -62,7 +62,7 @@ def test_meta_and_disk_bytes(tmp_path, dtype):
 
 def test_chunked_writing_and_created_x(tmp_path, monkeypatch):
     """x put whole is encoded in blocks; x made with create() is converted by commit."""
-    import fleetgnn.graph.dataset as ds
+    import fleetgnn.graph.dataset.writer as ds
 
     monkeypatch.setattr(ds, "_COPY_CHUNK_BYTES", 3 * F * 8)  # a few rows per block
     g = _graph()

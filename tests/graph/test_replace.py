@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fleetgnn.graph.dataset as dataset_mod
+import fleetgnn.graph.dataset.reader as reader_mod
+import fleetgnn.graph.dataset.writer as writer_mod
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph import open_dataset, write_dataset
 from fleetgnn.graph.files import exchange_dirs, owner_tag, sweep_stale
@@ -41,7 +42,7 @@ def test_a_reader_sees_the_old_or_the_new_dataset_at_every_step(how, tmp_path, m
         if not exchange_dirs(a, b):
             pytest.skip("this file system cannot exchange two directories in one rename")
     else:
-        monkeypatch.setattr(dataset_mod, "exchange_dirs", lambda a, b: False)
+        monkeypatch.setattr(writer_mod, "exchange_dirs", lambda a, b: False)
     old, new = _graphs()
     out = write_dataset(old, tmp_path / "d")
     seen: dict[str, bool] = {}
@@ -50,8 +51,8 @@ def test_a_reader_sees_the_old_or_the_new_dataset_at_every_step(how, tmp_path, m
         got = open_dataset(out)
         seen[name] = _same(got, old) if name == "aside" else _same(got, new)
 
-    replace = dataset_mod.replace_dir
-    monkeypatch.setattr(dataset_mod, "replace_dir", functools.partial(replace, step=step))
+    replace = writer_mod.replace_dir
+    monkeypatch.setattr(writer_mod, "replace_dir", functools.partial(replace, step=step))
     write_dataset(new, out, overwrite=True)
     want = {"swapped": True} if how == "exchange" else {"aside": True, "swapped": True}
     assert seen == want
@@ -64,7 +65,7 @@ def test_a_dataset_replaced_mid_open_is_read_again_whole(tmp_path, monkeypatch):
     mixes two datasets; the directory's identity changed, so the open starts again."""
     old, new = _graphs()
     out = write_dataset(old, tmp_path / "d")
-    load, replaced = dataset_mod._load_array, []
+    load, replaced = reader_mod._load_array, []
 
     def load_then_replace(root: Path, name: str, spec, mmap: bool):
         arr = load(root, name, spec, mmap)
@@ -73,7 +74,7 @@ def test_a_dataset_replaced_mid_open_is_read_again_whole(tmp_path, monkeypatch):
             write_dataset(new, out, overwrite=True)
         return arr
 
-    monkeypatch.setattr(dataset_mod, "_load_array", load_then_replace)
+    monkeypatch.setattr(reader_mod, "_load_array", load_then_replace)
     assert _same(open_dataset(out), new)
     assert len(replaced) == 1  # the first array read came from the old dataset
 

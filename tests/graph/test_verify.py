@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-import fleetgnn.graph.dataset as dataset_mod
+import fleetgnn.graph.dataset.reader as dataset_mod
 from fleetgnn.errors import DatasetError, GraphError
 from fleetgnn.graph import Graph, from_edges, open_dataset, write_dataset
 from fleetgnn.graph import verify as verify_mod
