@@ -201,7 +201,7 @@ def require_meta_keys(meta: dict[str, Any], meta_path: Path, keys: Iterable[str]
             raise DatasetError(f"'{meta_path}' lacks the key {key!r}; {_META_FIX}")
 
 
-def read_meta(path: str | os.PathLike[str], kind: str | None = None) -> dict[str, Any]:
+def read_meta(path: str | os.PathLike[str], *, kind: str | None = None) -> dict[str, Any]:
     """Read and check ``meta.json`` of a dataset directory (:func:`check_meta`).
 
     Args:

@@ -79,6 +79,7 @@ def open_dataset(
     mmap: bool = True,
     validate: Validation | None = None,
     progress: Progress | None = None,
+    *,
     kind: str | None = None,
 ) -> Graph | HeteroGraph:
     """Open a dataset directory as a :class:`Graph` or :class:`HeteroGraph` of read-only maps.
