@@ -76,6 +76,7 @@ __all__ = [
     "node_store_bytes",
     "plan_edge_rows",
     "split_budgets",
+    "split_bytes",
 ]
 
 #: Nodes whose segments :func:`edge_hot_order` lays out per step (bounds its temporaries).
@@ -158,6 +159,21 @@ def split_budgets(
     Raises:
         ConfigError: ``share`` outside ``[0, 1]``.
     """
+    nb = node_store_bytes(graph, feature_dtype)
+    eb = graph.num_edges * edge_row_bytes(graph, edge_feature_dtype)
+    return split_bytes(budgets, nb, eb, share)
+
+
+def split_bytes(
+    budgets: TierBudgets, node_bytes: int, edge_bytes: int, share: float | None = None
+) -> BudgetSplit:
+    """:func:`split_budgets` from the two tables' bytes ``B_n`` and ``B_e`` (no graph needed).
+
+    The cost model of a graph known by its counts splits its modelled bytes with it.
+
+    Raises:
+        ConfigError: ``share`` outside ``[0, 1]``.
+    """
     if share is not None and (
         isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
     ):
@@ -165,8 +181,7 @@ def split_budgets(
             f"'share' (store.edge_share) must be a fraction in [0, 1] of each tier's budget for "
             f"the edge rows (got {share!r}); leave it null to split by bytes"
         )
-    nb = node_store_bytes(graph, feature_dtype)
-    eb = graph.num_edges * edge_row_bytes(graph, edge_feature_dtype)
+    nb, eb = int(node_bytes), int(edge_bytes)
 
     def edges_of(budget: int) -> int:
         if share is not None:
