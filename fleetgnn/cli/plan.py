@@ -29,11 +29,14 @@ from fleetgnn.cli.target import (
 from fleetgnn.errors import ConfigError
 
 #: ``--shape`` keys.
-SHAPE_KEYS: tuple[str, ...] = ("nodes", "edges", "features", "classes", "train")
+SHAPE_KEYS: tuple[str, ...] = ("nodes", "edges", "features", "classes", "train", "edge_features")
 
 
 def parse_shape(text: str) -> dict[str, int]:
-    """``nodes=N,edges=E,features=F,classes=C[,train=T]`` -> a dict of ints (1e6 notation ok).
+    """``nodes=N,edges=E,features=F,classes=C[,train=T][,edge_features=D]`` -> a dict of ints.
+
+    Counts may be written in 1e6 notation; ``edge_features`` is the width of the edge rows a
+    model that reads them (``gine``) needs.
 
     Raises:
         ConfigError: An unknown key, a value that is not a positive count, or a missing key.
@@ -113,7 +116,8 @@ def add_plan(sub: Any) -> None:
     src.add_argument(
         "--shape",
         help="plan for a graph described by its counts: nodes=N,edges=E,features=F,classes=C"
-        "[,train=T] (uniform random neighbours assumed)",
+        "[,train=T][,edge_features=D] (uniform random neighbours assumed; edge_features: "
+        "the edge rows' width, for a model that reads them, e.g. gine)",
     )
     add_config_options(p, "model.hidden=128")
     p.add_argument(

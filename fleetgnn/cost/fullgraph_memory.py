@@ -156,7 +156,9 @@ def _aggregator_bytes(model: Any, c: RankCounts, chunks: int) -> float:
     and degrees; where the backward pass sends gradients through an aggregation, every piece's
     transpose (``indptr`` over its sources, destinations and permutation per edge, and the
     piece's cached destination index and in-degrees); GAT: the combined structure's destination
-    index and in-degrees, and with attention dropout the edges' global IDs.
+    index and in-degrees, and with attention dropout the edges' global IDs. A model that reduces
+    per-edge messages (GINE) keeps the combined structure's destination index and in-degrees
+    instead of the transposes.
     """
     m, e, loc, rem, h, k = c.owned, c.edges, c.local_edges, c.remote_edges, c.halo, chunks
     _, gat, attn_dropout = _model_facts(model)
@@ -164,6 +166,9 @@ def _aggregator_bytes(model: Any, c: RankCounts, chunks: int) -> float:
     n += _I64 * ((m + 1) + 2 * loc)  # the local piece and its edge IDs
     n += _I64 * (k * (m + 1) + 2 * rem)  # the chunk pieces and their edge IDs
     n += _I64 * m + model.elem * m  # owned rows' global IDs, their degrees
+    if model.edge_dim:  # per-edge messages (GINE): reduced over the combined structure's
+        # destination index and in-degrees, never through the pieces' sparse products
+        return n + _I64 * (e + m)
     if any(model.grad_through_agg):  # the transposed pieces of the pipelined backward
         n += _I64 * ((m + 1) + 3 * loc + m)  # local: t_indptr, t_indices, perm, dst, in_deg
         n += _I64 * ((h + k) + 3 * rem + k * m)  # chunks: the same, over the chunk rows
@@ -186,6 +191,9 @@ def fullgraph_parts(
     masks: int = _MASKS,
 ) -> dict[str, float]:
     """The ``fullgraph`` engine's ``held_bytes()`` parts of one rank after a training step.
+
+    A model that reads edge features (``model.edge_dim``) adds the ``[E, D]`` rows of the
+    owned nodes' in-edges at the compute width to ``aggregators`` (the tensor they serve).
 
     Args:
         model: The :class:`~fleetgnn.cost.models.ModelShape`.
@@ -213,6 +221,9 @@ def fullgraph_parts(
     )
     plans = sum(_I64 * (c.send + h + k + 1) for k in chunks)
     aggregators = sum(_aggregator_bytes(model, c, k) for k in chunks)
+    # the owned nodes' in-edge rows (a model that reads edge features), read back at the
+    # compute width, one tensor every aggregator shares
+    aggregators += model.elem * model.edge_dim * e
     return {
         "features": features,
         "layout": layout,
@@ -253,13 +264,23 @@ def reference_parts(
     ``LocalAggregator``: int64 ``indptr``, sources and source IDs, the source degrees, GCN's
     destination degrees and its normalised matrix's values both ways, after the backward pass
     the structure's transpose with its cached destination index and in-degrees (as in
-    :func:`_aggregator_bytes`), on CPU the column blocks (:func:`column_block_bytes`), and GAT's
-    cached edge IDs where it drops attention; the model and Adam's state.
+    :func:`_aggregator_bytes`), on CPU the column blocks (:func:`column_block_bytes`), GAT's
+    cached edge IDs where it drops attention; the model and Adam's state. A model that reduces
+    per-edge messages over edge features (GINE) holds, beside the structure, its destination
+    index and in-degrees and the ``[E, D]`` edge rows at the compute width (no sparse product:
+    no transposes, no column blocks).
     """
     n, e = num_nodes, num_edges
     _, _, attn_dropout = _model_facts(model)
     features = n * num_features * model.elem + _I64 * n + masks * n + _I64 * num_train
     agg = _I64 * ((n + 1) + e + n) + model.elem * n
+    if model.edge_dim:  # per-edge messages (GINE): a destination index and in-degrees, and
+        # the edge rows read back at the compute width; no sparse product, no transposes
+        return {
+            "features": features,
+            "aggregators": agg + _I64 * (e + n) + model.elem * model.edge_dim * e,
+            "model": model_state_bytes(model),
+        }
     if model.name == "gcn":
         agg += model.elem * n  # dst_degree, cached in the model's dtype
         agg += model.elem * (2 * e + n)  # ScaledSpMM: values both ways, the self loops'
@@ -390,7 +411,8 @@ def _probe_step_peak(model: Any, nodes: int, edges: int, train: int, reused: boo
     )
     adj.src_degree = (indptr[1:] - indptr[:-1]).to(dtype)
     adj.reused = reused
-    agg = LocalAggregator(adj, dtype=dtype, validate=False)
+    attr = torch.zeros(edges, model.edge_dim, dtype=dtype) if model.edge_dim else None
+    agg = LocalAggregator(adj, dtype=dtype, validate=False, edge_attr=attr)
     x = torch.randn(nodes, model.widths[0], generator=gen, dtype=dtype)
     idx = torch.arange(train, dtype=torch.int64) * max(nodes // max(train, 1), 1)
     target = torch.randint(0, model.widths[-1], (train,), generator=gen)

@@ -65,6 +65,8 @@ from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.store import resolve_sampling
+from fleetgnn.store.edge_table import BudgetSplit, split_bytes
+from fleetgnn.store.tiers import TierBudgets
 
 #: Fraction of a sampled layer's edges that cross METIS splits: GSplit Table 5 reports a local-edge
 #: ratio of 0.93-0.94 at 4 splits, fleetgnn's split engine measured 0.84-0.89 (bench_split).
@@ -88,10 +90,11 @@ def _compute_s(hw: Any, m: ModelShape, nodes: float, edges: float, passes: float
 
     Each layer's transform at the rate of its output width
     (:meth:`~fleetgnn.cost.hardware.HardwareProfile.gemm_rate_at`: narrow transforms run
-    slower per flop than square products on CPUs).
+    slower per flop than square products on CPUs), and a model that reads edge features its
+    edge projection over ``edges`` (:meth:`~fleetgnn.cost.workload.ModelShape.edge_gemm_layers`).
     """
     spmm, _ = m.forward_flops(nodes, edges)
-    gemm = sum(f / hw.gemm_rate_at(w) for f, w in m.gemm_layers(nodes))
+    gemm = sum(f / hw.gemm_rate_at(w) for f, w in m.gemm_layers(nodes) + m.edge_gemm_layers(edges))
     return passes * (spmm / float(hw.spmm_rate) + gemm)
 
 
@@ -644,10 +647,50 @@ def _cached_store(wl: Workload, cache: Any) -> tuple[dict[str, tuple[float, floa
     )
 
 
+def _edge_split(wl: Workload, budgets: TierBudgets) -> BudgetSplit:
+    """The engine's split of ``budgets`` between node and edge rows, from the counts.
+
+    :func:`~fleetgnn.store.edge_table.split_bytes` of the node store's bytes (``indptr``, one
+    index per edge, the stored feature rows, as
+    :func:`~fleetgnn.store.edge_table.node_store_bytes` counts them) and the edge rows'
+    (``E`` rows of :meth:`~fleetgnn.cost.workload.Workload.edge_row_bytes`), by
+    ``store.edge_share`` when given.
+    """
+    idx = 4 if wl.num_nodes < 2**31 else 8
+    nodes = (
+        8 * (wl.num_nodes + 1)
+        + idx * wl.num_edges
+        + wl.num_nodes * wl.feature_row_bytes(_FEAT_ELEM)
+    )
+    return split_bytes(budgets, nodes, wl.num_edges * wl.edge_row_bytes(), wl.edge_share)
+
+
+def _edge_tiers(wl: Workload, world: int, budgets: TierBudgets) -> tuple[float, float, int, int]:
+    """The edge table's tiers within its ``budgets``, for a graph known by its counts.
+
+    As :func:`~fleetgnn.store.edge_table.plan_edge_rows` fills them: the longest prefix of rows
+    dealt modulo ``world`` that fits every rank's device budget, then the host tier; reads are
+    served in proportion to the rows each tier holds (uniform access assumed).
+
+    Returns:
+        ``(device fraction, host fraction, device bytes per rank, host bytes)``.
+    """
+    e, row = wl.num_edges, wl.edge_row_bytes()
+    if not e or not row:
+        return 0.0, 0.0, 0, 0
+    on_dev = min(e, budgets.device // row * world)
+    on_host = min(e - on_dev, budgets.host // row)
+    return on_dev / e, on_host / e, -(-on_dev // world) * row, on_host * row
+
+
 def _store_loads(
     wl: Workload, world: int, per_host: int, steps: int, s: dict[str, Any], store: tuple
 ) -> dict[str, float]:
-    """Store bytes per link kind of an epoch (all ranks), modelled (see :func:`_modelled_store`)."""
+    """Store bytes per link kind of an epoch (all ranks), modelled (see :func:`_modelled_store`).
+
+    With an ``edges`` entry in the fractions, one edge row per sampled edge too; only the
+    kinds ``fractions`` names are counted.
+    """
     fractions, _, _, idx = store
     rows, edges = s["input_rows"], s["edges"]
     per_step = {
@@ -656,8 +699,12 @@ def _store_loads(
         # node (edges + input rows lookups) and reads one index per sampled edge
         "topology": _LOOKUP * (edges + rows) + idx * edges,
     }
+    if "edges" in fractions:  # every sampled edge of a block reads its edge row
+        per_step["edges"] = edges * wl.edge_row_bytes()
     loads = dict.fromkeys(("local", "peer", "net", "h2d", "disk"), 0.0)
     for kind, b in per_step.items():
+        if kind not in fractions:
+            continue
         total = b * steps * world
         on_dev, on_host = fractions[kind]
         dev = total * on_dev
@@ -717,6 +764,7 @@ def predict_minibatch(
     if placement not in PLACEMENTS:
         raise ConfigError(f"placement={placement!r} is not one of {', '.join(PLACEMENTS)}")
     cache = None
+    edge_knobs: dict[str, Any] = {}
     if wl.graph is not None:
         c = minibatch_counts(
             wl.graph,
@@ -732,16 +780,35 @@ def predict_minibatch(
             ranks_per_host=per_host,
             feature_dtype=wl.feature_dtype,
             temporal=wl.temporal,
+            edge_rows=wl.edge_dim > 0,
+            edge_feature_dtype=wl.edge_feature_dtype,
+            edge_share=wl.edge_share,
         )
         steps, loads = c.steps, dict(c.loads)
         mean = {"input_rows": c.input_rows, "edges": c.edges, "nodes": c.nodes}
         peak = {"input_rows": c.max_input_rows, "edges": c.max_edges, "nodes": c.max_nodes}
         device, host = max(c.device_bytes), c.host_bytes
         counts = "exact" if c.exact else f"presampled {c.replayed} of {c.steps} steps per rank"
+        if wl.edge_dim:
+            edge_knobs = {
+                "row_bytes": wl.edge_row_bytes(),
+                "device_bytes": max(c.edge_device_bytes, default=0),
+                "host_bytes": c.edge_host_bytes,
+                "loads": dict(c.edge_loads),
+            }
     else:
         mean = peak = _presample(wl)
         steps = math.ceil(wl.num_train / (wl.batch_size * world))
-        cache = _xgnn_cache(wl, hw, world, device_budget, host_b, knobs.get("order"))
+        node_dev, node_host = device_budget, host_b
+        split = None
+        if wl.edge_dim:  # the node rows get what the edge rows leave of each tier
+            total = dev_b
+            if device_budget is None:  # XGNN's budget: the device less the step's workspace
+                first = _xgnn_cache(wl, hw, world, None, host_b, knobs.get("order"))
+                total = first.budget if first is not None else dev_b
+            split = _edge_split(wl, TierBudgets(total, host_b))
+            node_dev, node_host = split.nodes.device, split.nodes.host
+        cache = _xgnn_cache(wl, hw, world, node_dev, node_host, knobs.get("order"))
         if cache is not None:  # XGNN's placement: degree-skewed hits, the faster order
             dev_b, order = cache.budget, cache.order
             store = _cached_store(wl, cache)
@@ -755,9 +822,27 @@ def predict_minibatch(
                 cache_knobs["stores"] = [list(s) for s in cache.placement.stores]
             counts = "model (degree-skewed access, XGNN placement)"
         else:  # the degree model does not apply (e.g. no training nodes): uniform access
-            store = _modelled_store(wl, world, dev_b, host_b, order)
+            if split is not None:
+                dev_b = split.nodes.device
+            store = _modelled_store(wl, world, dev_b, host_b if split is None else node_host, order)
             cache_knobs = {}
             counts = "model (uniform access)"
+        if split is not None:  # the edge table in its share of the tiers, read uniformly
+            on_dev, on_host, edge_dev, edge_host = _edge_tiers(wl, world, split.edges)
+            fractions = {**store[0], "edges": (on_dev, on_host)}
+            store = (fractions, store[1] + edge_dev, store[2] + edge_host, store[3])
+            dev_b = split.nodes.device + split.edges.device  # the store's whole budget
+            edge_knobs = {
+                "row_bytes": wl.edge_row_bytes(),
+                "device_bytes": edge_dev,
+                "host_bytes": edge_host,
+                "loads": {
+                    k: int(v)
+                    for k, v in _store_loads(
+                        wl, world, per_host, steps, mean, ({"edges": (on_dev, on_host)}, 0, 0, 0)
+                    ).items()
+                },
+            }
         loads = _store_loads(wl, world, per_host, steps, mean, store)
         device, host = store[1], store[2]
     link = "peer" if world <= int(hw.num_devices) else "net"
@@ -784,6 +869,8 @@ def predict_minibatch(
         # the budget XGNN's plan gave the store is the device less this very workspace (its
         # own, finer estimate, with a runtime reserve): count that one, not a second estimate
         workspace = sum(cache.workspace.values())
+    # a step's edge rows, read back at the compute width: one [E_block, D] tensor per block
+    workspace += peak["edges"] * wl.edge_dim * m.elem
     pred = Prediction(
         "minibatch",
         True,
@@ -801,6 +888,7 @@ def predict_minibatch(
             "counts": counts,
             **(cache_knobs if wl.graph is None else {}),
             **_temporal_knobs(wl, mean["edges"]),
+            **({"edge_rows": edge_knobs} if edge_knobs else {}),
         },
         steps,
         {"compute": compute, "sample": sample, "gather": gather, link: sync, **fixed},

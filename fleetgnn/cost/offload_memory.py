@@ -78,6 +78,8 @@ def probe_model(model: Any, dtype: torch.dtype) -> torch.nn.Module:
         kwargs["hidden_dim"] = w[1] // model.heads[0]
         if model.name == "gat":
             kwargs["heads"] = model.heads[0]
+    if model.edge_dim:
+        kwargs["edge_dim"] = model.edge_dim
     with torch.random.fork_rng(devices=[]):  # the parameters' values do not matter
         net = build_model(model.name, w[0], w[-1], **kwargs)
     got = [w[0]] + [c.out_width if hasattr(c, "out_width") else c.out_channels for c in net.convs]
@@ -90,11 +92,17 @@ def probe_model(model: Any, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def _block(
-    rows: int, edges: int, dst: int, dtype: torch.dtype, reused: bool = False
+    rows: int,
+    edges: int,
+    dst: int,
+    dtype: torch.dtype,
+    reused: bool = False,
+    edge_dim: int = 0,
 ) -> LocalAggregator:
     """A probe chunk: ``dst`` destinations with ``edges`` in-edges over ``rows`` source rows.
 
     ``reused``: with a whole-graph aggregator's caches (GCN's normalised matrix).
+    ``edge_dim``: with ``[edges, edge_dim]`` edge features (a model that reads them).
     """
     indptr = np.linspace(0, edges, dst + 1).round().astype(np.int64)
     adj = SimpleNamespace(
@@ -105,7 +113,8 @@ def _block(
         src_degree=torch.ones(rows, dtype=dtype),
         reused=reused,
     )
-    return LocalAggregator(adj, dtype=dtype, validate=False)
+    attr = torch.zeros(edges, edge_dim, dtype=dtype) if edge_dim else None
+    return LocalAggregator(adj, dtype=dtype, validate=False, edge_attr=attr)
 
 
 def _measure(
@@ -117,6 +126,7 @@ def _measure(
     replay: bool,
     dtype: torch.dtype,
     reused: bool = False,
+    edge_dim: int = 0,
 ) -> tuple[int, int]:
     """``(saved bytes, cached elements)`` of ``layer`` recomputed on one probe block.
 
@@ -125,7 +135,7 @@ def _measure(
     per-node cross-entropy of its training destinations.
     """
     rows, edges, dst, train = counts
-    agg: Any = _block(rows, edges, dst, dtype, reused)
+    agg: Any = _block(rows, edges, dst, dtype, reused, edge_dim)
     h = torch.zeros(rows, width, dtype=dtype)
     cached = 0
     if replay:
@@ -174,7 +184,14 @@ def layer_memory(
     for i in range(model.num_layers):
         measured = [
             _measure(
-                net, i, p, model.widths[i], replay=cached_layers[i], dtype=dtype, reused=reused
+                net,
+                i,
+                p,
+                model.widths[i],
+                replay=cached_layers[i],
+                dtype=dtype,
+                reused=reused,
+                edge_dim=int(model.edge_dim),
             )
             for p in probes
         ]

@@ -41,6 +41,8 @@ from fleetgnn.cost.workload import ModelShape, Prediction, TemporalSeeds, Worklo
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.compact_rows import CompactRows
 from fleetgnn.graph.hetero import HeteroGraph
+from fleetgnn.nn.aggregator import EDGE_FEATURE_ENGINES
+from fleetgnn.nn.models import EDGE_CONVS
 
 #: The engines whose unified store holds feature rows as ``store.feature_dtype`` stores them.
 STORE_ENGINES: tuple[str, ...] = ("minibatch", "split")
@@ -194,6 +196,7 @@ def _candidates(
     typed: bool = False,
     task: str = "node",
     model: str = "",
+    edge_rows: bool = False,
 ) -> list[str]:
     names = []
     for name, spec in ENGINES.items():
@@ -208,6 +211,8 @@ def _candidates(
         if typed and task == "link" and name not in TYPED_LINK_ENGINES:
             continue
         if typed and model in TYPED_UNHOSTED.get(name, ()):
+            continue
+        if edge_rows and name not in EDGE_FEATURE_ENGINES:
             continue
         if name == "reference" and mode == "minibatch":
             # its cost model is the full-graph mode's; sampled, it does one-rank minibatch's
@@ -229,11 +234,42 @@ def _trains_link(name: str, mode: str) -> bool:
     return (name, mode) in LINK_ENGINES
 
 
+def _edge_refusal(wl: Workload, engine: str) -> str:
+    """Why ``engine`` is not planned for a model that reads edge features."""
+    return (
+        f"model {wl.model.name!r} reads edge features, which the {engine} engine does not "
+        f"carry; plan it on {', '.join(EDGE_FEATURE_ENGINES)}, or pick a model without them"
+    )
+
+
+def _edge_reason(wl: Workload, best: str, hw: HardwareProfile, skipped: Sequence[str]) -> str:
+    """The reason's sentence on the edge rows (``wl.edge_dim`` set): their bytes, who holds them."""
+    text = wl.edge_rows_text()
+    if best in STORE_ENGINES:
+        held = (
+            "the store's edge table holds them in its tiers, sharing each tier's budget with "
+            "the node rows (store.edge_share), and a step reads one per sampled edge"
+        )
+    else:
+        width = wl.edge_dim * wl.model.elem
+        held = (
+            f"{best} holds its edges' rows read back at float{wl.model.elem * 8} width on the "
+            f"{'device' if hw.kind == 'gpu' else 'process'}, {width:,} B per edge"
+        )
+    out = f"{text[0].upper()}{text[1:]}; {held}."
+    if skipped:
+        out += (
+            f" Not planned: {' and '.join(skipped)} (they do not carry edge features; "
+            f"{', '.join(EDGE_FEATURE_ENGINES)} do)."
+        )
+    return out
+
+
 #: The plan's ``rates from`` of a profile that names no measurement.
 BUILTIN_RATES = "the profile's built-in figures (datasheets, papers, estimates; see its source)"
 
 #: Knobs too long for the table's column (shown by ``--json``; the choice's in its reason).
-_LONG_KNOBS = frozenset({"order_reason", "stores"})
+_LONG_KNOBS = frozenset({"order_reason", "stores", "edge_rows"})
 
 #: Engines whose only gain is dividing one step's work between ranks, and the single-rank
 #: engine doing the same work: on one rank they add their bookkeeping to it, so the planner
@@ -445,7 +481,11 @@ def make_plan(
             if not _trains_link(e, mode):
                 asked = mode if mode != "auto" else ENGINES[e].modes[0]
                 raise ConfigError("train.task=link: " + link_refusal(e, asked))
-    names = _candidates(mode, nproc, engines, wl.typed, wl.task, wl.model.name)
+    if wl.edge_dim:
+        for e in engines or ():
+            if e not in EDGE_FEATURE_ENGINES:
+                raise ConfigError(_edge_refusal(wl, e))
+    names = _candidates(mode, nproc, engines, wl.typed, wl.task, wl.model.name, wl.edge_dim > 0)
     if not names and wl.typed:
         typed = [n for n, spec in ENGINES.items() if spec.typed]
         raise ConfigError(
@@ -475,6 +515,13 @@ def make_plan(
         "feature_dtype": wl.feature_dtype,
         "feature_row_bytes": wl.feature_row_bytes(),
     }
+    if wl.edge_dim:  # the edge rows the model reads (a plan without them says nothing)
+        info.update(
+            edge_features=wl.edge_dim,
+            edge_feature_dtype=wl.edge_feature_dtype,
+            edge_row_bytes=wl.edge_row_bytes(),
+            edge_share=wl.edge_share,
+        )
     plan = Plan(
         None,
         None,
@@ -545,6 +592,9 @@ def make_plan(
             f"(the store's tiers of {' and '.join(STORE_ENGINES)} hold the compact rows)"
         )
         parts.append(f"{text[0].upper()}{text[1:]}; {held}.")
+    if wl.edge_dim:
+        others = _candidates(mode, nproc, engines, wl.typed, wl.task, wl.model.name)
+        parts.append(_edge_reason(wl, best, hw_used, [n for n in others if n not in names]))
     if (
         plan.ranked_by == "epoch_s"
         and mode == "auto"
@@ -808,6 +858,8 @@ def workload_from_config(
         )
     else:
         raise ConfigError("plan for a dataset (--dataset DIR) or a shape (--shape nodes=...,...)")
+    if not typed and name in EDGE_CONVS:  # the layers read edge rows: their width
+        kwargs["edge_dim"] = _edge_dim(name, graph, shape)
     t = cfg.train
     link = t.task == "link"
     out_width = int(t.link_dim) if link else counts[3]
@@ -856,4 +908,29 @@ def workload_from_config(
         feature_norm=str(cfg.data.feature_norm or "none"),
         feature_dtype=feature_dtype,
         temporal=temporal,
+        edge_feature_dtype=cfg.store.edge_feature_dtype,
+        edge_share=cfg.store.edge_share,
     )
+
+
+def _edge_dim(model: str, graph: Any, shape: dict[str, Any] | None) -> int:
+    """Width of the edge rows ``model`` reads: the dataset's ``edge_attr``, or ``--shape``'s.
+
+    Raises:
+        ConfigError: The dataset has no ``edge_attr``, or the shape no ``edge_features``.
+    """
+    if graph is not None:
+        if graph.edge_attr is None:
+            raise ConfigError(
+                f"model.name={model} reads edge features but '{graph.name}' has no edge_attr; "
+                f"prepare a dataset with them (e.g. 'fleetgnn prepare synthetic "
+                f"--edge-features 4') or pick another model"
+            )
+        return int(graph.num_edge_features)
+    width = (shape or {}).get("edge_features")
+    if not width:
+        raise ConfigError(
+            f"model.name={model} reads edge features: give their width in --shape "
+            f"(edge_features=D, e.g. edge_features=4) or pick another model"
+        )
+    return int(width)

@@ -14,7 +14,11 @@ minibatch   the store's plan (:func:`~fleetgnn.store.tiers.plan_store`, the engi
             (16 bytes of ``indptr`` per node looked up, one index per sampled edge, one weight
             per edge on weighted graphs) and every input feature row, at the link of its source
             (:data:`~fleetgnn.store.SOURCE_LINKS`: own shard ``local``, another rank's shard on
-            this host ``peer``, on another host ``net``, host tier ``h2d``, disk ``disk``)
+            this host ``peer``, on another host ``net``, host tier ``h2d``, disk ``disk``);
+            with edge rows (a model that reads edge features), the store's edge table planned
+            as the engine plans it (:func:`~fleetgnn.store.edge_table.split_budgets`,
+            :func:`~fleetgnn.store.edge_table.plan_edge_rows`) and one edge row per sampled
+            edge of every block, at the link of its source
 split       the global batch (one sample per step), the offline partition
             (:func:`~fleetgnn.partition.partition`, the engine's method and seed), the store's
             partition-aware plan (:func:`~fleetgnn.store.plan_partitioned`: each rank's shard
@@ -56,6 +60,7 @@ from fleetgnn.partition import partition
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader, TemporalSampler
 from fleetgnn.store import SOURCE_LINKS, plan_partitioned
 from fleetgnn.store.device_topology import resolve_placement
+from fleetgnn.store.edge_table import edge_row_bytes, plan_edge_rows, split_budgets
 from fleetgnn.store.hotness import HotnessRanking, hotness_order
 from fleetgnn.store.tiers import DEVICE, HOST, TierBudgets, TierPlan, plan_store
 
@@ -89,9 +94,12 @@ class SampledCounts:
         layer_edges: Sampled edges per step and rank of each block (mean; input layer first).
         shuffle_rows: ``split`` only: rows the forward shuffle of each layer sends over the
             epoch, summed over ranks: ``(pre-aggregation, halo)`` per layer.
-        device_bytes: Bytes each rank's store shard holds.
-        host_bytes: Bytes of the store's host tier (one per host).
+        device_bytes: Bytes each rank's store shard holds (node and edge rows).
+        host_bytes: Bytes of the store's host tier (one per host; node and edge rows).
         disk_bytes: Bytes left on disk (``split``: feature rows only).
+        edge_loads: Of ``loads``, the edge rows' bytes per link kind (``{}``: no edge rows).
+        edge_device_bytes: Of ``device_bytes``, the edge table's shard on each rank.
+        edge_host_bytes: Of ``host_bytes``, the edge table's host tier.
     """
 
     steps: int
@@ -109,6 +117,9 @@ class SampledCounts:
     device_bytes: tuple[int, ...] = ()
     host_bytes: int = 0
     disk_bytes: int = 0
+    edge_loads: dict[str, int] = dataclasses.field(default_factory=dict)
+    edge_device_bytes: tuple[int, ...] = ()
+    edge_host_bytes: int = 0
 
 
 class _Tally:
@@ -255,6 +266,7 @@ class _Steps:
         seed: int,
         shuffle: bool = True,
         temporal: TemporalSeeds | None = None,
+        with_edge_ids: bool = False,
     ) -> None:
         self.batch_size, self.rank, self.world = batch_size, rank, world
         self.temporal = temporal
@@ -264,7 +276,9 @@ class _Steps:
                 train_ids, batch_size, rank=rank, world_size=world, seed=seed, shuffle=shuffle
             )
             self.num_steps = self.loader.num_batches
-            self.sampler: Any = NeighborSampler(topology, list(fanouts), seed=seed)
+            self.sampler: Any = NeighborSampler(
+                topology, list(fanouts), seed=seed, with_edge_ids=with_edge_ids
+            )
         else:
             if temporal.graph.num_nodes != graph.num_nodes or graph.edge_time is None:
                 raise ValueError(
@@ -281,6 +295,7 @@ class _Steps:
                 edge_time=np.asarray(graph.edge_time),
                 strategy=temporal.strategy,  # type: ignore[arg-type]
                 validate=False,  # the graph format checked the order
+                with_edge_ids=with_edge_ids,
             )
             if metered is not None:
                 topology.metering = metered
@@ -306,6 +321,28 @@ def presample_hotness(
         return sampler.sample(seeds, 0, i)[0].src_ids.cpu().numpy()
 
     return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
+
+
+def presample_edge_counts(
+    graph: Graph, batch_size: int, fanouts: tuple[int, ...], seed: int, batches: int = 8
+) -> np.ndarray:
+    """The ``minibatch`` engine's pre-sampled reads of each edge (int64 ``[E]``).
+
+    Its edge hot order's ``counts`` with ``placement="presample"``: the draws of
+    :func:`presample_hotness`, with their edge IDs.
+    """
+    train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+    loader = SeedLoader(train_ids, batch_size, seed=seed + 1)
+    sampler = NeighborSampler(
+        GraphTopology(graph), list(fanouts), seed=seed + 1, with_edge_ids=True
+    )
+    counts = np.zeros(graph.num_edges, np.int64)
+    for i in range(batches):
+        seeds = loader.batch(0, i % loader.num_batches)
+        for block in sampler.sample(seeds, 0, i):
+            ids, c = np.unique(block.edge_ids.cpu().numpy(), return_counts=True)
+            counts[ids] += c
+    return counts
 
 
 def _row_bytes(graph: Graph, feature_dtype: str | None) -> int:
@@ -340,6 +377,9 @@ def minibatch_counts(
     presample_steps: int = PRESAMPLE_STEPS,
     feature_dtype: str | None = None,
     temporal: TemporalSeeds | None = None,
+    edge_rows: bool = False,
+    edge_feature_dtype: str | None = None,
+    edge_share: float | None = None,
 ) -> SampledCounts:
     """Replay one epoch of the ``minibatch`` engine: store reads per link kind, store memory.
 
@@ -369,6 +409,11 @@ def minibatch_counts(
         temporal: A temporal task's seeds (``graph`` is then ``temporal.graph``): rank ``r``'s
             steps are ``temporal.seeds(batch_size, r, W, epoch, step)``, sampled in time
             (module docstring); ``None``: the training nodes, sampled plainly.
+        edge_rows: The model reads edge features and ``graph`` has ``edge_attr``: the budgets
+            are split between node and edge rows (``edge_share``; ``None``: by bytes), the
+            edge rows planned as the engine's edge table and read once per sampled edge.
+        edge_feature_dtype: ``store.edge_feature_dtype``: the edge rows' stored bytes.
+        edge_share: ``store.edge_share``.
     """
     rph = world if ranks_per_host is None else max(1, min(int(ranks_per_host), world))
     hosts = np.arange(world, dtype=np.int64) // rph
@@ -378,9 +423,21 @@ def minibatch_counts(
         else hotness_order(graph, "degree")
     )
     placed = None if topology is None else resolve_placement(topology, world)
+    budgets = TierBudgets(int(device_budget), int(host_budget))
+    edges = edge_rows and graph.edge_attr is not None
+    split = None
+    if edges:  # the engine's split of its budgets between node rows and edge rows
+        split = split_budgets(
+            budgets,
+            graph,
+            edge_share,
+            feature_dtype=feature_dtype,
+            edge_feature_dtype=edge_feature_dtype,
+        )
+        budgets = split.nodes
     plan = plan_store(
         graph,
-        TierBudgets(int(device_budget), int(host_budget)),
+        budgets,
         world,
         hotness=hot,
         order=order,  # type: ignore[arg-type]
@@ -390,7 +447,25 @@ def minibatch_counts(
     )
     fp = plan.features
     row = _row_bytes(graph, feature_dtype)
+    ep: TierPlan | None = None
+    erow = np.zeros(5, dtype=np.int64)  # an edge row's bytes per link kind
+    if split is not None:  # the edge table, as the engine builds it (EdgeTable.build)
+        ep = plan_edge_rows(
+            graph,
+            split.edges,
+            world,
+            node_order=plan.topology.order,
+            fanout=-1 if -1 in fanouts else max(int(f) for f in fanouts),
+            counts=presample_edge_counts(graph, batch_size, fanouts, seed)
+            if placement == "presample"
+            else None,
+            feature_dtype=edge_feature_dtype,
+        )
+        # the tiers hold stored rows; the disk tier reads the dataset's own (compact or not)
+        erow[:] = edge_row_bytes(graph, edge_feature_dtype)
+        erow[_DISK] = edge_row_bytes(graph)
     counts = np.zeros(5, dtype=np.int64)
+    edge_counts = np.zeros(5, dtype=np.int64)
     tally = _Tally()
     steps = replayed = 0
     for r in range(world):
@@ -404,6 +479,7 @@ def minibatch_counts(
             world=world,
             seed=seed,
             temporal=temporal,
+            with_edge_ids=ep is not None,
         )
         steps = drawn.num_steps
         s = 0
@@ -417,16 +493,38 @@ def minibatch_counts(
             if fp is not None and ids.size:
                 code = _link_codes(fp, ids, r, hosts)
                 counts += np.bincount(code, minlength=5) * row
+            if ep is not None:  # one edge row per sampled edge of every block
+                for b in blocks:
+                    eids = b.edge_ids.cpu().numpy().astype(np.int64, copy=False)
+                    if eids.size:
+                        code = _link_codes(ep, eids, r, hosts)
+                        edge_counts += np.bincount(code, minlength=5) * erow
             s += 1
     scale = steps / replayed
+    counts += edge_counts
     loads = {link: int(round(int(counts[i]) * scale)) for i, link in enumerate(STORE_LINKS)}
     disk = plan.topology.disk_bytes + (fp.disk_bytes if fp is not None else 0)
+    device = plan.device_bytes()
+    host = int(plan.host_bytes())
+    extra: dict[str, Any] = {}
+    if ep is not None:
+        disk += ep.disk_bytes
+        device = device + ep.device_bytes
+        host += int(ep.host_bytes)
+        extra = {
+            "edge_loads": {
+                link: int(round(int(edge_counts[i]) * scale)) for i, link in enumerate(STORE_LINKS)
+            },
+            "edge_device_bytes": tuple(int(b) for b in ep.device_bytes),
+            "edge_host_bytes": int(ep.host_bytes),
+        }
     return SampledCounts(
         **tally.counts(steps, replayed),
         loads=loads,
-        device_bytes=tuple(int(b) for b in plan.device_bytes()),
-        host_bytes=int(plan.host_bytes()),
+        device_bytes=tuple(int(b) for b in device),
+        host_bytes=host,
         disk_bytes=int(disk),
+        **extra,
     )
 
 
@@ -566,6 +664,7 @@ __all__ = [
     "STORE_LINKS",
     "SampledCounts",
     "minibatch_counts",
+    "presample_edge_counts",
     "presample_hotness",
     "split_counts",
     "split_owner",

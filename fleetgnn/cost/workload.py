@@ -24,6 +24,7 @@ from fleetgnn.nn.gat_conv import GATConv
 from fleetgnn.nn.gcn_conv import GCNConv
 from fleetgnn.nn.sage_conv import SAGEConv
 from fleetgnn.sampling import SeedLoader
+from fleetgnn.store.edge_table import edge_row_bytes
 from fleetgnn.store.tiers import feature_row_bytes
 
 __all__ = [
@@ -44,7 +45,7 @@ class ModelShape:
     """What the cost models need of a model: widths, heads, aggregation widths, parameters.
 
     Attributes:
-        name: ``gcn``, ``sage``, ``gin`` or ``gat``.
+        name: ``gcn``, ``sage``, ``gin``, ``gine`` or ``gat``.
         widths: ``[F, w_1, ..., C]``: each layer's input and output widths (GAT: heads x width).
         agg_widths: Width of the tensor each layer aggregates (what crosses edges).
         heads: Attention heads per layer (1 for other models).
@@ -54,6 +55,7 @@ class ModelShape:
         params: Number of parameters.
         elem: Bytes per element (4: float32, 8: float64).
         param_tensors: Number of parameter tensors (the optimizer's fixed cost is per tensor).
+        edge_dim: Width ``D`` of the edge features the layers read (``gine``; 0: none).
     """
 
     name: str
@@ -65,6 +67,7 @@ class ModelShape:
     params: int
     elem: int = 4
     param_tensors: int = 0
+    edge_dim: int = 0
 
     @property
     def tensors(self) -> int:
@@ -80,7 +83,10 @@ class ModelShape:
     def build(
         cls, name: str, in_dim: int, classes: int, elem: int = 4, **kwargs: Any
     ) -> ModelShape:
-        """The shape of :func:`~fleetgnn.nn.build_model` ``(name, in_dim, classes, **kwargs)``."""
+        """The shape of :func:`~fleetgnn.nn.build_model` ``(name, in_dim, classes, **kwargs)``.
+
+        A model that reads edge features (``gine``) takes their width as ``edge_dim``.
+        """
         model = build_model(name, in_dim, classes, **kwargs)
         widths, aggw, heads, grad = [in_dim], [], [], []
         for i, conv in enumerate(model.convs):
@@ -111,6 +117,7 @@ class ModelShape:
             params=sum(p.numel() for p in model.parameters()),
             elem=elem,
             param_tensors=len(list(model.parameters())),
+            edge_dim=int(kwargs.get("edge_dim") or 0) if model.needs_edge_attr else 0,
         )
 
     def forward_flops(self, nodes: float, edges: float) -> tuple[float, float]:
@@ -119,18 +126,33 @@ class ModelShape:
         for i in range(self.num_layers):
             w_in, w_out = self.widths[i], self.widths[i + 1]
             spmm += edges * self.agg_widths[i] * (2 if self.heads[i] > 1 else 1)
-            gemm += 2.0 * nodes * w_in * w_out * (2 if self.name == "gin" else 1)
+            gemm += 2.0 * nodes * w_in * w_out * (2 if self.mlp else 1)
+            gemm += 2.0 * edges * self.edge_dim * w_in  # GINE's edge projection
         return spmm, gemm
+
+    @property
+    def mlp(self) -> bool:
+        """Whether each layer's transform is GIN's two-layer MLP (``gin``, ``gine``)."""
+        return self.name in ("gin", "gine")
+
+    def edge_gemm_layers(self, edges: float) -> list[tuple[float, int]]:
+        """``(flops, output width)`` of each layer's edge projection over ``edges`` (GINE).
+
+        ``W_e`` maps every edge's ``D`` features onto the layer's input width; empty when the
+        model reads no edge features.
+        """
+        if not self.edge_dim:
+            return []
+        return [
+            (2.0 * edges * self.edge_dim * self.widths[i], int(self.widths[i]))
+            for i in range(self.num_layers)
+        ]
 
     def gemm_layers(self, nodes: float) -> list[tuple[float, int]]:
         """``(flops, output width)`` of each layer's dense transform over ``nodes`` rows."""
         return [
             (
-                2.0
-                * nodes
-                * self.widths[i]
-                * self.widths[i + 1]
-                * (2 if self.name == "gin" else 1),
+                2.0 * nodes * self.widths[i] * self.widths[i + 1] * (2 if self.mlp else 1),
                 int(self.widths[i + 1]),
             )
             for i in range(self.num_layers)
@@ -253,6 +275,14 @@ class Workload:
             draw its seeds at their times with a :class:`~fleetgnn.sampling.TemporalSampler`
             over ``temporal.graph`` (disjoint per-seed subtrees), and the sampling is priced at
             the profile's ``temporal_sample_rate``.
+        edge_feature_dtype: ``store.edge_feature_dtype``: the dtype the store's edge table holds
+            edge rows in (``None``: as the dataset stores them). Only read when the model reads
+            edge features (``model.edge_dim``): then every engine counts the edge rows
+            (:meth:`edge_row_bytes` in the store's tiers and reads; the compute width in the
+            full-graph engines, which hold the read-back values).
+        edge_share: ``store.edge_share``: the edge rows' fraction of each store tier
+            (``None``: in proportion to the bytes of node and edge rows, as
+            :func:`~fleetgnn.store.edge_table.split_budgets` splits them).
     """
 
     num_nodes: int
@@ -272,13 +302,54 @@ class Workload:
     feature_norm: str = "none"
     feature_dtype: str | None = None
     temporal: TemporalSeeds | None = None
+    edge_feature_dtype: str | None = None
+    edge_share: float | None = None
 
     def __post_init__(self) -> None:
-        if self.feature_dtype is not None and self.feature_dtype not in FEATURE_DTYPES:
-            raise ConfigError(
-                f"workload feature_dtype {self.feature_dtype!r} is not a stored feature dtype; "
-                f"choose one of {', '.join(FEATURE_DTYPES)}, or None (as the dataset stores them)"
-            )
+        for key in ("feature_dtype", "edge_feature_dtype"):
+            name = getattr(self, key)
+            if name is not None and name not in FEATURE_DTYPES:
+                raise ConfigError(
+                    f"workload {key} {name!r} is not a stored feature dtype; choose one of "
+                    f"{', '.join(FEATURE_DTYPES)}, or None (as the dataset stores them)"
+                )
+
+    @property
+    def edge_dim(self) -> int:
+        """Width ``D`` of the edge rows the model reads (0: it reads none)."""
+        return int(self.model.edge_dim)
+
+    def edge_row_bytes(self) -> int:
+        """Bytes of one edge row as the store's edge table holds it (0: no edge rows).
+
+        With a dataset that has ``edge_attr``,
+        :func:`~fleetgnn.store.edge_table.edge_row_bytes` (its dtype, or
+        ``edge_feature_dtype``'s compact row); from the counts, ``D`` float32 elements (what
+        ``prepare`` writes) or the compact row of ``edge_feature_dtype``.
+        """
+        d = self.edge_dim
+        if not d:
+            return 0
+        if self.graph is not None and self.graph.edge_attr is not None:
+            return edge_row_bytes(self.graph, self.edge_feature_dtype)
+        codec = feature_codec(self.edge_feature_dtype)
+        return codec.row_bytes(d) if codec is not None else 4 * d
+
+    def edge_rows_text(self) -> str:
+        """How the store holds an edge row, in words (``""`` when the model reads none)."""
+        if not self.edge_dim:
+            return ""
+        row = self.edge_row_bytes()
+        if self.edge_feature_dtype is not None:
+            stored = f"{self.edge_feature_dtype} (store.edge_feature_dtype)"
+        elif self.graph is not None and self.graph.edge_attr is not None:
+            stored = f"the dataset's {self.graph.edge_attr.dtype}"
+        else:
+            stored = "float32"
+        return (
+            f"edge rows ({self.num_edges:,} of {self.edge_dim} features, read by "
+            f"{self.model.name}) stored as {stored}, {row:,} B per row"
+        )
 
     def feature_row_bytes(self, elem: int | None = None) -> int:
         """Bytes of one feature row as the store holds it.
