@@ -446,7 +446,9 @@ def minibatch_counts(
         feature_dtype=feature_dtype,
     )
     fp = plan.features
-    row = _row_bytes(graph, feature_dtype)
+    # a node row's bytes per link kind: the tiers hold stored rows, disk reads the dataset's own
+    row = np.full(5, _row_bytes(graph, feature_dtype), dtype=np.int64)
+    row[_DISK] = _row_bytes(graph, None)
     ep: TierPlan | None = None
     erow = np.zeros(5, dtype=np.int64)  # an edge row's bytes per link kind
     if split is not None:  # the edge table, as the engine builds it (EdgeTable.build)
@@ -592,7 +594,9 @@ def split_counts(
             ``(seed, node)`` pairs, so the shuffles count copies of a node apart.
     """
     own = split_owner(graph, partition_method, world, seed) if owner is None else owner
-    row = _row_bytes(graph, feature_dtype)
+    # the tiers hold stored rows; a disk row is read as the dataset stores it
+    row = {"local": _row_bytes(graph, feature_dtype), "h2d": _row_bytes(graph, feature_dtype)}
+    row["disk"] = _row_bytes(graph, None)
     fp: TierPlan | None = None
     if graph.x is not None:
         budgets = TierBudgets(
@@ -644,7 +648,7 @@ def split_counts(
     return SampledCounts(
         **tally.counts(steps, replayed),
         loads={
-            link: int(round(int(c) * row * scale))
+            link: int(round(int(c) * row[link] * scale))
             for link, c in zip(("local", "h2d", "disk"), tiers.tolist(), strict=True)
             if c or link != "disk"
         },

@@ -122,14 +122,20 @@ def test_minibatch_plan_is_the_engines_store_under_a_tight_budget(graph):
     """Node and edge rows share a budget too small for both: the plan's memory is the engine's
     node store plus its edge table, built as the engine builds them, and its traffic per link
     kind what the engine meters over an epoch (edge rows on disk read as the dataset's)."""
-    for extra in ((), ("store.edge_feature_dtype=bf16",), ("store.edge_share=0.5",)):
+    compact = ("store.feature_dtype=bf16",)  # node rows: compact in the tiers, as stored on disk
+    both = ("store.feature_dtype=fp8", "store.edge_feature_dtype=bf16")
+    for extra in ((), ("store.edge_feature_dtype=bf16",), ("store.edge_share=0.5",), compact, both):
         cfg = _cfg("gine", TIGHT, *extra)
         wl, pred = _predict(cfg, graph)
         budgets = TierBudgets(4000, 8000)
         split = split_budgets(
-            budgets, graph, wl.edge_share, edge_feature_dtype=wl.edge_feature_dtype
+            budgets,
+            graph,
+            wl.edge_share,
+            feature_dtype=wl.feature_dtype,
+            edge_feature_dtype=wl.edge_feature_dtype,
         )
-        store = UnifiedStore.build(graph, None, split.nodes)
+        store = UnifiedStore.build(graph, None, split.nodes, feature_dtype=wl.feature_dtype)
         table = EdgeTable.build(
             graph,
             budgets=split.edges,
