@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgnn.bench.machine import machine_info
-from fleetgnn.graph.synthetic import GENERATOR_VERSION
+from fleetgnn.graph.synthetic import generator_version
 
 # papers-like at scale 1.0 (see `fleetgnn plan --shape` / the preset table)
 FULL_NODES = 111_059_956
@@ -158,7 +158,7 @@ def dir_bytes(path: Path) -> int:
 def rung(args: argparse.Namespace, scale: float, env: dict[str, str]) -> dict[str, Any]:
     """Every stage of one scale; stops at the first failing stage (recorded)."""
     fleet = [sys.executable, "-m", "fleetgnn"]
-    data = Path(args.root) / f"papers-like-scale{scale:g}-v{GENERATOR_VERSION}"
+    data = Path(args.root) / f"papers-like-scale{scale:g}-v{generator_version('papers-like')}"
     work = Path(args.root) / f"runs-scale{scale:g}"
     nodes, edges = int(FULL_NODES * scale), int(FULL_EDGES * scale)
     need = nodes * (FEATURES * 4 + 8 + 4) + edges * 4

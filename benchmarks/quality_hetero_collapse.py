@@ -40,7 +40,7 @@ import numpy as np
 from fleetgnn.graph.dataset import open_dataset
 from fleetgnn.graph.hetero import HeteroGraph, add_reverse_relations
 from fleetgnn.graph.hetero_toy import homogeneous_collapse
-from fleetgnn.graph.synthetic_hetero import prepare_typed_synthetic
+from fleetgnn.graph.synthetic import prepare_synthetic
 from fleetgnn.train import engine_from_config, load_config
 
 MODELS = ("rgcn", "rgat")
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if dataset is None:
         dataset = args.out / f"mag-like-x{args.scale:g}-s{args.data_seed}"
         if not (dataset / "meta.json").is_file():
-            prepare_typed_synthetic(dataset, "mag-like", scale=args.scale, seed=args.data_seed)
+            prepare_synthetic(dataset, "mag-like", scale=args.scale, seed=args.data_seed)
     rows = compare(dataset, tuple(args.models), args.epochs, args.seeds, args.inputs)
     for r in rows:
         a, b = r["typed"], r["collapse"]

@@ -3,7 +3,8 @@
 - :func:`cached_dataset`: a synthetic preset (``products-like --scale 0.05`` by default) written
   with :func:`~fleetgnn.graph.synthetic.prepare_synthetic` under
   ``$XDG_CACHE_HOME/fleetgnn/bench`` and reused; the directory name carries the generator's
-  :data:`~fleetgnn.graph.synthetic.GENERATOR_VERSION`, so a new generator never reuses a stale one.
+  :func:`~fleetgnn.graph.synthetic.generator_version`, so a new generator never reuses a stale
+  one.
 - :func:`cached_typed_dataset`: a typed synthetic preset (``igbh-like``) with every relation's
   reverse added (so every type receives messages), generated once into the same cache;
 - :func:`cora`: Cora from a directory the user names: a prepared dataset (``fleetgnn prepare``)
@@ -28,8 +29,8 @@ from fleetgnn.errors import DatasetError
 from fleetgnn.graph import Graph, open_dataset, write_dataset
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.graph.synthetic import (
-    GENERATOR_VERSION,
     generate_graph,
+    generator_version,
     prepare_synthetic,
     spec_for,
 )
@@ -47,7 +48,8 @@ def default_cache_dir() -> Path:
 
 def dataset_dir(cache_dir: Path, preset: str, scale: float, seed: int = 0) -> Path:
     """Where :func:`cached_dataset` keeps a synthetic dataset (pass it to ``--dataset``)."""
-    return Path(cache_dir) / f"{preset}-scale{scale:g}-seed{seed}-g{GENERATOR_VERSION}"
+    version = generator_version(preset)
+    return Path(cache_dir) / f"{preset}-scale{scale:g}-seed{seed}-g{version}"
 
 
 def cached_dataset(
@@ -74,9 +76,8 @@ def cached_dataset(
 
 def typed_dataset_dir(cache_dir: Path, preset: str, scale: float, seed: int = 0) -> Path:
     """Where :func:`cached_typed_dataset` keeps a typed synthetic dataset (reverses added)."""
-    from fleetgnn.graph.synthetic_hetero import GENERATOR_VERSION as TYPED_VERSION
-
-    return Path(cache_dir) / f"{preset}-scale{scale:g}-seed{seed}-rev-t{TYPED_VERSION}"
+    version = generator_version(preset)
+    return Path(cache_dir) / f"{preset}-scale{scale:g}-seed{seed}-rev-t{version}"
 
 
 def cached_typed_dataset(
@@ -84,7 +85,7 @@ def cached_typed_dataset(
 ) -> tuple[HeteroGraph, float]:
     """Open the cached typed synthetic dataset with reverse relations, generating it if absent.
 
-    The preset is written by :func:`~fleetgnn.graph.synthetic_hetero.prepare_typed_synthetic`
+    The preset is written by :func:`~fleetgnn.graph.synthetic.prepare_synthetic`
     (``fleetgnn prepare synthetic --preset igbh-like --scale S``), then rewritten with
     :func:`~fleetgnn.graph.hetero.add_reverse_relations` (the generator's intermediate removed).
 
@@ -92,7 +93,6 @@ def cached_typed_dataset(
         The typed graph (memory-mapped) and the seconds spent generating it (0 when cached).
     """
     from fleetgnn.graph.hetero import add_reverse_relations
-    from fleetgnn.graph.synthetic_hetero import prepare_typed_synthetic
 
     out = typed_dataset_dir(cache_dir, preset, scale, seed)
     gen_s = 0.0
@@ -101,7 +101,7 @@ def cached_typed_dataset(
         t0 = time.perf_counter()
         base = out.with_name(f"{out.name}.base-{os.getpid()}")
         try:
-            prepare_typed_synthetic(base, preset, scale=scale, seed=seed, overwrite=True)
+            prepare_synthetic(base, preset, scale=scale, seed=seed, overwrite=True)
             graph = add_reverse_relations(open_dataset(base, kind="typed"))
             write_dataset(
                 graph, out, overwrite=out.exists(), source=f"{preset} + reverse relations"

@@ -282,39 +282,31 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
     if args.format == "synthetic":
         from fleetgnn.cli.progress import task_progress
-        from fleetgnn.graph.synthetic import PRESETS, prepare_synthetic
-        from fleetgnn.graph.synthetic_hetero import TYPED_PRESETS, prepare_typed_synthetic
-        from fleetgnn.graph.synthetic_temporal import (
-            TEMPORAL_PRESETS,
-            prepare_temporal_synthetic,
+        from fleetgnn.graph.synthetic import (
+            PRESETS,
+            SyntheticSpec,
+            TypedSyntheticSpec,
+            prepare_synthetic,
+            spec_for,
         )
 
-        presets = [*PRESETS, *TEMPORAL_PRESETS, *TYPED_PRESETS]
-        if args.preset not in presets:
-            raise FleetgnnError(
-                f"unknown synthetic preset {args.preset!r}; valid presets: {', '.join(presets)}"
-            )
-        typed, timed = args.preset in TYPED_PRESETS, args.preset in TEMPORAL_PRESETS
-        if (typed or timed) and args.edge_features:
+        spec = spec_for(args.preset)  # an unknown name fails here, listing every preset
+        if args.edge_features and not isinstance(spec, SyntheticSpec):
             raise FleetgnnError(
                 "--edge-features applies to the static homogeneous presets only: "
-                + ", ".join(PRESETS)
+                + ", ".join(p for p, s in PRESETS.items() if isinstance(s, SyntheticSpec))
             )
-        extra = {} if typed or timed else {"edge_features": args.edge_features}
-        if typed:
-            extra["feature_dtype"] = args.feature_dtype
-        else:
-            extra["feature_dtype"] = _homogeneous_feature_dtype(args)
-        make = prepare_typed_synthetic if typed else prepare_synthetic
+        typed = isinstance(spec, TypedSyntheticSpec)
         with task_progress(f"generating {args.preset} x{args.scale}") as progress:
-            out = (prepare_temporal_synthetic if timed else make)(
+            out = prepare_synthetic(
                 args.out,
                 preset=args.preset,
                 scale=args.scale,
                 seed=args.seed,
                 overwrite=args.overwrite,
                 progress=progress,
-                **extra,
+                edge_features=args.edge_features,
+                feature_dtype=args.feature_dtype if typed else _homogeneous_feature_dtype(args),
             )
     elif args.format == "ogb":
         from fleetgnn.errors import ConfigError

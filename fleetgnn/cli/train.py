@@ -63,13 +63,13 @@ def resolve_dataset(
         path = Path(dataset)
         return open_dataset(path), path
     from fleetgnn.cli.progress import task_progress
-    from fleetgnn.graph.synthetic import GENERATOR_VERSION, prepare_synthetic, spec_for
+    from fleetgnn.graph.synthetic import generator_version, prepare_synthetic, spec_for
 
     preset, scale, seed = data_cfg.preset, float(data_cfg.scale), int(data_cfg.seed)
     spec = spec_for(preset, scale)  # validates the preset name and scale before any work
     cache = Path(getattr(data_cfg, "cache_dir", None) or default_cache_dir())
     # the key covers the whole spec, so a changed preset definition never reuses a stale cache
-    key = f"{GENERATOR_VERSION}:{spec!r}"
+    key = f"{generator_version(spec)}:{spec!r}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     path = cache / "datasets" / f"synthetic-{preset}-x{scale:g}-s{seed}-{digest}"
     if not (path / "meta.json").is_file():

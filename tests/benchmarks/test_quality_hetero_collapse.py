@@ -21,10 +21,12 @@ def _script():
 def test_collapse_keeps_edges_labels_and_inputs(tmp_path):
     from fleetgnn.graph import open_dataset
     from fleetgnn.graph.hetero import add_reverse_relations
-    from fleetgnn.graph.synthetic_hetero import prepare_typed_synthetic
+    from fleetgnn.graph.synthetic import prepare_synthetic
 
     mod = _script()
-    g = add_reverse_relations(open_dataset(prepare_typed_synthetic(tmp_path / "m", scale=1e-4)))
+    g = add_reverse_relations(
+        open_dataset(prepare_synthetic(tmp_path / "m", "mag-like", scale=1e-4))
+    )
     flat = mod.collapse(g)
     assert flat.schema.node_types == ("node",) and len(flat.schema.relations) == 1
     assert flat.num_nodes == g.num_nodes and flat.num_edges == g.num_edges

@@ -16,7 +16,7 @@ from fleetgnn.cost.replay import minibatch_counts, split_counts
 from fleetgnn.cost.workload import NodeTimeSeeds, TemporalSeeds
 from fleetgnn.engines.temporal_link import LinkTimeSeeds, TemporalEdgeBatches
 from fleetgnn.engines.temporal_node import node_blocks
-from fleetgnn.graph.synthetic_temporal import generate_temporal_graph, temporal_spec_for
+from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.graph.time_split import split_by_time
 from fleetgnn.sampling import GraphTopology, SeedLoader, TemporalSampler
 from fleetgnn.tasks import TemporalNodeClassification
@@ -43,7 +43,7 @@ CPU = HardwareProfile(
 @pytest.fixture(scope="module")
 def graph():
     """The temporal-like graph (edge and node times), 1,000 nodes."""
-    return generate_temporal_graph(temporal_spec_for("temporal-like", 0.001), seed=5)
+    return generate_graph(spec_for("temporal-like", 0.001), seed=5)
 
 
 def _sizes(blocks):

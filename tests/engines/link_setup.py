@@ -4,7 +4,6 @@ import numpy as np
 
 from fleetgnn.graph.csc import from_edges
 from fleetgnn.graph.synthetic import generate_graph, spec_for
-from fleetgnn.graph.synthetic_temporal import generate_temporal_graph, temporal_spec_for
 from fleetgnn.graph.time_split import split_by_time
 from fleetgnn.train import load_config
 
@@ -41,7 +40,7 @@ def planted_temporal_graph():
     ``plant`` is the latest training time, so the edge is a training positive and a training
     edge that every positive before it must not see, and every evaluation pair may.
     """
-    g = generate_temporal_graph(temporal_spec_for("temporal-like", 0.002), seed=5)
+    g = generate_graph(spec_for("temporal-like", 0.002), seed=5)
     dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
     src, time = np.asarray(g.indices, np.int64), np.asarray(g.edge_time)
     a, b = 3, 11

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from fleetgnn.graph.csc import from_edges
-from fleetgnn.graph.synthetic_temporal import generate_temporal_graph, temporal_spec_for
+from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.train import load_config
 
 #: The settings every temporal node test runs with (float64, SGD, fixed seed); each test adds
@@ -50,7 +50,7 @@ def planted_graph(scale=0.002, seed=5):
     ``T + 40``; no other edge joins those pairs. The plain sampler with every in-edge of the
     seeds (fanout -1 at the first hop) would put both in ``b``'s block.
     """
-    g = generate_temporal_graph(temporal_spec_for("temporal-like", scale), seed=seed)
+    g = generate_graph(spec_for("temporal-like", scale), seed=seed)
     nt = np.asarray(g.node_time)
     train = np.flatnonzero(np.asarray(g.train_mask) & (nt > 100) & (nt < 800))
     b = int(train[0])

@@ -11,14 +11,13 @@ from fleetgnn.distributed.testing import context_or_own
 from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.graph.hetero_toy import toy_mag
 from fleetgnn.graph.synthetic import generate_graph, spec_for
-from fleetgnn.graph.synthetic_temporal import generate_temporal_graph, temporal_spec_for
 from fleetgnn.train import engine_from_config, load_config
 
 SMALL = ["train.batch_size=16", "train.fanouts=[3,2]", "model.hidden=6", "train.device=cpu"]
 LINK = ["train.task=link", "train.val_edges=0.1", "train.test_edges=0.1", "train.negatives=2"]
 GRAPHS = {
     "plain": lambda: generate_graph(spec_for("tiny", 0.3), seed=4).to_undirected(),
-    "temporal": lambda: generate_temporal_graph(temporal_spec_for("temporal-like", 0.002), seed=5),
+    "temporal": lambda: generate_graph(spec_for("temporal-like", 0.002), seed=5),
     "typed": lambda: toy_mag(num_papers=60, num_authors=30, num_fields=5, seed=4),
 }
 #: (graph, task settings, model): the tasks every sampled engine trains

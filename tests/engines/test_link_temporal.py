@@ -15,7 +15,7 @@ from fleetgnn.config import (
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.temporal_link import EVAL_STREAM, embed_at, temporal_link_metrics
 from fleetgnn.errors import ConfigError
-from fleetgnn.graph.synthetic_temporal import generate_temporal_graph, temporal_spec_for
+from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.graph.time_split import split_by_time
 from fleetgnn.nn import build_model
 from fleetgnn.nn.decoders import DotDecoder, LinkModel
@@ -247,7 +247,7 @@ def test_train_temporal_knob_picks_the_split(tmp_path):
 
 def test_train_temporal_strategy_reaches_the_sampler():
     """train.temporal_strategy=last: the engine samples each node's most recent in-edges."""
-    g = generate_temporal_graph(temporal_spec_for("temporal-like", 0.002), seed=5)
+    g = generate_graph(spec_for("temporal-like", 0.002), seed=5)
     sets = ["train.task=link", "train.engine=reference", "train.mode=minibatch", "train.seed=3"]
     sets.append("train.fanouts=[2,2]")
     src = {}

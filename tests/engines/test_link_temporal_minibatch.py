@@ -15,7 +15,7 @@ from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.link import TEMPORAL_ENGINES, edge_batch_loss
 from fleetgnn.engines.temporal_link import TemporalEdgeBatches
-from fleetgnn.graph.synthetic_temporal import generate_temporal_graph, temporal_spec_for
+from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import GraphTopology, TemporalSampler
 from fleetgnn.tasks import TemporalLinkPrediction
@@ -32,7 +32,7 @@ STEPS = ((0, 0), (0, 1), (1, 0))
 
 def _graph():
     """A small temporal-like graph (edge times, in-edges sorted by time)."""
-    return generate_temporal_graph(temporal_spec_for("temporal-like", 0.002), seed=5)
+    return generate_graph(spec_for("temporal-like", 0.002), seed=5)
 
 
 def _config(extra=()):

@@ -15,7 +15,7 @@ import torch
 from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines.link import TEMPORAL_ENGINES
 from fleetgnn.engines.split import SplitEngine
-from fleetgnn.graph.synthetic_temporal import generate_temporal_graph, temporal_spec_for
+from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.partition import PartitionBook
 from fleetgnn.tasks import TemporalLinkPrediction
 from fleetgnn.train import engine_from_config, model_from_config, optimizer_from_config
@@ -31,7 +31,7 @@ STEPS = ((0, 0), (0, 1), (1, 0))
 
 def _graph():
     """A small temporal-like graph (edge times, in-edges sorted by time)."""
-    return generate_temporal_graph(temporal_spec_for("temporal-like", 0.002), seed=5)
+    return generate_graph(spec_for("temporal-like", 0.002), seed=5)
 
 
 def _config(model, extra=()):

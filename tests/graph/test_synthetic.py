@@ -11,13 +11,17 @@ from fleetgnn.errors import DatasetError
 from fleetgnn.graph import Graph, open_dataset, read_meta
 from fleetgnn.graph import synthetic as syn
 from fleetgnn.graph.synthetic import (
-    EDGE_BLOCK,
     PRESETS,
     SyntheticSpec,
+    TemporalSpec,
+    TypedSyntheticSpec,
     generate_graph,
+    generator_version,
     prepare_synthetic,
     spec_for,
 )
+from fleetgnn.graph.synthetic import homogeneous as hom
+from fleetgnn.graph.synthetic.common import EDGE_BLOCK, FEATURE_BLOCK, NODE_BLOCK, philox
 
 ARRAYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 
@@ -55,7 +59,8 @@ def tiny() -> Graph:
 
 # ------------------------------------------------------------------------- presets and specs
 def test_presets_have_the_advertised_shapes():
-    assert set(PRESETS) == {"tiny", "small", "products-like", "papers-like"}
+    static = {name: s for name, s in PRESETS.items() if isinstance(s, SyntheticSpec)}
+    assert set(static) == {"tiny", "small", "products-like", "papers-like"}
     t = PRESETS["tiny"]
     assert (t.num_nodes, t.num_edges, t.num_features, t.num_classes) == (1_000, 10_000, 16, 4)
     s = PRESETS["small"]
@@ -66,9 +71,10 @@ def test_presets_have_the_advertised_shapes():
     q = PRESETS["papers-like"]
     assert (q.num_nodes, q.num_features, q.num_classes) == (111_059_956, 128, 172)
     assert 1.6e9 < q.num_edges < 1.7e9 and abs(q.train_frac - 0.01) < 0.001
-    for name, spec in PRESETS.items():
-        assert spec.name == name
+    for spec in static.values():
         assert spec.train_frac + spec.val_frac + spec.test_frac <= 1.0
+    for name, spec in PRESETS.items():  # every kind
+        assert spec.name == name
     assert "num_nodes=1000" in repr(t)
 
 
@@ -132,7 +138,21 @@ def test_bad_arguments_raise_dataset_errors(tmp_path):
         prepare_synthetic(tmp_path / "a", "nope")
     with pytest.raises(DatasetError, match="'scale' applies to named presets only"):
         prepare_synthetic(tmp_path / "b", PRESETS["tiny"], scale=2.0)
+    with pytest.raises(DatasetError, match="'feature_dtype' per node type applies to typed"):
+        prepare_synthetic(tmp_path / "c", "tiny", feature_dtype={"node": "bf16"})
     assert not list(tmp_path.iterdir())
+
+
+def test_spec_for_and_generator_version_cover_every_kind():
+    kinds = {type(spec_for(name, 0.5)) for name in PRESETS}
+    assert kinds == {SyntheticSpec, TemporalSpec, TypedSyntheticSpec}
+    assert spec_for("temporal-like", 0.5).base.num_nodes == 500_000
+    assert spec_for("mag-like", 0.5).name == "mag-like@0.5"
+    versions = {name: generator_version(name) for name in PRESETS}
+    assert versions["tiny"] == versions["papers-like"] == hom.GENERATOR_VERSION
+    assert generator_version(spec_for("small", 0.1)) == versions["small"]
+    with pytest.raises(DatasetError, match="unknown synthetic preset 'nope'"):
+        generator_version("nope")
 
 
 # ------------------------------------------------------------------------- determinism
@@ -147,7 +167,7 @@ def test_same_seed_is_bit_identical_and_seeds_differ(tiny):
 def test_result_does_not_depend_on_chunk_size():
     # 8 edge blocks, 2 feature blocks; skewed classes and label noise
     spec = _spec(num_nodes=20_000, num_edges=260_000, class_skew=1.0, label_noise=0.2)
-    assert spec.num_draws > 7 * EDGE_BLOCK and spec.num_nodes > syn.FEATURE_BLOCK
+    assert spec.num_draws > 7 * EDGE_BLOCK and spec.num_nodes > FEATURE_BLOCK
     ref = generate_graph(spec, seed=3, chunk_edges=10**9)
     for chunk in (1, 3 * 2 * EDGE_BLOCK + 5, 100_000):
         _assert_same(ref, generate_graph(spec, seed=3, chunk_edges=chunk))
@@ -156,10 +176,10 @@ def test_result_does_not_depend_on_chunk_size():
 @pytest.mark.parametrize("skew", [0.0, 1.5])
 def test_vectorised_draws_match_a_naive_scalar_sampler(skew):
     spec = _spec(num_nodes=500, num_classes=6, homophily=0.7, class_skew=skew)
-    z, w = syn._node_draws(spec, seed=5)
-    nodes = syn._nodes(spec, z, w.copy())
-    u = syn._rng(5, syn._EDGE_STREAM, 0).random((3, EDGE_BLOCK))
-    src, dst = syn._draw_edges(spec, 5, nodes, 0, 1)
+    z, w = hom.node_draws(spec, seed=5)
+    nodes = hom.node_tables(spec, z, w.copy())
+    u = philox(5, hom._EDGE_STREAM, 0).random((3, EDGE_BLOCK))
+    src, dst = hom._draw_edges(spec, 5, nodes, 0, 1)
     # naive reference: linear scans over the clipped weights, one draw at a time
     h = spec.homophily
     wc = np.minimum(w, max(w.sum() / math.sqrt(spec.num_edges), 1.0))
@@ -191,17 +211,17 @@ def test_vectorised_draws_match_a_naive_scalar_sampler(skew):
 
 
 def test_class_order_is_a_stable_argsort():
-    z = np.random.default_rng(0).integers(0, 7, 3 * syn.NODE_BLOCK + 11).astype(np.int8)
+    z = np.random.default_rng(0).integers(0, 7, 3 * NODE_BLOCK + 11).astype(np.int8)
     sizes = np.bincount(z, minlength=9)
     lo = np.cumsum(sizes) - sizes
-    assert np.array_equal(syn._class_order(z, lo), np.argsort(z, kind="stable"))
+    assert np.array_equal(hom._class_order(z, lo), np.argsort(z, kind="stable"))
 
 
 @pytest.mark.parametrize("gamma", [1.3, 2.5, 50.0])
 def test_guide_table_lookup_equals_searchsorted_including_ties(gamma):
     spec = _spec(num_nodes=7_000, degree_exponent=gamma)
-    z, w = syn._node_draws(spec, seed=2)
-    nodes = syn._nodes(spec, z, w)
+    z, w = hom.node_draws(spec, seed=2)
+    nodes = hom.node_tables(spec, z, w)
     cum = nodes.cum
     t = np.concatenate(
         [
@@ -409,7 +429,7 @@ def test_edge_features_are_deterministic_informative_and_written(tmp_path):
     plain = syn.generate_graph(dataclasses.replace(spec, edge_features=0), seed=2)
     assert plain.edge_attr is None and np.array_equal(plain.indices, g.indices)  # nothing else
     assert g.edge_attr.shape == (g.num_edges, 3) and g.edge_attr.dtype == np.float32
-    again = syn.generate_graph(spec, seed=2, chunk_edges=2 * syn.EDGE_BLOCK)
+    again = syn.generate_graph(spec, seed=2, chunk_edges=2 * EDGE_BLOCK)
     np.testing.assert_array_equal(again.edge_attr, g.edge_attr)
     # column 0 carries the signal: higher on edges whose ends share a label
     src, dst = g.edges()

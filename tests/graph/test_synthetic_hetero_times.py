@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fleetgnn.graph.synthetic import PRESETS, prepare_synthetic
 from fleetgnn.graph.dataset import open_dataset
-from fleetgnn.graph.synthetic_hetero import TYPED_PRESETS, prepare_typed_synthetic
 
 
 def _digest(root: Path) -> str:
@@ -26,17 +26,17 @@ def _digest(root: Path) -> str:
     [("mag-like", 0.001, 0, "5138abe1fcd5be82"), ("igbh-like", 0.005, 7, "fce971bab3156791")],
 )
 def test_untimed_presets_write_what_they_always_wrote(tmp_path, preset, scale, seed, digest):
-    out = prepare_typed_synthetic(tmp_path / preset, preset, scale=scale, seed=seed)
+    out = prepare_synthetic(tmp_path / preset, preset, scale=scale, seed=seed)
     meta = json.loads((out / "meta.json").read_text())
     assert _digest(out) == digest and not any("time" in k for k in meta)
 
 
 def test_mag_temporal_like_is_mag_like_with_sorted_times(tmp_path):
-    assert TYPED_PRESETS["mag-temporal-like"].time_horizon == 100
-    plain = open_dataset(prepare_typed_synthetic(tmp_path / "p", "mag-like", 0.002, seed=4))
-    out = prepare_typed_synthetic(tmp_path / "t", "mag-temporal-like", 0.002, seed=4)
+    assert PRESETS["mag-temporal-like"].time_horizon == 100
+    plain = open_dataset(prepare_synthetic(tmp_path / "p", "mag-like", 0.002, seed=4))
+    out = prepare_synthetic(tmp_path / "t", "mag-temporal-like", 0.002, seed=4)
     timed = open_dataset(out, validate="full")  # every time >= 0, sorted per segment
-    small = prepare_typed_synthetic(
+    small = prepare_synthetic(
         tmp_path / "c", "mag-temporal-like", 0.002, seed=4, chunk_edges=1 << 14
     )
     chunked = open_dataset(small)

@@ -10,30 +10,30 @@ from fleetgnn.cli.main import main
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph import open_dataset
 from fleetgnn.graph.dataset import read_meta
-from fleetgnn.graph.synthetic_temporal import (
+from fleetgnn.graph.synthetic import (
     TemporalSpec,
-    generate_temporal_graph,
-    prepare_temporal_synthetic,
+    generate_graph,
+    prepare_synthetic,
+    spec_for,
     temporal_communities,
-    temporal_spec_for,
 )
 
-SPEC = temporal_spec_for("temporal-like", 0.003)  # 3,000 nodes, 60,000 edges
+SPEC = spec_for("temporal-like", 0.003)  # 3,000 nodes, 60,000 edges
 
 
 @pytest.fixture(scope="module")
 def graph():
-    return generate_temporal_graph(SPEC, seed=4)
+    return generate_graph(SPEC, seed=4)
 
 
 def test_deterministic_and_independent_of_chunking(graph, same_graph):
-    same_graph(graph, generate_temporal_graph(SPEC, seed=4, chunk_edges=40_000))
-    other = generate_temporal_graph(SPEC, seed=5)
+    same_graph(graph, generate_graph(SPEC, seed=4, chunk_edges=40_000))
+    other = generate_graph(SPEC, seed=5)
     assert not np.array_equal(other.edge_time[:100], graph.edge_time[:100])
 
 
 def test_disk_equals_memory(tmp_path, graph, same_graph):
-    out = prepare_temporal_synthetic(tmp_path / "tl", "temporal-like", scale=0.003, seed=4)
+    out = prepare_synthetic(tmp_path / "tl", "temporal-like", scale=0.003, seed=4)
     same_graph(graph, open_dataset(out))
     meta = read_meta(out)
     assert meta["has_edge_time"] and meta["spec"]["phases"] == SPEC.phases

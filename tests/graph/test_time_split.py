@@ -7,13 +7,13 @@ from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph.csc import from_edges
 from fleetgnn.graph.edge_split import split_edges
 from fleetgnn.graph.edge_time import check_time_order
-from fleetgnn.graph.synthetic_temporal import generate_temporal_graph, temporal_spec_for
+from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.graph.time_split import split_by_time
 
 
 @pytest.fixture(scope="module")
 def graph():
-    return generate_temporal_graph(temporal_spec_for("temporal-like", 0.001), seed=3)
+    return generate_graph(spec_for("temporal-like", 0.001), seed=3)
 
 
 def _triples(g):

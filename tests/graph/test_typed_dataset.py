@@ -214,9 +214,9 @@ def test_featureless_unlabelled_graph_round_trips(tmp_path):
 
 def test_typed_files_are_pinned(tmp_path):
     """Every byte a typed dataset's writer puts on disk (but the stamp's times): the format."""
-    from fleetgnn.graph.synthetic_hetero import prepare_typed_synthetic
+    from fleetgnn.graph.synthetic import prepare_synthetic
 
-    out = prepare_typed_synthetic(
+    out = prepare_synthetic(
         tmp_path / "m", "mag-temporal-like", 0.001, seed=2, feature_dtype="paper=bf16,author=fp8"
     )
     h = hashlib.sha256()

@@ -29,11 +29,11 @@ Features alone name a paper's community only in part (``feature_noise``); its ci
 authors' other papers and its topics' papers share it with probability ``homophily``, so a model
 that aggregates over the relations beats one that sees the features alone.
 
-Determinism and memory, as :mod:`fleetgnn.graph.synthetic`: every random number comes from a
-Philox stream keyed by ``(seed, stream, block)`` over fixed-size blocks, so the arrays do not
-depend on ``chunk_edges``; each relation's CSC is built by regenerating its draws twice
-(count, then place at each destination's cursor), holding ``O(N_dst)`` counters plus one chunk;
-features, labels and masks are written in blocks into ``.npy`` memory maps.
+Determinism and memory, as :mod:`~fleetgnn.graph.synthetic.homogeneous`: every random number
+comes from a Philox stream keyed by ``(seed, stream, block)`` over fixed-size blocks, so the
+arrays do not depend on ``chunk_edges``; each relation's CSC is built by regenerating its draws
+twice (count, then place at each destination's cursor), holding ``O(N_dst)`` counters plus one
+chunk; features, labels and masks are written in blocks into ``.npy`` memory maps.
 """
 
 from __future__ import annotations
@@ -50,22 +50,22 @@ from fleetgnn.errors import DatasetError, GraphError
 from fleetgnn.graph.csc import append_to_segments, index_dtype
 from fleetgnn.graph.dataset import DatasetWriter, relation_key
 from fleetgnn.graph.hetero import HeteroSchema
-from fleetgnn.graph.synthetic import (
-    _check_chunk_edges,
-    _check_seed,
-    _is_real,
-    _rng,
+from fleetgnn.graph.synthetic.common import (
+    EDGE_BLOCK,
+    NODE_BLOCK,
+    Progress,
+    Ticker,
     blocks,
-    preset_and_scale,
+    is_real,
+    philox,
     sort_by_time,
     split_masks,
     write_features,
     write_labels,
 )
 
-NODE_BLOCK = 1 << 16
-FEATURE_BLOCK = 1 << 14
-EDGE_BLOCK = 1 << 14
+__all__ = ["TypedSyntheticSpec", "write"]
+
 # Philox stream IDs (first element of the spawn key), apart from the homogeneous generator's
 _SPLIT_STREAM = 100
 _LABEL_STREAM = 101
@@ -74,8 +74,8 @@ _FEATURE_STREAM = 300  # + type index
 _EDGE_STREAM = 1000  # + relation index
 _NODE_TIME_STREAM = 400  # + type index
 _EDGE_TIME_STREAM = 2000  # + relation index
+#: Bumped whenever the output for a given spec and seed changes.
 GENERATOR_VERSION = 1
-Progress = Callable[[int, int], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,13 +118,13 @@ class TypedSyntheticSpec:
             raise DatasetError(f"'num_classes' must be >= 1 (got {self.num_classes!r})")
         for key in ("train_frac", "val_frac", "test_frac", "homophily", "label_noise"):
             v = getattr(self, key)
-            if not _is_real(v) or not 0.0 <= float(v) <= 1.0:
+            if not is_real(v) or not 0.0 <= float(v) <= 1.0:
                 raise DatasetError(f"'{key}' must be in [0, 1] (got {v!r})")
         if self.train_frac + self.val_frac + self.test_frac > 1.0 + 1e-9:
             raise DatasetError("'train_frac' + 'val_frac' + 'test_frac' must be <= 1")
-        if not _is_real(self.feature_noise) or self.feature_noise < 0:
+        if not is_real(self.feature_noise) or self.feature_noise < 0:
             raise DatasetError(f"'feature_noise' must be >= 0 (got {self.feature_noise!r})")
-        if not _is_real(self.skew) or self.skew < 1:
+        if not is_real(self.skew) or self.skew < 1:
             raise DatasetError(f"'skew' must be >= 1 (got {self.skew!r})")
         h = self.time_horizon
         if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < 1 << 62:
@@ -140,6 +140,18 @@ class TypedSyntheticSpec:
         except GraphError as err:
             raise DatasetError(f"typed synthetic spec {self.name!r}: {err}") from err
 
+    def scaled(self, preset: str, scale: float) -> TypedSyntheticSpec:
+        """This spec with every node and edge count scaled (a type keeps >= 1 node).
+
+        Named ``preset@scale``.
+        """
+        return dataclasses.replace(
+            self,
+            node_types=tuple((t, max(1, round(n * scale)), f) for t, n, f in self.node_types),
+            relations=tuple((s, r, d, round(e * scale)) for s, r, d, e in self.relations),
+            name=f"{preset}@{scale:g}",
+        )
+
     def schema(self) -> HeteroSchema:
         """The typed graph's schema."""
         return HeteroSchema(
@@ -148,88 +160,6 @@ class TypedSyntheticSpec:
             relations=tuple((s, r, d) for s, r, d, _ in self.relations),
             target=self.target,
         )
-
-
-#: ogbn-mag's schema and sizes: 736,389 papers (128 features, 349 venues as classes), 1,134,649
-#: authors, 8,740 institutions, 59,965 fields of study (no features: learnable embeddings),
-#: 5,416,271 cites, 7,145,660 writes, 1,043,998 affiliated_with, 7,505,078 has_topic edges;
-#: its time split holds 629,571 / 64,879 / 41,939 papers.
-_MAG = TypedSyntheticSpec(
-    node_types=(
-        ("paper", 736_389, 128),
-        ("author", 1_134_649, 0),
-        ("institution", 8_740, 0),
-        ("field_of_study", 59_965, 0),
-    ),
-    relations=(
-        ("author", "affiliated_with", "institution", 1_043_998),
-        ("author", "writes", "paper", 7_145_660),
-        ("paper", "cites", "paper", 5_416_271),
-        ("paper", "has_topic", "field_of_study", 7_505_078),
-    ),
-    target="paper",
-    num_classes=349,
-    train_frac=0.855,
-    val_frac=0.088,
-    test_frac=0.057,
-    homophily=0.8,
-    feature_noise=6.0,
-    label_noise=0.1,
-    name="mag-like",
-)
-
-#: IGBH's schema (paper, author, institute, fos; cites, written_by, affiliated_to, topic; the
-#: journal and conference types of its large and full releases are left out), features on every
-#: type (IGBH: 1024 wide, here 128 to keep the preset light) and 19 classes, as IGBH's coarse
-#: labels; sizes in IGBH-tiny's order of magnitude (100k papers).
-_IGBH = TypedSyntheticSpec(
-    node_types=(
-        ("paper", 100_000, 128),
-        ("author", 357_041, 128),
-        ("institute", 8_738, 128),
-        ("fos", 84_220, 128),
-    ),
-    relations=(
-        ("paper", "cites", "paper", 547_416),
-        ("paper", "written_by", "author", 471_443),
-        ("author", "affiliated_to", "institute", 325_410),
-        ("paper", "topic", "fos", 718_445),
-    ),
-    target="paper",
-    num_classes=19,
-    train_frac=0.6,
-    val_frac=0.2,
-    test_frac=0.2,
-    homophily=0.8,
-    feature_noise=6.0,
-    label_noise=0.1,
-    name="igbh-like",
-)
-
-TYPED_PRESETS: dict[str, TypedSyntheticSpec] = {
-    "mag-like": _MAG,
-    "igbh-like": _IGBH,
-    # mag-like with node and edge times (uniform over 100 steps, e.g. years): the arrays of
-    # mag-like plus the times (see the module docstring)
-    "mag-temporal-like": dataclasses.replace(_MAG, time_horizon=100, name="mag-temporal-like"),
-}
-
-
-def typed_spec_for(preset: str, scale: float = 1.0) -> TypedSyntheticSpec:
-    """A typed preset with every node count and edge count multiplied by ``scale``.
-
-    Raises:
-        DatasetError: Unknown preset or a scale that is not a finite number > 0.
-    """
-    base, scale = preset_and_scale(TYPED_PRESETS, preset, scale, "typed synthetic")
-    if scale == 1.0:
-        return base
-    return dataclasses.replace(
-        base,
-        node_types=tuple((t, max(1, round(n * scale)), f) for t, n, f in base.node_types),
-        relations=tuple((s, r, d, round(e * scale)) for s, r, d, e in base.relations),
-        name=f"{preset}@{scale:g}",
-    )
 
 
 def _ids(n: int, u: np.ndarray, skew: float) -> np.ndarray:
@@ -246,7 +176,7 @@ def _draws(
     srcs, dsts = [], []
     for b in range(lo_blk, hi_blk):
         m = min(EDGE_BLOCK, e - b * EDGE_BLOCK)
-        u = _rng(seed, _EDGE_STREAM + rid, b).random((3, m))
+        u = philox(seed, _EDGE_STREAM + rid, b).random((3, m))
         dst = _ids(n_dst, u[0], spec.skew)
         comm = dst % c
         count = (n_src - comm + c - 1) // c  # sources of the destination's community
@@ -268,64 +198,42 @@ def _draw_times(
     out = []
     for b in range(lo_blk, hi_blk):
         m = min(EDGE_BLOCK, e - b * EDGE_BLOCK)
-        u = _rng(seed, _EDGE_TIME_STREAM + rid, b).random(m)
+        u = philox(seed, _EDGE_TIME_STREAM + rid, b).random(m)
         out.append(np.minimum((u * h).astype(np.int64), h - 1))
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
-def prepare_typed_synthetic(
+def write(
     out: str | os.PathLike[str],
-    preset: str | TypedSyntheticSpec = "mag-like",
-    scale: float = 1.0,
-    seed: int = 0,
-    overwrite: bool = False,
-    chunk_edges: int = 4_000_000,
-    progress: Progress | None = None,
-    feature_dtype: str | dict[str, str] | None = None,
+    spec: TypedSyntheticSpec,
+    *,
+    preset: str,
+    scale: float,
+    seed: int,
+    overwrite: bool,
+    chunk_edges: int,
+    progress: Progress | None,
+    feature_dtype: str | dict[str, str] | None,
 ) -> Path:
-    """Generate a synthetic typed graph straight into a typed dataset directory.
+    """Generate ``spec`` straight into a typed dataset directory (checked ``seed``, chunk size).
+
+    ``meta.json`` records ``source="synthetic"``, ``preset``, ``scale``, ``seed``, the
+    ``generator_version`` and, for a timed spec, ``time_horizon``. ``feature_dtype`` stores the
+    feature tables compact (:class:`~fleetgnn.graph.dataset.DatasetWriter`'s: one dtype, or per type); the float32
+    draws are unchanged. ``progress`` counts draws (twice per relation, three times when timed)
+    plus feature rows (and node times).
 
     Memory: per relation ``16 * N_dst`` bytes of counters plus about ``60 * chunk_edges``
     bytes of draws; features, labels, masks and edges go through ``.npy`` memory maps.
-
-    Args:
-        out: Target directory (must not exist unless ``overwrite``).
-        preset: A name of :data:`TYPED_PRESETS` or a :class:`TypedSyntheticSpec`.
-        scale: Size factor of a named preset (see :func:`typed_spec_for`).
-        seed: Random seed (>= 0).
-        overwrite: Replace an existing dataset once the new one is complete.
-        chunk_edges: Edge draws held in memory per step; never changes the result.
-        progress: ``progress(done, total)`` in draws (twice per relation) plus feature rows.
-        feature_dtype: Store the feature tables compact (:class:`.DatasetWriter`'s
-            ``feature_dtype``: one dtype, or per type); the float32 draws are unchanged.
-
-    Returns:
-        The dataset directory (open it with :func:`~fleetgnn.graph.open_dataset`).
-
-    Raises:
-        DatasetError: Unknown preset, invalid scale, seed or chunk size, or ``out`` exists.
     """
-    if isinstance(preset, TypedSyntheticSpec):
-        if scale != 1.0:
-            raise DatasetError("'scale' applies to named presets only (got a spec and a scale)")
-        spec, name = preset, preset.name
-    else:
-        spec, name = typed_spec_for(preset, scale), str(preset)
-    seed = _check_seed(seed)
-    blocks_per_step = max(1, _check_chunk_edges(chunk_edges) // EDGE_BLOCK)
+    blocks_per_step = max(1, chunk_edges // EDGE_BLOCK)
     schema = spec.schema()
     counts = dict(zip(schema.node_types, schema.num_nodes, strict=True))
     timed = int(spec.time_horizon) > 0
     total = sum((3 if timed else 2) * int(r[3]) for r in spec.relations)
     total += sum(int(n) for _, n, f in spec.node_types if f)
     total += sum(int(n) for _, n, _ in spec.node_types) if timed else 0
-    done = [0]
-
-    def tick(k: int) -> None:
-        done[0] += int(k)
-        if progress is not None:
-            progress(min(done[0], total), total)
-
+    tick = Ticker(total, progress)
     with DatasetWriter(
         out, name=spec.name, overwrite=overwrite, feature_dtype=feature_dtype, schema=schema
     ) as w:
@@ -364,7 +272,7 @@ def prepare_typed_synthetic(
         return w.commit(
             num_classes=int(spec.num_classes),
             source="synthetic",
-            preset=name,
+            preset=preset,
             scale=float(scale),
             seed=seed,
             generator_version=GENERATOR_VERSION,
@@ -381,7 +289,7 @@ def _write_node_times(
         n = int(n)
         out = w.create(f"node_time/{t}", np.int64, (n,))
         for b, lo, hi in blocks(n, NODE_BLOCK):
-            u = _rng(seed, _NODE_TIME_STREAM + ti, b).random(hi - lo)
+            u = philox(seed, _NODE_TIME_STREAM + ti, b).random(hi - lo)
             out[lo:hi] = np.minimum((u * h).astype(np.int64), h - 1)
             tick(hi - lo)
 
@@ -399,7 +307,7 @@ def _write_node_data(
         n, f = int(n), int(f)
         if not f:
             continue
-        mu = _rng(seed, _CENTROID_STREAM + ti, 0).standard_normal((c, f), dtype=np.float32)
+        mu = philox(seed, _CENTROID_STREAM + ti, 0).standard_normal((c, f), dtype=np.float32)
         mu *= np.float32(s)
         x = w.create(f"x/{t}", np.float32, (n, f))
         noise = np.float32(spec.feature_noise * s)
@@ -415,4 +323,4 @@ def _write_node_data(
     masks = {m: w.create(m, np.bool_, (n,)) for m in ("train_mask", "val_mask", "test_mask")}
     fracs = (spec.train_frac, spec.val_frac, spec.test_frac)
     for b, lo, hi in blocks(n, NODE_BLOCK):
-        split_masks(masks, lo, hi, _rng(seed, _SPLIT_STREAM, b).random(hi - lo), fracs)
+        split_masks(masks, lo, hi, philox(seed, _SPLIT_STREAM, b).random(hi - lo), fracs)

@@ -1,4 +1,4 @@
-"""Synthetic graphs with learnable labels, from a thousand to billions of edges.
+"""The homogeneous synthetic generator (``tiny`` .. ``papers-like``), up to billions of edges.
 
 The generator is a degree-corrected stochastic block model with Chung-Lu degree weights:
 
@@ -37,9 +37,11 @@ is smaller).
 
 Determinism: every random number comes from a counter-based Philox stream keyed by
 ``SeedSequence(seed, spawn_key=(stream, block))`` over fixed-size blocks of nodes and of edge
-draws. ``chunk_edges`` only decides how many blocks are processed per step, so the arrays are
-bit-identical for any chunk size, and :func:`generate_graph` (in memory) and
-:func:`prepare_synthetic` (to disk) produce the same arrays for the same spec and seed. Label
+draws (:func:`~fleetgnn.graph.synthetic.common.philox`). ``chunk_edges`` only decides how
+many blocks are processed per step, so the arrays are bit-identical for any chunk size, and
+:func:`~fleetgnn.graph.synthetic.generate_graph` (in memory) and
+:func:`~fleetgnn.graph.synthetic.prepare_synthetic` (to disk) produce the same arrays for the
+same spec and seed. Label
 noise has a stream of its own: changing ``label_noise`` changes the labels and nothing else.
 
 Bounded memory: the node tables (communities, clipped weights, the community order, cumulative
@@ -58,29 +60,33 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Protocol, TypeVar
+from collections.abc import Callable
 
 import numpy as np
 
 from fleetgnn.errors import DatasetError
-from fleetgnn.graph.csc import Graph, index_dtype
-from fleetgnn.graph.dataset import DatasetWriter
+from fleetgnn.graph.csc import index_dtype
+from fleetgnn.graph.synthetic.common import (
+    EDGE_BLOCK,
+    MASKS,
+    NODE_BLOCK,
+    Progress,
+    Sink,
+    Ticker,
+    blocks,
+    count_in_degrees,
+    cumsum_in_place,
+    cursor_positions,
+    is_real,
+    node_ranges,
+    philox,
+    sort_pairs,
+    split_masks,
+    write_features,
+    write_labels,
+)
 
-__all__ = [
-    "PRESETS",
-    "SyntheticSpec",
-    "class_probabilities",
-    "generate_graph",
-    "prepare_synthetic",
-    "spec_for",
-]
-
-NODE_BLOCK = 1 << 16  # nodes per random block (classes, weights, splits, label noise)
-FEATURE_BLOCK = 1 << 14  # feature rows per random block
-EDGE_BLOCK = 1 << 14  # undirected edge draws per random block
+__all__ = ["SyntheticSpec", "class_probabilities", "generate"]
 
 # Philox stream IDs (first element of the spawn key); changing one changes every dataset.
 _NODE_STREAM = 0
@@ -89,11 +95,6 @@ _FEATURE_STREAM = 2
 _EDGE_STREAM = 3
 _LABEL_STREAM = 4
 _EDGE_ATTR_STREAM = 5
-
-Progress = Callable[[int, int], None]
-
-_MASKS = ("train_mask", "val_mask", "test_mask")
-_S = TypeVar("_S")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +161,7 @@ class SyntheticSpec:
                 )
         fracs = (self.train_frac, self.val_frac, self.test_frac)
         for field, value in zip(("train_frac", "val_frac", "test_frac"), fracs, strict=True):
-            if not _is_real(value) or not 0.0 <= value <= 1.0:
+            if not is_real(value) or not 0.0 <= value <= 1.0:
                 raise DatasetError(
                     f"SyntheticSpec '{field}' must be a fraction in [0, 1] (got {value!r})"
                 )
@@ -170,27 +171,27 @@ class SyntheticSpec:
                 f"val {self.val_frac} + test {self.test_frac} = {sum(fracs):.6g}); lower one of "
                 f"them"
             )
-        if not _is_real(self.homophily) or not 0.0 <= self.homophily <= 1.0:
+        if not is_real(self.homophily) or not 0.0 <= self.homophily <= 1.0:
             raise DatasetError(
                 f"SyntheticSpec 'homophily' must be a probability in [0, 1] (got "
                 f"{self.homophily!r}); 0.8 is typical of citation and co-purchase graphs"
             )
-        if not _is_real(self.degree_exponent) or not 1.0 < self.degree_exponent <= 100.0:
+        if not is_real(self.degree_exponent) or not 1.0 < self.degree_exponent <= 100.0:
             raise DatasetError(
                 f"SyntheticSpec 'degree_exponent' must lie in (1, 100] (got "
                 f"{self.degree_exponent!r}); real graphs have 2 to 3"
             )
-        if not _is_real(self.feature_noise) or not 0.0 <= self.feature_noise < math.inf:
+        if not is_real(self.feature_noise) or not 0.0 <= self.feature_noise < math.inf:
             raise DatasetError(
                 f"SyntheticSpec 'feature_noise' must be a finite number >= 0 (got "
                 f"{self.feature_noise!r})"
             )
-        if not _is_real(self.label_noise) or not 0.0 <= self.label_noise <= 1.0:
+        if not is_real(self.label_noise) or not 0.0 <= self.label_noise <= 1.0:
             raise DatasetError(
                 f"SyntheticSpec 'label_noise' must be a probability in [0, 1] (got "
                 f"{self.label_noise!r}); 0 keeps every node's label equal to its community"
             )
-        if not _is_real(self.class_skew) or not 0.0 <= self.class_skew <= 10.0:
+        if not is_real(self.class_skew) or not 0.0 <= self.class_skew <= 10.0:
             raise DatasetError(
                 f"SyntheticSpec 'class_skew' must lie in [0, 10] (got {self.class_skew!r}); 0 "
                 f"gives equal classes, 1 Zipf-like class sizes"
@@ -216,230 +217,33 @@ class SyntheticSpec:
             + 3 * n  # masks
         )
 
+    def scaled(self, preset: str, scale: float) -> SyntheticSpec:
+        """This spec with nodes and edges scaled linearly, named ``preset@scale``.
 
-def _is_real(value: object) -> bool:
-    return (
-        isinstance(value, (int, float, np.integer, np.floating))
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
+        Raises:
+            DatasetError: A scale leaving fewer than 2 nodes.
+        """
+        num_nodes = int(round(self.num_nodes * scale))
+        if num_nodes < 2:
+            raise DatasetError(
+                f"'scale' {scale:g} leaves {num_nodes} nodes of preset {preset!r} "
+                f"({self.num_nodes} nodes at scale 1); use scale >= {2 / self.num_nodes:.3g}"
+            )
+        return dataclasses.replace(
+            self,
+            num_nodes=num_nodes,
+            num_edges=int(round(self.num_edges * scale)),
+            name=f"{preset}@{scale:g}",
+        )
 
 
 #: Bumped whenever the generator's output for a given spec and seed changes (cache keys use it).
 GENERATOR_VERSION = 3
 
 
-def _preset(
-    name: str,
-    size: tuple[int, int, int, int],
-    split: tuple[float, float, float],
-    **statistics: float,
-) -> SyntheticSpec:
-    """A preset's spec: ``size`` = (nodes, edges, features, classes), ``split`` its fractions."""
-    n, e, f, c = size
-    return SyntheticSpec(n, e, f, c, *split, name=name, **statistics)  # type: ignore[arg-type]
-
-
-PRESETS: dict[str, SyntheticSpec] = {
-    # for tests: 1k nodes, 10k edges
-    "tiny": _preset("tiny", (1_000, 10_000, 16, 4), (0.6, 0.2, 0.2), feature_noise=3.0),
-    # the embedded default of `fleetgnn train`: trains in seconds on two CPU cores; few labels and
-    # noisy features, so the default run visibly climbs over its 10 epochs instead of starting
-    # saturated
-    "small": _preset(
-        "small",
-        (20_000, 400_000, 64, 8),
-        (0.1, 0.1, 0.8),
-        homophily=0.7,
-        feature_noise=6.0,
-        label_noise=0.1,
-        class_skew=0.5,
-    ),
-    # the shape of ogbn-products (2,449,029 nodes, 61,859,140 directed edges; its split is
-    # 196,615 / 39,323 / 2,213,091 nodes = 8.03% / 1.61% / 90.37%), as hard as it (GraphSAGE
-    # ~0.79 test accuracy, an MLP ~0.61): features alone name the community of ~75% of the
-    # nodes, the graph nearly all of them, and 22% of the labels are redrawn from the Zipf-like
-    # class distribution (best accuracy ~0.80)
-    "products-like": _preset(
-        "products-like",
-        (2_449_029, 61_859_140, 100, 47),
-        (0.0803, 0.0161, 0.9036),
-        feature_noise=2.8,
-        label_noise=0.22,
-        class_skew=1.0,
-    ),
-    # the shape of ogbn-papers100M (111,059,956 nodes, 1,615,685,872 edges; 1,207,179 / 125,265 /
-    # 214,338 labelled split nodes = 1.09% / 0.11% / 0.19%), as hard as it (GraphSAGE ~0.67, an
-    # MLP ~0.47): best accuracy ~0.69
-    "papers-like": _preset(
-        "papers-like",
-        (111_059_956, 1_615_685_872, 128, 172),
-        (0.0109, 0.00113, 0.00193),
-        homophily=0.6,
-        feature_noise=3.0,
-        label_noise=0.33,
-        class_skew=1.0,
-    ),
-}
-
-
-def spec_for(preset: str, scale: float = 1.0) -> SyntheticSpec:
-    """The spec of a named preset, with nodes and edges scaled linearly.
-
-    Features, classes, split fractions and statistics are unchanged. The name gets a ``@scale``
-    suffix when ``scale != 1``.
-
-    Args:
-        preset: One of :data:`PRESETS` (``tiny``, ``small``, ``products-like``, ``papers-like``).
-        scale: Factor applied to ``num_nodes`` and ``num_edges`` (> 0).
-
-    Returns:
-        The scaled spec.
-
-    Raises:
-        DatasetError: Unknown preset, a non-positive scale, or one so small that no node is left.
-    """
-    base, scale = preset_and_scale(PRESETS, preset, scale, "synthetic")
-    return base if scale == 1.0 else scaled(base, preset, scale)
-
-
-def preset_and_scale(
-    presets: dict[str, _S], preset: str, scale: object, kind: str
-) -> tuple[_S, float]:
-    """The spec named ``preset`` in ``presets`` and ``scale`` checked (a finite number > 0).
-
-    Raises:
-        DatasetError: Unknown preset or a bad scale (both messages list the presets).
-    """
-    if preset not in presets:
-        raise DatasetError(f"unknown {kind} preset {preset!r}; valid presets: {', '.join(presets)}")
-    if not _is_real(scale) or float(scale) <= 0.0:  # type: ignore[arg-type]
-        raise DatasetError(
-            f"'scale' must be a finite number > 0 (got {scale!r}); 1.0 keeps the preset's size "
-            f"(valid presets: {', '.join(presets)})"
-        )
-    return presets[preset], float(scale)  # type: ignore[arg-type]
-
-
-def scaled(base: SyntheticSpec, preset: str, scale: float) -> SyntheticSpec:
-    """``base`` with nodes and edges scaled linearly, named ``preset@scale``.
-
-    Raises:
-        DatasetError: A scale leaving fewer than 2 nodes.
-    """
-    num_nodes = int(round(base.num_nodes * scale))
-    if num_nodes < 2:
-        raise DatasetError(
-            f"'scale' {scale:g} leaves {num_nodes} nodes of preset {preset!r} "
-            f"({base.num_nodes} nodes at scale 1); use scale >= {2 / base.num_nodes:.3g}"
-        )
-    return dataclasses.replace(
-        base,
-        num_nodes=num_nodes,
-        num_edges=int(round(base.num_edges * scale)),
-        name=f"{preset}@{scale:g}",
-    )
-
-
-# ---------------------------------------------------------------------------- random streams
-def _rng(seed: int, stream: int, block: int) -> np.random.Generator:
-    """A Philox generator keyed by (seed, stream, block): the same numbers for any chunking."""
-    return np.random.Generator(
-        np.random.Philox(np.random.SeedSequence(entropy=seed, spawn_key=(stream, block)))
-    )
-
-
-def blocks(n: int, size: int) -> Iterator[tuple[int, int, int]]:
-    """``(b, lo, hi)`` of the fixed blocks of ``size`` rows over ``[0, n)``; ``b`` keys a stream."""
-    for b, lo in enumerate(range(0, n, size)):
-        yield b, lo, min(n, lo + size)
-
-
-def split_masks(
-    masks: dict[str, np.ndarray], lo: int, hi: int, u: np.ndarray, fracs: tuple[float, ...]
-) -> None:
-    """Rows ``[lo, hi)`` of the split masks from the uniforms ``u``.
-
-    Fractions ``(t, v, s)``: train ``[0, t)``, val ``[t, t + v)``, test ``[t + v, t + v + s)``.
-    """
-    t = float(fracs[0])
-    v = t + float(fracs[1])
-    s = v + float(fracs[2])
-    masks["train_mask"][lo:hi] = u < t
-    masks["val_mask"][lo:hi] = (u >= t) & (u < v)
-    masks["test_mask"][lo:hi] = (u >= v) & (u < s)
-
-
-def write_labels(
-    y: np.ndarray,
-    community: Callable[[int, int], np.ndarray],
-    label_noise: float,
-    redraw: Callable[[np.ndarray], np.ndarray],
-    seed: int,
-    stream: int,
-) -> None:
-    """Fill the int64 labels ``y`` block by block.
-
-    A label is the node's community (``community(lo, hi)``) or, with probability
-    ``label_noise``, ``redraw(u)`` of a uniform ``u`` (a stream of its own, so nothing else
-    changes with ``label_noise``).
-    """
-    rho = float(label_noise)
-    for b, lo, hi in blocks(int(y.shape[0]), NODE_BLOCK):
-        block = community(lo, hi).astype(np.int64)
-        if rho > 0.0:
-            u = _rng(seed, stream, b).random((2, hi - lo))
-            flip = u[0] < rho
-            block[flip] = redraw(u[1][flip])
-        y[lo:hi] = block
-
-
-def write_features(
-    x: np.ndarray,
-    mu: np.ndarray,
-    noise: np.float32,
-    community: Callable[[int, int], np.ndarray],
-    seed: int,
-    stream: int,
-    tick: Callable[[int], None],
-) -> None:
-    """Fill ``x`` ``[N, F]`` block by block: ``mu[community(lo, hi)] + noise * eps`` (float32).
-
-    Callers scale ``mu`` and ``noise`` by ``s = 1 / sqrt(1 + feature_noise**2)``, so every
-    feature has unit variance without a change of the signal-to-noise ratio and deep models
-    train at ordinary learning rates without a normalisation step.
-    """
-    n, f = int(x.shape[0]), int(x.shape[1])
-    for b, lo, hi in blocks(n, FEATURE_BLOCK):
-        block = _rng(seed, stream, b).standard_normal((hi - lo, f), dtype=np.float32)
-        block *= noise
-        block += mu[community(lo, hi)]
-        x[lo:hi] = block
-        tick(hi - lo)
-
-
-def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise DatasetError(f"'seed' must be an integer >= 0 (got {seed!r})")
-    return int(seed)
-
-
-def _check_chunk_edges(chunk_edges: object) -> int:
-    if (
-        isinstance(chunk_edges, bool)
-        or not isinstance(chunk_edges, (int, np.integer))
-        or chunk_edges < 1
-    ):
-        raise DatasetError(
-            f"'chunk_edges' must be an integer >= 1 (got {chunk_edges!r}); it bounds the edges "
-            f"held in memory per step, e.g. 4_000_000"
-        )
-    return int(chunk_edges)
-
-
 # ---------------------------------------------------------------------------- node data
 @dataclasses.dataclass(frozen=True)
-class _Nodes:
+class NodeTables:
     """Node-level state shared by the edge passes (arrays ``[N]``, ``[B]`` or ``[C]``)."""
 
     z: np.ndarray  # [N] community of each node (smallest signed dtype holding C classes)
@@ -505,7 +309,7 @@ def _draw_classes(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.minimum(np.searchsorted(cdf, u, side="right"), cdf.size - 1)
 
 
-def _node_draws(
+def node_draws(
     spec: SyntheticSpec, seed: int, masks: dict[str, np.ndarray] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Communities and raw Pareto weights of every node, block by block.
@@ -524,7 +328,7 @@ def _node_draws(
     inv_shape = -1.0 / (float(spec.degree_exponent) - 1.0)
     fracs = (spec.train_frac, spec.val_frac, spec.test_frac)
     for b, lo, hi in blocks(n, NODE_BLOCK):
-        u = _rng(seed, _NODE_STREAM, b).random((3, hi - lo))
+        u = philox(seed, _NODE_STREAM, b).random((3, hi - lo))
         z[lo:hi] = _draw_classes(cdf, u[0])
         np.subtract(1.0, u[1], out=u[1])  # (0, 1]
         np.power(u[1], inv_shape, out=w[lo:hi])  # Pareto(x_m = 1, shape = gamma - 1) >= 1
@@ -533,7 +337,7 @@ def _node_draws(
     return z, w
 
 
-def _write_labels(spec: SyntheticSpec, seed: int, z: np.ndarray, y: np.ndarray) -> None:
+def write_node_labels(spec: SyntheticSpec, seed: int, z: np.ndarray, y: np.ndarray) -> None:
     """Fill the labels ``y`` (int64 ``[N]``) block by block.
 
     A label is the node's community or, with probability ``label_noise``, a class redrawn from
@@ -564,7 +368,7 @@ def _class_order(z: np.ndarray, class_lo: np.ndarray) -> np.ndarray:
     return order
 
 
-def _nodes(spec: SyntheticSpec, z: np.ndarray, w: np.ndarray) -> _Nodes:
+def node_tables(spec: SyntheticSpec, z: np.ndarray, w: np.ndarray) -> NodeTables:
     """Clip weights to the Chung-Lu bound (in place) and build the per-class sampling tables.
 
     Holds ``z``, ``w``, ``order``, ``cum`` and ``guide`` (about 25 bytes per node for fewer than
@@ -602,17 +406,17 @@ def _nodes(spec: SyntheticSpec, z: np.ndarray, w: np.ndarray) -> _Nodes:
     for lo in range(0, buckets, NODE_BLOCK):
         hi = min(buckets, lo + NODE_BLOCK)
         guide[lo:hi] = np.searchsorted(cum, np.arange(lo, hi, dtype=np.int64) * width, "right")
-    return _Nodes(
+    return NodeTables(
         z, order, cum, class_lo, class_hi, class_start, class_weight, nonempty, guide, width
     )
 
 
 def _centroids(spec: SyntheticSpec, seed: int) -> np.ndarray:
-    rng = _rng(seed, _CENTROID_STREAM, 0)
+    rng = philox(seed, _CENTROID_STREAM, 0)
     return rng.standard_normal((int(spec.num_classes), int(spec.num_features)), dtype=np.float32)
 
 
-def _write_features(
+def write_node_features(
     spec: SyntheticSpec, seed: int, z: np.ndarray, x: np.ndarray, tick: Callable[[int], None]
 ) -> None:
     """Fill ``x`` ``[N, F]``: ``x = (mu[z] + feature_noise * eps) / s`` (:func:`write_features`)."""
@@ -624,7 +428,7 @@ def _write_features(
 
 # ---------------------------------------------------------------------------- edge draws
 def _draw_edges(
-    spec: SyntheticSpec, seed: int, nodes: _Nodes, b0: int, b1: int
+    spec: SyntheticSpec, seed: int, nodes: NodeTables, b0: int, b1: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The undirected draws of edge blocks ``[b0, b1)`` as ``(src, dst)`` node IDs, loops dropped.
 
@@ -635,7 +439,7 @@ def _draw_edges(
     parts = []
     for b in range(b0, b1):
         size = min(EDGE_BLOCK, m - b * EDGE_BLOCK)
-        parts.append(_rng(seed, _EDGE_STREAM, b).random((3, size)))
+        parts.append(philox(seed, _EDGE_STREAM, b).random((3, size)))
     u = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
     del parts
     src, dst = draw_pairs(u, nodes, float(spec.homophily))
@@ -643,7 +447,7 @@ def _draw_edges(
     return src[keep], dst[keep]
 
 
-def draw_pairs(u: np.ndarray, nodes: _Nodes, h: float) -> tuple[np.ndarray, np.ndarray]:
+def draw_pairs(u: np.ndarray, nodes: NodeTables, h: float) -> tuple[np.ndarray, np.ndarray]:
     """``(src, dst)`` of the draws with uniforms ``u`` ``[3, M]`` (self loops included).
 
     Row 0 picks the source, row 1 decides (``< h``) whether the destination is in the source's
@@ -693,214 +497,44 @@ def draw_pairs(u: np.ndarray, nodes: _Nodes, h: float) -> tuple[np.ndarray, np.n
     return src, nodes.order[pos]
 
 
-def _edge_chunks(spec: SyntheticSpec, chunk_edges: int) -> list[tuple[int, int]]:
+def edge_chunks(spec: SyntheticSpec, chunk_edges: int) -> list[tuple[int, int]]:
     """Ranges of edge blocks processed per step (each step holds about ``chunk_edges`` edges)."""
     num_blocks = -(-spec.num_draws // EDGE_BLOCK)
     per_step = max(1, chunk_edges // (2 * EDGE_BLOCK))
     return [(b, min(num_blocks, b + per_step)) for b in range(0, num_blocks, per_step)]
 
 
-def _add_counts(counts: np.ndarray, ids: np.ndarray) -> None:
-    """``counts[ids] += 1`` for every occurrence, without a Python loop or an [N] temporary."""
-    if ids.size == 0:
-        return
-    if 4 * ids.size >= counts.size:
-        counts += np.bincount(ids, minlength=counts.size)
-    else:
-        uniq, cnt = np.unique(ids, return_counts=True)
-        counts[uniq] += cnt
-
-
-def _cumsum_in_place(a: np.ndarray) -> None:
-    """Inclusive prefix sum of the int64 array ``a`` in place, one node block at a time."""
-    carry = 0
-    for lo in range(0, a.size, NODE_BLOCK):
-        seg = a[lo : lo + NODE_BLOCK]
-        seg[0] += carry
-        np.cumsum(seg, out=seg)
-        carry = int(seg[-1])
-
-
-def count_in_degrees(
-    ptr: np.ndarray,
-    chunks: list[tuple[int, int]],
-    draw: Callable[[int, int], tuple[np.ndarray, ...]],
-    num_draws: int,
-    tick: Callable[[int], None],
-) -> None:
-    """Pass 1: add the in-degree of both directions of every draw into ``ptr[1:]``."""
-    for b0, b1 in chunks:
-        src, dst = draw(b0, b1)[:2]
-        _add_counts(ptr[1:], src)
-        _add_counts(ptr[1:], dst)
-        tick(2 * (min(b1 * EDGE_BLOCK, num_draws) - b0 * EDGE_BLOCK))
-
-
-def cursor_positions(ptr: np.ndarray, fill: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Pass 2: the slots of the sorted destinations ``dst`` past their segments' fill counts.
-
-    ``fill[d]`` (the count placed so far in ``d``'s segment) advances by ``d``'s count.
-    """
-    first = np.ones(dst.size, dtype=bool)
-    first[1:] = dst[1:] != dst[:-1]
-    starts = np.flatnonzero(first)
-    group = np.cumsum(first) - 1
-    pos = ptr[dst] + fill[dst] + (np.arange(dst.size, dtype=np.int64) - starts[group])
-    fill[dst[starts]] += np.diff(np.append(starts, dst.size)).astype(fill.dtype)
-    return pos
-
-
-def node_ranges(
-    indptr: np.ndarray, chunk_edges: int
-) -> Iterator[tuple[int, int, int, int, np.ndarray]]:
-    """Destination ranges of about ``chunk_edges`` edges (one node at least; a hub may exceed it).
-
-    Yields ``(lo, hi, a, b, local)``: nodes ``[lo, hi)``, their edges ``[a, b)`` and each
-    edge's destination offset ``local`` (int64, ``dst - lo``).
-    """
-    n = int(indptr.shape[0]) - 1
-    lo = 0
-    while lo < n:
-        hi = int(np.searchsorted(indptr, indptr[lo] + chunk_edges, side="right")) - 1
-        hi = min(n, max(hi, lo + 1))
-        a, b = int(indptr[lo]), int(indptr[hi])
-        local = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(indptr[lo : hi + 1]))
-        yield lo, hi, a, b, local
-        lo = hi
-
-
-def sort_by_time(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    times: np.ndarray,
-    chunk_edges: int,
-    tick: Callable[[int], None],
-    *,
-    by_source: bool,
-) -> None:
-    """Sort each segment of ``(indices, times)`` by time, then source (``by_source``) or stably.
-
-    Destination ranges of about ``chunk_edges`` edges at a time (:func:`node_ranges`).
-    """
-    for _, _, a, b, local in node_ranges(indptr, chunk_edges):
-        seg_src, seg_t = np.asarray(indices[a:b]), np.asarray(times[a:b])
-        keys = (seg_src, seg_t, local) if by_source else (seg_t, local)
-        order = np.lexsort(keys)  # stable: without by_source, equal times keep their order
-        indices[a:b] = seg_src[order]
-        times[a:b] = seg_t[order]
-        tick(b - a)
-
-
-def _sort_pairs(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sort ID pairs by ``(major, minor)``; both must be non-negative integers.
-
-    IDs below 2^31 are packed into one int64 key (``major << 32 | minor``) and sorted with
-    ``np.sort``, several times faster than ``argsort`` plus two gathers.
-    """
-    if major.size == 0:
-        return major.astype(np.int64), np.asarray(minor, dtype=np.int64)
-    if int(major.max()) < 2**31 and int(minor.max()) < 2**31:
-        key = major.astype(np.int64)
-        key <<= 32
-        key |= minor
-        key.sort()
-        low = key & 0xFFFFFFFF
-        key >>= 32
-        return key, low
-    order = np.lexsort((minor, major))  # pragma: no cover - beyond 2^31 nodes
-    return np.asarray(major)[order].astype(np.int64), np.asarray(minor)[order].astype(np.int64)
-
-
-# ---------------------------------------------------------------------------- sinks
-class _Sink(Protocol):
-    def create(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray: ...
-
-    def scratch(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray: ...
-
-    def drop_scratch(self) -> None: ...
-
-
-class _MemorySink:
-    """Collects arrays in RAM (for :func:`generate_graph`)."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[str, np.ndarray] = {}
-
-    def create(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        self.arrays[name] = np.empty(shape, dtype=dtype)
-        return self.arrays[name]
-
-    def scratch(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        return np.empty(shape, dtype=dtype)
-
-    def drop_scratch(self) -> None:
-        pass
-
-
-_SCRATCH = ".scratch-indices.npy"
-
-
-class _DiskSink:
-    """Writes arrays through a :class:`DatasetWriter`; scratch lives in its temporary directory."""
-
-    def __init__(self, writer: DatasetWriter) -> None:
-        self.writer = writer
-        self._scratch = writer.tmp / _SCRATCH
-
-    def create(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        return self.writer.create(name, dtype, shape)
-
-    def scratch(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        return self.writer.scratch(_SCRATCH, dtype, shape)  # space reserved: no SIGBUS
-
-    def drop_scratch(self) -> None:
-        self._scratch.unlink(missing_ok=True)
-
-
 # ---------------------------------------------------------------------------- pipeline
-class _Ticker:
-    def __init__(self, total: int, progress: Progress | None) -> None:
-        self.done, self.total, self.progress = 0, total, progress
-
-    def __call__(self, amount: int) -> None:
-        self.done = min(self.total, self.done + int(amount))
-        if self.progress is not None:
-            self.progress(self.done, self.total)
-
-    def to(self, done: int) -> None:
-        self(max(0, done - self.done))
-
-
-def _generate(
-    spec: SyntheticSpec, seed: int, chunk_edges: int, sink: _Sink, progress: Progress | None
+def generate(
+    spec: SyntheticSpec, seed: int, chunk_edges: int, sink: Sink, progress: Progress | None
 ) -> None:
     """Generate every array of ``spec`` into ``sink``; see the module docstring for the passes."""
     n = int(spec.num_nodes)
     idx_dtype = index_dtype(n)
     chunk_edges = max(int(chunk_edges), 2 * EDGE_BLOCK)  # whole blocks; no per-node Python loop
     slots = 2 * spec.num_draws  # directed edges before loop and duplicate removal
-    tick = _Ticker(3 * slots + n, progress)
+    tick = Ticker(3 * slots + n, progress)
 
     # node data: communities and weights (RAM, O(N)); splits, labels and features in blocks
     bool_ = np.dtype(np.bool_)
-    masks = {name: sink.create(name, bool_, (n,)) for name in _MASKS}
-    z, w = _node_draws(spec, seed, masks)
+    masks = {name: sink.create(name, bool_, (n,)) for name in MASKS}
+    z, w = node_draws(spec, seed, masks)
     del masks
-    _write_labels(spec, seed, z, sink.create("y", np.dtype(np.int64), (n,)))
+    write_node_labels(spec, seed, z, sink.create("y", np.dtype(np.int64), (n,)))
     x = sink.create("x", np.dtype(np.float32), (n, int(spec.num_features)))
-    _write_features(spec, seed, z, x, tick)
+    write_node_features(spec, seed, z, x, tick)
     del x
-    nodes = _nodes(spec, z, w)
+    nodes = node_tables(spec, z, w)
     del w
     if not spec.edge_features:
         del z
-    chunks = _edge_chunks(spec, chunk_edges) if spec.num_draws else []
+    chunks = edge_chunks(spec, chunk_edges) if spec.num_draws else []
 
     # pass 1: in-degree of every node in the symmetrised multigraph, counted into raw_ptr[1:]
     raw_ptr = np.zeros(n + 1, dtype=np.int64)
     draw = functools.partial(_draw_edges, spec, seed, nodes)
     count_in_degrees(raw_ptr, chunks, draw, spec.num_draws, tick)
-    _cumsum_in_place(raw_ptr)
+    cumsum_in_place(raw_ptr)
     num_raw = int(raw_ptr[-1])
     raw = sink.scratch(idx_dtype, (num_raw,))
 
@@ -911,7 +545,7 @@ def _generate(
         s, d = draw(b0, b1)
         src, dst = np.concatenate([s, d]), np.concatenate([d, s])
         del s, d
-        dst, src = _sort_pairs(dst, src)  # by (dst, src); pass 3 sorts segments anyway
+        dst, src = sort_pairs(dst, src)  # by (dst, src); pass 3 sorts segments anyway
         raw[cursor_positions(raw_ptr, fill, dst)] = src
         del src, dst
         tick(2 * (min(b1 * EDGE_BLOCK, spec.num_draws) - b0 * EDGE_BLOCK))
@@ -923,7 +557,7 @@ def _generate(
     written = 0
     pass3_base = tick.done
     for lo_node, hi_node, a, b, local in node_ranges(raw_ptr, chunk_edges):
-        seg_dst, seg_src = _sort_pairs(local, raw[a:b])
+        seg_dst, seg_src = sort_pairs(local, raw[a:b])
         del local
         keep = np.ones(seg_dst.size, dtype=bool)
         keep[1:] = (seg_dst[1:] != seg_dst[:-1]) | (seg_src[1:] != seg_src[:-1])
@@ -957,7 +591,7 @@ def _write_edge_attr(
     z: np.ndarray,
     indptr: np.ndarray,
     indices: np.ndarray,
-    sink: _Sink,
+    sink: Sink,
 ) -> None:
     """``edge_attr`` ``[E, D]`` float32 (see :class:`SyntheticSpec`), in blocks of CSC edges.
 
@@ -971,102 +605,7 @@ def _write_edge_attr(
         hi = min(e, lo + EDGE_BLOCK)
         dst = np.searchsorted(indptr, np.arange(lo, hi), side="right") - 1
         same = z[np.asarray(indices[lo:hi])] == z[dst]
-        block = _rng(seed, _EDGE_ATTR_STREAM, b).standard_normal((hi - lo, d), dtype=np.float32)
+        block = philox(seed, _EDGE_ATTR_STREAM, b).standard_normal((hi - lo, d), dtype=np.float32)
         block *= scale
         block[:, 0] += same
         attr[lo:hi] = block
-
-
-# ---------------------------------------------------------------------------- public API
-def generate_graph(spec: SyntheticSpec, seed: int = 0, *, chunk_edges: int = 4_000_000) -> Graph:
-    """Generate a synthetic graph in memory (for tests and small presets).
-
-    Args:
-        spec: What to generate (see :data:`PRESETS` and :func:`spec_for`).
-        seed: Random seed (>= 0); the same seed gives bit-identical arrays.
-        chunk_edges: Edges processed per step (at least ``2 * EDGE_BLOCK``); affects memory and
-            speed only, never the result.
-
-    Returns:
-        A validated, symmetric :class:`Graph` without self loops or duplicate edges, with float32
-        features ``x``, int64 labels ``y`` and the three split masks.
-
-    Raises:
-        DatasetError: If ``seed`` or ``chunk_edges`` is invalid.
-    """
-    if not isinstance(spec, SyntheticSpec):
-        raise DatasetError(
-            f"'spec' must be a SyntheticSpec (got {type(spec).__name__}); build one with "
-            f"spec_for(preset, scale), valid presets: {', '.join(PRESETS)}"
-        )
-    seed = _check_seed(seed)
-    sink = _MemorySink()
-    _generate(spec, seed, _check_chunk_edges(chunk_edges), sink, None)
-    return Graph(num_classes=int(spec.num_classes), name=spec.name, **sink.arrays)
-
-
-def prepare_synthetic(
-    out: str | os.PathLike[str],
-    preset: str | SyntheticSpec = "small",
-    scale: float = 1.0,
-    seed: int = 0,
-    overwrite: bool = False,
-    chunk_edges: int = 4_000_000,
-    progress: Progress | None = None,
-    edge_features: int = 0,
-    feature_dtype: str | None = None,
-) -> Path:
-    """Generate a synthetic graph straight into a dataset directory, in bounded memory.
-
-    The arrays equal :func:`generate_graph`'s for the same spec and seed. ``meta.json`` records
-    ``source="synthetic"``, ``preset``, ``scale``, ``seed`` and the full ``spec``.
-
-    Memory: about ``30 * num_nodes`` bytes of node tables plus ``50 * chunk_edges`` bytes of
-    working arrays; labels, masks, features and edges go through ``.npy`` memory maps. Disk: the
-    dataset plus a scratch edge array of the same size as ``indices`` while it is being built.
-
-    Args:
-        out: Target dataset directory (must not exist unless ``overwrite``).
-        preset: A preset name from :data:`PRESETS`, or a :class:`SyntheticSpec`.
-        scale: Size factor applied to a named preset (see :func:`spec_for`); must be 1 with a spec.
-        seed: Random seed (>= 0).
-        overwrite: Replace an existing dataset at ``out`` once the new one is complete.
-        chunk_edges: Edges held in memory per step (at least ``2 * EDGE_BLOCK`` = 32768); affects
-            memory and speed only, never the result.
-        progress: Called as ``progress(done, total)`` after each step; units are edge slots per
-            pass plus feature rows, and ``done`` reaches ``total`` at the end.
-        edge_features: Width of the edge features to draw (``SyntheticSpec.edge_features``;
-            0: none, or the spec's own when ``preset`` is a spec).
-        feature_dtype: Store the features compact (:class:`DatasetWriter`'s ``feature_dtype``).
-
-    Returns:
-        The dataset directory.
-
-    Raises:
-        DatasetError: Unknown preset, invalid scale/seed/chunk size, or ``out`` already exists.
-    """
-    if isinstance(preset, SyntheticSpec):
-        if scale != 1.0:
-            raise DatasetError(
-                f"'scale' applies to named presets only (got scale={scale!r} with a "
-                f"SyntheticSpec); scale the spec's num_nodes/num_edges instead"
-            )
-        spec, preset_name = preset, preset.name
-    else:
-        spec, preset_name = spec_for(preset, scale), str(preset)
-    if edge_features:
-        spec = dataclasses.replace(spec, edge_features=edge_features)
-    seed = _check_seed(seed)
-    chunk_edges = _check_chunk_edges(chunk_edges)
-    with DatasetWriter(
-        out, name=spec.name, overwrite=overwrite, feature_dtype=feature_dtype
-    ) as writer:
-        _generate(spec, seed, chunk_edges, _DiskSink(writer), progress)
-        return writer.commit(
-            num_classes=int(spec.num_classes),
-            source="synthetic",
-            preset=preset_name,
-            scale=float(scale),
-            seed=seed,
-            spec=dataclasses.asdict(spec),
-        )
