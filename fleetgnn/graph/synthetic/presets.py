@@ -70,8 +70,10 @@ _MAG = TypedSyntheticSpec(
 #: IGBH's schema (paper, author, institute, fos; cites, written_by, affiliated_to, topic; the
 #: journal and conference types of its large and full releases are left out), features on every
 #: type (IGBH: 1024 wide, here 128 to keep the preset light) and 19 classes, as IGBH's coarse
-#: labels; sizes in IGBH-tiny's order of magnitude (100k papers).
-_IGBH = TypedSyntheticSpec(
+#: labels; sizes in IGBH-tiny's order of magnitude (100k papers). Its target type and its
+#: homophily, feature noise and label noise are mag-like's.
+_IGBH = dataclasses.replace(
+    _MAG,
     node_types=(
         ("paper", 100_000, 128),
         ("author", 357_041, 128),
@@ -84,14 +86,10 @@ _IGBH = TypedSyntheticSpec(
         ("author", "affiliated_to", "institute", 325_410),
         ("paper", "topic", "fos", 718_445),
     ),
-    target="paper",
     num_classes=19,
     train_frac=0.6,
     val_frac=0.2,
     test_frac=0.2,
-    homophily=0.8,
-    feature_noise=6.0,
-    label_noise=0.1,
     name="igbh-like",
 )
 
