@@ -39,7 +39,6 @@ memory is the peak per rank and tier. The link kinds and tiers are those of the 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -47,7 +46,6 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.config import FullGraphEngineConfig
-from fleetgnn.config.units import parse_bytes
 from fleetgnn.cost.fullgraph_memory import (
     RankCounts,
     fullgraph_parts,
@@ -57,15 +55,26 @@ from fleetgnn.cost.fullgraph_memory import (
     reference_parts,
     step_peak_bytes,
 )
+from fleetgnn.cost.minibatch_store import (
+    FEAT_ELEM,
+    PLACEMENTS,
+    cached_store,
+    edge_split,
+    edge_tiers,
+    expected_unique,
+    modelled_store,
+    parse_budget,
+    presample,
+    store_loads,
+    xgnn_cache,
+)
 from fleetgnn.cost.offload_memory import chunk_live_bytes, layer_memory
 from fleetgnn.cost.replay import minibatch_counts, split_counts
-from fleetgnn.cost.store_model import plan_feature_cache
 from fleetgnn.cost.workload import IDX_BYTES as _IDX
 from fleetgnn.cost.workload import ModelShape, Prediction, Workload
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.store import resolve_sampling
-from fleetgnn.store.edge_table import BudgetSplit, split_bytes
 from fleetgnn.store.tiers import TierBudgets
 
 #: Fraction of a sampled layer's edges that cross METIS splits: GSplit Table 5 reports a local-edge
@@ -162,13 +171,6 @@ def _check_memory(pred: Prediction, hw: Any, world: int, *, host_shared: bool = 
             f"host memory: needs {host / 2**30:.2f} GiB per host, "
             f"the host has {host_cap / 2**30:.2f} GiB"
         )
-
-
-def _expected_unique(draws: float, population: float) -> float:
-    """Expected distinct items in ``draws`` uniform draws from ``population`` items."""
-    if population <= 0:
-        return 0.0
-    return population * (1.0 - math.exp(-draws / population))
 
 
 def temporal_rate(hw: Any) -> float:
@@ -412,8 +414,8 @@ def _offload_counts(wl: Workload, world: int, chunks: int, partition: str) -> di
     # modelled: each chunk's rows are its destinations plus the distinct sources of its edges
     dst = n / (world * chunks)
     edges = e / (world * chunks)
-    rows = dst + _expected_unique(edges, n)
-    batch = _expected_unique(world * edges, n) + world * dst  # T_j with inter-rank overlap
+    rows = dst + expected_unique(edges, n)
+    batch = expected_unique(world * edges, n) + world * dst  # T_j with inter-rank overlap
     total = chunks * min(batch, n)
     return {
         "intra": total,
@@ -528,194 +530,6 @@ def predict_offload(
 
 
 # ---------------------------------------------------------------------------------- mini-batch
-#: Bytes of one feature element of a dataset known only by its shape (float32 datasets).
-_FEAT_ELEM = 4
-#: Bytes the store records per node it looks up (two ``indptr`` entries).
-_LOOKUP = 16
-PLACEMENTS: tuple[str, ...] = ("degree", "presample")
-
-
-def _presample(wl: Workload, batch_size: int | None = None) -> dict[str, Any]:
-    """One step's sample modelled from the counts (no dataset): rows and edges per hop.
-
-    Every hop draws ``min(fanout, E / N)`` neighbours per frontier node (all for ``-1``); the
-    new nodes of a hop are the distinct ones among its draws (uniform neighbours). With the
-    dataset, the engines' own samples are replayed instead (:mod:`fleetgnn.cost.replay`).
-
-    Returns:
-        ``input_rows`` (rows of the first block), ``edges`` (sampled edges, all hops),
-        ``nodes`` (block source rows summed over layers) and ``hop_edges`` (per block, input
-        layer first, like the engines' ``blocks``).
-    """
-    frontier = float(batch_size if batch_size is not None else wl.batch_size)
-    edges = nodes = 0.0
-    hop_edges = []
-    for f in wl.fanouts:  # hop 0 expands the seeds
-        fan = wl.mean_degree if f < 0 else min(f, wl.mean_degree)
-        e = frontier * fan
-        hop_edges.append(e)
-        edges += e
-        frontier = min(frontier + _expected_unique(e, wl.num_nodes), wl.num_nodes)
-        nodes += frontier
-    return {
-        "input_rows": frontier,
-        "edges": edges,
-        "nodes": nodes,
-        "hop_edges": hop_edges[::-1],
-    }
-
-
-def _budget(value: Any, default: int, name: str) -> int:
-    """A byte budget knob (``"64MB"``, an int), ``default`` when ``None``."""
-    return int(default) if value is None else parse_bytes(value, name)
-
-
-def _modelled_store(
-    wl: Workload, world: int, device_budget: int, host_budget: int, order: str
-) -> tuple[dict[str, tuple[float, float]], int, int, int]:
-    """The store's tiers for a graph known by its counts (no dataset).
-
-    Topology (``8 * N + index * E`` bytes) and features (``N * F * 4``) take the device
-    budgets (``W * device_budget``) and then the host budget in ``order``; a kind's reads are
-    served from each tier in proportion to the bytes it holds there (uniform access assumed).
-
-    Returns:
-        ``({kind: (device fraction, host fraction)}, device bytes per rank, host bytes, index
-        bytes)``.
-    """
-    if order not in ("graph_first", "features_first"):
-        raise ConfigError(f"order={order!r} is not one of graph_first, features_first")
-    idx = 4 if wl.num_nodes < 2**31 else 8
-    kinds = [
-        ("topology", 8 * wl.num_nodes + idx * wl.num_edges),
-        ("features", wl.num_nodes * wl.feature_row_bytes(_FEAT_ELEM)),  # as stored
-    ]
-    if order == "features_first":
-        kinds.reverse()
-    dev_left, host_left = device_budget * world, host_budget
-    fractions = {}
-    for kind, size in kinds:
-        on_dev = min(size, dev_left)
-        on_host = min(size - on_dev, host_left)
-        dev_left -= on_dev
-        host_left -= on_host
-        fractions[kind] = (on_dev / size, on_host / size) if size else (0.0, 0.0)
-    return fractions, (device_budget * world - dev_left) // world, host_budget - host_left, idx
-
-
-def _xgnn_cache(
-    wl: Workload, hw: Any, world: int, device_budget: Any, host_budget: int, order: Any
-) -> Any:
-    """:func:`~fleetgnn.cost.store_model.plan_feature_cache` for a graph known by its counts.
-
-    The engine's ``batch_size`` is per rank; the store model's is global. ``None`` where the
-    model refuses the workload (it says why in a :class:`ConfigError`; the caller then falls
-    back to uniform access).
-    """
-    try:
-        return plan_feature_cache(
-            dataclasses.replace(wl, batch_size=wl.batch_size * world),
-            hw,
-            world,
-            device_budget=None
-            if device_budget is None
-            else _budget(device_budget, 0, "device_budget"),
-            host_budget=host_budget,
-            order=order or None,
-        )
-    except ConfigError:
-        return None
-
-
-def _cached_store(wl: Workload, cache: Any) -> tuple[dict[str, tuple[float, float]], int, int, int]:
-    """:func:`_modelled_store`'s tuple from XGNN's plan: device hits at its degree-skewed rates.
-
-    A read the device misses goes to the host tier or disk in proportion to the bytes each
-    holds of that kind (the host holds the next-hottest rows, so this overstates disk reads).
-    """
-    fractions = {}
-    for kind, hit in (("features", cache.feature_hit), ("topology", cache.topology_hit)):
-        host, disk = cache.host_bytes.get(kind, 0), cache.disk_bytes.get(kind, 0)
-        on_host = (1.0 - hit) * (host / (host + disk) if host + disk else 1.0)
-        fractions[kind] = (hit, on_host)
-    idx = 4 if wl.num_nodes < 2**31 else 8
-    return (
-        fractions,
-        int(sum(cache.device_bytes.values())),
-        int(sum(cache.host_bytes.values())),
-        idx,
-    )
-
-
-def _edge_split(wl: Workload, budgets: TierBudgets) -> BudgetSplit:
-    """The engine's split of ``budgets`` between node and edge rows, from the counts.
-
-    :func:`~fleetgnn.store.edge_table.split_bytes` of the node store's bytes (``indptr``, one
-    index per edge, the stored feature rows, as
-    :func:`~fleetgnn.store.edge_table.node_store_bytes` counts them) and the edge rows'
-    (``E`` rows of :meth:`~fleetgnn.cost.workload.Workload.edge_row_bytes`), by
-    ``store.edge_share`` when given.
-    """
-    idx = 4 if wl.num_nodes < 2**31 else 8
-    nodes = (
-        8 * (wl.num_nodes + 1)
-        + idx * wl.num_edges
-        + wl.num_nodes * wl.feature_row_bytes(_FEAT_ELEM)
-    )
-    return split_bytes(budgets, nodes, wl.num_edges * wl.edge_row_bytes(), wl.edge_share)
-
-
-def _edge_tiers(wl: Workload, world: int, budgets: TierBudgets) -> tuple[float, float, int, int]:
-    """The edge table's tiers within its ``budgets``, for a graph known by its counts.
-
-    As :func:`~fleetgnn.store.edge_table.plan_edge_rows` fills them: the longest prefix of rows
-    dealt modulo ``world`` that fits every rank's device budget, then the host tier; reads are
-    served in proportion to the rows each tier holds (uniform access assumed).
-
-    Returns:
-        ``(device fraction, host fraction, device bytes per rank, host bytes)``.
-    """
-    e, row = wl.num_edges, wl.edge_row_bytes()
-    if not e or not row:
-        return 0.0, 0.0, 0, 0
-    on_dev = min(e, budgets.device // row * world)
-    on_host = min(e - on_dev, budgets.host // row)
-    return on_dev / e, on_host / e, -(-on_dev // world) * row, on_host * row
-
-
-def _store_loads(
-    wl: Workload, world: int, per_host: int, steps: int, s: dict[str, Any], store: tuple
-) -> dict[str, float]:
-    """Store bytes per link kind of an epoch (all ranks), modelled (see :func:`_modelled_store`).
-
-    With an ``edges`` entry in the fractions, one edge row per sampled edge too; only the
-    kinds ``fractions`` names are counted.
-    """
-    fractions, _, _, idx = store
-    rows, edges = s["input_rows"], s["edges"]
-    per_step = {
-        "features": rows * wl.feature_row_bytes(_FEAT_ELEM),  # stored bytes per row
-        # the sampler looks up every seed, every sampled edge's destination and every new
-        # node (edges + input rows lookups) and reads one index per sampled edge
-        "topology": _LOOKUP * (edges + rows) + idx * edges,
-    }
-    if "edges" in fractions:  # every sampled edge of a block reads its edge row
-        per_step["edges"] = edges * wl.edge_row_bytes()
-    loads = dict.fromkeys(("local", "peer", "net", "h2d", "disk"), 0.0)
-    for kind, b in per_step.items():
-        if kind not in fractions:
-            continue
-        total = b * steps * world
-        on_dev, on_host = fractions[kind]
-        dev = total * on_dev
-        loads["local"] += dev / world
-        loads["peer"] += dev * (per_host - 1) / world
-        loads["net"] += dev * (world - per_host) / world
-        loads["h2d"] += total * on_host
-        loads["disk"] += total * max(0.0, 1.0 - on_dev - on_host)
-    return loads
-
-
 def _link_seconds(hw: Any, traffic: Mapping[str, int], world: int) -> float:
     """Seconds per rank to move its share of ``traffic`` over each link kind."""
     rates = {"local": float(hw.gather_rate)}
@@ -746,8 +560,8 @@ def predict_minibatch(
     """
     m = wl.model
     per_host = min(world, int(hw.num_devices))
-    dev_b = _budget(device_budget, int(hw.device_memory) // 2, "device_budget")
-    host_b = _budget(knobs.get("host_budget"), int(hw.host_memory) // 2, "host_budget")
+    dev_b = parse_budget(device_budget, int(hw.device_memory) // 2, "device_budget")
+    host_b = parse_budget(knobs.get("host_budget"), int(hw.host_memory) // 2, "host_budget")
     # store.sampling as the engine resolves it: a CSC replica on the device, out of the budget
     replica = (wl.num_nodes + 1) * _IDX + wl.num_edges * _IDX
     sampling = str(knobs.get("sampling") or "auto")
@@ -797,21 +611,21 @@ def predict_minibatch(
                 "loads": dict(c.edge_loads),
             }
     else:
-        mean = peak = _presample(wl)
+        mean = peak = presample(wl)
         steps = math.ceil(wl.num_train / (wl.batch_size * world))
         node_dev, node_host = device_budget, host_b
         split = None
         if wl.edge_dim:  # the node rows get what the edge rows leave of each tier
             total = dev_b
             if device_budget is None:  # XGNN's budget: the device less the step's workspace
-                first = _xgnn_cache(wl, hw, world, None, host_b, knobs.get("order"))
+                first = xgnn_cache(wl, hw, world, None, host_b, knobs.get("order"))
                 total = first.budget if first is not None else dev_b
-            split = _edge_split(wl, TierBudgets(total, host_b))
+            split = edge_split(wl, TierBudgets(total, host_b))
             node_dev, node_host = split.nodes.device, split.nodes.host
-        cache = _xgnn_cache(wl, hw, world, node_dev, node_host, knobs.get("order"))
+        cache = xgnn_cache(wl, hw, world, node_dev, node_host, knobs.get("order"))
         if cache is not None:  # XGNN's placement: degree-skewed hits, the faster order
             dev_b, order = cache.budget, cache.order
-            store = _cached_store(wl, cache)
+            store = cached_store(wl, cache)
             cache_knobs = {
                 "cache_ratio": round(cache.cache_ratio, 4),
                 "feature_hit": round(cache.feature_hit, 4),
@@ -824,11 +638,11 @@ def predict_minibatch(
         else:  # the degree model does not apply (e.g. no training nodes): uniform access
             if split is not None:
                 dev_b = split.nodes.device
-            store = _modelled_store(wl, world, dev_b, host_b if split is None else node_host, order)
+            store = modelled_store(wl, world, dev_b, host_b if split is None else node_host, order)
             cache_knobs = {}
             counts = "model (uniform access)"
         if split is not None:  # the edge table in its share of the tiers, read uniformly
-            on_dev, on_host, edge_dev, edge_host = _edge_tiers(wl, world, split.edges)
+            on_dev, on_host, edge_dev, edge_host = edge_tiers(wl, world, split.edges)
             fractions = {**store[0], "edges": (on_dev, on_host)}
             store = (fractions, store[1] + edge_dev, store[2] + edge_host, store[3])
             dev_b = split.nodes.device + split.edges.device  # the store's whole budget
@@ -838,12 +652,12 @@ def predict_minibatch(
                 "host_bytes": edge_host,
                 "loads": {
                     k: int(v)
-                    for k, v in _store_loads(
+                    for k, v in store_loads(
                         wl, world, per_host, steps, mean, ({"edges": (on_dev, on_host)}, 0, 0, 0)
                     ).items()
                 },
             }
-        loads = _store_loads(wl, world, per_host, steps, mean, store)
+        loads = store_loads(wl, world, per_host, steps, mean, store)
         device, host = store[1], store[2]
     link = "peer" if world <= int(hw.num_devices) else "net"
     loaded = {k: int(v) for k, v in loads.items()}
@@ -934,9 +748,9 @@ def predict_split(
     ``range``, ``hash``, ``random``; default ``metis``), ``seed`` (default 0).
     """
     m = wl.model
-    dev_b = _budget(device_budget, int(hw.device_memory) // 2, "device_budget")
+    dev_b = parse_budget(device_budget, int(hw.device_memory) // 2, "device_budget")
     host = knobs.get("host_budget")
-    host_b = None if host is None else _budget(host, 0, "host_budget")
+    host_b = None if host is None else parse_budget(host, 0, "host_budget")
     method = str(knobs.get("partition", "metis"))
     if wl.graph is not None:
         g = wl.graph
@@ -961,16 +775,16 @@ def predict_split(
             rows = tuple((e * SPLIT_CUT * steps,) * 2 for e in c.layer_edges)
         mean = {"input_rows": c.input_rows, "edges": c.edges, "nodes": c.nodes}
         peak = {"input_rows": c.max_input_rows, "edges": c.max_edges, "nodes": c.max_nodes}
-        row = wl.feature_row_bytes(_FEAT_ELEM)  # as the store holds it (store.feature_dtype)
+        row = wl.feature_row_bytes(FEAT_ELEM)  # as the store holds it (store.feature_dtype)
         device = max(c.device_bytes)
         uncached = (wl.num_nodes - sum(c.device_bytes) // max(row, 1)) * row
         counts = "exact" if c.exact else f"presampled {c.replayed} of {c.steps} steps"
         if modelled_cut:
             counts += f"; metis modelled ({SPLIT_CUT:.0%} of sampled edges cross splits)"
     else:
-        mean = peak = _presample(wl)
+        mean = peak = presample(wl)
         steps = math.ceil(wl.num_train / wl.batch_size)
-        row = wl.feature_row_bytes(_FEAT_ELEM)
+        row = wl.feature_row_bytes(FEAT_ELEM)
         feat_bytes = wl.num_nodes * row
         cached = min(1.0, dev_b * world / max(feat_bytes, 1))
         gathered = mean["input_rows"] * row * steps

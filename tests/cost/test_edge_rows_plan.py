@@ -255,7 +255,7 @@ def test_the_plan_shows_the_edge_rows_and_skips_the_engines_without_them(graph):
 def test_a_shape_plan_counts_the_edge_rows():
     """From the counts: the edge rows take their share of the store's budget and are read once
     per sampled edge; the full-graph engines hold them."""
-    from fleetgnn.cost.models import _presample
+    from fleetgnn.cost.minibatch_store import presample
 
     shape = {"nodes": 2_449_029, "edges": 61_859_140, "features": 100, "classes": 47}
     gin = workload_from_config(_cfg("gin"), shape=shape)
@@ -267,7 +267,7 @@ def test_a_shape_plan_counts_the_edge_rows():
     assert b.memory["device"] <= 64 << 20 and b.knobs["edge_rows"]["row_bytes"] == 64
     edge = b.knobs["edge_rows"]
     assert edge["device_bytes"] > 0 and edge["host_bytes"] > 0
-    sampled = _presample(gine)["edges"] * b.steps * 4  # every rank, every step
+    sampled = presample(gine)["edges"] * b.steps * 4  # every rank, every step
     assert sum(edge["loads"].values()) == pytest.approx(sampled * 64, rel=1e-6)
     assert sum(b.traffic.get(k, 0) for k in ("local", "peer", "h2d", "disk")) > sum(
         a.traffic.get(k, 0) for k in ("local", "peer", "h2d", "disk")

@@ -124,12 +124,12 @@ def test_modelled_minibatch_traffic_counts_stored_bytes():
     """Counts only, every row on the host tier: the gathered h2d feature bytes halve."""
     wl = _shape(None)
     wl16 = dataclasses.replace(wl, feature_dtype="bfloat16")
-    from fleetgnn.cost.models import _modelled_store, _presample, _store_loads
+    from fleetgnn.cost.minibatch_store import modelled_store, presample, store_loads
 
-    s = _presample(wl)
+    s = presample(wl)
     loads = {}
     for w in (wl, wl16):
-        store = _modelled_store(w, 1, 0, 2**50, "graph_first")  # nothing on the device
-        loads[w.feature_dtype] = _store_loads(w, 1, 1, 1, s, store)["h2d"]
+        store = modelled_store(w, 1, 0, 2**50, "graph_first")  # nothing on the device
+        loads[w.feature_dtype] = store_loads(w, 1, 1, 1, s, store)["h2d"]
     topo = loads[None] - s["input_rows"] * 4 * F
     assert loads["bfloat16"] - topo == pytest.approx(s["input_rows"] * 2 * F)

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fleetgnn.graph.synthetic import PRESETS, prepare_synthetic
 from fleetgnn.graph.dataset import open_dataset
+from fleetgnn.graph.synthetic import PRESETS, prepare_synthetic
 
 
 def _digest(root: Path) -> str:

@@ -219,9 +219,9 @@ def write(
 
     ``meta.json`` records ``source="synthetic"``, ``preset``, ``scale``, ``seed``, the
     ``generator_version`` and, for a timed spec, ``time_horizon``. ``feature_dtype`` stores the
-    feature tables compact (:class:`~fleetgnn.graph.dataset.DatasetWriter`'s: one dtype, or per type); the float32
-    draws are unchanged. ``progress`` counts draws (twice per relation, three times when timed)
-    plus feature rows (and node times).
+    feature tables compact (:class:`~fleetgnn.graph.dataset.DatasetWriter`'s: one dtype, or
+    per type); the float32 draws are unchanged. ``progress`` counts draws (twice per relation,
+    three times when timed) plus feature rows (and node times).
 
     Memory: per relation ``16 * N_dst`` bytes of counters plus about ``60 * chunk_edges``
     bytes of draws; features, labels, masks and edges go through ``.npy`` memory maps.
