@@ -26,7 +26,8 @@ from fleetgnn.graph.compact_rows import applied_feature_dtype
 from fleetgnn.graph.rows import RowReader
 from fleetgnn.nn import check_model
 from fleetgnn.nn.pyg import PygModel
-from fleetgnn.tasks import NODE_CLASSIFICATION, check_label_range
+from fleetgnn.sampling import SeedLoader
+from fleetgnn.tasks import NODE_CLASSIFICATION, Task, check_label_range
 from fleetgnn.tasks.base import LossFn as LossFn
 from fleetgnn.tasks.node import check_label_bounds
 from fleetgnn.tasks.node import cross_entropy as cross_entropy
@@ -169,12 +170,20 @@ def refuse_typed(engine: str, graph: Any) -> None:
     )
 
 
-def require_trainable(graph: Graph) -> None:
-    """Raise :class:`DatasetError` unless ``graph`` has features, labels and a training split."""
+def require_trainable(graph: Graph, task: Task | type[Task] = NODE_CLASSIFICATION) -> None:
+    """Raise :class:`DatasetError` unless ``graph`` has what ``task`` (or its class) trains on.
+
+    Every task needs node features; one that trains on node labels
+    (:attr:`~fleetgnn.tasks.Task.needs_labels`: node classification) needs labels and a
+    training split too. Link prediction does not: a graph of features and edges trains.
+    """
     refuse_typed("reference", graph)
-    if graph.y is None or graph.train_mask is None:
+    if task.needs_labels and (graph.y is None or graph.train_mask is None):
+        what = "labels (y)" if graph.y is None else "train_mask"
         raise DatasetError(
-            f"dataset '{graph.name}' has no labels or no train_mask; training needs both"
+            f"dataset '{graph.name}' has no {what}; node classification trains on labels and a "
+            f"train_mask: prepare it with them (e.g. 'fleetgnn prepare edgelist --labels "
+            f"FILE'), or train link prediction (--task link), which reads neither"
         )
     if graph.x is None:
         raise DatasetError(
@@ -243,6 +252,89 @@ class LabelRows:
         if self.num_classes is not None:
             check_label_range(y, [np.ones(y.shape[0], dtype=bool)], self.num_classes)
         return torch.from_numpy(y)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeLabels:
+    """What a task reads of a rank's rows for node labels (:func:`node_labels`).
+
+    For a task that reads no labels (:attr:`~fleetgnn.tasks.Task.needs_labels` false: link
+    prediction) it holds nothing: no labels, no masks, no training rows, no classes, and
+    nothing of the dataset's label or mask arrays is read.
+
+    Attributes:
+        y: int64 labels ``[R]`` of the rows, on the device (``None``: not read).
+        masks: The split masks present, bool ``[R]`` on the device (empty: not read).
+        train: The rows of the training nodes, 0-based among the ``R`` rows, int64 on the CPU.
+        num_classes: ``C`` (``None``: not read).
+        num_train: Training nodes of the whole graph (a full-graph step's loss divisor).
+    """
+
+    y: torch.Tensor | None
+    masks: dict[str, torch.Tensor]
+    train: torch.Tensor
+    num_classes: int | None
+    num_train: int
+
+    def __repr__(self) -> str:
+        rows = "-" if self.y is None else str(int(self.y.shape[0]))
+        return (
+            f"NodeLabels(rows={rows}, splits={sorted(self.masks)}, train={self.num_train}, "
+            f"num_classes={self.num_classes})"
+        )
+
+
+def node_labels(
+    task: Task, graph: Graph, device: torch.device | str = "cpu", *, rows: Graph | None = None
+) -> NodeLabels:
+    """The :class:`NodeLabels` ``task`` reads of ``rows`` (``None``: every row of ``graph``).
+
+    Args:
+        task: The engine's task; one without :attr:`~fleetgnn.tasks.Task.needs_labels` gets an
+            empty :class:`NodeLabels` and no array of ``graph`` is read.
+        graph: The whole dataset (its class count and training-node count).
+        device: Where the labels and masks go.
+        rows: This rank's rows (:meth:`~fleetgnn.partition.PartitionBook.part_rows`).
+    """
+    if not task.needs_labels:
+        return NodeLabels(None, {}, torch.empty(0, dtype=torch.int64), None, 0)
+    own = graph if rows is None else rows
+    num_classes = num_classes_of(graph)
+    y, masks = labels_and_masks(own, num_classes=num_classes)  # checked on the host
+    train = torch.nonzero(masks["train"]).view(-1)
+    num_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
+    on = {s: m.to(device) for s, m in masks.items()}
+    return NodeLabels(y.to(device), on, train, num_classes, num_train)
+
+
+def label_rows(task: Task, graph: Graph) -> LabelRows | None:
+    """The sampled engines' per-batch labels (:class:`LabelRows`; ``None``: ``task`` reads none)."""
+    return LabelRows(graph.y, num_classes_of(graph)) if task.needs_labels else None
+
+
+def seed_loader(task: Task, graph: Graph, batch_size: int, **kwargs: Any) -> SeedLoader | None:
+    """A :class:`~fleetgnn.sampling.SeedLoader` (``kwargs``: its own) of the training nodes.
+
+    ``None`` for a task that reads no labels: its steps' seeds are edges
+    (:class:`~fleetgnn.engines.link.EdgeBatches`), and a graph without labels has no
+    training nodes.
+    """
+    if not task.needs_labels:
+        return None
+    train = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+    return SeedLoader(train, batch_size, **kwargs)
+
+
+def presample_seeds(task: Task, graph: Graph) -> torch.Tensor:
+    """The nodes a pre-sampling placement samples around (int64 IDs, ascending).
+
+    The training nodes of a task that trains on labels; otherwise the endpoints of the link
+    task's training pairs, the nodes its edge batches sample around.
+    """
+    if task.needs_labels:
+        return torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+    src, dst = task.train_pairs()  # type: ignore[attr-defined]
+    return torch.unique(torch.cat([src, dst]))
 
 
 def check_labels(logits: torch.Tensor, target: torch.Tensor) -> None:
@@ -409,7 +501,12 @@ def one_process_setup(engine: Any, config: Any) -> Any:
 
 
 def setup_distributed(
-    name: str, graph: Graph, config: Any, config_cls: type, ctx: Any
+    name: str,
+    graph: Graph,
+    config: Any,
+    config_cls: type,
+    ctx: Any,
+    task: Task = NODE_CLASSIFICATION,
 ) -> DistSetup:
     """The prologue every distributed engine shares: its :class:`DistSetup`.
 
@@ -422,15 +519,17 @@ def setup_distributed(
         config: The engine's typed config (``None``: defaults).
         config_cls: The engine's config class.
         ctx: This process's context (``None``: :func:`~fleetgnn.distributed.init`).
+        task: The engine's task (what of the dataset it reads: :func:`require_trainable`).
 
     Raises:
         ConfigError: If ``config`` is another engine's config, or its ``device`` contradicts the
             context's (``"cpu"`` for a rank on a GPU, or ``"cuda"`` for a CPU rank).
-        DatasetError: If the graph has no features, labels or training split.
+        DatasetError: If the graph has no features, or no labels or training split for a task
+            that trains on them.
     """
     cfg = engine_config(name, config, config_cls)
     refuse_typed(name, graph)
-    require_trainable(graph)
+    require_trainable(graph, task)
     return dist_setup(name, cfg, ctx)
 
 

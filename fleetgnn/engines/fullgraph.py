@@ -60,9 +60,8 @@ from fleetgnn.engines.common import (
     HeldBytes,
     LossFn,
     autocast_dtype,
-    labels_and_masks,
+    node_labels,
     normalize_rows,
-    num_classes_of,
     process_memory,
     setup_distributed,
     setup_model,
@@ -296,7 +295,7 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         graph, loss = setup_task(self, "full", task, graph, loss)
         if self.link:
             check_link_model(model)
-        dist = setup_distributed(self.name, graph, config, FullGraphEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, FullGraphEngineConfig, ctx, self.task)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         fc: FullGraphEngineConfig = dist.config
         # ---- partition + layout (timed: MGG's preprocessing)
@@ -323,11 +322,12 @@ class FullGraphEngine(FullGraphEngineBase, DistributedEngine):
         stored = applied_feature_dtype(graph.x, fc.feature_dtype)  # as the dataset stores them
         x = stored_values(torch.from_numpy(own.x), stored)  # type: ignore[arg-type]
         self.x = normalize_rows(x.to(self.dtype), fc.feature_norm).to(self.device)
-        self.y, self.masks = labels_and_masks(own, 0, hi - lo, self.device, num_classes_of(graph))
+        # the labels, masks and training rows the task reads (none for link prediction)
+        labels = node_labels(self.task, graph, self.device, rows=own)
         del own
-        self.train_idx = torch.nonzero(self.masks["train"]).view(-1)
-        self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
-        self.num_classes = num_classes_of(graph)
+        self.y, self.masks = labels.y, labels.masks
+        self.train_idx = labels.train.to(self.device)
+        self.global_train = labels.num_train
         self.module = setup_model(self, model, optimizer, loss)
         self.model = self.module
         if self.link:

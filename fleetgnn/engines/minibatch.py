@@ -65,11 +65,12 @@ from fleetgnn.engines.base import StepStats
 from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
-    LabelRows,
     LossFn,
     check_fanouts,
+    label_rows,
     normalize_rows,
-    num_classes_of,
+    presample_seeds,
+    seed_loader,
     setup_distributed,
     setup_model,
 )
@@ -213,7 +214,7 @@ class MinibatchEngine(SampledEngine):
     ) -> None:
         mode = getattr(config, "mode", None) or "minibatch"
         graph, loss = setup_task(self, mode, task, graph, loss)
-        dist = setup_distributed(self.name, graph, config, MinibatchEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, MinibatchEngineConfig, ctx, self.task)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         sc: MinibatchEngineConfig = dist.config
         check_fanouts(sc.fanouts, model)
@@ -255,7 +256,11 @@ class MinibatchEngine(SampledEngine):
             graph,
             self.store_comm,
             budgets,
-            placement=self._hotness(graph, sc) if sc.placement == "presample" else "degree",
+            placement=(
+                self._hotness(graph, sc, presample_seeds(self.task, graph))
+                if sc.placement == "presample"
+                else "degree"
+            ),
             order=sc.order,
             one_sided=self.gather == "one_sided",
             meter=self.store_meter,
@@ -264,9 +269,8 @@ class MinibatchEngine(SampledEngine):
             device=self.device,  # gather returns rows there; feature shards live there on CUDA
             feature_dtype=sc.feature_dtype,  # compact rows in every tier, read back in gather
         )
-        if not self.link:
-            self.num_classes = num_classes_of(graph)
-            self.y = LabelRows(graph.y, self.num_classes)  # each batch reads its own rows
+        #: The seeds' labels, each batch reading its own rows (``None``: the task reads none).
+        self.y = label_rows(self.task, graph)
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
         #: Temporal evaluation: queries (link) or nodes embedded at once (bounds its memory).
@@ -283,7 +287,11 @@ class MinibatchEngine(SampledEngine):
                 self.budget_split.edges,
                 node_order=self.store.plan.topology.order,  # the node rows' hotness
                 fanout=-1 if -1 in fanouts else max(fanouts),
-                counts=self._edge_counts(graph, sc) if sc.placement == "presample" else None,
+                counts=(
+                    self._edge_counts(graph, sc, presample_seeds(self.task, graph))
+                    if sc.placement == "presample"
+                    else None
+                ),
                 one_sided=self.gather == "one_sided",
                 meter=self.store_meter,
                 name="store.edges",
@@ -298,9 +306,14 @@ class MinibatchEngine(SampledEngine):
             if self.edge_table is not None
             else EdgeRows.of(self.module, graph, self.dtype, self.device)  # refuses: no edge_attr
         )
-        train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
-        self.loader = SeedLoader(
-            train_ids, sc.batch_size, rank=self.rank, world_size=self.world_size, seed=self.seed
+        #: The training nodes' loader (``None``: the task's seeds are edges, ``self.edges``).
+        self.loader = seed_loader(
+            self.task,
+            graph,
+            sc.batch_size,
+            rank=self.rank,
+            world_size=self.world_size,
+            seed=self.seed,
         )
         topology = replica if replica is not None else self.store
         self.sampler = NeighborSampler(
@@ -355,14 +368,17 @@ class MinibatchEngine(SampledEngine):
         )
 
     @staticmethod
-    def _hotness(graph: Graph, sc: MinibatchEngineConfig, batches: int = 8) -> Any:
+    def _hotness(
+        graph: Graph, sc: MinibatchEngineConfig, seeds: torch.Tensor, batches: int = 8
+    ) -> Any:
         """XGNN/GNNLab pre-sampling: rank nodes by how often ``batches`` sampled batches read them.
 
+        The batches' seeds are drawn from ``seeds`` (:func:`~fleetgnn.engines.common.
+        presample_seeds`: the training nodes, or a link task's training pairs' endpoints).
         Deterministic and identical on every rank (its own seed stream, world size 1), so every
         rank derives the same placement without communicating.
         """
-        train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
-        loader = SeedLoader(train_ids, sc.batch_size, seed=sc.seed + 1)
+        loader = SeedLoader(seeds, sc.batch_size, seed=sc.seed + 1)
         sampler = NeighborSampler(GraphTopology(graph), list(sc.fanouts), seed=sc.seed + 1)
 
         def sampled(i: int) -> np.ndarray:
@@ -372,14 +388,15 @@ class MinibatchEngine(SampledEngine):
         return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
 
     @staticmethod
-    def _edge_counts(graph: Graph, sc: MinibatchEngineConfig, batches: int = 8) -> np.ndarray:
+    def _edge_counts(
+        graph: Graph, sc: MinibatchEngineConfig, seeds: torch.Tensor, batches: int = 8
+    ) -> np.ndarray:
         """Reads of each edge over the pre-sampled batches of :meth:`_hotness` (int64 ``[E]``).
 
         The same keyed draws as :meth:`_hotness` (so the same blocks), with their edge IDs;
         deterministic and identical on every rank.
         """
-        train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
-        loader = SeedLoader(train_ids, sc.batch_size, seed=sc.seed + 1)
+        loader = SeedLoader(seeds, sc.batch_size, seed=sc.seed + 1)
         sampler = NeighborSampler(
             GraphTopology(graph), list(sc.fanouts), seed=sc.seed + 1, with_edge_ids=True
         )

@@ -82,10 +82,9 @@ from fleetgnn.engines.collectives import agreed
 from fleetgnn.engines.common import (
     LossFn,
     autocast_dtype,
-    labels_and_masks,
     loss_sum,
+    node_labels,
     normalize_rows,
-    num_classes_of,
     setup_distributed,
     setup_model,
     split_metrics,
@@ -176,7 +175,7 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         graph, loss = setup_task(self, "full", task, graph, loss)
         if self.link:
             check_link_model(model)
-        dist = setup_distributed(self.name, graph, config, OffloadEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, OffloadEngineConfig, ctx, self.task)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         oc: OffloadEngineConfig = dist.config
         if self.world_size > 1 and not self.comm.same_host:
@@ -228,13 +227,12 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
         stored = applied_feature_dtype(graph.x, oc.feature_dtype)  # as the dataset stores them
         x = stored_values(torch.from_numpy(own.x), stored)  # type: ignore[arg-type]
         x = x.to(self.dtype)
-        self.y, self.masks = labels_and_masks(
-            own, 0, self.hi - self.lo, "cpu", num_classes_of(graph)
-        )
+        # the labels, masks and training rows the task reads (none for link prediction)
+        labels = node_labels(self.task, graph, "cpu", rows=own)
         del own
-        self.train_local = torch.nonzero(self.masks["train"]).view(-1)
-        self.global_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
-        self.num_classes = num_classes_of(graph)
+        self.y, self.masks = labels.y, labels.masks
+        self.train_local = labels.train
+        self.global_train = labels.num_train
         self.module = self.model = setup_model(self, model, optimizer, loss)
         self.hybrid = self._hybrid_layers(oc.cache_aggregates)
         self.widths = self._probe_widths(int(x.shape[1]))
@@ -503,9 +501,10 @@ class OffloadEngine(OffloadBudget, FullGraphEngineBase, DistributedEngine):
             for j in range(m + 1)
         ]
         self.aggs = [self._aggregator(h) if h.num_dst else None for h in self.hops]
-        train = self.masks["train"]
+        train = self.train_local  # ascending; empty for a task that reads no labels
         self.hop_train = [
-            torch.nonzero(train[h.lo - self.lo : h.hi - self.lo]).view(-1) for h in self.hops
+            train[(train >= h.lo - self.lo) & (train < h.hi - self.lo)] - (h.lo - self.lo)
+            for h in self.hops
         ]
 
     def _allocate_buffers(self) -> None:

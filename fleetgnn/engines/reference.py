@@ -37,12 +37,12 @@ from fleetgnn.engines.common import (
     HeldBytes,
     LossFn,
     check_fanouts,
-    labels_and_masks,
     node_features,
-    num_classes_of,
+    node_labels,
     one_process_setup,
     process_memory,
     require_trainable,
+    seed_loader,
     setup_model,
 )
 from fleetgnn.engines.edges import EdgeRows, block_aggregator
@@ -69,7 +69,6 @@ from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import (
     GraphTopology,
     NeighborSampler,
-    SeedLoader,
     TemporalSampler,
     full_neighbor_block,
 )
@@ -115,15 +114,14 @@ class ReferenceEngine(EngineBase):
     ) -> None:
         config = one_process_setup(self, config)
         graph, loss = setup_task(self, config.mode, task, graph, loss)
-        require_trainable(graph)
+        require_trainable(graph, self.task)
         self.graph = graph
         self.x = node_features(graph, self.dtype, config.feature_norm, config.feature_dtype).to(
             self.device
         )
-        self.num_classes = num_classes_of(graph)
-        self.y, self.masks = labels_and_masks(
-            graph, device=self.device, num_classes=self.num_classes
-        )
+        #: The labels, masks and training nodes the task reads (none for link prediction).
+        self.labels = node_labels(self.task, graph, self.device)
+        self.y, self.masks = self.labels.y, self.labels.masks
         self.model = self.module = setup_model(self, model, optimizer, loss, broadcast=False)
         if self.link:
             check_link_model(self.model)
@@ -132,11 +130,11 @@ class ReferenceEngine(EngineBase):
             self.model, graph, self.dtype, self.device, config.edge_feature_dtype
         )
         self.topology = GraphTopology(graph)
-        self.train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+        self.train_ids = self.labels.train  # lo = 0: the rows are the node IDs
         if self.mode == "minibatch":
             check_fanouts(config.fanouts, self.model)
-            self.loader = SeedLoader(
-                self.train_ids, config.batch_size, seed=self.seed, shuffle=True
+            self.loader = seed_loader(
+                self.task, graph, config.batch_size, seed=self.seed, shuffle=True
             )
             self.sampler = NeighborSampler(
                 self.topology,

@@ -98,12 +98,13 @@ from fleetgnn.engines.base import StepStats
 from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import (
-    LabelRows,
     LossFn,
     autocast_dtype,
     check_fanouts,
+    label_rows,
     normalize_rows,
-    num_classes_of,
+    presample_seeds,
+    seed_loader,
     setup_distributed,
     setup_model,
 )
@@ -132,7 +133,7 @@ from fleetgnn.nn.aggregator import BipartiteHop
 from fleetgnn.ops import edge_softmax, gspmm
 from fleetgnn.ops.adjacency import Structure
 from fleetgnn.partition import PartitionBook, partition
-from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader, TemporalSampler
+from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, TemporalSampler
 from fleetgnn.store import (
     SOURCE_LINKS,
     SOURCES,
@@ -503,7 +504,7 @@ class SplitEngine(SampledEngine):
         task: Task | None = None,
     ) -> None:
         graph, loss = setup_task(self, "minibatch", task, graph, loss)
-        dist = setup_distributed(self.name, graph, config, SplitEngineConfig, ctx)
+        dist = setup_distributed(self.name, graph, config, SplitEngineConfig, ctx, self.task)
         super().__init__(dist, graph)  # config, ctx, rank, device, clock, comm ...
         sc: SplitEngineConfig = dist.config
         check_fanouts(sc.fanouts, model)
@@ -511,16 +512,15 @@ class SplitEngine(SampledEngine):
         self.book = self._book(graph, sc, book)
         self.owner = np.asarray(self.book.part_of)  # the book's int32 array, not a copy
         self.preprocess_s = self.clock() - t0
-        if not self.link:
-            self.y = LabelRows(graph.y, num_classes_of(graph))  # each batch reads its own rows
-            self.num_classes = num_classes_of(graph)
+        #: The seeds' labels, each batch reading its own rows (``None``: the task reads none).
+        self.y = label_rows(self.task, graph)
         #: How evaluation cuts each rank's nodes into chunks (bounds its memory).
         self.chunking = Chunking()
         self.module = setup_model(self, model, optimizer, loss)
         self.model = self.module
-        train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
         # ONE global mini-batch per step, drawn exactly as the reference engine draws it
-        self.loader = SeedLoader(train_ids, sc.batch_size, seed=self.seed, shuffle=True)
+        # (``None``: the task's seeds are edges, ``self.edges``)
+        self.loader = seed_loader(self.task, graph, sc.batch_size, seed=self.seed, shuffle=True)
         self.topology = GraphTopology(graph)
         self.sampler = NeighborSampler(self.topology, list(sc.fanouts), seed=self.seed)
         task: Any = self.task
@@ -565,7 +565,7 @@ class SplitEngine(SampledEngine):
             budget_bytes(sc.host_budget, "host_budget"),
         )
         hot = (
-            MinibatchEngine._hotness(graph, sc)  # type: ignore[arg-type]
+            MinibatchEngine._hotness(graph, sc, presample_seeds(self.task, graph))  # type: ignore[arg-type]
             if sc.placement == "presample"
             else hotness_order(graph, "degree")
         )

@@ -131,11 +131,14 @@ class LinkPrediction:
 
     Evaluation reports ``{val,test}_auc``, ``_ap`` (GAE protocol negatives) and ``_mrr``,
     ``_hits@K`` (OGB protocol negatives); the best epoch is selected on ``val_auc``.
-    ``loss_terms`` counts as "correct" a positive scored above all its negatives.
+    ``loss_terms`` counts as "correct" a positive scored above all its negatives. Node labels
+    and split masks are never read (:attr:`~fleetgnn.tasks.Task.needs_labels`): a graph with
+    features and edges alone trains.
     """
 
     name: ClassVar[str] = "link"
     select_metric: ClassVar[str] = "val_auc"
+    needs_labels: ClassVar[bool] = False
 
     def __init__(
         self,

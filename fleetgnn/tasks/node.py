@@ -68,6 +68,7 @@ class NodeClassification:
 
     name: ClassVar[str] = "node"
     select_metric: ClassVar[str] = "val_acc"
+    needs_labels: ClassVar[bool] = True
 
     def __repr__(self) -> str:
         return "NodeClassification()"

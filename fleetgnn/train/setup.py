@@ -84,10 +84,10 @@ def model_from_config(cfg: Config, graph: Graph) -> torch.nn.Module:
     name = cfg.model.name
     if isinstance(graph, HeteroGraph) or name in HETERO_MODEL_DEFAULTS:
         return _typed_model_from_config(cfg, graph)
-    require_trainable(graph)
+    link = cfg.train.task == "link"
+    require_trainable(graph, LinkPrediction if link else NODE_CLASSIFICATION)
     seed = int(cfg.train.seed)
     torch.manual_seed(seed)  # parameter initialisation only; training draws are keyed
-    link = cfg.train.task == "link"
     kwargs = graph_model_kwargs(cfg, graph)
     with _allocating(cfg.model):
         model = build_model(

@@ -464,12 +464,13 @@ def test_store_placement_follows_the_presampled_ranking():
     """``store.placement=presample`` ranks the part's rows by pre-sampled accesses (one rank
     owns every row: its shard holds the 16 most accessed)."""
     from fleetgnn.distributed.testing import context_or_own
+    from fleetgnn.engines.common import presample_seeds
     from fleetgnn.engines.minibatch import MinibatchEngine
 
     graph = _graph()
     cfg = _config("sage", ["store.device_budget=1KiB", "store.placement=presample"])
     with context_or_own(None) as ctx, engine_from_config(cfg, graph, ctx) as eng:
-        hot = MinibatchEngine._hotness(graph, eng.config)
+        hot = MinibatchEngine._hotness(graph, eng.config, presample_seeds(eng.task, graph))
         assert hot.policy == "presample"
         assert eng.store.plan.features.shard_rows(0).tolist() == hot.order[:16].tolist()
 
