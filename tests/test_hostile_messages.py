@@ -197,12 +197,12 @@ def test_an_edited_typed_meta_says_what_num_nodes_should_be(
     )
 
 
-def test_link_on_an_edge_list_without_labels_says_why_and_the_advice_trains(
+def test_node_classification_on_an_edge_list_without_labels_says_what_trains(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    """``--task link`` on a label-less edge list said 'training needs both' (labels and a
-    train_mask) as if link prediction used them; it now says the engines read them and how to
-    give them, and following that trains."""
+    """A label-less edge list said 'training needs both' (labels and a train_mask) for any
+    task, link prediction included, which reads neither; node classification now says what it
+    needs and that link prediction trains on the dataset, and link prediction trains."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -212,18 +212,14 @@ def test_link_on_an_edge_list_without_labels_says_why_and_the_advice_trains(
     prepare += ["--features", str(tmp_path / "x.npy")]
     assert main([*prepare, "--out", str(tmp_path / "d")]) == 0
     capsys.readouterr()
-    train = ["train", "--task", "link", "--epochs", "1", "--quiet", "--run-dir"]
-    assert main([*train, str(tmp_path / "r"), "--dataset", str(tmp_path / "d")]) == 2
+    train = ["train", "--epochs", "1", "--quiet", "--dataset", str(tmp_path / "d")]
+    assert main([*train, "--run-dir", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err.strip() == (
-        "fleetgnn train: error: dataset 'e' has no labels: link prediction does not train on "
-        "them, but the engines still read a label array and a train_mask (a limit not yet "
-        "lifted); prepare it again with a labels file: any N integers will do "
-        "(np.zeros(N, int)), with --num-val 0 --num-test 0"
+        "fleetgnn train: error: dataset 'e' has no labels (y); node classification trains on "
+        "labels and a train_mask: prepare it with them (e.g. 'fleetgnn prepare edgelist "
+        "--labels FILE'), or train link prediction (--task link), which reads neither"
     )
-    np.save(tmp_path / "y.npy", np.zeros(200, dtype=np.int64))
-    advised = ["--labels", str(tmp_path / "y.npy"), "--num-val", "0", "--num-test", "0"]
-    assert main([*prepare, *advised, "--out", str(tmp_path / "d2")]) == 0
-    assert main([*train, str(tmp_path / "r2"), "--dataset", str(tmp_path / "d2")]) == 0
+    assert main([*train, "--task", "link", "--run-dir", str(tmp_path / "r2")]) == 0
 
 
 def test_an_input_file_that_is_a_device_or_fifo_says_so(

@@ -351,6 +351,7 @@ def _preflight(cfg: Any, graph: Graph | HeteroGraph) -> None:
     from fleetgnn.config.run import HETERO_MODEL_DEFAULTS
     from fleetgnn.engines.common import require_trainable
     from fleetgnn.engines.link import refuse_temporal
+    from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction
     from fleetgnn.train import check_device
     from fleetgnn.train.hooks import check_trainer_settings
     from fleetgnn.train.setup import temporal_kind
@@ -367,15 +368,8 @@ def _preflight(cfg: Any, graph: Graph | HeteroGraph) -> None:
         return
     if kind is not None:  # a full graph has no "now": refused before any worker starts
         refuse_temporal(cfg.train.engine, cfg.train.mode, kind)
-    if cfg.train.task == "link" and (graph.y is None or graph.train_mask is None):
-        features = "" if graph.x is not None else " and its node features (--features)"
-        raise DatasetError(
-            f"dataset '{graph.name}' has no labels: link prediction does not train on them, "
-            f"but the engines still read a label array and a train_mask (a limit not yet "
-            f"lifted); prepare it again with a labels file{features}: any N integers will do "
-            f"(np.zeros(N, int)), with --num-val 0 --num-test 0"
-        )
-    require_trainable(graph)
+    link = cfg.train.task == "link"  # reads no labels: a graph of features and edges trains
+    require_trainable(graph, LinkPrediction if link else NODE_CLASSIFICATION)
     if cfg.model.name in HETERO_MODEL_DEFAULTS:
         raise ConfigError(
             f"model.name={cfg.model.name} is a typed model (one weight per relation) but "

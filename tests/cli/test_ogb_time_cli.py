@@ -21,9 +21,9 @@ def _gz(path: Path, lines) -> None:
 def _write_collab(root: Path, n=120, e=900, f=8, seed=0, edge_years=True):
     """An ogbl-collab-like raw folder: edges with a year each, node features and node years.
 
-    The engines still read a label array and a train mask on a link task, so the folder also
-    has labels and a node split, as an ogbn folder would. Without ``edge_years`` it is an
-    ogbn-arxiv-like folder: node years only.
+    Like ogbl-collab it has no node labels and no node split (link prediction reads neither).
+    Without ``edge_years`` it is an ogbn-arxiv-like folder: node years only, with labels and a
+    node split.
     """
     rng = np.random.default_rng(seed)
     src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
@@ -37,6 +37,8 @@ def _write_collab(root: Path, n=120, e=900, f=8, seed=0, edge_years=True):
         _gz(raw / "edge_year.csv.gz", rng.integers(2000, 2020, e))
     _gz(raw / "node_year.csv.gz", rng.integers(1990, 2000, n))
     _gz(raw / "edge_weight.csv.gz", [1] * e)  # in ogbl-collab too; not read
+    if edge_years:
+        return
     _gz(raw / "node-label.csv.gz", rng.integers(0, 3, n))
     perm = rng.permutation(n)
     for stem, ids in (("train", perm[:80]), ("valid", perm[80:100]), ("test", perm[100:])):
@@ -59,6 +61,7 @@ def test_a_prepared_timed_ogb_folder_trains_a_temporal_link_task(tmp_path, capsy
     argv = ["prepare", "ogb", "--root", str(tmp_path / "ogbl_collab"), "--undirected"]
     assert main([*argv, "--out", str(data)]) == 0
     meta = read_meta(data)
+    assert open_dataset(data).y is None and open_dataset(data).train_mask is None
     assert meta["has_edge_time"] is True and meta["edge_time_range"][0] >= 2000
     assert meta["has_node_time"] is True and meta["node_time_range"][1] < 2000
     assert open_dataset(data).edge_time is not None
