@@ -38,7 +38,7 @@ from fleetgnn.cost.hardware import HardwareProfile
 from fleetgnn.cost.models import MODELS, _bw, temporal_rate_text
 from fleetgnn.cost.target import EpochsToTarget, as_estimates, check_target_acc
 from fleetgnn.cost.workload import ModelShape, Prediction, TemporalSeeds, Workload
-from fleetgnn.errors import ConfigError
+from fleetgnn.errors import ConfigError, DatasetError
 from fleetgnn.graph.compact_rows import CompactRows
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.aggregator import EDGE_FEATURE_ENGINES
@@ -785,6 +785,27 @@ TYPED_MODEL_TWINS: dict[str, str] = {"rgcn": "gcn", "rgat": "gat", "hetero-sage"
 TYPED_UNHOSTED: dict[str, tuple[str, ...]] = {"split": (TYPED_MODEL_TWINS["rgat"],)}
 
 
+def _classes(graph: Any, task: str) -> int:
+    """``graph``'s class count; 0 for a link task on a graph without labels.
+
+    Link prediction reads no labels (its model's head is ``train.link_dim`` wide), so its
+    workload needs none.
+
+    Raises:
+        DatasetError: A node task on a graph without labels.
+    """
+    if graph.num_classes:
+        return int(graph.num_classes)
+    if graph.y is not None:
+        return int(np.max(np.asarray(graph.y))) + 1
+    if task == "link":
+        return 0
+    raise DatasetError(
+        f"dataset '{graph.name}' has no labels (y); node classification trains on them: "
+        f"prepare it with labels, or plan link prediction (--task link), which reads none"
+    )
+
+
 def workload_from_config(
     cfg: Any,
     graph: Any = None,
@@ -825,8 +846,7 @@ def workload_from_config(
             feature_dtype = widest.codec.name
         width = max(widths, default=int(m.hidden or 64))  # featureless: embedding rows
         num_train = int(np.asarray(graph.train_mask).sum()) if graph.train_mask is not None else 0
-        classes = int(graph.num_classes or int(np.max(np.asarray(graph.y))) + 1)
-        counts = (graph.num_nodes, graph.num_edges, width, classes)
+        counts = (graph.num_nodes, graph.num_edges, width, _classes(graph, cfg.train.task))
         s = graph.schema
         source = (
             f"typed dataset {graph.name!r} ({len(s.node_types)} node types, "
@@ -836,7 +856,8 @@ def workload_from_config(
         graph = None
     elif graph is not None:
         num_train = int(graph.train_mask.sum()) if graph.train_mask is not None else 0
-        counts = (graph.num_nodes, graph.num_edges, graph.num_features, int(graph.num_classes))
+        classes = _classes(graph, cfg.train.task)
+        counts = (graph.num_nodes, graph.num_edges, graph.num_features, classes)
         source = f"dataset {graph.name!r}"
     elif shape is not None:
         missing = [k for k in ("nodes", "edges", "features", "classes") if k not in shape]

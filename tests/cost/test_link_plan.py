@@ -99,3 +99,29 @@ def test_plan_cli_takes_the_task(capsys):
     assert main([*args, "--task", "link", "--engine", "split", "--mode", "full"]) == 2
     err = capsys.readouterr().err
     assert "split engine" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_link_plan_needs_no_labels_and_a_node_plan_refuses_in_one_line():
+    """Link prediction reads no labels: its workload on a label-free graph is the labelled
+    graph's, its head ``train.link_dim`` wide; a node plan on that graph says what it lacks."""
+    import dataclasses
+
+    from fleetgnn.errors import DatasetError
+    from fleetgnn.graph.synthetic import generate_graph, spec_for
+
+    graph = generate_graph(spec_for("tiny", 0.3), seed=4)
+    masks = dict.fromkeys(("train_mask", "val_mask", "test_mask"))
+    bare = dataclasses.replace(graph, y=None, num_classes=None, **masks)
+    cfg = load_config(None, ["model.name=sage", "train.task=link", "train.link_dim=16"])
+    labelled, free = workload_from_config(cfg, graph), workload_from_config(cfg, bare)
+    assert free.num_classes == 0 and free.model == labelled.model
+    assert (free.num_train, free.num_nodes, free.num_edges) == (
+        labelled.num_train,
+        labelled.num_nodes,
+        labelled.num_edges,
+    )
+    hw = PROFILES["dgx-a100"]
+    assert set(make_plan(free, hw, 2).predictions) == set(make_plan(labelled, hw, 2).predictions)
+    with pytest.raises(DatasetError) as caught:
+        workload_from_config(load_config(None, ["model.name=sage"]), bare)
+    assert "\n" not in str(caught.value) and "--task link" in str(caught.value)
