@@ -22,7 +22,7 @@ arrays (memory maps are fine) directly. The rows are the same either way, bit fo
 Featureless types are the model's embedding tables, trained like every parameter (dense
 gradients unless the model asks for sparse ones).
 
-Evaluation streams (:func:`~fleetgnn.engines.typed_inference.stream_typed_inference`): layer by
+Evaluation streams (:func:`~fleetgnn.engines.inference.stream_typed_inference`): layer by
 layer, each rank computes its range of every needed type's nodes in chunks, with all their
 in-edges, hidden rows in per-type scratch files (``scratch_dir``) or in memory when small; the
 target type's logits become the splits' sums chunk by chunk
@@ -67,11 +67,11 @@ from fleetgnn.engines.common import (
     setup_model,
     stored_values,
 )
+from fleetgnn.engines.inference import TypedSink, stream_typed_inference
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.engines.temporal_link import EVAL_CHUNK
-from fleetgnn.engines.typed_inference import TypedSink, stream_typed_inference
 from fleetgnn.engines.typed_temporal import (
     check_typed_temporal,
     is_typed_temporal_node,
@@ -207,7 +207,7 @@ class _TypedData:
         """Accuracy per split and validation loss on the target type (full neighbourhoods).
 
         Streaming, the ranks splitting every layer's nodes (collective; see
-        :func:`~fleetgnn.engines.typed_inference.stream_typed_inference`). A typed temporal node
+        :func:`~fleetgnn.engines.inference.stream_typed_inference`). A typed temporal node
         task embeds every split node at its node time instead, the ranks sharing the nodes
         (:func:`~fleetgnn.engines.typed_temporal.typed_temporal_node_metrics`).
         """
@@ -220,7 +220,7 @@ class _TypedData:
     def stream(self, sink: TypedSink, outputs: list[str] | None = None) -> None:
         """Stream the layers into ``sink`` with this engine's settings (collective).
 
-        :func:`~fleetgnn.engines.typed_inference.stream_typed_inference` with the engine's model,
+        :func:`~fleetgnn.engines.inference.stream_typed_inference` with the engine's model,
         features, communicator, device, chunking and scratch directory.
         """
         stream_typed_inference(

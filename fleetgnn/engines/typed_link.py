@@ -54,6 +54,7 @@ from fleetgnn.engines.common import (
     one_process_setup,
     setup_model,
 )
+from fleetgnn.engines.inference import typed_layer_widths
 from fleetgnn.engines.link import (
     EdgeBatches,
     check_link_model,
@@ -63,7 +64,6 @@ from fleetgnn.engines.link import (
 from fleetgnn.engines.split_relations import TypedSplitEngine, split_hetero_block
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
 from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, _TypedData
-from fleetgnn.engines.typed_inference import typed_layer_widths
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.compact_rows import applied_feature_dtypes
 from fleetgnn.graph.hetero import HeteroGraph

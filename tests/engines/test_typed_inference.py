@@ -9,12 +9,12 @@ from fleetgnn.distributed.testing import run_world
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.chunks import Chunking
 from fleetgnn.engines.common import split_metrics
-from fleetgnn.engines.metric_sums import MetricSums
-from fleetgnn.engines.typed_inference import (
+from fleetgnn.engines.inference import (
     needed_types,
     stream_typed_inference,
     typed_layer_widths,
 )
+from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.hetero import HeteroSchema, from_typed_edges
 from fleetgnn.graph.hetero_toy import toy_mag
