@@ -74,7 +74,7 @@ from fleetgnn.sampling.hetero import (
     full_hetero_block,
     typed_edge_keys,
 )
-from fleetgnn.tasks.typed_link import TypedLinkPrediction
+from fleetgnn.tasks.link import TypedLinkPrediction
 
 
 class TypedEdgeBatches(EdgeBatches):

@@ -6,7 +6,7 @@ selects the best epoch. Never imports ``torch.distributed``.
 """
 
 from fleetgnn.tasks.base import LossFn, LossTerms, Task
-from fleetgnn.tasks.link import LinkPrediction, NegativeSampler
+from fleetgnn.tasks.link import LinkPrediction, NegativeSampler, TypedLinkPrediction
 from fleetgnn.tasks.node import (
     NODE_CLASSIFICATION,
     NodeClassification,
@@ -18,7 +18,6 @@ from fleetgnn.tasks.temporal_node import (
     TemporalNodeClassification,
     TypedTemporalNodeClassification,
 )
-from fleetgnn.tasks.typed_link import TypedLinkPrediction
 
 
 def task_of(engine: object) -> Task:

@@ -10,6 +10,13 @@ same negatives for the same positive. Losses are per positive (a row of scores
 - ``bce``: ``softplus(-s_pos) + mean_k softplus(s_neg_k)``, binary cross-entropy on logits with
   the negatives weighted as much as the positive (PyG's GAE ``recon_loss``);
 - ``bpr``: ``mean_k softplus(-(s_pos - s_neg_k))``, Bayesian personalised ranking.
+
+On a typed graph the task is keyed by one relation (:class:`TypedLinkPrediction`): the pairs are
+type-local ``(src, dst)`` IDs of the target relation ``(src_type, name, dst_type)``, the negatives
+corrupt the destination within the destination type (``K`` type-local IDs in ``[0, N_dst)``, the
+same keys), and evaluation scores the fixed pairs from the embedding tables of the two types
+(:meth:`TypedLinkPrediction.typed_metric_sums`) with the same summable sums. Everything else (the
+pairs, the losses, the evaluated shares and the metrics) is the link task's.
 """
 
 from __future__ import annotations
@@ -175,7 +182,7 @@ class LinkPrediction:
 
     def __repr__(self) -> str:
         return (
-            f"LinkPrediction(split={self.split!r}, sampler={self.sampler!r}, "
+            f"{type(self).__name__}(split={self.split!r}, sampler={self.sampler!r}, "
             f"loss={self.loss_name!r})"
         )
 
@@ -275,24 +282,25 @@ class LinkPrediction:
         ``share=(r, W)``: only part ``r`` of the evaluated pairs (:meth:`eval_positions`;
         the parts' sums add up to the whole's).
         """
+        return self._pair_sums(_rows_of(h, nodes), _rows_of(h, nodes), decoder, share)
+
+    def _pair_sums(
+        self,
+        src_rows: Callable[[np.ndarray], torch.Tensor],
+        dst_rows: Callable[[np.ndarray], torch.Tensor],
+        decoder: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        share: tuple[int, int],
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`metric_sums` with the pairs' source and destination rows read by ``*_rows``."""
         out: dict[str, torch.Tensor] = {}
-        dev = h.device
-        table = None if nodes is None else torch.from_numpy(np.asarray(nodes, np.int64))
-
-        def rows(ids: np.ndarray) -> torch.Tensor:
-            at = torch.from_numpy(ids)
-            if table is not None:
-                at = torch.searchsorted(table, at)
-            return h[at.to(dev)]
-
         for s in ("val", "test"):
             pos, neg, nd = self._eval_pairs(s, self.eval_positions(s, share))
-            ps = decoder(rows(pos[0]), rows(pos[1]))
-            ns = decoder(rows(neg[0]), rows(neg[1]))
+            ps = decoder(src_rows(pos[0]), dst_rows(pos[1]))
+            ns = decoder(src_rows(neg[0]), dst_rows(neg[1]))
             out[f"{s}_hist"] = histogram_sums(ps, ns)
             k = nd.shape[1]
-            rank_neg = decoder(rows(np.repeat(pos[0], k)), rows(nd.reshape(-1))).view(-1, k)
-            out[f"{s}_rank"] = ranking_sums(ps, rank_neg)
+            rank_neg = decoder(src_rows(np.repeat(pos[0], k)), dst_rows(nd.reshape(-1)))
+            out[f"{s}_rank"] = ranking_sums(ps, rank_neg.view(-1, k))
         return out
 
     @staticmethod
@@ -322,3 +330,57 @@ class LinkPrediction:
         if reduce is not None:
             sums = {k: reduce(v) for k, v in sums.items()}
         return self.metrics_from_sums(sums)
+
+
+def _rows_of(h: torch.Tensor, nodes: np.ndarray | None) -> Callable[[np.ndarray], torch.Tensor]:
+    """``ids -> h``'s rows of them: ``h`` holds every node's row, or those of sorted ``nodes``."""
+    table = None if nodes is None else torch.from_numpy(np.asarray(nodes, np.int64))
+
+    def rows(ids: np.ndarray) -> torch.Tensor:
+        at = torch.from_numpy(ids)
+        if table is not None:
+            at = torch.searchsorted(table, at)
+        return h[at.to(h.device)]
+
+    return rows
+
+
+class TypedLinkPrediction(LinkPrediction):
+    """Predict edges of one relation of a typed graph (see the module docstring).
+
+    Args:
+        split: The :class:`~fleetgnn.graph.edge_split.EdgeSplit` of the relation.
+        negatives: ``K`` negatives per positive in training.
+        sampler: ``"uniform"`` over the destination type, or ``"degree"`` (its in-degree in
+            the training relation, to the power 0.75).
+        loss: ``"bce"`` or ``"bpr"``.
+        seed: Run seed (negatives are keyed by it).
+        keep_target_edges: Keep a batch's target edges (and their reverses) in its own blocks.
+        eval_edges: Evaluate on at most this many pairs of each evaluation split.
+    """
+
+    @property
+    def relation(self) -> tuple[str, str, str]:
+        """The target relation ``(src_type, name, dst_type)``."""
+        return self.split.relation
+
+    def _destinations(self, degree: bool) -> tuple[int, Any]:
+        """The destination type: its node count, and in-degrees in the training relation."""
+        graph = self.split.train_graph
+        n_dst = graph.schema.count(self.relation[2])
+        return n_dst, (np.diff(np.asarray(graph.csc[self.relation][0])) if degree else None)
+
+    def typed_metric_sums(
+        self,
+        h_src: torch.Tensor,
+        h_dst: torch.Tensor,
+        decoder: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        share: tuple[int, int] = (0, 1),
+    ) -> dict[str, torch.Tensor]:
+        """Per evaluation split, the summable sums of its fixed pairs' scores.
+
+        ``h_src`` ``[N_src, D]`` and ``h_dst`` ``[N_dst, D]``: the embeddings of every node of the
+        relation's source and destination types (rows in type-local ID order).
+        ``share=(r, W)``: only part ``r`` of the evaluated pairs.
+        """
+        return self._pair_sums(_rows_of(h_src, None), _rows_of(h_dst, None), decoder, share)
