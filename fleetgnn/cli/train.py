@@ -362,7 +362,7 @@ def _preflight(cfg: Any, graph: Graph | HeteroGraph) -> None:
     if isinstance(graph, HeteroGraph):
         _typed_preflight(cfg, graph)
         if kind is not None:  # typed node in time: reference and minibatch (mode=minibatch)
-            from fleetgnn.engines.typed_temporal import refuse_typed_temporal
+            from fleetgnn.engines.temporal_node import refuse_typed_temporal
 
             refuse_typed_temporal(cfg.train.engine, cfg.train.mode)
         return
@@ -466,7 +466,7 @@ def _plan_engine(
     engines, note = None, ""
     kind = temporal_kind(cfg, graph)
     if kind is not None and mode != "full":  # mode=full: refused by the preflight, one line
-        from fleetgnn.engines.typed_temporal import TYPED_TEMPORAL_NODE_ENGINES
+        from fleetgnn.engines.temporal_node import TYPED_TEMPORAL_NODE_ENGINES
 
         # only sampled batches have a "now": the engines that sample this task in time
         pairs = TYPED_TEMPORAL_NODE_ENGINES if isinstance(graph, HeteroGraph) else None

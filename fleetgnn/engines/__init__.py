@@ -20,8 +20,8 @@ from fleetgnn.engines.base import (
     StepStats,
 )
 from fleetgnn.engines.common import TYPED_ENGINES, LossFn, cross_entropy, refuse_typed
+from fleetgnn.engines.temporal_node import check_typed_temporal, is_typed_temporal_node
 from fleetgnn.engines.typed import TypedMinibatchEngine, TypedReferenceEngine, is_typed
-from fleetgnn.engines.typed_temporal import check_typed_temporal, is_typed_temporal_node
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.tasks import TemporalNodeClassification
@@ -66,7 +66,7 @@ def build_engine(
             (:mod:`fleetgnn.engines.split_relations`), link prediction on one relation by
             their classes in :mod:`fleetgnn.engines.typed_link`; refused by the others. Typed
             temporal node classification trains on ``reference`` and ``minibatch`` in
-            ``mode=minibatch`` (:mod:`fleetgnn.engines.typed_temporal`).
+            ``mode=minibatch`` (:mod:`fleetgnn.engines.temporal_node`).
         config: An engine config, e.g. :class:`~fleetgnn.config.MinibatchEngineConfig`.
         ctx: This process's :class:`~fleetgnn.distributed.DistContext` (distributed engines;
             ``None``: initialised from the environment, a one-rank group without a launcher).

@@ -23,6 +23,17 @@ A :class:`~fleetgnn.tasks.TemporalNodeClassification` trains on the engines and 
 - On ``split`` every rank draws the reference's step (its seeds at their node times, stream 0)
   and computes the ``(seed, node)`` rows whose node it owns (:mod:`fleetgnn.engines.split`);
   ``minibatch`` and ``split`` evaluate through :func:`sampled_temporal_node_metrics`.
+
+A :class:`~fleetgnn.tasks.TypedTemporalNodeClassification` is the same task on a typed graph's
+target type, trained by the typed engines and modes of :data:`TYPED_TEMPORAL_NODE_ENGINES`
+(:mod:`fleetgnn.engines.typed`; the others refuse it in one line naming them and
+``train.temporal=off``, :func:`check_typed_temporal`). Its seeds are target-type nodes, sampled
+by a :class:`~fleetgnn.sampling.TypedTemporalSampler` at their node times in every relation with
+the typed sampler's keys (:func:`node_blocks`: the task shifts the seeds to type-local IDs for
+their times), so the last block's target-type destinations are the seeds in batch order.
+Evaluation (:func:`typed_temporal_node_metrics`) is :func:`temporal_node_metrics` with the typed
+model run on each typed sample; its input rows are read from the typed graph's arrays (as typed
+streaming evaluation reads them), so no read is collective.
 """
 
 from __future__ import annotations
@@ -37,15 +48,22 @@ from fleetgnn.engines.chunks import rank_range
 from fleetgnn.engines.common import SPLITS
 from fleetgnn.engines.edges import EdgeRows, block_aggregator
 from fleetgnn.engines.inference import Sink
+from fleetgnn.engines.link import temporal_refusal
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.temporal_link import EVAL_CHUNK, EVAL_STREAM
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
-from fleetgnn.sampling import Block, NeighborSampler, TemporalSampler
-from fleetgnn.tasks import Task, TemporalNodeClassification
+from fleetgnn.graph.hetero import HeteroGraph
+from fleetgnn.sampling import TypedTemporalSampler
+from fleetgnn.tasks import Task, TemporalNodeClassification, TypedTemporalNodeClassification
 
 #: Nodes read per step when listing the splits' nodes (:func:`split_nodes`).
 _MASK_BLOCK = 1 << 22
+#: ``(engine, mode)`` pairs that train a typed temporal node task.
+TYPED_TEMPORAL_NODE_ENGINES: tuple[tuple[str, str], ...] = (
+    ("reference", "minibatch"),
+    ("minibatch", "minibatch"),
+)
 
 
 def is_temporal_node(task: Task | None) -> bool:
@@ -73,19 +91,81 @@ def check_node_times(task: TemporalNodeClassification, graph: Graph) -> None:
         )
 
 
+def is_typed_temporal_node(task: Task | None) -> bool:
+    """Whether ``task`` is a typed temporal node task."""
+    return isinstance(task, TypedTemporalNodeClassification)
+
+
+def typed_temporal_refusal(engine: str, mode: str | None) -> str:
+    """The one-line refusal of typed temporal node classification by ``engine`` in ``mode``."""
+    return temporal_refusal(
+        engine,
+        mode,
+        "node classification on typed graphs",
+        TYPED_TEMPORAL_NODE_ENGINES,
+        "the node and edge times",
+    )
+
+
+def refuse_typed_temporal(engine: str, mode: str | None) -> None:
+    """Raise :class:`ConfigError` if ``engine`` in ``mode`` cannot train typed temporal nodes."""
+    if (engine, mode) not in TYPED_TEMPORAL_NODE_ENGINES:
+        raise ConfigError(typed_temporal_refusal(engine, mode))
+
+
+def check_typed_temporal(engine: str, mode: str | None, task: Task | None) -> None:
+    """Raise :class:`ConfigError` if ``engine`` in ``mode`` cannot train typed temporal ``task``."""
+    if is_typed_temporal_node(task):
+        refuse_typed_temporal(engine, mode)
+
+
+def check_typed_node_times(task: TypedTemporalNodeClassification, graph: HeteroGraph) -> None:
+    """Raise :class:`ConfigError` unless ``graph`` can be sampled at ``task``'s node times.
+
+    The task's times must be one per node of its type, which must be the graph's target type
+    at the graph's offset, and every relation must have edge times.
+    """
+    s = graph.schema
+    if task.node_type != s.target or task.offset != s.type_range(task.node_type)[0]:
+        raise ConfigError(
+            f"the typed temporal node task classifies type {task.node_type!r} at offset "
+            f"{task.offset}, but graph '{graph.name}' targets {s.target!r}; build the task from "
+            f"the graph's target type"
+        )
+    if task.num_nodes != s.count(task.node_type):
+        raise ConfigError(
+            f"the typed temporal node task has {task.num_nodes} node times but type "
+            f"{task.node_type!r} of '{graph.name}' has {s.count(task.node_type)} nodes; build the "
+            f"task from the graph's node_time[{task.node_type!r}]"
+        )
+    if not graph.has_edge_time:
+        raise ConfigError(
+            f"typed temporal node classification samples each node's in-edges from before its "
+            f"node time, and typed graph '{graph.name}' has no edge times; prepare it with them, "
+            f"or set train.temporal=off to ignore the node times"
+        )
+
+
+def typed_temporal_sampler(
+    graph: HeteroGraph, fanouts: Any, seed: int, task: TypedTemporalNodeClassification
+) -> TypedTemporalSampler:
+    """The typed temporal sampler of a run: its fanouts and seed, the task's strategy."""
+    check_typed_node_times(task, graph)
+    return TypedTemporalSampler(graph, fanouts, seed, strategy=task.strategy)  # type: ignore[arg-type]
+
+
 def node_blocks(
-    sampler: NeighborSampler | TemporalSampler,
-    task: Task,
-    seeds: torch.Tensor,
-    epoch: int,
-    step: int,
-    stream: int = 0,
-) -> list[Block]:
-    """The blocks of node ``seeds``: at their node times for a temporal node task, else plain."""
+    sampler: Any, task: Task | None, seeds: torch.Tensor, epoch: int, step: int, stream: int = 0
+) -> list[Any]:
+    """The blocks of node ``seeds``: at their node times for a temporal node task, else plain.
+
+    ``sampler``: a homogeneous one (blocks), or a typed one (typed blocks of target-type
+    ``seeds``, ``task`` then typed or ``None``).
+    """
     if is_temporal_node(task):
-        times = task.seed_times(seeds)  # type: ignore[attr-defined]
-        return list(sampler.sample(seeds, times, epoch, step, stream=stream).blocks)  # type: ignore[call-arg,arg-type]
-    return sampler.sample(seeds, epoch, step, stream=stream)  # type: ignore[return-value]
+        times = task.seed_times(seeds)  # type: ignore[union-attr]
+        return list(sampler.sample(seeds, times, epoch, step, stream=stream).blocks)
+    return sampler.sample(seeds, epoch, step, stream=stream)  # type: ignore[no-any-return]
 
 
 def split_nodes(graph: Any) -> np.ndarray:
@@ -244,4 +324,35 @@ def sampled_temporal_node_metrics(engine: Any) -> dict[str, float]:
         edges=getattr(engine, "edge_rows", None),
         comm=engine.comm,
         chunk=engine.eval_chunk,
+    )
+
+
+def typed_temporal_node_metrics(engine: Any, on_sample: Any = None) -> dict[str, float]:
+    """:func:`temporal_node_metrics` of a typed engine, every target split node at its node time.
+
+    Collective over ``engine.comm``'s ranks (``None``: one process): rank ``r`` of ``W`` embeds
+    share ``(r, W)`` of the split nodes in chunks of ``engine.eval_chunk`` with its replica of
+    the model, and the sums are all-reduced. ``engine``: a typed reference or minibatch engine
+    training a typed temporal node task (``module``, ``sampler``, ``task``, ``graph``,
+    ``features``, ``aggregators``, ``dtype``, ``device``). ``on_sample``: called with every
+    sample (tests check their times).
+    """
+
+    def forward(sample: Any) -> torch.Tensor:
+        blocks = list(sample.blocks)
+        return engine.module(engine.aggregators(blocks), engine.features(blocks[0]))  # type: ignore[no-any-return]
+
+    return temporal_node_metrics(
+        engine.module,
+        engine.sampler,
+        engine.task,
+        None,  # type: ignore[arg-type]
+        engine.graph,
+        dtype=engine.dtype,
+        device=engine.device,
+        comm=engine.comm,
+        chunk=engine.eval_chunk,
+        on_sample=on_sample,
+        forward=forward,
+        offset=engine.task.offset,
     )

@@ -31,7 +31,7 @@ typed graph's arrays directly. ``full`` mode trains on the whole graph in memory
 
 A :class:`~fleetgnn.tasks.TypedTemporalNodeClassification` (``task=``; ``minibatch`` mode of the
 reference) samples each seed with a :class:`~fleetgnn.sampling.TypedTemporalSampler` at its node
-time and evaluates every split node at its own time (:mod:`fleetgnn.engines.typed_temporal`).
+time and evaluates every split node at its own time (:mod:`fleetgnn.engines.temporal_node`).
 
 ``split`` trains typed graphs through :class:`~fleetgnn.engines.split_relations.TypedSplitEngine`
 (this minibatch engine with the reference's global batch split by a partition, relation by
@@ -72,10 +72,10 @@ from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.engines.temporal_link import EVAL_CHUNK
-from fleetgnn.engines.typed_temporal import (
+from fleetgnn.engines.temporal_node import (
     check_typed_temporal,
     is_typed_temporal_node,
-    typed_node_blocks,
+    node_blocks,
     typed_temporal_node_metrics,
     typed_temporal_sampler,
 )
@@ -209,7 +209,7 @@ class _TypedData:
         Streaming, the ranks splitting every layer's nodes (collective; see
         :func:`~fleetgnn.engines.inference.stream_typed_inference`). A typed temporal node
         task embeds every split node at its node time instead, the ranks sharing the nodes
-        (:func:`~fleetgnn.engines.typed_temporal.typed_temporal_node_metrics`).
+        (:func:`~fleetgnn.engines.temporal_node.typed_temporal_node_metrics`).
         """
         if is_typed_temporal_node(self.task):
             return typed_temporal_node_metrics(self)
@@ -253,7 +253,7 @@ class TypedReferenceEngine(_TypedData, EngineBase):
             :func:`~fleetgnn.sampling.hetero.relation_fanouts`).
         task: ``None`` (node classification) or a
             :class:`~fleetgnn.tasks.TypedTemporalNodeClassification` (``minibatch`` mode:
-            every seed sampled at its node time, :mod:`fleetgnn.engines.typed_temporal`).
+            every seed sampled at its node time, :mod:`fleetgnn.engines.temporal_node`).
     """
 
     name = "reference"
@@ -306,7 +306,7 @@ class TypedReferenceEngine(_TypedData, EngineBase):
             seeds = self.train_ids
         else:
             seeds = self.loader.batch(epoch, step)
-            blocks = typed_node_blocks(self.sampler, self.task, seeds, epoch, step)
+            blocks = node_blocks(self.sampler, self.task, seeds, epoch, step)
             aggs = self.aggregators(blocks)
             x = self.features(blocks[0])
         t_prep = self.clock() - t0
@@ -335,7 +335,7 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
         fanouts: Per-relation fanouts overriding ``config.fanouts``.
         task: ``None`` (node classification) or a
             :class:`~fleetgnn.tasks.TypedTemporalNodeClassification` (every seed sampled at its
-            node time, ``stream`` = the rank; :mod:`fleetgnn.engines.typed_temporal`).
+            node time, ``stream`` = the rank; :mod:`fleetgnn.engines.temporal_node`).
     """
 
     name = "minibatch"
@@ -453,7 +453,7 @@ class TypedMinibatchEngine(_TypedData, SampledEngine):
     def _sample(self, epoch: int, step: int) -> MiniBatch:
         """A step's sampled batch: its blocks, seeds and count, and the seeds' labels."""
         seeds = self.loader.batch(epoch, step)
-        blocks = typed_node_blocks(self.sampler, self.task, seeds, epoch, step, self.rank)
+        blocks = node_blocks(self.sampler, self.task, seeds, epoch, step, self.rank)
         target = self.labels(seeds)
         return MiniBatch(
             blocks, {self.schema.target: seeds}, self.loader.global_count(step), target=target

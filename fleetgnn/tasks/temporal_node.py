@@ -80,7 +80,7 @@ class TypedTemporalNodeClassification(TemporalNodeClassification):
     Every target-type seed is sampled with a
     :class:`~fleetgnn.sampling.TypedTemporalSampler` at its node time (strict ``<`` in every
     relation); evaluation embeds every split node of the target type at its own time
-    (:mod:`fleetgnn.engines.typed_temporal`).
+    (:mod:`fleetgnn.engines.temporal_node`).
 
     Args:
         node_time: int64 ``[N_target]``: the target type's node times, by type-local ID (a typed

@@ -18,7 +18,7 @@ from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines import build_engine
 from fleetgnn.engines.step import StepLoss
 from fleetgnn.engines.temporal_link import EVAL_STREAM
-from fleetgnn.engines.typed_temporal import TYPED_TEMPORAL_NODE_ENGINES
+from fleetgnn.engines.temporal_node import TYPED_TEMPORAL_NODE_ENGINES
 from fleetgnn.errors import ConfigError
 from fleetgnn.nn.hetero import TypedAggregator, build_hetero_model
 from fleetgnn.sampling import SeedLoader, TypedTemporalSampler
