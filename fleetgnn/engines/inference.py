@@ -263,7 +263,7 @@ def _run_layers(
     plan: list[list[_Part]],
     wide: list[int],
     compute: _Compute,
-    sink: Callable[[str | None, np.ndarray, torch.Tensor], None],
+    sink: Callable[[Any, np.ndarray, torch.Tensor], None],
     *,
     comm: Any,
     device: torch.device | str,
@@ -752,7 +752,7 @@ def stream_typed_inference(
         plan,
         wide,
         compute,
-        sink,  # type: ignore[arg-type]
+        sink,
         comm=comm,
         device=device,
         np_dtype=_np_dtype(dtype),
