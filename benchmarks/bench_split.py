@@ -115,12 +115,13 @@ def _sampling_rank(comm: Any, dataset: str, batch: int, fanouts: list[int], step
     sampler = NeighborSampler(GraphTopology(graph), fanouts, seed=0)
 
     def every_rank(s: int) -> None:
-        sampler.sample(loader.batch(0, s % loader.num_batches), 0, s)
+        sampler.sample_from_nodes(loader.batch(0, s % loader.num_batches), step=s)
 
     def leader(s: int) -> None:
         blocks = None
         if comm.rank == 0:
-            blocks = sampler.sample(loader.batch(0, s % loader.num_batches), 0, s)
+            batch = loader.batch(0, s % loader.num_batches)
+            blocks = list(sampler.sample_from_nodes(batch, step=s).blocks)
         comm.broadcast_object(blocks)
 
     for s in range(steps):  # warm-up: the topology's pages and the sampler's buffers

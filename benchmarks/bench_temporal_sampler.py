@@ -165,11 +165,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     calls: dict[str, Callable[[], int]] = {}
     for name, s in samplers.items():
         calls[name] = lambda s=s: sum(
-            sum(b.num_edges for b in s.sample(seeds, st, 0, i).blocks)
+            sum(b.num_edges for b in s.sample_from_nodes(seeds, seed_time=st, step=i).blocks)
             for i, (seeds, st) in enumerate(batches)
         )
     calls["fleetgnn plain NeighborSampler (numpy, no times)"] = lambda: sum(
-        sum(b.num_edges for b in plain.sample(seeds, 0, i)) for i, (seeds, _) in enumerate(batches)
+        sum(b.num_edges for b in plain.sample_from_nodes(seeds, step=i).blocks)
+        for i, (seeds, _) in enumerate(batches)
     )
     skipped: dict[str, str] = {}
     for strategy in ("uniform", "last"):

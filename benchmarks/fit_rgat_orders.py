@@ -67,7 +67,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     )
     model, device = engine.module, engine.device
     seeds = engine.loader.batch(0, 0)
-    blocks = [b.to(device) for b in engine.sampler.sample(seeds, 0, 0)]
+    blocks = [b.to(device) for b in engine.sampler.sample_from_nodes(seeds).blocks]
     aggs = engine.aggregators(blocks)
     inputs = []
     with torch.no_grad():  # each layer's input rows

@@ -1768,10 +1768,12 @@ def bench_child(
                 # of its integer arguments (stop 35's profile of the Triton sampler warmed one
                 # batch up and took 103 ms a batch against 9.9 for torch's: compiles)
                 for k, sd in enumerate(batches):
-                    s.sample(sd, 0, k)
+                    s.sample_from_nodes(sd, step=k)
                 events, wall, edges = profiled(
                     lambda: sum(
-                        b.num_edges for k, sd in enumerate(batches) for b in s.sample(sd, 0, k)
+                        b.num_edges
+                        for k, sd in enumerate(batches)
+                        for b in s.sample_from_nodes(sd, step=k).blocks
                     )
                 )
             res = _profile_figures(events, len(batches), wall)

@@ -240,7 +240,7 @@ def sage_minibatch(
             skipped["PyG NeighborLoader + SAGEConv"] = missing
         # PyG's layers on fleetgnn's blocks: the same samples, model compute compared
         aggs, x, seeds, _ = engine.batch(0, 0)
-        blocks = engine.sampler.sample(seeds.cpu(), 0, 0)
+        blocks = list(engine.sampler.sample_from_nodes(seeds.cpu()).blocks)
         engine.model.eval()
         with torch.no_grad():
             ref = engine.model(aggs, x)
@@ -285,7 +285,7 @@ def _blocks_epoch(engine: Any, model: PygSAGE, opt: torch.optim.Optimizer) -> Ca
         dev = engine.device
         for step in range(engine.steps_per_epoch()):
             seeds = engine.loader.batch(e, step)
-            blocks = engine.sampler.sample(seeds, e, step)
+            blocks = engine.sampler.sample_from_nodes(seeds, epoch=e, step=step).blocks
             graphs = [block_to_pyg(b, "csr", dev, engine.dtype) for b in blocks]
             x = engine.x[blocks[0].src_ids.to(dev)]
             target = engine.y[seeds.to(dev)]

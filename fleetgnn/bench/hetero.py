@@ -208,7 +208,8 @@ def _blocks_steps(engine: Any, model: PygRGAT, opt: Any, steps: int) -> Callable
         model.train()
         for step in range(steps):
             seeds = engine.loader.batch(e, step)
-            blocks = [b.to(engine.device) for b in engine.sampler.sample(seeds, e, step)]
+            sample = engine.sampler.sample_from_nodes(seeds, epoch=e, step=step)
+            blocks = [b.to(engine.device) for b in sample.blocks]
             x = engine.features(blocks[0])
             logits = model.forward_blocks(blocks, x)[engine.schema.target]
             optimizer_step(opt, F.cross_entropy(logits, engine.labels(seeds)))
@@ -292,7 +293,7 @@ def rgat_minibatch(
         model = pyg_model()
         params["PyG"] = _parameters(model)
         seeds = engine.loader.batch(0, 0)
-        blocks = [b.to(engine.device) for b in engine.sampler.sample(seeds, 0, 0)]
+        blocks = [b.to(engine.device) for b in engine.sampler.sample_from_nodes(seeds).blocks]
         x = engine.features(blocks[0])
         engine.model.eval()
         model.eval()

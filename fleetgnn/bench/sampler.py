@@ -92,7 +92,7 @@ def run(
         k = calls_of[who] = calls_of.get(who, -1) + 1
         total = 0
         for step, seeds in enumerate(groups_of[k % len(groups_of)]):
-            total += sum(b.num_edges for b in s.sample(seeds, k, step))
+            total += sum(b.num_edges for b in s.sample_from_nodes(seeds, epoch=k, step=step).blocks)
         return total
 
     calls_of: dict[str, int] = {}
@@ -155,7 +155,7 @@ def run(
             "batches_per_call": n_batches,
             "edges_per_batch": statistics.fmean(edges["fleetgnn"]) / n_batches,
             "last_hop_phases_s": last_hop_phases(
-                graph, sampler.sample(batches[-1], 0, 0), fanouts[-1]
+                graph, list(sampler.sample_from_nodes(batches[-1]).blocks), fanouts[-1]
             ),
         },
     )

@@ -172,7 +172,7 @@ def measure_temporal_sampler(num_nodes: int, seeds: int, repeats: int) -> float:
         nonlocal edges
         edges = 0
         for step, (ids, t) in enumerate(batches):
-            sample = sampler.sample(ids, t, 0, step)
+            sample = sampler.sample_from_nodes(ids, seed_time=t, step=step)
             edges += sum(int(b.indices.numel()) for b in sample.blocks)
 
     best = _best_time(run, repeats)

@@ -303,9 +303,13 @@ class _Steps:
     def blocks(self, epoch: int, step: int, stream: int) -> list[Block]:
         """The blocks of step ``(epoch, step)``, sampled with ``stream``."""
         if self.temporal is None:
-            return self.sampler.sample(self.loader.batch(epoch, step), epoch, step, stream=stream)
-        seeds, times = self.temporal.seeds(self.batch_size, self.rank, self.world, epoch, step)
-        return list(self.sampler.sample(seeds, times, epoch, step, stream=stream).blocks)
+            seeds, times = self.loader.batch(epoch, step), None
+        else:
+            seeds, times = self.temporal.seeds(self.batch_size, self.rank, self.world, epoch, step)
+        sample = self.sampler.sample_from_nodes(
+            seeds, seed_time=times, epoch=epoch, step=step, stream=stream
+        )
+        return list(sample.blocks)
 
 
 def presample_hotness(
@@ -318,7 +322,7 @@ def presample_hotness(
 
     def sampled(i: int) -> np.ndarray:
         seeds = loader.batch(0, i % loader.num_batches)
-        return sampler.sample(seeds, 0, i)[0].src_ids.cpu().numpy()
+        return sampler.sample_from_nodes(seeds, step=i).blocks[0].src_ids.cpu().numpy()
 
     return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
 
@@ -339,7 +343,7 @@ def presample_edge_counts(
     counts = np.zeros(graph.num_edges, np.int64)
     for i in range(batches):
         seeds = loader.batch(0, i % loader.num_batches)
-        for block in sampler.sample(seeds, 0, i):
+        for block in sampler.sample_from_nodes(seeds, step=i).blocks:
             ids, c = np.unique(block.edge_ids.cpu().numpy(), return_counts=True)
             counts[ids] += c
     return counts

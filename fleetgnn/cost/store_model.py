@@ -471,7 +471,7 @@ class _ExactDemand:
         seeds = 0
         for s in range(k):
             batch = loader.batch(0, s)
-            blocks = sampler.sample(batch, 0, s)
+            blocks = sampler.sample_from_nodes(batch, step=s).blocks
             seeds += batch.numel()
             rows.append(blocks[0].src_ids.numpy())
             reads.append(batch.numpy())  # in_degree of the seeds

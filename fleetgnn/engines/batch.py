@@ -2,9 +2,9 @@
 
 GraphBolt's ``MiniBatch`` is the model: a builder samples a step into a :class:`MiniBatch`
 (node seeds: the engines' ``prepare``; pairs: :class:`~fleetgnn.engines.link.EdgeBatches`,
-:class:`~fleetgnn.engines.typed_link.TypedEdgeBatches`,
-:class:`~fleetgnn.engines.temporal_link.TemporalEdgeBatches`), and the engine's ``prepare``
-fills in what the step reads (``dataclasses.replace``: input rows, labels, timings).
+from the sampler's :class:`~fleetgnn.sampling.EdgeSample`, :meth:`MiniBatch.from_edges`), and
+the engine's ``prepare`` fills in what the step reads (``dataclasses.replace``: input rows,
+labels, timings).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import dataclasses
 from typing import Any
 
 import torch
+
+from fleetgnn.sampling import EdgeSample
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -36,7 +38,8 @@ class MiniBatch:
     ``src``, ``dst``  int64 ``[P]`` positions of the positives' ends in    link: edge builders
                       ``seeds`` (typed: in their end type's seeds)
     ``neg``           int64 ``[P, K]`` positions of their negatives        link: edge builders
-    ``sample``        the :class:`~fleetgnn.sampling.TemporalSample`       temporal link
+    ``sample``        the sampler's ``NodeSample`` (temporal: each         link: edge builders
+                      seed's time and each source's seed)
     ``splits``        this rank's share of each block (``LayerSplit``;     split engines
                       typed: ``TypedSplit``)
     ``x``             input rows of :attr:`hops` ``[0]``, on the device    every ``prepare``
@@ -65,6 +68,19 @@ class MiniBatch:
     t_gather: float = 0.0
     traffic: dict[str, int] = dataclasses.field(default_factory=dict)
     counters: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_edges(cls, sample: EdgeSample, global_count: int) -> MiniBatch:
+        """The link batch of a sampled :class:`~fleetgnn.sampling.EdgeSample`."""
+        return cls(
+            list(sample.blocks),
+            sample.seeds,
+            global_count,
+            sample.src,
+            sample.dst,
+            sample.neg,
+            sample=sample.sample,
+        )
 
     @property
     def hops(self) -> list[Any]:

@@ -742,7 +742,9 @@ def stream_typed_inference(
 
     def compute(layer: int, part: _Part, ids: np.ndarray, previous: _Previous) -> torch.Tensor:
         assert part.key is not None
-        (block,) = sampler.sample({part.key: torch.from_numpy(ids + off[part.key])})
+        (block,) = sampler.sample_from_nodes(
+            {part.key: torch.from_numpy(ids + off[part.key])}
+        ).blocks
         h = _input_rows(graph, block, layer, features, previous, device)
         agg = TypedAggregator(block.to(device), dtype=dtype)
         return module.layer_forward(layer, agg, h)[part.key][: ids.size]  # type: ignore[no-any-return]

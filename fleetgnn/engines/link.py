@@ -19,12 +19,13 @@ every engine, mode and world size draws the same negatives for the same edge in 
   keyed bijection per epoch computed slice by slice, equal slots per rank, so the order costs
   ``O(batch)`` memory; the positives are read from the split's mapped arrays batch by batch).
   The sampler samples the neighbourhoods of the union of the endpoints of the positives and
-  their negatives (deduplicated; PyG's ``sample_from_edges``), a
-  :class:`~fleetgnn.engines.batch.MiniBatch` with its pairs set, with
-  the batch's target edges and their reverses dropped from its blocks unless the task keeps
-  them (``train.keep_target_edges``). Each rank's loss is its positives' summed loss over the
-  step's positives on every rank, so the summed gradient is the gradient of the step's mean
-  loss.
+  their negatives (deduplicated: :meth:`~fleetgnn.sampling.Sampler.sample_from_edges`, as
+  PyG's), a :class:`~fleetgnn.engines.batch.MiniBatch` with its pairs set, with the batch's
+  target edges and their reverses dropped from its blocks unless the task keeps them
+  (``train.keep_target_edges``). The one builder serves typed and temporal tasks too: the
+  task gives the relation and the times, the sampler the rest. Each rank's loss is its
+  positives' summed loss over the step's positives on every rank, so the summed gradient is
+  the gradient of the step's mean loss.
 - Distributed full graph (``fullgraph``, :class:`OwnedPairs`): rank ``r`` scores the training
   pairs whose source it owns; the destinations' and negatives' rows are fetched from their
   owners once per step (:func:`owner_rows`: an all-to-all of IDs, then a differentiable
@@ -61,7 +62,7 @@ from fleetgnn.engines.chunks import Chunking, rank_range
 from fleetgnn.engines.inference import layer_widths, stream_inference
 from fleetgnn.engines.step import StepLoss
 from fleetgnn.errors import ConfigError
-from fleetgnn.sampling import Block, NeighborSampler, PositionLoader, edge_keys
+from fleetgnn.sampling import Block, EdgeSample, PositionLoader, Sampler
 from fleetgnn.tasks import NODE_CLASSIFICATION, LinkPrediction, Task
 from fleetgnn.tasks.link_metrics import histogram_sums, ranking_sums
 from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
@@ -197,9 +198,17 @@ def full_graph_link_loss(
 class EdgeBatches:
     """Batches of training edges for one rank, and the blocks each one samples.
 
+    One builder for every link task and graph: the task gives a step's positives (typed: the
+    relation's type-local IDs; temporal: with their times) and their keyed negatives, and the
+    sampler's :meth:`~fleetgnn.sampling.Sampler.sample_from_edges` turns them into seeds,
+    positions and blocks, the batch's target edges (and their reverses) dropped unless the task
+    keeps them (``train.keep_target_edges``; a temporal task keeps them: a seed sees only the
+    edges before its time).
+
     Args:
-        task: The link task (training pairs, negatives, ``keep_target_edges``).
-        sampler: The neighbour sampler (over the message-passing graph).
+        task: The link task (training pairs, negatives, ``keep_target_edges``, ``relation``,
+            ``train_pair_times``).
+        sampler: The sampler (over the message-passing graph); ``None`` for :meth:`pairs` alone.
         batch_size: Positive edges per rank per step.
         rank: This rank.
         world_size: Data-parallel ranks.
@@ -209,7 +218,7 @@ class EdgeBatches:
     def __init__(
         self,
         task: LinkPrediction,
-        sampler: NeighborSampler,
+        sampler: Sampler | None,
         batch_size: int,
         *,
         rank: int = 0,
@@ -227,40 +236,61 @@ class EdgeBatches:
         """Steps per epoch (equal on every rank)."""
         return self.loader.num_batches
 
+    def pairs(
+        self, epoch: int, step: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """This rank's positives of ``(epoch, step)``: ``(src, dst, neg [P, K], time or None)``."""
+        idx = self.loader.batch(epoch, step)
+        src, dst = self.task.train_pair_rows(idx)
+        neg = self.task.sampler.sample(src, dst, epoch)
+        return src, dst, neg, self.task.train_pair_times(idx)
+
+    def _sample(
+        self,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        neg: torch.Tensor,
+        time: torch.Tensor | None,
+        epoch: int,
+        step: int,
+        stream: int,
+    ) -> EdgeSample:
+        assert self.sampler is not None, "EdgeBatches built without a sampler samples nothing"
+        return self.sampler.sample_from_edges(
+            src,
+            dst,
+            neg,
+            time=time,
+            relation=self.task.relation,
+            exclude_targets=not self.task.keep_target_edges,
+            epoch=epoch,
+            step=step,
+            stream=stream,
+        )
+
     def batch(self, epoch: int, step: int, stream: int | None = None) -> MiniBatch:
         """This rank's edge batch of ``(epoch, step)`` (its pairs set), sampled with ``stream``.
 
         ``stream`` (``None``: the rank) keys the neighbour sampling, as node batches do.
         """
-        src, dst = self.task.train_pair_rows(self.loader.batch(epoch, step))
-        neg = self.task.sampler.sample(src, dst, epoch)
-        seeds = torch.unique(torch.cat([src, dst, neg.reshape(-1)]))
-        n = self.sampler.topology.num_nodes
-        exclude = None if self.task.keep_target_edges else edge_keys(src, dst, n)
-        blocks = self.sampler.sample(
-            seeds, epoch, step, stream=self.rank if stream is None else stream, exclude=exclude
-        )
-
-        def pos(ids: torch.Tensor) -> torch.Tensor:
-            return torch.searchsorted(seeds, ids)
-
-        return MiniBatch(
-            blocks, seeds, self.loader.global_count(step), pos(src), pos(dst), pos(neg)
-        )
+        src, dst, neg, time = self.pairs(epoch, step)
+        stream = self.rank if stream is None else stream
+        sample = self._sample(src, dst, neg, time, epoch, step, stream)
+        return MiniBatch.from_edges(sample, self.loader.global_count(step))
 
     def part_blocks(
         self, batch: MiniBatch, positives: torch.Tensor, epoch: int, step: int, stream: int
     ) -> list[Block]:
         """The blocks of the positives ``positives`` of ``batch`` alone, sampled with ``stream``.
 
-        Their endpoints and negatives are the seeds, their target edges dropped as
-        :meth:`batch` drops them (a data-parallel rank's share of the batch, for counting).
+        Their endpoints and negatives are the seeds, at their positives' times, their target
+        edges dropped as :meth:`batch` drops them (a data-parallel rank's share of a
+        homogeneous batch, for counting).
         """
         src, dst, neg = (batch.seeds[t[positives]] for t in (batch.src, batch.dst, batch.neg))
-        seeds = torch.unique(torch.cat([src, dst, neg.reshape(-1)]))
-        n = self.sampler.topology.num_nodes
-        exclude = None if self.task.keep_target_edges else edge_keys(src, dst, n)
-        return self.sampler.sample(seeds, epoch, step, stream=stream, exclude=exclude)
+        seed_time = batch.sample.seed_time
+        time = None if seed_time is None else seed_time[batch.src[positives]]
+        return list(self._sample(src, dst, neg, time, epoch, step, stream).blocks)
 
 
 def edge_batch_loss(

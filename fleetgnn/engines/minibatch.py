@@ -76,6 +76,7 @@ from fleetgnn.engines.common import (
 )
 from fleetgnn.engines.edges import EdgeRows, block_aggregator, needs_edge_attr
 from fleetgnn.engines.link import (
+    EdgeBatches,
     check_link_model,
     edge_batch_loss,
     is_temporal,
@@ -84,11 +85,7 @@ from fleetgnn.engines.link import (
 )
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
-from fleetgnn.engines.temporal_link import (
-    EVAL_CHUNK,
-    edge_batches,
-    sampled_temporal_metrics,
-)
+from fleetgnn.engines.temporal_link import EVAL_CHUNK, sampled_temporal_metrics
 from fleetgnn.engines.temporal_node import (
     check_node_times,
     is_temporal_node,
@@ -189,9 +186,8 @@ class MinibatchEngine(SampledEngine):
             :class:`~fleetgnn.tasks.LinkPrediction` trains on batches of its split's training
             edges over its message-passing graph (:class:`~fleetgnn.engines.link.EdgeBatches`);
             a :class:`~fleetgnn.tasks.TemporalLinkPrediction` on timed edges sampled at their
-            times (:class:`~fleetgnn.engines.temporal_link.TemporalEdgeBatches`, ``stream`` =
-            the rank), evaluated at each query's time with the queries shared over the ranks and
-            the metric sums all-reduced
+            times (the same builder, ``stream`` = the rank), evaluated at each query's time
+            with the queries shared over the ranks and the metric sums all-reduced
             (:func:`~fleetgnn.engines.temporal_link.temporal_link_metrics`). A
             :class:`~fleetgnn.tasks.TemporalNodeClassification` samples every seed at its node
             time (``stream`` = the rank) and is evaluated with every split node at its node
@@ -329,7 +325,7 @@ class MinibatchEngine(SampledEngine):
             self.sampler = self._temporal_sampler(topology, graph, sc, replica is not None)
         if self.link:
             check_link_model(self.module)
-            self.edges = edge_batches(
+            self.edges = EdgeBatches(
                 self.task,
                 self.sampler,
                 sc.batch_size,
@@ -383,7 +379,7 @@ class MinibatchEngine(SampledEngine):
 
         def sampled(i: int) -> np.ndarray:
             seeds = loader.batch(0, i % loader.num_batches)
-            return sampler.sample(seeds, 0, i)[0].src_ids.cpu().numpy()
+            return sampler.sample_from_nodes(seeds, step=i).blocks[0].src_ids.cpu().numpy()
 
         return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
 
@@ -403,7 +399,7 @@ class MinibatchEngine(SampledEngine):
         counts = np.zeros(graph.num_edges, np.int64)
         for i in range(batches):
             seeds = loader.batch(0, i % loader.num_batches)
-            for block in sampler.sample(seeds, 0, i):
+            for block in sampler.sample_from_nodes(seeds, step=i).blocks:
                 ids, c = np.unique(block.edge_ids.cpu().numpy(), return_counts=True)
                 counts[ids] += c
         return counts

@@ -48,6 +48,7 @@ from fleetgnn.engines.common import (
 from fleetgnn.engines.edges import EdgeRows, block_aggregator
 from fleetgnn.engines.inference import streaming_metrics
 from fleetgnn.engines.link import (
+    EdgeBatches,
     check_link_model,
     edge_batch_loss,
     full_graph_link_loss,
@@ -56,7 +57,7 @@ from fleetgnn.engines.link import (
 )
 from fleetgnn.engines.metric_sums import MetricSums
 from fleetgnn.engines.step import Prepared, StepLoss, run_step
-from fleetgnn.engines.temporal_link import edge_batches, temporal_link_metrics
+from fleetgnn.engines.temporal_link import temporal_link_metrics
 from fleetgnn.engines.temporal_node import (
     check_node_times,
     is_temporal_node,
@@ -154,7 +155,7 @@ class ReferenceEngine(EngineBase):
                 )
             if self.link:
                 task = self.task
-                self.edges = edge_batches(task, self.sampler, config.batch_size, seed=self.seed)
+                self.edges = EdgeBatches(task, self.sampler, config.batch_size, seed=self.seed)
         self._full_agg: LocalAggregator | None = None
         self._memory: dict[str, int] = {}
         #: How mini-batch-mode evaluation cuts the nodes into chunks (bounds its memory).

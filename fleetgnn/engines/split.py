@@ -47,7 +47,7 @@ pairs whose source it owns, the other endpoints' rows fetched from their owners 
 (:func:`~fleetgnn.engines.link.split_edge_batch_loss`).
 
 A temporal link task (:class:`~fleetgnn.tasks.TemporalLinkPrediction`) samples the reference's
-timed edge batch (:class:`~fleetgnn.engines.temporal_link.TemporalEdgeBatches`, stream 0): every
+timed edge batch (:class:`~fleetgnn.engines.link.EdgeBatches`, stream 0): every
 seed has its own subtree, so a block's rows are ``(seed, node)`` pairs and a node reached by
 several seeds is several rows, one per subtree. Every row belongs to the owner of its node
 (``part[src_ids[p]]``), so a rank computes all the copies of its nodes, each copy from its own
@@ -109,6 +109,7 @@ from fleetgnn.engines.common import (
     setup_model,
 )
 from fleetgnn.engines.link import (
+    EdgeBatches,
     check_link_model,
     is_temporal,
     sampled_link_metrics,
@@ -118,7 +119,7 @@ from fleetgnn.engines.link import (
 from fleetgnn.engines.minibatch import MinibatchEngine, resolve_gather
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
-from fleetgnn.engines.temporal_link import EVAL_CHUNK, edge_batches, sampled_temporal_metrics
+from fleetgnn.engines.temporal_link import EVAL_CHUNK, sampled_temporal_metrics
 from fleetgnn.engines.temporal_node import (
     check_node_times,
     is_temporal_node,
@@ -532,7 +533,7 @@ class SplitEngine(SampledEngine):
             )
         if self.link:  # the reference's edge batch on every rank (one rank's deal, its stream)
             check_link_model(self.module)
-            self.edges = edge_batches(task, self.sampler, sc.batch_size, seed=self.seed)
+            self.edges = EdgeBatches(task, self.sampler, sc.batch_size, seed=self.seed)
         #: Temporal link evaluation: queries embedded at once (bounds its memory).
         self.eval_chunk = EVAL_CHUNK
         self._build_store(graph, sc)

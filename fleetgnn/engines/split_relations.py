@@ -279,7 +279,7 @@ class TypedSplitEngine(TypedMinibatchEngine):
         ``src_ids`` are the owned rows, which the features are read for.
         """
         seeds = self.loader.batch(epoch, step)
-        blocks = self.sampler.sample(seeds, epoch, step)
+        blocks = self.sampler.sample_from_nodes(seeds, epoch=epoch, step=step).blocks
         splits = [split_hetero_block(b, self.owner, self.rank, self.world_size) for b in blocks]
         t = self.schema.target
         owned = splits[-1].src_ids[t][: splits[-1].num_dst[t]]  # type: ignore[index]

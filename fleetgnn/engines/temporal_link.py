@@ -4,11 +4,12 @@ A :class:`~fleetgnn.tasks.temporal_link.TemporalLinkPrediction` trains on the en
 of :data:`TEMPORAL_ENGINES`; every other one refuses it in one line (:func:`temporal_refusal`):
 a full graph has no "now", every node's embedding there is computed from every edge.
 
-- Training (:class:`TemporalEdgeBatches`): a step's positives are training events ``(src, dst,
-  t)`` dealt like the static task's (:class:`~fleetgnn.sampling.PositionLoader`); their
-  negatives are the static task's keyed ones. The seeds are the distinct ``(node, time)`` pairs
-  of the endpoints and negatives, each at its positive's time, and the
-  :class:`~fleetgnn.sampling.TemporalSampler` samples their disjoint subtrees (strict ``<``:
+- Training (the one edge builder, :class:`~fleetgnn.engines.link.EdgeBatches`): a step's
+  positives are training events ``(src, dst, t)`` dealt like the static task's
+  (:class:`~fleetgnn.sampling.PositionLoader`); their negatives are the static task's keyed
+  ones. The task gives the times, and the :class:`~fleetgnn.sampling.TemporalSampler`'s
+  ``sample_from_edges`` seeds the distinct ``(node, time)`` pairs of the endpoints and
+  negatives, each at its positive's time, and samples their disjoint subtrees (strict ``<``:
   no block holds an edge of a positive's time or later). A node seeded twice at one time is one
   seed: its subtree is a pure function of ``(key, node, time)``, so the copies would be equal.
 - Evaluation (:func:`temporal_link_metrics`): each query (a positive, its negative pair and its
@@ -29,10 +30,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetgnn.engines.batch import MiniBatch
 from fleetgnn.engines.edges import block_aggregator
 from fleetgnn.engines.link import EdgeBatches
-from fleetgnn.sampling import Block, TemporalSample, TemporalSampler
+from fleetgnn.sampling import TemporalSample, TemporalSampler, pair_seeds, timed_seeds
 from fleetgnn.tasks.temporal_link import TemporalLinkPrediction
 
 #: The sampler stream of evaluation (training streams are ranks, far below it).
@@ -41,100 +41,13 @@ EVAL_STREAM = 1 << 30
 EVAL_CHUNK = 2048
 
 
-def timed_seeds(
-    nodes: torch.Tensor, times: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Distinct ``(node, time)`` seeds: ``(seeds, seed_time, inverse)``, sorted by time, node.
-
-    ``seeds[inverse] == nodes`` and ``seed_time[inverse] == times``.
-    """
-    pairs, inverse = torch.unique(torch.stack([times, nodes]), dim=1, return_inverse=True)
-    return pairs[1].contiguous(), pairs[0].contiguous(), inverse
-
-
-def edge_batches(task: Any, sampler: Any, batch_size: int, **deal: Any) -> EdgeBatches:
-    """A link task's training batches, sampled at each positive's time for a temporal task.
-
-    :class:`TemporalEdgeBatches` for a
-    :class:`~fleetgnn.tasks.temporal_link.TemporalLinkPrediction`, else
-    :class:`~fleetgnn.engines.link.EdgeBatches`; ``deal``: their ``rank``, ``world_size``,
-    ``seed``.
-    """
-    cls = TemporalEdgeBatches if isinstance(task, TemporalLinkPrediction) else EdgeBatches
-    return cls(task, sampler, batch_size, **deal)
-
-
-class TemporalEdgeBatches(EdgeBatches):
-    """Batches of timed training edges for one rank, their blocks sampled at each edge's time.
-
-    :class:`~fleetgnn.engines.link.EdgeBatches` (the same loader, steps and counts) whose
-    :meth:`batch` samples with a :class:`~fleetgnn.sampling.TemporalSampler` over the training
-    graph at each positive's time.
-    """
-
-    task: TemporalLinkPrediction
-    sampler: TemporalSampler  # type: ignore[assignment]
-
-    def timed(self, epoch: int, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """The seeds of ``(epoch, step)``: ``(seeds, seed_time, inverse, P)``.
-
-        The distinct ``(node, time)`` pairs (:func:`timed_seeds`) of the step's ``P``
-        positives' sources, destinations and negatives, each at its positive's time;
-        ``seeds[inverse]`` lists those ``P + P + P K`` nodes in that order.
-        """
-        idx = self.loader.batch(epoch, step)
-        src, dst = self.task.train_pair_rows(idx)
-        t = self.task.train_pair_times(idx)
-        neg = self.task.sampler.sample(src, dst, epoch)  # [P, K], the static task's negatives
-        k = int(neg.shape[1])
-        seeds, seed_time, inv = timed_seeds(
-            torch.cat([src, dst, neg.reshape(-1)]), torch.cat([t, t, t.repeat_interleave(k)])
-        )
-        return seeds, seed_time, inv, int(src.numel())
-
-    def batch(self, epoch: int, step: int, stream: int | None = None) -> MiniBatch:
-        """This rank's edge batch of ``(epoch, step)``, sampled with ``stream`` (``None``: rank).
-
-        The batch's ``seeds`` are nodes of distinct ``(node, time)`` seeds (a node may repeat),
-        ``sample`` holds the :class:`~fleetgnn.sampling.TemporalSample`.
-        """
-        seeds, seed_time, inv, p = self.timed(epoch, step)
-        k = int(self.task.sampler.k)
-        sample = self.sampler.sample(
-            seeds, seed_time, epoch, step, stream=self.rank if stream is None else stream
-        )
-        return MiniBatch(
-            list(sample.blocks),
-            seeds,
-            self.loader.global_count(step),
-            inv[:p],
-            inv[p : 2 * p],
-            inv[2 * p :].view(p, k),
-            sample=sample,
-        )
-
-    def part_blocks(
-        self, batch: MiniBatch, positives: torch.Tensor, epoch: int, step: int, stream: int
-    ) -> list[Block]:
-        """The blocks of the positives ``positives`` of ``batch`` alone, sampled with ``stream``.
-
-        Their seeds are the batch's ``(node, time)`` seeds of their endpoints and negatives (a
-        data-parallel rank's share of the batch, for counting).
-        """
-        mine = (batch.src[positives], batch.dst[positives], batch.neg[positives].reshape(-1))
-        at = torch.unique(torch.cat(mine))  # positions in the (time, node)-sorted seeds
-        sample = self.sampler.sample(
-            batch.seeds[at], batch.sample.seed_time[at], epoch, step, stream=stream
-        )
-        return list(sample.blocks)
-
-
 class LinkTimeSeeds:
     """The training seeds of a temporal link task, for the planner's replay.
 
-    A :class:`~fleetgnn.cost.workload.TemporalSeeds`: rank ``r`` of ``W``'s step is
-    :meth:`TemporalEdgeBatches.timed` of its edge batches (``batch_size`` positives per rank,
-    the run's ``seed``), the seeds the engines hand their temporal sampler.
+    A :class:`~fleetgnn.cost.workload.TemporalSeeds`: rank ``r`` of ``W``'s step is the
+    :func:`~fleetgnn.sampling.pair_seeds` of its edge batch's pairs
+    (:meth:`~fleetgnn.engines.link.EdgeBatches.pairs`: ``batch_size`` positives per rank, the
+    run's ``seed``), the seeds the engines' temporal sampler samples.
 
     Args:
         task: The temporal link task (its time split's training graph is :attr:`graph`).
@@ -147,19 +60,19 @@ class LinkTimeSeeds:
         self.task, self.seed = task, int(seed)
         self.graph = task.split.train_graph
         self.strategy = task.strategy
-        self._batches: dict[tuple[int, int, int], TemporalEdgeBatches] = {}
+        self._batches: dict[tuple[int, int, int], EdgeBatches] = {}
 
     @property
     def num_items(self) -> int:
         """Training positives."""
         return self.task.num_train_pairs()
 
-    def _edges(self, batch_size: int, rank: int, world: int) -> TemporalEdgeBatches:
+    def _edges(self, batch_size: int, rank: int, world: int) -> EdgeBatches:
         key = (int(batch_size), int(rank), int(world))
         if key not in self._batches:
-            self._batches[key] = TemporalEdgeBatches(
+            self._batches[key] = EdgeBatches(
                 self.task,
-                None,  # type: ignore[arg-type]  # seeds only: the replay samples them
+                None,  # seeds only: the replay samples them
                 int(batch_size),
                 rank=int(rank),
                 world_size=int(world),
@@ -175,8 +88,8 @@ class LinkTimeSeeds:
         self, batch_size: int, rank: int, world: int, epoch: int, step: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rank ``rank``'s distinct ``(node, time)`` seeds of ``(epoch, step)``."""
-        seeds, seed_time, _, _ = self._edges(batch_size, rank, world).timed(epoch, step)
-        return seeds, seed_time
+        seeds, seed_time, _ = pair_seeds(*self._edges(batch_size, rank, world).pairs(epoch, step))
+        return seeds, seed_time  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return f"LinkTimeSeeds(positives={self.num_items}, strategy={self.strategy!r})"
@@ -194,7 +107,7 @@ def embed_at(
     on_sample: Callable[[TemporalSample], None] | None = None,
 ) -> torch.Tensor:
     """Output rows ``[len(seeds), D]`` of ``seeds`` at ``seed_time`` (evaluation's fixed key)."""
-    sample = sampler.sample(seeds, seed_time, 0, 0, stream=EVAL_STREAM)
+    sample = sampler.sample_from_nodes(seeds, seed_time=seed_time, stream=EVAL_STREAM)
     if on_sample is not None:
         on_sample(sample)
     aggs = [block_aggregator(b, dtype, device) for b in sample.blocks]

@@ -54,8 +54,13 @@ from fleetgnn.engines.temporal_link import EVAL_CHUNK, EVAL_STREAM
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.graph.hetero import HeteroGraph
-from fleetgnn.sampling import TypedTemporalSampler
-from fleetgnn.tasks import Task, TemporalNodeClassification, TypedTemporalNodeClassification
+from fleetgnn.sampling import Sampler, TypedTemporalSampler
+from fleetgnn.tasks import (
+    NodeClassification,
+    Task,
+    TemporalNodeClassification,
+    TypedTemporalNodeClassification,
+)
 
 #: Nodes read per step when listing the splits' nodes (:func:`split_nodes`).
 _MASK_BLOCK = 1 << 22
@@ -155,17 +160,23 @@ def typed_temporal_sampler(
 
 
 def node_blocks(
-    sampler: Any, task: Task | None, seeds: torch.Tensor, epoch: int, step: int, stream: int = 0
+    sampler: Sampler,
+    task: Task | None,
+    seeds: torch.Tensor,
+    epoch: int,
+    step: int,
+    stream: int = 0,
 ) -> list[Any]:
-    """The blocks of node ``seeds``: at their node times for a temporal node task, else plain.
+    """The blocks of node ``seeds``, at the task's times for them (``task.seed_times``).
 
-    ``sampler``: a homogeneous one (blocks), or a typed one (typed blocks of target-type
-    ``seeds``, ``task`` then typed or ``None``).
+    One call for every sampler and node task (typed: target-type seeds): a static task has no
+    times (``None``), a temporal one gives each seed's node time.
     """
-    if is_temporal_node(task):
-        times = task.seed_times(seeds)  # type: ignore[union-attr]
-        return list(sampler.sample(seeds, times, epoch, step, stream=stream).blocks)
-    return sampler.sample(seeds, epoch, step, stream=stream)  # type: ignore[no-any-return]
+    times = task.seed_times(seeds) if isinstance(task, NodeClassification) else None
+    sample = sampler.sample_from_nodes(
+        seeds, seed_time=times, epoch=epoch, step=step, stream=stream
+    )
+    return list(sample.blocks)
 
 
 def split_nodes(graph: Any) -> np.ndarray:
@@ -241,7 +252,8 @@ def temporal_node_rows(
         for a in range(0, most, chunk):  # as many chunks on every rank: equal store reads
             ids = mine[a : a + chunk]
             seeds = torch.from_numpy(ids + offset)
-            sample = sampler.sample(seeds, task.seed_times(seeds), 0, 0, stream=EVAL_STREAM)
+            times = task.seed_times(seeds)
+            sample = sampler.sample_from_nodes(seeds, seed_time=times, stream=EVAL_STREAM)
             if on_sample is not None:
                 on_sample(sample)
             if forward is not None:

@@ -1,22 +1,23 @@
 """Link prediction on one relation of a typed graph, on ``reference``, ``minibatch`` and ``split``.
 
 The typed counterpart of :mod:`fleetgnn.engines.link`, for a
-:class:`~fleetgnn.tasks.typed_link.TypedLinkPrediction` over the target relation
+:class:`~fleetgnn.tasks.link.TypedLinkPrediction` over the target relation
 ``(src_type, name, dst_type)``:
 
 - Message passing runs on the split's training graph
   (:attr:`~fleetgnn.graph.edge_split.EdgeSplit.train_graph`: validation and test
   pairs removed from the relation and from its reverse), never on the held-out edges.
-- Edge mini-batches (:class:`TypedEdgeBatches`): a step's positives are dealt like the
-  homogeneous ones (:class:`~fleetgnn.sampling.PositionLoader` over the training pairs, equal
-  slots per rank), ``K`` keyed negatives per positive corrupt the destination within the
-  destination type (keyed by ``(seed, epoch, src, dst)``, so every engine and world size draws
-  the same ones), and the typed sampler samples the neighbourhoods of the batch's endpoints as
-  seeds of their types (the source type's sources; the destination type's destinations and
-  negatives), with the batch's target edges and their reverses dropped from its blocks unless
-  the task keeps them (``train.keep_target_edges``). Each rank's loss is its positives' summed
-  loss over the step's positives on every rank, so the summed gradient is the gradient of the
-  step's mean loss, as in the homogeneous engines.
+- Edge mini-batches (:class:`~fleetgnn.engines.link.EdgeBatches`, the one edge builder): a
+  step's positives are dealt like the homogeneous ones
+  (:class:`~fleetgnn.sampling.PositionLoader` over the training pairs, equal slots per rank),
+  ``K`` keyed negatives per positive corrupt the destination within the destination type
+  (keyed by ``(seed, epoch, src, dst)``, so every engine and world size draws the same ones),
+  and the typed sampler's ``sample_from_edges`` (given the relation) samples the
+  neighbourhoods of the batch's endpoints as seeds of their types (the source type's sources;
+  the destination type's destinations and negatives), with the batch's target edges and their
+  reverses dropped from its blocks unless the task keeps them (``train.keep_target_edges``).
+  Each rank's loss is its positives' summed loss over the step's positives on every rank, so
+  the summed gradient is the gradient of the step's mean loss, as in the homogeneous engines.
 - Split-parallel edge batches (``split``, :class:`TypedLinkSplitEngine`): one global edge batch
   a step, the reference's (one deal, stream 0), drawn by every rank; its typed blocks are split
   by the partition book over the training graph's global IDs relation by relation
@@ -69,89 +70,8 @@ from fleetgnn.graph.compact_rows import applied_feature_dtypes
 from fleetgnn.graph.hetero import HeteroGraph
 from fleetgnn.nn.protocol import LayerwiseModule
 from fleetgnn.partition import PartitionBook
-from fleetgnn.sampling.hetero import (
-    HeteroNeighborSampler,
-    full_hetero_block,
-    typed_edge_keys,
-)
+from fleetgnn.sampling.hetero import full_hetero_block
 from fleetgnn.tasks.link import TypedLinkPrediction
-
-
-class TypedEdgeBatches(EdgeBatches):
-    """Batches of a typed relation's training edges for one rank, and their typed blocks.
-
-    The deal of the positives (:class:`~fleetgnn.engines.link.EdgeBatches`: a keyed order per
-    epoch, equal slots per rank) with the relation's endpoints as seeds of their own types.
-
-    Args:
-        task: The typed link task (training pairs, negatives, ``keep_target_edges``).
-        sampler: The typed sampler (over the split's training graph).
-        batch_size: Positive edges per rank per step.
-        rank: This rank.
-        world_size: Data-parallel ranks.
-        seed: Run seed (the per-epoch order of the edges).
-    """
-
-    def __init__(
-        self,
-        task: TypedLinkPrediction,
-        sampler: HeteroNeighborSampler,
-        batch_size: int,
-        *,
-        rank: int = 0,
-        world_size: int = 1,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(
-            task,  # type: ignore[arg-type]
-            sampler,  # type: ignore[arg-type]
-            batch_size,
-            rank=rank,
-            world_size=world_size,
-            seed=seed,
-        )
-        self.task: TypedLinkPrediction = task  # type: ignore[assignment]
-        self.sampler: HeteroNeighborSampler = sampler  # type: ignore[assignment]
-        schema = sampler.schema
-        self.relation = task.relation
-        self.reverse = task.split.reverse
-        self.src_off = schema.type_range(self.relation[0])[0]
-        self.dst_off = schema.type_range(self.relation[2])[0]
-        self.num_nodes = schema.total_nodes
-
-    def batch(  # type: ignore[override]
-        self, epoch: int, step: int, stream: int | None = None
-    ) -> MiniBatch:
-        """This rank's batch of ``(epoch, step)``, blocks sampled with ``stream`` (the rank).
-
-        Its ``seeds`` are per end type; ``src`` are positions in the source type's seeds,
-        ``dst`` and ``neg`` in the destination type's.
-        """
-        src, dst = self.task.train_pair_rows(self.loader.batch(epoch, step))  # type-local
-        neg = self.task.sampler.sample(src, dst, epoch)  # [P, K] destination-type local
-        s_t, _, d_t = self.relation
-        gs, gd, gn = src + self.src_off, dst + self.dst_off, neg + self.dst_off
-        if s_t == d_t:
-            seeds = {s_t: torch.unique(torch.cat([gs, gd, gn.reshape(-1)]))}
-        else:
-            seeds = {s_t: torch.unique(gs), d_t: torch.unique(torch.cat([gd, gn.reshape(-1)]))}
-        exclude = None
-        if not self.task.keep_target_edges:
-            edges = {self.relation: (gs, gd)}
-            if self.reverse is not None:
-                edges[self.reverse] = (gd, gs)
-            exclude = typed_edge_keys(self.num_nodes, edges)
-        blocks = self.sampler.sample(
-            seeds, epoch, step, stream=self.rank if stream is None else stream, exclude=exclude
-        )
-        return MiniBatch(
-            blocks,
-            seeds,
-            self.loader.global_count(step),
-            torch.searchsorted(seeds[s_t], gs),
-            torch.searchsorted(seeds[d_t], gd),
-            torch.searchsorted(seeds[d_t], gn),
-        )
 
 
 def _endpoint_rows(h: dict[str, torch.Tensor], rel: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -250,7 +170,7 @@ class _TypedLink(_TypedData):
     def endpoint_embeddings(self) -> dict[str, torch.Tensor]:
         """The link relation's end types' embeddings ``{t: [N_t, D]}``, streamed.
 
-        :func:`~fleetgnn.engines.typed_inference.stream_typed_inference` with the two end
+        :func:`~fleetgnn.engines.inference.stream_typed_inference` with the two end
         types as outputs: each rank computes its share, then one all-reduce gives every rank
         all the rows (the evaluation pairs may touch any node). Only the last layer's rows of
         those types are ever held whole. Collective.
@@ -294,7 +214,7 @@ class TypedLinkReferenceEngine(_TypedLink, TypedReferenceEngine):
         optimizer: Over ``model``'s parameters (``None``: Adam, lr 0.01).
         loss: A link loss on ``[P, 1 + K]`` scores (``None``: the task's).
         fanouts: Per-relation fanouts overriding ``config.fanouts``.
-        task: The :class:`~fleetgnn.tasks.typed_link.TypedLinkPrediction`.
+        task: The :class:`~fleetgnn.tasks.link.TypedLinkPrediction`.
     """
 
     def __init__(
@@ -317,7 +237,7 @@ class TypedLinkReferenceEngine(_TypedLink, TypedReferenceEngine):
         check_link_model(self.module)
         if self.mode == "minibatch":
             self._setup_sampler(fanouts, config.fanouts)
-            self.edges = TypedEdgeBatches(task, self.sampler, config.batch_size, seed=self.seed)
+            self.edges = EdgeBatches(task, self.sampler, config.batch_size, seed=self.seed)
 
     def steps_per_epoch(self) -> int:
         """One step in full mode; the number of edge batches in mini-batch mode."""
@@ -355,7 +275,7 @@ class TypedLinkMinibatchEngine(_TypedLink, TypedMinibatchEngine):
     """Data-parallel typed link prediction on edge mini-batches (see the module docstring).
 
     Args: as :class:`~fleetgnn.engines.typed.TypedMinibatchEngine`, plus ``task`` (the
-    :class:`~fleetgnn.tasks.typed_link.TypedLinkPrediction`); ``loss`` ``None``: the task's.
+    :class:`~fleetgnn.tasks.link.TypedLinkPrediction`); ``loss`` ``None``: the task's.
     """
 
     def __init__(
@@ -387,9 +307,9 @@ class TypedLinkMinibatchEngine(_TypedLink, TypedMinibatchEngine):
         self.edges = self._edge_batches(cfg)
         self._setup_prefetch(cfg)
 
-    def _edge_batches(self, cfg: Any) -> TypedEdgeBatches:
+    def _edge_batches(self, cfg: Any) -> EdgeBatches:
         """This rank's slot of every step's training pairs (its blocks: ``stream = rank``)."""
-        return TypedEdgeBatches(
+        return EdgeBatches(
             self.task,
             self.sampler,
             cfg.batch_size,
@@ -481,9 +401,9 @@ class TypedLinkSplitEngine(TypedLinkMinibatchEngine, TypedSplitEngine):
         )
         self._setup_split(book)  # over the training graph (held-out pairs removed)
 
-    def _edge_batches(self, cfg: Any) -> TypedEdgeBatches:
+    def _edge_batches(self, cfg: Any) -> EdgeBatches:
         """The reference's deal: ONE batch of training pairs per step for all ranks."""
-        return TypedEdgeBatches(self.task, self.sampler, cfg.batch_size, seed=self.seed)
+        return EdgeBatches(self.task, self.sampler, cfg.batch_size, seed=self.seed)
 
     def _sample(self, epoch: int, step: int) -> MiniBatch:
         """The reference's edge batch (stream 0), its typed blocks split for this rank."""
@@ -526,7 +446,6 @@ def typed_link_engine(name: str) -> type:
 
 
 __all__ = [
-    "TypedEdgeBatches",
     "TypedLinkMinibatchEngine",
     "TypedLinkReferenceEngine",
     "TypedLinkSplitEngine",

@@ -1,6 +1,15 @@
-"""Sampling layer: neighbour sampling (plain and temporal), AppendUnique, blocks, seed loaders."""
+"""Sampling layer: one sampler protocol (plain, temporal, typed), AppendUnique, blocks, loaders."""
 
+from fleetgnn.sampling.base import (
+    EdgeSample,
+    NodeSample,
+    Sampler,
+    edge_seeds,
+    pair_seeds,
+    timed_seeds,
+)
 from fleetgnn.sampling.block import Block
+from fleetgnn.sampling.hetero import HeteroNeighborSampler
 from fleetgnn.sampling.hetero_temporal import TypedTemporalSample, TypedTemporalSampler
 from fleetgnn.sampling.loader import PositionLoader, SeedLoader, keyed_positions
 from fleetgnn.sampling.neighbor import (
@@ -26,11 +35,15 @@ __all__ = [
     "Block",
     "DeviceTopology",
     "EdgeIdSource",
+    "EdgeSample",
     "EdgeTimeArray",
     "EdgeTimeSource",
     "GraphTopology",
+    "HeteroNeighborSampler",
     "NeighborSampler",
+    "NodeSample",
     "PositionLoader",
+    "Sampler",
     "SeedLoader",
     "TemporalSample",
     "TemporalSampler",
@@ -39,8 +52,11 @@ __all__ = [
     "TypedTemporalSampler",
     "append_unique",
     "edge_keys",
+    "edge_seeds",
     "full_neighbor_block",
     "keyed_positions",
+    "pair_seeds",
     "sample_neighbors",
     "sample_neighbors_from",
+    "timed_seeds",
 ]

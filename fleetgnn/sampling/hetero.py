@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from fleetgnn.errors import ConfigError, GraphError
+from fleetgnn.graph.edge_split import reverse_of
 from fleetgnn.graph.hetero import HeteroGraph, HeteroSchema, Relation
 from fleetgnn.keyhash import base_key
+from fleetgnn.sampling.base import EdgeSample, NodeSample, Sampler, check_pairs, edge_seeds, no_time
 from fleetgnn.sampling.neighbor import (
     _SALT_SAMPLE,
     _check_fanout,
@@ -161,7 +164,7 @@ def _fanout_list(name: str, fanouts: object, example: str) -> tuple[int, ...]:
     return tuple(_check_fanout(f"{name}[{i}]", f) for i, f in enumerate(fanouts))
 
 
-class HeteroNeighborSampler:
+class HeteroNeighborSampler(Sampler):
     """Multi-layer typed uniform neighbour sampler producing one :class:`HeteroBlock` per layer.
 
     Hop ``h`` samples, for every relation ``r = (s, name, d)``, ``fanouts[r][h]`` in-edges of
@@ -204,20 +207,22 @@ class HeteroNeighborSampler:
         """The 64-bit key relation ``relation`` (its ID) draws with at hop ``hop``."""
         return base_key(_SALT_SAMPLE, self.seed, epoch, step, stream, hop, relation)
 
-    def sample(
+    def sample_from_nodes(
         self,
         seeds: Tensor | Mapping[str, Tensor],
+        *,
+        seed_time: None = None,
         epoch: int = 0,
         step: int = 0,
-        *,
         stream: int = 0,
         exclude: Mapping[Relation, Tensor] | None = None,
-    ) -> list[HeteroBlock]:
+    ) -> NodeSample:
         """Sample the typed blocks of one mini-batch.
 
         Args:
             seeds: int64 ``[B]`` distinct global IDs of target-type nodes, or per node type
                 its distinct global IDs (a typed link batch's endpoints of both types).
+            seed_time: ``None`` (this sampler has no time: :class:`TypedTemporalSampler` has).
             epoch: Epoch index (>= 0), part of the random key.
             step: Step index (>= 0), part of the random key.
             stream: Extra key, e.g. the data-parallel rank (>= 0).
@@ -227,12 +232,15 @@ class HeteroNeighborSampler:
                 edges' draws do not change.
 
         Returns:
-            ``num_layers`` blocks, input layer first; the last block's destinations are the
-            seeds, and ``blocks[i].dst_ids(t) == blocks[i + 1].src_ids[t]`` for every type.
+            A :class:`NodeSample` of ``num_layers`` blocks, input layer first; the last block's
+            destinations are the seeds, and ``blocks[i].dst_ids(t) == blocks[i + 1].src_ids[t]``
+            for every type.
 
         Raises:
-            GraphError: If a seed is not a node of its type or repeats.
+            GraphError: If a seed is not a node of its type or repeats, or ``seed_time`` is
+                given.
         """
+        no_time(self, seed_time)
         key = [_check_key(n, v) for n, v in (("epoch", epoch), ("step", step), ("stream", stream))]
         s = self.schema
         empty = torch.zeros(0, dtype=torch.int64)
@@ -252,7 +260,30 @@ class HeteroNeighborSampler:
             blocks.append(block)
             dst = dict(block.src_ids)
         blocks.reverse()
-        return blocks
+        return NodeSample(tuple(blocks))
+
+    def sample_from_edges(
+        self,
+        src: Tensor,
+        dst: Tensor,
+        neg: Tensor,
+        *,
+        time: None = None,
+        relation: Relation | None = None,
+        exclude_targets: bool = False,
+        epoch: int = 0,
+        step: int = 0,
+        stream: int = 0,
+    ) -> EdgeSample:
+        """Sample a typed link batch's blocks (:meth:`Sampler.sample_from_edges`; no ``time``).
+
+        ``src`` and ``dst``/``neg`` are type-local IDs of ``relation``'s end types; the seeds
+        are global IDs per end type.
+        """
+        no_time(self, time, "time")
+        return sample_typed_edges(
+            self, src, dst, neg, time, relation, exclude_targets, epoch, step, stream
+        )
 
     def _check_seeds(self, ntype: str, seeds: Tensor, what: str = "node type") -> Tensor:
         s = self.schema
@@ -357,9 +388,66 @@ def typed_edge_keys(
 ) -> dict[Relation, Tensor]:
     """Per relation, sorted unique keys ``dst * N + src`` of its edges ``(src, dst)`` (global IDs).
 
-    What :meth:`HeteroNeighborSampler.sample`'s ``exclude`` takes.
+    What :meth:`HeteroNeighborSampler.sample_from_nodes`'s ``exclude`` takes.
     """
     return {
         rel: torch.unique(d.cpu().long() * int(num_nodes) + s.cpu().long())
         for rel, (s, d) in edges.items()
     }
+
+
+def sample_typed_edges(
+    sampler: Any,
+    src: Tensor,
+    dst: Tensor,
+    neg: Tensor,
+    time: Tensor | None,
+    relation: Relation | None,
+    exclude_targets: bool,
+    epoch: int,
+    step: int,
+    stream: int,
+) -> EdgeSample:
+    """A typed sampler's :meth:`Sampler.sample_from_edges` (plain or temporal).
+
+    The pairs are type-local IDs of ``relation``'s end types; the seeds are the distinct
+    endpoints per end type (sources: the source type's; destinations and negatives: the
+    destination type's; one set when the two types are one), with ``time`` distinct
+    ``(node, time)`` pairs. The target edges are dropped from ``relation`` and from its
+    reverse relation (:func:`~fleetgnn.graph.edge_split.reverse_of`).
+    """
+    schema = sampler.schema
+    if relation is None or tuple(relation) not in schema.relations:
+        raise GraphError(
+            f"'relation' must name the pairs' relation, one of {list(schema.relations)} (got "
+            f"{relation!r})"
+        )
+    rel: Relation = tuple(relation)  # type: ignore[assignment]
+    src, dst, neg, times = check_pairs(src, dst, neg, time)
+    s_t, _, d_t = rel
+    gs = src + schema.type_range(s_t)[0]
+    gd, gn = dst + schema.type_range(d_t)[0], neg + schema.type_range(d_t)[0]
+    seeds: dict[str, Tensor] = {}
+    seed_time: dict[str, Tensor] | None = None if times is None else {}
+    if s_t == d_t:
+        ids, at, (ps, pd, pn) = edge_seeds([gs, gd, gn], times)
+        seeds[s_t] = ids
+        if seed_time is not None and at is not None:
+            seed_time[s_t] = at
+    else:
+        ids, at, (ps,) = edge_seeds([gs], None if times is None else times[:1])
+        ids_d, at_d, (pd, pn) = edge_seeds([gd, gn], None if times is None else times[1:])
+        seeds[s_t], seeds[d_t] = ids, ids_d
+        if seed_time is not None and at is not None and at_d is not None:
+            seed_time[s_t], seed_time[d_t] = at, at_d
+    exclude = None
+    if exclude_targets:
+        edges = {rel: (gs, gd)}
+        reverse = reverse_of(sampler.graph, rel)
+        if reverse is not None:
+            edges[reverse] = (gd, gs)
+        exclude = typed_edge_keys(schema.total_nodes, edges)
+    sample = sampler.sample_from_nodes(
+        seeds, seed_time=seed_time, epoch=epoch, step=step, stream=stream, exclude=exclude
+    )
+    return EdgeSample(seeds, ps, pd, pn, sample)

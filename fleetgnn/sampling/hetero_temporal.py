@@ -41,11 +41,13 @@ from torch import Tensor
 
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.hetero import HeteroGraph, Relation
+from fleetgnn.sampling.base import EdgeSample, NodeSample, Sampler
 from fleetgnn.sampling.hetero import (
     HeteroBlock,
     HeteroNeighborSampler,
     group_sources,
     read_relation,
+    sample_typed_edges,
 )
 from fleetgnn.sampling.neighbor import _check_key, _sample_offsets
 from fleetgnn.sampling.temporal import STRATEGIES, Strategy, _as_times, _last_offsets, bisect_counts
@@ -54,12 +56,12 @@ __all__ = ["TypedTemporalSample", "TypedTemporalSampler"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TypedTemporalSample:
+class TypedTemporalSample(NodeSample):
     """The typed blocks of one temporal mini-batch and the subtree every source belongs to.
 
     Attributes:
         blocks: ``num_layers`` :class:`HeteroBlock`s, input layer first (as
-            :meth:`HeteroNeighborSampler.sample` returns them).
+            :meth:`HeteroNeighborSampler.sample_from_nodes` returns them).
         seed_index: Per block, per node type, int64 ``[S_t]``: the seed (its position in the
             batch) whose subtree each source of type ``t`` belongs to.
         seed_time: int64 ``[B]``: the seeds' times.
@@ -79,7 +81,7 @@ class TypedTemporalSample:
         )
 
 
-class TypedTemporalSampler:
+class TypedTemporalSampler(Sampler):
     """Multi-layer typed temporal neighbour sampler (module docstring: the semantics).
 
     Fanouts and keys are :class:`HeteroNeighborSampler`'s: hop ``h`` of relation ``r`` draws with
@@ -151,14 +153,15 @@ class TypedTemporalSampler:
         cnt = bisect_counts(read, torch.from_numpy(start), torch.from_numpy(deg), t, self.inclusive)
         return cnt.numpy()
 
-    def sample(
+    def sample_from_nodes(
         self,
         seeds: Tensor | Mapping[str, Tensor],
+        *,
         seed_time: Tensor | Mapping[str, Tensor] | None = None,
         epoch: int = 0,
         step: int = 0,
-        *,
         stream: int = 0,
+        exclude: None = None,
     ) -> TypedTemporalSample:
         """Sample the typed blocks of one temporal mini-batch.
 
@@ -170,6 +173,7 @@ class TypedTemporalSampler:
             epoch: Epoch index (>= 0), part of the random key.
             step: Step index (>= 0), part of the random key.
             stream: Extra key, e.g. the data-parallel rank (>= 0).
+            exclude: ``None`` (no edge exclusion: the module docstring).
 
         Returns:
             A :class:`TypedTemporalSample`; ``blocks[-1].dst_ids(t)`` are type ``t``'s seeds.
@@ -177,7 +181,13 @@ class TypedTemporalSampler:
         Raises:
             GraphError: A seed that is not a node of its type, times of the wrong shape, or
                 ``seed_time=None`` for a type without node times.
+            ConfigError: ``exclude`` given.
         """
+        if exclude is not None:
+            raise ConfigError(
+                "TypedTemporalSampler excludes no edges (got exclude=); its seeds see only the "
+                "edges before their times"
+            )
         key = [_check_key(n, v) for n, v in (("epoch", epoch), ("step", step), ("stream", stream))]
         s, n = self.schema, max(self.schema.total_nodes, 1)
         per_type = self._seeds(seeds)
@@ -208,6 +218,36 @@ class TypedTemporalSampler:
         blocks.reverse()
         index.reverse()
         return TypedTemporalSample(blocks=tuple(blocks), seed_index=tuple(index), seed_time=times)
+
+    def sample_from_edges(
+        self,
+        src: Tensor,
+        dst: Tensor,
+        neg: Tensor,
+        *,
+        time: Tensor | None = None,
+        relation: Relation | None = None,
+        exclude_targets: bool = False,
+        epoch: int = 0,
+        step: int = 0,
+        stream: int = 0,
+    ) -> EdgeSample:
+        """Sample a typed link batch at its positives' times (:meth:`Sampler.sample_from_edges`).
+
+        ``src`` and ``dst``/``neg`` are type-local IDs of ``relation``'s end types; the seeds
+        are the distinct ``(node, time)`` pairs per end type, each at its positive's ``time``
+        (required). ``exclude_targets`` must be ``False`` (no edge exclusion).
+        """
+        if time is None:
+            raise GraphError(
+                "TypedTemporalSampler samples pairs at their times: pass time= (int [P])"
+            )
+        if exclude_targets:
+            raise ConfigError(
+                "TypedTemporalSampler excludes no edges: pass exclude_targets=False (a pair's "
+                "edge is not before its own time)"
+            )
+        return sample_typed_edges(self, src, dst, neg, time, relation, False, epoch, step, stream)
 
     def _seeds(self, seeds: Tensor | Mapping[str, Tensor]) -> dict[str, Tensor]:
         s = self.schema

@@ -68,6 +68,7 @@ from fleetgnn.keyhash import (
     mix64_numpy,
     serial,
 )
+from fleetgnn.sampling.base import EdgeSample, NodeSample, Sampler, edge_keys, no_time, sample_edges
 from fleetgnn.sampling.block import Block
 from fleetgnn.sampling.unique import _append_unique_numpy, _append_unique_torch, append_unique
 
@@ -752,19 +753,6 @@ def _drop_excluded(
     return indptr_s, nbrs, weight, eids
 
 
-def edge_keys(src: Tensor, dst: Tensor, num_nodes: int, *, reverse: bool = True) -> Tensor:
-    """Sorted unique keys ``dst * N + src`` of edges ``src -> dst`` (and ``dst -> src``).
-
-    What :meth:`NeighborSampler.sample`'s ``exclude`` takes: a link batch's target pairs and
-    their reverses, so neither carries a message in the batch's own blocks.
-    """
-    src, dst = src.cpu().long(), dst.cpu().long()
-    keys = dst * int(num_nodes) + src
-    if reverse:
-        keys = torch.cat([keys, src * int(num_nodes) + dst])
-    return torch.unique(keys)
-
-
 def _isin_sorted(values: Tensor, sorted_keys: Tensor) -> Tensor:
     """``values[i] in sorted_keys`` for each ``i`` (``sorted_keys`` ascending, non-empty)."""
     pos = torch.searchsorted(sorted_keys, values).clamp_(max=sorted_keys.numel() - 1)
@@ -805,7 +793,7 @@ def full_neighbor_block(
     return block
 
 
-class NeighborSampler:
+class NeighborSampler(Sampler):
     """Multi-layer uniform neighbour sampler producing one :class:`Block` per GNN layer.
 
     ``fanouts`` are listed by hop from the seeds (PyG's ``num_neighbors`` convention):
@@ -821,8 +809,8 @@ class NeighborSampler:
     ``blocks[0]``           ``fanouts[L - 1]``  gather features of ``blocks[0].src_ids``
     ======================  ==================  ===========================
 
-    Randomness: hop ``h`` of ``sample(seeds, epoch, step, stream=k)`` draws from the keyed hash
-    with the key :meth:`key` ``(epoch, step, h, k)`` and each node's global ID (module
+    Randomness: hop ``h`` of ``sample_from_nodes(seeds, epoch=e, step=s, stream=k)`` draws from
+    the keyed hash with the key :meth:`key` ``(e, s, h, k)`` and each node's global ID (module
     docstring); no generator state exists and the global RNGs are never touched, so a batch's
     sample is reproducible, independent of which batches ran before, and the same on every
     device and backend. Data-parallel ranks sampling the same step should pass their rank as
@@ -874,19 +862,21 @@ class NeighborSampler:
         """The 64-bit key hop ``hop`` of batch ``(epoch, step, stream)`` draws with."""
         return base_key(_SALT_SAMPLE, self.seed, epoch, step, stream, hop)
 
-    def sample(
+    def sample_from_nodes(
         self,
         seeds: Tensor,
+        *,
+        seed_time: None = None,
         epoch: int = 0,
         step: int = 0,
-        *,
         stream: int = 0,
         exclude: Tensor | None = None,
-    ) -> list[Block]:
-        """Sample the blocks of one mini-batch.
+    ) -> NodeSample:
+        """Sample the blocks of one mini-batch (:meth:`Sampler.sample_from_nodes`).
 
         Args:
             seeds: int64 ``[B]`` distinct global IDs of the output nodes.
+            seed_time: ``None`` (this sampler has no time: :class:`TemporalSampler` has).
             epoch: Epoch index (>= 0), part of the random key.
             step: Step index within the epoch (>= 0), part of the random key.
             stream: Extra key, e.g. the data-parallel rank (>= 0).
@@ -895,12 +885,14 @@ class NeighborSampler:
                 holds up to ``fanout`` edges per destination; the draws are unchanged.
 
         Returns:
-            ``num_layers`` blocks from the input layer to the output layer;
-            ``blocks[-1].dst_ids == seeds`` and ``blocks[i].dst_ids == blocks[i + 1].src_ids``.
+            A :class:`NodeSample` of ``num_layers`` blocks from the input layer to the output
+            layer; ``blocks[-1].dst_ids == seeds`` and ``blocks[i].dst_ids ==
+            blocks[i + 1].src_ids``.
 
         Raises:
-            GraphError: If a seed is out of range or repeats.
+            GraphError: If a seed is out of range or repeats, or ``seed_time`` is given.
         """
+        no_time(self, seed_time)
         key = [_check_key(n, v) for n, v in (("epoch", epoch), ("step", step), ("stream", stream))]
         dev = _work_device(self.topology, seeds, self.backend)
         dst = _as_ids("seeds", seeds, self.topology.num_nodes, dev)
@@ -916,7 +908,25 @@ class NeighborSampler:
                 blocks.append(block)
                 dst = block.src_ids
         blocks.reverse()
-        return blocks
+        return NodeSample(tuple(blocks))
+
+    def sample_from_edges(
+        self,
+        src: Tensor,
+        dst: Tensor,
+        neg: Tensor,
+        *,
+        time: Tensor | None = None,
+        relation: None = None,
+        exclude_targets: bool = False,
+        epoch: int = 0,
+        step: int = 0,
+        stream: int = 0,
+    ) -> EdgeSample:
+        """Sample a link batch's blocks (:meth:`Sampler.sample_from_edges`; no ``time``)."""
+        return sample_edges(
+            self, src, dst, neg, time, relation, exclude_targets, epoch, step, stream
+        )
 
     def __repr__(self) -> str:
         return (

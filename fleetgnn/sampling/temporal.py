@@ -71,6 +71,7 @@ from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph
 from fleetgnn.graph.edge_time import check_time_order
 from fleetgnn.keyhash import serial
+from fleetgnn.sampling.base import EdgeSample, NodeSample, Sampler, sample_edges
 from fleetgnn.sampling.block import Block
 from fleetgnn.sampling.neighbor import (
     Backend,
@@ -264,12 +265,13 @@ def _last_offsets(cnt: Tensor, fanout: int) -> tuple[Tensor, Tensor, Tensor]:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TemporalSample:
+class TemporalSample(NodeSample):
     """The blocks of one temporal mini-batch and the subtree every source belongs to.
 
     Attributes:
         blocks: ``num_layers`` blocks from the input layer to the output layer (as
-            :meth:`NeighborSampler.sample` returns them); ``blocks[-1].dst_ids == seeds``.
+            :meth:`NeighborSampler.sample_from_nodes` returns them); ``blocks[-1].dst_ids ==
+            seeds``.
         seed_index: Per block, int64 ``[num_src]``: the position in ``seeds`` of the seed whose
             subtree each source belongs to (``seed_index[-1][:B] == arange(B)``).
         seed_time: int64 ``[B]``: the seeds' times.
@@ -287,11 +289,11 @@ class TemporalSample:
         return f"TemporalSample(num_seeds={self.seed_time.numel()}, blocks={list(self.blocks)})"
 
 
-class TemporalSampler:
+class TemporalSampler(Sampler):
     """Multi-layer temporal neighbour sampler (module docstring: semantics and backends).
 
     Fanouts, keys, backends and the block order are :class:`NeighborSampler`'s: hop ``h`` of
-    ``sample(seeds, seed_time, epoch, step, stream=k)`` draws with :meth:`key`
+    ``sample_from_nodes(seeds, seed_time=t, epoch=e, step=s, stream=k)`` draws with :meth:`key`
     ``(epoch, step, h, k)``, ``blocks[L - 1 - h]`` was sampled with ``fanouts[h]``.
 
     Args:
@@ -372,13 +374,13 @@ class TemporalSampler:
         """The 64-bit key of hop ``hop`` of batch ``(epoch, step, stream)`` (the plain one's)."""
         return self._plain.key(epoch, step, hop, stream)
 
-    def sample(
+    def sample_from_nodes(
         self,
         seeds: Tensor,
-        seed_time: Tensor,
+        *,
+        seed_time: Tensor | None = None,
         epoch: int = 0,
         step: int = 0,
-        *,
         stream: int = 0,
         exclude: Tensor | None = None,
     ) -> TemporalSample:
@@ -387,12 +389,13 @@ class TemporalSampler:
         Args:
             seeds: int64 ``[B]`` global IDs of the output nodes (repeats allowed: one subtree
                 each).
-            seed_time: Integer ``[B]``: each seed's time ``t``.
+            seed_time: Integer ``[B]``: each seed's time ``t`` (required).
             epoch: Epoch index (>= 0), part of the random key.
             step: Step index within the epoch (>= 0), part of the random key.
             stream: Extra key, e.g. the data-parallel rank (>= 0).
             exclude: Sorted edge keys (:func:`~fleetgnn.sampling.edge_keys`) dropped from every
-                hop's sampled edges after sampling, as in :meth:`NeighborSampler.sample`; the
+                hop's sampled edges after sampling, as in
+                :meth:`NeighborSampler.sample_from_nodes`; the
                 keys name global IDs, so an excluded edge is dropped in every subtree.
 
         Returns:
@@ -401,6 +404,10 @@ class TemporalSampler:
         Raises:
             GraphError: If a seed is out of range, or ``seed_time`` is not ``[B]`` integers.
         """
+        if seed_time is None:
+            raise GraphError(
+                "TemporalSampler samples each seed at its time: pass seed_time= (integer [B])"
+            )
         key = [_check_key(n, v) for n, v in (("epoch", epoch), ("step", step), ("stream", stream))]
         dev = _work_device(self.topology, seeds, self.backend)
         n = self.topology.num_nodes
@@ -425,6 +432,31 @@ class TemporalSampler:
         blocks.reverse()
         index.reverse()
         return TemporalSample(blocks=tuple(blocks), seed_index=tuple(index), seed_time=t)
+
+    def sample_from_edges(
+        self,
+        src: Tensor,
+        dst: Tensor,
+        neg: Tensor,
+        *,
+        time: Tensor | None = None,
+        relation: None = None,
+        exclude_targets: bool = False,
+        epoch: int = 0,
+        step: int = 0,
+        stream: int = 0,
+    ) -> EdgeSample:
+        """Sample a link batch at its positives' times (:meth:`Sampler.sample_from_edges`).
+
+        The seeds are the distinct ``(node, time)`` pairs of the endpoints and negatives, each
+        at its positive's ``time`` (required); a node seeded twice at one time is one seed (its
+        subtree is a pure function of ``(key, node, time)``).
+        """
+        if time is None:
+            raise GraphError("TemporalSampler samples pairs at their times: pass time= (int [P])")
+        return sample_edges(
+            self, src, dst, neg, time, relation, exclude_targets, epoch, step, stream
+        )
 
     def _hop(
         self,

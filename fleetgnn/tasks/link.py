@@ -195,6 +195,15 @@ class LinkPrediction:
         """Number of training positives."""
         return int(self.split.pos["train"].shape[1])
 
+    @property
+    def relation(self) -> tuple[str, str, str] | None:
+        """The pairs' relation on a typed graph; ``None``: a homogeneous graph's edges."""
+        return None
+
+    def train_pair_times(self, idx: torch.Tensor) -> torch.Tensor | None:
+        """The times of the training positives at ``idx``; ``None``: a static task has none."""
+        return None
+
     def train_pair_rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The training positives at positions ``idx`` (int64 ``src``, ``dst``), read in place.
 

@@ -73,6 +73,10 @@ class NodeClassification:
     def __repr__(self) -> str:
         return "NodeClassification()"
 
+    def seed_times(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """The times the seeds ``ids`` are sampled at; ``None``: a static task has none."""
+        return None
+
     def loss_terms(self, loss: LossFn, logits: torch.Tensor, target: torch.Tensor) -> LossTerms:
         """Summed per-node loss of ``logits`` ``[B, C]`` against ``target`` ``[B]``; correct count.
 

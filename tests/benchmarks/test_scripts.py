@@ -83,7 +83,9 @@ def test_the_temporal_loop_peer_samples_what_fleetgnn_samples() -> None:
     seeds, times = rng.choice(3000, 64, replace=False), rng.integers(0, 100, 64)
     for fanouts, strategy in (([-1, -1], "uniform"), ([3, 2], "last"), ([5, 1], "last")):
         s = TemporalSampler(GraphTopology(g), fanouts, strategy=strategy, backend="numpy")
-        blocks = s.sample(torch.from_numpy(seeds), torch.from_numpy(times)).blocks
+        blocks = s.sample_from_nodes(
+            torch.from_numpy(seeds), seed_time=torch.from_numpy(times)
+        ).blocks
         loop = mod.python_temporal(g, fanouts, strategy)(seeds, times)
         assert sum(b.num_edges for b in blocks) == loop, (fanouts, strategy)
 

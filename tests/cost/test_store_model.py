@@ -259,7 +259,7 @@ def test_exact_path_equals_plan_store_and_the_store_meter(small, budget):
             torch.from_numpy(np.flatnonzero(g.train_mask)), 128, seed=0, shuffle=True
         )
         for step in range(4):
-            blocks = sampler.sample(loader.batch(0, step), 0, step)
+            blocks = sampler.sample_from_nodes(loader.batch(0, step), epoch=0, step=step).blocks
             store.gather(blocks[0].src_ids)
         feat, topo = store.hit_rates("features"), store.hit_rates("topology")
     assert plan.feature_hit == pytest.approx(feat["local"] + feat["peer"], abs=1e-12)

@@ -14,7 +14,8 @@ from fleetgnn.cost.hardware import HardwareProfile
 from fleetgnn.cost.planner import workload_from_config
 from fleetgnn.cost.replay import minibatch_counts, split_counts
 from fleetgnn.cost.workload import NodeTimeSeeds, TemporalSeeds
-from fleetgnn.engines.temporal_link import LinkTimeSeeds, TemporalEdgeBatches
+from fleetgnn.engines.link import EdgeBatches
+from fleetgnn.engines.temporal_link import LinkTimeSeeds
 from fleetgnn.engines.temporal_node import node_blocks
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.graph.time_split import split_by_time
@@ -130,7 +131,7 @@ def test_node_replay_samples_what_the_engine_samples(graph, strategy):
 
 def test_link_replay_samples_what_the_engine_samples(graph):
     """Both endpoints and the negatives of every positive at the positive's time, over the time
-    split's training graph: the replay's counts are :class:`TemporalEdgeBatches`'."""
+    split's training graph: the replay's counts are :class:`EdgeBatches`'."""
     world, batch = 2, 48
     task = TemporalLinkPrediction(split_by_time(graph, 0.1, 0.1, SEED), negatives=2, seed=SEED)
     train = task.split.train_graph
@@ -138,8 +139,7 @@ def test_link_replay_samples_what_the_engine_samples(graph):
     assert isinstance(temporal, TemporalSeeds) and temporal.graph is train
     sampler = TemporalSampler(GraphTopology(train), list(FANOUTS), seed=SEED)
     edges = [
-        TemporalEdgeBatches(task, sampler, batch, rank=r, world_size=world, seed=SEED)
-        for r in range(world)
+        EdgeBatches(task, sampler, batch, rank=r, world_size=world, seed=SEED) for r in range(world)
     ]
 
     def draw(sampler, r, s):
@@ -158,7 +158,7 @@ def test_link_replay_samples_what_the_engine_samples(graph):
     )
     _check(counts, sizes, world)
     assert temporal.num_items == task.num_train_pairs()
-    one = TemporalEdgeBatches(task, sampler, batch, seed=SEED)  # split: the reference's batch
+    one = EdgeBatches(task, sampler, batch, seed=SEED)  # split: the reference's batch
     _check(
         split_counts(train, 2, batch_size=batch, fanouts=FANOUTS, seed=SEED, temporal=temporal),
         _engine_steps(sampler, one.num_batches, 1, lambda smp, r, s: one.batch(0, s).blocks),

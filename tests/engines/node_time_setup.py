@@ -131,7 +131,7 @@ class Recording:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def sample(self, *args, **kwargs):
-        out = self.inner.sample(*args, **kwargs)
+    def sample_from_nodes(self, *args, **kwargs):
+        out = self.inner.sample_from_nodes(*args, **kwargs)
         self.samples.append(out)
         return out

@@ -111,7 +111,7 @@ def _minibatch_reference(world_size):
         loss = 0.0
         for r, ld in enumerate(loaders):
             seeds = ld.batch(0, step)
-            blocks = sampler.sample(seeds, 0, step, stream=r)
+            blocks = sampler.sample_from_nodes(seeds, epoch=0, step=step, stream=r).blocks
             aggs = [
                 LocalAggregator(b, dtype=torch.float64, edge_attr=attr[b.edge_ids]) for b in blocks
             ]

@@ -92,10 +92,12 @@ def test_exclusion_drops_edges_after_the_same_draws():
     g = _graph()
     sampler = NeighborSampler(GraphTopology(g), [3, 2], seed=1)
     seeds = torch.arange(0, 40, 3)
-    plain = sampler.sample(seeds, 2, 5)
+    plain = sampler.sample_from_nodes(seeds, epoch=2, step=5).blocks
     drop_src = plain[-1].src_ids[plain[-1].indices[:4]]
     drop_dst = torch.repeat_interleave(seeds, plain[-1].dst_in_degree())[:4]
-    cut = sampler.sample(seeds, 2, 5, exclude=edge_keys(drop_src, drop_dst, g.num_nodes))
+    cut = sampler.sample_from_nodes(
+        seeds, epoch=2, step=5, exclude=edge_keys(drop_src, drop_dst, g.num_nodes)
+    ).blocks
     full = _block_edges(plain[-1:])
     kept = _block_edges(cut[-1:])
     dropped = torch.cat([drop_dst * 10**9 + drop_src, drop_src * 10**9 + drop_dst])

@@ -45,9 +45,14 @@ class _Recording:
     def __init__(self, inner):
         self.inner, self.samples = inner, []
 
-    def sample(self, *args, **kwargs):
-        out = self.inner.sample(*args, **kwargs)
+    def sample_from_nodes(self, *args, **kwargs):
+        out = self.inner.sample_from_nodes(*args, **kwargs)
         self.samples.append(out)
+        return out
+
+    def sample_from_edges(self, *args, **kwargs):
+        out = self.inner.sample_from_edges(*args, **kwargs)
+        self.samples.append(out.sample)
         return out
 
 

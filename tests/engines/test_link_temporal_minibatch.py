@@ -13,8 +13,7 @@ import torch
 from fleetgnn.config import ReferenceEngineConfig
 from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines import build_engine
-from fleetgnn.engines.link import TEMPORAL_ENGINES, edge_batch_loss
-from fleetgnn.engines.temporal_link import TemporalEdgeBatches
+from fleetgnn.engines.link import TEMPORAL_ENGINES, EdgeBatches, edge_batch_loss
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.nn import LocalAggregator
 from fleetgnn.sampling import GraphTopology, TemporalSampler
@@ -73,7 +72,7 @@ def _reference(world_size, extra=()):
     x = torch.from_numpy(np.asarray(graph.x)).double()
     sampler = TemporalSampler(GraphTopology(graph), list(FANOUTS), seed=7, strategy=task.strategy)
     ranks = [
-        TemporalEdgeBatches(task, sampler, BATCH, rank=r, world_size=world_size, seed=7)
+        EdgeBatches(task, sampler, BATCH, rank=r, world_size=world_size, seed=7)
         for r in range(world_size)
     ]
     out = []

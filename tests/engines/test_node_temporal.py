@@ -77,11 +77,13 @@ def test_no_training_evaluation_or_inference_block_holds_an_edge_of_its_seeds_ti
     plain = NeighborSampler(eng.topology, [-1, 3], seed=eng.seed)
     step = next(s for s in range(n_train) if bool((eng.loader.batch(0, s) == b).any()))
     seeds = eng.loader.batch(0, step)
-    blocks = plain.sample(seeds, 0, step)
+    blocks = plain.sample_from_nodes(seeds, epoch=0, step=step).blocks
     s, d, _ = block_edges(blocks[-1])
     assert {(a, b) for a in plant.src} <= set(zip(s.tolist(), d.tolist(), strict=True))
     # ... and the check finds them in the blocks of seeds after every edge (the plain draws)
-    late = rec.inner.sample(seeds, torch.full_like(seeds, 10**6), 0, step)
+    late = rec.inner.sample_from_nodes(
+        seeds, seed_time=torch.full_like(seeds, 10**6), epoch=0, step=step
+    )
     s2, d2, _ = block_edges(late.blocks[-1])  # the seeds' in-edges: every one, as plain takes
     assert sorted(zip(s2.tolist(), d2.tolist())) == sorted(zip(s.tolist(), d.tolist()))
     bad, hit = future_edges(late, pairs, plant, graph.node_time)

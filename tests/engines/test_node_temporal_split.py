@@ -141,8 +141,10 @@ class _Blind:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def sample(self, seeds, times, *args, **kwargs):
-        return self.inner.sample(seeds, torch.full_like(times, 10**9), *args, **kwargs)
+    def sample_from_nodes(self, seeds, *, seed_time, **kwargs):
+        return self.inner.sample_from_nodes(
+            seeds, seed_time=torch.full_like(seed_time, 10**9), **kwargs
+        )
 
 
 def _rank_edges(sample, owner, rank, pairs, node_time):

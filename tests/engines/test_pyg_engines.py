@@ -133,7 +133,7 @@ def _reference_minibatch(world_size):
         loss = 0.0
         for r, ld in enumerate(loaders):
             seeds = ld.batch(0, step)
-            blocks = sampler.sample(seeds, 0, step, stream=r)
+            blocks = sampler.sample_from_nodes(seeds, epoch=0, step=step, stream=r).blocks
             aggs = [LocalAggregator(b, dtype=torch.float64) for b in blocks]
             out = model(aggs, x[blocks[0].src_ids], step=step)
             loss = loss + F.cross_entropy(out, y[seeds], reduction="sum")

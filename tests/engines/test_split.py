@@ -146,7 +146,11 @@ def test_steps_equal_the_reference(world_size, device):
 def _sample(graph, fanouts=(4, 3), batch=24, step=0):
     train = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
     seeds = SeedLoader(train, batch, seed=7).batch(0, step)
-    return NeighborSampler(GraphTopology(graph), list(fanouts), seed=7).sample(seeds, 0, step)
+    return (
+        NeighborSampler(GraphTopology(graph), list(fanouts), seed=7)
+        .sample_from_nodes(seeds, epoch=0, step=step)
+        .blocks
+    )
 
 
 @pytest.mark.parametrize("w", [1, 2, 3, 5])

@@ -169,7 +169,11 @@ def test_steps_equal_the_typed_reference(world_size):
 def _blocks(graph, step=0):
     train = torch.from_numpy(np.flatnonzero(graph.train_mask))
     seeds = SeedLoader(train, 16, seed=SEED, shuffle=True).batch(0, step)
-    return HeteroNeighborSampler(graph, FANOUTS, seed=SEED).sample(seeds, 0, step)
+    return (
+        HeteroNeighborSampler(graph, FANOUTS, seed=SEED)
+        .sample_from_nodes(seeds, epoch=0, step=step)
+        .blocks
+    )
 
 
 @pytest.mark.parametrize("w", [1, 2, 3])

@@ -130,7 +130,7 @@ def test_reference_minibatch_step_equals_hand_written_step():
     for step in range(STEPS):
         stats = engine.train_step(1, step)
         seeds = loader.batch(1, step)
-        blocks = sampler.sample(seeds, 1, step)
+        blocks = sampler.sample_from_nodes(seeds, epoch=1, step=step).blocks
         out = twin(
             [TypedAggregator(b, dtype=torch.float64) for b in blocks],
             _x(g, blocks[0]),
@@ -190,7 +190,7 @@ def _reference_union(world_size, conv, feature_dtype=None):
         loss, losses = 0.0, []
         for r, ld in enumerate(loaders):
             seeds = ld.batch(0, step)
-            blocks = sampler.sample(seeds, 0, step, stream=r)
+            blocks = sampler.sample_from_nodes(seeds, epoch=0, step=step, stream=r).blocks
             logits = model(
                 [TypedAggregator(b, dtype=torch.float64) for b in blocks],
                 _x(g, blocks[0], feature_dtype),

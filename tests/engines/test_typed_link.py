@@ -11,7 +11,8 @@ from fleetgnn.config import (
 )
 from fleetgnn.distributed.testing import context_of, run_world
 from fleetgnn.engines import build_engine
-from fleetgnn.engines.typed_link import TypedEdgeBatches, typed_edge_batch_loss
+from fleetgnn.engines.link import EdgeBatches
+from fleetgnn.engines.typed_link import typed_edge_batch_loss
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.edge_split import edge_split_for, load_edge_split, write_edge_split
 from fleetgnn.graph.hetero_toy import toy_mag
@@ -109,7 +110,7 @@ def test_planted_validation_edge_never_in_a_training_block(keep):
     held = {(int(u) + off_a, int(v) + off_p) for u, v in val.T}
     held |= {(int(u) + off_a, int(v) + off_p) for u, v in task.split.pos["test"].T}
     sampler = HeteroNeighborSampler(g, [-1, -1], seed=SEED)
-    edges = TypedEdgeBatches(task, sampler, BATCH, seed=SEED)
+    edges = EdgeBatches(task, sampler, BATCH, seed=SEED)
     own = 0
     for step in range(edges.num_batches):
         batch = edges.batch(0, step)
@@ -130,7 +131,7 @@ def _hand_steps(task, world_size, decoder):
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     sampler = HeteroNeighborSampler(g, [3, 2], seed=SEED)
     ranks = [
-        TypedEdgeBatches(task, sampler, BATCH, rank=r, world_size=world_size, seed=SEED)
+        EdgeBatches(task, sampler, BATCH, rank=r, world_size=world_size, seed=SEED)
         for r in range(world_size)
     ]
     off = {t: g.schema.type_range(t)[0] for t in g.schema.node_types}

@@ -84,7 +84,9 @@ def _hand(world_size, strategy="uniform"):
         opt.zero_grad()
         for r, ld in enumerate(loaders):
             seeds = ld.batch(epoch, step)
-            blocks = sampler.sample(seeds, task.seed_times(seeds), epoch, step, stream=r).blocks
+            blocks = sampler.sample_from_nodes(
+                seeds, seed_time=task.seed_times(seeds), epoch=epoch, step=step, stream=r
+            ).blocks
             aggs = [TypedAggregator(b, dtype=torch.float64) for b in blocks]
             x = {
                 t: torch.from_numpy(np.asarray(a)[(blocks[0].src_ids[t] - off_t).numpy()]).double()
@@ -174,8 +176,8 @@ def test_evaluation_is_each_node_at_its_time_whatever_the_chunks():
     masks = {s: np.asarray(getattr(graph, f"{s}_mask")) for s in ("train", "val", "test")}
     nodes = np.flatnonzero(masks["train"] | masks["val"] | masks["test"])
     seeds = torch.from_numpy(nodes + off)
-    sample = TypedTemporalSampler(graph, FANOUTS, SEED).sample(
-        seeds, task.seed_times(seeds), 0, 0, stream=EVAL_STREAM
+    sample = TypedTemporalSampler(graph, FANOUTS, SEED).sample_from_nodes(
+        seeds, seed_time=task.seed_times(seeds), epoch=0, step=0, stream=EVAL_STREAM
     )
     model.eval()
     with torch.no_grad():
@@ -208,7 +210,9 @@ def _planted_run(comm, kind):
             found += planted_in_subtree(sample, graph, planted)
             if bool((seeds == b_global).any()):
                 seeded += 1
-                untimed = plain.sample(seeds, torch.full_like(seeds, 1 << 40), 0, 0)
+                untimed = plain.sample_from_nodes(
+                    seeds, seed_time=torch.full_like(seeds, 1 << 40), epoch=0, step=0
+                )
                 in_plain += planted_in_subtree(untimed, graph, planted)
         counts = {"train": n_train, "all": len(rec.samples), "found": found, "seeded": seeded}
         steps = engine.steps_per_epoch()

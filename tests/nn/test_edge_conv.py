@@ -58,7 +58,11 @@ def test_equals_closed_form_on_graph_and_sampled_block(egraph, layer):
     # a sampled block with the edges' IDs: its edge features are gathered by edge ID
     dst = torch.tensor([5, 2, 9, 0])
     for backend in ("numpy", "torch"):
-        (block,) = NeighborSampler(egraph, [-1], backend=backend, with_edge_ids=True).sample(dst)
+        (block,) = (
+            NeighborSampler(egraph, [-1], backend=backend, with_edge_ids=True)
+            .sample_from_nodes(dst)
+            .blocks
+        )
         attr = torch.from_numpy(egraph.edge_attr)[block.edge_ids]
         bagg = LocalAggregator(block, dtype=torch.float64, edge_attr=attr)
         out = conv(bagg, x[block.src_ids]).detach()
@@ -83,7 +87,7 @@ def test_edge_features_are_required_and_checked(egraph):
         edge_reduce(Bare(), x)
     with pytest.raises(GraphError, match="has no edge_attr"):
         LocalAggregator.from_graph(egraph.replace(edge_attr=None), with_edge_attr=True)
-    (block,) = NeighborSampler(egraph, [-1]).sample(torch.tensor([3]))
+    (block,) = NeighborSampler(egraph, [-1]).sample_from_nodes(torch.tensor([3])).blocks
     with pytest.raises(GraphError, match=r"\[num_edges, D\]"):
         LocalAggregator(block, edge_attr=torch.zeros(block.num_edges + 1, 2))
     with pytest.raises(ConfigError, match="'edge_dim' must be a positive int"):

@@ -278,7 +278,7 @@ def test_sampled_with_all_neighbours_equals_full_graph(conv):
         num_bases=2 if conv == "rgcn" else None,
     ).double()
     seeds = torch.tensor([3, 9, 17, 30])
-    blocks = HeteroNeighborSampler(g, [-1, -1]).sample(seeds, 0, 0)
+    blocks = HeteroNeighborSampler(g, [-1, -1]).sample_from_nodes(seeds, epoch=0, step=0).blocks
     aggs = [TypedAggregator(b, dtype=D) for b in blocks]
     part = model(aggs, _x(g, blocks[0]), step=5)
     full_block = full_hetero_block(g)
@@ -295,7 +295,11 @@ def test_featureless_types_train_embedding_rows_sparsely():
     dense.load_state_dict(sparse.state_dict())
     assert set(sparse.embed) == {"field"} and "field" not in sparse.proj
     assert sparse.embed["field"].weight.shape == (8, 8)  # features of width 8: no projection
-    blocks = HeteroNeighborSampler(g, [2, 2], seed=3).sample(torch.tensor([1, 2]), 0, 0)
+    blocks = (
+        HeteroNeighborSampler(g, [2, 2], seed=3)
+        .sample_from_nodes(torch.tensor([1, 2]), epoch=0, step=0)
+        .blocks
+    )
     aggs = [TypedAggregator(b, dtype=D) for b in blocks]
     for m in (sparse, dense):
         m(aggs, _x(g, blocks[0])).sum().backward()

@@ -30,7 +30,7 @@ def _graph_edges(graph, rel):
 def test_blocks_chain_and_edges_exist_without_replacement(graph):
     sampler = HeteroNeighborSampler(graph, [3, 2], seed=5)
     seeds = torch.tensor([0, 7, 11, 42])
-    blocks = sampler.sample(seeds, epoch=1, step=2)
+    blocks = sampler.sample_from_nodes(seeds, epoch=1, step=2).blocks
     assert len(blocks) == 2
     assert torch.equal(blocks[-1].dst_ids("paper"), seeds)
     assert all(blocks[-1].num_dst[t] == 0 for t in ("author", "field"))
@@ -64,14 +64,20 @@ def test_keyed_by_seed_epoch_step_and_stream(graph):
     def sig(blocks):
         return [torch.cat([b.src_ids[t] for t in graph.schema.node_types]) for b in blocks]
 
-    a = sig(sampler.sample(seeds, 0, 4))
-    b = sig(HeteroNeighborSampler(graph, [2, 2], seed=1).sample(seeds, 0, 4))
+    a = sig(sampler.sample_from_nodes(seeds, epoch=0, step=4).blocks)
+    b = sig(
+        HeteroNeighborSampler(graph, [2, 2], seed=1)
+        .sample_from_nodes(seeds, epoch=0, step=4)
+        .blocks
+    )
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     for other in (
-        sampler.sample(seeds, 0, 5),
-        sampler.sample(seeds, 1, 4),
-        sampler.sample(seeds, 0, 4, stream=1),
-        HeteroNeighborSampler(graph, [2, 2], seed=2).sample(seeds, 0, 4),
+        sampler.sample_from_nodes(seeds, epoch=0, step=5).blocks,
+        sampler.sample_from_nodes(seeds, epoch=1, step=4).blocks,
+        sampler.sample_from_nodes(seeds, epoch=0, step=4, stream=1).blocks,
+        HeteroNeighborSampler(graph, [2, 2], seed=2)
+        .sample_from_nodes(seeds, epoch=0, step=4)
+        .blocks,
     ):
         assert not all(torch.equal(x, y) for x, y in zip(a, sig(other), strict=True))
 
@@ -80,7 +86,7 @@ def test_per_relation_fanouts_and_take_all(graph):
     fan = {r[1]: [0, -1] for r in graph.schema.relations}
     fan["rev_has_topic"] = [1, 1]
     fan["cites"] = [-1, 0]
-    blocks = HeteroNeighborSampler(graph, fan, seed=0).sample(torch.arange(10))
+    blocks = HeteroNeighborSampler(graph, fan, seed=0).sample_from_nodes(torch.arange(10)).blocks
     top = blocks[-1]
     for rel in graph.schema.relations:
         n = top.edges[rel][1].numel()
@@ -108,7 +114,7 @@ def test_fanout_errors(graph):
     sampler = HeteroNeighborSampler(graph, [2], seed=0)
     author = s.type_range("author")[0]
     with pytest.raises(GraphError, match="target type 'paper'"):
-        sampler.sample(torch.tensor([author]))
+        sampler.sample_from_nodes(torch.tensor([author]))
 
 
 def test_full_block_holds_every_edge(graph):

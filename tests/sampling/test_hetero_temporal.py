@@ -84,7 +84,7 @@ def test_blocks_match_the_brute_force_definition(strategy, inclusive):
     for step in range(4):
         seeds = {"paper": torch.tensor([0, 3, 3, 7, 13]), "author": torch.tensor([2, 5]) + 14}
         times = {"paper": torch.tensor([4, 10, 19, 0, 25]), "author": torch.tensor([8, 15])}
-        sample = sampler.sample(seeds, times, epoch=1, step=step)
+        sample = sampler.sample_from_nodes(seeds, seed_time=times, epoch=1, step=step)
         check_definition(g, sample, seeds, fanouts, strategy, inclusive)
         assert sample.src_time(2, "author")[:2].tolist() == [8, 15]  # seeds after the papers
 
@@ -93,11 +93,11 @@ def test_seed_time_defaults_to_the_node_times():
     g = random_graph(seed=1)
     sampler = TypedTemporalSampler(g, [3, 3], seed=0, strategy="last")
     seeds = torch.arange(14)
-    sample = sampler.sample(seeds)
+    sample = sampler.sample_from_nodes(seeds)
     assert sample.seed_time.tolist() == g.node_time["paper"].tolist()
     check_definition(g, sample, {"paper": seeds}, [3, 3], "last", False)
     with pytest.raises(GraphError, match="node type 'field' .* has no node times"):
-        sampler.sample({"field": torch.tensor([23])})
+        sampler.sample_from_nodes({"field": torch.tensor([23])})
 
 
 def test_with_every_edge_in_the_past_each_subtree_is_the_plain_typed_sample():
@@ -107,9 +107,11 @@ def test_with_every_edge_in_the_past_each_subtree_is_the_plain_typed_sample():
     temporal = TypedTemporalSampler(g, fan, seed=5)
     plain = HeteroNeighborSampler(g, fan, seed=5)
     seeds = torch.tensor([1, 4, 9, 12])
-    sample = temporal.sample(seeds, torch.full((4,), 100), epoch=2, step=7, stream=1)
+    sample = temporal.sample_from_nodes(
+        seeds, seed_time=torch.full((4,), 100), epoch=2, step=7, stream=1
+    )
     for b, seed in enumerate(seeds.tolist()):
-        ref = plain.sample(torch.tensor([seed]), epoch=2, step=7, stream=1)
+        ref = plain.sample_from_nodes(torch.tensor([seed]), epoch=2, step=7, stream=1).blocks
         for blk, ref_blk, idx in zip(sample.blocks, ref, sample.seed_index, strict=True):
             for rel in g.schema.relations:
                 got, want = _edges(blk, rel, idx, b), _edges(ref_blk, rel, None, 0)
@@ -151,14 +153,16 @@ def test_a_planted_future_edge_of_one_relation_never_appears(strategy):
     sampler = TypedTemporalSampler(g, [-1, -1, -1], seed=0, strategy=strategy)
     seeds = {"paper": torch.arange(6).repeat(2), "author": torch.arange(4) + a0}
     times_ = {"paper": torch.tensor([50] * 6 + [999] * 6), "author": torch.tensor([200] * 4)}
-    sample = sampler.sample(seeds, times_)
+    sample = sampler.sample_from_nodes(seeds, seed_time=times_)
     seen = {rel: set() for rel in schema.relations}
     for blk in sample.blocks:
         for rel in schema.relations:
             seen[rel] |= set(_edges(blk, rel, None, 0))
     assert (p0, a0) not in seen[WRITES] and (p0, a0) in seen[REVIEWS]
     assert (p0, a0 + 1) in seen[WRITES]  # paper 0's other author is reached
-    later = sampler.sample({"paper": torch.tensor([0])}, {"paper": torch.tensor([1001])})
+    later = sampler.sample_from_nodes(
+        {"paper": torch.tensor([0])}, seed_time={"paper": torch.tensor([1001])}
+    )
     assert (p0, a0) in set(_edges(later.blocks[-1], WRITES, None, 0))  # after it: there
 
 
@@ -172,6 +176,6 @@ def test_refusals_are_one_line():
         TypedTemporalSampler(g, [2], strategy="first")
     s = TypedTemporalSampler(g, [2])
     with pytest.raises(GraphError, match="one time per seed, 2"):
-        s.sample(torch.tensor([0, 1]), torch.tensor([1, 2, 3]))
+        s.sample_from_nodes(torch.tensor([0, 1]), seed_time=torch.tensor([1, 2, 3]))
     with pytest.raises(GraphError, match=r"global IDs of the node type 'paper', in \[0, 14\)"):
-        s.sample(torch.tensor([20]), torch.tensor([1]))
+        s.sample_from_nodes(torch.tensor([20]), seed_time=torch.tensor([1]))

@@ -257,8 +257,12 @@ def test_memmapped_graph_samples_like_in_memory(tmp_path: Path) -> None:
     gm = open_dataset(tmp_path / "ds", mmap=True)
     assert isinstance(gm.indices, np.memmap)
     seeds = torch.tensor([5, 0, 17, 2])
-    a = NeighborSampler(g, [4, 3], seed=2).sample(seeds, 1, 2)
-    b = NeighborSampler(GraphTopology(gm), [4, 3], seed=2).sample(seeds, 1, 2)
+    a = NeighborSampler(g, [4, 3], seed=2).sample_from_nodes(seeds, epoch=1, step=2).blocks
+    b = (
+        NeighborSampler(GraphTopology(gm), [4, 3], seed=2)
+        .sample_from_nodes(seeds, epoch=1, step=2)
+        .blocks
+    )
     for x, y in zip(a, b, strict=True):
         assert torch.equal(x.src_ids, y.src_ids) and torch.equal(x.indices, y.indices)
         assert torch.equal(x.edge_weight, y.edge_weight)
@@ -352,14 +356,22 @@ def test_sampler_blocks_are_valid(device: str) -> None:
     seeds = torch.tensor([3, 0, 41, 55, 7])
     fanouts = [3, 2, 5]
     # seeds on the device: the same keyed draws, the same blocks as from host seeds
-    blocks = NeighborSampler(g, fanouts, seed=4).sample(seeds.to(device), epoch=2, step=5)
+    blocks = (
+        NeighborSampler(g, fanouts, seed=4)
+        .sample_from_nodes(seeds.to(device), epoch=2, step=5)
+        .blocks
+    )
     assert len(blocks) == 3
     for b in blocks:  # the blocks stay on the seeds' device and are valid there
         assert b.src_ids.device.type == b.indices.device.type == device
         b.validate()
     blocks = [b.to("cpu") for b in blocks]
     check_blocks(g, blocks, seeds, fanouts)
-    for a, b in zip(blocks, NeighborSampler(g, fanouts, seed=4).sample(seeds, 2, 5), strict=True):
+    for a, b in zip(
+        blocks,
+        NeighborSampler(g, fanouts, seed=4).sample_from_nodes(seeds, epoch=2, step=5).blocks,
+        strict=True,
+    ):
         assert torch.equal(a.src_ids.cpu(), b.src_ids) and torch.equal(a.indices.cpu(), b.indices)
 
 
@@ -367,16 +379,16 @@ def test_sampler_reproducible_and_independent_of_other_batches() -> None:
     g = random_graph()
     s = NeighborSampler(g, [4, 4], seed=1)
     seeds = torch.arange(20)
-    a = s.sample(seeds, 0, 3)
-    s.sample(torch.arange(20, 40), 0, 2)  # another batch in between
-    b = NeighborSampler(g, [4, 4], seed=1).sample(seeds, 0, 3)
+    a = s.sample_from_nodes(seeds, epoch=0, step=3).blocks
+    s.sample_from_nodes(torch.arange(20, 40), epoch=0, step=2)  # another batch in between
+    b = NeighborSampler(g, [4, 4], seed=1).sample_from_nodes(seeds, epoch=0, step=3).blocks
     for x, y in zip(a, b, strict=True):
         assert torch.equal(x.src_ids, y.src_ids) and torch.equal(x.indices, y.indices)
     others = [
-        s.sample(seeds, 1, 3),
-        s.sample(seeds, 0, 4),
-        NeighborSampler(g, [4, 4], 2).sample(seeds, 0, 3),
-        s.sample(seeds, 0, 3, stream=1),
+        s.sample_from_nodes(seeds, epoch=1, step=3).blocks,
+        s.sample_from_nodes(seeds, epoch=0, step=4).blocks,
+        NeighborSampler(g, [4, 4], 2).sample_from_nodes(seeds, epoch=0, step=3).blocks,
+        s.sample_from_nodes(seeds, epoch=0, step=3, stream=1).blocks,
     ]
     for o in others:
         assert not torch.equal(o[0].src_ids, a[0].src_ids)
@@ -386,7 +398,7 @@ def test_sampler_does_not_touch_global_rng() -> None:
     g = random_graph()
     torch_state = torch.get_rng_state()
     np_state = np.random.get_state()[1].copy()  # noqa: NPY002 (the legacy global RNG itself)
-    NeighborSampler(g, [3, 3]).sample(torch.arange(10))
+    NeighborSampler(g, [3, 3]).sample_from_nodes(torch.arange(10))
     assert torch.equal(torch.get_rng_state(), torch_state)
     assert (np.random.get_state()[1] == np_state).all()  # noqa: NPY002
 
@@ -394,7 +406,9 @@ def test_sampler_does_not_touch_global_rng() -> None:
 def test_two_layer_full_sample_is_exact_two_hop_neighborhood(device: str) -> None:
     g = random_graph(seed=5)
     seeds = torch.tensor([2, 9, 0])
-    blocks = [b.to("cpu") for b in NeighborSampler(g, [-1, -1]).sample(seeds.to(device))]
+    blocks = [
+        b.to("cpu") for b in NeighborSampler(g, [-1, -1]).sample_from_nodes(seeds.to(device)).blocks
+    ]
     check_blocks(g, blocks, seeds, [-1, -1])
     n = g.num_nodes
     src, dst = g.edges()
@@ -417,7 +431,7 @@ def test_full_neighbor_block_equals_fanout_minus_one() -> None:
     g = random_graph(weighted=True)
     dst = torch.tensor([4, 1, 59, 30])
     b = full_neighbor_block(g, dst)
-    c = NeighborSampler(g, [-1], seed=3).sample(dst, 5, 5)[0]
+    c = NeighborSampler(g, [-1], seed=3).sample_from_nodes(dst, epoch=5, step=5).blocks[0]
     for f in ("indptr", "indices", "src_ids", "src_degree", "edge_weight"):
         assert torch.equal(getattr(b, f), getattr(c, f))
     check_blocks(g, [b], dst, [-1])
@@ -467,9 +481,19 @@ def test_numpy_and_torch_backends_give_identical_blocks(
         seeds_list, [(0, 0, 0), (1, 2, 0), (3, 7, 1)]
     ):
         kw = {"epoch": epoch, "step": step, "stream": stream}
-        a = NeighborSampler(g, fanouts, seed=graph_seed, backend="numpy").sample(seeds, **kw)
-        b = NeighborSampler(g, fanouts, seed=graph_seed, backend="torch").sample(seeds, **kw)
-        c = NeighborSampler(g, fanouts, seed=graph_seed).sample(seeds, **kw)  # auto: numpy
+        a = (
+            NeighborSampler(g, fanouts, seed=graph_seed, backend="numpy")
+            .sample_from_nodes(seeds, **kw)
+            .blocks
+        )
+        b = (
+            NeighborSampler(g, fanouts, seed=graph_seed, backend="torch")
+            .sample_from_nodes(seeds, **kw)
+            .blocks
+        )
+        c = (
+            NeighborSampler(g, fanouts, seed=graph_seed).sample_from_nodes(seeds, **kw).blocks
+        )  # auto: numpy
         assert_same_blocks(a, b)
         assert_same_blocks(a, c)
         check_blocks(g, b, seeds, fanouts)
@@ -509,14 +533,26 @@ def test_device_sampling_equals_numpy_sampling(device: str) -> None:
     """Seeds and topology on ``device``: the torch backend runs there, blocks equal numpy's."""
     g = random_graph(n=80, e=900, seed=4, weighted=True)
     seeds = torch.tensor([5, 0, 77, 41, 3, 79])
-    want = NeighborSampler(g, [6, 3, -1], seed=9, backend="numpy").sample(seeds, 2, 3, stream=1)
+    want = (
+        NeighborSampler(g, [6, 3, -1], seed=9, backend="numpy")
+        .sample_from_nodes(seeds, epoch=2, step=3, stream=1)
+        .blocks
+    )
     topo = DeviceTopology.from_graph(g, device)
     for source in (topo, g):  # device-resident topology, and host topology with device seeds
-        got = NeighborSampler(source, [6, 3, -1], seed=9).sample(seeds.to(device), 2, 3, stream=1)
+        got = (
+            NeighborSampler(source, [6, 3, -1], seed=9)
+            .sample_from_nodes(seeds.to(device), epoch=2, step=3, stream=1)
+            .blocks
+        )
         assert all(b.src_ids.device.type == device for b in got)
         assert_same_blocks(want, got)
     # a device topology with host seeds samples on the topology's device too
-    got = NeighborSampler(topo, [6, 3, -1], seed=9).sample(seeds, 2, 3, stream=1)
+    got = (
+        NeighborSampler(topo, [6, 3, -1], seed=9)
+        .sample_from_nodes(seeds, epoch=2, step=3, stream=1)
+        .blocks
+    )
     assert got[0].src_ids.device.type == device
     assert_same_blocks(want, got)
 
@@ -535,8 +571,16 @@ def test_every_fisher_yates_kernel_samples_numpys_blocks_on_cuda(impl: str) -> N
     topo = DeviceTopology.from_graph(g, "cuda")
     with KERNELS.using("fisher_yates", "cuda", impl):
         for fanouts in ([6, 3, -1], [25, 1, 40], [200, 2]):
-            want = NeighborSampler(g, fanouts, seed=9, backend="numpy").sample(seeds, 2, 3)
-            got = NeighborSampler(topo, fanouts, seed=9).sample(seeds.cuda(), 2, 3)
+            want = (
+                NeighborSampler(g, fanouts, seed=9, backend="numpy")
+                .sample_from_nodes(seeds, epoch=2, step=3)
+                .blocks
+            )
+            got = (
+                NeighborSampler(topo, fanouts, seed=9)
+                .sample_from_nodes(seeds.cuda(), epoch=2, step=3)
+                .blocks
+            )
             assert_same_blocks(want, got)
 
 
@@ -554,7 +598,7 @@ def test_device_topology_errors() -> None:
     with pytest.raises(ConfigError, match="'backend' must be one of 'auto', 'numpy', 'torch'"):
         NeighborSampler(g, [2], backend="cuda")  # type: ignore[arg-type]
     with pytest.raises(GraphError, match="outside the valid interval"):
-        NeighborSampler(g, [2], backend="torch").sample(torch.tensor([0, 60]))
+        NeighborSampler(g, [2], backend="torch").sample_from_nodes(torch.tensor([0, 60]))
 
 
 def test_sampler_errors() -> None:
@@ -564,9 +608,9 @@ def test_sampler_errors() -> None:
     with pytest.raises(ConfigError, match=r"fanouts\[1\]"):
         NeighborSampler(g, [2, -3])
     with pytest.raises(ConfigError, match="'epoch'"):
-        NeighborSampler(g, [2]).sample(torch.tensor([0]), epoch=-1)
+        NeighborSampler(g, [2]).sample_from_nodes(torch.tensor([0]), epoch=-1)
     with pytest.raises(GraphError, match="distinct"):
-        NeighborSampler(g, [2]).sample(torch.tensor([0, 0]))
+        NeighborSampler(g, [2]).sample_from_nodes(torch.tensor([0, 0]))
     with pytest.raises(GraphError, match="TopologySource"):
         NeighborSampler(object(), [2])  # type: ignore[arg-type]
     assert "fanouts=[2]" in repr(NeighborSampler(g, [2]))
@@ -602,9 +646,11 @@ def test_blocks_carry_the_sampled_edges_ids_on_every_backend_and_topology() -> N
         (DeviceTopology.from_graph(g), "torch"),
     ):
         sampler = NeighborSampler(topo, [4, 3], seed=5, backend=backend, with_edge_ids=True)
-        blocks = sampler.sample(seeds, epoch=1, step=2, exclude=exclude)
-        plain = NeighborSampler(topo, [4, 3], seed=5, backend=backend).sample(
-            seeds, epoch=1, step=2, exclude=exclude
+        blocks = sampler.sample_from_nodes(seeds, epoch=1, step=2, exclude=exclude).blocks
+        plain = (
+            NeighborSampler(topo, [4, 3], seed=5, backend=backend)
+            .sample_from_nodes(seeds, epoch=1, step=2, exclude=exclude)
+            .blocks
         )
         for b, p in zip(blocks, plain, strict=True):
             assert p.edge_ids is None and torch.equal(b.indices, p.indices)  # same sample

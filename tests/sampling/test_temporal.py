@@ -138,7 +138,7 @@ def test_blocks_equal_brute_force(graph_seed: int, strategy: str, inclusive: boo
             backend=backend,
             with_edge_ids=True,
         )
-        out = sampler.sample(seeds, seed_time, epoch=1, step=2)
+        out = sampler.sample_from_nodes(seeds, seed_time=seed_time, epoch=1, step=2)
         check_sample(g, et, out, seeds, seed_time, fanouts, strategy, inclusive)
 
 
@@ -165,7 +165,9 @@ def test_uniform_draws_are_the_plain_samplers_when_nothing_is_in_the_future() ->
     seeds = torch.tensor([4, 0, 17, 0])
     fanouts = [3, 2, 4]
     sampler = TemporalSampler(g, fanouts, seed=6, edge_time=et, with_edge_ids=True)
-    out = sampler.sample(seeds, torch.full((4,), 10**9), epoch=3, step=1, stream=2)
+    out = sampler.sample_from_nodes(
+        seeds, seed_time=torch.full((4,), 10**9), epoch=3, step=1, stream=2
+    )
     topo = GraphTopology(g)
     plain = NeighborSampler(g, fanouts, seed=6)
     for hop, fanout in enumerate(fanouts):
@@ -218,15 +220,17 @@ def test_a_planted_future_edge_never_appears(strategy: str) -> None:
             seeds = torch.from_numpy(np.r_[0, rng.integers(0, g.num_nodes, 15)])
             seed_time = torch.from_numpy(rng.integers(0, cut, seeds.numel()))
             seed_time[0] = cut - 1  # the hub at the latest time allowed
-            out = sampler.sample(seeds, seed_time, 0, step, stream=stream)
+            out = sampler.sample_from_nodes(
+                seeds, seed_time=seed_time, epoch=0, step=step, stream=stream
+            )
             for b in out.blocks:
                 eids = set(b.edge_ids.tolist())
                 assert not eids & planted
                 seen |= eids
     assert len(seen) > 400  # the hub's past was sampled, at every hop
     # the test can fail: seeds after the cut do see the planted edges
-    late = TemporalSampler(g, [-1, -1], edge_time=et, with_edge_ids=True).sample(
-        torch.tensor([0]), torch.tensor([cut + 10])
+    late = TemporalSampler(g, [-1, -1], edge_time=et, with_edge_ids=True).sample_from_nodes(
+        torch.tensor([0]), seed_time=torch.tensor([cut + 10])
     )
     assert set(late.blocks[-1].edge_ids.tolist()) & planted
 
@@ -243,12 +247,12 @@ def test_inclusive_switch_takes_an_edge_at_exactly_t() -> None:
                 s = TemporalSampler(
                     g, [-1], edge_time=et, strategy=strategy, inclusive=inclusive, backend=backend
                 )
-                b = s.sample(torch.tensor([0]), torch.tensor([10])).blocks[0]
+                b = s.sample_from_nodes(torch.tensor([0]), seed_time=torch.tensor([10])).blocks[0]
                 assert b.src_ids[b.indices].tolist() == want
             last = TemporalSampler(
                 g, [1], edge_time=et, strategy="last", inclusive=inclusive, backend=backend
             )
-            b = last.sample(torch.tensor([0]), torch.tensor([10])).blocks[0]
+            b = last.sample_from_nodes(torch.tensor([0]), seed_time=torch.tensor([10])).blocks[0]
             assert b.src_ids[b.indices].tolist() == want[-1:]  # ties: later in CSC order
 
 
@@ -289,8 +293,8 @@ def test_numpy_and_torch_backends_give_identical_samples(strategy: str, torch_wa
         kw = {"edge_time": et, "strategy": strategy, "with_edge_ids": True}
         a = TemporalSampler(g, fanouts, 3, backend="numpy", **kw)
         b = TemporalSampler(g, fanouts, 3, backend="torch", **kw)
-        args = (seeds, seed_time, epoch, step)
-        assert_same_samples(a.sample(*args, stream=stream), b.sample(*args, stream=stream))
+        keys = {"seed_time": seed_time, "epoch": epoch, "step": step, "stream": stream}
+        assert_same_samples(a.sample_from_nodes(seeds, **keys), b.sample_from_nodes(seeds, **keys))
 
 
 def test_device_topology_and_device_times_sample_numpys_blocks(device: str) -> None:
@@ -300,11 +304,13 @@ def test_device_topology_and_device_times_sample_numpys_blocks(device: str) -> N
     for strategy in ("uniform", "last"):
         want = TemporalSampler(
             g, [6, 3, -1], 9, edge_time=et, strategy=strategy, backend="numpy"
-        ).sample(seeds, seed_time, 2, 3, stream=1)
+        ).sample_from_nodes(seeds, seed_time=seed_time, epoch=2, step=3, stream=1)
         topo = DeviceTopology.from_graph(g, device)
         for times in (torch.from_numpy(et).to(device), et):
-            got = TemporalSampler(topo, [6, 3, -1], 9, edge_time=times, strategy=strategy).sample(
-                seeds.to(device), seed_time.to(device), 2, 3, stream=1
+            got = TemporalSampler(
+                topo, [6, 3, -1], 9, edge_time=times, strategy=strategy
+            ).sample_from_nodes(
+                seeds.to(device), seed_time=seed_time.to(device), epoch=2, step=3, stream=1
             )
             assert all(b.src_ids.device.type == device for b in got.blocks)
             assert_same_samples(want, got)
@@ -314,22 +320,32 @@ def test_reproducible_per_epoch_step_and_stream() -> None:
     g, et = random_temporal_graph(seed=7)
     seeds, seed_time = torch.arange(20), torch.full((20,), 30)
     s = TemporalSampler(g, [4, 4], seed=1, edge_time=et)
-    a = s.sample(seeds, seed_time, 0, 3)
-    s.sample(torch.arange(20, 40), seed_time, 0, 2)  # another batch in between
+    a = s.sample_from_nodes(seeds, seed_time=seed_time, epoch=0, step=3)
+    s.sample_from_nodes(
+        torch.arange(20, 40), seed_time=seed_time, epoch=0, step=2
+    )  # another batch in between
     assert_same_samples(
-        a, TemporalSampler(g, [4, 4], seed=1, edge_time=et).sample(seeds, seed_time, 0, 3)
+        a,
+        TemporalSampler(g, [4, 4], seed=1, edge_time=et).sample_from_nodes(
+            seeds, seed_time=seed_time, epoch=0, step=3
+        ),
     )
     others = [
-        s.sample(seeds, seed_time, 1, 3),
-        s.sample(seeds, seed_time, 0, 4),
-        s.sample(seeds, seed_time, 0, 3, stream=1),
-        TemporalSampler(g, [4, 4], seed=2, edge_time=et).sample(seeds, seed_time, 0, 3),
+        s.sample_from_nodes(seeds, seed_time=seed_time, epoch=1, step=3),
+        s.sample_from_nodes(seeds, seed_time=seed_time, epoch=0, step=4),
+        s.sample_from_nodes(seeds, seed_time=seed_time, epoch=0, step=3, stream=1),
+        TemporalSampler(g, [4, 4], seed=2, edge_time=et).sample_from_nodes(
+            seeds, seed_time=seed_time, epoch=0, step=3
+        ),
     ]
     for o in others:
         assert not torch.equal(o.blocks[0].src_ids, a.blocks[0].src_ids)
     # "last" has no randomness: every key gives the same blocks
     last = TemporalSampler(g, [4, 4], seed=1, edge_time=et, strategy="last")
-    assert_same_samples(last.sample(seeds, seed_time, 0, 3), last.sample(seeds, seed_time, 5, 1))
+    assert_same_samples(
+        last.sample_from_nodes(seeds, seed_time=seed_time, epoch=0, step=3),
+        last.sample_from_nodes(seeds, seed_time=seed_time, epoch=5, step=1),
+    )
 
 
 # ------------------------------------------------------------------ disjoint subtrees
@@ -347,7 +363,7 @@ def test_seeds_at_different_times_sharing_a_neighbour_get_their_own_candidates(
 ) -> None:
     g, et = disjoint_graph()
     sampler = TemporalSampler(g, [-1, -1, -1], edge_time=et, backend=backend)
-    out = sampler.sample(torch.tensor([5, 6]), torch.tensor([3, 10]))
+    out = sampler.sample_from_nodes(torch.tensor([5, 6]), seed_time=torch.tensor([3, 10]))
     hop1 = out.blocks[1]  # destinations: the seeds, then node 0 once per subtree
     assert hop1.dst_ids.tolist() == [5, 6, 0, 0]
     assert out.seed_index[1][:4].tolist() == [0, 1, 0, 1]
@@ -362,7 +378,9 @@ def test_seeds_at_different_times_sharing_a_neighbour_get_their_own_candidates(
     assert [out.seed_index[0][d].item() for d in d1] == [0, 1]
     assert [nbrs(hop2, d) for d in d1] == [[7], [7, 8]]
     # one node as two seeds at two times: two subtrees
-    twice = sampler.sample(torch.tensor([0, 0]), torch.tensor([2, 10])).blocks[-1]
+    twice = sampler.sample_from_nodes(torch.tensor([0, 0]), seed_time=torch.tensor([2, 10])).blocks[
+        -1
+    ]
     assert nbrs(twice, 0) == [1] and nbrs(twice, 1) == [1, 2, 3]
     assert twice.src_ids.tolist() == [0, 0, 1, 1, 2, 3]
 
@@ -372,7 +390,9 @@ def test_duplicated_sources_aggregate_per_subtree() -> None:
     from fleetgnn.nn import LocalAggregator
 
     g, et = disjoint_graph()
-    b = TemporalSampler(g, [-1], edge_time=et).sample(torch.tensor([0, 0]), torch.tensor([2, 10]))
+    b = TemporalSampler(g, [-1], edge_time=et).sample_from_nodes(
+        torch.tensor([0, 0]), seed_time=torch.tensor([2, 10])
+    )
     block = b.blocks[0]
     x = torch.arange(block.num_src, dtype=torch.float64)[:, None]  # a row per (seed, node)
     got = LocalAggregator(block, dtype=torch.float64).aggregate(x, "sum")
@@ -383,13 +403,17 @@ def test_duplicated_sources_aggregate_per_subtree() -> None:
 def test_exclude_drops_edges_in_every_subtree() -> None:
     g, et = random_temporal_graph(seed=8)
     seeds, seed_time = torch.tensor([0, 1, 2, 0]), torch.tensor([40, 40, 40, 20])
-    first = TemporalSampler(g, [-1], edge_time=et).sample(seeds, seed_time).blocks[0]
+    first = (
+        TemporalSampler(g, [-1], edge_time=et)
+        .sample_from_nodes(seeds, seed_time=seed_time)
+        .blocks[0]
+    )
     u = first.src_ids[first.indices[:3]]
     v = first.dst_ids[torch.repeat_interleave(torch.arange(4), first.dst_in_degree())[:3]]
     keys = edge_keys(u, v, g.num_nodes)
     for backend in ("numpy", "torch"):
-        out = TemporalSampler(g, [-1, 3], edge_time=et, backend=backend).sample(
-            seeds, seed_time, exclude=keys
+        out = TemporalSampler(g, [-1, 3], edge_time=et, backend=backend).sample_from_nodes(
+            seeds, seed_time=seed_time, exclude=keys
         )
         for b in out.blocks:
             row = torch.repeat_interleave(torch.arange(b.num_dst), b.dst_in_degree())
@@ -402,11 +426,11 @@ def test_errors_are_one_clear_line() -> None:
     g, et = random_temporal_graph(seed=9)
     s = TemporalSampler(g, [2], edge_time=et)
     with pytest.raises(GraphError, match=r"'seed_time' must hold one time per seed, 3 \(got 2\)"):
-        s.sample(torch.tensor([0, 1, 2]), torch.tensor([1, 2]))
+        s.sample_from_nodes(torch.tensor([0, 1, 2]), seed_time=torch.tensor([1, 2]))
     with pytest.raises(GraphError, match="'seed_time' must be a 1-D integer tensor"):
-        s.sample(torch.tensor([0, 1]), torch.tensor([1.0, 2.0]))
+        s.sample_from_nodes(torch.tensor([0, 1]), seed_time=torch.tensor([1.0, 2.0]))
     with pytest.raises(GraphError, match="'seeds'"):
-        s.sample(torch.tensor([0, 600]), torch.tensor([1, 2]))
+        s.sample_from_nodes(torch.tensor([0, 600]), seed_time=torch.tensor([1, 2]))
     with pytest.raises(GraphError, match=r"one time per edge of the graph, 700 \(got 699\)"):
         TemporalSampler(g, [2], edge_time=et[:-1])
     with pytest.raises(GraphError, match="'edge_time' must be a 1-D integer array"):
@@ -455,12 +479,12 @@ def test_a_graphs_edge_time_is_the_default() -> None:
     bare = Graph(indptr=g.indptr, indices=g.indices)
     seeds, seed_time = torch.tensor([0, 4, 9, 4]), torch.tensor([10, 30, 20, 5])
     for strategy in ("uniform", "last"):
-        got = TemporalSampler(g, [3, -1], strategy=strategy, with_edge_ids=True).sample(
-            seeds, seed_time, 2, 1
+        got = TemporalSampler(g, [3, -1], strategy=strategy, with_edge_ids=True).sample_from_nodes(
+            seeds, seed_time=seed_time, epoch=2, step=1
         )
         want = TemporalSampler(
             bare, [3, -1], edge_time=g.edge_time, strategy=strategy, with_edge_ids=True
-        ).sample(seeds, seed_time, 2, 1)
+        ).sample_from_nodes(seeds, seed_time=seed_time, epoch=2, step=1)
         assert_same_samples(got, want)
         check_sample(g, g.edge_time, got, seeds, seed_time, [3, -1], strategy, False)
 
@@ -477,8 +501,12 @@ def test_edge_times_from_a_topology_that_serves_them() -> None:
     topo = TimedTopology(g)
     assert isinstance(topo, EdgeTimeSource)
     seeds, seed_time = torch.tensor([0, 4, 9]), torch.tensor([10, 30, 20])
-    got = TemporalSampler(topo, [3, 3]).sample(seeds, seed_time, 1, 1)
-    want = TemporalSampler(g, [3, 3], edge_time=et).sample(seeds, seed_time, 1, 1)
+    got = TemporalSampler(topo, [3, 3]).sample_from_nodes(
+        seeds, seed_time=seed_time, epoch=1, step=1
+    )
+    want = TemporalSampler(g, [3, 3], edge_time=et).sample_from_nodes(
+        seeds, seed_time=seed_time, epoch=1, step=1
+    )
     assert_same_samples(got, want)
     assert "strategy='uniform'" in repr(TemporalSampler(topo, [3]))
     assert "num_seeds=3" in repr(got)

@@ -209,9 +209,11 @@ def test_sampling_through_the_store_equals_the_graph(device):
     # seeds on the device, topology read through the store: the graph's own sample
     a = [
         x.to("cpu")
-        for x in NeighborSampler(store, [4, 3], seed=5).sample(seeds.to(device), epoch=1, step=2)
+        for x in NeighborSampler(store, [4, 3], seed=5)
+        .sample_from_nodes(seeds.to(device), epoch=1, step=2)
+        .blocks
     ]
-    b = NeighborSampler(g, [4, 3], seed=5).sample(seeds, epoch=1, step=2)
+    b = NeighborSampler(g, [4, 3], seed=5).sample_from_nodes(seeds, epoch=1, step=2).blocks
     for x, y in zip(a, b, strict=True):
         assert torch.equal(x.src_ids, y.src_ids)
         assert torch.equal(x.indptr, y.indptr) and torch.equal(x.indices, y.indices)

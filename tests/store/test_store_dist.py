@@ -45,8 +45,12 @@ def _world(comm, configs):
             all_ids = torch.arange(g.num_nodes)
             c1, n1 = s.all_neighbors(all_ids)
             c2, n2 = ref.all_neighbors(all_ids)
-            blocks = NeighborSampler(s, [3, 2], seed=1).sample(seeds, stream=comm.rank)
-            rblocks = NeighborSampler(g, [3, 2], seed=1).sample(seeds, stream=comm.rank)
+            blocks = (
+                NeighborSampler(s, [3, 2], seed=1).sample_from_nodes(seeds, stream=comm.rank).blocks
+            )
+            rblocks = (
+                NeighborSampler(g, [3, 2], seed=1).sample_from_nodes(seeds, stream=comm.rank).blocks
+            )
             fp = s.plan.features
             tier, owner, _ = fp.locate(ids.numpy())
             res[mode] = {
