@@ -263,14 +263,15 @@ def sample_edges(
     src: Tensor,
     dst: Tensor,
     neg: Tensor,
-    time: Tensor | None,
-    relation: object,
-    exclude_targets: bool,
-    epoch: int,
-    step: int,
-    stream: int,
+    *,
+    time: Tensor | None = None,
+    relation: object = None,
+    exclude_targets: bool = False,
+    epoch: int = 0,
+    step: int = 0,
+    stream: int = 0,
 ) -> EdgeSample:
-    """A homogeneous sampler's :meth:`Sampler.sample_from_edges` (plain or temporal).
+    """A homogeneous sampler's :meth:`Sampler.sample_from_edges` (its method).
 
     The seeds are the distinct endpoints (:func:`~fleetgnn.sampling.base.edge_seeds`; with
     ``time``, distinct ``(node, time)`` pairs), the target edges' keys :func:`edge_keys`.

@@ -164,6 +164,64 @@ def _fanout_list(name: str, fanouts: object, example: str) -> tuple[int, ...]:
     return tuple(_check_fanout(f"{name}[{i}]", f) for i, f in enumerate(fanouts))
 
 
+def sample_typed_edges(
+    sampler: Any,
+    src: Tensor,
+    dst: Tensor,
+    neg: Tensor,
+    *,
+    time: Tensor | None = None,
+    relation: Relation | None = None,
+    exclude_targets: bool = False,
+    epoch: int = 0,
+    step: int = 0,
+    stream: int = 0,
+) -> EdgeSample:
+    """A typed sampler's :meth:`~fleetgnn.sampling.Sampler.sample_from_edges` (its method).
+
+    The pairs are type-local IDs of ``relation``'s end types; the seeds are the distinct
+    endpoints per end type (sources: the source type's; destinations and negatives: the
+    destination type's; one set when the two types are one), with ``time`` distinct
+    ``(node, time)`` pairs. The target edges are dropped from ``relation`` and from its
+    reverse relation (:func:`~fleetgnn.graph.edge_split.reverse_of`).
+    """
+    schema = sampler.schema
+    if relation is None or tuple(relation) not in schema.relations:
+        raise GraphError(
+            f"'relation' must name the pairs' relation, one of {list(schema.relations)} (got "
+            f"{relation!r})"
+        )
+    rel: Relation = tuple(relation)  # type: ignore[assignment]
+    src, dst, neg, times = check_pairs(src, dst, neg, time)
+    s_t, _, d_t = rel
+    gs = src + schema.type_range(s_t)[0]
+    gd, gn = dst + schema.type_range(d_t)[0], neg + schema.type_range(d_t)[0]
+    seeds: dict[str, Tensor] = {}
+    seed_time: dict[str, Tensor] | None = None if times is None else {}
+    if s_t == d_t:
+        ids, at, (ps, pd, pn) = edge_seeds([gs, gd, gn], times)
+        seeds[s_t] = ids
+        if seed_time is not None and at is not None:
+            seed_time[s_t] = at
+    else:
+        ids, at, (ps,) = edge_seeds([gs], None if times is None else times[:1])
+        ids_d, at_d, (pd, pn) = edge_seeds([gd, gn], None if times is None else times[1:])
+        seeds[s_t], seeds[d_t] = ids, ids_d
+        if seed_time is not None and at is not None and at_d is not None:
+            seed_time[s_t], seed_time[d_t] = at, at_d
+    exclude = None
+    if exclude_targets:
+        edges = {rel: (gs, gd)}
+        reverse = reverse_of(sampler.graph, rel)
+        if reverse is not None:
+            edges[reverse] = (gd, gs)
+        exclude = typed_edge_keys(schema.total_nodes, edges)
+    sample = sampler.sample_from_nodes(
+        seeds, seed_time=seed_time, epoch=epoch, step=step, stream=stream, exclude=exclude
+    )
+    return EdgeSample(seeds, ps, pd, pn, sample)
+
+
 class HeteroNeighborSampler(Sampler):
     """Multi-layer typed uniform neighbour sampler producing one :class:`HeteroBlock` per layer.
 
@@ -262,28 +320,9 @@ class HeteroNeighborSampler(Sampler):
         blocks.reverse()
         return NodeSample(tuple(blocks))
 
-    def sample_from_edges(
-        self,
-        src: Tensor,
-        dst: Tensor,
-        neg: Tensor,
-        *,
-        time: None = None,
-        relation: Relation | None = None,
-        exclude_targets: bool = False,
-        epoch: int = 0,
-        step: int = 0,
-        stream: int = 0,
-    ) -> EdgeSample:
-        """Sample a typed link batch's blocks (:meth:`Sampler.sample_from_edges`; no ``time``).
-
-        ``src`` and ``dst``/``neg`` are type-local IDs of ``relation``'s end types; the seeds
-        are global IDs per end type.
-        """
-        no_time(self, time, "time")
-        return sample_typed_edges(
-            self, src, dst, neg, time, relation, exclude_targets, epoch, step, stream
-        )
+    #: A typed link batch's blocks (:meth:`Sampler.sample_from_edges`; no ``time``): the pairs
+    #: are type-local IDs of ``relation``'s end types, the seeds global IDs per end type.
+    sample_from_edges = sample_typed_edges
 
     def _check_seeds(self, ntype: str, seeds: Tensor, what: str = "node type") -> Tensor:
         s = self.schema
@@ -394,60 +433,3 @@ def typed_edge_keys(
         rel: torch.unique(d.cpu().long() * int(num_nodes) + s.cpu().long())
         for rel, (s, d) in edges.items()
     }
-
-
-def sample_typed_edges(
-    sampler: Any,
-    src: Tensor,
-    dst: Tensor,
-    neg: Tensor,
-    time: Tensor | None,
-    relation: Relation | None,
-    exclude_targets: bool,
-    epoch: int,
-    step: int,
-    stream: int,
-) -> EdgeSample:
-    """A typed sampler's :meth:`Sampler.sample_from_edges` (plain or temporal).
-
-    The pairs are type-local IDs of ``relation``'s end types; the seeds are the distinct
-    endpoints per end type (sources: the source type's; destinations and negatives: the
-    destination type's; one set when the two types are one), with ``time`` distinct
-    ``(node, time)`` pairs. The target edges are dropped from ``relation`` and from its
-    reverse relation (:func:`~fleetgnn.graph.edge_split.reverse_of`).
-    """
-    schema = sampler.schema
-    if relation is None or tuple(relation) not in schema.relations:
-        raise GraphError(
-            f"'relation' must name the pairs' relation, one of {list(schema.relations)} (got "
-            f"{relation!r})"
-        )
-    rel: Relation = tuple(relation)  # type: ignore[assignment]
-    src, dst, neg, times = check_pairs(src, dst, neg, time)
-    s_t, _, d_t = rel
-    gs = src + schema.type_range(s_t)[0]
-    gd, gn = dst + schema.type_range(d_t)[0], neg + schema.type_range(d_t)[0]
-    seeds: dict[str, Tensor] = {}
-    seed_time: dict[str, Tensor] | None = None if times is None else {}
-    if s_t == d_t:
-        ids, at, (ps, pd, pn) = edge_seeds([gs, gd, gn], times)
-        seeds[s_t] = ids
-        if seed_time is not None and at is not None:
-            seed_time[s_t] = at
-    else:
-        ids, at, (ps,) = edge_seeds([gs], None if times is None else times[:1])
-        ids_d, at_d, (pd, pn) = edge_seeds([gd, gn], None if times is None else times[1:])
-        seeds[s_t], seeds[d_t] = ids, ids_d
-        if seed_time is not None and at is not None and at_d is not None:
-            seed_time[s_t], seed_time[d_t] = at, at_d
-    exclude = None
-    if exclude_targets:
-        edges = {rel: (gs, gd)}
-        reverse = reverse_of(sampler.graph, rel)
-        if reverse is not None:
-            edges[reverse] = (gd, gs)
-        exclude = typed_edge_keys(schema.total_nodes, edges)
-    sample = sampler.sample_from_nodes(
-        seeds, seed_time=seed_time, epoch=epoch, step=step, stream=stream, exclude=exclude
-    )
-    return EdgeSample(seeds, ps, pd, pn, sample)

@@ -41,7 +41,7 @@ from torch import Tensor
 
 from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.hetero import HeteroGraph, Relation
-from fleetgnn.sampling.base import EdgeSample, NodeSample, Sampler
+from fleetgnn.sampling.base import NodeSample, Sampler
 from fleetgnn.sampling.hetero import (
     HeteroBlock,
     HeteroNeighborSampler,
@@ -219,35 +219,9 @@ class TypedTemporalSampler(Sampler):
         index.reverse()
         return TypedTemporalSample(blocks=tuple(blocks), seed_index=tuple(index), seed_time=times)
 
-    def sample_from_edges(
-        self,
-        src: Tensor,
-        dst: Tensor,
-        neg: Tensor,
-        *,
-        time: Tensor | None = None,
-        relation: Relation | None = None,
-        exclude_targets: bool = False,
-        epoch: int = 0,
-        step: int = 0,
-        stream: int = 0,
-    ) -> EdgeSample:
-        """Sample a typed link batch at its positives' times (:meth:`Sampler.sample_from_edges`).
-
-        ``src`` and ``dst``/``neg`` are type-local IDs of ``relation``'s end types; the seeds
-        are the distinct ``(node, time)`` pairs per end type, each at its positive's ``time``
-        (required). ``exclude_targets`` must be ``False`` (no edge exclusion).
-        """
-        if time is None:
-            raise GraphError(
-                "TypedTemporalSampler samples pairs at their times: pass time= (int [P])"
-            )
-        if exclude_targets:
-            raise ConfigError(
-                "TypedTemporalSampler excludes no edges: pass exclude_targets=False (a pair's "
-                "edge is not before its own time)"
-            )
-        return sample_typed_edges(self, src, dst, neg, time, relation, False, epoch, step, stream)
+    #: A typed link batch's blocks at the pairs' ``time`` (:meth:`Sampler.sample_from_edges`);
+    #: ``time=None`` takes the ends' node times; ``exclude_targets`` must be ``False``.
+    sample_from_edges = sample_typed_edges
 
     def _seeds(self, seeds: Tensor | Mapping[str, Tensor]) -> dict[str, Tensor]:
         s = self.schema

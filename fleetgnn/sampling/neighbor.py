@@ -68,7 +68,7 @@ from fleetgnn.keyhash import (
     mix64_numpy,
     serial,
 )
-from fleetgnn.sampling.base import EdgeSample, NodeSample, Sampler, edge_keys, no_time, sample_edges
+from fleetgnn.sampling.base import NodeSample, Sampler, edge_keys, no_time, sample_edges
 from fleetgnn.sampling.block import Block
 from fleetgnn.sampling.unique import _append_unique_numpy, _append_unique_torch, append_unique
 
@@ -910,23 +910,8 @@ class NeighborSampler(Sampler):
         blocks.reverse()
         return NodeSample(tuple(blocks))
 
-    def sample_from_edges(
-        self,
-        src: Tensor,
-        dst: Tensor,
-        neg: Tensor,
-        *,
-        time: Tensor | None = None,
-        relation: None = None,
-        exclude_targets: bool = False,
-        epoch: int = 0,
-        step: int = 0,
-        stream: int = 0,
-    ) -> EdgeSample:
-        """Sample a link batch's blocks (:meth:`Sampler.sample_from_edges`; no ``time``)."""
-        return sample_edges(
-            self, src, dst, neg, time, relation, exclude_targets, epoch, step, stream
-        )
+    #: The link batch's blocks (:meth:`Sampler.sample_from_edges`; pairs without ``time``).
+    sample_from_edges = sample_edges
 
     def __repr__(self) -> str:
         return (

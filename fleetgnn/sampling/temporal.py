@@ -71,7 +71,7 @@ from fleetgnn.errors import ConfigError, GraphError
 from fleetgnn.graph.csc import Graph
 from fleetgnn.graph.edge_time import check_time_order
 from fleetgnn.keyhash import serial
-from fleetgnn.sampling.base import EdgeSample, NodeSample, Sampler, sample_edges
+from fleetgnn.sampling.base import NodeSample, Sampler, sample_edges
 from fleetgnn.sampling.block import Block
 from fleetgnn.sampling.neighbor import (
     Backend,
@@ -406,7 +406,8 @@ class TemporalSampler(Sampler):
         """
         if seed_time is None:
             raise GraphError(
-                "TemporalSampler samples each seed at its time: pass seed_time= (integer [B])"
+                "TemporalSampler samples each seed at its time: pass seed_time= (integer [B]) "
+                "to sample_from_nodes, or the pairs' time= (integer [P]) to sample_from_edges"
             )
         key = [_check_key(n, v) for n, v in (("epoch", epoch), ("step", step), ("stream", stream))]
         dev = _work_device(self.topology, seeds, self.backend)
@@ -433,30 +434,9 @@ class TemporalSampler(Sampler):
         index.reverse()
         return TemporalSample(blocks=tuple(blocks), seed_index=tuple(index), seed_time=t)
 
-    def sample_from_edges(
-        self,
-        src: Tensor,
-        dst: Tensor,
-        neg: Tensor,
-        *,
-        time: Tensor | None = None,
-        relation: None = None,
-        exclude_targets: bool = False,
-        epoch: int = 0,
-        step: int = 0,
-        stream: int = 0,
-    ) -> EdgeSample:
-        """Sample a link batch at its positives' times (:meth:`Sampler.sample_from_edges`).
-
-        The seeds are the distinct ``(node, time)`` pairs of the endpoints and negatives, each
-        at its positive's ``time`` (required); a node seeded twice at one time is one seed (its
-        subtree is a pure function of ``(key, node, time)``).
-        """
-        if time is None:
-            raise GraphError("TemporalSampler samples pairs at their times: pass time= (int [P])")
-        return sample_edges(
-            self, src, dst, neg, time, relation, exclude_targets, epoch, step, stream
-        )
+    #: The link batch's blocks at the pairs' ``time`` (required; :meth:`Sampler.sample_from_edges`):
+    #: the seeds are the distinct ``(node, time)`` pairs of the endpoints and negatives.
+    sample_from_edges = sample_edges
 
     def _hop(
         self,
