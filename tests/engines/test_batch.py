@@ -43,7 +43,10 @@ def test_every_sampled_engine_prepares_a_minibatch(engine, case):
         assert (batch.target is None) == link  # a node task's labels are read in prepare
         assert (batch.splits is not None) == (engine == "split")
         assert isinstance(batch.seeds, dict) == typed and isinstance(batch.x, dict) == typed
-        assert (batch.sample is not None) == (case == "temporal link")
+        assert (batch.sample is not None) == link  # the sampler's NodeSample of the pairs
+        if link:  # times only where the task samples in time
+            timed = getattr(batch.sample, "seed_time", None) is not None
+            assert timed == (case == "temporal link")
         assert batch.global_count > 0 and batch.t_sample >= 0 and batch.t_gather >= 0
         assert len(batch.hops) == len(batch.blocks) == 2
         assert eng._run_step(0, 0, batch, 0.0).count > 0  # the engine trains on it
