@@ -51,6 +51,7 @@ from fleetgnn.bench.peers import (
 )
 from fleetgnn.bench.report import measurement, on_device, progress_line
 from fleetgnn.bench.timing import interleaved
+from fleetgnn.engines.common import num_classes_of
 from fleetgnn.graph import Graph
 from fleetgnn.train import Config, engine_from_config, load_config
 
@@ -130,7 +131,7 @@ def full_epoch(
     engine, cfg = reference_engine(graph, overrides)
     mixed, _ = reference_engine(graph, [*overrides, "train.autocast=bf16"])
     mixed.model.load_state_dict(engine.model.state_dict())
-    dims = [engine.x.shape[1], hidden, engine.num_classes]
+    dims = [engine.x.shape[1], hidden, num_classes_of(engine.graph)]
     conv = PYG_CONVS[model]
     fleet = EngineSteps(engine, per_call=per_call)
     calls: dict[str, Callable[[], None]] = {
@@ -225,7 +226,7 @@ def sage_minibatch(
             f"train.device={device}",
         ],
     )
-    dims = [engine.x.shape[1], *[hidden] * (len(fanouts) - 1), engine.num_classes]
+    dims = [engine.x.shape[1], *[hidden] * (len(fanouts) - 1), num_classes_of(engine.graph)]
     fleet = EngineSteps(engine)
     calls: dict[str, Callable[[], None]] = {"fleetgnn": fleet}
     diffs: dict[str, float] = {}

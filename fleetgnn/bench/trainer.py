@@ -25,6 +25,7 @@ from fleetgnn.bench.epoch import reference_engine
 from fleetgnn.bench.peers import NO_PYG, PygGCN, copy_weights, graph_to_pyg, has_pyg
 from fleetgnn.bench.report import measurement, progress_line
 from fleetgnn.bench.timing import interleaved
+from fleetgnn.engines.common import num_classes_of
 from fleetgnn.graph import Graph
 from fleetgnn.train import Trainer
 
@@ -100,7 +101,7 @@ def _breakdown(metrics: Path) -> dict[str, float]:
 
 def _pyg_loop(engine: Any, epochs: int) -> Callable[[], None]:
     """PyG's Cora loop: per epoch, a training step, then every split's accuracy and val loss."""
-    dims = [engine.x.shape[1], 16, engine.num_classes]
+    dims = [engine.x.shape[1], 16, num_classes_of(engine.graph)]
     adj = graph_to_pyg(engine.graph, "csr", engine.dtype, engine.device)
     model = PygGCN(dims, 0.5).to(engine.device)
     copy_weights(engine.model, model, "gcn")
