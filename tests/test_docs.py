@@ -58,6 +58,14 @@ NOT_RUN = {
         "needs ogbn-mag's raw files; tests/graph/test_loaders_ogb_hetero.py writes the layout and "
         "tests the loader with feature_dtype"
     ),
+    "fleetgnn prepare edgelist --edges interactions.txt --features x.npy --undirected --out "
+    "data/int": (
+        "needs the user's interaction edge list; tests/cli/test_link_without_labels_cli.py writes "
+        "one without labels, prepares it and trains link prediction on it"
+    ),
+    "fleetgnn train --task link --dataset data/int --epochs 20": (
+        "trains the dataset the command above prepares; tests/cli/test_link_without_labels_cli.py"
+    ),
     "fleetgnn prepare pyg --root ~/pyg_data --name Cora --out data/cora-pyg": "needs PyG's "
     "processed Cora on disk (PyG downloads it); tests/graph/test_loaders_pyg_dataset.py",
     "fleetgnn train --engine minibatch --nproc 4 --dataset data/products-0.05 "

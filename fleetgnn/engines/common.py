@@ -587,7 +587,10 @@ def setup_model(
         default_optimizer(module) if optimizer is None else check_optimizer(optimizer, module)
     )
     engine.loss = loss if loss is not None else cross_entropy
-    classes = getattr(engine, "num_classes", None)  # set by node-classification engines only
+    classes = getattr(engine, "num_classes", None)  # the typed engines keep it
+    task, graph = getattr(engine, "task", None), getattr(engine, "graph", None)
+    if classes is None and task is not None and task.needs_labels and graph is not None:
+        classes = num_classes_of(graph)  # a node task scores one output per class
     if loss is None and classes is not None:
         check_output_width(module, int(classes))
     if isinstance(module, PygModel) and (width := module.in_width()) is not None:
