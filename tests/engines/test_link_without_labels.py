@@ -100,10 +100,11 @@ def test_a_temporal_link_run_reads_no_labels(engine, mode):
         "train.temporal=on",
         "model.name=sage",
         *SAMPLED,
+        "train.batch_size=256",  # a few steps: time-split evaluation is most of the run
     )
     bare = _one_rank(engine, cfg, _bare(graph))
     _same(bare, _one_rank(engine, cfg, graph))
-    assert 0.0 <= bare[1]["test_auc"] <= 1.0
+    assert len(bare[0]) >= 2 and 0.0 <= bare[1]["test_auc"] <= 1.0
 
 
 def _typed_graph():
