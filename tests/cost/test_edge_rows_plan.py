@@ -16,7 +16,7 @@ from fleetgnn.cost import PROFILES, make_plan, predict_engine, workload_from_con
 from fleetgnn.cost.fullgraph_memory import rank_counts
 from fleetgnn.cost.planner import knobs_from_config
 from fleetgnn.cost.replay import minibatch_counts
-from fleetgnn.distributed.testing import context_of, run_world
+from fleetgnn.distributed.testing import context_or_own, run_world
 from fleetgnn.errors import ConfigError
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.store import UnifiedStore
@@ -152,7 +152,8 @@ def test_minibatch_plan_is_the_engines_store_under_a_tight_budget(graph):
         finally:
             table.close()
             store.close()
-        with engine_from_config(cfg.with_key("train.engine", "minibatch"), graph, None) as e:
+        minibatch = cfg.with_key("train.engine", "minibatch")
+        with context_or_own(None) as ctx, engine_from_config(minibatch, graph, ctx) as e:
             measured: dict[str, int] = {}
             for st in e.run_epoch(0):
                 for k, v in st.traffic.items():
@@ -181,8 +182,10 @@ def _held(comm, engine, model):
     sets = [f"train.engine={engine}", f"model.name={model}", *SETS, "train.mode=full"]
     knobs = {"num_chunks": 1, "tune": False} if engine == "fullgraph" else {}
     graph = _graph()
-    ctx = None if comm is None else context_of(comm)
-    with engine_from_config(load_config(None, sets), graph, ctx, **knobs) as e:
+    with (
+        context_or_own(comm) as ctx,
+        engine_from_config(load_config(None, sets), graph, ctx, **knobs) as e,
+    ):
         e.run_epoch(0)
         e.run_epoch(1)
         if engine == "reference":
