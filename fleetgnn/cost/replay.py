@@ -58,6 +58,8 @@ from fleetgnn.graph import Graph
 from fleetgnn.graph.compact_rows import stored_row_bytes
 from fleetgnn.partition import partition
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, SeedLoader, TemporalSampler
+from fleetgnn.sampling.presample import presample_edge_counts as presampled_edge_counts
+from fleetgnn.sampling.presample import presample_hotness as presampled_ranking
 from fleetgnn.store import SOURCE_LINKS, plan_partitioned
 from fleetgnn.store.device_topology import resolve_placement
 from fleetgnn.store.edge_table import edge_row_bytes, plan_edge_rows, split_budgets
@@ -312,19 +314,15 @@ class _Steps:
         return list(sample.blocks)
 
 
+def _train_ids(graph: Graph) -> torch.Tensor:
+    return torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
+
+
 def presample_hotness(
     graph: Graph, batch_size: int, fanouts: tuple[int, ...], seed: int, batches: int = 8
 ) -> HotnessRanking:
     """The ``minibatch`` engine's ``placement="presample"`` ranking (the same draws)."""
-    train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
-    loader = SeedLoader(train_ids, batch_size, seed=seed + 1)
-    sampler = NeighborSampler(GraphTopology(graph), list(fanouts), seed=seed + 1)
-
-    def sampled(i: int) -> np.ndarray:
-        seeds = loader.batch(0, i % loader.num_batches)
-        return sampler.sample_from_nodes(seeds, step=i).blocks[0].src_ids.cpu().numpy()
-
-    return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
+    return presampled_ranking(graph, _train_ids(graph), batch_size, fanouts, seed, batches)
 
 
 def presample_edge_counts(
@@ -335,18 +333,7 @@ def presample_edge_counts(
     Its edge hot order's ``counts`` with ``placement="presample"``: the draws of
     :func:`presample_hotness`, with their edge IDs.
     """
-    train_ids = torch.from_numpy(np.flatnonzero(np.asarray(graph.train_mask)))
-    loader = SeedLoader(train_ids, batch_size, seed=seed + 1)
-    sampler = NeighborSampler(
-        GraphTopology(graph), list(fanouts), seed=seed + 1, with_edge_ids=True
-    )
-    counts = np.zeros(graph.num_edges, np.int64)
-    for i in range(batches):
-        seeds = loader.batch(0, i % loader.num_batches)
-        for block in sampler.sample_from_nodes(seeds, step=i).blocks:
-            ids, c = np.unique(block.edge_ids.cpu().numpy(), return_counts=True)
-            counts[ids] += c
-    return counts
+    return presampled_edge_counts(graph, _train_ids(graph), batch_size, fanouts, seed, batches)
 
 
 def _row_bytes(graph: Graph, feature_dtype: str | None) -> int:

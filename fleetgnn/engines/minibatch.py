@@ -95,11 +95,10 @@ from fleetgnn.errors import ConfigError
 from fleetgnn.graph import Graph
 from fleetgnn.sampling import (
     DeviceTopology,
-    GraphTopology,
     NeighborSampler,
-    SeedLoader,
     TemporalSampler,
 )
+from fleetgnn.sampling.presample import presample_edge_counts, presample_hotness
 from fleetgnn.store import (
     KINDS,
     SOURCE_LINKS,
@@ -109,7 +108,6 @@ from fleetgnn.store import (
     resolve_sampling,
 )
 from fleetgnn.store.edge_table import BudgetSplit, EdgeTable, split_budgets
-from fleetgnn.store.hotness import hotness_order
 from fleetgnn.tasks import Task
 
 
@@ -370,39 +368,17 @@ class MinibatchEngine(SampledEngine):
         """XGNN/GNNLab pre-sampling: rank nodes by how often ``batches`` sampled batches read them.
 
         The batches' seeds are drawn from ``seeds`` (:func:`~fleetgnn.engines.common.
-        presample_seeds`: the training nodes, or a link task's training pairs' endpoints).
-        Deterministic and identical on every rank (its own seed stream, world size 1), so every
-        rank derives the same placement without communicating.
+        presample_seeds`: the training nodes, or a link task's training pairs' endpoints), by
+        :func:`~fleetgnn.sampling.presample.presample_hotness` (identical on every rank).
         """
-        loader = SeedLoader(seeds, sc.batch_size, seed=sc.seed + 1)
-        sampler = NeighborSampler(GraphTopology(graph), list(sc.fanouts), seed=sc.seed + 1)
-
-        def sampled(i: int) -> np.ndarray:
-            seeds = loader.batch(0, i % loader.num_batches)
-            return sampler.sample_from_nodes(seeds, step=i).blocks[0].src_ids.cpu().numpy()
-
-        return hotness_order(graph, "presample", sampler_fn=sampled, k=batches)
+        return presample_hotness(graph, seeds, sc.batch_size, sc.fanouts, sc.seed, batches)
 
     @staticmethod
     def _edge_counts(
         graph: Graph, sc: MinibatchEngineConfig, seeds: torch.Tensor, batches: int = 8
     ) -> np.ndarray:
-        """Reads of each edge over the pre-sampled batches of :meth:`_hotness` (int64 ``[E]``).
-
-        The same keyed draws as :meth:`_hotness` (so the same blocks), with their edge IDs;
-        deterministic and identical on every rank.
-        """
-        loader = SeedLoader(seeds, sc.batch_size, seed=sc.seed + 1)
-        sampler = NeighborSampler(
-            GraphTopology(graph), list(sc.fanouts), seed=sc.seed + 1, with_edge_ids=True
-        )
-        counts = np.zeros(graph.num_edges, np.int64)
-        for i in range(batches):
-            seeds = loader.batch(0, i % loader.num_batches)
-            for block in sampler.sample_from_nodes(seeds, step=i).blocks:
-                ids, c = np.unique(block.edge_ids.cpu().numpy(), return_counts=True)
-                counts[ids] += c
-        return counts
+        """Reads of each edge over the pre-sampled batches of :meth:`_hotness` (int64 ``[E]``)."""
+        return presample_edge_counts(graph, seeds, sc.batch_size, sc.fanouts, sc.seed, batches)
 
     # ------------------------------------------------------------------ batches
     def steps_per_epoch(self) -> int:
