@@ -44,6 +44,7 @@ import numpy as np
 
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph.csc import append_to_segments, index_dtype
+from fleetgnn.graph.csc_passes import add_counts, node_ranges, sort_segments_by_time
 from fleetgnn.graph.dataset import DatasetWriter
 from fleetgnn.graph.files import create_npy, temp_prefix
 from fleetgnn.graph.loaders._io import (
@@ -85,55 +86,6 @@ def _chunks(n: int, step: int) -> Iterator[tuple[int, int]]:
         yield lo, min(n, lo + step)
 
 
-def _add_counts(counts: np.ndarray, ids: np.ndarray) -> None:
-    """``counts[ids] += 1`` per occurrence, in time proportional to ``len(ids)`` when small."""
-    if 4 * ids.size >= counts.size:
-        counts += np.bincount(ids, minlength=counts.size)
-    else:
-        uniq, cnt = np.unique(ids, return_counts=True)
-        counts[uniq] += cnt
-
-
-def _node_ranges(indptr: np.ndarray, chunk_edges: int) -> Iterator[tuple[int, int]]:
-    """Node ranges ``[lo, hi)`` covering ``[0, N)`` that hold about ``chunk_edges`` edges each.
-
-    A range holds at least one node, so a node with more in-edges than that is a range alone.
-    """
-    n = indptr.size - 1
-    lo = 0
-    while lo < n:
-        hi = int(np.searchsorted(indptr, indptr[lo] + chunk_edges, side="right")) - 1
-        hi = min(n, max(hi, lo + 1))
-        yield lo, hi
-        lo = hi
-
-
-def _local_ids(indptr: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """For every edge of nodes ``lo..hi``, its destination minus ``lo`` (int64, CSC order)."""
-    return np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(indptr[lo : hi + 1]))
-
-
-def _sort_segments_by_time(
-    indptr: np.ndarray, time: np.ndarray, moved: list[np.ndarray], chunk_edges: int
-) -> None:
-    """Sort every CSC segment of ``time`` by time in place, moving ``moved`` alike.
-
-    The sort is stable, so edges of one destination with equal times keep their order (the
-    file's, as scattered); each array of ``moved`` (one entry per edge, aligned with ``time``:
-    the sources, the line numbers) is permuted with it. Node ranges holding about
-    ``chunk_edges`` edges are read, sorted and written back one at a time.
-    """
-    for lo, hi in _node_ranges(indptr, chunk_edges):
-        a, b = int(indptr[lo]), int(indptr[hi])
-        t = np.asarray(time[a:b])
-        order = np.lexsort((t, _local_ids(indptr, lo, hi)))
-        if np.array_equal(order, np.arange(b - a)):
-            continue  # already in time order (a file sorted by time)
-        time[a:b] = t[order]
-        for arr in moved:
-            arr[a:b] = np.asarray(arr[a:b])[order]
-
-
 def _dedup_segments(
     buf: np.ndarray,
     indptr: np.ndarray,
@@ -160,10 +112,8 @@ def _dedup_segments(
     n = indptr.size - 1
     new_deg = np.zeros(n, dtype=np.int64)
     write = 0
-    for lo, hi in _node_ranges(indptr, chunk_edges):
-        a, b = int(indptr[lo]), int(indptr[hi])
+    for lo, hi, a, b, local in node_ranges(indptr, chunk_edges):
         seg = np.asarray(buf[a:b], dtype=np.int64)
-        local = _local_ids(indptr, lo, hi)
         # by (node, source[, file edge before mirror, time]): the first of each source is kept
         keys = [seg, local]
         if time is not None and mirror is not None:
@@ -441,9 +391,9 @@ def prepare_ogb(
                     )
                 t_src[seen : seen + arr.shape[0]] = arr[:, 0]
                 t_dst[seen : seen + arr.shape[0]] = arr[:, 1]
-                _add_counts(counts, arr[:, 1])
+                add_counts(counts, arr[:, 1])
                 if undirected:
-                    _add_counts(counts, arr[:, 0])
+                    add_counts(counts, arr[:, 0])
                 seen += arr.shape[0]
             indptr = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(counts, out=indptr[1:])
@@ -480,7 +430,7 @@ def prepare_ogb(
             del cursor, t_time
             if ctime is not None and not undirected:
                 moved = [target] if t_eid is None else [target, t_eid]
-                _sort_segments_by_time(indptr, ctime, moved, chunk_rows)
+                sort_segments_by_time(indptr, ctime, moved, chunk_rows)
             if t_eid is not None:
                 feat = _write_features(
                     w,

@@ -37,6 +37,7 @@ import numpy as np
 
 from fleetgnn.errors import DatasetError, GraphError
 from fleetgnn.graph.csc import append_to_segments, index_dtype
+from fleetgnn.graph.csc_passes import add_counts
 from fleetgnn.graph.dataset import DatasetWriter, relation_key
 from fleetgnn.graph.files import create_npy, temp_prefix
 from fleetgnn.graph.hetero import REVERSE_PREFIX, HeteroSchema, Relation
@@ -51,7 +52,6 @@ from fleetgnn.graph.loaders._io import (
 from fleetgnn.graph.loaders.ogb import (
     NODE_BYTES,
     NODE_TIME_FILE,
-    _add_counts,
     _check_edge_count,
     _chunks,
     _edge_chunks,
@@ -184,7 +184,7 @@ def _relation_edges(
                 )
         t_src[seen : seen + arr.shape[0]] = arr[:, 0]
         t_dst[seen : seen + arr.shape[0]] = arr[:, 1]
-        _add_counts(counts, arr[:, 1])
+        add_counts(counts, arr[:, 1])
         seen += arr.shape[0]
     return t_src, t_dst, counts
 
@@ -379,7 +379,7 @@ def _write_reverse(
     e = indices.shape[0]
     counts = np.zeros(n_src, dtype=np.int64)
     for lo, hi in _chunks(e, chunk_rows):
-        _add_counts(counts, np.asarray(indices[lo:hi], dtype=np.int64))
+        add_counts(counts, np.asarray(indices[lo:hi], dtype=np.int64))
     rptr = np.zeros(n_src + 1, dtype=np.int64)
     np.cumsum(counts, out=rptr[1:])
     del counts

@@ -7,7 +7,8 @@ each generator's own (homogeneous 0..5, temporal 16..17, typed 100 and up).
 
 The CSC of a generated graph is built by regenerating its draws instead of storing them:
 :func:`count_in_degrees` (pass 1), :func:`cursor_positions` (pass 2, each edge at its
-destination's cursor), then a per-segment sort (:func:`node_ranges`, :func:`sort_by_time`).
+destination's cursor), then a per-segment sort
+(:func:`~fleetgnn.graph.csc_passes.sort_segments_by_time`).
 Arrays go to a :class:`Sink`: RAM (:class:`MemorySink`) or a dataset directory
 (:class:`DiskSink`, memory maps).
 """
@@ -21,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from fleetgnn.errors import DatasetError
+from fleetgnn.graph.csc_passes import add_counts
 from fleetgnn.graph.dataset import DatasetWriter
 
 NODE_BLOCK = 1 << 16  # nodes per random block (classes, weights, splits, label noise)
@@ -141,17 +143,6 @@ def check_chunk_edges(chunk_edges: object) -> int:
 
 
 # ---------------------------------------------------------------------------- CSC passes
-def add_counts(counts: np.ndarray, ids: np.ndarray) -> None:
-    """``counts[ids] += 1`` for every occurrence, without a Python loop or an [N] temporary."""
-    if ids.size == 0:
-        return
-    if 4 * ids.size >= counts.size:
-        counts += np.bincount(ids, minlength=counts.size)
-    else:
-        uniq, cnt = np.unique(ids, return_counts=True)
-        counts[uniq] += cnt
-
-
 def cumsum_in_place(a: np.ndarray) -> None:
     """Inclusive prefix sum of the int64 array ``a`` in place, one node block at a time."""
     carry = 0
@@ -189,47 +180,6 @@ def cursor_positions(ptr: np.ndarray, fill: np.ndarray, dst: np.ndarray) -> np.n
     pos = ptr[dst] + fill[dst] + (np.arange(dst.size, dtype=np.int64) - starts[group])
     fill[dst[starts]] += np.diff(np.append(starts, dst.size)).astype(fill.dtype)
     return pos
-
-
-def node_ranges(
-    indptr: np.ndarray, chunk_edges: int
-) -> Iterator[tuple[int, int, int, int, np.ndarray]]:
-    """Destination ranges of about ``chunk_edges`` edges (one node at least; a hub may exceed it).
-
-    Yields ``(lo, hi, a, b, local)``: nodes ``[lo, hi)``, their edges ``[a, b)`` and each
-    edge's destination offset ``local`` (int64, ``dst - lo``).
-    """
-    n = int(indptr.shape[0]) - 1
-    lo = 0
-    while lo < n:
-        hi = int(np.searchsorted(indptr, indptr[lo] + chunk_edges, side="right")) - 1
-        hi = min(n, max(hi, lo + 1))
-        a, b = int(indptr[lo]), int(indptr[hi])
-        local = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(indptr[lo : hi + 1]))
-        yield lo, hi, a, b, local
-        lo = hi
-
-
-def sort_by_time(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    times: np.ndarray,
-    chunk_edges: int,
-    tick: Callable[[int], None],
-    *,
-    by_source: bool,
-) -> None:
-    """Sort each segment of ``(indices, times)`` by time, then source (``by_source``) or stably.
-
-    Destination ranges of about ``chunk_edges`` edges at a time (:func:`node_ranges`).
-    """
-    for _, _, a, b, local in node_ranges(indptr, chunk_edges):
-        seg_src, seg_t = np.asarray(indices[a:b]), np.asarray(times[a:b])
-        keys = (seg_src, seg_t, local) if by_source else (seg_t, local)
-        order = np.lexsort(keys)  # stable: without by_source, equal times keep their order
-        indices[a:b] = seg_src[order]
-        times[a:b] = seg_t[order]
-        tick(b - a)
 
 
 def sort_pairs(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

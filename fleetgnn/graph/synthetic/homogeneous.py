@@ -66,6 +66,7 @@ import numpy as np
 
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph.csc import index_dtype
+from fleetgnn.graph.csc_passes import node_ranges
 from fleetgnn.graph.synthetic.common import (
     EDGE_BLOCK,
     MASKS,
@@ -78,7 +79,6 @@ from fleetgnn.graph.synthetic.common import (
     cumsum_in_place,
     cursor_positions,
     is_real,
-    node_ranges,
     philox,
     sort_pairs,
     split_masks,

@@ -49,6 +49,7 @@ import numpy as np
 
 from fleetgnn.errors import DatasetError
 from fleetgnn.graph.csc import index_dtype
+from fleetgnn.graph.csc_passes import sort_segments_by_time
 from fleetgnn.graph.edge_time import TIME_DTYPE
 from fleetgnn.graph.synthetic.common import (
     EDGE_BLOCK,
@@ -63,7 +64,6 @@ from fleetgnn.graph.synthetic.common import (
     cursor_positions,
     is_real,
     philox,
-    sort_by_time,
 )
 from fleetgnn.graph.synthetic.homogeneous import (
     NodeTables,
@@ -262,6 +262,6 @@ def generate(
     del fill, tables, draw
 
     # pass 3: sort each destination's segment by (time, source), node ranges of ~chunk_edges
-    sort_by_time(indptr, indices, times, chunk_edges, tick, by_source=True)
+    sort_segments_by_time(indptr, times, [indices], chunk_edges, ties=indices, tick=tick)
     sink.create("indptr", np.dtype(np.int64), (n + 1,))[:] = indptr
     tick.to(tick.total)

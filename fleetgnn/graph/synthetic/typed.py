@@ -48,6 +48,7 @@ import numpy as np
 
 from fleetgnn.errors import DatasetError, GraphError
 from fleetgnn.graph.csc import append_to_segments, index_dtype
+from fleetgnn.graph.csc_passes import sort_segments_by_time
 from fleetgnn.graph.dataset import DatasetWriter, relation_key
 from fleetgnn.graph.hetero import HeteroSchema
 from fleetgnn.graph.synthetic.common import (
@@ -58,7 +59,6 @@ from fleetgnn.graph.synthetic.common import (
     blocks,
     is_real,
     philox,
-    sort_by_time,
     split_masks,
     write_features,
     write_labels,
@@ -263,7 +263,7 @@ def write(
                 tick(dst.size)
             if times is not None:  # pass 3: each destination's in-edges by time, stably
                 chunk = blocks_per_step * EDGE_BLOCK
-                sort_by_time(indptr, indices, times, chunk, tick, by_source=False)
+                sort_segments_by_time(indptr, times, [indices], chunk, tick=tick)
             del cursor, indptr
         _write_node_data(spec, seed, w, tick)
         if timed:
