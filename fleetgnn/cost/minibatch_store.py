@@ -33,7 +33,6 @@ def expected_unique(draws: float, population: float) -> float:
 FEAT_ELEM = 4
 #: Bytes the store records per node it looks up (two ``indptr`` entries).
 LOOKUP = 16
-PLACEMENTS: tuple[str, ...] = ("degree", "presample")
 
 
 def presample(wl: Workload, batch_size: int | None = None) -> dict[str, Any]:

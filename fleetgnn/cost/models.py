@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from fleetgnn.config import FullGraphEngineConfig
+from fleetgnn.config.knobs import PLACEMENTS
 from fleetgnn.cost.fullgraph_memory import (
     RankCounts,
     fullgraph_parts,
@@ -57,7 +58,6 @@ from fleetgnn.cost.fullgraph_memory import (
 )
 from fleetgnn.cost.minibatch_store import (
     FEAT_ELEM,
-    PLACEMENTS,
     cached_store,
     edge_split,
     edge_tiers,

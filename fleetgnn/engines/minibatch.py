@@ -251,7 +251,9 @@ class MinibatchEngine(SampledEngine):
             self.store_comm,
             budgets,
             placement=(
-                self._hotness(graph, sc, presample_seeds(self.task, graph))
+                presample_hotness(
+                    graph, presample_seeds(self.task, graph), sc.batch_size, sc.fanouts, sc.seed
+                )
                 if sc.placement == "presample"
                 else "degree"
             ),
@@ -282,7 +284,13 @@ class MinibatchEngine(SampledEngine):
                 node_order=self.store.plan.topology.order,  # the node rows' hotness
                 fanout=-1 if -1 in fanouts else max(fanouts),
                 counts=(
-                    self._edge_counts(graph, sc, presample_seeds(self.task, graph))
+                    presample_edge_counts(
+                        graph,
+                        presample_seeds(self.task, graph),
+                        sc.batch_size,
+                        sc.fanouts,
+                        sc.seed,
+                    )
                     if sc.placement == "presample"
                     else None
                 ),
@@ -360,25 +368,6 @@ class MinibatchEngine(SampledEngine):
             backend="torch" if on_device else "auto",
             validate=False,  # the graph format checked the order
         )
-
-    @staticmethod
-    def _hotness(
-        graph: Graph, sc: MinibatchEngineConfig, seeds: torch.Tensor, batches: int = 8
-    ) -> Any:
-        """XGNN/GNNLab pre-sampling: rank nodes by how often ``batches`` sampled batches read them.
-
-        The batches' seeds are drawn from ``seeds`` (:func:`~fleetgnn.engines.common.
-        presample_seeds`: the training nodes, or a link task's training pairs' endpoints), by
-        :func:`~fleetgnn.sampling.presample.presample_hotness` (identical on every rank).
-        """
-        return presample_hotness(graph, seeds, sc.batch_size, sc.fanouts, sc.seed, batches)
-
-    @staticmethod
-    def _edge_counts(
-        graph: Graph, sc: MinibatchEngineConfig, seeds: torch.Tensor, batches: int = 8
-    ) -> np.ndarray:
-        """Reads of each edge over the pre-sampled batches of :meth:`_hotness` (int64 ``[E]``)."""
-        return presample_edge_counts(graph, seeds, sc.batch_size, sc.fanouts, sc.seed, batches)
 
     # ------------------------------------------------------------------ batches
     def steps_per_epoch(self) -> int:

@@ -116,7 +116,7 @@ from fleetgnn.engines.link import (
     setup_task,
     split_edge_batch_loss,
 )
-from fleetgnn.engines.minibatch import MinibatchEngine, resolve_gather
+from fleetgnn.engines.minibatch import resolve_gather
 from fleetgnn.engines.sampled import SampledEngine
 from fleetgnn.engines.step import Prefetcher, Prepared, StepLoss, run_step
 from fleetgnn.engines.temporal_link import EVAL_CHUNK, sampled_temporal_metrics
@@ -135,6 +135,7 @@ from fleetgnn.ops import edge_softmax, gspmm
 from fleetgnn.ops.adjacency import Structure
 from fleetgnn.partition import PartitionBook, partition
 from fleetgnn.sampling import Block, GraphTopology, NeighborSampler, TemporalSampler
+from fleetgnn.sampling.presample import presample_hotness
 from fleetgnn.store import (
     SOURCE_LINKS,
     SOURCES,
@@ -566,7 +567,9 @@ class SplitEngine(SampledEngine):
             budget_bytes(sc.host_budget, "host_budget"),
         )
         hot = (
-            MinibatchEngine._hotness(graph, sc, presample_seeds(self.task, graph))  # type: ignore[arg-type]
+            presample_hotness(
+                graph, presample_seeds(self.task, graph), sc.batch_size, sc.fanouts, sc.seed
+            )
             if sc.placement == "presample"
             else hotness_order(graph, "degree")
         )

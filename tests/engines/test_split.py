@@ -16,6 +16,7 @@ from fleetgnn.graph.loaders.bundled import DATA_DIR
 from fleetgnn.graph.synthetic import generate_graph, spec_for
 from fleetgnn.partition import PartitionBook, partition
 from fleetgnn.sampling import GraphTopology, NeighborSampler, SeedLoader
+from fleetgnn.sampling.presample import presample_hotness
 from fleetgnn.store import SOURCES
 from fleetgnn.train import (
     engine_from_config,
@@ -469,12 +470,13 @@ def test_store_placement_follows_the_presampled_ranking():
     owns every row: its shard holds the 16 most accessed)."""
     from fleetgnn.distributed.testing import context_or_own
     from fleetgnn.engines.common import presample_seeds
-    from fleetgnn.engines.minibatch import MinibatchEngine
 
     graph = _graph()
     cfg = _config("sage", ["store.device_budget=1KiB", "store.placement=presample"])
     with context_or_own(None) as ctx, engine_from_config(cfg, graph, ctx) as eng:
-        hot = MinibatchEngine._hotness(graph, eng.config, presample_seeds(eng.task, graph))
+        sc = eng.config
+        seeds = presample_seeds(eng.task, graph)
+        hot = presample_hotness(graph, seeds, sc.batch_size, sc.fanouts, sc.seed)
         assert hot.policy == "presample"
         assert eng.store.plan.features.shard_rows(0).tolist() == hot.order[:16].tolist()
 
